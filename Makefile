@@ -1,0 +1,36 @@
+# Two entry points for a fresh machine: `make run` and `make test`. Each creates .venv when missing.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+UV_VERSION := 0.13.8
+export TF_USE_LEGACY_KERAS := 1
+export TF_CPP_MIN_LOG_LEVEL := 2
+export PYTHONUNBUFFERED := 1
+
+.PHONY: run test test-fast bench lock clean
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip sync --quiet --python $(PY) requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) -m pipelines run $(ARGS)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(PY) -m bench.input_pipeline
+	$(PY) -m bench.make_run
+
+lock:
+	$(PY) -m uv pip compile pyproject.toml --extra test --python-version 3.11 -o requirements.lock
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

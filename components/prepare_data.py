@@ -1,0 +1,182 @@
+"""Data prep: a source → TFRecord shards for train/val/test, stats.json and quarantine.jsonl.
+
+The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts and
+worker counts. Every split gets at least `num_workers` non-empty shards, as FILE auto-sharding needs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections import Counter, defaultdict
+
+from kfp.dsl import Artifact, Dataset, Output
+
+from components.sources import BadRecord, DataError, open_source
+from components.storage import staged
+from trainer.data import SPLITS, TABULAR, serialize_example, shard_name
+
+
+def assign_split(key: str, val_fraction: float, test_fraction: float, salt: str = "") -> str:
+    """Deterministic split from a SHA-256 of the key: test, then val, then train."""
+    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
+    point = int.from_bytes(digest[:8], "big") / 2**64
+    if point < test_fraction:
+        return "test"
+    if point < test_fraction + val_fraction:
+        return "val"
+    return "train"
+
+
+def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> int:
+    """A multiple of the worker count, about `examples_per_shard` examples each."""
+    return num_workers * max(1, math.ceil(expected / (num_workers * examples_per_shard)))
+
+
+def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard):
+    if num_workers < 1:
+        raise DataError(f"num_workers must be >= 1, got {num_workers}")
+    if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise DataError(f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be in (0, 1) "
+                        "and leave room for training data")
+    if not 0 <= max_corrupt_fraction <= 1:
+        raise DataError(f"max_corrupt_fraction must be in [0, 1], got {max_corrupt_fraction}")
+    if examples_per_shard < 1:
+        raise DataError(f"examples_per_shard must be >= 1, got {examples_per_shard}")
+
+
+def prepare(
+    data_source: str,
+    output_dir: str,
+    num_workers: int = 2,
+    val_fraction: float = 0.1,
+    test_fraction: float = 0.1,
+    image_size: int = 0,
+    label_column: str = "label",
+    max_corrupt_fraction: float = 0.05,
+    split_salt: str = "",
+    examples_per_shard: int = 2000,
+) -> dict:
+    """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`)."""
+    import tensorflow as tf
+
+    _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard)
+    os.makedirs(output_dir, exist_ok=True)
+    with staged(data_source.removeprefix("file://")) as local:
+        source = open_source(data_source, local, image_size, label_column)
+        if not source.candidates:
+            raise DataError(f"no records found in {data_source}")
+        if len(source.labels) < 2:
+            raise DataError(f"need at least two classes, found {len(source.labels)}: {source.labels}")
+        label_index = {name: i for i, name in enumerate(source.labels)}
+        fractions = {"train": 1 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
+        shards = {s: shard_count(len(source.candidates) * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
+        writers = {s: [tf.io.TFRecordWriter(os.path.join(output_dir, shard_name(s, i, n))) for i in range(n)]
+                   for s, n in shards.items()}
+        per_class = {s: Counter() for s in SPLITS}
+        sums = defaultdict(float)
+        quarantine = []
+        try:
+            for key, label, load in source.candidates:
+                try:
+                    value = load()
+                except BadRecord as e:
+                    quarantine.append({"key": key, "label": label, "reason": str(e)})
+                    continue
+                split = assign_split(key, val_fraction, test_fraction, split_salt)
+                n = sum(per_class[split].values())
+                writers[split][n % shards[split]].write(
+                    serialize_example(key, label_index[label], value, source.kind))
+                per_class[split][label] += 1
+                if source.kind == TABULAR and split == "train":
+                    sums["n"] += 1
+                    for j, v in enumerate(value):
+                        sums[("s", j)] += float(v)
+                        sums[("q", j)] += float(v) * float(v)
+        finally:
+            for split_writers in writers.values():
+                for w in split_writers:
+                    w.close()
+
+    with open(os.path.join(output_dir, "quarantine.jsonl"), "w") as f:
+        f.writelines(json.dumps(q) + "\n" for q in quarantine)
+    total = len(source.candidates)
+    good = total - len(quarantine)
+    stats = {
+        "source": data_source,
+        "kind": source.kind,
+        "input_shape": source.input_shape,
+        "labels": source.labels,
+        "feature_names": source.feature_names,
+        "records": total,
+        "examples": good,
+        "quarantined": len(quarantine),
+        "corrupt_fraction": round(len(quarantine) / total, 6),
+        "ignored_files": source.ignored,
+        "split": {"val_fraction": val_fraction, "test_fraction": test_fraction, "salt": split_salt},
+        "splits": {
+            s: {
+                "examples": sum(per_class[s].values()),
+                "per_class": {label: per_class[s][label] for label in source.labels},
+                "shards": shards[s],
+                "bytes": sum(os.path.getsize(os.path.join(output_dir, shard_name(s, i, shards[s])))
+                             for i in range(shards[s])),
+            }
+            for s in SPLITS
+        },
+    }
+    if source.kind == TABULAR and sums["n"]:
+        n = sums["n"]
+        stats["feature_mean"] = [sums[("s", j)] / n for j in range(source.input_shape[0])]
+        stats["feature_variance"] = [max(sums[("q", j)] / n - (sums[("s", j)] / n) ** 2, 0.0)
+                                     for j in range(source.input_shape[0])]
+    with open(os.path.join(output_dir, "stats.json"), "w") as f:
+        json.dump(stats, f, indent=2)
+    _check(stats, output_dir, max_corrupt_fraction)
+    return stats
+
+
+def _check(stats: dict, output_dir: str, max_corrupt_fraction: float) -> None:
+    quarantine = os.path.join(output_dir, "quarantine.jsonl")
+    if stats["examples"] == 0:
+        raise DataError(f"all {stats['records']} records are unreadable; see {quarantine}")
+    if stats["corrupt_fraction"] > max_corrupt_fraction:
+        raise DataError(
+            f"{stats['quarantined']} of {stats['records']} records ({stats['corrupt_fraction']:.1%}) are unreadable "
+            f"or malformed, above max_corrupt_fraction={max_corrupt_fraction:.1%}; see {quarantine}")
+    present = [c for c in stats["labels"] if sum(stats["splits"][s]["per_class"][c] for s in SPLITS)]
+    if len(present) < 2:
+        raise DataError(f"need at least two classes with readable examples, found {present}")
+    for split in SPLITS:
+        info = stats["splits"][split]
+        if info["examples"] < info["shards"]:
+            raise DataError(
+                f"the {split} split has {info['examples']} examples, fewer than its {info['shards']} shards "
+                f"(one per worker at least): use more data, fewer workers or a larger {split} fraction")
+
+
+def prepare_data(
+    data_source: str,
+    num_workers: int,
+    val_fraction: float,
+    test_fraction: float,
+    image_size: int,
+    label_column: str,
+    max_corrupt_fraction: float,
+    split_salt: str,
+    dataset: Output[Dataset],
+    stats: Output[Artifact],
+):
+    """KFP step: prepare the data into the `dataset` artifact (shards, stats.json, quarantine.jsonl)."""
+    import json
+    import shutil
+
+    from components.prepare_data import prepare
+
+    result = prepare(data_source, dataset.path, num_workers, val_fraction, test_fraction, image_size,
+                     label_column, max_corrupt_fraction, split_salt)
+    shutil.copy(f"{dataset.path}/stats.json", stats.path)
+    dataset.metadata.update({k: result[k] for k in ("kind", "input_shape", "examples", "quarantined")})
+    dataset.metadata["labels"] = result["labels"]
+    print(json.dumps({s: result["splits"][s]["examples"] for s in result["splits"]}))

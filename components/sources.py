@@ -1,0 +1,185 @@
+"""Data sources for data prep: `builtin:<name>`, an image folder (one sub-folder per class) or a CSV file.
+
+A source yields candidates `(key, label, load)`: `key` identifies the record (and decides its split), `load()`
+returns the example (uint8 H×W×C image or float feature vector) or raises `BadRecord` with the reason.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from trainer.data import IMAGE, TABULAR
+
+IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg"}
+GRAYSCALE_MODES = {"1", "L", "LA", "I", "I;16", "F"}
+DEFAULT_IMAGE_SIZE = 180  # the codelab's model input
+BUILTINS = ("digits", "iris", "wine")
+
+
+class DataError(ValueError):
+    """The data cannot be prepared (user-facing message)."""
+
+
+class BadRecord(Exception):
+    """One record is unreadable or malformed; it is quarantined."""
+
+
+@dataclass
+class Source:
+    kind: str
+    labels: list[str]
+    input_shape: list[int]
+    candidates: list[tuple[str, str, Callable]]
+    feature_names: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # files outside any class folder
+
+
+def builtin(name: str) -> Source:
+    """scikit-learn's bundled datasets: `digits` (8×8 grayscale images), `iris` and `wine` (tabular)."""
+    from sklearn import datasets
+
+    if name not in BUILTINS:
+        raise DataError(f"unknown built-in dataset {name!r}; choose one of: {', '.join(BUILTINS)}")
+    if name == "digits":
+        bunch = datasets.load_digits()
+        images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+        labels = [str(int(t)) for t in bunch.target]
+        candidates = [(f"digits/{i:04d}", labels[i], lambda img=img: img) for i, img in enumerate(images)]
+        return Source(IMAGE, sorted(set(labels), key=int), [8, 8, 1], candidates)
+    bunch = getattr(datasets, f"load_{name}")()
+    names = [str(n) for n in bunch.target_names]
+    candidates = [
+        (f"{name}/{i:04d}", names[t], lambda row=row: row.astype(np.float32))
+        for i, (row, t) in enumerate(zip(bunch.data, bunch.target))
+    ]
+    return Source(TABULAR, names, [bunch.data.shape[1]], candidates, [str(f) for f in bunch.feature_names])
+
+
+def _load_image(path: str, size: int, channels: int):
+    from PIL import Image, UnidentifiedImageError
+
+    def load():
+        try:
+            with Image.open(path) as img:
+                img.load()
+                img = img.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
+                array = np.asarray(img, dtype=np.uint8)
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+            raise BadRecord(f"unreadable image: {e}") from None
+        return array.reshape(size, size, channels)
+
+    return load
+
+
+def _bad(reason: str):
+    def load():
+        raise BadRecord(reason)
+
+    return load
+
+
+def _image_mode(path: str) -> str | None:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return img.mode
+    except Exception:  # unreadable: quarantined later, with the decoder's reason
+        return None
+
+
+def image_folder(root: str, image_size: int = 0) -> Source:
+    """Images under `root/<class>/...` (PNG/JPEG, any size, grayscale or RGB), resized to `image_size`."""
+    if not os.path.isdir(root):
+        raise DataError(f"image folder not found: {root}")
+    size = image_size or DEFAULT_IMAGE_SIZE
+    files, ignored = [], []
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            (files if os.sep in rel else ignored).append(rel)
+    files.sort()
+    images = [f for f in files if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS]
+    if not images:
+        raise DataError(f"no PNG or JPEG images in class sub-folders of {root}")
+    modes = {_image_mode(os.path.join(root, f)) for f in images} - {None}
+    channels = 1 if modes and modes <= GRAYSCALE_MODES else 3
+    candidates = []
+    for rel in files:
+        label = rel.split(os.sep, 1)[0]
+        if os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS:
+            candidates.append((rel, label, _load_image(os.path.join(root, rel), size, channels)))
+        else:
+            candidates.append((rel, label, _bad("not a PNG or JPEG file")))
+    labels = sorted({rel.split(os.sep, 1)[0] for rel in images})
+    return Source(IMAGE, labels, [size, size, channels], candidates, ignored=sorted(ignored))
+
+
+def csv_file(path: str, label_column: str) -> Source:
+    """A CSV with a header, a label column and numeric feature columns."""
+    if not os.path.isfile(path):
+        raise DataError(f"CSV file not found: {path}")
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f))
+    if not rows or not any(rows[0]):
+        raise DataError(f"{path} is empty (a header row is required)")
+    header = [h.strip() for h in rows[0]]
+    if label_column not in header:
+        raise DataError(f"label column {label_column!r} not in {path}; columns are: {', '.join(header)}")
+    label_index = header.index(label_column)
+    feature_names = [h for i, h in enumerate(header) if i != label_index]
+    if not feature_names:
+        raise DataError(f"{path} has no feature columns besides {label_column!r}")
+    occurrences: Counter = Counter()
+    candidates, labels = [], set()
+    for line_no, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue  # blank line
+        text = ",".join(row)
+        occurrences[text] += 1
+        key = f"{os.path.basename(path)}:{text}#{occurrences[text]}"  # content key: stable when rows move
+        label = row[label_index].strip() if len(row) == len(header) else ""
+        if len(row) != len(header):
+            candidates.append((key, label, _bad(f"line {line_no}: {len(row)} fields, header has {len(header)}")))
+            continue
+        if not label:
+            candidates.append((key, label, _bad(f"line {line_no}: empty label")))
+            continue
+        labels.add(label)
+        candidates.append((key, label, _parse_row(row, label_index, feature_names, line_no)))
+    return Source(TABULAR, sorted(labels), [len(feature_names)], candidates, feature_names)
+
+
+def _parse_row(row, label_index, feature_names, line_no):
+    def load():
+        values = [cell for i, cell in enumerate(row) if i != label_index]
+        out = np.empty(len(values), np.float32)
+        for j, (name, cell) in enumerate(zip(feature_names, values)):
+            try:
+                out[j] = float(cell)
+            except ValueError:
+                raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not a number") from None
+            if not math.isfinite(out[j]):
+                raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not finite")
+        return out
+
+    return load
+
+
+def open_source(data_source: str, local_path: str, image_size: int, label_column: str) -> Source:
+    """Build the source for `data_source`; `local_path` is where a file or folder source is (staged) locally."""
+    if data_source.startswith("builtin:"):
+        return builtin(data_source.split(":", 1)[1])
+    if os.path.isdir(local_path):
+        return image_folder(local_path, image_size)
+    if local_path.lower().endswith(".csv"):
+        return csv_file(local_path, label_column)
+    if not os.path.exists(local_path):
+        raise DataError(f"data source not found: {data_source}")
+    raise DataError(f"unsupported data source {data_source!r}: use builtin:NAME, an image folder or a .csv file")

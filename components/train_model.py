@@ -1,0 +1,181 @@
+"""Self-hosted training step: the local multi-worker launcher.
+
+Runs `python -m trainer.task` as N processes on free localhost ports with the right `TF_CONFIG`, prefixes their
+output with the worker name, and when any worker exits non-zero stops the others and restarts the whole group
+(bounded), which resumes from the `BackupAndRestore` backup.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+
+class TrainingError(RuntimeError):
+    """Training failed after all restarts."""
+
+
+@dataclass
+class LaunchResult:
+    attempts: int
+    seconds: float
+    exit_codes: list[list[int]] = field(default_factory=list)  # per attempt, per worker
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the OS reports free (held open together so they are distinct)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def tf_config(ports: list[int], index: int) -> dict:
+    return {"cluster": {"worker": [f"localhost:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+
+
+def _pump(stream, prefix: str, sink, log_file) -> None:
+    for line in iter(stream.readline, ""):
+        sink.write(f"[{prefix}] {line}")
+        sink.flush()
+        log_file.write(line)
+    stream.close()
+
+
+def _start_group(num_workers: int, trainer_args: list[str], env: dict, log_dir: str, attempt: int, sink):
+    ports = free_ports(num_workers) if num_workers > 1 else []
+    procs, threads = [], []
+    for index in range(num_workers):
+        worker_env = dict(env)
+        if num_workers > 1:
+            worker_env["TF_CONFIG"] = json.dumps(tf_config(ports, index))
+        name = f"worker-{index}"
+        log_file = open(os.path.join(log_dir, f"{name}.attempt-{attempt}.log"), "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "trainer.task", *trainer_args],
+            env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        )
+        thread = threading.Thread(target=_pump, args=(proc.stdout, name, sink, log_file), daemon=True)
+        thread.start()
+        procs.append((proc, log_file))
+        threads.append(thread)
+    return procs, threads
+
+
+def _stop(procs, grace: float = 5.0) -> None:
+    for proc, _ in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.time() + grace
+    for proc, _ in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def launch(
+    num_workers: int,
+    trainer_args: list[str],
+    log_dir: str,
+    max_restarts: int = 2,
+    env: dict | None = None,
+    sink=None,
+    on_start=None,
+) -> LaunchResult:
+    """Run the trainer group until every worker exits 0, restarting the whole group on any failure.
+
+    `on_start(attempt, pids)` is called after each group starts (used to observe or inject faults).
+    """
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    if max_restarts < 0:
+        raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+    sink = sink or sys.stdout
+    os.makedirs(log_dir, exist_ok=True)
+    base_env = {**os.environ, **(env or {}), "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+    base_env.pop("TF_CONFIG", None)
+    base_env.pop("CLUSTER_SPEC", None)
+    started = time.time()
+    result = LaunchResult(attempts=0, seconds=0.0)
+    for attempt in range(1, max_restarts + 2):
+        result.attempts = attempt
+        sink.write(f"[launcher] attempt {attempt}: starting {num_workers} worker(s)\n")
+        procs, threads = _start_group(num_workers, trainer_args, base_env, log_dir, attempt, sink)
+        if on_start:
+            on_start(attempt, [p.pid for p, _ in procs])
+        failed = None
+        while failed is None and any(p.poll() is None for p, _ in procs):
+            failed = next((i for i, (p, _) in enumerate(procs) if p.poll() not in (None, 0)), None)
+            time.sleep(0.05)
+        if failed is None:
+            failed = next((i for i, (p, _) in enumerate(procs) if p.returncode != 0), None)
+        if failed is not None:
+            sink.write(f"[launcher] worker-{failed} exited with code {procs[failed][0].returncode}; "
+                       "stopping the group\n")
+        _stop(procs)
+        for thread in threads:
+            thread.join(5)
+        for _, log_file in procs:
+            log_file.close()
+        result.exit_codes.append([p.returncode for p, _ in procs])
+        if failed is None:
+            result.seconds = round(time.time() - started, 2)
+            sink.write(f"[launcher] all workers finished in {result.seconds}s (attempt {attempt})\n")
+            return result
+        if attempt <= max_restarts:
+            sink.write(f"[launcher] restarting the group ({attempt}/{max_restarts}); training resumes from backup\n")
+    raise TrainingError(
+        f"training failed after {result.attempts} attempt(s); exit codes {result.exit_codes}; logs in {log_dir}")
+
+
+def trainer_flags(hyperparameters: dict) -> list[str]:
+    """`{"learning_rate": 0.01}` → `["--learning-rate", "0.01"]`."""
+    return [item for k, v in hyperparameters.items() for item in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def train_model(
+    dataset: Input[Dataset],
+    workers: int,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    max_restarts: int,
+    model: Output[Model],
+    metrics: Output[Metrics],
+    training: Output[Artifact],
+):
+    """KFP step (self-hosted targets): train with `workers` local processes; the model goes to `model`."""
+    import json
+    import os
+
+    from components.train_model import launch, trainer_flags
+
+    job_dir = training.path
+    os.makedirs(job_dir, exist_ok=True)
+    args = ["--data-dir", dataset.path, "--job-dir", job_dir, "--model-dir", model.path,
+            *trainer_flags({"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate})]
+    result = launch(workers, args, os.path.join(job_dir, "worker-logs"), max_restarts,
+                    env={"CLOUD_ML_HP_METRIC_FILE": os.path.join(job_dir, "hypertune", "output.metrics")})
+    with open(os.path.join(job_dir, "metrics.json")) as f:
+        summary = json.load(f)
+    summary.update(attempts=result.attempts, launcher_seconds=result.seconds)
+    with open(os.path.join(job_dir, "metrics.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):
+        metrics.log_metric(key, summary[key])
+    metrics.log_metric("attempts", result.attempts)
+    model.metadata.update(framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"])

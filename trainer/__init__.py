@@ -1,0 +1,1 @@
+"""Training application: `python -m trainer.task` (also the trainer container's entry point)."""

@@ -1,0 +1,113 @@
+"""The prepared-data contract (TFRecord shards + stats.json) and the tf.data input pipeline.
+
+Layout of a prepared dataset directory (local path or gs://):
+  {split}-{shard:05d}-of-{num_shards:05d}.tfrecord   split in train/val/test
+  stats.json                                         see `components.prepare_data`
+  quarantine.jsonl                                   skipped records with their reason
+Each record is a `tf.train.Example` with `key` (bytes, source id), `label` (int64 index into the vocabulary) and
+either `image` (raw uint8 bytes of an H×W×C array) or `features` (float list).
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import tensorflow as tf
+
+SPLITS = ("train", "val", "test")
+IMAGE, TABULAR = "image", "tabular"
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def serialize_example(key: str, label: int, value, kind: str) -> bytes:
+    """Encode one example (numpy uint8 image array or float feature vector)."""
+    feature = {
+        "key": tf.train.Feature(bytes_list=tf.train.BytesList(value=[key.encode()])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+    }
+    if kind == IMAGE:
+        feature["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.tobytes()]))
+    else:
+        feature["features"] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in value]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def load_stats(data_dir: str) -> dict:
+    with tf.io.gfile.GFile(f"{data_dir}/stats.json") as f:
+        return json.load(f)
+
+
+def _parser(stats: dict):
+    """Parse a batch of serialized examples into (inputs, labels)."""
+    shape = stats["input_shape"]
+    if stats["kind"] == IMAGE:
+        spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    else:
+        spec = {"features": tf.io.FixedLenFeature(shape, tf.float32), "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        if stats["kind"] == IMAGE:
+            pixels = tf.io.decode_raw(parsed["image"], tf.uint8)
+            inputs = tf.cast(tf.reshape(pixels, [-1, *shape]), tf.float32)
+        else:
+            inputs = parsed["features"]
+        return inputs, parsed["label"]
+
+    return parse
+
+
+def split_files(data_dir: str, split: str) -> list[str]:
+    files = sorted(tf.io.gfile.glob(f"{data_dir}/{split}-*.tfrecord"))
+    if not files:
+        raise FileNotFoundError(f"no {split} shards in {data_dir}")
+    return files
+
+
+def make_dataset(
+    data_dir: str,
+    split: str,
+    stats: dict,
+    global_batch_size: int,
+    training: bool,
+    seed: int = 0,
+    worker_index: int = 0,
+    cache: bool = False,
+) -> tf.data.Dataset:
+    """Input pipeline over a split's shards.
+
+    Training: file list shuffled with a seed shared by all workers (FILE auto-sharding gives each worker its own
+    files), parallel interleaved reads, per-worker example shuffling, endless repetition (fit uses a fixed
+    `steps_per_epoch` so every worker runs the same number of steps), batches of the *global* batch size,
+    vectorized parsing, prefetch. Evaluation: every worker reads the whole split once, in order.
+    """
+    files = tf.data.Dataset.from_tensor_slices(split_files(data_dir, split))
+    if training:
+        files = files.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    ds = files.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=tf.data.AUTOTUNE,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not training,
+    )
+    if cache:
+        ds = ds.cache()
+    if training:
+        ds = ds.shuffle(min(10_000, max(1, stats["splits"][split]["examples"])), seed=seed + worker_index).repeat()
+    ds = ds.batch(global_batch_size, drop_remainder=training)
+    ds = ds.map(_parser(stats), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    policy = tf.data.experimental.AutoShardPolicy.FILE if training else tf.data.experimental.AutoShardPolicy.OFF
+    options.experimental_distribute.auto_shard_policy = policy
+    return ds.with_options(options)
+
+
+def steps_per_epoch(stats: dict, split: str, global_batch_size: int) -> int:
+    return max(1, stats["splits"][split]["examples"] // global_batch_size)
+
+
+def eval_steps(stats: dict, split: str, global_batch_size: int) -> int:
+    return max(1, math.ceil(stats["splits"][split]["examples"] / global_batch_size))

@@ -1,0 +1,70 @@
+"""Keras model builders (tf-keras). Preprocessing lives inside the model so it serves raw inputs."""
+from __future__ import annotations
+
+import math
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 3 cannot fit under MultiWorkerMirroredStrategy
+
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+
+from trainer.data import IMAGE  # noqa: E402
+
+
+def conv_blocks_for(size: int) -> int:
+    """Conv+pool blocks that keep the feature map at least 2×2 (3 for the codelab's 180×180 input)."""
+    return max(1, min(3, int(math.log2(max(size, 2) / 2))))
+
+
+def build_image_model(input_shape, num_classes, model_size: int, filters: int, hidden_units: int, dropout: float):
+    """Codelab-style CNN accepting raw pixel arrays (0..255) of any height and width."""
+    channels = input_shape[-1]
+    inputs = keras.Input(shape=(None, None, channels), name="image")
+    x = keras.layers.Resizing(model_size, model_size, name="resize")(inputs)
+    x = keras.layers.Rescaling(1.0 / 255, name="rescale")(x)
+    for block in range(conv_blocks_for(model_size)):
+        x = keras.layers.Conv2D(filters * 2**block, 3, padding="same", activation="relu")(x)
+        x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dense(hidden_units, activation="relu")(x)
+    x = keras.layers.Dropout(dropout)(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    return keras.Model(inputs, outputs, name="cnn")
+
+
+def build_tabular_model(num_features, num_classes, mean, variance, hidden_units: int, dropout: float):
+    """MLP with feature normalization (statistics from the training split) inside the model."""
+    inputs = keras.Input(shape=(num_features,), name="features")
+    x = keras.layers.Normalization(mean=mean, variance=variance, name="normalize")(inputs)
+    x = keras.layers.Dense(hidden_units, activation="relu")(x)
+    x = keras.layers.Dropout(dropout)(x)
+    x = keras.layers.Dense(max(8, hidden_units // 2), activation="relu")(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    return keras.Model(inputs, outputs, name="mlp")
+
+
+def build_model(stats: dict, hparams) -> keras.Model:
+    num_classes = len(stats["labels"])
+    if stats["kind"] == IMAGE:
+        size = hparams.image_size or max(stats["input_shape"][:2])
+        return build_image_model(
+            stats["input_shape"], num_classes, size, hparams.filters, hparams.hidden_units, hparams.dropout
+        )
+    variance = [max(v, 1e-12) for v in stats["feature_variance"]]
+    return build_tabular_model(
+        stats["input_shape"][0], num_classes, stats["feature_mean"], variance, hparams.hidden_units, hparams.dropout
+    )
+
+
+def serving_signature(model: keras.Model):
+    """`serving_default`: raw inputs → `probabilities` [N, classes] and `class_id` [N]."""
+    input_name = model.inputs[0].name.split(":")[0]
+    shape = [None, *model.inputs[0].shape[1:]]
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.float32, name=input_name)])
+    def serve(inputs):
+        probabilities = model(inputs, training=False)
+        return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
+
+    return serve

@@ -1,0 +1,136 @@
+"""Trainer entry point: `python -m trainer.task --data-dir DIR [--job-dir DIR] [hyperparameters]`.
+
+Output locations follow Vertex AI: `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and `AIP_TENSORBOARD_LOG_DIR` when set,
+else `<job-dir>/model`, `<job-dir>/checkpoints`, `<job-dir>/logs`. The chief also writes `<job-dir>/metrics.json`
+and `<job-dir>/history.jsonl` (one line per completed epoch, across restarts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", required=True, help="prepared dataset directory (local or gs://)")
+    p.add_argument("--job-dir", default="", help="base output directory (default: parent of AIP_MODEL_DIR)")
+    p.add_argument("--model-dir", default=environ.get("AIP_MODEL_DIR", ""))
+    p.add_argument("--checkpoint-dir", default=environ.get("AIP_CHECKPOINT_DIR", ""))
+    p.add_argument("--log-dir", default=environ.get("AIP_TENSORBOARD_LOG_DIR", ""))
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=32, help="per-replica batch size")
+    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--dropout", type=float, default=0.2)
+    p.add_argument("--hidden-units", type=int, default=128)
+    p.add_argument("--filters", type=int, default=16, help="filters of the first conv block (doubles per block)")
+    p.add_argument("--image-size", type=int, default=0, help="model input size; 0 = the prepared image size")
+    p.add_argument("--steps-per-epoch", type=int, default=0, help="0 = one pass over the training split")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--cache-max-mb", type=int, default=512, help="cache the training split in memory below this")
+    p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "hidden_units", "filters"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if not 0 <= args.dropout < 1:
+        p.error("--dropout must be in [0, 1)")
+    if args.learning_rate <= 0:
+        p.error("--learning-rate must be > 0")
+    if not args.job_dir:
+        if not args.model_dir:
+            p.error("give --job-dir or --model-dir (or set AIP_MODEL_DIR)")
+        args.job_dir = os.path.dirname(args.model_dir.rstrip("/"))
+    args.job_dir = args.job_dir.rstrip("/")
+    args.model_dir = (args.model_dir or f"{args.job_dir}/model").rstrip("/")
+    args.checkpoint_dir = (args.checkpoint_dir or f"{args.job_dir}/checkpoints").rstrip("/")
+    args.log_dir = (args.log_dir or f"{args.job_dir}/logs").rstrip("/")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from trainer import distribute
+
+    cluster = distribute.cluster_from_env()  # sets TF_CONFIG from CLUSTER_SPEC before the strategy exists
+    import tensorflow as tf
+
+    from trainer import callbacks, data, model as models
+
+    started = time.time()
+    strategy = distribute.make_strategy(cluster)
+    stats = data.load_stats(args.data_dir)
+    global_batch = args.batch_size * strategy.num_replicas_in_sync
+    train_bytes = stats["splits"]["train"].get("bytes", 0)
+    train_ds = data.make_dataset(
+        args.data_dir, "train", stats, global_batch, training=True, seed=args.seed,
+        worker_index=cluster.task_index if cluster.task_type != "chief" else 0,
+        cache=train_bytes <= args.cache_max_mb * 2**20,
+    )
+    val_ds = data.make_dataset(args.data_dir, "val", stats, global_batch, training=False)
+    steps = args.steps_per_epoch or data.steps_per_epoch(stats, "train", global_batch)
+
+    models.keras.utils.set_random_seed(args.seed)
+    with strategy.scope():
+        model = models.build_model(stats, args)
+        model.compile(
+            optimizer=models.keras.optimizers.Adam(args.learning_rate),
+            loss=models.keras.losses.SparseCategoricalCrossentropy(),
+            metrics=["accuracy"],
+        )
+
+    log_dir = distribute.write_location(args.log_dir, cluster)
+    backup_dir = f"{args.checkpoint_dir}/backup"
+    epoch_log = callbacks.EpochLog(
+        f"{args.job_dir}/history.jsonl" if cluster.is_chief else None,
+        args.hypertune_metric_tag,
+        resume=tf.io.gfile.exists(backup_dir),
+    )
+    model.fit(
+        train_ds,
+        epochs=args.epochs,
+        steps_per_epoch=steps,
+        validation_data=val_ds,
+        verbose=2,
+        callbacks=[
+            models.keras.callbacks.BackupAndRestore(backup_dir),
+            models.keras.callbacks.TensorBoard(log_dir),
+            epoch_log,
+        ],
+    )
+
+    model_dir = distribute.write_location(args.model_dir, cluster)
+    model.save(model_dir, save_format="tf", signatures={"serving_default": models.serving_signature(model)})
+    distribute.discard(model_dir, args.model_dir)
+    distribute.discard(log_dir, args.log_dir)
+    if cluster.is_chief:
+        tf.io.gfile.makedirs(f"{args.model_dir}/assets.extra")
+        with tf.io.gfile.GFile(f"{args.model_dir}/assets.extra/labels.txt", "w") as f:
+            f.write("\n".join(stats["labels"]) + "\n")
+        final = epoch_log.last
+        summary = {
+            "val_accuracy": final.get("val_accuracy"),
+            "val_loss": final.get("val_loss"),
+            "train_accuracy": final.get("accuracy"),
+            "train_loss": final.get("loss"),
+            "epochs": args.epochs,
+            "steps_per_epoch": steps,
+            "global_batch_size": global_batch,
+            "num_workers": cluster.num_workers,
+            "strategy": type(strategy).__name__,
+            "seconds": round(time.time() - started, 2),
+            "model_dir": args.model_dir,
+            "hyperparameters": {k: getattr(args, k) for k in callbacks.HPARAMS},
+        }
+        with tf.io.gfile.GFile(f"{args.job_dir}/metrics.json", "w") as f:
+            json.dump(summary, f, indent=2)
+        print(f"[trainer] saved model to {args.model_dir}; val_accuracy={summary['val_accuracy']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
