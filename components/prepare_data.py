@@ -3,8 +3,6 @@
 The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts and
 worker counts. Every split gets at least `num_workers` non-empty shards, as FILE auto-sharding needs.
 """
-from __future__ import annotations
-
 import hashlib
 import json
 import math
@@ -15,7 +13,7 @@ from kfp.dsl import Artifact, Dataset, Output
 
 from components.sources import BadRecord, DataError, open_source
 from components.storage import staged
-from trainer.data import SPLITS, TABULAR, serialize_example, shard_name
+from trainer.schema import SPLITS, TABULAR, shard_name
 
 
 def assign_split(key: str, val_fraction: float, test_fraction: float, salt: str = "") -> str:
@@ -60,6 +58,8 @@ def prepare(
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`)."""
     import tensorflow as tf
+
+    from trainer.data import serialize_example
 
     _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard)
     os.makedirs(output_dir, exist_ok=True)

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from trainer.data import IMAGE, TABULAR
+from trainer.schema import IMAGE, TABULAR
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg"}
 GRAYSCALE_MODES = {"1", "L", "LA", "I", "I;16", "F"}

@@ -4,8 +4,6 @@ Runs `python -m trainer.task` as N processes on free localhost ports with the ri
 output with the worker name, and when any worker exits non-zero stops the others and restarts the whole group
 (bounded), which resumes from the `BackupAndRestore` backup.
 """
-from __future__ import annotations
-
 import json
 import os
 import signal

@@ -10,16 +10,10 @@ either `image` (raw uint8 bytes of an H×W×C array) or `features` (float list).
 from __future__ import annotations
 
 import json
-import math
 
 import tensorflow as tf
 
-SPLITS = ("train", "val", "test")
-IMAGE, TABULAR = "image", "tabular"
-
-
-def shard_name(split: str, index: int, count: int) -> str:
-    return f"{split}-{index:05d}-of-{count:05d}.tfrecord"
+from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name  # noqa: F401 (re-exported)
 
 
 def serialize_example(key: str, label: int, value, kind: str) -> bytes:
@@ -107,7 +101,3 @@ def make_dataset(
 
 def steps_per_epoch(stats: dict, split: str, global_batch_size: int) -> int:
     return max(1, stats["splits"][split]["examples"] // global_batch_size)
-
-
-def eval_steps(stats: dict, split: str, global_batch_size: int) -> int:
-    return max(1, math.ceil(stats["splits"][split]["examples"] / global_batch_size))

@@ -1,0 +1,83 @@
+"""Vertex AI training step helpers around GCPC's `CustomTrainingJobOp`.
+
+`plan_vertex_training` turns the runtime parameters into worker pool specs (pool 0: 1 chief; pool 1: N−1 workers,
+all running `python -m trainer.task` from the trainer image) and a base output directory; after the job,
+`import_trained_model` checks the chief's SavedModel and exposes it as a `Model` artifact.
+"""
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+from components.train_model import trainer_flags
+
+
+def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str, hyperparameters: dict,
+                      accelerator_type: str = "", accelerator_count: int = 0) -> list[dict]:
+    """CustomJob worker pools for `workers` training processes (chief + workers-1)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    machine_spec = {"machine_type": machine_type}
+    if accelerator_type and accelerator_count:
+        machine_spec.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count)
+    container = {
+        "image_uri": image,
+        "command": ["python", "-m", "trainer.task"],
+        "args": ["--data-dir", data_uri, *trainer_flags(hyperparameters)],
+        "env": [{"name": "TF_USE_LEGACY_KERAS", "value": "1"}],
+    }
+    pool = {"machine_spec": machine_spec, "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
+            "container_spec": container}
+    specs = [{**pool, "replica_count": 1}]
+    if workers > 1:
+        specs.append({**pool, "replica_count": workers - 1})
+    return specs
+
+
+def plan_vertex_training(
+    dataset: Input[Dataset],
+    trainer_image: str,
+    machine_type: str,
+    accelerator_type: str,
+    accelerator_count: int,
+    workers: int,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    job_dir: Output[Artifact],
+) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str)]):
+    """KFP step (Vertex): worker pool specs and the job's base output directory (AIP_MODEL_DIR = <it>/model)."""
+    from collections import namedtuple
+
+    from components.vertex_training import worker_pool_specs
+
+    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type,
+                              {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate},
+                              accelerator_type, accelerator_count)
+    return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory"])(specs, job_dir.uri)
+
+
+def import_trained_model(
+    job_dir: Input[Artifact],
+    gcp_resources: str,
+    model: Output[Model],
+    metrics: Output[Metrics],
+    training: Output[Artifact],
+) -> NamedTuple("Outputs", [("model_uri", str)]):
+    """KFP step (Vertex): expose the chief's SavedModel (`<job_dir>/model`) and its training metrics."""
+    import json
+    import os
+    import shutil
+    from collections import namedtuple
+
+    if not os.path.isfile(os.path.join(job_dir.path, "model", "saved_model.pb")):
+        raise FileNotFoundError(f"the training job {gcp_resources} left no SavedModel in {job_dir.uri}/model")
+    model.uri = f"{job_dir.uri.rstrip('/')}/model"
+    os.makedirs(training.path, exist_ok=True)
+    for name in ("metrics.json", "history.jsonl"):
+        shutil.copy(os.path.join(job_dir.path, name), os.path.join(training.path, name))
+    with open(os.path.join(job_dir.path, "metrics.json")) as f:
+        summary = json.load(f)
+    for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):
+        metrics.log_metric(key, summary[key])
+    model.metadata.update(framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"])
+    return namedtuple("Outputs", ["model_uri"])(model.uri)

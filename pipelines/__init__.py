@@ -1,0 +1,1 @@
+"""Pipeline factory, targets (vertex / kubeflow / local) and the `python -m pipelines` CLI."""

@@ -1,0 +1,125 @@
+"""Run the training pipeline on this machine with `kfp.local` (SubprocessRunner, no Docker, no cloud).
+
+kfp.local streams every step's output to stdout; `StepLog` splits that stream into one log file per step,
+times the steps and shows a one-line progress per step instead (everything with `verbose=True`).
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import sys
+import time
+import warnings
+from contextlib import redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STARTED = re.compile(r"Executing task '([^']+)'")
+FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+
+@dataclass
+class Step:
+    name: str
+    status: str = "SKIPPED"
+    seconds: float = 0.0
+    started: float = 0.0
+    log: str = ""
+    error: str = ""
+
+
+@dataclass
+class StepLog(io.TextIOBase):
+    """A stdout replacement that records per-step status, seconds, logs and the last error line."""
+
+    log_dir: Path
+    console: object
+    verbose: bool = False
+    steps: dict = field(default_factory=dict)
+    current: Step | None = None
+    _file: object = None
+    _buffer: str = ""
+
+    def write(self, text: str) -> int:
+        if self.verbose:
+            self.console.write(text)
+        self._buffer += text
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            self._line(ANSI.sub("", line))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.verbose:
+            self.console.flush()
+
+    def _line(self, line: str) -> None:
+        if m := STARTED.search(line):
+            self.current = self.steps.setdefault(m[1], Step(m[1]))
+            self.current.started, self.current.status = time.time(), "RUNNING"
+            self.current.log = str(self.log_dir / f"{m[1]}.log")
+            self._file = open(self.current.log, "w")
+            if not self.verbose:
+                self.console.write(f"▶ {m[1]} ...\n")
+                self.console.flush()
+            return
+        if (m := FINISHED.search(line)) and self.current:
+            step = self.current
+            step.seconds = round(time.time() - step.started, 2)
+            step.status = "SUCCEEDED" if m[2] == "SUCCESS" else "FAILED"
+            self._file.close()
+            self.current = None
+            if not self.verbose:
+                mark = "✔" if step.status == "SUCCEEDED" else "✘"
+                self.console.write(f"{mark} {step.name} {step.status.lower()} in {step.seconds:.1f}s\n")
+                self.console.flush()
+            return
+        if self.current:
+            self._file.write(line + "\n")
+            if m := ERROR_LINE.match(line):
+                self.current.error = f"{m[1]}: {m[2]}" if m[1] not in ("DataError", "ModelError") else m[2]
+
+
+def step_names(pipeline) -> list[str]:
+    """Leaf task names of a compiled pipeline in dependency order (condition groups flattened)."""
+    spec = pipeline.pipeline_spec
+    names: list[str] = []
+
+    def walk(dag):
+        pending = dict(dag.tasks)
+        while pending:
+            ready = sorted(n for n, t in pending.items() if not set(t.dependent_tasks) & set(pending))
+            for name in ready or sorted(pending):  # `or`: never stall on an unexpected cycle
+                component = spec.components[pending.pop(name).component_ref.name]
+                if component.WhichOneof("implementation") == "dag":
+                    walk(component.dag)
+                else:
+                    names.append(name)
+
+    walk(spec.root.dag)
+    return names
+
+
+def run_local(pipeline, arguments: dict, out_dir: Path, verbose: bool = False) -> tuple[list[Step], Path | None]:
+    """Run `pipeline` locally; return every step (SKIPPED when it did not run) and the run's artifact root."""
+    import kfp.local
+
+    artifacts = out_dir / "artifacts"
+    log_dir = out_dir / "logs"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    before = set(os.listdir(artifacts))
+    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(artifacts),
+                   raise_on_error=False)
+    tracker = StepLog(log_dir, sys.stdout, verbose)
+    with redirect_stdout(tracker), warnings.catch_warnings():
+        # kfp.local notes that display names and the components image do not apply to local subprocesses
+        warnings.filterwarnings("ignore", category=UserWarning, module="kfp.local")
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module="kfp.local")
+        pipeline(**arguments)
+    new = sorted(set(os.listdir(artifacts)) - before)
+    steps = [tracker.steps.get(name, Step(name)) for name in step_names(pipeline)]
+    return steps, (artifacts / new[-1]) if new else None

@@ -1,0 +1,149 @@
+"""Run output: `run_summary.json`, PNG plots (training curves, confusion matrix) and `report.html`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+
+
+def _json(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _history(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, seconds: float) -> dict:
+    """Assemble the run summary from the steps' statuses and their output artifacts."""
+    root = run_root or Path("/nonexistent")
+    failed = [s for s in steps if s.status == "FAILED"]
+    stats = _json(root / "prepare-data" / "dataset" / "stats.json")
+    training = _json(root / "train-model" / "training" / "metrics.json")
+    evaluation = _json(root / "evaluate-model" / "evaluation")
+    published = _json(root / "publish-model" / "published")
+    summary = {
+        "pipeline": pipeline_name,
+        "status": "FAILED" if failed or not run_root else "SUCCEEDED",
+        "error": next((f"{s.name}: {s.error}" for s in failed if s.error), None),
+        "seconds": round(seconds, 2),
+        "artifacts": str(root) if run_root else None,
+        "parameters": parameters,
+        "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "log": s.log or None} for s in steps],
+        "dataset": stats and {k: stats[k] for k in ("source", "kind", "input_shape", "labels", "records", "examples",
+                                                    "quarantined", "splits")}
+        | {"quarantine_file": str(root / "prepare-data" / "dataset" / "quarantine.jsonl")},
+        "training": training and {k: training.get(k) for k in ("epochs", "num_workers", "strategy", "global_batch_size",
+                                                               "attempts", "seconds", "hyperparameters")},
+        "metrics": {
+            "val_accuracy": training and training.get("val_accuracy"),
+            "test_accuracy": evaluation and evaluation["accuracy"],
+            "test_loss": evaluation and evaluation["loss"],
+        },
+        "gate": evaluation and {k: evaluation[k] for k in ("blessed", "reason", "threshold", "tolerance", "champion")},
+        "model": {
+            "artifact": str(root / "train-model" / "model") if training else None,
+            "published_version": published and published.get("version"),
+            "published_path": published and str(Path(parameters.get("model_repository", "")) /
+                                                parameters.get("model_name", "") / str(published.get("version"))),
+        },
+    }
+    return summary
+
+
+def plot_training_curves(history: list[dict], path: Path) -> Path | None:
+    if not history:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [h["epoch"] for h in history]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    for key, ax in (("loss", ax_loss), ("accuracy", ax_acc)):
+        for prefix, style in (("", "-o"), ("val_", "--s")):
+            if prefix + key in history[0]:
+                ax.plot(epochs, [h[prefix + key] for h in history], style, label=(prefix + key), markersize=3)
+        ax.set_xlabel("epoch")
+        ax.set_title(key)
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_confusion_matrix(evaluation: dict | None, path: Path) -> Path | None:
+    if not evaluation:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    matrix = np.array(evaluation["confusion_matrix"])
+    labels = evaluation["labels"]
+    fig, ax = plt.subplots(figsize=(1.5 + 0.5 * len(labels), 1.2 + 0.5 * len(labels)))
+    ax.imshow(matrix, cmap="Blues")
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    for (i, j), v in np.ndenumerate(matrix):
+        ax.text(j, i, str(v), ha="center", va="center", color="white" if v > matrix.max() / 2 else "black",
+                fontsize=8)
+    ax.set_title(f"test accuracy {evaluation['accuracy']:.4f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+REPORT = jinja2.Template("""<!doctype html>
+<html><head><meta charset="utf-8"><title>{{ s.pipeline }} run report</title>
+<style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.SUCCEEDED{color:#080}.FAILED{color:#b00}
+.SKIPPED{color:#888}</style></head><body>
+<h1>{{ s.pipeline }}: <span class="{{ s.status }}">{{ s.status }}</span></h1>
+<p>{{ "%.1f"|format(s.seconds) }} s{% if s.error %} — error: {{ s.error }}{% endif %}</p>
+<h2>Steps</h2><table><tr><th>step</th><th>status</th><th>seconds</th><th>log</th></tr>
+{% for st in s.steps %}<tr><td>{{ st.name }}</td><td class="{{ st.status }}">{{ st.status }}</td>
+<td>{{ st.seconds }}</td><td>{% if st.log %}<a href="{{ st.log }}">log</a>{% endif %}</td></tr>{% endfor %}</table>
+{% if s.gate %}<h2>Evaluation gate</h2><p><b>{{ "blessed" if s.gate.blessed else "not blessed" }}</b>:
+{{ s.gate.reason }}</p>{% endif %}
+<h2>Metrics</h2><table>{% for k, v in s.metrics.items() %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>{% endfor %}
+</table>
+{% if s.dataset %}<h2>Dataset</h2><p>{{ s.dataset.source }} ({{ s.dataset.kind }}, input {{ s.dataset.input_shape }}):
+{{ s.dataset.examples }} examples, {{ s.dataset.quarantined }} quarantined
+(<a href="{{ s.dataset.quarantine_file }}">quarantine file</a>)</p>
+<table><tr><th>class</th>{% for sp in s.dataset.splits %}<th>{{ sp }}</th>{% endfor %}</tr>
+{% for c in s.dataset.labels %}<tr><td>{{ c }}</td>{% for sp in s.dataset.splits.values() %}
+<td>{{ sp.per_class[c] }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
+{% if s.training %}<h2>Training</h2><p>{{ s.training.strategy }}, {{ s.training.num_workers }} worker(s),
+{{ s.training.epochs }} epochs, global batch {{ s.training.global_batch_size }}, {{ s.training.attempts }} attempt(s),
+{{ s.training.seconds }} s</p>{% endif %}
+{% for name, path in s.plots.items() %}<h3>{{ name }}</h3><img src="{{ path }}" alt="{{ name }}">{% endfor %}
+<h2>Model</h2><p>artifact: {{ s.model.artifact }}{% if s.model.published_version %}<br>published as version
+{{ s.model.published_version }}: {{ s.model.published_path }}{% endif %}</p>
+<p><a href="run_summary.json">run_summary.json</a></p>
+</body></html>
+""")
+
+
+def write(summary: dict, out_dir: Path) -> None:
+    """Write the plots, `run_summary.json` and `report.html` into `out_dir`."""
+    root = Path(summary["artifacts"]) if summary["artifacts"] else None
+    history = _history(root / "train-model" / "training" / "history.jsonl") if root else []
+    evaluation = _json(root / "evaluate-model" / "evaluation") if root else None
+    plots = {
+        "training curves": plot_training_curves(history, out_dir / "training_curves.png"),
+        "confusion matrix": plot_confusion_matrix(evaluation, out_dir / "confusion_matrix.png"),
+    }
+    summary["plots"] = {name: path.name for name, path in plots.items() if path}
+    summary["report"] = str(out_dir / "report.html")
+    (out_dir / "run_summary.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / "report.html").write_text(REPORT.render(s=summary))

@@ -1,0 +1,99 @@
+"""The platform seam: how the platform-service steps (training, model upload) run on each target.
+
+- vertex: GCPC `CustomTrainingJobOp` with worker pools running the trainer image, `ModelUploadOp` fed by an
+  importer of an `UnmanagedContainerModel` (prebuilt TF serving image).
+- kubeflow / local: this project's components: the local multi-worker launcher and the versioned model repository.
+Every other step is the same lightweight component on all targets (base image: the components image).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kfp import dsl
+
+from components import evaluate_model, prepare_data, publish_model, train_model, vertex_training
+from pipelines.config import Platform
+
+
+@dataclass
+class Trained:
+    """What the training step hands downstream."""
+
+    model: Any  # Model artifact channel
+    training: Any  # Artifact channel: metrics.json, history.jsonl
+
+
+def _component(func, image: str):
+    return dsl.component(func, base_image=image, install_kfp_package=False)
+
+
+class SelfHostedOps:
+    def __init__(self, platform: Platform):
+        image = platform.components_image
+        self.prepare_data = _component(prepare_data.prepare_data, image)
+        self.evaluate_model = _component(evaluate_model.evaluate_model, image)
+        self._train = _component(train_model.train_model, image)
+        self._publish = _component(publish_model.publish_model, image)
+
+    def train(self, dataset, workers, epochs, batch_size, learning_rate, max_restarts) -> Trained:
+        task = self._train(dataset=dataset, workers=workers, epochs=epochs, batch_size=batch_size,
+                           learning_rate=learning_rate, max_restarts=max_restarts)
+        task.set_display_name("Train (local multi-worker)")
+        return Trained(task.outputs["model"], task.outputs["training"])
+
+    def register(self, trained: Trained, dataset, evaluation, model_repository, model_name, source_commit):
+        return self._publish(
+            model=trained.model, dataset=dataset, training=trained.training, evaluation=evaluation,
+            model_repository=model_repository, model_name=model_name, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+            source_commit=source_commit,
+        ).set_display_name("Publish to model repository")
+
+
+class VertexOps(SelfHostedOps):
+    def __init__(self, platform: Platform):
+        super().__init__(platform)
+        self.platform = platform
+        self._plan = _component(vertex_training.plan_vertex_training, platform.components_image)
+        self._import = _component(vertex_training.import_trained_model, platform.components_image)
+
+    def train(self, dataset, workers, epochs, batch_size, learning_rate, max_restarts) -> Trained:
+        from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
+
+        p = self.platform
+        plan = self._plan(dataset=dataset, trainer_image=p.trainer_image, machine_type=p.machine_type,
+                          accelerator_type=p.accelerator_type, accelerator_count=p.accelerator_count,
+                          workers=workers, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
+        plan.set_display_name("Plan worker pools")
+        job = CustomTrainingJobOp(
+            display_name=f"{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}-train",
+            location=p.location,
+            worker_pool_specs=plan.outputs["worker_pool_specs"],
+            base_output_directory=plan.outputs["base_output_directory"],
+            # max_restarts is the local launcher's; on Vertex the whole job restarts with a worker
+            restart_job_on_worker_restart=True,
+        ).set_display_name("Train (Vertex custom job, MultiWorkerMirroredStrategy)")
+        imported = self._import(job_dir=plan.outputs["job_dir"], gcp_resources=job.outputs["gcp_resources"])
+        imported.set_display_name("Import trained model")
+        self._model_uri = imported.outputs["model_uri"]
+        return Trained(imported.outputs["model"], imported.outputs["training"])
+
+    def register(self, trained: Trained, dataset, evaluation, model_repository, model_name, source_commit):
+        from google_cloud_pipeline_components.types.artifact_types import UnmanagedContainerModel
+        from google_cloud_pipeline_components.v1.model import ModelUploadOp
+
+        unmanaged = dsl.importer(
+            artifact_uri=self._model_uri,
+            artifact_class=UnmanagedContainerModel,
+            metadata={"containerSpec": {"imageUri": self.platform.serving_image}},
+        ).set_display_name("Serving container spec")
+        return ModelUploadOp(
+            display_name=self.platform.model_display_name,
+            location=self.platform.location,
+            unmanaged_container_model=unmanaged.outputs["artifact"],
+            labels={"pipeline": "tfpipe-training"},
+        ).set_display_name("Upload to Vertex Model Registry")
+
+
+def make_ops(target: str, platform: Platform) -> SelfHostedOps:
+    return VertexOps(platform) if target == "vertex" else SelfHostedOps(platform)

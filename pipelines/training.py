@@ -1,0 +1,62 @@
+"""The training pipeline, defined once for every target.
+
+data prep → training → evaluation gate → (blessed) model upload. Training and upload are platform services and
+go through the seam in `pipelines.targets`: GCPC ops on Vertex, this project's components on kubeflow and local.
+"""
+
+from kfp import dsl
+
+from pipelines import targets
+from pipelines.config import TARGETS, PipelineParameters, Platform
+
+PIPELINE_NAME = "tfpipe-training"
+_D = PipelineParameters()  # defaults of the typed pipeline inputs
+
+
+def build_pipeline(target: str, platform: Platform | None = None):
+    """Return the `@dsl.pipeline` function of the training DAG for `target` (vertex | kubeflow | local)."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
+    platform = platform or Platform()
+    ops = targets.make_ops(target, platform)
+
+    @dsl.pipeline(name=PIPELINE_NAME, description="Prepare data, train (multi-worker), gate, register the model.")
+    def training_pipeline(
+        data_source: str = _D.data_source,
+        workers: int = _D.workers,
+        epochs: int = _D.epochs,
+        batch_size: int = _D.batch_size,
+        learning_rate: float = _D.learning_rate,
+        val_fraction: float = _D.val_fraction,
+        test_fraction: float = _D.test_fraction,
+        image_size: int = _D.image_size,
+        label_column: str = _D.label_column,
+        max_corrupt_fraction: float = _D.max_corrupt_fraction,
+        split_salt: str = _D.split_salt,
+        max_restarts: int = _D.max_restarts,
+        accuracy_threshold: float = _D.accuracy_threshold,
+        champion_tolerance: float = _D.champion_tolerance,
+        model_repository: str = _D.model_repository,
+        model_name: str = _D.model_name,
+        source_commit: str = _D.source_commit,
+    ):
+        prep = ops.prepare_data(
+            data_source=data_source, num_workers=workers, val_fraction=val_fraction, test_fraction=test_fraction,
+            image_size=image_size, label_column=label_column, max_corrupt_fraction=max_corrupt_fraction,
+            split_salt=split_salt,
+        ).set_display_name("Prepare data")
+        trained = ops.train(
+            dataset=prep.outputs["dataset"], workers=workers, epochs=epochs, batch_size=batch_size,
+            learning_rate=learning_rate, max_restarts=max_restarts,
+        )
+        gate = ops.evaluate_model(
+            model=trained.model, dataset=prep.outputs["dataset"], accuracy_threshold=accuracy_threshold,
+            champion_tolerance=champion_tolerance, model_repository=model_repository, model_name=model_name,
+        ).set_display_name("Evaluation gate")
+        with dsl.If(gate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712 (KFP condition)
+            ops.register(
+                trained=trained, dataset=prep.outputs["dataset"], evaluation=gate.outputs["evaluation"],
+                model_repository=model_repository, model_name=model_name, source_commit=source_commit,
+            )
+
+    return training_pipeline
