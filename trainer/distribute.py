@@ -74,6 +74,14 @@ def make_strategy(cluster: Cluster):
     return tf.distribute.get_strategy()
 
 
+PUBLIC_NAMES = {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy", "_DefaultDistributionStrategy": "default"}
+
+
+def strategy_name(strategy) -> str:
+    """The strategy's public name (MWMS's class is CollectiveAllReduceStrategy)."""
+    return PUBLIC_NAMES.get(type(strategy).__name__, type(strategy).__name__)
+
+
 def write_location(final_dir: str, cluster: Cluster) -> str:
     """The chief writes to `final_dir`; other workers get a unique temporary directory (see `discard`)."""
     if cluster.is_chief:

@@ -121,7 +121,7 @@ def main(argv=None) -> int:
             "steps_per_epoch": steps,
             "global_batch_size": global_batch,
             "num_workers": cluster.num_workers,
-            "strategy": type(strategy).__name__,
+            "strategy": distribute.strategy_name(strategy),
             "seconds": round(time.time() - started, 2),
             "model_dir": args.model_dir,
             "hyperparameters": {k: getattr(args, k) for k in callbacks.HPARAMS},

@@ -1,0 +1,64 @@
+import os
+import socket
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PIL import Image  # noqa: E402
+
+
+def write_images(root, classes=("cats", "dogs"), per_class=12, size=(20, 16), mode="RGB", fmt="PNG", seed=0):
+    """An image folder (one sub-folder per class) with simple, learnable class patterns."""
+    rng = np.random.default_rng(seed)
+    for c, name in enumerate(classes):
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            base = np.full((size[1], size[0], 3), 40 + 180 * (c % 2), np.uint8)
+            noisy = np.clip(base + rng.integers(-30, 30, base.shape), 0, 255).astype(np.uint8)
+            img = Image.fromarray(noisy, "RGB").convert(mode)
+            img.save(folder / f"{name}_{i:03d}.{fmt.lower().replace('jpeg', 'jpg')}", fmt)
+    return root
+
+
+@pytest.fixture(scope="session")
+def digits_data(tmp_path_factory):
+    """builtin:digits prepared for 2 workers (shared by trainer, evaluation and repository tests)."""
+    from components.prepare_data import prepare
+
+    out = tmp_path_factory.mktemp("digits") / "data"
+    prepare("builtin:digits", str(out), num_workers=2)
+    return out
+
+
+@pytest.fixture(scope="session")
+def trained_model(digits_data, tmp_path_factory):
+    """A small model trained in-process-free (single worker subprocess) on digits."""
+    import subprocess
+    import sys
+
+    job = tmp_path_factory.mktemp("job")
+    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(digits_data), "--job-dir", str(job),
+                    "--epochs", "8", "--learning-rate", "0.003"], check=True, capture_output=True)
+    return job
+
+
+@pytest.fixture
+def gcs_emulator(monkeypatch):
+    """A real GCS JSON API server (gcp-storage-emulator), in memory, on a free localhost port."""
+    from gcp_storage_emulator.server import create_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    try:
+        from components.storage import gcs_client
+
+        yield gcs_client().bucket("test-bucket")
+    finally:
+        server.stop()

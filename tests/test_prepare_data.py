@@ -1,0 +1,158 @@
+import json
+
+import pytest
+
+from components.prepare_data import assign_split, prepare, shard_count
+from components.sources import DataError
+from tests.conftest import write_images
+from trainer import data
+
+
+def read_split(out, split):
+    stats = data.load_stats(str(out))
+    keys, labels = [], []
+    for inputs, y in data.make_dataset(str(out), split, stats, 64, training=False):
+        labels.extend(y.numpy().tolist())
+    for f in data.split_files(str(out), split):
+        import tensorflow as tf
+
+        for record in tf.data.TFRecordDataset(f):
+            ex = tf.train.Example.FromString(record.numpy())
+            keys.append(ex.features.feature["key"].bytes_list.value[0].decode())
+    return keys, labels
+
+
+def test_digits_stats_shards_and_split(digits_data):
+    stats = json.loads((digits_data / "stats.json").read_text())
+    assert stats["kind"] == "image" and stats["input_shape"] == [8, 8, 1]
+    assert stats["labels"] == [str(i) for i in range(10)]
+    assert stats["examples"] == 1797 and stats["quarantined"] == 0
+    assert sum(s["examples"] for s in stats["splits"].values()) == 1797
+    for split, info in stats["splits"].items():
+        assert info["shards"] >= 2 and info["shards"] % 2 == 0
+        assert len(data.split_files(str(digits_data), split)) == info["shards"]
+        assert sum(info["per_class"].values()) == info["examples"]
+    assert 0.07 < stats["splits"]["test"]["examples"] / 1797 < 0.13
+
+
+def test_split_is_stable_across_reruns_and_shard_counts(tmp_path, digits_data):
+    prepare("builtin:digits", str(tmp_path / "four"), num_workers=4)
+    for split in ("train", "val", "test"):
+        assert sorted(read_split(digits_data, split)[0]) == sorted(read_split(tmp_path / "four", split)[0])
+    assert len(data.split_files(str(tmp_path / "four"), "train")) == 4
+    assert assign_split("x/1.png", 0.1, 0.1) == assign_split("x/1.png", 0.1, 0.1)
+    assert assign_split("x/1.png", 0.1, 0.1, salt="a") in ("train", "val", "test")
+
+
+def test_shard_count_is_a_multiple_of_workers():
+    assert shard_count(10, 3, 2000) == 3
+    assert shard_count(10_000, 2, 2000) == 6
+    assert shard_count(0, 1, 100) == 1
+
+
+def test_image_folder_rgb_and_grayscale_any_size(tmp_path):
+    write_images(tmp_path / "rgb", per_class=15, size=(30, 20))
+    write_images(tmp_path / "rgb", classes=("birds",), per_class=15, size=(17, 40), fmt="JPEG")
+    stats = prepare(str(tmp_path / "rgb"), str(tmp_path / "out"), num_workers=1, image_size=12,
+                    val_fraction=0.2, test_fraction=0.2)
+    assert stats["input_shape"] == [12, 12, 3] and stats["labels"] == ["birds", "cats", "dogs"]
+    assert stats["examples"] == 45
+    inputs, _ = next(iter(data.make_dataset(str(tmp_path / "out"), "train", stats, 4, training=True)))
+    assert inputs.shape == (4, 12, 12, 3) and inputs.dtype.name == "float32"
+
+    write_images(tmp_path / "gray", per_class=10, mode="L")
+    stats = prepare(str(tmp_path / "gray"), str(tmp_path / "out-gray"), num_workers=1, image_size=8,
+                    val_fraction=0.2, test_fraction=0.2)
+    assert stats["input_shape"] == [8, 8, 1]
+
+
+def test_corrupt_images_are_quarantined_and_counted(tmp_path):
+    write_images(tmp_path / "src", per_class=20)
+    (tmp_path / "src" / "cats" / "broken.png").write_bytes(b"\x89PNG not really")
+    (tmp_path / "src" / "dogs" / "notes.txt").write_text("hello")
+    (tmp_path / "src" / "LICENSE.txt").write_text("outside any class")
+    stats = prepare(str(tmp_path / "src"), str(tmp_path / "out"), num_workers=1, image_size=8,
+                    max_corrupt_fraction=0.1, val_fraction=0.2, test_fraction=0.2)
+    assert stats["quarantined"] == 2 and stats["examples"] == 40 and stats["records"] == 42
+    assert stats["ignored_files"] == ["LICENSE.txt"]
+    quarantine = [json.loads(line) for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    reasons = {q["key"]: q["reason"] for q in quarantine}
+    assert reasons["cats/broken.png"].startswith("unreadable image")
+    assert reasons["dogs/notes.txt"] == "not a PNG or JPEG file"
+
+
+def test_corrupt_fraction_limit(tmp_path):
+    write_images(tmp_path / "src", per_class=5)
+    for i in range(3):
+        (tmp_path / "src" / "cats" / f"bad{i}.jpg").write_bytes(b"junk")
+    with pytest.raises(DataError, match=r"3 of 13 records .* above max_corrupt_fraction=5.0%; see .*quarantine"):
+        prepare(str(tmp_path / "src"), str(tmp_path / "out"), num_workers=1, image_size=8)
+    assert len((tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("setup, message", [
+    (lambda p: p.mkdir(), "no PNG or JPEG images"),
+    (lambda p: write_images(p, classes=("only",)), "need at least two classes"),
+    (lambda p: None, "image folder not found|data source not found"),
+])
+def test_bad_image_folders(tmp_path, setup, message):
+    setup(tmp_path / "src")
+    with pytest.raises(DataError, match=message):
+        prepare(str(tmp_path / "src"), str(tmp_path / "out"), num_workers=1)
+
+
+def test_csv_source_and_malformed_rows(tmp_path):
+    rows = ["a,b,species"] + [f"{i % 7},{(i * 3) % 5},{'x' if i % 2 else 'y'}" for i in range(60)]
+    rows += ["1,oops,x", "1,2", "3,4,"]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    stats = prepare(str(tmp_path / "d.csv"), str(tmp_path / "out"), num_workers=1, label_column="species",
+                    max_corrupt_fraction=0.1, val_fraction=0.2, test_fraction=0.2)
+    assert stats["kind"] == "tabular" and stats["input_shape"] == [2] and stats["feature_names"] == ["a", "b"]
+    assert stats["labels"] == ["x", "y"] and stats["quarantined"] == 3
+    reasons = [json.loads(line)["reason"] for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    assert any("column 'b': 'oops' is not a number" in r for r in reasons)
+    assert any("2 fields, header has 3" in r for r in reasons)
+    assert any("empty label" in r for r in reasons)
+    assert len(stats["feature_mean"]) == 2
+
+
+def test_csv_unknown_label_column(tmp_path):
+    (tmp_path / "d.csv").write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(DataError, match=r"label column 'label' not in .*columns are: a, b, c"):
+        prepare(str(tmp_path / "d.csv"), str(tmp_path / "out"), num_workers=1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_workers": 0}, "num_workers must be >= 1"),
+    ({"val_fraction": 0.6, "test_fraction": 0.5}, "leave room for training data"),
+    ({"max_corrupt_fraction": 2}, "max_corrupt_fraction must be in"),
+])
+def test_bad_parameters(tmp_path, kwargs, message):
+    with pytest.raises(DataError, match=message):
+        prepare("builtin:digits", str(tmp_path / "out"), **kwargs)
+
+
+def test_unknown_builtin_and_too_many_workers(tmp_path):
+    with pytest.raises(DataError, match="unknown built-in dataset 'mnist'"):
+        prepare("builtin:mnist", str(tmp_path / "a"))
+    with pytest.raises(DataError, match="fewer than its .* shards"):
+        prepare("builtin:iris", str(tmp_path / "b"), num_workers=32)
+
+
+def test_gcs_image_folder_and_csv(tmp_path, gcs_emulator):
+    write_images(tmp_path / "src", per_class=10)
+    for path in sorted((tmp_path / "src").rglob("*.png")):
+        gcs_emulator.blob(f"flowers/{path.relative_to(tmp_path / 'src')}").upload_from_filename(str(path))
+    gcs_emulator.blob("flowers/cats/corrupt.png").upload_from_string(b"nope")
+    stats = prepare("gs://test-bucket/flowers", str(tmp_path / "out"), num_workers=1, image_size=8,
+                    val_fraction=0.2, test_fraction=0.2, max_corrupt_fraction=0.1)
+    assert stats["examples"] == 20 and stats["quarantined"] == 1 and stats["labels"] == ["cats", "dogs"]
+    assert stats["source"] == "gs://test-bucket/flowers"
+
+    gcs_emulator.blob("tables/d.csv").upload_from_string(
+        "f1,f2,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40)))
+    stats = prepare("gs://test-bucket/tables/d.csv", str(tmp_path / "csv"), num_workers=1,
+                    val_fraction=0.2, test_fraction=0.2)
+    assert stats["kind"] == "tabular" and stats["examples"] == 40
+    with pytest.raises(FileNotFoundError, match="nothing found at gs://test-bucket/missing"):
+        prepare("gs://test-bucket/missing", str(tmp_path / "m"), num_workers=1)

@@ -1,0 +1,82 @@
+"""Real MultiWorkerMirroredStrategy training with the local launcher (slow: separate TF processes)."""
+import io
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from components.train_model import TrainingError, launch, tf_config
+
+pytestmark = pytest.mark.e2e
+
+
+def history(job):
+    path = job / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
+    job = tmp_path / "job"
+    sink = io.StringIO()
+    before = set(os.listdir("/tmp"))
+    result = launch(2, ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "2"],
+                    str(tmp_path / "logs"), sink=sink)
+    assert result.attempts == 1 and result.exit_codes == [[0, 0]]
+    out = sink.getvalue()
+    # both workers ran the same number of steps per epoch (printed by Keras as "N/N")
+    steps = {w: [line.split()[1] for line in out.splitlines() if line.startswith(f"[{w}] ") and "/epoch" in line]
+             for w in ("worker-0", "worker-1")}
+    assert steps["worker-0"] == steps["worker-1"] and len(steps["worker-0"]) == 2
+    assert (job / "model" / "saved_model.pb").exists()
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["num_workers"] == 2 and metrics["strategy"] == "MultiWorkerMirroredStrategy"
+    assert metrics["global_batch_size"] == 64
+    assert [h["epoch"] for h in history(job)] == [1, 2]
+    # the non-chief worker's temporary model and log directories are gone
+    assert not [d for d in set(os.listdir("/tmp")) - before if d.startswith("tfpipe-worker")]
+    assert sorted(os.listdir(tmp_path / "logs")) == ["worker-0.attempt-1.log", "worker-1.attempt-1.log"]
+
+
+def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_path):
+    job = tmp_path / "job"
+    killed = []
+
+    def kill_worker_after_two_epochs(attempt, pids):
+        if attempt != 1:
+            return
+
+        def watch():
+            deadline = time.time() + 240
+            while time.time() < deadline and len(history(job)) < 2:
+                time.sleep(0.05)
+            killed.append(len(history(job)))
+            os.kill(pids[1], signal.SIGKILL)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    sink = io.StringIO()
+    result = launch(2, ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "6",
+                        "--steps-per-epoch", "60"], str(tmp_path / "logs"), max_restarts=2, sink=sink,
+                    on_start=kill_worker_after_two_epochs)
+    assert result.attempts == 2 and result.exit_codes[0][1] == -signal.SIGKILL and result.exit_codes[1] == [0, 0]
+    epochs = [h["epoch"] for h in history(job)]
+    assert epochs == list(range(1, 7)), epochs  # continued from the backup, not restarted from epoch 1
+    assert "restarting the group" in sink.getvalue()
+    # the second attempt started after the epochs done before the kill
+    second = (tmp_path / "logs" / "worker-0.attempt-2.log").read_text()
+    assert f"Epoch {killed[0] + 1}/6" in second and "Epoch 1/6" not in second
+    assert (job / "model" / "saved_model.pb").exists()
+
+
+def test_restart_budget_is_bounded(tmp_path):
+    with pytest.raises(TrainingError, match=r"training failed after 2 attempt\(s\)"):
+        launch(1, ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
+               str(tmp_path / "logs"), max_restarts=1, sink=io.StringIO())
+
+
+def test_tf_config_for_local_workers():
+    assert tf_config([1000, 1001], 1) == {"cluster": {"worker": ["localhost:1000", "localhost:1001"]},
+                                          "task": {"type": "worker", "index": 1}}
