@@ -1,0 +1,62 @@
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import cli
+from pipelines.config import ConfigError, load_config
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_help_lists_commands():
+    result = invoke("--help")
+    assert result.exit_code == 0 and "run" in result.output and "compile" in result.output
+    result = invoke("run", "--help")
+    for option in ("--data-source", "--workers", "--epochs", "--out", "--config"):
+        assert option in result.output
+
+
+def test_missing_data_source_is_one_line(tmp_path):
+    result = invoke("run", "--data-source", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: data source not found: {tmp_path / 'nope'}"
+
+
+def test_bad_option_types_and_values(tmp_path):
+    result = invoke("run", "--workers", "two")
+    assert result.exit_code == 2 and "'two' is not a valid integer" in result.output
+    result = invoke("run", "--workers", "0", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 1
+    assert "invalid configuration: parameters.workers: Input should be greater than or equal to 1" in result.output
+
+
+def test_config_file_validation(tmp_path):
+    (tmp_path / "c.yaml").write_text("parameters:\n  epochs: 3\n  learning_rate: -1\n")
+    with pytest.raises(ConfigError, match="parameters.learning_rate: Input should be greater than 0"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("parameters:\n  epochz: 3\n")
+    with pytest.raises(ConfigError, match="parameters.epochz: Extra inputs are not permitted"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("parameters:\n  epochs: 3\nplatform:\n  machine_type: n1-highmem-8\n")
+    config = load_config(tmp_path / "c.yaml", {"epochs": 7, "workers": None})
+    assert config.parameters.epochs == 7 and config.platform.machine_type == "n1-highmem-8"
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="val_fraction \\+ test_fraction must be < 1"):
+        load_config(None, {"val_fraction": 0.5, "test_fraction": 0.5})
+
+
+def test_compile_both_targets_with_config_defaults(tmp_path):
+    import yaml
+
+    (tmp_path / "c.yaml").write_text("parameters:\n  epochs: 7\nplatform:\n  trainer_image: r/trainer:1\n")
+    for target in ("vertex", "kubeflow"):
+        out = tmp_path / f"{target}.yaml"
+        result = invoke("compile", "--target", target, "--output", str(out), "--config", str(tmp_path / "c.yaml"))
+        assert result.exit_code == 0, result.output
+        spec = yaml.safe_load(out.read_text())
+        assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == 7
+    assert "r/trainer:1" in (tmp_path / "vertex.yaml").read_text()
+    result = invoke("compile", "--target", "local", "--output", str(tmp_path / "x.yaml"))
+    assert result.exit_code == 2 and "'local' is not one of 'vertex', 'kubeflow'" in result.output

@@ -1,0 +1,114 @@
+import yaml
+import pytest
+from google.auth.credentials import AnonymousCredentials
+
+from components.vertex_training import worker_pool_specs
+from pipelines.config import Platform
+from pipelines.training import build_pipeline
+
+PLATFORM = Platform(components_image="example.com/tfpipe/components:abc", trainer_image="example.com/tfpipe/trainer:abc",
+                    serving_image="example.com/serving:2", machine_type="n1-standard-8")
+
+
+def compile_spec(target, tmp_path):
+    from kfp import compiler
+
+    path = tmp_path / f"{target}.yaml"
+    compiler.Compiler().compile(build_pipeline(target, PLATFORM), str(path))
+    return path, yaml.safe_load(path.read_text())
+
+
+def dag(spec, component=None):
+    return (spec["components"][component]["dag"] if component else spec["root"]["dag"])["tasks"]
+
+
+def deps(tasks, name):
+    return sorted(tasks[name].get("dependentTasks", []))
+
+
+def images(spec):
+    return {name: e["container"]["image"] for name, e in spec["deploymentSpec"]["executors"].items() if "container" in e}
+
+
+def test_vertex_dag(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    root = dag(spec)
+    assert set(root) == {"prepare-data", "plan-vertex-training", "custom-training-job", "import-trained-model",
+                         "evaluate-model", "condition-1"}
+    assert deps(root, "plan-vertex-training") == ["prepare-data"]
+    assert deps(root, "custom-training-job") == ["plan-vertex-training"]
+    assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training"]
+    assert deps(root, "evaluate-model") == ["import-trained-model", "prepare-data"]
+    job_inputs = root["custom-training-job"]["inputs"]["parameters"]
+    assert job_inputs["worker_pool_specs"]["taskOutputParameter"] == {
+        "outputParameterKey": "worker_pool_specs", "producerTask": "plan-vertex-training"}
+    assert job_inputs["base_output_directory"]["taskOutputParameter"]["outputParameterKey"] == "base_output_directory"
+    plan_inputs = root["plan-vertex-training"]["inputs"]["parameters"]
+    assert plan_inputs["trainer_image"]["runtimeValue"]["constant"] == "example.com/tfpipe/trainer:abc"
+    assert plan_inputs["machine_type"]["runtimeValue"]["constant"] == "n1-standard-8"
+    assert plan_inputs["workers"]["componentInputParameter"] == "workers"
+    # the gate: the upload runs only when evaluate-model's output is true
+    condition = root["condition-1"]
+    assert condition["triggerPolicy"]["condition"] == \
+        "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
+    inner = dag(spec, condition["componentRef"]["name"])
+    assert set(inner) == {"importer", "model-upload"}
+    assert deps(inner, "model-upload") == ["importer"]
+    imgs = images(spec)
+    for name in ("exec-prepare-data", "exec-plan-vertex-training", "exec-import-trained-model", "exec-evaluate-model"):
+        assert imgs[name] == "example.com/tfpipe/components:abc"
+    assert imgs["exec-custom-training-job"].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
+    importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
+    assert importer["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel"
+    # lightweight steps must not pip-install kfp at runtime: the components image carries the compiler's kfp
+    assert "pip install" not in " ".join(spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["command"])
+
+
+def test_worker_pools_one_chief_and_n_minus_one_workers():
+    specs = worker_pool_specs("img:1", "gs://b/data", 3, "n1-standard-4", {"epochs": 5}, "NVIDIA_TESLA_T4", 1)
+    assert [s["replica_count"] for s in specs] == [1, 2]
+    container = specs[0]["container_spec"]
+    assert container["image_uri"] == "img:1" and container["command"] == ["python", "-m", "trainer.task"]
+    assert container["args"] == ["--data-dir", "gs://b/data", "--epochs", "5"]
+    assert specs[1]["machine_spec"] == {"machine_type": "n1-standard-4", "accelerator_type": "NVIDIA_TESLA_T4",
+                                        "accelerator_count": 1}
+    assert [s["replica_count"] for s in worker_pool_specs("i", "d", 1, "m", {})] == [1]
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        worker_pool_specs("i", "d", 0, "m", {})
+
+
+def test_kubeflow_dag(tmp_path):
+    _, spec = compile_spec("kubeflow", tmp_path)
+    root = dag(spec)
+    assert set(root) == {"prepare-data", "train-model", "evaluate-model", "condition-1"}
+    assert deps(root, "train-model") == ["prepare-data"]
+    assert deps(root, "evaluate-model") == ["prepare-data", "train-model"]
+    assert root["condition-1"]["triggerPolicy"]["condition"].startswith(
+        "inputs.parameter_values['pipelinechannel--evaluate-model-Output']")
+    assert set(dag(spec, root["condition-1"]["componentRef"]["name"])) == {"publish-model"}
+    assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["workers"] == {"defaultValue": 2, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert params["accuracy_threshold"]["parameterType"] == "NUMBER_DOUBLE"
+
+
+def test_vertex_yaml_loads_in_pipeline_job_offline(tmp_path):
+    from google.cloud import aiplatform
+
+    path, _ = compile_spec("vertex", tmp_path)
+    job = aiplatform.PipelineJob(
+        display_name="tfpipe-offline-check", template_path=str(path), pipeline_root="gs://bucket/root",
+        project="my-project", location="us-central1", credentials=AnonymousCredentials(),
+        parameter_values={"workers": 3, "epochs": 5, "data_source": "gs://bucket/flowers"}, enable_caching=False,
+    )
+    resource = job._gca_resource
+    assert resource.display_name == "tfpipe-offline-check"
+    assert resource.runtime_config.gcs_output_directory == "gs://bucket/root"
+    values = resource.runtime_config.parameter_values
+    assert values["workers"] == 3 and values["data_source"] == "gs://bucket/flowers"
+    assert resource.pipeline_spec["pipelineInfo"]["name"] == "tfpipe-training"
+
+
+def test_unknown_target():
+    with pytest.raises(ValueError, match="unknown target 'aws'"):
+        build_pipeline("aws")
