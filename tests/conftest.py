@@ -35,13 +35,14 @@ def digits_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def trained_model(digits_data, tmp_path_factory):
-    """A small model trained in-process-free (single worker subprocess) on digits."""
+    """A small model trained on digits by one trainer process (no cluster: default strategy)."""
     import subprocess
     import sys
 
     job = tmp_path_factory.mktemp("job")
+    env = {**os.environ, "CLOUD_ML_HP_METRIC_FILE": str(job / "hypertune" / "output.metrics"), "CLOUD_ML_TRIAL_ID": "7"}
     subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(digits_data), "--job-dir", str(job),
-                    "--epochs", "8", "--learning-rate", "0.003"], check=True, capture_output=True)
+                    "--epochs", "8", "--learning-rate", "0.003"], check=True, capture_output=True, env=env)
     return job
 
 

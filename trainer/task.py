@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     epoch_log = callbacks.EpochLog(
         f"{args.job_dir}/history.jsonl" if cluster.is_chief else None,
         args.hypertune_metric_tag,
-        resume=tf.io.gfile.exists(backup_dir),
+        resume=bool(tf.io.gfile.glob(f"{backup_dir}/*")),  # a backup left by an interrupted attempt
     )
     model.fit(
         train_ds,

@@ -1,0 +1,51 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.prepare_data import prepare
+from trainer.model import conv_blocks_for
+
+
+def test_exported_model_serves_raw_pixels_of_any_size(trained_model):
+    model_dir = trained_model / "model"
+    assert (model_dir / "saved_model.pb").exists()
+    signature = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+    assert signature.structured_input_signature[1]["image"].shape.as_list() == [None, None, None, 1]
+    for size in (8, 28):  # resizing and rescaling happen inside the model
+        out = signature(image=tf.constant(np.random.default_rng(0).uniform(0, 255, (3, size, size, 1)), tf.float32))
+        assert out["probabilities"].shape == (3, 10) and out["class_id"].shape == (3,)
+        np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
+    assert (model_dir / "assets.extra" / "labels.txt").read_text().split() == [str(i) for i in range(10)]
+
+
+def test_metrics_history_tensorboard_and_hypertune(trained_model):
+    metrics = json.loads((trained_model / "metrics.json").read_text())
+    assert metrics["strategy"] == "default" and metrics["num_workers"] == 1 and metrics["epochs"] == 8
+    assert metrics["val_accuracy"] > 0.8 and metrics["hyperparameters"]["learning_rate"] == 0.003
+    history = [json.loads(line) for line in (trained_model / "history.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == list(range(1, 9))
+    assert history[-1]["val_accuracy"] == pytest.approx(metrics["val_accuracy"])
+    assert list((trained_model / "logs").rglob("events.out.tfevents.*"))
+    reports = [json.loads(line) for line in (trained_model / "hypertune" / "output.metrics").read_text().splitlines()]
+    assert len(reports) == 8 and reports[-1]["trial"] == "7" and reports[-1]["global_step"] == "8"
+    assert float(reports[-1]["accuracy"]) == pytest.approx(metrics["val_accuracy"])
+    backup = trained_model / "checkpoints" / "backup"
+    assert not backup.exists() or not list(backup.iterdir())  # BackupAndRestore cleans up after success
+
+
+def test_tabular_mlp_on_iris(tmp_path):
+    prepare("builtin:iris", str(tmp_path / "data"), num_workers=1, val_fraction=0.2, test_fraction=0.2)
+    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(tmp_path / "data"), "--job-dir",
+                    str(tmp_path / "job"), "--epochs", "30", "--batch-size", "16", "--learning-rate", "0.01"],
+                   check=True, capture_output=True)
+    signature = tf.saved_model.load(str(tmp_path / "job" / "model")).signatures["serving_default"]
+    assert signature.structured_input_signature[1]["features"].shape.as_list() == [None, 4]
+    assert json.loads((tmp_path / "job" / "metrics.json").read_text())["val_accuracy"] > 0.8
+
+
+def test_conv_blocks_keep_feature_maps():
+    assert [conv_blocks_for(s) for s in (4, 8, 28, 180)] == [1, 2, 3, 3]
