@@ -22,6 +22,7 @@ class Trained:
 
     model: Any  # Model artifact channel
     training: Any  # Artifact channel: metrics.json, history.jsonl
+    model_uri: Any = None  # str channel of the model's URI (Vertex: feeds the serving-container importer)
 
 
 def _component(func, image: str):
@@ -75,15 +76,14 @@ class VertexOps(SelfHostedOps):
         ).set_display_name("Train (Vertex custom job, MultiWorkerMirroredStrategy)")
         imported = self._import(job_dir=plan.outputs["job_dir"], gcp_resources=job.outputs["gcp_resources"])
         imported.set_display_name("Import trained model")
-        self._model_uri = imported.outputs["model_uri"]
-        return Trained(imported.outputs["model"], imported.outputs["training"])
+        return Trained(imported.outputs["model"], imported.outputs["training"], imported.outputs["model_uri"])
 
     def register(self, trained: Trained, dataset, evaluation, model_repository, model_name, source_commit):
         from google_cloud_pipeline_components.types.artifact_types import UnmanagedContainerModel
         from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
         unmanaged = dsl.importer(
-            artifact_uri=self._model_uri,
+            artifact_uri=trained.model_uri,
             artifact_class=UnmanagedContainerModel,
             metadata={"containerSpec": {"imageUri": self.platform.serving_image}},
         ).set_display_name("Serving container spec")

@@ -41,6 +41,9 @@ def test_config_file_validation(tmp_path):
     (tmp_path / "c.yaml").write_text("parameters:\n  epochs: 3\nplatform:\n  machine_type: n1-highmem-8\n")
     config = load_config(tmp_path / "c.yaml", {"epochs": 7, "workers": None})
     assert config.parameters.epochs == 7 and config.platform.machine_type == "n1-highmem-8"
+    (tmp_path / "c.yaml").write_text("parameters:\n  workers: many\n")
+    with pytest.raises(ConfigError, match="parameters.workers: Input should be a valid integer.*'many'"):
+        load_config(tmp_path / "c.yaml")
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="val_fraction \\+ test_fraction must be < 1"):
