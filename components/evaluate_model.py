@@ -30,7 +30,7 @@ def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", bat
     matrix = np.zeros((num_classes, num_classes), np.int64)
     loss_sum, count = 0.0, 0
     for inputs, labels in data.make_dataset(data_dir, split, stats, batch_size, training=False):
-        probabilities = signature(**{input_name: inputs})["probabilities"].numpy()
+        probabilities = signature(**{input_name: tf.cast(inputs, tf.float32)})["probabilities"].numpy()
         if probabilities.shape[-1] != num_classes:
             raise ModelError(f"model outputs {probabilities.shape[-1]} classes, the data has {num_classes}")
         labels = labels.numpy()

@@ -16,10 +16,14 @@ from components.storage import staged
 from trainer.schema import SPLITS, TABULAR, shard_name
 
 
+def key_point(key: str, salt: str = "") -> float:
+    """A deterministic pseudo-random point in [0, 1) for a record key (SHA-256)."""
+    return int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big") / 2**64
+
+
 def assign_split(key: str, val_fraction: float, test_fraction: float, salt: str = "") -> str:
-    """Deterministic split from a SHA-256 of the key: test, then val, then train."""
-    digest = hashlib.sha256(f"{salt}:{key}".encode()).digest()
-    point = int.from_bytes(digest[:8], "big") / 2**64
+    """Deterministic split from the key's hash point: test, then val, then train."""
+    point = key_point(key, salt)
     if point < test_fraction:
         return "test"
     if point < test_fraction + val_fraction:
@@ -28,8 +32,11 @@ def assign_split(key: str, val_fraction: float, test_fraction: float, salt: str 
 
 
 def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> int:
-    """A multiple of the worker count, about `examples_per_shard` examples each."""
-    return num_workers * max(1, math.ceil(expected / (num_workers * examples_per_shard)))
+    """A multiple of the worker count, at most `examples_per_shard` examples each, and up to 4 files per worker
+    (for parallel reads) while each file still gets at least 100 examples."""
+    per_worker = max(math.ceil(expected / (num_workers * examples_per_shard)),
+                     min(4, int(expected // (num_workers * 100))), 1)
+    return num_workers * per_worker
 
 
 def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard):
@@ -78,7 +85,8 @@ def prepare(
         sums = defaultdict(float)
         quarantine = []
         try:
-            for key, label, load in source.candidates:
+            # records are written in hash order, so shards hold no class runs and a modest shuffle buffer mixes well
+            for key, label, load in sorted(source.candidates, key=lambda c: key_point(c[0], "order" + split_salt)):
                 try:
                     value = load()
                 except BadRecord as e:

@@ -39,14 +39,15 @@ def test_split_is_stable_across_reruns_and_shard_counts(tmp_path, digits_data):
     prepare("builtin:digits", str(tmp_path / "four"), num_workers=4)
     for split in ("train", "val", "test"):
         assert sorted(read_split(digits_data, split)[0]) == sorted(read_split(tmp_path / "four", split)[0])
-    assert len(data.split_files(str(tmp_path / "four"), "train")) == 4
+    assert len(data.split_files(str(tmp_path / "four"), "train")) == 12  # 4 workers × 3 files of ≥ 100
     assert assign_split("x/1.png", 0.1, 0.1) == assign_split("x/1.png", 0.1, 0.1)
     assert assign_split("x/1.png", 0.1, 0.1, salt="a") in ("train", "val", "test")
 
 
 def test_shard_count_is_a_multiple_of_workers():
     assert shard_count(10, 3, 2000) == 3
-    assert shard_count(10_000, 2, 2000) == 6
+    assert shard_count(1438, 2, 2000) == 8  # 4 files per worker for parallel reads
+    assert shard_count(50_000, 2, 2000) == 26
     assert shard_count(0, 1, 100) == 1
 
 
@@ -58,7 +59,7 @@ def test_image_folder_rgb_and_grayscale_any_size(tmp_path):
     assert stats["input_shape"] == [12, 12, 3] and stats["labels"] == ["birds", "cats", "dogs"]
     assert stats["examples"] == 45
     inputs, _ = next(iter(data.make_dataset(str(tmp_path / "out"), "train", stats, 4, training=True)))
-    assert inputs.shape == (4, 12, 12, 3) and inputs.dtype.name == "float32"
+    assert inputs.shape == (4, 12, 12, 3) and inputs.dtype.name == "uint8"
 
     write_images(tmp_path / "gray", per_class=10, mode="L")
     stats = prepare(str(tmp_path / "gray"), str(tmp_path / "out-gray"), num_workers=1, image_size=8,

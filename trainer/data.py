@@ -35,7 +35,8 @@ def load_stats(data_dir: str) -> dict:
 
 
 def _parser(stats: dict):
-    """Parse a batch of serialized examples into (inputs, labels)."""
+    """Parse a batch of serialized examples into (inputs, labels); images stay uint8 (the model casts and rescales,
+    so batches are 4× smaller than float32 on their way to the device)."""
     shape = stats["input_shape"]
     if stats["kind"] == IMAGE:
         spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
@@ -45,8 +46,7 @@ def _parser(stats: dict):
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         if stats["kind"] == IMAGE:
-            pixels = tf.io.decode_raw(parsed["image"], tf.uint8)
-            inputs = tf.cast(tf.reshape(pixels, [-1, *shape]), tf.float32)
+            inputs = tf.reshape(tf.io.decode_raw(parsed["image"], tf.uint8), [-1, *shape])
         else:
             inputs = parsed["features"]
         return inputs, parsed["label"]
@@ -59,6 +59,14 @@ def split_files(data_dir: str, split: str) -> list[str]:
     if not files:
         raise FileNotFoundError(f"no {split} shards in {data_dir}")
     return files
+
+
+def shuffle_buffer(stats: dict, split: str, max_bytes: int = 64 * 2**20) -> int:
+    """Examples in the shuffle buffer: the whole split when small, else about `max_bytes` worth (≥ 256)."""
+    info = stats["splits"][split]
+    per_example = info.get("bytes", 0) / max(1, info["examples"])
+    by_memory = int(max_bytes / per_example) if per_example else info["examples"]
+    return max(1, min(info["examples"], 10_000, max(256, by_memory)))
 
 
 def make_dataset(
@@ -74,9 +82,12 @@ def make_dataset(
     """Input pipeline over a split's shards.
 
     Training: file list shuffled with a seed shared by all workers (FILE auto-sharding gives each worker its own
-    files), parallel interleaved reads, per-worker example shuffling, endless repetition (fit uses a fixed
-    `steps_per_epoch` so every worker runs the same number of steps), batches of the *global* batch size,
-    vectorized parsing, prefetch. Evaluation: every worker reads the whole split once, in order.
+    files), parallel interleaved reads, per-worker example shuffling, batches of the *global* batch size,
+    vectorized parsing, endless repetition (fit uses a fixed `steps_per_epoch`, so every worker runs the same
+    number of steps), prefetch. Prep stores records in a random (hash) order, so no buffer has to undo class runs.
+    With `cache` (splits that fit in memory), the parsed batches of the first pass stay in memory and every epoch
+    replays them in a reshuffled order (the codelab's `cache().shuffle()` semantics); without it every epoch
+    re-reads the files through an example shuffle buffer (see `shuffle_buffer`). Evaluation: every worker reads the whole split once, in order.
     """
     files = tf.data.Dataset.from_tensor_slices(split_files(data_dir, split))
     if training:
@@ -87,16 +98,21 @@ def make_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=not training,
     )
+    if training and not cache:  # cached: prep's hash order is already a random permutation, frozen by the cache
+        ds = ds.shuffle(shuffle_buffer(stats, split), seed=seed + worker_index)
+    ds = ds.batch(global_batch_size, drop_remainder=training)
+    ds = ds.map(_parser(stats), num_parallel_calls=tf.data.AUTOTUNE)
     if cache:
         ds = ds.cache()
+        if training:
+            batches = max(1, stats["splits"][split]["examples"] // global_batch_size)
+            ds = ds.shuffle(min(batches, 64), seed=seed + worker_index, reshuffle_each_iteration=True)
     if training:
-        ds = ds.shuffle(min(10_000, max(1, stats["splits"][split]["examples"])), seed=seed + worker_index).repeat()
-    ds = ds.batch(global_batch_size, drop_remainder=training)
-    ds = ds.map(_parser(stats), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        ds = ds.repeat()
     options = tf.data.Options()
     policy = tf.data.experimental.AutoShardPolicy.FILE if training else tf.data.experimental.AutoShardPolicy.OFF
     options.experimental_distribute.auto_shard_policy = policy
-    return ds.with_options(options)
+    return ds.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def steps_per_epoch(stats: dict, split: str, global_batch_size: int) -> int:

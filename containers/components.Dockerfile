@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# Components image: base image of the pipeline's lightweight KFP components (prepare_data, evaluate_model, ...).
+# Build from the repository root:  docker build -f containers/components.Dockerfile -t IMAGE .
+# No ENTRYPOINT: each component's compiled spec brings its own command (`python3 -m kfp.dsl.executor_main`).
+# They are compiled with install_kfp_package=False, so nothing is pip-installed at run time (the user is not
+# root): the kfp installed here comes from the same requirements.lock as the compiler's, hence the same version.
+# The build stage is identical to trainer.Dockerfile's: both images share its cached layers.
+
+# Exact tag; pin its digest too (FROM python:...@sha256:...) once you can look it up in your registry.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# ---- build: a virtual environment with exactly requirements.lock, then this package (no dependencies) ----
+FROM ${PYTHON_IMAGE} AS build
+ARG UV_VERSION=0.13.8
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
+RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
+WORKDIR /src
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes.
+COPY requirements.lock ./
+RUN uv pip sync --python /opt/venv/bin/python requirements.lock
+# setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
+COPY pyproject.toml README.md ./
+COPY trainer/ trainer/
+COPY components/ components/
+COPY pipelines/ pipelines/
+RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
+
+# ---- runtime: the environment only, no build tools, non-root ----
+FROM ${PYTHON_IMAGE}
+# python3 on PATH is the environment's (the components' command calls `python3`).
+ENV PATH=/opt/venv/bin:$PATH \
+    TF_USE_LEGACY_KERAS=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# /var/hypertune: cloudml-hypertune's metric folder (the train step's local launcher runs trainer.task here).
+# /gcs, /minio, /s3: the KFP launcher's local artifact paths; on Vertex /gcs is mounted over the empty folder.
+RUN useradd --create-home --uid 1000 --user-group components \
+    && mkdir -p /var/hypertune /gcs /minio /s3 && chown 1000:1000 /var/hypertune /gcs /minio /s3
+COPY --from=build /opt/venv /opt/venv
+# Numeric, so that Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/components

@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# Trainer image: `python -m trainer.task` for Vertex AI custom jobs (and the kubeflow target).
+# Build from the repository root:  docker build -f containers/trainer.Dockerfile -t IMAGE .
+# Keep the build stage identical to components.Dockerfile's: both images then share its cached layers.
+
+# Exact tag; pin its digest too (FROM python:...@sha256:...) once you can look it up in your registry.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# ---- build: a virtual environment with exactly requirements.lock, then this package (no dependencies) ----
+FROM ${PYTHON_IMAGE} AS build
+ARG UV_VERSION=0.13.8
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
+RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
+WORKDIR /src
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes.
+COPY requirements.lock ./
+RUN uv pip sync --python /opt/venv/bin/python requirements.lock
+# setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
+COPY pyproject.toml README.md ./
+COPY trainer/ trainer/
+COPY components/ components/
+COPY pipelines/ pipelines/
+RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
+
+# ---- runtime: the environment only, no build tools, non-root ----
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/venv/bin:$PATH \
+    TF_USE_LEGACY_KERAS=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# /var/hypertune: cloudml-hypertune (the chief reports tuning metrics) writes there; /var is root-only.
+RUN useradd --create-home --uid 1000 --user-group trainer \
+    && mkdir -p /var/hypertune && chown 1000:1000 /var/hypertune
+COPY --from=build /opt/venv /opt/venv
+# Numeric, so that Kubernetes runAsNonRoot can verify it.
+USER 1000:1000
+WORKDIR /home/trainer
+ENTRYPOINT ["python", "-m", "trainer.task"]
