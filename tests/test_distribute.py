@@ -22,6 +22,7 @@ def test_vertex_cluster_spec_becomes_tf_config_with_chief():
     assert json.loads(env["TF_CONFIG"]) == {"cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"]},
                                             "task": {"type": "worker", "index": 0}}
     assert cluster.num_workers == 3 and not cluster.is_chief  # worker 0 is not chief when a chief exists
+    assert cluster.rank == 1
     spec["task"] = {"type": "workerpool0", "index": 0}
     assert distribute.cluster_from_env({"CLUSTER_SPEC": json.dumps(spec)}).is_chief
 

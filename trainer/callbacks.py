@@ -28,6 +28,11 @@ class EpochLog(keras.callbacks.Callback):
                 self.lines = [line for line in f.read().splitlines() if line.strip()]
         self.last: dict = {}
 
+    @property
+    def previous(self) -> dict:
+        """Metrics of the last recorded epoch (from this or an earlier attempt)."""
+        return json.loads(self.lines[-1]) if self.lines else {}
+
     def on_epoch_end(self, epoch, logs=None):
         self.last = {k: float(v) for k, v in (logs or {}).items()}
         if not self.path:

@@ -31,6 +31,13 @@ class Cluster:
         return self.task_type == "worker" and self.task_index == 0 and not self.has_chief
 
     @property
+    def rank(self) -> int:
+        """0 for the chief, then 1.. for the other workers (distinct per training process)."""
+        if self.task_type == "chief":
+            return 0
+        return self.task_index + (1 if self.has_chief else 0)
+
+    @property
     def name(self) -> str:
         return f"{self.task_type}-{self.task_index}"
 

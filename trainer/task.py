@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     train_bytes = stats["splits"]["train"].get("bytes", 0)
     train_ds = data.make_dataset(
         args.data_dir, "train", stats, global_batch, training=True, seed=args.seed,
-        worker_index=cluster.task_index if cluster.task_type != "chief" else 0,
+        worker_index=cluster.rank,
         cache=train_bytes <= args.cache_max_mb * 2**20,
     )
     val_ds = data.make_dataset(args.data_dir, "val", stats, global_batch, training=False)
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         tf.io.gfile.makedirs(f"{args.model_dir}/assets.extra")
         with tf.io.gfile.GFile(f"{args.model_dir}/assets.extra/labels.txt", "w") as f:
             f.write("\n".join(stats["labels"]) + "\n")
-        final = epoch_log.last
+        final = epoch_log.last or epoch_log.previous  # a restart after the last epoch trains no epoch
         summary = {
             "val_accuracy": final.get("val_accuracy"),
             "val_loss": final.get("val_loss"),
