@@ -59,6 +59,8 @@ def champion(base: str, model_name: str) -> Version | None:
 
 def publish(model_dir: str, base: str, model_name: str, metadata: dict) -> Version:
     """Copy the SavedModel in `model_dir` into the repository as the next version (local paths)."""
+    if not base:
+        raise ValueError("no model repository configured: set the model_repository parameter")
     if base.startswith("gs://"):
         raise ValueError("publishing to a gs:// model repository is not supported yet; use a local path")
     if not os.path.isfile(os.path.join(model_dir, "saved_model.pb")):

@@ -1,7 +1,8 @@
 """Self-hosted training step: the local multi-worker launcher.
 
-Runs `python -m trainer.task` as N processes on free localhost ports with the right `TF_CONFIG`, prefixes their
-output with the worker name, and when any worker exits non-zero stops the others and restarts the whole group
+Runs `python -m trainer.task` as N processes on free localhost ports with the cluster layout Vertex AI gives a
+custom job (`TF_CONFIG` with one `chief` and N−1 `worker`s; `AIP_*` output locations), prefixes their output
+with the task name, and when any worker exits non-zero stops the others and restarts the whole group
 (bounded), which resumes from the `BackupAndRestore` backup.
 """
 import json
@@ -40,8 +41,17 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def task_name(index: int) -> str:
+    return "chief" if index == 0 else f"worker-{index - 1}"
+
+
 def tf_config(ports: list[int], index: int) -> dict:
-    return {"cluster": {"worker": [f"localhost:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+    """Process `index` of the group: 0 is the chief, the others are workers 0..N-2 (Vertex's layout)."""
+    cluster = {"chief": [f"localhost:{ports[0]}"]}
+    if len(ports) > 1:
+        cluster["worker"] = [f"localhost:{p}" for p in ports[1:]]
+    task = {"type": "chief", "index": 0} if index == 0 else {"type": "worker", "index": index - 1}
+    return {"cluster": cluster, "task": task}
 
 
 def _pump(stream, prefix: str, sink, log_file) -> None:
@@ -59,7 +69,7 @@ def _start_group(num_workers: int, trainer_args: list[str], env: dict, log_dir: 
         worker_env = dict(env)
         if num_workers > 1:
             worker_env["TF_CONFIG"] = json.dumps(tf_config(ports, index))
-        name = f"worker-{index}"
+        name = task_name(index)
         log_file = open(os.path.join(log_dir, f"{name}.attempt-{attempt}.log"), "w")
         proc = subprocess.Popen(
             [sys.executable, "-u", "-m", "trainer.task", *trainer_args],
@@ -122,7 +132,7 @@ def launch(
         if failed is None:
             failed = next((i for i, (p, _) in enumerate(procs) if p.returncode != 0), None)
         if failed is not None:
-            sink.write(f"[launcher] worker-{failed} exited with code {procs[failed][0].returncode}; "
+            sink.write(f"[launcher] {task_name(failed)} exited with code {procs[failed][0].returncode}; "
                        "stopping the group\n")
         _stop(procs)
         for thread in threads:
@@ -164,10 +174,15 @@ def train_model(
 
     job_dir = training.path
     os.makedirs(job_dir, exist_ok=True)
-    args = ["--data-dir", dataset.path, "--job-dir", job_dir, "--model-dir", model.path,
+    args = ["--data-dir", dataset.path, "--job-dir", job_dir,
             *trainer_flags({"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate})]
-    result = launch(workers, args, os.path.join(job_dir, "worker-logs"), max_restarts,
-                    env={"CLOUD_ML_HP_METRIC_FILE": os.path.join(job_dir, "hypertune", "output.metrics")})
+    env = {  # what Vertex AI sets for a custom job
+        "AIP_MODEL_DIR": model.path,
+        "AIP_CHECKPOINT_DIR": os.path.join(job_dir, "checkpoints"),
+        "AIP_TENSORBOARD_LOG_DIR": os.path.join(job_dir, "logs"),
+        "CLOUD_ML_HP_METRIC_FILE": os.path.join(job_dir, "hypertune", "output.metrics"),
+    }
+    result = launch(workers, args, os.path.join(job_dir, "worker-logs"), max_restarts, env=env)
     with open(os.path.join(job_dir, "metrics.json")) as f:
         summary = json.load(f)
     summary.update(attempts=result.attempts, launcher_seconds=result.seconds)

@@ -65,3 +65,5 @@ def test_repository_versions_increase_and_never_overwrite(trained_model, tmp_pat
     with pytest.raises(FileNotFoundError, match="no saved_model.pb"):
         model_repository.publish(str(tmp_path), repo, "m", {})
     assert model_repository.champion("", "m") is None
+    with pytest.raises(ValueError, match="no model repository configured"):
+        model_repository.publish(model, "", "m", {})

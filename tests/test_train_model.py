@@ -28,8 +28,8 @@ def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     out = sink.getvalue()
     # both workers ran the same number of steps per epoch (printed by Keras as "N/N")
     steps = {w: [line.split()[1] for line in out.splitlines() if line.startswith(f"[{w}] ") and "/epoch" in line]
-             for w in ("worker-0", "worker-1")}
-    assert steps["worker-0"] == steps["worker-1"] and len(steps["worker-0"]) == 2
+             for w in ("chief", "worker-0")}
+    assert steps["chief"] == steps["worker-0"] and len(steps["chief"]) == 2
     assert (job / "model" / "saved_model.pb").exists()
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["num_workers"] == 2 and metrics["strategy"] == "MultiWorkerMirroredStrategy"
@@ -37,7 +37,7 @@ def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     assert [h["epoch"] for h in history(job)] == [1, 2]
     # the non-chief worker's temporary model and log directories are gone
     assert not [d for d in set(os.listdir("/tmp")) - before if d.startswith("tfpipe-worker")]
-    assert sorted(os.listdir(tmp_path / "logs")) == ["worker-0.attempt-1.log", "worker-1.attempt-1.log"]
+    assert sorted(os.listdir(tmp_path / "logs")) == ["chief.attempt-1.log", "worker-0.attempt-1.log"]
 
 
 def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_path):
@@ -66,7 +66,8 @@ def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_p
     assert epochs == list(range(1, 7)), epochs  # continued from the backup, not restarted from epoch 1
     assert "restarting the group" in sink.getvalue()
     # the second attempt started after the epochs done before the kill
-    second = (tmp_path / "logs" / "worker-0.attempt-2.log").read_text()
+    assert "worker-0 exited with code -9" in sink.getvalue()
+    second = (tmp_path / "logs" / "chief.attempt-2.log").read_text()
     assert f"Epoch {killed[0] + 1}/6" in second and "Epoch 1/6" not in second
     assert (job / "model" / "saved_model.pb").exists()
 
@@ -77,6 +78,9 @@ def test_restart_budget_is_bounded(tmp_path):
                str(tmp_path / "logs"), max_restarts=1, sink=io.StringIO())
 
 
-def test_tf_config_for_local_workers():
-    assert tf_config([1000, 1001], 1) == {"cluster": {"worker": ["localhost:1000", "localhost:1001"]},
-                                          "task": {"type": "worker", "index": 1}}
+def test_tf_config_for_local_workers_uses_vertex_layout():
+    assert tf_config([1000, 1001, 1002], 0) == {
+        "cluster": {"chief": ["localhost:1000"], "worker": ["localhost:1001", "localhost:1002"]},
+        "task": {"type": "chief", "index": 0}}
+    assert tf_config([1000, 1001, 1002], 2)["task"] == {"type": "worker", "index": 1}
+    assert tf_config([1000], 0) == {"cluster": {"chief": ["localhost:1000"]}, "task": {"type": "chief", "index": 0}}
