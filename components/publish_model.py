@@ -46,6 +46,6 @@ def publish_model(
     version = publish(model.path, model_repository, model_name, metadata)
     published.metadata.update(version=version.number, path=version.path, model_name=model_name)
     with open(published.path, "w") as f:
-        json.dump(version.metadata, f, indent=2)
+        json.dump({"version": version.number, "path": version.path, "metadata": version.metadata}, f, indent=2)
     print(f"published {model_name} version {version.number} at {version.path}")
     return namedtuple("Outputs", ["version", "version_path"])(version.number, version.path)

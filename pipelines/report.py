@@ -7,33 +7,39 @@ from pathlib import Path
 import jinja2
 
 
-def _json(path: Path):
-    return json.loads(path.read_text()) if path.is_file() else None
+def _json(path: Path | None):
+    return json.loads(path.read_text()) if path and path.is_file() else None
 
 
-def _history(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+def _history(path: Path | None) -> list[dict]:
+    if not path or not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _output(run_root: Path | None, step: str, *names: str) -> Path | None:
+    """Path of a step's output artifact in the kfp.local pipeline root (`<root>/<step>/<output>/...`)."""
+    return run_root.joinpath(step, *names) if run_root else None
 
 
 def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, seconds: float) -> dict:
     """Assemble the run summary from the steps' statuses and their output artifacts."""
-    root = run_root or Path("/nonexistent")
     failed = [s for s in steps if s.status == "FAILED"]
-    stats = _json(root / "prepare-data" / "dataset" / "stats.json")
-    training = _json(root / "train-model" / "training" / "metrics.json")
-    evaluation = _json(root / "evaluate-model" / "evaluation")
-    published = _json(root / "publish-model" / "published")
+    stats = _json(_output(run_root, "prepare-data", "dataset", "stats.json"))
+    training = _json(_output(run_root, "train-model", "training", "metrics.json"))
+    evaluation = _json(_output(run_root, "evaluate-model", "evaluation"))
+    published = _json(_output(run_root, "publish-model", "published")) or {}
     summary = {
         "pipeline": pipeline_name,
         "status": "FAILED" if failed or not run_root else "SUCCEEDED",
         "error": next((f"{s.name}: {s.error}" for s in failed if s.error), None),
         "seconds": round(seconds, 2),
-        "artifacts": str(root) if run_root else None,
+        "artifacts": str(run_root) if run_root else None,
         "parameters": parameters,
         "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "log": s.log or None} for s in steps],
         "dataset": stats and {k: stats[k] for k in ("source", "kind", "input_shape", "labels", "records", "examples",
                                                     "quarantined", "splits")}
-        | {"quarantine_file": str(root / "prepare-data" / "dataset" / "quarantine.jsonl")},
+        | {"quarantine_file": str(_output(run_root, "prepare-data", "dataset", "quarantine.jsonl"))},
         "training": training and {k: training.get(k) for k in ("epochs", "num_workers", "strategy", "global_batch_size",
                                                                "attempts", "seconds", "hyperparameters")},
         "metrics": {
@@ -43,10 +49,9 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
         },
         "gate": evaluation and {k: evaluation[k] for k in ("blessed", "reason", "threshold", "tolerance", "champion")},
         "model": {
-            "artifact": str(root / "train-model" / "model") if training else None,
-            "published_version": published and published.get("version"),
-            "published_path": published and str(Path(parameters.get("model_repository", "")) /
-                                                parameters.get("model_name", "") / str(published.get("version"))),
+            "artifact": str(_output(run_root, "train-model", "model")) if training else None,
+            "published_version": published.get("version"),
+            "published_path": published.get("path"),
         },
     }
     return summary
@@ -137,8 +142,8 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.SUCCEEDED{color:#
 def write(summary: dict, out_dir: Path) -> None:
     """Write the plots, `run_summary.json` and `report.html` into `out_dir`."""
     root = Path(summary["artifacts"]) if summary["artifacts"] else None
-    history = _history(root / "train-model" / "training" / "history.jsonl") if root else []
-    evaluation = _json(root / "evaluate-model" / "evaluation") if root else None
+    history = _history(_output(root, "train-model", "training", "history.jsonl"))
+    evaluation = _json(_output(root, "evaluate-model", "evaluation"))
     plots = {
         "training curves": plot_training_curves(history, out_dir / "training_curves.png"),
         "confusion matrix": plot_confusion_matrix(evaluation, out_dir / "confusion_matrix.png"),
