@@ -123,7 +123,11 @@ def compile_(target, output, config_file):
 
 
 def main() -> None:
-    cli(prog_name="python -m pipelines")
+    try:
+        cli(prog_name="python -m pipelines")
+    except KeyboardInterrupt:
+        click.echo("Error: interrupted", err=True)
+        sys.exit(130)
 
 
 if __name__ == "__main__":
