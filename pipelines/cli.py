@@ -95,6 +95,8 @@ def _print_summary(s: dict) -> None:
         click.echo(f"  val accuracy {m['val_accuracy']:.4f}, test accuracy {m['test_accuracy']:.4f}")
     if s["gate"]:
         click.echo(f"  gate: {'BLESSED' if s['gate']['blessed'] else 'NOT BLESSED'}: {s['gate']['reason']}")
+    if s["tflite"]:
+        click.echo(f"  tflite: {'PUBLISHED' if s['tflite']['published'] else 'NOT PUBLISHED'}: {s['tflite']['reason']}")
     if s["model"]["published_version"]:
         click.echo(f"  published version {s['model']['published_version']}: {s['model']['published_path']}")
     click.echo(f"  report: {s['report']}")

@@ -3,6 +3,7 @@ machines, region: fixed at compile time). Loaded from a YAML file with `paramete
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -36,6 +37,11 @@ class PipelineParameters(BaseModel):
     model_repository: str = ""
     model_name: str = "tfpipe-model"
     source_commit: str = ""
+    tflite_mode: Literal["float32", "dynamic", "float16", "int8"] = "dynamic"
+    tflite_max_accuracy_drop: float = Field(1.0, ge=0)
+    tflite_compare_all_modes: bool = True
+    tflite_int8_io: bool = False
+    tflite_allow_flex: bool = False
 
     @model_validator(mode="after")
     def _fractions(self):

@@ -29,6 +29,7 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
     training = _json(_output(run_root, "train-model", "training", "metrics.json"))
     evaluation = _json(_output(run_root, "evaluate-model", "evaluation"))
     published = _json(_output(run_root, "publish-model", "published")) or {}
+    tflite = _json(_output(run_root, "quantize-model", "quantization"))
     summary = {
         "pipeline": pipeline_name,
         "status": "FAILED" if failed or not run_root else "SUCCEEDED",
@@ -48,6 +49,7 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
             "test_loss": evaluation and evaluation["loss"],
         },
         "gate": evaluation and {k: evaluation[k] for k in ("blessed", "reason", "threshold", "tolerance", "champion")},
+        "tflite": tflite,
         "model": {
             "artifact": str(_output(run_root, "train-model", "model")) if training else None,
             "published_version": published.get("version"),
@@ -132,6 +134,14 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.SUCCEEDED{color:#
 {{ s.training.epochs }} epochs, global batch {{ s.training.global_batch_size }}, {{ s.training.attempts }} attempt(s),
 {{ s.training.seconds }} s</p>{% endif %}
 {% for name, path in s.plots.items() %}<h3>{{ name }}</h3><img src="{{ path }}" alt="{{ name }}">{% endfor %}
+{% if s.tflite %}<h2>TFLite</h2><p><b>{{ "published" if s.tflite.published else "not published" }}</b>:
+{{ s.tflite.reason }} (SavedModel test accuracy {{ "%.4f"|format(s.tflite.saved_model_accuracy) }})</p>
+<table><tr><th>mode</th><th>bytes</th><th>vs float32</th><th>accuracy</th><th>drop (points)</th>
+<th>latency mean / p95 (ms)</th><th>weight types</th></tr>
+{% for m in s.tflite.modes %}<tr><td>{{ m.mode }}</td>{% if m.error %}<td colspan="6">{{ m.error }}</td>{% else %}
+<td>{{ m.size_bytes }}</td><td>{{ m.size_ratio }}</td><td>{{ "%.4f"|format(m.accuracy) }}</td>
+<td>{{ m.accuracy_drop_points }}</td><td>{{ "%.3f"|format(m.latency_ms_mean) }} / {{ "%.3f"|format(m.latency_ms_p95) }}</td>
+<td>{{ m.weight_types }}</td>{% endif %}</tr>{% endfor %}</table>{% endif %}
 <h2>Model</h2><p>artifact: {{ s.model.artifact }}{% if s.model.published_version %}<br>published as version
 {{ s.model.published_version }}: {{ s.model.published_path }}{% endif %}</p>
 <p><a href="run_summary.json">run_summary.json</a></p>

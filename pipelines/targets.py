@@ -3,7 +3,8 @@
 - vertex: GCPC `CustomTrainingJobOp` with worker pools running the trainer image, `ModelUploadOp` fed by an
   importer of an `UnmanagedContainerModel` (prebuilt TF serving image).
 - kubeflow / local: this project's components: the local multi-worker launcher and the versioned model repository.
-Every other step is the same lightweight component on all targets (base image: the components image).
+Every other step (data prep, evaluation gate, TFLite quantization) is the same lightweight component on all targets
+(base image: the components image).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from kfp import dsl
 
-from components import evaluate_model, prepare_data, publish_model, train_model, vertex_training
+from components import evaluate_model, prepare_data, publish_model, quantize_model, train_model, vertex_training
 from pipelines.config import Platform
 
 
@@ -34,6 +35,7 @@ class SelfHostedOps:
         image = platform.components_image
         self.prepare_data = _component(prepare_data.prepare_data, image)
         self.evaluate_model = _component(evaluate_model.evaluate_model, image)
+        self.quantize_model = _component(quantize_model.quantize_model, image)
         self._train = _component(train_model.train_model, image)
         self._publish = _component(publish_model.publish_model, image)
 

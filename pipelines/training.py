@@ -1,6 +1,6 @@
 """The training pipeline, defined once for every target.
 
-data prep → training → evaluation gate → (blessed) model upload. Training and upload are platform services and
+data prep → training → evaluation gate → (blessed) model upload and TFLite quantization. Training and upload are platform services and
 go through the seam in `pipelines.targets`: GCPC ops on Vertex, this project's components on kubeflow and local.
 """
 
@@ -20,7 +20,7 @@ def build_pipeline(target: str, platform: Platform | None = None):
     platform = platform or Platform()
     ops = targets.make_ops(target, platform)
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Prepare data, train (multi-worker), gate, register the model.")
+    @dsl.pipeline(name=PIPELINE_NAME, description="Prepare data, train (multi-worker), gate, register and quantize the model.")
     def training_pipeline(
         data_source: str = _D.data_source,
         workers: int = _D.workers,
@@ -39,6 +39,11 @@ def build_pipeline(target: str, platform: Platform | None = None):
         model_repository: str = _D.model_repository,
         model_name: str = _D.model_name,
         source_commit: str = _D.source_commit,
+        tflite_mode: str = _D.tflite_mode,
+        tflite_max_accuracy_drop: float = _D.tflite_max_accuracy_drop,
+        tflite_compare_all_modes: bool = _D.tflite_compare_all_modes,
+        tflite_int8_io: bool = _D.tflite_int8_io,
+        tflite_allow_flex: bool = _D.tflite_allow_flex,
     ):
         prep = ops.prepare_data(
             data_source=data_source, num_workers=workers, val_fraction=val_fraction, test_fraction=test_fraction,
@@ -58,5 +63,10 @@ def build_pipeline(target: str, platform: Platform | None = None):
                 trained=trained, dataset=prep.outputs["dataset"], evaluation=gate.outputs["evaluation"],
                 model_repository=model_repository, model_name=model_name, source_commit=source_commit,
             )
+            ops.quantize_model(
+                model=trained.model, dataset=prep.outputs["dataset"], mode=tflite_mode,
+                max_accuracy_drop=tflite_max_accuracy_drop, compare_all_modes=tflite_compare_all_modes,
+                int8_io=tflite_int8_io, allow_flex=tflite_allow_flex,
+            ).set_display_name("TFLite quantization")
 
     return training_pipeline

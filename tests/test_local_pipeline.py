@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     assert summary["status"] == "SUCCEEDED" and summary["pipeline"] == "tfpipe-training"
     assert [(s["name"], s["status"]) for s in summary["steps"]] == [
         ("prepare-data", "SUCCEEDED"), ("train-model", "SUCCEEDED"), ("evaluate-model", "SUCCEEDED"),
-        ("publish-model", "SUCCEEDED")]
+        ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED")]
     assert all(s["seconds"] > 0 for s in summary["steps"])
     assert summary["metrics"]["test_accuracy"] >= 0.95
     assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
@@ -36,6 +37,13 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     for name in ("report.html", "training_curves.png", "confusion_matrix.png"):
         assert (tmp_path / "run1" / name).stat().st_size > 1000
     assert "▶ train-model" in first.stdout and "gate: BLESSED" in first.stdout
+    tflite = summary["tflite"]
+    assert tflite["published"] and tflite["publish_mode"] == "dynamic"
+    assert [m["mode"] for m in tflite["modes"]] == ["float32", "dynamic", "float16", "int8"]
+    assert "TFLite" in (tmp_path / "run1" / "report.html").read_text()
+    run_root = summary["artifacts"]
+    assert (Path(run_root) / "quantize-model" / "tflite_model" / "model.tflite").stat().st_size > 1000
+    assert "| dynamic |" in (Path(run_root) / "quantize-model" / "table").read_text()
 
     second = run_cli("run", "--out", str(tmp_path / "run2"), "--model-repository", str(repo),
                      "--accuracy-threshold", "1.0", "--epochs", "2")
@@ -44,7 +52,9 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     assert summary["status"] == "SUCCEEDED"
     assert not summary["gate"]["blessed"] and "below the threshold 1.0000" in summary["gate"]["reason"]
     assert summary["gate"]["champion"]["version"] == 1
-    assert {s["name"]: s["status"] for s in summary["steps"]}["publish-model"] == "SKIPPED"
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses["publish-model"] == statuses["quantize-model"] == "SKIPPED"
+    assert summary["tflite"] is None
     assert sorted(p.name for p in (repo / "tfpipe-model").iterdir()) == ["1"]
     assert "NOT BLESSED" in second.stdout
 
@@ -58,5 +68,5 @@ def test_failing_step_is_one_clear_line(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["status"] == "FAILED"
-    assert [s["status"] for s in summary["steps"]] == ["FAILED", "SKIPPED", "SKIPPED", "SKIPPED"]
+    assert [s["status"] for s in summary["steps"]] == ["FAILED", "SKIPPED", "SKIPPED", "SKIPPED", "SKIPPED"]
     assert "need at least two classes" in (tmp_path / "run" / "logs" / "prepare-data.log").read_text()

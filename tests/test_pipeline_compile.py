@@ -52,10 +52,14 @@ def test_vertex_dag(tmp_path):
     assert condition["triggerPolicy"]["condition"] == \
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
     inner = dag(spec, condition["componentRef"]["name"])
-    assert set(inner) == {"importer", "model-upload"}
+    assert set(inner) == {"importer", "model-upload", "quantize-model"}
     assert deps(inner, "model-upload") == ["importer"]
+    quantize = inner["quantize-model"]["inputs"]
+    assert quantize["artifacts"]["model"] == {"componentInputArtifact": "pipelinechannel--import-trained-model-model"}
+    assert quantize["parameters"]["mode"]["componentInputParameter"] == "pipelinechannel--tflite_mode"
     imgs = images(spec)
-    for name in ("exec-prepare-data", "exec-plan-vertex-training", "exec-import-trained-model", "exec-evaluate-model"):
+    for name in ("exec-prepare-data", "exec-plan-vertex-training", "exec-import-trained-model", "exec-evaluate-model",
+                 "exec-quantize-model"):
         assert imgs[name] == "example.com/tfpipe/components:abc"
     assert imgs["exec-custom-training-job"].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
     importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
@@ -85,11 +89,15 @@ def test_kubeflow_dag(tmp_path):
     assert deps(root, "evaluate-model") == ["prepare-data", "train-model"]
     assert root["condition-1"]["triggerPolicy"]["condition"].startswith(
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output']")
-    assert set(dag(spec, root["condition-1"]["componentRef"]["name"])) == {"publish-model"}
+    inner = dag(spec, root["condition-1"]["componentRef"]["name"])
+    assert set(inner) == {"publish-model", "quantize-model"}
+    assert inner["quantize-model"]["inputs"]["artifacts"]["model"] == {
+        "componentInputArtifact": "pipelinechannel--train-model-model"}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
     params = spec["root"]["inputDefinitions"]["parameters"]
     assert params["workers"] == {"defaultValue": 2, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
     assert params["accuracy_threshold"]["parameterType"] == "NUMBER_DOUBLE"
+    assert params["tflite_mode"] == {"defaultValue": "dynamic", "isOptional": True, "parameterType": "STRING"}
 
 
 def test_vertex_yaml_loads_in_pipeline_job_offline(tmp_path):

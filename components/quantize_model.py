@@ -1,0 +1,241 @@
+"""TFLite quantization with an accuracy gate.
+
+Converts the blessed SavedModel (`serving_default`, fixed to one example of the prepared input shape, output
+`probabilities`) to `.tflite` in one or more modes, evaluates each file on the test split with the LiteRT
+interpreter (one thread), and publishes the chosen mode only when its accuracy drop against the SavedModel stays
+within `max_accuracy_drop` points and it needs no Select TF (Flex) ops (unless allowed).
+
+Modes: `float32` (no optimization), `dynamic` (int8 weights), `float16` (float16 weights), `int8` (full integer,
+calibrated on ~200 training examples; `int8_io` also makes the input/output tensors int8).
+"""
+import os
+import time
+
+import numpy as np
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
+
+MODES = ("float32", "dynamic", "float16", "int8")
+TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8", 7: "int16", 10: "float64"}
+
+
+class QuantizationError(ValueError):
+    """The model cannot be quantized as asked (user-facing message)."""
+
+
+def check_modes(modes) -> list[str]:
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise QuantizationError(f"unknown TFLite mode(s) {unknown or modes}; choose from: {', '.join(MODES)}")
+    return list(dict.fromkeys(modes))
+
+
+def representative_inputs(data_dir: str, stats: dict, count: int = 200) -> np.ndarray:
+    """Up to `count` training inputs (float32) for full-integer calibration."""
+    from trainer import data
+
+    batches = [x.numpy() for x, _ in data.make_dataset(data_dir, "train", stats, 50, training=False)]
+    inputs = np.concatenate(batches)[:count].astype(np.float32) if batches else np.empty((0,))
+    if len(inputs) == 0:
+        raise QuantizationError(f"no representative examples in the train split of {data_dir}")
+    return inputs
+
+
+def _edge_function(model_dir: str, input_shape):
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(f"{model_dir}/saved_model.pb"):
+        raise QuantizationError(f"no SavedModel at {model_dir} (saved_model.pb missing)")
+    loaded = tf.saved_model.load(model_dir)
+    signature = loaded.signatures["serving_default"]
+    input_name = next(iter(signature.structured_input_signature[1]))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, *input_shape], tf.float32, name=input_name)])
+    @tf.autograph.experimental.do_not_convert
+    def edge(inputs):
+        return {"probabilities": signature(**{input_name: inputs})["probabilities"]}
+
+    return loaded, edge.get_concrete_function()
+
+
+def convert(model_dir: str, input_shape, mode: str, representative: np.ndarray | None = None,
+            int8_io: bool = False, allow_flex: bool = False) -> bytes:
+    """The `.tflite` bytes of the SavedModel in `mode`; raises QuantizationError when Flex ops would be needed."""
+    import tensorflow as tf
+
+    check_modes([mode])
+    loaded, concrete = _edge_function(model_dir, input_shape)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], loaded)
+    ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode == "int8" else tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.target_spec.supported_ops = ops + ([tf.lite.OpsSet.SELECT_TF_OPS] if allow_flex else [])
+    if mode != "float32":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if mode == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    if mode == "int8":
+        if representative is None or len(representative) == 0:
+            raise QuantizationError("int8 mode needs representative examples (none given)")
+        converter.representative_dataset = lambda: ([x[None]] for x in representative)
+        if int8_io:
+            converter.inference_input_type = converter.inference_output_type = tf.int8
+    try:
+        return converter.convert()
+    except Exception as e:  # the converter reports unsupported ops as a ConverterError
+        if "flex" in str(e).lower() or "select tf ops" in str(e).lower():
+            raise QuantizationError(f"{mode}: the model needs Select TF (Flex) ops; not allowed") from None
+        raise
+
+
+def inspect_tflite(model_bytes: bytes) -> dict:
+    """Operators (and Flex ops) and the types of the constant (weight) tensors present in a `.tflite` file."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
+    custom = [c.customCode.decode() if isinstance(c.customCode, bytes) else c.customCode
+              for c in model.operatorCodes if c.customCode]
+    weights: dict[str, int] = {}
+    for subgraph in model.subgraphs:
+        for tensor in subgraph.tensors:
+            buffer = model.buffers[tensor.buffer].data
+            if buffer is not None and len(buffer):
+                name = TYPE_NAMES.get(tensor.type, str(tensor.type))
+                weights[name] = weights.get(name, 0) + 1
+    return {"flex_ops": [c for c in custom if c.startswith("Flex")], "custom_ops": custom, "weight_types": weights}
+
+
+def evaluate_tflite(model_bytes: bytes, inputs: np.ndarray, labels: np.ndarray) -> dict:
+    """Accuracy and single-example latency (one thread) of a `.tflite` model with the LiteRT interpreter."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes, num_threads=1)
+    interpreter.allocate_tensors()
+    inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    in_scale, in_zero = inp["quantization"]
+    out_scale, out_zero = out["quantization"]
+    predictions, latencies = [], []
+    for x in inputs:
+        if inp["dtype"] != np.float32:
+            x = np.clip(np.round(x / in_scale + in_zero), -128, 127)
+        start = time.perf_counter()
+        interpreter.set_tensor(inp["index"], x[None].astype(inp["dtype"]))
+        interpreter.invoke()
+        y = interpreter.get_tensor(out["index"])[0]
+        latencies.append(time.perf_counter() - start)
+        if out["dtype"] != np.float32:
+            y = (y.astype(np.float32) - out_zero) * out_scale
+        predictions.append(int(np.argmax(y)))
+    latencies_ms = np.array(latencies) * 1000
+    return {
+        "accuracy": float(np.mean(np.array(predictions) == labels)),
+        "latency_ms_mean": float(latencies_ms.mean()),
+        "latency_ms_p95": float(np.percentile(latencies_ms, 95)),
+        "input": {"dtype": np.dtype(inp["dtype"]).name, "shape": inp["shape"].tolist()},
+        "output": {"dtype": np.dtype(out["dtype"]).name, "shape": out["shape"].tolist()},
+    }
+
+
+def quantize(model_dir: str, data_dir: str, output_dir: str, publish_mode: str = "dynamic",
+             evaluate_modes=MODES, max_accuracy_drop: float = 1.0, int8_io: bool = False,
+             allow_flex: bool = False, representative_count: int = 200) -> dict:
+    """Convert and evaluate `evaluate_modes` (+ float32, the reference, + `publish_mode`), write every `.tflite` to
+    `output_dir`, and decide whether `publish_mode` is published. Returns the report."""
+    from components.evaluate_model import evaluate_saved_model
+    from trainer import data
+
+    modes = check_modes(["float32", *evaluate_modes, publish_mode])
+    if max_accuracy_drop < 0:
+        raise QuantizationError(f"max_accuracy_drop must be >= 0 points, got {max_accuracy_drop}")
+    stats = data.load_stats(data_dir)
+    reference = evaluate_saved_model(model_dir, data_dir)
+    test = [(x.numpy(), y.numpy()) for x, y in data.make_dataset(data_dir, "test", stats, 256, training=False)]
+    inputs = np.concatenate([x for x, _ in test]).astype(np.float32)
+    labels = np.concatenate([y for _, y in test])
+    representative = representative_inputs(data_dir, stats, representative_count) if "int8" in modes else None
+    os.makedirs(output_dir, exist_ok=True)
+    results = {}
+    for mode in modes:
+        try:
+            model_bytes = convert(model_dir, stats["input_shape"], mode, representative, int8_io, allow_flex)
+        except QuantizationError as e:
+            results[mode] = {"mode": mode, "error": str(e)}
+            continue
+        path = os.path.join(output_dir, f"model_{mode}.tflite")
+        with open(path, "wb") as f:
+            f.write(model_bytes)
+        results[mode] = {"mode": mode, "path": path, "size_bytes": len(model_bytes),
+                         **inspect_tflite(model_bytes), **evaluate_tflite(model_bytes, inputs, labels)}
+        results[mode]["accuracy_drop_points"] = round((reference["accuracy"] - results[mode]["accuracy"]) * 100, 4)
+    float_size = results["float32"].get("size_bytes")
+    for r in results.values():
+        if "size_bytes" in r and float_size:
+            r["size_ratio"] = round(r["size_bytes"] / float_size, 4)
+    chosen = results[publish_mode]
+    if "error" in chosen:
+        published, reason = False, chosen["error"]
+    elif chosen["flex_ops"] and not allow_flex:
+        published, reason = False, f"{publish_mode}: needs Select TF (Flex) ops {chosen['flex_ops']}"
+    elif chosen["accuracy_drop_points"] > max_accuracy_drop:
+        published, reason = False, (f"{publish_mode}: accuracy drop {chosen['accuracy_drop_points']:.2f} points "
+                                    f"exceeds max_accuracy_drop {max_accuracy_drop:.2f}")
+    else:
+        published, reason = True, (f"{publish_mode}: accuracy drop {chosen['accuracy_drop_points']:.2f} points "
+                                   f"within {max_accuracy_drop:.2f}, {chosen['size_bytes']} bytes")
+    return {"publish_mode": publish_mode, "published": published, "reason": reason,
+            "saved_model_accuracy": reference["accuracy"], "test_examples": int(len(labels)),
+            "max_accuracy_drop": max_accuracy_drop, "modes": [results[m] for m in modes]}
+
+
+def markdown_table(report: dict) -> str:
+    rows = ["| mode | size (bytes) | size vs float32 | accuracy | drop (points) | latency mean / p95 (ms) | "
+            "weight types |", "|---|---|---|---|---|---|---|"]
+    for r in report["modes"]:
+        if "error" in r:
+            rows.append(f"| {r['mode']} | — | — | — | — | — | {r['error']} |")
+            continue
+        types = ", ".join(f"{k}×{v}" for k, v in sorted(r["weight_types"].items()))
+        rows.append(f"| {r['mode']} | {r['size_bytes']:,} | {r.get('size_ratio', 0):.3f} | {r['accuracy']:.4f} | "
+                    f"{r['accuracy_drop_points']:.2f} | {r['latency_ms_mean']:.3f} / {r['latency_ms_p95']:.3f} | "
+                    f"{types} |")
+    verdict = "published" if report["published"] else "not published"
+    return (f"### TFLite ({verdict})\n\n{report['reason']}. SavedModel test accuracy "
+            f"{report['saved_model_accuracy']:.4f} on {report['test_examples']} examples.\n\n" + "\n".join(rows) + "\n")
+
+
+def quantize_model(
+    model: Input[Model],
+    dataset: Input[Dataset],
+    mode: str,
+    max_accuracy_drop: float,
+    compare_all_modes: bool,
+    int8_io: bool,
+    allow_flex: bool,
+    tflite_model: Output[Model],
+    table: Output[Markdown],
+    quantization: Output[Artifact],
+):
+    """KFP step: TFLite conversion, evaluation and gate; the `.tflite` is published only when it passes."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    from components.quantize_model import MODES, markdown_table, quantize
+
+    work = tempfile.mkdtemp(prefix="tflite-")
+    report = quantize(model.path, dataset.path, work, mode, MODES if compare_all_modes else [mode],
+                      max_accuracy_drop, int8_io, allow_flex)
+    chosen = next(r for r in report["modes"] if r["mode"] == mode)
+    if report["published"]:
+        os.makedirs(tflite_model.path, exist_ok=True)
+        shutil.copy(chosen["path"], os.path.join(tflite_model.path, "model.tflite"))
+        tflite_model.metadata.update(mode=mode, size_bytes=chosen["size_bytes"], accuracy=chosen["accuracy"],
+                                     accuracy_drop_points=chosen["accuracy_drop_points"],
+                                     input=chosen["input"], output=chosen["output"])
+    tflite_model.metadata.update(published=report["published"], reason=report["reason"])
+    for r in report["modes"]:
+        r.pop("path", None)
+    with open(quantization.path, "w") as f:
+        json.dump(report, f, indent=2)
+    with open(table.path, "w") as f:
+        f.write(markdown_table(report))
+    shutil.rmtree(work, ignore_errors=True)
+    print(("PUBLISHED: " if report["published"] else "NOT PUBLISHED: ") + report["reason"])
