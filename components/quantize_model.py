@@ -133,6 +133,20 @@ def evaluate_tflite(model_bytes: bytes, inputs: np.ndarray, labels: np.ndarray) 
     }
 
 
+def publish_decision(result: dict, max_accuracy_drop: float, allow_flex: bool) -> tuple[bool, str]:
+    """Whether a mode's result may be published, and why."""
+    mode = result["mode"]
+    if "error" in result:
+        return False, result["error"]
+    if result["flex_ops"] and not allow_flex:
+        return False, f"{mode}: needs Select TF (Flex) ops {result['flex_ops']}"
+    if result["accuracy_drop_points"] > max_accuracy_drop:
+        return False, (f"{mode}: accuracy drop {result['accuracy_drop_points']:.2f} points exceeds "
+                       f"max_accuracy_drop {max_accuracy_drop:.2f}")
+    return True, (f"{mode}: accuracy drop {result['accuracy_drop_points']:.2f} points within "
+                  f"{max_accuracy_drop:.2f}, {result['size_bytes']} bytes")
+
+
 def quantize(model_dir: str, data_dir: str, output_dir: str, publish_mode: str = "dynamic",
              evaluate_modes=MODES, max_accuracy_drop: float = 1.0, int8_io: bool = False,
              allow_flex: bool = False, representative_count: int = 200) -> dict:
@@ -168,17 +182,7 @@ def quantize(model_dir: str, data_dir: str, output_dir: str, publish_mode: str =
     for r in results.values():
         if "size_bytes" in r and float_size:
             r["size_ratio"] = round(r["size_bytes"] / float_size, 4)
-    chosen = results[publish_mode]
-    if "error" in chosen:
-        published, reason = False, chosen["error"]
-    elif chosen["flex_ops"] and not allow_flex:
-        published, reason = False, f"{publish_mode}: needs Select TF (Flex) ops {chosen['flex_ops']}"
-    elif chosen["accuracy_drop_points"] > max_accuracy_drop:
-        published, reason = False, (f"{publish_mode}: accuracy drop {chosen['accuracy_drop_points']:.2f} points "
-                                    f"exceeds max_accuracy_drop {max_accuracy_drop:.2f}")
-    else:
-        published, reason = True, (f"{publish_mode}: accuracy drop {chosen['accuracy_drop_points']:.2f} points "
-                                   f"within {max_accuracy_drop:.2f}, {chosen['size_bytes']} bytes")
+    published, reason = publish_decision(results[publish_mode], max_accuracy_drop, allow_flex)
     return {"publish_mode": publish_mode, "published": published, "reason": reason,
             "saved_model_accuracy": reference["accuracy"], "test_examples": int(len(labels)),
             "max_accuracy_drop": max_accuracy_drop, "modes": [results[m] for m in modes]}
