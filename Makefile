@@ -28,6 +28,7 @@ test-fast: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m bench.input_pipeline
 	$(PY) -m bench.make_run
+	$(PY) -m bench.tflite
 
 lock:
 	$(PY) -m uv pip compile pyproject.toml --extra test --python-version 3.11 -o requirements.lock
