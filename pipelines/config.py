@@ -22,7 +22,7 @@ class PipelineParameters(BaseModel):
 
     data_source: str = "builtin:digits"
     workers: int = Field(2, ge=1, le=64)
-    epochs: int = Field(20, ge=1)
+    epochs: int = Field(15, ge=1)
     batch_size: int = Field(32, ge=1)
     learning_rate: float = Field(0.003, gt=0)
     val_fraction: float = Field(0.1, gt=0, lt=1)
