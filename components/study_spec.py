@@ -1,0 +1,127 @@
+"""One hyperparameter study definition for every target.
+
+Parameters follow `google.cloud.aiplatform.hyperparameter_tuning`: double and integer ranges with a scale
+(linear / log / reverse_log), categorical values and discrete values; one metric with a goal; trial budgets and an
+algorithm (default / grid / random). `vertex_parameters()` and `vertex_metrics()` give what GCPC's
+`serialize_parameters` / `serialize_metrics` take for `HyperparameterTuningJobRunOp`.
+"""
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Scale = Literal["linear", "log", "reverse_log"]
+
+
+class _Parameter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    parameter_id: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9_]*$")
+
+
+class _Range(_Parameter):
+    scale: Scale = "linear"
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if self.min >= self.max:
+            raise ValueError(f"{self.parameter_id}: min ({self.min}) must be < max ({self.max})")
+        if self.scale != "linear" and self.min <= 0:
+            raise ValueError(f"{self.parameter_id}: {self.scale} scale needs min > 0, got {self.min}")
+        return self
+
+
+class DoubleParameter(_Range):
+    type: Literal["double"] = "double"
+    min: float
+    max: float
+
+
+class IntegerParameter(_Range):
+    type: Literal["integer"] = "integer"
+    min: int
+    max: int
+
+
+class CategoricalParameter(_Parameter):
+    type: Literal["categorical"] = "categorical"
+    values: list[str]
+
+    @model_validator(mode="after")
+    def _values(self):
+        if not self.values or len(set(self.values)) != len(self.values):
+            raise ValueError(f"{self.parameter_id}: categories must be non-empty and distinct, got {self.values}")
+        return self
+
+
+class DiscreteParameter(_Parameter):
+    type: Literal["discrete"] = "discrete"
+    values: list[float]
+    scale: Scale = "linear"
+
+    @model_validator(mode="after")
+    def _values(self):
+        if not self.values or len(set(self.values)) != len(self.values):
+            raise ValueError(f"{self.parameter_id}: discrete values must be non-empty and distinct, got {self.values}")
+        self.values = sorted(self.values)
+        return self
+
+
+Parameter = Annotated[Union[DoubleParameter, IntegerParameter, CategoricalParameter, DiscreteParameter],
+                      Field(discriminator="type")]
+
+
+class StudySpec(BaseModel):
+    """A hyperparameter study: what to search, what to optimize, and the trial budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric_id: str = "accuracy"
+    goal: Literal["maximize", "minimize"] = "maximize"
+    parameters: list[Parameter] = Field(min_length=1)
+    max_trial_count: int = Field(4, ge=1)
+    parallel_trial_count: int = Field(2, ge=1)
+    max_failed_trial_count: int = Field(0, ge=0)
+    algorithm: Literal["default", "grid", "random"] = "default"
+    measurement: Literal["last", "best"] = "last"  # which of a trial's hypertune reports counts
+
+    @model_validator(mode="after")
+    def _budget(self):
+        if self.parallel_trial_count > self.max_trial_count:
+            raise ValueError(f"parallel_trial_count ({self.parallel_trial_count}) must be <= max_trial_count "
+                             f"({self.max_trial_count})")
+        ids = [p.parameter_id for p in self.parameters]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"parameter ids must be distinct, got {ids}")
+        return self
+
+    def vertex_parameters(self) -> dict:
+        """`{parameter_id: aiplatform hyperparameter_tuning spec}` for GCPC's `serialize_parameters`."""
+        from google.cloud.aiplatform import hyperparameter_tuning as hpt
+
+        specs = {}
+        for p in self.parameters:
+            if p.type == "double":
+                specs[p.parameter_id] = hpt.DoubleParameterSpec(min=p.min, max=p.max, scale=p.scale)
+            elif p.type == "integer":
+                specs[p.parameter_id] = hpt.IntegerParameterSpec(min=p.min, max=p.max, scale=p.scale)
+            elif p.type == "categorical":
+                specs[p.parameter_id] = hpt.CategoricalParameterSpec(values=list(p.values))
+            else:
+                specs[p.parameter_id] = hpt.DiscreteParameterSpec(values=list(p.values), scale=p.scale)
+        return specs
+
+    def vertex_metrics(self) -> dict:
+        """`{metric_id: goal}` for GCPC's `serialize_metrics`."""
+        return {self.metric_id: self.goal}
+
+    def vertex_algorithm(self) -> str | None:
+        """Vertex's `algorithm` field: unset for the default (Vizier GP bandit)."""
+        return {"default": None, "grid": "GRID_SEARCH", "random": "RANDOM_SEARCH"}[self.algorithm]
+
+
+DEFAULT_STUDY = StudySpec(
+    parameters=[
+        DoubleParameter(parameter_id="learning_rate", min=1e-4, max=3e-2, scale="log"),
+        IntegerParameter(parameter_id="hidden_units", min=32, max=256, scale="log"),
+        DiscreteParameter(parameter_id="dropout", values=[0.0, 0.1, 0.2, 0.3]),
+    ],
+)
