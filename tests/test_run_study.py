@@ -1,0 +1,79 @@
+"""The self-hosted study over a cheap stand-in trainer (real subprocesses, real hypertune files, real Vizier)."""
+import csv
+import json
+import math
+
+import pytest
+
+from components.run_study import StudyFailed, run_study
+from components.study_spec import StudySpec
+
+
+def spec(**overrides):
+    return StudySpec.model_validate({
+        "parameters": [
+            {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 1.0, "scale": "log"},
+            {"type": "integer", "parameter_id": "hidden_units", "min": 10, "max": 300},
+        ], **overrides})
+
+
+def test_study_finds_the_known_optimum_with_bounded_parallelism(tmp_path):
+    s = spec(max_trial_count=12, parallel_trial_count=3)
+    result = run_study(s, str(tmp_path), ["--sleep", "0.5"], module="tests.stand_in_trainer", log=lambda m: None)
+    trials = result["trials"]
+    assert len(trials) == 12 and all(t["status"] == "SUCCEEDED" for t in trials)
+    best = result["best"]
+    assert best["metric"] > 0.95  # optimum 1.0 at lr=0.01, units=100
+    assert abs(math.log10(best["parameters"]["learning_rate"]) + 2) < 0.5
+    # never more than 3 trials at once
+    events = sorted([(t["started"], 1) for t in trials] + [(t["ended"], -1) for t in trials])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    assert peak == 3
+    # each trial has its own id, metric file and Vertex-style directories; the last report counts
+    t1 = trials[0]
+    assert t1["output_dir"] == str(tmp_path / "1") and (tmp_path / "1" / "model").is_dir()
+    lines = [json.loads(x) for x in (tmp_path / "1" / "hypertune" / "output.metrics").read_text().splitlines()]
+    assert lines[-1]["trial"] == "1" and float(lines[-1]["accuracy"]) == pytest.approx(t1["metric"])
+    assert isinstance(t1["parameters"]["hidden_units"], int)
+    rows = list(csv.DictReader((tmp_path / "trials.csv").open()))
+    assert [r["trial_id"] for r in rows] == [str(i) for i in range(1, 13)]
+    assert set(rows[0]) == {"trial_id", "learning_rate", "hidden_units", "accuracy", "status", "seconds"}
+    assert (tmp_path / "trials.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "trials.json").read_text())["best"]["trial_id"] == best["trial_id"]
+
+
+def failing_spec(mode, **overrides):
+    return spec(parameters=[{"type": "categorical", "parameter_id": "mode", "values": [mode]},
+                            {"type": "double", "parameter_id": "learning_rate", "min": 0.001, "max": 0.1}],
+                algorithm="random", **overrides)
+
+
+def test_failed_trials_are_recorded_and_the_limit_enforced(tmp_path):
+    s = failing_spec("crash", max_trial_count=6, parallel_trial_count=2, max_failed_trial_count=1)
+    with pytest.raises(StudyFailed, match=r"[23] trial\(s\) failed, more than max_failed_trial_count=1"):
+        run_study(s, str(tmp_path), ["--sleep", "0"], module="tests.stand_in_trainer", log=lambda m: None)
+    recorded = json.loads((tmp_path / "trials.json").read_text())
+    # trials already running finish, but none starts once the limit is passed (at most limit + parallel)
+    assert 2 <= len(recorded["trials"]) == recorded["failed_trials"] <= 3
+    for trial in recorded["trials"]:
+        assert trial["status"] == "FAILED" and trial["error"] == "exit code 3" and trial["metric"] is None
+        assert "stand-in: crashing as asked" in trial["log_tail"]
+    assert {r["status"] for r in csv.DictReader((tmp_path / "trials.csv").open())} == {"FAILED"}
+
+
+def test_a_trial_that_reports_nothing_fails(tmp_path):
+    s = failing_spec("silent", max_trial_count=2, parallel_trial_count=1, max_failed_trial_count=5)
+    with pytest.raises(StudyFailed, match="no trial succeeded"):
+        run_study(s, str(tmp_path), ["--sleep", "0"], module="tests.stand_in_trainer", log=lambda m: None)
+    recorded = json.loads((tmp_path / "trials.json").read_text())
+    assert [t["error"] for t in recorded["trials"]] == ["no 'accuracy' reported"] * 2
+
+
+def test_random_search_respects_the_budget(tmp_path):
+    result = run_study(spec(algorithm="random", max_trial_count=3, parallel_trial_count=1), str(tmp_path),
+                       ["--sleep", "0"], module="tests.stand_in_trainer", seed=3, log=lambda m: None)
+    assert [t["trial_id"] for t in result["trials"]] == ["1", "2", "3"]
+    assert all(1e-4 <= t["parameters"]["learning_rate"] <= 1.0 for t in result["trials"])
