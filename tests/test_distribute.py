@@ -54,6 +54,11 @@ def test_aip_environment_sets_output_locations():
     assert (args.model_dir, args.checkpoint_dir) == ("/tmp/j/model", "/tmp/j/checkpoints")
 
 
+def test_vertex_tuning_style_flags():
+    args = parse_args(["--data-dir", "d", "--job-dir", "j", "--learning_rate=0.02", "--hidden_units=64"], {})
+    assert args.learning_rate == 0.02 and args.hidden_units == 64
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--data-dir", "d"], "give --job-dir or --model-dir"),
     (["--data-dir", "d", "--job-dir", "j", "--epochs", "0"], "--epochs must be >= 1"),

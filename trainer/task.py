@@ -15,6 +15,17 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
+def _underscored_flags(argv: list[str]) -> list[str]:
+    """Vertex AI tuning jobs pass trial values as `--learning_rate=0.01`; accept them as `--learning-rate`."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            name, sep, value = arg.partition("=")
+            arg = name.replace("_", "-") + sep + value
+        out.append(arg)
+    return out
+
+
 def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", required=True, help="prepared dataset directory (local or gs://)")
@@ -33,7 +44,7 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--cache-max-mb", type=int, default=512, help="cache the training split in memory below this")
     p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
-    args = p.parse_args(argv)
+    args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
     for name in ("epochs", "batch_size", "hidden_units", "filters"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
