@@ -15,8 +15,11 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 
+from kfp.dsl import Artifact, Dataset, Input, Output
+
 from components.hypertune_metrics import trial_metric
 from components.study_spec import StudySpec
+from components.train_model import trainer_flags
 
 
 class StudyFailed(RuntimeError):
@@ -83,10 +86,6 @@ def make_designer(spec: StudySpec, seed: int = 0):
                                     rng=jax.random.PRNGKey(seed))
 
 
-def trial_flags(parameters: dict) -> list[str]:
-    return [item for k, v in parameters.items() for item in (f"--{k.replace('_', '-')}", str(v))]
-
-
 def run_trial(trial: Trial, spec: StudySpec, base_dir: str, module: str, fixed_args: list[str], env: dict) -> Trial:
     """Run one trial to completion; never raises for a failing trainer (the trial is marked FAILED)."""
     out = os.path.join(base_dir, trial.trial_id)
@@ -98,7 +97,7 @@ def run_trial(trial: Trial, spec: StudySpec, base_dir: str, module: str, fixed_a
     trial_env.pop("TF_CONFIG", None)
     trial.output_dir, trial.started = out, time.time()
     with open(os.path.join(out, "trial.log"), "w") as log:
-        code = subprocess.run([sys.executable, "-m", module, *fixed_args, *trial_flags(trial.parameters)],
+        code = subprocess.run([sys.executable, "-m", module, *fixed_args, *trainer_flags(trial.parameters)],
                               env=trial_env, stdout=log, stderr=subprocess.STDOUT).returncode
     trial.ended = time.time()
     trial.seconds = round(trial.ended - trial.started, 2)
@@ -217,3 +216,37 @@ def plot_trials(result: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def tune_hyperparameters(
+    dataset: Input[Dataset],
+    study_spec: dict,
+    enabled: bool,
+    trial_epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    tuning: Output[Artifact],
+) -> dict:
+    """KFP step (self-hosted): run the study (when `enabled`) and return the hyperparameters for final training:
+    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values."""
+    import json
+    import os
+
+    from components.run_study import run_study
+    from components.study_spec import StudySpec
+
+    hyperparameters = {"batch_size": batch_size, "learning_rate": learning_rate}
+    os.makedirs(tuning.path, exist_ok=True)
+    if not enabled:
+        with open(os.path.join(tuning.path, "trials.json"), "w") as f:
+            json.dump({"enabled": False, "trials": []}, f)
+        return hyperparameters
+    result = run_study(StudySpec.model_validate(study_spec), tuning.path,
+                       ["--data-dir", dataset.path, "--epochs", str(trial_epochs),
+                        "--batch-size", str(batch_size)])
+    hyperparameters.update(result["best"]["parameters"])
+    tuning.metadata.update(best_metric=result["best"]["metric"], best_parameters=result["best"]["parameters"],
+                           trials=len(result["trials"]), seconds=result["seconds"])
+    print(f"best trial {result['best']['trial_id']}: {study_spec['metric_id']}={result['best']['metric']}; "
+          f"training with {hyperparameters}")
+    return hyperparameters

@@ -151,22 +151,28 @@ def launch(
 
 
 def trainer_flags(hyperparameters: dict) -> list[str]:
-    """`{"learning_rate": 0.01}` → `["--learning-rate", "0.01"]`."""
-    return [item for k, v in hyperparameters.items() for item in (f"--{k.replace('_', '-')}", str(v))]
+    """`{"learning_rate": 0.01, "batch_size": 32.0}` → `["--learning-rate", "0.01", "--batch-size", "32"]`.
+
+    Integral floats are written as integers: KFP passes dict parameters through JSON/protobuf numbers, which turn
+    every int into a float, and the trainer's integer flags reject "32.0"."""
+    def text(value):
+        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+    return [item for k, v in hyperparameters.items() for item in (f"--{k.replace('_', '-')}", text(v))]
 
 
 def train_model(
     dataset: Input[Dataset],
     workers: int,
     epochs: int,
-    batch_size: int,
-    learning_rate: float,
+    hyperparameters: dict,
     max_restarts: int,
     model: Output[Model],
     metrics: Output[Metrics],
     training: Output[Artifact],
 ):
-    """KFP step (self-hosted targets): train with `workers` local processes; the model goes to `model`."""
+    """KFP step (self-hosted targets): train with `workers` local processes and the given hyperparameters (trainer
+    flag names with underscores, e.g. from the tuning step); the model goes to `model`."""
     import json
     import os
 
@@ -175,7 +181,7 @@ def train_model(
     job_dir = training.path
     os.makedirs(job_dir, exist_ok=True)
     args = ["--data-dir", dataset.path, "--job-dir", job_dir,
-            *trainer_flags({"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate})]
+            *trainer_flags({**hyperparameters, "epochs": epochs})]
     env = {  # what Vertex AI sets for a custom job
         "AIP_MODEL_DIR": model.path,
         "AIP_CHECKPOINT_DIR": os.path.join(job_dir, "checkpoints"),

@@ -41,8 +41,7 @@ def plan_vertex_training(
     accelerator_count: int,
     workers: int,
     epochs: int,
-    batch_size: int,
-    learning_rate: float,
+    hyperparameters: dict,
     job_dir: Output[Artifact],
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str)]):
     """KFP step (Vertex): worker pool specs and the job's base output directory (AIP_MODEL_DIR = <it>/model)."""
@@ -51,9 +50,14 @@ def plan_vertex_training(
     from components.vertex_training import worker_pool_specs
 
     specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type,
-                              {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate},
+                              {**hyperparameters, "epochs": epochs},
                               accelerator_type, accelerator_count)
     return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory"])(specs, job_dir.uri)
+
+
+def default_hyperparameters(batch_size: int, learning_rate: float) -> dict:
+    """KFP step (Vertex, tuning not wired yet): the final training's hyperparameters from the pipeline inputs."""
+    return {"batch_size": batch_size, "learning_rate": learning_rate}
 
 
 def import_trained_model(

@@ -45,6 +45,7 @@ def cli():
 @click.option("--label-column", help="label column of a CSV source")
 @click.option("--image-size", type=int, help="prepared image size (0: 8 for digits, 180 for folders)")
 @click.option("--accuracy-threshold", type=float, help="test accuracy the gate requires")
+@click.option("--tune/--no-tune", default=None, help="run the hyperparameter study before training [tune]")
 @click.option("--model-repository", type=str, help="versioned model repository [runs/model_repository]")
 @click.option("--model-name", help="model name in the repository")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="run output directory [runs/<timestamp>]")
@@ -74,7 +75,7 @@ def run(out_dir, config_file, verbose, **options):
     click.echo(f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
                f"output in {out}")
     started = time.time()
-    steps, run_root = run_local(build_pipeline("local", config.platform), params, out, verbose)
+    steps, run_root = run_local(build_pipeline("local", config.platform, config.study), params, out, verbose)
     summary = report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started)
     report.write(summary, out)
     _print_summary(summary)
@@ -93,6 +94,10 @@ def _print_summary(s: dict) -> None:
     m = s["metrics"]
     if m["test_accuracy"] is not None:
         click.echo(f"  val accuracy {m['val_accuracy']:.4f}, test accuracy {m['test_accuracy']:.4f}")
+    if s["tuning"] and s["tuning"]["enabled"] and s["tuning"]["best"]:
+        best = s["tuning"]["best"]
+        click.echo(f"  tuning: {len(s['tuning']['trials'])} trials, best {s['tuning']['metric_id']} "
+                   f"{best['metric']:.4f} with {best['parameters']}")
     if s["gate"]:
         click.echo(f"  gate: {'BLESSED' if s['gate']['blessed'] else 'NOT BLESSED'}: {s['gate']['reason']}")
     if s["tflite"]:
@@ -119,7 +124,7 @@ def compile_(target, output, config_file):
     if not output.endswith((".yaml", ".yml", ".json")):
         _fail(f"--output must end in .yaml or .json, got {output}")
     Path(output).parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(build_pipeline(target, config.platform), output,
+    compiler.Compiler().compile(build_pipeline(target, config.platform, config.study), output,
                                 pipeline_parameters=config.parameters.model_dump())
     click.echo(f"compiled {target} pipeline to {output}")
 

@@ -8,6 +8,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from components.study_spec import DEFAULT_STUDY, StudySpec
+
 TARGETS = ("vertex", "kubeflow", "local")
 
 
@@ -37,6 +39,8 @@ class PipelineParameters(BaseModel):
     model_repository: str = ""
     model_name: str = "tfpipe-model"
     source_commit: str = ""
+    tune: bool = True
+    tuning_trial_epochs: int = Field(2, ge=1)
     tflite_mode: Literal["float32", "dynamic", "float16", "int8"] = "dynamic"
     tflite_max_accuracy_drop: float = Field(1.0, ge=0)
     tflite_compare_all_modes: bool = True
@@ -70,6 +74,7 @@ class Config(BaseModel):
 
     parameters: PipelineParameters = PipelineParameters()
     platform: Platform = Platform()
+    study: StudySpec = DEFAULT_STUDY
 
 
 def _describe(error: ValidationError) -> str:

@@ -30,6 +30,7 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
     evaluation = _json(_output(run_root, "evaluate-model", "evaluation"))
     published = _json(_output(run_root, "publish-model", "published")) or {}
     tflite = _json(_output(run_root, "quantize-model", "quantization"))
+    study = _json(_output(run_root, "tune-hyperparameters", "tuning", "trials.json"))
     summary = {
         "pipeline": pipeline_name,
         "status": "FAILED" if failed or not run_root else "SUCCEEDED",
@@ -50,6 +51,10 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
         },
         "gate": evaluation and {k: evaluation[k] for k in ("blessed", "reason", "threshold", "tolerance", "champion")},
         "tflite": tflite,
+        "tuning": study and {"enabled": study.get("enabled", True), "trials": study["trials"],
+                             "failed_trials": study.get("failed_trials", 0), "best": study.get("best"),
+                             "seconds": study.get("seconds"), "metric_id": (study.get("spec") or {}).get("metric_id"),
+                             "plot": str(_output(run_root, "tune-hyperparameters", "tuning", "trials.png"))},
         "model": {
             "artifact": str(_output(run_root, "train-model", "model")) if training else None,
             "published_version": published.get("version"),
@@ -134,6 +139,13 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.SUCCEEDED{color:#
 {{ s.training.epochs }} epochs, global batch {{ s.training.global_batch_size }}, {{ s.training.attempts }} attempt(s),
 {{ s.training.seconds }} s</p>{% endif %}
 {% for name, path in s.plots.items() %}<h3>{{ name }}</h3><img src="{{ path }}" alt="{{ name }}">{% endfor %}
+{% if s.tuning and s.tuning.enabled %}<h2>Hyperparameter study</h2><p>{{ s.tuning.trials|length }} trials
+({{ s.tuning.failed_trials }} failed) in {{ s.tuning.seconds }} s; best trial {{ s.tuning.best.trial_id }}:
+{{ s.tuning.metric_id }} {{ "%.4f"|format(s.tuning.best.metric) }} with {{ s.tuning.best.parameters }}</p>
+<table><tr><th>trial</th><th>parameters</th><th>{{ s.tuning.metric_id }}</th><th>status</th><th>seconds</th></tr>
+{% for t in s.tuning.trials %}<tr><td>{{ t.trial_id }}</td><td>{{ t.parameters }}</td><td>{{ t.metric }}</td>
+<td>{{ t.status }}</td><td>{{ t.seconds }}</td></tr>{% endfor %}</table>
+<img src="{{ s.tuning.plot }}" alt="trials">{% endif %}
 {% if s.tflite %}<h2>TFLite</h2><p><b>{{ "published" if s.tflite.published else "not published" }}</b>:
 {{ s.tflite.reason }} (SavedModel test accuracy {{ "%.4f"|format(s.tflite.saved_model_accuracy) }})</p>
 <table><tr><th>mode</th><th>bytes</th><th>vs float32</th><th>accuracy</th><th>drop (points)</th>

@@ -13,7 +13,8 @@ from typing import Any
 
 from kfp import dsl
 
-from components import evaluate_model, prepare_data, publish_model, quantize_model, train_model, vertex_training
+from components import (evaluate_model, prepare_data, publish_model, quantize_model, run_study, train_model,
+                        vertex_training)
 from pipelines.config import Platform
 
 
@@ -37,11 +38,19 @@ class SelfHostedOps:
         self.evaluate_model = _component(evaluate_model.evaluate_model, image)
         self.quantize_model = _component(quantize_model.quantize_model, image)
         self._train = _component(train_model.train_model, image)
+        self._tune = _component(run_study.tune_hyperparameters, image)
         self._publish = _component(publish_model.publish_model, image)
 
-    def train(self, dataset, workers, epochs, batch_size, learning_rate, max_restarts) -> Trained:
-        task = self._train(dataset=dataset, workers=workers, epochs=epochs, batch_size=batch_size,
-                           learning_rate=learning_rate, max_restarts=max_restarts)
+    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
+        """The final training's hyperparameters (a dict channel), from a local study when `enabled`."""
+        task = self._tune(dataset=dataset, study_spec=study.model_dump(), enabled=enabled, trial_epochs=trial_epochs,
+                          batch_size=batch_size, learning_rate=learning_rate)
+        task.set_display_name("Hyperparameter study (local trials)")
+        return task.outputs["Output"]
+
+    def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
+        task = self._train(dataset=dataset, workers=workers, epochs=epochs, hyperparameters=hyperparameters,
+                           max_restarts=max_restarts)
         task.set_display_name("Train (local multi-worker)")
         return Trained(task.outputs["model"], task.outputs["training"])
 
@@ -59,14 +68,21 @@ class VertexOps(SelfHostedOps):
         self.platform = platform
         self._plan = _component(vertex_training.plan_vertex_training, platform.components_image)
         self._import = _component(vertex_training.import_trained_model, platform.components_image)
+        self._defaults = _component(vertex_training.default_hyperparameters, platform.components_image)
 
-    def train(self, dataset, workers, epochs, batch_size, learning_rate, max_restarts) -> Trained:
+    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
+        # The Vertex tuning job (HyperparameterTuningJobRunOp + read_best_trial) is not wired in yet: the final
+        # training uses the pipeline's values.
+        return self._defaults(batch_size=batch_size, learning_rate=learning_rate).set_display_name(
+            "Hyperparameters").output
+
+    def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
         from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
 
         p = self.platform
         plan = self._plan(dataset=dataset, trainer_image=p.trainer_image, machine_type=p.machine_type,
                           accelerator_type=p.accelerator_type, accelerator_count=p.accelerator_count,
-                          workers=workers, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
+                          workers=workers, epochs=epochs, hyperparameters=hyperparameters)
         plan.set_display_name("Plan worker pools")
         job = CustomTrainingJobOp(
             display_name=f"{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}-train",

@@ -1,19 +1,20 @@
 """The training pipeline, defined once for every target.
 
-data prep → training → evaluation gate → (blessed) model upload and TFLite quantization. Training and upload are platform services and
+data prep → hyperparameter study → training → evaluation gate → (blessed) model upload and TFLite quantization. Training and upload are platform services and
 go through the seam in `pipelines.targets`: GCPC ops on Vertex, this project's components on kubeflow and local.
 """
 
 from kfp import dsl
 
 from pipelines import targets
+from components.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines.config import TARGETS, PipelineParameters, Platform
 
 PIPELINE_NAME = "tfpipe-training"
 _D = PipelineParameters()  # defaults of the typed pipeline inputs
 
 
-def build_pipeline(target: str, platform: Platform | None = None):
+def build_pipeline(target: str, platform: Platform | None = None, study: StudySpec = DEFAULT_STUDY):
     """Return the `@dsl.pipeline` function of the training DAG for `target` (vertex | kubeflow | local)."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
@@ -39,6 +40,8 @@ def build_pipeline(target: str, platform: Platform | None = None):
         model_repository: str = _D.model_repository,
         model_name: str = _D.model_name,
         source_commit: str = _D.source_commit,
+        tune: bool = _D.tune,
+        tuning_trial_epochs: int = _D.tuning_trial_epochs,
         tflite_mode: str = _D.tflite_mode,
         tflite_max_accuracy_drop: float = _D.tflite_max_accuracy_drop,
         tflite_compare_all_modes: bool = _D.tflite_compare_all_modes,
@@ -50,9 +53,13 @@ def build_pipeline(target: str, platform: Platform | None = None):
             image_size=image_size, label_column=label_column, max_corrupt_fraction=max_corrupt_fraction,
             split_salt=split_salt,
         ).set_display_name("Prepare data")
+        hyperparameters = ops.tune(
+            dataset=prep.outputs["dataset"], study=study, enabled=tune, trial_epochs=tuning_trial_epochs,
+            batch_size=batch_size, learning_rate=learning_rate,
+        )
         trained = ops.train(
-            dataset=prep.outputs["dataset"], workers=workers, epochs=epochs, batch_size=batch_size,
-            learning_rate=learning_rate, max_restarts=max_restarts,
+            dataset=prep.outputs["dataset"], workers=workers, epochs=epochs, hyperparameters=hyperparameters,
+            max_restarts=max_restarts,
         )
         gate = ops.evaluate_model(
             model=trained.model, dataset=prep.outputs["dataset"], accuracy_threshold=accuracy_threshold,

@@ -23,8 +23,8 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
     assert summary["status"] == "SUCCEEDED" and summary["pipeline"] == "tfpipe-training"
     assert [(s["name"], s["status"]) for s in summary["steps"]] == [
-        ("prepare-data", "SUCCEEDED"), ("train-model", "SUCCEEDED"), ("evaluate-model", "SUCCEEDED"),
-        ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED")]
+        ("prepare-data", "SUCCEEDED"), ("tune-hyperparameters", "SUCCEEDED"), ("train-model", "SUCCEEDED"),
+        ("evaluate-model", "SUCCEEDED"), ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED")]
     assert all(s["seconds"] > 0 for s in summary["steps"])
     assert summary["metrics"]["test_accuracy"] >= 0.95
     assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
@@ -37,6 +37,10 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     for name in ("report.html", "training_curves.png", "confusion_matrix.png"):
         assert (tmp_path / "run1" / name).stat().st_size > 1000
     assert "▶ train-model" in first.stdout and "gate: BLESSED" in first.stdout
+    tuning = summary["tuning"]
+    assert tuning["enabled"] and len(tuning["trials"]) == 4 and tuning["best"]["status"] == "SUCCEEDED"
+    assert summary["training"]["hyperparameters"]["learning_rate"] == tuning["best"]["parameters"]["learning_rate"]
+    assert summary["training"]["hyperparameters"]["hidden_units"] == tuning["best"]["parameters"]["hidden_units"]
     tflite = summary["tflite"]
     assert tflite["published"] and tflite["publish_mode"] == "dynamic"
     assert [m["mode"] for m in tflite["modes"]] == ["float32", "dynamic", "float16", "int8"]
@@ -46,7 +50,7 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     assert "| dynamic |" in (Path(run_root) / "quantize-model" / "table").read_text()
 
     second = run_cli("run", "--out", str(tmp_path / "run2"), "--model-repository", str(repo),
-                     "--accuracy-threshold", "1.0", "--epochs", "2")
+                     "--accuracy-threshold", "1.0", "--epochs", "2", "--no-tune")
     assert second.returncode == 0, second.stdout + second.stderr
     summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
     assert summary["status"] == "SUCCEEDED"
@@ -55,6 +59,8 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["publish-model"] == statuses["quantize-model"] == "SKIPPED"
     assert summary["tflite"] is None
+    assert summary["tuning"] == {**summary["tuning"], "enabled": False, "trials": []}
+    assert summary["training"]["hyperparameters"]["learning_rate"] == 0.003  # the pipeline's value
     assert sorted(p.name for p in (repo / "tfpipe-model").iterdir()) == ["1"]
     assert "NOT BLESSED" in second.stdout
 
@@ -68,5 +74,5 @@ def test_failing_step_is_one_clear_line(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["status"] == "FAILED"
-    assert [s["status"] for s in summary["steps"]] == ["FAILED", "SKIPPED", "SKIPPED", "SKIPPED", "SKIPPED"]
+    assert [s["status"] for s in summary["steps"]] == ["FAILED"] + ["SKIPPED"] * 5
     assert "need at least two classes" in (tmp_path / "run" / "logs" / "prepare-data.log").read_text()

@@ -33,9 +33,9 @@ def images(spec):
 def test_vertex_dag(tmp_path):
     _, spec = compile_spec("vertex", tmp_path)
     root = dag(spec)
-    assert set(root) == {"prepare-data", "plan-vertex-training", "custom-training-job", "import-trained-model",
-                         "evaluate-model", "condition-1"}
-    assert deps(root, "plan-vertex-training") == ["prepare-data"]
+    assert set(root) == {"prepare-data", "default-hyperparameters", "plan-vertex-training", "custom-training-job",
+                         "import-trained-model", "evaluate-model", "condition-1"}
+    assert deps(root, "plan-vertex-training") == ["default-hyperparameters", "prepare-data"]
     assert deps(root, "custom-training-job") == ["plan-vertex-training"]
     assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training"]
     assert deps(root, "evaluate-model") == ["import-trained-model", "prepare-data"]
@@ -84,8 +84,16 @@ def test_worker_pools_one_chief_and_n_minus_one_workers():
 def test_kubeflow_dag(tmp_path):
     _, spec = compile_spec("kubeflow", tmp_path)
     root = dag(spec)
-    assert set(root) == {"prepare-data", "train-model", "evaluate-model", "condition-1"}
-    assert deps(root, "train-model") == ["prepare-data"]
+    assert set(root) == {"prepare-data", "tune-hyperparameters", "train-model", "evaluate-model", "condition-1"}
+    assert deps(root, "tune-hyperparameters") == ["prepare-data"]
+    assert deps(root, "train-model") == ["prepare-data", "tune-hyperparameters"]
+    assert root["train-model"]["inputs"]["parameters"]["hyperparameters"]["taskOutputParameter"] == {
+        "outputParameterKey": "Output", "producerTask": "tune-hyperparameters"}
+    tune = root["tune-hyperparameters"]["inputs"]["parameters"]
+    assert tune["enabled"]["componentInputParameter"] == "tune"
+    study = tune["study_spec"]["runtimeValue"]["constant"]
+    assert study["metric_id"] == "accuracy" and study["max_trial_count"] == 4 and study["parallel_trial_count"] == 2
+    assert [p["parameter_id"] for p in study["parameters"]] == ["learning_rate", "hidden_units", "dropout"]
     assert deps(root, "evaluate-model") == ["prepare-data", "train-model"]
     assert root["condition-1"]["triggerPolicy"]["condition"].startswith(
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output']")

@@ -1,0 +1,74 @@
+"""Tuning benchmark: trials needed to reach the best-known validation accuracy − 1 point on builtin:digits,
+the project's study (OSS Vizier GP bandit, `algorithm: default`) vs random search, median over seeds.
+
+    python -m bench.tuning [--seeds 3] [--trials 12] [--epochs 3] [--workdir DIR]
+
+Every trial is a real `python -m trainer.task` run (1 worker, `--epochs` epochs) over DEFAULT_STUDY's search space
+(learning rate, hidden units, dropout). The best-known accuracy is the best trial seen in this run by either
+method. A run that never reaches the target counts as `--trials + 1`. Goal: ratio ≤ 0.7. Results:
+bench/results/tuning.json.
+"""
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "tuning.json"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.tuning", description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--trials", type=int, default=12)
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--workdir", type=Path)
+    p.add_argument("--output", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+
+    from components.prepare_data import prepare
+    from components.run_study import run_study
+    from components.study_spec import DEFAULT_STUDY
+
+    with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:
+        work = args.workdir or Path(tmp)
+        prepare("builtin:digits", str(work / "data"), num_workers=1)
+        runs = {}
+        started = time.time()
+        for algorithm in ("default", "random"):
+            for seed in range(args.seeds):
+                spec = DEFAULT_STUDY.model_copy(update={"algorithm": algorithm, "max_trial_count": args.trials,
+                                                        "parallel_trial_count": args.parallel})
+                result = run_study(spec, str(work / f"{algorithm}-{seed}"),
+                                   ["--data-dir", str(work / "data"), "--epochs", str(args.epochs), "--seed", str(seed)],
+                                   seed=seed, log=lambda m: None)
+                runs[f"{algorithm}-{seed}"] = [t["metric"] for t in result["trials"]]
+                print(f"{algorithm} seed {seed}: " + " ".join(f"{m:.3f}" if m is not None else "fail"
+                                                             for m in runs[f"{algorithm}-{seed}"]), flush=True)
+    best_known = max(m for metrics in runs.values() for m in metrics if m is not None)
+    target = best_known - 0.01
+
+    def needed(metrics):
+        return next((i for i, m in enumerate(metrics, 1) if m is not None and m >= target), args.trials + 1)
+
+    counts = {name: needed(metrics) for name, metrics in runs.items()}
+    medians = {a: statistics.median(counts[f"{a}-{s}"] for s in range(args.seeds)) for a in ("default", "random")}
+    ratio = medians["default"] / medians["random"]
+    result = {"benchmark": "tuning", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seeds": args.seeds,
+              "trials": args.trials, "parallel": args.parallel, "epochs": args.epochs, "best_known": best_known,
+              "target": target, "trials_needed": counts, "median_trials_needed": medians, "ratio": ratio,
+              "goal": {"max_ratio": 0.7, "met": ratio <= 0.7}, "runs": runs,
+              "seconds": round(time.time() - started, 1)}
+    print(f"\nbest-known val accuracy {best_known:.4f}; target {target:.4f}")
+    print(f"trials needed: {counts}")
+    print(f"median: Vizier {medians['default']}, random {medians['random']}; ratio {ratio:.2f} "
+          f"(goal <= 0.7: {'MET' if ratio <= 0.7 else 'NOT MET'})")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2))
+    print(f"results: {args.output}")
+
+
+if __name__ == "__main__":
+    main()
