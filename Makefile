@@ -29,6 +29,7 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.input_pipeline
 	$(PY) -m bench.make_run
 	$(PY) -m bench.tflite
+	$(PY) -m bench.tuning
 
 lock:
 	$(PY) -m uv pip compile pyproject.toml --extra test --python-version 3.11 -o requirements.lock
