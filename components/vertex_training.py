@@ -42,22 +42,29 @@ def plan_vertex_training(
     workers: int,
     epochs: int,
     hyperparameters: dict,
+    tuned_parameters: list,
     job_dir: Output[Artifact],
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str)]):
-    """KFP step (Vertex): worker pool specs and the job's base output directory (AIP_MODEL_DIR = <it>/model)."""
+    """KFP step (Vertex): worker pool specs and the job's base output directory (AIP_MODEL_DIR = <it>/model).
+    `tuned_parameters` are left out of the flags: a tuning job appends each trial's values itself."""
     from collections import namedtuple
 
     from components.vertex_training import worker_pool_specs
 
-    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type,
-                              {**hyperparameters, "epochs": epochs},
+    fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
+    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, {**fixed, "epochs": epochs},
                               accelerator_type, accelerator_count)
     return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory"])(specs, job_dir.uri)
 
 
 def default_hyperparameters(batch_size: int, learning_rate: float) -> dict:
-    """KFP step (Vertex, tuning not wired yet): the final training's hyperparameters from the pipeline inputs."""
+    """KFP step (Vertex): the pipeline's own hyperparameters (used as they are when tuning is off)."""
     return {"batch_size": batch_size, "learning_rate": learning_rate}
+
+
+def merge_hyperparameters(defaults: dict, best: dict) -> dict:
+    """KFP step (Vertex): the pipeline's hyperparameters overridden by the best trial's values."""
+    return {**defaults, **best}
 
 
 def import_trained_model(

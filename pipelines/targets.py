@@ -1,8 +1,10 @@
 """The platform seam: how the platform-service steps (training, model upload) run on each target.
 
-- vertex: GCPC `CustomTrainingJobOp` with worker pools running the trainer image, `ModelUploadOp` fed by an
-  importer of an `UnmanagedContainerModel` (prebuilt TF serving image).
-- kubeflow / local: this project's components: the local multi-worker launcher and the versioned model repository.
+- vertex: GCPC `HyperparameterTuningJobRunOp` + this project's best-trial reader, `CustomTrainingJobOp` with
+  worker pools running the trainer image, `ModelUploadOp` fed by an importer of an `UnmanagedContainerModel`
+  (prebuilt TF serving image).
+- kubeflow / local: this project's components: the local study, the local multi-worker launcher and the versioned
+  model repository.
 Every other step (data prep, evaluation gate, TFLite quantization) is the same lightweight component on all targets
 (base image: the components image).
 """
@@ -13,8 +15,8 @@ from typing import Any
 
 from kfp import dsl
 
-from components import (evaluate_model, prepare_data, publish_model, quantize_model, run_study, train_model,
-                        vertex_training)
+from components import (best_trial, evaluate_model, prepare_data, publish_model, quantize_model, run_study,
+                        train_model, vertex_training)
 from pipelines.config import Platform
 
 
@@ -69,12 +71,45 @@ class VertexOps(SelfHostedOps):
         self._plan = _component(vertex_training.plan_vertex_training, platform.components_image)
         self._import = _component(vertex_training.import_trained_model, platform.components_image)
         self._defaults = _component(vertex_training.default_hyperparameters, platform.components_image)
+        self._merge = _component(vertex_training.merge_hyperparameters, platform.components_image)
+        self._best = _component(best_trial.read_best_trial, platform.components_image)
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
-        # The Vertex tuning job (HyperparameterTuningJobRunOp + read_best_trial) is not wired in yet: the final
-        # training uses the pipeline's values.
-        return self._defaults(batch_size=batch_size, learning_rate=learning_rate).set_display_name(
-            "Hyperparameters").output
+        """Vertex AI tuning job when `enabled` (trials run the trainer image; the best trial's values override the
+        pipeline's), else the pipeline's values."""
+        from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import (
+            HyperparameterTuningJobRunOp, serialize_metrics, serialize_parameters)
+
+        p = self.platform
+        with dsl.If(enabled == True, name="tuning-enabled"):  # noqa: E712 (KFP condition)
+            defaults = self._defaults(batch_size=batch_size, learning_rate=learning_rate)
+            defaults.set_display_name("Hyperparameters (fixed part)")
+            plan = self._plan(dataset=dataset, trainer_image=p.trainer_image, machine_type=p.machine_type,
+                              accelerator_type=p.accelerator_type, accelerator_count=p.accelerator_count, workers=1,
+                              epochs=trial_epochs, hyperparameters=defaults.output,
+                              tuned_parameters=[q.parameter_id for q in study.parameters])
+            plan.set_display_name("Plan trial worker pool")
+            job = HyperparameterTuningJobRunOp(
+                display_name=f"{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}-tune",
+                base_output_directory=plan.outputs["base_output_directory"],
+                worker_pool_specs=plan.outputs["worker_pool_specs"],
+                study_spec_metrics=serialize_metrics(study.vertex_metrics()),
+                study_spec_parameters=serialize_parameters(study.vertex_parameters()),
+                max_trial_count=study.max_trial_count,
+                parallel_trial_count=study.parallel_trial_count,
+                max_failed_trial_count=study.max_failed_trial_count,
+                location=p.location,
+                study_spec_algorithm=study.vertex_algorithm() or "ALGORITHM_UNSPECIFIED",
+                study_spec_measurement_selection_type=f"{study.measurement.upper()}_MEASUREMENT",
+            ).set_display_name("Hyperparameter tuning job")
+            best = self._best(gcp_resources=job.outputs["gcp_resources"], metric_id=study.metric_id, goal=study.goal)
+            best.set_display_name("Best trial")
+            tuned = self._merge(defaults=defaults.output, best=best.outputs["best_parameters"])
+            tuned.set_display_name("Hyperparameters (tuned)")
+        with dsl.Else(name="tuning-disabled"):
+            fixed = self._defaults(batch_size=batch_size, learning_rate=learning_rate)
+            fixed.set_display_name("Hyperparameters")
+        return dsl.OneOf(tuned.output, fixed.output)
 
     def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
         from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
@@ -82,7 +117,7 @@ class VertexOps(SelfHostedOps):
         p = self.platform
         plan = self._plan(dataset=dataset, trainer_image=p.trainer_image, machine_type=p.machine_type,
                           accelerator_type=p.accelerator_type, accelerator_count=p.accelerator_count,
-                          workers=workers, epochs=epochs, hyperparameters=hyperparameters)
+                          workers=workers, epochs=epochs, hyperparameters=hyperparameters, tuned_parameters=[])
         plan.set_display_name("Plan worker pools")
         job = CustomTrainingJobOp(
             display_name=f"{dsl.PIPELINE_JOB_NAME_PLACEHOLDER}-train",

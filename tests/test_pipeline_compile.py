@@ -33,22 +33,26 @@ def images(spec):
 def test_vertex_dag(tmp_path):
     _, spec = compile_spec("vertex", tmp_path)
     root = dag(spec)
-    assert set(root) == {"prepare-data", "default-hyperparameters", "plan-vertex-training", "custom-training-job",
-                         "import-trained-model", "evaluate-model", "condition-1"}
-    assert deps(root, "plan-vertex-training") == ["default-hyperparameters", "prepare-data"]
-    assert deps(root, "custom-training-job") == ["plan-vertex-training"]
-    assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training"]
+    assert set(root) == {"prepare-data", "condition-branches-1", "plan-vertex-training-2", "custom-training-job",
+                         "import-trained-model", "evaluate-model", "condition-4"}
+    assert deps(root, "condition-branches-1") == ["prepare-data"]
+    assert deps(root, "plan-vertex-training-2") == ["condition-branches-1", "prepare-data"]
+    assert deps(root, "custom-training-job") == ["plan-vertex-training-2"]
+    assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training-2"]
     assert deps(root, "evaluate-model") == ["import-trained-model", "prepare-data"]
     job_inputs = root["custom-training-job"]["inputs"]["parameters"]
     assert job_inputs["worker_pool_specs"]["taskOutputParameter"] == {
-        "outputParameterKey": "worker_pool_specs", "producerTask": "plan-vertex-training"}
+        "outputParameterKey": "worker_pool_specs", "producerTask": "plan-vertex-training-2"}
     assert job_inputs["base_output_directory"]["taskOutputParameter"]["outputParameterKey"] == "base_output_directory"
-    plan_inputs = root["plan-vertex-training"]["inputs"]["parameters"]
+    plan_inputs = root["plan-vertex-training-2"]["inputs"]["parameters"]
     assert plan_inputs["trainer_image"]["runtimeValue"]["constant"] == "example.com/tfpipe/trainer:abc"
     assert plan_inputs["machine_type"]["runtimeValue"]["constant"] == "n1-standard-8"
     assert plan_inputs["workers"]["componentInputParameter"] == "workers"
-    # the gate: the upload runs only when evaluate-model's output is true
-    condition = root["condition-1"]
+    # the final training takes the hyperparameters of whichever tuning branch ran (dsl.OneOf)
+    assert plan_inputs["hyperparameters"]["taskOutputParameter"] == {
+        "outputParameterKey": "pipelinechannel--condition-branches-1-oneof-1", "producerTask": "condition-branches-1"}
+    # the gate: upload and quantization run only when evaluate-model's output is true
+    condition = root["condition-4"]
     assert condition["triggerPolicy"]["condition"] == \
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
     inner = dag(spec, condition["componentRef"]["name"])
@@ -59,13 +63,49 @@ def test_vertex_dag(tmp_path):
     assert quantize["parameters"]["mode"]["componentInputParameter"] == "pipelinechannel--tflite_mode"
     imgs = images(spec)
     for name in ("exec-prepare-data", "exec-plan-vertex-training", "exec-import-trained-model", "exec-evaluate-model",
-                 "exec-quantize-model"):
+                 "exec-quantize-model", "exec-read-best-trial", "exec-merge-hyperparameters"):
         assert imgs[name] == "example.com/tfpipe/components:abc"
     assert imgs["exec-custom-training-job"].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
     importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
     assert importer["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel"
     # lightweight steps must not pip-install kfp at runtime: the components image carries the compiler's kfp
     assert "pip install" not in " ".join(spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["command"])
+
+
+def test_vertex_tuning_branch(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    branches = dag(spec, "comp-condition-branches-1")
+    assert branches["condition-2"]["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--tune'] == true"
+    assert branches["condition-3"]["triggerPolicy"]["condition"] == "!(inputs.parameter_values['pipelinechannel--tune'] == true)"
+    assert set(dag(spec, "comp-condition-3")) == {"default-hyperparameters-2"}
+    tuning = dag(spec, "comp-condition-2")
+    assert set(tuning) == {"default-hyperparameters", "plan-vertex-training", "hyperparameter-tuning-job",
+                           "read-best-trial", "merge-hyperparameters"}
+    plan = tuning["plan-vertex-training"]["inputs"]["parameters"]
+    assert plan["workers"]["runtimeValue"]["constant"] == 1
+    assert plan["epochs"]["componentInputParameter"] == "pipelinechannel--tuning_trial_epochs"
+    assert plan["tuned_parameters"]["runtimeValue"]["constant"] == ["learning_rate", "hidden_units", "dropout"]
+    assert plan["trainer_image"]["runtimeValue"]["constant"] == "example.com/tfpipe/trainer:abc"
+    job = tuning["hyperparameter-tuning-job"]["inputs"]["parameters"]
+    assert job["worker_pool_specs"]["taskOutputParameter"] == {"outputParameterKey": "worker_pool_specs",
+                                                               "producerTask": "plan-vertex-training"}
+    assert job["max_trial_count"]["runtimeValue"]["constant"] == 4
+    assert job["parallel_trial_count"]["runtimeValue"]["constant"] == 2
+    assert job["max_failed_trial_count"]["runtimeValue"]["constant"] == 0
+    assert job["study_spec_algorithm"]["runtimeValue"]["constant"] == "ALGORITHM_UNSPECIFIED"
+    assert job["study_spec_measurement_selection_type"]["runtimeValue"]["constant"] == "LAST_MEASUREMENT"
+    assert job["study_spec_metrics"]["runtimeValue"]["constant"] == [{"metric_id": "accuracy", "goal": 1}]
+    params = {p["parameter_id"]: p for p in job["study_spec_parameters"]["runtimeValue"]["constant"]}
+    assert params["learning_rate"]["double_value_spec"] == {"min_value": 0.0001, "max_value": 0.03}
+    assert params["hidden_units"]["integer_value_spec"] == {"min_value": "32", "max_value": "256"}
+    assert params["dropout"]["discrete_value_spec"] == {"values": [0.0, 0.1, 0.2, 0.3]}
+    best = tuning["read-best-trial"]["inputs"]["parameters"]
+    assert best["gcp_resources"]["taskOutputParameter"] == {"outputParameterKey": "gcp_resources",
+                                                            "producerTask": "hyperparameter-tuning-job"}
+    assert best["goal"]["runtimeValue"]["constant"] == "maximize"
+    merge = tuning["merge-hyperparameters"]["inputs"]["parameters"]
+    assert merge["best"]["taskOutputParameter"] == {"outputParameterKey": "best_parameters",
+                                                    "producerTask": "read-best-trial"}
 
 
 def test_worker_pools_one_chief_and_n_minus_one_workers():
