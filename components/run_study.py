@@ -154,7 +154,10 @@ def run_study(spec: StudySpec, base_dir: str, fixed_args: list[str], module: str
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
-            completed = [running.pop(future) and future.result() for future in done]
+            completed = []
+            for future in done:
+                del running[future]
+                completed.append(future.result())  # re-raises an unexpected error of the runner itself
             for trial in completed:
                 failed += trial.status == "FAILED"
                 log(f"[study] trial {trial.trial_id} {trial.status.lower()} in {trial.seconds}s: "
