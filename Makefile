@@ -32,7 +32,7 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.tuning
 
 lock:
-	$(PY) -m uv pip compile pyproject.toml --extra test --python-version 3.11 -o requirements.lock
+	$(PY) -m uv pip compile pyproject.toml --extra test --extra bench --python-version 3.11 -o requirements.lock
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""A TensorFlow-Serving-compatible model server (REST + gRPC), its client and the JSON/tensor codec."""

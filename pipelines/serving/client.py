@@ -1,0 +1,123 @@
+"""A small client for TF Serving's REST and gRPC APIs (this project's server or `tensorflow/serving`), returning
+numpy arrays. Errors raise `PredictionError` with the server's message."""
+from __future__ import annotations
+
+import numpy as np
+
+MAX_MESSAGE_BYTES = 2**31 - 1  # grpcio's default receive limit is 4 MB
+
+
+class PredictionError(RuntimeError):
+    def __init__(self, message: str, status: int | str):
+        super().__init__(f"{message} ({status})")
+        self.message, self.status = message, status
+
+
+class ServingClient:
+    """`ServingClient("http://127.0.0.1:8501", "127.0.0.1:8500", "my-model").predict(images)`."""
+
+    def __init__(self, rest_url: str = "", grpc_target: str = "", model_name: str = "", timeout: float = 30.0):
+        import requests
+
+        self.rest_url, self.grpc_target, self.model_name, self.timeout = rest_url.rstrip("/"), grpc_target, model_name, timeout
+        self._session = requests.Session()
+        self._channel = None
+        self._outputs: dict[tuple, list[str]] = {}
+
+    def _path(self, version: int | None, label: str | None) -> str:
+        path = f"{self.rest_url}/v1/models/{self.model_name}"
+        return path + (f"/versions/{version}" if version is not None else f"/labels/{label}" if label else "")
+
+    def _rest(self, method: str, url: str, **kwargs) -> dict:
+        import requests
+
+        try:
+            response = self._session.request(method, url, timeout=self.timeout, **kwargs)
+        except requests.RequestException as e:
+            raise PredictionError(f"cannot reach {url}: {e}", "UNAVAILABLE") from None
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": response.text[:500]}
+        if response.status_code != 200:
+            raise PredictionError(body.get("error", response.reason), response.status_code)
+        return body
+
+    def status(self, version: int | None = None, label: str | None = None) -> list[dict]:
+        return self._rest("GET", self._path(version, label))["model_version_status"]
+
+    def metadata(self, version: int | None = None, label: str | None = None) -> dict:
+        return self._rest("GET", self._path(version, label) + "/metadata")
+
+    def predict(self, inputs, *, version: int | None = None, label: str | None = None,
+                signature_name: str = "serving_default", protocol: str = "rest") -> dict[str, np.ndarray]:
+        """Predict on a batch: `inputs` is an array (one-input signatures) or {input name: array}."""
+        if protocol == "grpc":
+            return self._predict_grpc(inputs, version, label, signature_name)
+        if protocol != "rest":
+            raise ValueError(f"protocol must be 'rest' or 'grpc', got {protocol!r}")
+        if isinstance(inputs, dict):
+            payload = {k: np.asarray(v).tolist() for k, v in inputs.items()}
+        else:
+            payload = np.asarray(inputs).tolist()
+        body = self._rest("POST", self._path(version, label) + ":predict",
+                          json={"signature_name": signature_name, "inputs": payload})
+        outputs = body["outputs"]
+        if not isinstance(outputs, dict):
+            outputs = {self._output_names(version, label, signature_name)[0]: outputs}
+        return {k: np.asarray(v) for k, v in outputs.items()}
+
+    def _output_names(self, version, label, signature_name) -> list[str]:
+        key = (version, label, signature_name)
+        if key not in self._outputs:
+            signatures = self.metadata(version, label)["metadata"]["signature_def"]["signature_def"]
+            self._outputs[key] = sorted(signatures[signature_name]["outputs"])
+        return self._outputs[key]
+
+    def _predict_grpc(self, inputs, version, label, signature_name) -> dict[str, np.ndarray]:
+        import grpc
+        import tensorflow as tf
+        from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(self.grpc_target, options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+            self._stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name, request.model_spec.signature_name = self.model_name, signature_name
+        if version is not None:
+            request.model_spec.version.value = version
+        elif label:
+            request.model_spec.version_label = label
+        try:
+            if not isinstance(inputs, dict):
+                inputs = {self._input_name(version, label, signature_name): inputs}
+            for name, value in inputs.items():
+                request.inputs[name].CopyFrom(tf.make_tensor_proto(np.asarray(value)))
+            response = self._stub.Predict(request, self.timeout)
+        except grpc.RpcError as e:
+            raise PredictionError(e.details(), e.code().name) from None
+        return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
+
+    def _input_name(self, version, label, signature_name) -> str:
+        from tensorflow_serving.apis import get_model_metadata_pb2, prediction_service_pb2_grpc
+
+        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        request.model_spec.name = self.model_name
+        if version is not None:
+            request.model_spec.version.value = version
+        elif label:
+            request.model_spec.version_label = label
+        response = prediction_service_pb2_grpc.PredictionServiceStub(self._channel).GetModelMetadata(request, self.timeout)
+        signatures = get_model_metadata_pb2.SignatureDefMap()
+        response.metadata["signature_def"].Unpack(signatures)
+        names = sorted(signatures.signature_def[signature_name].inputs)
+        if len(names) != 1:
+            raise ValueError(f"the signature has inputs {names}; pass a dict")
+        return names[0]
+
+    def close(self) -> None:
+        self._session.close()
+        if self._channel is not None:
+            self._channel.close()

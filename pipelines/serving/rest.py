@@ -1,0 +1,139 @@
+"""TF Serving's REST API (g3doc/api_rest.md) plus Vertex AI's custom-container health and predict routes, as a
+Starlette ASGI app. Every error is `{"error": "<message>"}` with a 4xx status for client errors."""
+from __future__ import annotations
+
+import asyncio
+import re
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from pipelines.serving import codec
+from pipelines.serving.models import ModelManager, NotFound, VersionStatus
+
+MODEL_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+                        r"(?P<action>:predict|:classify|:regress|/metadata)?$")
+
+
+class ClientError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _json(payload, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), status, media_type="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    return _json({"error": message}, status)
+
+
+def status_json(statuses: list[VersionStatus]) -> dict:
+    return {"model_version_status": [
+        {"version": str(s.version), "state": s.state,
+         "status": {"error_code": s.error_code, "error_message": s.error_message}} for s in statuses]}
+
+
+async def read_json(request: Request, max_bytes: int):
+    """The request body as JSON, refusing bodies over `max_bytes` before reading them whole."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise ClientError(413, f"request body of {declared} bytes exceeds the {max_bytes}-byte limit")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise ClientError(413, f"request body exceeds the {max_bytes}-byte limit")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise ClientError(400, f"JSON Parse error: {e}") from None
+
+
+def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health_route: str = "/health",
+               predict_route: str = "/predict", deployed_model_id: str = "") -> Starlette:
+    async def predict(servable, body: dict) -> tuple[dict, bool]:
+        inputs = servable.signature(body.get("signature_name", ""))
+        arrays, row_format = codec.parse_request(body, inputs)
+        outputs = await asyncio.wrap_future(servable.predict_future(arrays, body.get("signature_name", "")))
+        return outputs, row_format
+
+    async def models(request: Request) -> Response:
+        match = MODEL_PATH.match(request.path_params["path"])
+        if not match:
+            return _error(404, f"Malformed request: {request.method} {request.url.path}")
+        name, label, action = match["name"], match["label"], match["action"]
+        try:
+            version = int(match["version"]) if match["version"] is not None else None
+        except ValueError:
+            return _error(400, f"Failed to convert version: {match['version']} to numeric.")
+        try:
+            if request.method == "GET" and action is None:
+                return _json(status_json(manager.status(name, version, label)))
+            if request.method == "GET" and action == "/metadata":
+                return _json(metadata_json(manager.resolve(name, version, label), name))
+            if request.method == "POST" and action == ":predict":
+                body = await read_json(request, max_request_bytes)
+                if not isinstance(body, dict):
+                    raise codec.RequestError("the request body must be a JSON object")
+                outputs, row_format = await predict(manager.resolve(name, version, label), body)
+                return _json({"predictions": codec.rows(outputs)} if row_format else {"outputs": codec.columns(outputs)})
+            if action in (":classify", ":regress"):
+                return _error(400, f"{action[1:]} is not supported by this server; use :predict")
+            return _error(405, f"Method {request.method} not allowed for {request.url.path}")
+        except ClientError as e:
+            return _error(e.status, str(e))
+        except NotFound as e:
+            return _error(404, str(e))
+        except codec.RequestError as e:
+            return _error(400, str(e))
+        except Exception as e:  # noqa: BLE001 (model errors: bad values the signature checks could not see)
+            return _model_error(e)
+
+    async def health(request: Request) -> Response:
+        return _json({}) if manager.ready() else _error(503, "no model version is loaded yet")
+
+    async def vertex_predict(request: Request) -> Response:
+        try:
+            body = await read_json(request, max_request_bytes)
+            if not isinstance(body, dict) or "instances" not in body:
+                raise codec.RequestError("the request body must be a JSON object with 'instances'")
+            outputs, _ = await predict(manager.resolve(manager.name), {"instances": body["instances"]})
+        except ClientError as e:
+            return _error(e.status, str(e))
+        except NotFound as e:
+            return _error(503, str(e))
+        except codec.RequestError as e:
+            return _error(400, str(e))
+        except Exception as e:  # noqa: BLE001
+            return _model_error(e)
+        return _json({"predictions": codec.rows(outputs), "deployedModelId": deployed_model_id})
+
+    return Starlette(routes=[
+        Route("/v1/models/{path:path}", models, methods=["GET", "POST"]),
+        Route(health_route, health, methods=["GET"]),
+        Route(predict_route, vertex_predict, methods=["POST"]),
+    ], exception_handlers={404: lambda r, e: _error(404, f"Not found: {r.url.path}"),
+                           405: lambda r, e: _error(405, f"Method {r.method} not allowed for {r.url.path}")})
+
+
+def _model_error(error: Exception) -> Response:
+    import tensorflow as tf
+
+    message = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return _error(400 if isinstance(error, (tf.errors.InvalidArgumentError, ValueError, TypeError)) else 500, message)
+
+
+def metadata_json(servable, name: str) -> dict:
+    from google.protobuf import json_format
+    from tensorflow_serving.apis import get_model_metadata_pb2
+
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    for key, value in servable.signature_defs.items():
+        signatures.signature_def[key].CopyFrom(value)
+    return {"model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
+            "metadata": {"signature_def": json_format.MessageToDict(signatures, preserving_proto_field_name=True)}}

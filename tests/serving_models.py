@@ -1,0 +1,47 @@
+"""Small SavedModels for the serving tests (built in a second, unlike a trained model)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import tensorflow as tf
+
+
+def toy_model(path: str, k: int, single_output: bool = False, warmup_inputs: dict | None = None) -> str:
+    """`x` float32 [None, 3] → `y` = x·k and `version` = k per example (or only `y`)."""
+
+    class Toy(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def serve(self, x):
+            y = x * float(k)
+            return {"y": y} if single_output else {"y": y, "version": tf.fill(tf.shape(x)[:1], k)}
+
+    module = Toy()
+    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+    if warmup_inputs is not None:
+        write_warmup(path, warmup_inputs)
+    return path
+
+
+def write_warmup(path: str, inputs: dict) -> None:
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    os.makedirs(f"{path}/assets.extra", exist_ok=True)
+    request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name="toy", signature_name="serving_default"))
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+    log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+    with tf.io.TFRecordWriter(f"{path}/assets.extra/tf_serving_warmup_requests") as writer:
+        writer.write(log.SerializeToString())
+
+
+def publish(staging: str, base: str, name: str, version: str) -> str:
+    """Move a built SavedModel into place atomically, as the model repository does."""
+    target = os.path.join(base, name, version)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.rename(staging, target)
+    return target
+
+
+def remove(path: str) -> None:
+    shutil.rmtree(path)
