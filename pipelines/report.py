@@ -22,6 +22,31 @@ def _output(run_root: Path | None, step: str, *names: str) -> Path | None:
     return run_root.joinpath(step, *names) if run_root else None
 
 
+def task_outputs(run_root: Path | None, task: str) -> dict:
+    """A kfp.local step's output parameters and artifact metadata (`<output>.metadata`), from executor_output.json."""
+    executor_output = _json(_output(run_root, task, "executor_output.json")) or {}
+    return {**executor_output.get("parameterValues", {}),
+            **{f"{name}.metadata": (value.get("artifacts") or [{}])[0].get("metadata", {})
+               for name, value in executor_output.get("artifacts", {}).items()}}
+
+
+def _endpoint(deployed: dict | None) -> dict | None:
+    if not deployed:
+        return None
+    return {"rest_url": deployed["rest_url"], "grpc_target": deployed["grpc_target"] or None,
+            "served_version": deployed["version"], "model_name": deployed["model_name"],
+            "started_by_this_run": deployed["started"], "pid": deployed["pid"], "log": deployed["log"],
+            "stop": deployed["stop"] or None}
+
+
+def _batch(run_root: Path | None) -> dict | None:
+    metadata = task_outputs(run_root, "run-batch-prediction").get("predictions.metadata")
+    if not metadata:
+        return None
+    return {k: metadata.get(k) for k in ("output_directory", "model", "instances", "succeeded", "failed", "files",
+                                         "seconds", "instances_per_second")}
+
+
 def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, seconds: float) -> dict:
     """Assemble the run summary from the steps' statuses and their output artifacts."""
     failed = [s for s in steps if s.status == "FAILED"]
@@ -60,6 +85,10 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
             "published_version": published.get("version"),
             "published_path": published.get("path"),
         },
+        "registry": published and {"model_name": parameters.get("model_name"), "version": published["version"],
+                                   "repository": parameters.get("model_repository"), "path": published["path"]},
+        "endpoint": _endpoint(_json(_output(run_root, "deploy-model", "endpoint"))),
+        "batch_prediction": _batch(run_root),
     }
     return summary
 
@@ -154,8 +183,17 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.SUCCEEDED{color:#
 <td>{{ m.size_bytes }}</td><td>{{ m.size_ratio }}</td><td>{{ "%.4f"|format(m.accuracy) }}</td>
 <td>{{ m.accuracy_drop_points }}</td><td>{{ "%.3f"|format(m.latency_ms_mean) }} / {{ "%.3f"|format(m.latency_ms_p95) }}</td>
 <td>{{ m.weight_types }}</td>{% endif %}</tr>{% endfor %}</table>{% endif %}
-<h2>Model</h2><p>artifact: {{ s.model.artifact }}{% if s.model.published_version %}<br>published as version
-{{ s.model.published_version }}: {{ s.model.published_path }}{% endif %}</p>
+{% if s.model.artifact %}<h2>Model</h2><p>artifact: {{ s.model.artifact }}</p>{% endif %}
+{% if s.registry %}<h2>Registry</h2><p>{{ s.registry.model_name }} version {{ s.registry.version }} in
+{{ s.registry.repository }}: {{ s.registry.path }}</p>{% endif %}
+{% if s.endpoint %}<h2>Endpoint</h2><p>serving {{ s.endpoint.model_name }} version {{ s.endpoint.served_version }}:
+REST <code>{{ s.endpoint.rest_url }}/v1/models/{{ s.endpoint.model_name }}:predict</code>{% if s.endpoint.grpc_target %},
+gRPC <code>{{ s.endpoint.grpc_target }}</code>{% endif %}{% if s.endpoint.stop %}; stop with
+<code>{{ s.endpoint.stop }}</code> (log: {{ s.endpoint.log }}){% endif %}</p>{% endif %}
+{% if s.batch_prediction %}<h2>Batch prediction</h2><p>{{ s.batch_prediction.instances }} instances from
+{{ s.batch_prediction.files|length }} file(s): {{ s.batch_prediction.succeeded }} predicted,
+<b>{{ s.batch_prediction.failed }} failed</b> (see <code>prediction.errors_stats-*</code>) in
+{{ s.batch_prediction.seconds }} s; output <code>{{ s.batch_prediction.output_directory }}</code></p>{% endif %}
 <p><a href="run_summary.json">run_summary.json</a></p>
 </body></html>
 """)

@@ -1,7 +1,8 @@
 """The training pipeline, defined once for every target.
 
-data prep → hyperparameter study → training → evaluation gate → (blessed) model upload and TFLite quantization. Training and upload are platform services and
-go through the seam in `pipelines.targets`: GCPC ops on Vertex, this project's components on kubeflow and local.
+data prep → hyperparameter study → training → evaluation gate → (blessed) model upload → (deploy) endpoint deploy,
+and TFLite quantization. Tuning, training, upload and deploy are platform services and go through the seam in
+`pipelines.targets`: GCPC ops on Vertex, this project's components on kubeflow and local.
 """
 
 from kfp import dsl
@@ -19,9 +20,10 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     platform = platform or Platform()
-    ops = targets.make_ops(target, platform)
+    ops = targets.make_ops(target, platform, PIPELINE_NAME)
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Prepare data, train (multi-worker), gate, register and quantize the model.")
+    @dsl.pipeline(name=PIPELINE_NAME,
+                  description="Prepare data, train (multi-worker), gate, register, deploy and quantize the model.")
     def training_pipeline(
         data_source: str = _D.data_source,
         workers: int = _D.workers,
@@ -47,6 +49,11 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
         tflite_compare_all_modes: bool = _D.tflite_compare_all_modes,
         tflite_int8_io: bool = _D.tflite_int8_io,
         tflite_allow_flex: bool = _D.tflite_allow_flex,
+        deploy: bool = _D.deploy,
+        traffic_percentage: int = _D.traffic_percentage,
+        serving_url: str = _D.serving_url,
+        rest_port: int = _D.rest_port,
+        grpc_port: int = _D.grpc_port,
     ):
         prep = ops.prepare_data(
             data_source=data_source, num_workers=workers, val_fraction=val_fraction, test_fraction=test_fraction,
@@ -66,10 +73,16 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
             champion_tolerance=champion_tolerance, model_repository=model_repository, model_name=model_name,
         ).set_display_name("Evaluation gate")
         with dsl.If(gate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712 (KFP condition)
-            ops.register(
+            registered = ops.register(
                 trained=trained, dataset=prep.outputs["dataset"], evaluation=gate.outputs["evaluation"],
                 model_repository=model_repository, model_name=model_name, source_commit=source_commit,
             )
+            with dsl.If(deploy == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
+                ops.deploy(
+                    registered=registered, dataset=prep.outputs["dataset"], traffic_percentage=traffic_percentage,
+                    model_repository=model_repository, model_name=model_name, serving_url=serving_url,
+                    rest_port=rest_port, grpc_port=grpc_port,
+                )
             ops.quantize_model(
                 model=trained.model, dataset=prep.outputs["dataset"], mode=tflite_mode,
                 max_accuracy_drop=tflite_max_accuracy_drop, compare_all_modes=tflite_compare_all_modes,

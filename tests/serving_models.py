@@ -6,6 +6,8 @@ import shutil
 
 import tensorflow as tf
 
+from trainer.warmup import write_warmup_requests
+
 
 def toy_model(path: str, k: int, single_output: bool = False, warmup_inputs: dict | None = None) -> str:
     """`x` float32 [None, 3] → `y` = x·k and `version` = k per example (or only `y`)."""
@@ -19,20 +21,8 @@ def toy_model(path: str, k: int, single_output: bool = False, warmup_inputs: dic
     module = Toy()
     tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
     if warmup_inputs is not None:
-        write_warmup(path, warmup_inputs)
+        write_warmup_requests(path, [warmup_inputs])
     return path
-
-
-def write_warmup(path: str, inputs: dict) -> None:
-    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
-
-    os.makedirs(f"{path}/assets.extra", exist_ok=True)
-    request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(name="toy", signature_name="serving_default"))
-    for name, value in inputs.items():
-        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
-    log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
-    with tf.io.TFRecordWriter(f"{path}/assets.extra/tf_serving_warmup_requests") as writer:
-        writer.write(log.SerializeToString())
 
 
 def publish(staging: str, base: str, name: str, version: str) -> str:

@@ -4,8 +4,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from pipelines.serving.client import PredictionError, ServingClient
 from tests.conftest import write_images
 
 pytestmark = pytest.mark.e2e
@@ -16,15 +18,38 @@ def run_cli(*args, cwd=None):
                           timeout=900)
 
 
-def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_path):
+@pytest.fixture
+def serving_state(tmp_path, monkeypatch):
+    """Isolated local-server records; stops any server a run left behind."""
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "serving"))
+    yield
+    from components.deploy_model import stop_server
+
+    stop_server(str(tmp_path / "repo"), "tfpipe-model")
+
+
+def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_path, serving_state):
     repo = tmp_path / "repo"
-    first = run_cli("run", "--out", str(tmp_path / "run1"), "--model-repository", str(repo))
+    first = run_cli("run", "--out", str(tmp_path / "run1"), "--model-repository", str(repo),
+                    "--rest-port", "0", "--grpc-port", "0")
     assert first.returncode == 0, first.stdout + first.stderr
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
     assert summary["status"] == "SUCCEEDED" and summary["pipeline"] == "tfpipe-training"
     assert [(s["name"], s["status"]) for s in summary["steps"]] == [
         ("prepare-data", "SUCCEEDED"), ("tune-hyperparameters", "SUCCEEDED"), ("train-model", "SUCCEEDED"),
-        ("evaluate-model", "SUCCEEDED"), ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED")]
+        ("evaluate-model", "SUCCEEDED"), ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED"),
+        ("deploy-model", "SUCCEEDED")]
+    assert summary["registry"] == {"model_name": "tfpipe-model", "version": 1, "repository": str(repo),
+                                   "path": str(repo / "tfpipe-model" / "1")}
+    endpoint = summary["endpoint"]
+    assert endpoint["served_version"] == 1 and endpoint["started_by_this_run"]
+    assert endpoint["stop"] == f"python -m pipelines stop-serving --model-base-path {repo} --model-name tfpipe-model"
+    assert endpoint["stop"] in first.stdout
+    client = ServingClient(endpoint["rest_url"], endpoint["grpc_target"], "tfpipe-model")
+    images = np.zeros((2, 8, 8, 1), np.float32)
+    rest, grpc_out = client.predict(images), client.predict(images, protocol="grpc")
+    np.testing.assert_array_equal(rest["class_id"], grpc_out["class_id"])
+    assert rest["probabilities"].shape == (2, 10)
     assert all(s["seconds"] > 0 for s in summary["steps"])
     assert summary["metrics"]["test_accuracy"] >= 0.95
     assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
@@ -61,8 +86,30 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     assert summary["tflite"] is None
     assert summary["tuning"] == {**summary["tuning"], "enabled": False, "trials": []}
     assert summary["training"]["hyperparameters"]["learning_rate"] == 0.003  # the pipeline's value
-    assert sorted(p.name for p in (repo / "tfpipe-model").iterdir()) == ["1"]
+    assert statuses["deploy-model"] == "SKIPPED" and summary["endpoint"] is None
+    assert sorted(p.name for p in (repo / "tfpipe-model").iterdir() if p.name.isdigit()) == ["1"]
     assert "NOT BLESSED" in second.stdout
+    assert client.status()[0] == {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+
+    instances = tmp_path / "instances.jsonl"
+    instances.write_text("".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(5))
+                         + "not json\n" + json.dumps([[1.0]]) + "\n")
+    third = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(instances), "--out",
+                    str(tmp_path / "run3"), "--model-repository", str(repo))
+    assert third.returncode == 0, third.stdout + third.stderr
+    batch = json.loads((tmp_path / "run3" / "run_summary.json").read_text())["batch_prediction"]
+    assert (batch["instances"], batch["succeeded"], batch["failed"]) == (7, 5, 2)
+    assert batch["model"] == str(repo / "tfpipe-model" / "1")
+    output = Path(batch["output_directory"])
+    results = (output / "prediction.results-00000-of-00001").read_text().splitlines()
+    errors = (output / "prediction.errors_stats-00000-of-00001").read_text().splitlines()
+    assert len(results) == 5 and len(errors) == 2
+    assert "5 ok, 2 failed of 7 instances" in third.stdout
+
+    stop = run_cli("stop-serving", "--model-base-path", str(repo), "--model-name", "tfpipe-model")
+    assert stop.returncode == 0, stop.stderr
+    with pytest.raises(PredictionError, match="cannot reach"):
+        client.status()
 
 
 def test_failing_step_is_one_clear_line(tmp_path):
@@ -74,5 +121,5 @@ def test_failing_step_is_one_clear_line(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["status"] == "FAILED"
-    assert [s["status"] for s in summary["steps"]] == ["FAILED"] + ["SKIPPED"] * 5
+    assert [s["status"] for s in summary["steps"]] == ["FAILED"] + ["SKIPPED"] * 6
     assert "need at least two classes" in (tmp_path / "run" / "logs" / "prepare-data.log").read_text()

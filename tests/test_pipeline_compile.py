@@ -3,19 +3,33 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from components.vertex_training import worker_pool_specs
-from pipelines.config import Platform
+from pipelines.batch_prediction import build_batch_pipeline
+from pipelines.config import ConfigError, Platform, load_config
 from pipelines.training import build_pipeline
 
 PLATFORM = Platform(components_image="example.com/tfpipe/components:abc", trainer_image="example.com/tfpipe/trainer:abc",
-                    serving_image="example.com/serving:2", machine_type="n1-standard-8")
+                    serving_image="example.com/serving:2", machine_type="n1-standard-8",
+                    location="europe-west4", model_display_name="digits", model_version_aliases=["champion", "blue"],
+                    model_labels={"team": "ml-platform"}, endpoint_display_name="digits-endpoint",
+                    serving_machine_type="n1-highcpu-4", serving_min_replicas=2, serving_max_replicas=5,
+                    serving_accelerator_type="NVIDIA_TESLA_T4", serving_accelerator_count=1,
+                    batch_machine_type="n1-highmem-8", batch_starting_replicas=3, batch_max_replicas=7)
+PROJECT = "{{$.pipeline_google_cloud_project_id}}"
 
 
-def compile_spec(target, tmp_path):
+def compile_spec(target, tmp_path, pipeline="training"):
     from kfp import compiler
 
-    path = tmp_path / f"{target}.yaml"
-    compiler.Compiler().compile(build_pipeline(target, PLATFORM), str(path))
+    path = tmp_path / f"{target}-{pipeline}.yaml"
+    func = build_pipeline(target, PLATFORM) if pipeline == "training" else build_batch_pipeline(target, PLATFORM)
+    compiler.Compiler().compile(func, str(path))
     return path, yaml.safe_load(path.read_text())
+
+
+def params(task):
+    """A task's parameter inputs: constants as values, the rest as their reference."""
+    return {k: v["runtimeValue"]["constant"] if "runtimeValue" in v else v
+            for k, v in task["inputs"].get("parameters", {}).items()}
 
 
 def dag(spec, component=None):
@@ -56,18 +70,23 @@ def test_vertex_dag(tmp_path):
     assert condition["triggerPolicy"]["condition"] == \
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
     inner = dag(spec, condition["componentRef"]["name"])
-    assert set(inner) == {"importer", "model-upload", "quantize-model"}
-    assert deps(inner, "model-upload") == ["importer"]
+    assert set(inner) == {"importer", "find-model", "condition-branches-5", "condition-8", "quantize-model"}
+    assert deps(inner, "condition-branches-5") == ["find-model", "importer"]
+    assert deps(inner, "condition-8") == ["condition-branches-5"]
     quantize = inner["quantize-model"]["inputs"]
     assert quantize["artifacts"]["model"] == {"componentInputArtifact": "pipelinechannel--import-trained-model-model"}
     assert quantize["parameters"]["mode"]["componentInputParameter"] == "pipelinechannel--tflite_mode"
     imgs = images(spec)
     for name in ("exec-prepare-data", "exec-plan-vertex-training", "exec-import-trained-model", "exec-evaluate-model",
-                 "exec-quantize-model", "exec-read-best-trial", "exec-merge-hyperparameters"):
+                 "exec-quantize-model", "exec-read-best-trial", "exec-merge-hyperparameters", "exec-find-model",
+                 "exec-find-endpoint", "exec-plan-traffic-split"):
         assert imgs[name] == "example.com/tfpipe/components:abc"
-    assert imgs["exec-custom-training-job"].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
+    for name in ("exec-custom-training-job", "exec-model-upload", "exec-model-upload-2", "exec-endpoint-create",
+                 "exec-model-deploy"):
+        assert imgs[name].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
     importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
     assert importer["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel"
+    assert importer["metadata"] == {"containerSpec": {"imageUri": "example.com/serving:2"}}
     # lightweight steps must not pip-install kfp at runtime: the components image carries the compiler's kfp
     assert "pip install" not in " ".join(spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["command"])
 
@@ -138,31 +157,266 @@ def test_kubeflow_dag(tmp_path):
     assert root["condition-1"]["triggerPolicy"]["condition"].startswith(
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output']")
     inner = dag(spec, root["condition-1"]["componentRef"]["name"])
-    assert set(inner) == {"publish-model", "quantize-model"}
+    assert set(inner) == {"publish-model", "quantize-model", "condition-2"}
     assert inner["quantize-model"]["inputs"]["artifacts"]["model"] == {
         "componentInputArtifact": "pipelinechannel--train-model-model"}
+    # deploy (when the `deploy` input is true) serves the version publish-model wrote
+    assert inner["condition-2"]["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--deploy'] == true"
+    assert deps(inner, "condition-2") == ["publish-model"]
+    assert inner["condition-2"]["inputs"]["artifacts"]["pipelinechannel--publish-model-published"] == {
+        "taskOutputArtifact": {"outputArtifactKey": "published", "producerTask": "publish-model"}}
+    deploy = dag(spec, "comp-condition-2")
+    assert set(deploy) == {"deploy-model"}
+    assert deploy["deploy-model"]["inputs"]["artifacts"] == {
+        "published": {"componentInputArtifact": "pipelinechannel--publish-model-published"},
+        "dataset": {"componentInputArtifact": "pipelinechannel--prepare-data-dataset"}}
+    assert params(deploy["deploy-model"]) == {name: {"componentInputParameter": f"pipelinechannel--{name}"} for name in
+                                              ("model_repository", "model_name", "serving_url", "rest_port", "grpc_port")}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
-    params = spec["root"]["inputDefinitions"]["parameters"]
-    assert params["workers"] == {"defaultValue": 2, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
-    assert params["accuracy_threshold"]["parameterType"] == "NUMBER_DOUBLE"
-    assert params["tflite_mode"] == {"defaultValue": "dynamic", "isOptional": True, "parameterType": "STRING"}
+    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    assert inputs["workers"] == {"defaultValue": 2, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["accuracy_threshold"]["parameterType"] == "NUMBER_DOUBLE"
+    assert inputs["tflite_mode"] == {"defaultValue": "dynamic", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["deploy"] == {"defaultValue": True, "isOptional": True, "parameterType": "BOOLEAN"}
+    assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["serving_url"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["rest_port"]["defaultValue"] == 8501 and inputs["grpc_port"]["defaultValue"] == 8500
 
 
-def test_vertex_yaml_loads_in_pipeline_job_offline(tmp_path):
+@pytest.mark.parametrize("pipeline, values, name", [
+    ("training", {"workers": 3, "epochs": 5, "data_source": "gs://bucket/flowers", "traffic_percentage": 10},
+     "tfpipe-training"),
+    ("batch_prediction", {"instances": "gs://bucket/in/*.jsonl", "model": "3", "batch_size": 16},
+     "tfpipe-batch-prediction"),
+])
+def test_vertex_yaml_loads_in_pipeline_job_offline(tmp_path, pipeline, values, name):
     from google.cloud import aiplatform
 
-    path, _ = compile_spec("vertex", tmp_path)
+    path, _ = compile_spec("vertex", tmp_path, pipeline)
     job = aiplatform.PipelineJob(
         display_name="tfpipe-offline-check", template_path=str(path), pipeline_root="gs://bucket/root",
         project="my-project", location="us-central1", credentials=AnonymousCredentials(),
-        parameter_values={"workers": 3, "epochs": 5, "data_source": "gs://bucket/flowers"}, enable_caching=False,
+        parameter_values=values, enable_caching=False,
     )
     resource = job._gca_resource
     assert resource.display_name == "tfpipe-offline-check"
     assert resource.runtime_config.gcs_output_directory == "gs://bucket/root"
-    values = resource.runtime_config.parameter_values
-    assert values["workers"] == 3 and values["data_source"] == "gs://bucket/flowers"
-    assert resource.pipeline_spec["pipelineInfo"]["name"] == "tfpipe-training"
+    assert dict(resource.runtime_config.parameter_values) == values
+    assert resource.pipeline_spec["pipelineInfo"]["name"] == name
+
+
+def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    blessed = dag(spec, "comp-condition-4")
+    find = blessed["find-model"]
+    assert params(find) == {"display_name": "digits", "project": PROJECT, "location": "europe-west4"}
+    assert find["cachingOptions"] == {}  # a look-up must not be served from the cache
+    branches = dag(spec, "comp-condition-branches-5")
+    assert branches["condition-6"]["triggerPolicy"]["condition"] == \
+        "inputs.parameter_values['pipelinechannel--find-model-resource_name'] != ''"
+    assert branches["condition-7"]["triggerPolicy"]["condition"] == \
+        "!(inputs.parameter_values['pipelinechannel--find-model-resource_name'] != '')"
+    upload = {"display_name": "digits", "location": "europe-west4", "version_aliases": ["champion", "blue"],
+              "labels": {"team": "ml-platform", "pipeline": "tfpipe-training"}}
+    # the model exists: import it as a VertexModel (GCPC reads metadata.resourceName) and upload a version of it
+    existing = dag(spec, "comp-condition-6")
+    assert set(existing) == {"importer-2", "model-upload"}
+    assert params(existing["importer-2"]) == {
+        "uri": {"componentInputParameter": "pipelinechannel--find-model-resource_uri"},
+        "metadata": {"componentInputParameter": "pipelinechannel--find-model-resource_name"}}
+    executors = spec["deploymentSpec"]["executors"]
+    assert executors["exec-importer-2"]["importer"] == {
+        "artifactUri": {"runtimeParameter": "uri"}, "metadata": {"resourceName": "{{$.inputs.parameters['metadata']}}"},
+        "typeSchema": {"schemaTitle": "google.VertexModel", "schemaVersion": "0.0.1"}}
+    assert params(existing["model-upload"]) == upload
+    assert existing["model-upload"]["inputs"]["artifacts"] == {
+        "parent_model": {"taskOutputArtifact": {"outputArtifactKey": "artifact", "producerTask": "importer-2"}},
+        "unmanaged_container_model": {"componentInputArtifact": "pipelinechannel--importer-artifact"}}
+    # GCPC passes the parent model's metadata.resourceName (what the importer sets) as --parent_model_name
+    assert yaml.safe_load(executors["exec-model-upload"]["container"]["args"][-1]) == {"IfPresent": {
+        "InputName": "parent_model",
+        "Then": ["--parent_model_name", "{{$.inputs.artifacts['parent_model'].metadata['resourceName']}}"]}}
+    # no such model: a plain upload creates it
+    missing = dag(spec, "comp-condition-7")
+    assert set(missing) == {"model-upload-2"}
+    assert params(missing["model-upload-2"]) == upload
+    assert missing["model-upload-2"]["inputs"]["artifacts"] == {
+        "unmanaged_container_model": {"componentInputArtifact": "pipelinechannel--importer-artifact"}}
+    # whichever ran hands its VertexModel on (dsl.OneOf)
+    assert spec["components"]["comp-condition-branches-5"]["dag"]["outputs"]["artifacts"] == {
+        "pipelinechannel--condition-branches-5-oneof-1": {"artifactSelectors": [
+            {"outputArtifactKey": "pipelinechannel--model-upload-model", "producerSubtask": "condition-6"},
+            {"outputArtifactKey": "pipelinechannel--model-upload-2-model", "producerSubtask": "condition-7"}]}}
+
+
+def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    gate = dag(spec, "comp-condition-4")["condition-8"]
+    assert gate["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--deploy'] == true"
+    deploy = dag(spec, "comp-condition-8")
+    assert set(deploy) == {"find-endpoint", "condition-branches-9", "plan-traffic-split", "model-deploy"}
+    assert params(deploy["find-endpoint"]) == {"display_name": "digits-endpoint", "project": PROJECT,
+                                                "location": "europe-west4"}
+    assert params(deploy["plan-traffic-split"]) == {
+        "endpoint_name": {"taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "find-endpoint"}},
+        "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"}}
+    for name in ("find-endpoint", "plan-traffic-split"):
+        assert deploy[name]["cachingOptions"] == {}
+    branches = dag(spec, "comp-condition-branches-9")
+    assert branches["condition-10"]["triggerPolicy"]["condition"] == \
+        "inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != ''"
+    assert branches["condition-11"]["triggerPolicy"]["condition"] == \
+        "!(inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != '')"
+    assert set(dag(spec, "comp-condition-10")) == {"importer-3"}
+    assert spec["deploymentSpec"]["executors"]["exec-importer-3"]["importer"]["typeSchema"]["schemaTitle"] == \
+        "google.VertexEndpoint"
+    assert spec["deploymentSpec"]["executors"]["exec-importer-3"]["importer"]["metadata"] == {
+        "resourceName": "{{$.inputs.parameters['metadata']}}"}
+    created = dag(spec, "comp-condition-11")
+    assert set(created) == {"endpoint-create"}
+    assert params(created["endpoint-create"]) == {"display_name": "digits-endpoint", "location": "europe-west4",
+                                                  "labels": {"team": "ml-platform", "pipeline": "tfpipe-training"}}
+    assert spec["components"]["comp-condition-branches-9"]["dag"]["outputs"]["artifacts"] == {
+        "pipelinechannel--condition-branches-9-oneof-1": {"artifactSelectors": [
+            {"outputArtifactKey": "pipelinechannel--importer-3-artifact", "producerSubtask": "condition-10"},
+            {"outputArtifactKey": "pipelinechannel--endpoint-create-endpoint", "producerSubtask": "condition-11"}]}}
+    task = deploy["model-deploy"]
+    assert deps(deploy, "model-deploy") == ["condition-branches-9", "plan-traffic-split"]
+    assert task["inputs"]["artifacts"] == {
+        "endpoint": {"taskOutputArtifact": {"outputArtifactKey": "pipelinechannel--condition-branches-9-oneof-1",
+                                            "producerTask": "condition-branches-9"}},
+        "model": {"componentInputArtifact": "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"}}
+    assert params(task) == {
+        "deployed_model_display_name": "digits",
+        "traffic_split": {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "plan-traffic-split"}},
+        "dedicated_resources_machine_type": "n1-highcpu-4",
+        "dedicated_resources_min_replica_count": 2,
+        "dedicated_resources_max_replica_count": 5,
+        "dedicated_resources_accelerator_type": "NVIDIA_TESLA_T4",
+        "dedicated_resources_accelerator_count": 1,
+    }
+    assert spec["components"]["comp-plan-traffic-split"]["outputDefinitions"]["parameters"]["Output"] == {
+        "parameterType": "STRUCT"}
+    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["deploy"] == {"defaultValue": True, "isOptional": True, "parameterType": "BOOLEAN"}
+
+
+def test_vertex_batch_prediction(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path, "batch_prediction")
+    assert spec["pipelineInfo"]["name"] == "tfpipe-batch-prediction"
+    root = dag(spec)
+    assert set(root) == {"plan-batch-prediction", "importer", "model-batch-predict"}
+    plan = root["plan-batch-prediction"]
+    assert plan["cachingOptions"] == {}
+    assert params(plan) == {
+        "model": {"componentInputParameter": "model"}, "display_name": "digits", "alias": "champion",
+        "instances": {"componentInputParameter": "instances"},
+        "output_prefix": {"componentInputParameter": "output_prefix"}, "project": PROJECT, "location": "europe-west4"}
+    assert params(root["importer"]) == {
+        "uri": {"taskOutputParameter": {"outputParameterKey": "model_uri", "producerTask": "plan-batch-prediction"}},
+        "metadata": {"taskOutputParameter": {"outputParameterKey": "model_name",
+                                             "producerTask": "plan-batch-prediction"}}}
+    assert spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]["typeSchema"]["schemaTitle"] == \
+        "google.VertexModel"
+
+    def planned(key):
+        return {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-batch-prediction"}}
+
+    job = root["model-batch-predict"]
+    assert job["inputs"]["artifacts"] == {
+        "model": {"taskOutputArtifact": {"outputArtifactKey": "artifact", "producerTask": "importer"}}}
+    assert params(job) == {
+        "job_display_name": "{{$.pipeline_job_name}}-batch",
+        "location": "europe-west4",
+        "gcs_source_uris": planned("gcs_source_uris"),
+        "instances_format": {"componentInputParameter": "instances_format"},
+        "predictions_format": "jsonl",
+        "gcs_destination_output_uri_prefix": planned("output_prefix"),
+        "key_field": {"componentInputParameter": "key_field"},
+        "manual_batch_tuning_parameters_batch_size": {"componentInputParameter": "batch_size"},
+        "machine_type": "n1-highmem-8",
+        "starting_replica_count": 3,
+        "max_replica_count": 7,
+        "labels": {"team": "ml-platform", "pipeline": "tfpipe-batch-prediction"},
+    }
+    outputs = spec["components"]["comp-plan-batch-prediction"]["outputDefinitions"]["parameters"]
+    assert outputs["gcs_source_uris"] == {"parameterType": "LIST"}
+    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    assert inputs["instances"] == {"parameterType": "STRING"}  # required
+    assert inputs["instances_format"] == {"defaultValue": "jsonl", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["model"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["batch_size"] == {"defaultValue": 64, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert set(inputs) == {"instances", "instances_format", "model", "model_repository", "model_name", "batch_size",
+                           "key_field", "output_prefix"}
+
+
+def test_kubeflow_batch_prediction(tmp_path):
+    _, spec = compile_spec("kubeflow", tmp_path, "batch_prediction")
+    root = dag(spec)
+    assert set(root) == {"run-batch-prediction"}
+    assert params(root["run-batch-prediction"]) == {
+        name: {"componentInputParameter": name} for name in
+        ("model_repository", "model_name", "model", "instances", "instances_format", "batch_size", "key_field")}
+    assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
+    outputs = spec["components"]["comp-run-batch-prediction"]["outputDefinitions"]
+    assert set(outputs["parameters"]) == {"output_directory", "succeeded", "failed"}
+    assert set(outputs["artifacts"]) == {"predictions"}
+
+
+def test_local_steps_deploy_after_publish():
+    from pipelines.local_run import step_names
+
+    names = step_names(build_pipeline("local"))
+    assert names[:5] == ["prepare-data", "tune-hyperparameters", "train-model", "evaluate-model", "publish-model"]
+    assert set(names[5:]) == {"quantize-model", "deploy-model"} and len(names) == 7
+
+
+def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+
+    (tmp_path / "c.yaml").write_text("batch:\n  batch_size: 8\n  instances_format: csv\n"
+                                     "platform:\n  batch_machine_type: n1-standard-16\n")
+    out = tmp_path / "batch.yaml"
+    result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--pipeline", "batch_prediction",
+                                      "--output", str(out), "--config", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"compiled vertex batch_prediction pipeline to {out}"
+    spec = yaml.safe_load(out.read_text())
+    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    assert inputs["batch_size"]["defaultValue"] == 8 and inputs["instances_format"]["defaultValue"] == "csv"
+    assert inputs["instances"] == {"parameterType": "STRING"}
+    assert params(dag(spec)["model-batch-predict"])["machine_type"] == "n1-standard-16"
+
+
+@pytest.mark.parametrize("section, values, message", [
+    ("parameters", "traffic_percentage: 0", "parameters.traffic_percentage: Input should be greater than or equal to 1"),
+    ("parameters", "traffic_percentage: 101", "parameters.traffic_percentage: Input should be less than or equal to 100"),
+    ("parameters", "rest_port: 9000\n  grpc_port: 9000", "rest_port and grpc_port must differ"),
+    ("batch", "instances_format: parquet", "batch.instances_format: Input should be 'jsonl', 'csv'"),
+    ("batch", "batch_size: 0", "batch.batch_size: Input should be greater than or equal to 1"),
+    ("platform", "model_version_aliases: [Champion]", "model_version_aliases: 'Champion' must match"),
+    ("platform", "model_labels: {Team: ml}", "model_labels: Team='ml': keys must match"),
+    ("platform", "serving_min_replicas: 3\n  serving_max_replicas: 2",
+     r"serving_max_replicas \(2\) must be >= serving_min_replicas \(3\)"),
+    ("platform", "batch_starting_replicas: 4\n  batch_max_replicas: 2",
+     r"batch_max_replicas \(2\) must be >= batch_starting_replicas \(4\)"),
+    ("platform", "serving_accelerator_type: NVIDIA_TESLA_T4", "must be set together"),
+])
+def test_deploy_and_batch_config_validation(tmp_path, section, values, message):
+    (tmp_path / "c.yaml").write_text(f"{section}:\n  {values}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_batch_config_overrides():
+    config = load_config(None, {"epochs": 3}, {"instances": "a.jsonl", "model": None, "batch_size": 4})
+    assert config.batch.pipeline_arguments() == {
+        "instances": "a.jsonl", "instances_format": "jsonl", "model": "", "model_repository": "",
+        "model_name": "tfpipe-model", "batch_size": 4, "key_field": "", "output_prefix": ""}
+    assert "instances" not in load_config().batch.pipeline_arguments()
 
 
 def test_unknown_target():

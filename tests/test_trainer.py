@@ -22,6 +22,19 @@ def test_exported_model_serves_raw_pixels_of_any_size(trained_model):
     assert (model_dir / "assets.extra" / "labels.txt").read_text().split() == [str(i) for i in range(10)]
 
 
+def test_exported_model_carries_tf_serving_warmup_requests(trained_model):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from pipelines.serving.models import Servable, warmup
+
+    path = trained_model / "model" / "assets.extra" / "tf_serving_warmup_requests"
+    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]
+    shapes = [tf.make_ndarray(log.predict_log.request.inputs["image"]).shape for log in logs]
+    assert [s[0] for s in shapes] == [1, 8, 32] and all(s[1:] == (8, 8, 1) for s in shapes)
+    assert {log.predict_log.request.model_spec.signature_name for log in logs} == {"serving_default"}
+    assert warmup(Servable(1, str(trained_model / "model"), None)) == 3
+
+
 def test_metrics_history_tensorboard_and_hypertune(trained_model):
     metrics = json.loads((trained_model / "metrics.json").read_text())
     assert metrics["strategy"] == "default" and metrics["num_workers"] == 1 and metrics["epochs"] == 8

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     cluster = distribute.cluster_from_env()  # sets TF_CONFIG from CLUSTER_SPEC before the strategy exists
     import tensorflow as tf
 
-    from trainer import callbacks, data, model as models
+    from trainer import callbacks, data, model as models, warmup
 
     started = time.time()
     strategy = distribute.make_strategy(cluster)
@@ -122,6 +122,9 @@ def main(argv=None) -> int:
         tf.io.gfile.makedirs(f"{args.model_dir}/assets.extra")
         with tf.io.gfile.GFile(f"{args.model_dir}/assets.extra/labels.txt", "w") as f:
             f.write("\n".join(stats["labels"]) + "\n")
+        examples = tf.cast(next(iter(val_ds))[0], tf.float32).numpy()
+        input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input
+        warmup.write_warmup_requests(args.model_dir, [{input_name: examples[:n]} for n in (1, 8, len(examples))])
         final = epoch_log.last or epoch_log.previous  # a restart after the last epoch trains no epoch
         summary = {
             "val_accuracy": final.get("val_accuracy"),

@@ -50,6 +50,8 @@ def to_array(value, info: TensorInfo, batched: bool = True) -> np.ndarray:
     try:
         if info.dtype == object:
             array = np.array(_unb64(value), dtype=object)
+            if not all(isinstance(v, bytes) for v in array.flat):
+                raise RequestError(f"input '{info.name}' takes strings or {{\"b64\": ...}} values")
         else:
             if isinstance(value, dict) or (isinstance(value, list) and _has_dict(value)):
                 raise RequestError(f"input '{info.name}' has dtype {info.dtype.name}; b64 objects need a string input")
@@ -97,26 +99,26 @@ def parse_instances(instances, inputs: dict[str, TensorInfo]) -> dict[str, np.nd
         raise RequestError("'instances' must be a non-empty list")
     names = list(inputs)
     if all(isinstance(i, dict) and "b64" not in i for i in instances):
-        rows = instances
+        for row in instances:
+            if row.keys() != inputs.keys():
+                missing, extra = set(names) - set(row), set(row) - set(names)
+                raise RequestError(f"instance inputs do not match the signature {names}"
+                                   + (f"; missing {sorted(missing)}" if missing else "")
+                                   + (f"; unknown {sorted(extra)}" if extra else ""))
+        columns = {n: [row[n] for row in instances] for n in names}
     elif len(names) == 1 and not any(isinstance(i, dict) and "b64" not in i for i in instances):
-        rows = [{names[0]: i} for i in instances]
+        columns = {names[0]: instances}
     else:
         raise RequestError(f"every instance must be an object with the inputs {names}" if len(names) > 1 else
                            "instances must all be values or all be objects")
-    for row in rows:
-        if set(row) != set(names):
-            missing, extra = set(names) - set(row), set(row) - set(names)
-            raise RequestError(f"instance inputs do not match the signature {names}"
-                               + (f"; missing {sorted(missing)}" if missing else "")
-                               + (f"; unknown {sorted(extra)}" if extra else ""))
     arrays = {}
-    for name in names:
-        values = [to_array(row[name], inputs[name], batched=False) for row in rows]
-        if len({v.shape for v in values}) > 1:
-            raise RequestError(f"input '{name}': instances have different shapes "
-                               f"{sorted({tuple(v.shape) for v in values})}; send them in separate requests")
-        arrays[name] = np.stack(values) if inputs[name].dtype != object else np.array(
-            [v for v in values], dtype=object).reshape((len(values),) + values[0].shape)
+    for name, values in columns.items():
+        try:
+            arrays[name] = to_array(values, inputs[name])  # one conversion for the whole batch
+        except RequestError:
+            for value in values:  # name the instance that does not fit
+                to_array(value, inputs[name], batched=False)
+            raise RequestError(f"input '{name}': instances have different shapes; send them in separate requests")
     return arrays
 
 

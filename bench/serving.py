@@ -1,0 +1,464 @@
+"""Serving benchmark: our TF-Serving-compatible server vs KServe's Python model server, one load generator.
+
+    python -m bench.serving [--duration 6] [--warmup 1] [--clients 1 16] [--max-batch-size 32]
+                            [--batch-timeout-ms 1] [--num-batch-threads 1] [--client-processes 4] [--workdir DIR]
+
+Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epochs`) and serves its SavedModel
+(input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from separate processes, one at a time:
+KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`, `kserve.ModelServer(workers=1)`, v1
+protocol, per-request logs off unless `--kserve-request-logs`), then ours (`python -m pipelines serve`) without
+and with `--enable-batching`. Each server is checked first (64 test digits one by one: every answer's class id must
+equal a direct `serving_default` call's), then loaded by the same generator: N closed-loop clients (each its own
+`requests.Session` or gRPC channel, in `--client-processes` worker processes so that the GIL of one Python process
+does not cap the load), one instance per request (a test digit; REST body `{"instances": [...]}` JSON, gRPC a
+serialized `PredictRequest` with `tf.make_tensor_proto`, both encoded once before the run), `--warmup` seconds
+unmeasured, then `--duration` seconds measured: QPS, latency p50/p99, errors (must be 0) and the server's CPU time
+per request. Also compares request bytes for 32 random 28×28 float32 images: REST JSON body (as the seed client
+writes it) vs the serialized gRPC `PredictRequest`.
+
+Goals: ours ≥ 1.5× KServe QPS at 16 REST clients (best of ours with/without batching); gRPC ≤ 0.3× REST bytes.
+Results: bench/results/serving.json.
+"""
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+RESULTS = Path(__file__).resolve().parent / "results" / "serving.json"
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_NAME = "digits"
+PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Load generator (runs in spawned worker processes; imports only requests / grpc, never TensorFlow)
+
+def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Event, window: list, out: dict) -> None:
+    """One closed-loop client: send requests back to back until window[1]; keep latencies of those in the window."""
+    latencies, errors, first_error = [], 0, ""
+    if kind == "rest":
+        import requests
+
+        session = requests.Session()
+        headers = {"Content-Type": "application/json"}
+
+        def call(body):
+            r = session.post(target, data=body, headers=headers, timeout=30)
+            if r.status_code != 200 or b'"class_id"' not in r.content:
+                raise RuntimeError(f"HTTP {r.status_code}: {r.content[:200]!r}")
+    else:
+        import grpc
+
+        channel = grpc.insecure_channel(target)
+        predict = channel.unary_unary(PREDICT_METHOD)  # bytes in, bytes out: the bodies are serialized already
+
+        def call(body):
+            if b"class_id" not in predict(body, timeout=30):
+                raise RuntimeError("the PredictResponse has no class_id output")
+    try:
+        call(bodies[offset % len(bodies)])  # connect before the clock starts
+    except Exception as e:  # noqa: BLE001 (reported as an error of this run)
+        errors, first_error = 1, f"{type(e).__name__}: {e}"[:300]
+    out["connected"].release()
+    go.wait()
+    start, end = window
+    i = offset
+    while True:
+        t0 = time.monotonic()
+        if t0 >= end:
+            break
+        try:
+            call(bodies[i % len(bodies)])
+        except Exception as e:  # noqa: BLE001
+            errors += 1
+            first_error = first_error or f"{type(e).__name__}: {e}"[:300]
+            time.sleep(0.01)
+            continue
+        finally:
+            i += 1
+        t1 = time.monotonic()
+        if t0 >= start and t1 <= end:
+            latencies.append(t1 - t0)
+    with out["lock"]:
+        out["latencies"].extend(latencies)
+        out["errors"] += errors
+        out["first_error"] = out["first_error"] or first_error
+
+
+def _worker(kind, target, bodies, threads, first_client, warmup, duration, ready, go, start_at, results) -> None:
+    """A load-generator process: `threads` clients; reports (latencies, errors, first error, CPU s in window)."""
+    out = {"latencies": [], "errors": 0, "first_error": "", "lock": threading.Lock(),
+           "connected": threading.Semaphore(0)}
+    go_local, window = threading.Event(), [0.0, 0.0]
+    clients = [threading.Thread(target=_client, args=(kind, target, bodies, first_client + k, go_local, window, out),
+                                daemon=True) for k in range(threads)]
+    for c in clients:
+        c.start()
+    for _ in clients:
+        out["connected"].acquire()
+    ready.put(os.getpid())
+    go.wait()
+    window[0] = start_at.value + warmup
+    window[1] = window[0] + duration
+    go_local.set()
+    time.sleep(max(0.0, window[0] - time.monotonic()))
+    cpu0 = time.process_time()
+    time.sleep(max(0.0, window[1] - time.monotonic()))
+    cpu1 = time.process_time()
+    for c in clients:
+        c.join(60)
+    results.put((out["latencies"], out["errors"], out["first_error"], cpu1 - cpu0))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load(kind: str, target: str, bodies: list, clients: int, processes: int, warmup: float, duration: float,
+         server_pid: int) -> dict:
+    """Run `clients` closed-loop clients in `processes` worker processes; QPS, latency percentiles, errors."""
+    ctx = multiprocessing.get_context("spawn")
+    processes = max(1, min(processes, clients))
+    ready, results, go, start_at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    split = [clients // processes + (1 if k < clients % processes else 0) for k in range(processes)]
+    workers = [ctx.Process(target=_worker, args=(kind, target, bodies, n, sum(split[:k]) * 7, warmup, duration,
+                                                 ready, go, start_at, results), daemon=True)
+               for k, n in enumerate(split)]
+    try:
+        for w in workers:
+            w.start()
+        for _ in workers:
+            ready.get(timeout=120)
+        start_at.value = time.monotonic() + 0.05
+        go.set()
+        time.sleep(max(0.0, start_at.value + warmup - time.monotonic()))
+        server_cpu0 = _cpu_seconds(server_pid)
+        time.sleep(max(0.0, start_at.value + warmup + duration - time.monotonic()))
+        server_cpu1 = _cpu_seconds(server_pid)
+        parts = [results.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join(30)
+    finally:
+        for w in workers:
+            if w.is_alive():
+                w.terminate()
+                w.join(5)
+    latencies = np.array([x for p in parts for x in p[0]]) * 1000
+    errors, client_cpu = sum(p[1] for p in parts), sum(p[3] for p in parts)
+    n = len(latencies)
+    return {"requests": int(n), "qps": round(n / duration, 1),
+            "p50_ms": round(float(np.percentile(latencies, 50)), 3) if n else None,
+            "p99_ms": round(float(np.percentile(latencies, 99)), 3) if n else None,
+            "mean_ms": round(float(latencies.mean()), 3) if n else None,
+            "errors": int(errors), "first_error": next((p[2] for p in parts if p[2]), ""),
+            "server_cpu_ms_per_request": round((server_cpu1 - server_cpu0) * 1000 / n, 4) if n else None,
+            "server_cpu_cores": round((server_cpu1 - server_cpu0) / duration, 3),
+            "client_cpu_ms_per_request": round(client_cpu * 1000 / n, 4) if n else None,
+            "client_processes": processes}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Server processes
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server_process(cmd: list[str], log_path: Path, ready, timeout: float = 180):
+    """Start a server process, wait until `ready()` is true, yield it; always terminate and wait for it."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd[2]} exited with {proc.returncode}:\n{_tail(log_path)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{cmd[2]} not ready after {timeout:.0f} s:\n{_tail(log_path)}")
+            time.sleep(0.25)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _get_json(url: str):
+    import requests
+
+    try:
+        r = requests.get(url, timeout=2)
+        return r.json() if r.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+
+
+def kserve_ready(url: str):
+    return lambda: (_get_json(url) or {}).get("ready") is True
+
+
+def ours_ready(url: str):
+    return lambda: any(s.get("state") == "AVAILABLE" for s in (_get_json(url) or {}).get("model_version_status", []))
+
+
+def check_rest(url: str, bodies: list, expected: np.ndarray) -> bool:
+    """Every body's answer has the expected class id (row format: one object per instance)."""
+    import requests
+
+    with requests.Session() as s:
+        got = [s.post(url, data=b, headers={"Content-Type": "application/json"}, timeout=30).json()
+               ["predictions"][0]["class_id"] for b in bodies]
+    return bool(np.array_equal(np.array(got), expected))
+
+
+def check_grpc(target: str, bodies: list, expected: np.ndarray) -> bool:
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+
+    with grpc.insecure_channel(target) as channel:
+        predict = channel.unary_unary(PREDICT_METHOD, response_deserializer=predict_pb2.PredictResponse.FromString)
+        got = [int(tf.make_ndarray(predict(b, timeout=30).outputs["class_id"])[0]) for b in bodies]
+    return bool(np.array_equal(np.array(got), expected))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Requests
+
+def rest_body(instances: np.ndarray) -> bytes:
+    return json.dumps({"instances": instances.tolist()}).encode()
+
+
+def grpc_request(images: np.ndarray, signature: str = "serving_default"):
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name, request.model_spec.signature_name = MODEL_NAME, signature
+    request.inputs["image"].CopyFrom(tf.make_tensor_proto(images))
+    return request
+
+
+def request_bytes(batch: int, size: int, seed: int = 0) -> dict:
+    """REST JSON (as the seed client writes it) vs serialized gRPC PredictRequest, for random float32 images."""
+    x = np.random.default_rng(seed).random((batch, size, size, 1), dtype=np.float32)
+    rest = len(json.dumps({"signature_name": "serving_default", "instances": x.tolist()}))
+    grpc_ = len(grpc_request(x).SerializeToString())
+    return {"images": batch, "shape": list(x.shape), "dtype": "float32", "rest_json_bytes": rest,
+            "grpc_bytes": grpc_, "raw_tensor_bytes": x.nbytes, "grpc_to_rest": round(grpc_ / rest, 4)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
+def prepare_model(workdir: Path, epochs: int) -> tuple[str, bool]:
+    """Train the digits model into workdir (reused when workdir already holds it)."""
+    from components.prepare_data import prepare
+
+    model_dir = workdir / "job" / "model"
+    if (model_dir / "saved_model.pb").exists() and (workdir / "data" / "stats.json").exists():
+        return str(model_dir), True
+    prepare("builtin:digits", str(workdir / "data"), num_workers=1)
+    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(workdir / "data"), "--job-dir",
+                    str(workdir / "job"), "--epochs", str(epochs), "--learning-rate", "0.003"],
+                   check=True, capture_output=True, cwd=ROOT)
+    return str(model_dir), False
+
+
+def run(args, workdir: Path) -> dict:
+    import tensorflow as tf
+
+    from trainer import data
+
+    started = time.time()
+    model_dir, reused = prepare_model(workdir, args.epochs)
+    base = workdir / "models"
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.copytree(model_dir, base / MODEL_NAME / "1")
+    stats = data.load_stats(str(workdir / "data"))
+    test = np.concatenate([x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256,
+                                                                   training=False)]).astype(np.float32)
+    images = test[:64]
+    expected = tf.saved_model.load(model_dir).signatures["serving_default"](image=tf.constant(images))
+    expected = expected["class_id"].numpy()
+    rest_bodies = [rest_body(x[None]) for x in images]
+    grpc_bodies = [grpc_request(x[None]).SerializeToString() for x in images]
+    setup_seconds = time.time() - started
+
+    batching = ["--enable-batching", "--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms",
+                str(args.batch_timeout_ms), "--num-batch-threads", str(args.num_batch_threads)]
+    servers = [("kserve", "KServe", ["rest"]), ("ours", "ours", ["rest", "grpc"]),
+               ("ours_batching", "ours+batching", ["rest", "grpc"])]
+    rows = []
+    for key, label, protocols in servers:
+        if args.only and key not in args.only:
+            continue
+        http, grpc_port = free_port(), free_port()
+        rest_url = f"http://127.0.0.1:{http}/v1/models/{MODEL_NAME}"
+        if key == "kserve":
+            cmd = [sys.executable, "-m", "bench.kserve_peer", model_dir, MODEL_NAME, str(http), str(grpc_port)]
+            cmd += ["--request-logs"] if args.kserve_request_logs else []
+            ready = kserve_ready(rest_url)
+        else:
+            cmd = [sys.executable, "-m", "pipelines", "serve", "--model-base-path", str(base), "--model-name",
+                   MODEL_NAME, "--rest-port", str(http), "--grpc-port", str(grpc_port)]
+            cmd += batching if key == "ours_batching" else []
+            ready = ours_ready(rest_url)
+        print(f"[bench] {label}: starting ({' '.join(cmd[1:4])} ...)", flush=True)
+        with server_process(cmd, workdir / f"{key}.log", ready) as proc:
+            for protocol in protocols:
+                target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
+                bodies = rest_bodies if protocol == "rest" else grpc_bodies
+                correct = (check_rest if protocol == "rest" else check_grpc)(target, bodies, expected)
+                for clients in args.clients:
+                    m = load(protocol, target, bodies, clients, args.client_processes, args.warmup, args.duration,
+                             proc.pid)
+                    row = {"server": key, "protocol": protocol, "clients": clients,
+                           "batching": key == "ours_batching", "class_ids_match": correct, **m}
+                    rows.append(row)
+                    print(f"[bench] {label:<14}{protocol:<5}{clients:>3} clients: {m['qps']:>8,.0f} QPS, p50 "
+                          f"{m['p50_ms']} ms, p99 {m['p99_ms']} ms, errors {m['errors']}", flush=True)
+    bytes_cmp = request_bytes(args.bytes_batch, args.bytes_size)
+
+    def qps(server, protocol, clients):
+        return next((r["qps"] for r in rows if (r["server"], r["protocol"], r["clients"]) == (server, protocol,
+                                                                                            clients)), None)
+
+    top = max(args.clients)
+    kserve_qps = qps("kserve", "rest", top)
+    ours_rest = {k: qps(k, "rest", top) for k in ("ours", "ours_batching")}
+    best_key = max((k for k in ours_rest if ours_rest[k]), key=lambda k: ours_rest[k], default=None)
+    ratio = round(ours_rest[best_key] / kserve_qps, 3) if best_key and kserve_qps else None
+    errors = sum(r["errors"] for r in rows)
+    return {
+        "benchmark": "serving", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dataset": "builtin:digits",
+        "epochs": args.epochs, "model_reused": reused, "model_input": [None, 8, 8, 1], "request_instances": 1,
+        "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "clients": args.clients,
+                     "client_processes": args.client_processes,
+                     "client": "closed loop; requests.Session (REST) / grpc channel with pre-serialized "
+                               "PredictRequest (gRPC), one per client; bodies encoded once before the run",
+                     "ours_batching": {"max_batch_size": args.max_batch_size,
+                                       "batch_timeout_ms": args.batch_timeout_ms,
+                                       "num_batch_threads": args.num_batch_threads},
+                     "kserve": {"workers": 1, "request_logs": args.kserve_request_logs,
+                                "model": "kserve.Model, sync predict calling serving_default"}},
+        "machine": {"cpu_count": os.cpu_count(), "loadavg_at_start": args.loadavg, "platform": platform.platform(),
+                    "python": platform.python_version()},
+        "versions": {p: _version(p) for p in ("kserve", "tensorflow", "grpcio", "uvicorn", "starlette", "fastapi",
+                                              "requests", "orjson", "uvloop")},
+        "setup_seconds": round(setup_seconds, 1), "seconds": round(time.time() - started, 1),
+        "runs": rows, "request_bytes": bytes_cmp,
+        "goal": {"qps_clients": top, "kserve_rest_qps": kserve_qps, "ours_rest_qps": ours_rest,
+                 "ours_best": best_key, "ours_to_kserve": ratio, "qps_ratio_min": 1.5,
+                 "qps_met": ratio is not None and ratio >= 1.5,
+                 "grpc_to_rest_bytes": bytes_cmp["grpc_to_rest"], "bytes_ratio_max": 0.3,
+                 "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3, "errors": errors,
+                 "all_correct": all(r["class_ids_match"] for r in rows)},
+    }
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+NAMES = {"kserve": "KServe", "ours": "ours", "ours_batching": "ours+batching"}
+
+
+def print_report(r: dict) -> None:
+    s = r["settings"]
+    b = s["ours_batching"]
+    print(f"\nServing {r['dataset']} (1 instance/request), {r['machine']['cpu_count']} CPUs, "
+          f"{s['warmup_s']} s warm-up + {s['duration_s']} s measured per row, client processes ≤ "
+          f"{s['client_processes']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
+          f"{b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, tensorflow "
+          f"{r['versions']['tensorflow']}")
+    print(f"{'server':<15}{'proto':<6}{'clients':>8}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+          f"{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}")
+    for row in r["runs"]:
+        print(f"{NAMES[row['server']]:<15}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}"
+              f"{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['errors']:>8}{row['server_cpu_ms_per_request']:>11.3f}"
+              f"{row['server_cpu_cores']:>10.2f}{row['client_cpu_ms_per_request']:>11.3f}"
+              f"{str(row['class_ids_match']):>9}")
+    for row in r["runs"]:
+        if row["errors"]:
+            print(f"errors in {NAMES[row['server']]} {row['protocol']} {row['clients']}: {row['first_error']}")
+    q = r["request_bytes"]
+    print(f"request bytes, {q['images']} random {q['shape'][1]}×{q['shape'][2]} float32 images: REST JSON "
+          f"{q['rest_json_bytes']:,} B, gRPC PredictRequest {q['grpc_bytes']:,} B (raw tensor {q['raw_tensor_bytes']:,}"
+          f" B) → gRPC/REST {q['grpc_to_rest']:.3f}")
+    g = r["goal"]
+    ours = ", ".join(f"{NAMES[k]} {v:,.0f}" for k, v in g["ours_rest_qps"].items() if v)
+    if g["ours_to_kserve"] is not None:
+        print(f"goal ours ≥ 1.5× KServe QPS at {g['qps_clients']} REST clients: KServe {g['kserve_rest_qps']:,.0f}, "
+              f"{ours}; best {NAMES[g['ours_best']]} {g['ours_to_kserve']:.2f}× ... "
+              f"{'PASS' if g['qps_met'] else 'FAIL'}")
+    print(f"goal gRPC ≤ 0.3× REST bytes: {g['grpc_to_rest_bytes']:.3f}× ... {'PASS' if g['bytes_met'] else 'FAIL'}")
+    print(f"errors: {g['errors']} ({'PASS' if g['errors'] == 0 else 'FAIL'}); class ids match a direct call: "
+          f"{g['all_correct']}; run time {r['seconds']:.0f} s")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.serving", description=__doc__.splitlines()[0])
+    p.add_argument("--duration", type=float, default=6.0, help="measured seconds per row")
+    p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each row")
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--client-processes", type=int, default=4, help="load-generator processes (≤ clients)")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--batch-timeout-ms", type=float, default=1.0)
+    p.add_argument("--num-batch-threads", type=int, default=1)
+    p.add_argument("--kserve-request-logs", action="store_true",
+                   help="keep KServe's per-request access/latency logs (its default; off here as on ours)")
+    p.add_argument("--only", nargs="+", choices=["kserve", "ours", "ours_batching"], help="servers to run")
+    p.add_argument("--bytes-batch", type=int, default=32)
+    p.add_argument("--bytes-size", type=int, default=28)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--workdir", type=Path, help="keep the data, model and server logs here (reused when present)")
+    p.add_argument("--output", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    args.loadavg = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    if args.workdir:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        result = run(args, args.workdir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
+            result = run(args, Path(tmp))
+    print_report(result)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2))
+    print(f"results: {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""Self-hosted batch prediction with Vertex AI's input formats and output layout (DESIGN.md §3).
+
+Inputs: local paths or gs:// URIs, globs, comma-separated; formats jsonl, csv, tf-record, tf-record-gzip, file-list
+(tf-record records and file-list files reach the model as `{"b64": ...}`). Output:
+`<prefix>/prediction-<model>-<timestamp>/prediction.results-0000K-of-0000N` and `prediction.errors_stats-...`, one
+pair per input file. Every instance becomes exactly one results or errors line. Files are streamed and processed in
+parallel, one batch per worker in memory.
+"""
+import base64
+import contextlib
+import csv
+import datetime
+import fnmatch
+import gc
+import glob
+import gzip
+import io
+import os
+import re
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple
+
+import google_crc32c
+import numpy as np
+import orjson
+from kfp.dsl import Artifact, Output
+
+from components import storage
+from pipelines.serving import codec
+
+FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
+KEYED_FORMATS = ("jsonl", "csv")
+INVALID_ARGUMENT, INTERNAL = 3, 13  # google.rpc.Code
+CHUNK = 8 * 2**20  # gs:// read and upload chunk
+_JSON = orjson.OPT_SERIALIZE_NUMPY
+_WILDCARD = re.compile(r"[*?\[]")
+_INT = re.compile(r"[+-]?\d{1,18}")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+
+class Item(NamedTuple):
+    """One input instance: as given (for the output lines), its key, what the model gets, or why it is invalid."""
+    given: Any
+    key: Any = None
+    instance: Any = None
+    error: str | None = None
+
+
+class _Files:
+    """Opens local paths and gs:// URIs (one storage client, created on first use, per worker)."""
+
+    def __init__(self):
+        self._client = None
+
+    def open(self, uri: str, mode: str):
+        if not storage.is_gcs(uri):
+            return open(uri, mode)
+        if self._client is None:
+            self._client = storage.gcs_client()
+        bucket, name = storage.split_gcs(uri)
+        return self._client.bucket(bucket).blob(name).open(mode, chunk_size=CHUNK)
+
+    def read(self, uri: str) -> bytes:
+        with self.open(uri, "rb") as f:
+            return f.read()
+
+
+def expand_inputs(instances: str) -> list[str]:
+    """The files matched by comma-separated paths or globs (local or gs://), in order, without duplicates."""
+    files = []
+    for pattern in filter(None, (p.strip() for p in instances.split(","))):
+        matched = _match_gcs(pattern) if storage.is_gcs(pattern) else sorted(
+            p for p in glob.glob(pattern) if os.path.isfile(p))
+        if not matched:
+            raise FileNotFoundError(f"no input files match {pattern!r}")
+        files += matched
+    if not files:
+        raise FileNotFoundError(f"no input files given in {instances!r}")
+    return list(dict.fromkeys(files))
+
+
+def _match_gcs(pattern: str) -> list[str]:
+    bucket, name = storage.split_gcs(pattern)
+    client = storage.gcs_client()
+    wildcard = _WILDCARD.search(name)
+    if not wildcard:
+        return [pattern] if client.bucket(bucket).get_blob(name) is not None else []
+    parts = name.split("/")  # wildcards match within one path segment, as local globs do
+    return sorted(f"gs://{bucket}/{blob.name}" for blob in client.list_blobs(bucket, prefix=name[:wildcard.start()])
+                  if _segments_match(blob.name.split("/"), parts))
+
+
+def _segments_match(segments: list[str], parts: list[str]) -> bool:
+    return len(segments) == len(parts) and all(fnmatch.fnmatchcase(s, p) for s, p in zip(segments, parts))
+
+
+def _read_jsonl(stream, key_field: str) -> Iterator[Item]:
+    """One JSON value a line (blank lines are not instances); with `key_field`, objects whose key is split off."""
+    for line in stream:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as e:
+            yield Item(line.decode("utf-8", "replace"), error=f"invalid JSON: {e}")
+            continue
+        given = orjson.Fragment(line)  # written back exactly as given
+        if not key_field:
+            yield Item(given, instance=value)
+        elif not isinstance(value, dict) or key_field not in value:
+            yield Item(given, error=f"key_field '{key_field}' needs an object instance with that field")
+        else:
+            yield Item(given, value[key_field], {k: v for k, v in value.items() if k != key_field})
+
+
+def _number(text: str):
+    stripped = text.strip()
+    if _INT.fullmatch(stripped):
+        return int(stripped)
+    return float(stripped) if _FLOAT.fullmatch(stripped) else text
+
+
+def _read_csv(stream, key_field: str) -> Iterator[Item]:
+    """Rows after the header as lists of values (numbers parsed), in header order; the key column removed."""
+    reader = csv.reader(io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline=""))
+    header = next(reader, None)
+    if header is None:
+        return
+    if key_field and key_field not in header:
+        raise ValueError(f"key_field '{key_field}' is not a column of the CSV header {header}")
+    key = header.index(key_field) if key_field else None
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            yield Item(f"line {reader.line_num}", error=f"undecodable CSV row: {e}")
+            continue
+        if not row:
+            continue
+        if any(_SURROGATE.search(v) for v in row):
+            yield Item([v.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in row],
+                       error="the row is not valid UTF-8")
+        elif len(row) != len(header):
+            yield Item(row, error=f"the row has {len(row)} fields; the header has {len(header)}")
+        else:
+            values = [_number(v) for v in row]
+            yield (Item(values, instance=values) if key is None else
+                   Item(values, values[key], values[:key] + values[key + 1:]))
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _tf_records(stream) -> Iterator[bytes | str]:
+    """The records of a TFRecord stream; a corruption message instead of a record whose data checksum fails, and
+    last when the framing is broken (the rest of the file cannot be read)."""
+    while True:
+        head = stream.read(12)
+        if not head:
+            return
+        if len(head) < 12 or struct.unpack("<I", head[8:])[0] != _masked_crc(head[:8]):
+            yield "corrupted TFRecord: truncated or bad length checksum; the rest of the file is unreadable"
+            return
+        length = struct.unpack("<Q", head[:8])[0]
+        data, footer = stream.read(length), stream.read(4)
+        if len(data) < length or len(footer) < 4:
+            yield "corrupted TFRecord: truncated record"
+            return
+        yield data if struct.unpack("<I", footer)[0] == _masked_crc(data) else "corrupted TFRecord: bad data checksum"
+
+
+def _b64(data: bytes) -> dict:
+    return {"b64": base64.b64encode(data).decode()}
+
+
+def _read_tf_record(stream, compressed: bool) -> Iterator[Item]:
+    for index, record in enumerate(_tf_records(gzip.GzipFile(fileobj=stream) if compressed else stream)):
+        if isinstance(record, str):
+            yield Item(f"record {index}", error=record)
+        else:
+            value = _b64(record)
+            yield Item(value, instance=value)
+
+
+def _read_file_list(stream, files: _Files) -> Iterator[Item]:
+    """One instance per listed file (its bytes as b64); the instance as given is the path."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    for line in stream:
+        uri = line.decode("utf-8", "replace").strip()
+        if not uri:
+            continue
+        try:
+            data = files.read(uri)
+        except (OSError, GoogleAPICallError) as e:
+            yield Item(uri, error=f"cannot read {uri}: {str(e)[:300]}")
+            continue
+        yield Item(uri, instance=_b64(data))
+
+
+def _instances(stream, instances_format: str, key_field: str, files: _Files) -> Iterator[Item]:
+    """The instances of one input file's binary stream."""
+    if instances_format == "jsonl":
+        return _read_jsonl(stream, key_field)
+    if instances_format == "csv":
+        return _read_csv(stream, key_field)
+    if instances_format == "file-list":
+        return _read_file_list(stream, files)
+    return _read_tf_record(stream, instances_format == "tf-record-gzip")
+
+
+class _Shard:
+    """The results and errors lines of one input file."""
+
+    def __init__(self, results, errors, keyed: bool):
+        self.results, self.errors, self.keyed = results, errors, keyed
+        self.succeeded = self.failed = 0
+
+    def result(self, item: Item, prediction) -> None:
+        line = {"key": item.key} if self.keyed else {"instance": item.given}
+        line["prediction"] = prediction
+        self.results.write(orjson.dumps(line, option=_JSON) + b"\n")
+        self.succeeded += 1
+
+    def error(self, item: Item, code: int, message: str) -> None:
+        line = {"instance": item.given, "error": {"code": code, "message": message}}
+        self.errors.write(orjson.dumps(line, option=_JSON) + b"\n")
+        self.failed += 1
+
+
+@dataclass(frozen=True)
+class _Job:
+    signature: Any
+    inputs: dict
+    instances_format: str
+    key_field: str
+    batch_size: int
+    output_directory: str
+    shards: int
+
+    def shard_uri(self, kind: str, index: int) -> str:
+        return f"{self.output_directory}/prediction.{kind}-{index:05d}-of-{self.shards:05d}"
+
+    def run_file(self, index: int, path: str) -> tuple[int, int]:
+        """Predict one input file into its shard pair; returns (succeeded, failed)."""
+        files = _Files()
+        with files.open(self.shard_uri("results", index), "wb") as results, \
+                files.open(self.shard_uri("errors_stats", index), "wb") as errors, files.open(path, "rb") as stream:
+            shard, batch = _Shard(results, errors, bool(self.key_field)), []
+            for item in _instances(stream, self.instances_format, self.key_field, files):
+                if item.error is not None:
+                    shard.error(item, INVALID_ARGUMENT, item.error)
+                    continue
+                batch.append(item)
+                if len(batch) == self.batch_size:
+                    self.predict(batch, shard)
+                    batch = []
+            if batch:
+                self.predict(batch, shard)
+        return shard.succeeded, shard.failed
+
+    def predict(self, batch: list[Item], shard: _Shard) -> None:
+        for items, arrays in self.convert(batch, shard):
+            self.run(items, arrays, shard)
+
+    def convert(self, batch: list[Item], shard: _Shard) -> list[tuple[list[Item], dict]]:
+        """Batched arrays; when the batch does not convert as a whole, instance by instance (bad ones become
+        errors) grouped by shape."""
+        try:
+            return [(batch, codec.parse_instances([i.instance for i in batch], self.inputs))]
+        except codec.RequestError:
+            pass
+        groups: dict[tuple, list] = {}
+        for item in batch:
+            try:
+                arrays = codec.parse_instances([item.instance], self.inputs)
+            except codec.RequestError as e:
+                shard.error(item, INVALID_ARGUMENT, str(e))
+                continue
+            groups.setdefault(tuple(a.shape for a in arrays.values()), []).append((item, arrays))
+        return [([item for item, _ in group], {name: np.concatenate([arrays[name] for _, arrays in group])
+                                                for name in self.inputs}) for group in groups.values()]
+
+    def run(self, items: list[Item], arrays: dict, shard: _Shard) -> None:
+        import tensorflow as tf
+
+        try:
+            outputs = self.signature(**{name: tf.constant(array) for name, array in arrays.items()})
+            outputs = {name: tensor.numpy() for name, tensor in outputs.items()}
+        except (tf.errors.OpError, ValueError, TypeError) as e:
+            message = f"model execution failed: {_error_line(e)}"
+            for item in items:
+                shard.error(item, INTERNAL, message)
+            return
+        for item, prediction in zip(items, codec.rows(outputs)):
+            shard.result(item, prediction)
+
+
+def _error_line(error: Exception) -> str:
+    """The informative line of a TF error, without the graph-execution preamble and stack trace."""
+    lines = [line for line in str(error).splitlines() if line.strip() and not line[0].isspace()
+             and not line.startswith(("Graph execution error", "Detected at node", "<stack traces"))]
+    return (lines[-1] if lines else str(error).strip())[:500]
+
+
+def vertex_timestamp() -> str:
+    """Vertex's output directory timestamp, e.g. 2026_11_22T13_05_43_681Z (UTC, milliseconds)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y_%m_%dT%H_%M_%S_") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _output_directory(output_prefix: str, model_display_name: str) -> str:
+    name = re.sub(r"[^\w.-]", "_", model_display_name) or "model"
+    path = f"{output_prefix.rstrip('/')}/prediction-{name}-{vertex_timestamp()}"
+    if not storage.is_gcs(path):
+        os.makedirs(path)
+    return path
+
+
+@contextlib.contextmanager
+def _frozen_heap():
+    """Keep the garbage collector off the objects that exist now (the loaded model's): parsing creates many small
+    objects, and each full collection would rescan them all (about a quarter of the run time)."""
+    if gc.get_freeze_count():  # the caller manages frozen objects itself
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _check_arguments(instances_format: str, key_field: str, batch_size: int, parallelism: int) -> None:
+    if instances_format not in FORMATS:
+        raise ValueError(f"unknown instances_format {instances_format!r}; allowed: {', '.join(FORMATS)}")
+    if key_field and instances_format not in KEYED_FORMATS:
+        raise ValueError(f"key_field applies to {' and '.join(KEYED_FORMATS)} instances, not {instances_format}")
+    if batch_size < 1 or parallelism < 1:
+        raise ValueError(f"batch_size and parallelism must be >= 1, got {batch_size} and {parallelism}")
+
+
+def batch_predict(model_path: str, instances: str, instances_format: str, output_prefix: str,
+                  model_display_name: str, batch_size: int = 64, parallelism: int = 4, key_field: str = "",
+                  signature_name: str = "serving_default") -> dict:
+    """Predict every instance of `instances` with the SavedModel at `model_path` (local or gs://) into Vertex's
+    layout under `output_prefix`; returns a summary (output_directory, counts, input files, throughput)."""
+    import tensorflow as tf
+
+    start = time.perf_counter()
+    _check_arguments(instances_format, key_field, batch_size, parallelism)
+    files = expand_inputs(instances)
+    with storage.staged(model_path) as local_model:
+        loaded = tf.saved_model.load(local_model)
+        if signature_name not in loaded.signatures:
+            raise ValueError(f"the model at {model_path} has no signature {signature_name!r}; "
+                             f"available: {sorted(loaded.signatures)}")
+        signature = loaded.signatures[signature_name]
+        job = _Job(signature, codec.signature_inputs(signature), instances_format, key_field, batch_size,
+                   _output_directory(output_prefix, model_display_name), len(files))
+        with _frozen_heap(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
+            counts = list(pool.map(job.run_file, range(len(files)), files))
+    seconds = time.perf_counter() - start
+    succeeded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    return {"output_directory": job.output_directory, "instances": succeeded + failed, "succeeded": succeeded,
+            "failed": failed, "files": files, "seconds": round(seconds, 3),
+            "instances_per_second": round((succeeded + failed) / seconds, 1)}
+
+
+def resolve_model(model_repository: str, model_name: str, model: str) -> str:
+    """The SavedModel to use: the repository's champion (`model` empty), one of its versions (`model` all
+    digits), or `model` itself (a path or URI)."""
+    from components import model_repository as repository
+
+    if model and not model.isdigit():
+        return model
+    if not model_repository:
+        raise ValueError("no model repository configured: set model_repository, or give a model path")
+    if not model:
+        version = repository.champion(model_repository, model_name)
+        if version is None:
+            raise FileNotFoundError(f"the model repository {model_repository} has no versions of {model_name!r}")
+        return version.path
+    available = repository.versions(model_repository, model_name)
+    if int(model) not in available:
+        raise FileNotFoundError(f"no version {model} of {model_name!r} in {model_repository}; versions: {available}")
+    return repository.read_version(model_repository, model_name, int(model)).path
+
+
+def run_batch_prediction(
+    model_repository: str,
+    model_name: str,
+    model: str,
+    instances: str,
+    instances_format: str,
+    batch_size: int,
+    key_field: str,
+    predictions: Output[Artifact],
+) -> NamedTuple("Outputs", [("output_directory", str), ("succeeded", int), ("failed", int)]):
+    """KFP step (self-hosted): batch prediction into Vertex's layout inside the `predictions` artifact folder."""
+    import os
+    from collections import namedtuple
+
+    from components.batch_predict import batch_predict, resolve_model
+
+    model_path = resolve_model(model_repository, model_name, model)
+    os.makedirs(predictions.path, exist_ok=True)
+    summary = batch_predict(model_path, instances, instances_format, predictions.path, model_name or "model",
+                            batch_size=batch_size, key_field=key_field)
+    output_uri = f"{predictions.uri.rstrip('/')}/{os.path.basename(summary['output_directory'])}"
+    predictions.metadata.update(summary, output_directory=output_uri, model=model_path)
+    print(f"{summary['succeeded']} predictions, {summary['failed']} errors in {output_uri}")
+    return namedtuple("Outputs", ["output_directory", "succeeded", "failed"])(
+        output_uri, summary["succeeded"], summary["failed"])

@@ -1,0 +1,38 @@
+"""The batch prediction pipeline, defined once for every target: predictions for a set of instances from a
+registered model version. The prediction step goes through the seam in `pipelines.targets`: a Vertex batch
+prediction job (`ModelBatchPredictOp`) on a Model Registry version on Vertex, the local batch predictor on a
+model repository version on kubeflow and local.
+"""
+
+from kfp import dsl
+
+from pipelines import targets
+from pipelines.config import TARGETS, BatchParameters, Platform
+
+PIPELINE_NAME = "tfpipe-batch-prediction"
+_D = BatchParameters()  # defaults of the typed pipeline inputs
+
+
+def build_batch_pipeline(target: str, platform: Platform | None = None):
+    """Return the `@dsl.pipeline` function of the batch prediction DAG for `target` (vertex | kubeflow | local)."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
+    ops = targets.make_ops(target, platform or Platform(), PIPELINE_NAME)
+
+    @dsl.pipeline(name=PIPELINE_NAME, description="Batch predictions from a registered model version.")
+    def batch_prediction_pipeline(
+        instances: str,
+        instances_format: str = _D.instances_format,
+        model: str = _D.model,
+        model_repository: str = _D.model_repository,
+        model_name: str = _D.model_name,
+        batch_size: int = _D.batch_size,
+        key_field: str = _D.key_field,
+        output_prefix: str = _D.output_prefix,
+    ):
+        ops.batch_predict(
+            instances=instances, instances_format=instances_format, model=model, model_repository=model_repository,
+            model_name=model_name, batch_size=batch_size, key_field=key_field, output_prefix=output_prefix,
+        )
+
+    return batch_prediction_pipeline

@@ -1,0 +1,259 @@
+import base64
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.batch_predict import batch_predict, resolve_model
+
+SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
+
+
+def save_module(module, path) -> str:
+    import tensorflow as tf
+
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve.get_concrete_function()})
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def strings_model(tmp_path_factory):
+    """`x_bytes` strings → `length` (bytes); inputs of 1000 bytes or more fail inside the model."""
+    import tensorflow as tf
+
+    class Strings(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="x_bytes")])
+        def serve(self, x_bytes):
+            length = tf.strings.length(x_bytes)
+            with tf.control_dependencies([tf.debugging.assert_less(length, 1000, message="too long")]):
+                return {"length": tf.identity(length)}
+
+    return save_module(Strings(), tmp_path_factory.mktemp("strings") / "model")
+
+
+@pytest.fixture(scope="module")
+def tabular_model(tmp_path_factory):
+    """`features` float32 [None, 3] → `class_id` (argmax) and `total`."""
+    import tensorflow as tf
+
+    class Tabular(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="features")])
+        def serve(self, features):
+            return {"class_id": tf.argmax(features, axis=1), "total": tf.reduce_sum(features, axis=1)}
+
+    return save_module(Tabular(), tmp_path_factory.mktemp("tabular") / "model")
+
+
+def read_output(directory, name: str, shards: int) -> tuple[list, list]:
+    """(results, errors) lines of a local output directory, after checking its layout."""
+    directory = Path(directory)
+    assert re.fullmatch(rf"prediction-{name}-\d{{4}}_\d{{2}}_\d{{2}}T\d{{2}}_\d{{2}}_\d{{2}}_\d{{3}}Z", directory.name)
+    expected = {f"prediction.{kind}-{k:05d}-of-{shards:05d}" for kind in ("results", "errors_stats")
+                for k in range(shards)}
+    assert {p.name for p in directory.iterdir()} == expected
+    lines = {kind: [json.loads(line) for k in range(shards)
+                    for line in (directory / f"prediction.{kind}-{k:05d}-of-{shards:05d}").read_text().splitlines()]
+             for kind in ("results", "errors_stats")}
+    return lines["results"], lines["errors_stats"]
+
+
+def write_lines(path, lines) -> str:
+    Path(path).write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def b64(data: bytes) -> dict:
+    return {"b64": base64.b64encode(data).decode()}
+
+
+def test_jsonl_digits_match_the_signature_and_bad_lines_become_errors(trained_model, digits_data, tmp_path):
+    import tensorflow as tf
+
+    from trainer import data
+
+    stats = data.load_stats(str(digits_data))
+    images = np.concatenate([x.numpy() for x, _ in data.make_dataset(str(digits_data), "test", stats, 256,
+                                                                     training=False)])[:40].astype(np.float32)
+    small = images[0, :6, :6]  # another valid shape: the model resizes
+    dumps = [json.dumps(x.tolist()) for x in images]
+    first = write_lines(tmp_path / "a.jsonl", dumps[:20] + ["{not json", json.dumps(np.zeros((8, 8, 3)).tolist()), ""])
+    write_lines(tmp_path / "b.jsonl", dumps[20:] + [json.dumps({"image": small.tolist()}), '"hello"'])
+
+    summary = batch_predict(str(trained_model / "model"), f"{first},{tmp_path}/b*.jsonl", "jsonl",
+                            str(tmp_path / "out"), "digits", batch_size=16)
+    results, errors = read_output(summary["output_directory"], "digits", 2)
+    assert (summary["instances"], summary["succeeded"], summary["failed"]) == (44, 41, 3)
+    assert len(results) == 41 and len(errors) == 3 and summary["files"] == [first, str(tmp_path / "b.jsonl")]
+    assert all(set(r) == {"instance", "prediction"} and set(r["prediction"]) == {"probabilities", "class_id"}
+               for r in results)
+    signature = tf.saved_model.load(str(trained_model / "model")).signatures["serving_default"]
+    expected = signature(image=tf.constant(images))["class_id"].numpy()
+    by_instance = {json.dumps(r["instance"]): r["prediction"] for r in results}
+    assert [by_instance[d]["class_id"] for d in dumps] == expected.tolist()
+    assert by_instance[json.dumps({"image": small.tolist()})]["class_id"] == \
+        signature(image=tf.constant(small[None]))["class_id"].numpy()[0]
+    assert {e["error"]["code"] for e in errors} == {3}
+    messages = {json.dumps(e["instance"]): e["error"]["message"] for e in errors}
+    assert messages['"{not json"'].startswith("invalid JSON")
+    assert "expects shape [?,?,1] per instance, got [8, 8, 3]" in messages[json.dumps(np.zeros((8, 8, 3)).tolist())]
+    assert "cannot convert" in messages['"hello"']
+
+
+def test_csv_rows_become_lists_and_wrong_field_counts_become_errors(tabular_model, tmp_path):
+    rows = [[1, 5.5, 2], [9, 0, -1], [0.5, 0.25, 3]]
+    with open(tmp_path / "a.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["a", "b", "c"], *rows, [1, 2], ["x", 1, 2]])
+    write_lines(tmp_path / "b.csv", ["a,b,c", "4,4,5", "", "7,1,1,1"])
+
+    summary = batch_predict(tabular_model, str(tmp_path / "*.csv"), "csv", str(tmp_path / "out"), "tab",
+                            batch_size=2, parallelism=2)
+    results, errors = read_output(summary["output_directory"], "tab", 2)
+    assert (len(results), len(errors)) == (4, 3) and summary["instances"] == 7
+    assert [r["instance"] for r in results] == [*rows, [4, 4, 5]]
+    assert [r["prediction"]["class_id"] for r in results] == [int(np.argmax(r)) for r in [*rows, [4, 4, 5]]]
+    assert results[0]["prediction"]["total"] == 8.5
+    messages = {json.dumps(e["instance"]): (e["error"]["code"], e["error"]["message"]) for e in errors}
+    assert messages['["1", "2"]'] == (3, "the row has 2 fields; the header has 3")
+    assert messages['["7", "1", "1", "1"]'] == (3, "the row has 4 fields; the header has 3")
+    assert messages['["x", 1, 2]'][0] == 3 and "cannot convert" in messages['["x", 1, 2]'][1]
+
+
+def test_key_field_replaces_the_instance_by_its_key(tabular_model, tmp_path):
+    write_lines(tmp_path / "a.csv", ["id,a,b,c", "k1,1,7,2", "k2,3,1,1"])
+    write_lines(tmp_path / "b.jsonl", ['{"id": 5, "features": [0, 0, 1]}', '{"features": [1, 0, 0]}'])
+
+    csv_results, _ = read_output(batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "c"),
+                                               "tab", key_field="id")["output_directory"], "tab", 1)
+    assert csv_results == [{"key": "k1", "prediction": {"class_id": 1, "total": 10.0}},
+                           {"key": "k2", "prediction": {"class_id": 0, "total": 5.0}}]
+    results, errors = read_output(batch_predict(tabular_model, str(tmp_path / "b.jsonl"), "jsonl",
+                                                str(tmp_path / "j"), "tab", key_field="id")["output_directory"],
+                                  "tab", 1)
+    assert results == [{"key": 5, "prediction": {"class_id": 2, "total": 1.0}}]
+    assert errors == [{"instance": {"features": [1, 0, 0]}, "error": {
+        "code": 3, "message": "key_field 'id' needs an object instance with that field"}}]
+
+
+@pytest.mark.parametrize("instances_format", ["tf-record", "tf-record-gzip"])
+def test_tf_records_reach_the_model_as_b64(strings_model, tmp_path, instances_format):
+    import tensorflow as tf
+
+    options = "GZIP" if instances_format == "tf-record-gzip" else None
+    records = [b"a", b"hello", b"\x00\xffbinary", b""]
+    for name, items in (("a", records), ("b", [b"x" * 1500, b"ok"])):
+        with tf.io.TFRecordWriter(str(tmp_path / f"{name}.tfrecord"), options) as writer:
+            for record in items:
+                writer.write(record)
+
+    summary = batch_predict(strings_model, str(tmp_path / "*.tfrecord"), instances_format, str(tmp_path / "out"),
+                            "strings", batch_size=3)
+    results, errors = read_output(summary["output_directory"], "strings", 2)
+    assert results == [{"instance": b64(r), "prediction": len(r)} for r in records]
+    assert [e["instance"] for e in errors] == [b64(b"x" * 1500), b64(b"ok")]  # one failing batch
+    assert all(e["error"]["code"] == 13 and "too long" in e["error"]["message"] for e in errors)
+
+
+def test_a_truncated_tf_record_file_ends_with_an_error_line(strings_model, tmp_path):
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(tmp_path / "a.tfrecord")) as writer:
+        for record in (b"one", b"two"):
+            writer.write(record)
+    (tmp_path / "a.tfrecord").write_bytes((tmp_path / "a.tfrecord").read_bytes()[:-3])
+
+    summary = batch_predict(strings_model, str(tmp_path / "a.tfrecord"), "tf-record", str(tmp_path / "out"), "s")
+    results, errors = read_output(summary["output_directory"], "s", 1)
+    assert results == [{"instance": b64(b"one"), "prediction": 3}]
+    assert errors == [{"instance": "record 1", "error": {"code": 3, "message": "corrupted TFRecord: truncated record"}}]
+
+
+def test_file_list_sends_each_file_as_b64(strings_model, tmp_path):
+    paths = [tmp_path / f"{i}.bin" for i in range(3)]
+    for i, path in enumerate(paths):
+        path.write_bytes(b"z" * (i * 10 + 1))
+    write_lines(tmp_path / "list.txt", [str(p) for p in paths] + ["", str(tmp_path / "missing.bin")])
+
+    summary = batch_predict(strings_model, str(tmp_path / "list.txt"), "file-list", str(tmp_path / "out"), "s")
+    results, errors = read_output(summary["output_directory"], "s", 1)
+    assert results == [{"instance": str(p), "prediction": i * 10 + 1} for i, p in enumerate(paths)]
+    assert errors[0]["instance"] == str(tmp_path / "missing.bin") and errors[0]["error"]["code"] == 3
+    assert errors[0]["error"]["message"].startswith("cannot read")
+
+
+def test_gcs_model_inputs_and_output(strings_model, gcs_emulator, tmp_path):
+    for path in Path(strings_model).rglob("*"):
+        if path.is_file():
+            gcs_emulator.blob(f"models/s/{path.relative_to(strings_model)}").upload_from_filename(str(path))
+    for name, values in (("part-1.jsonl", [b"ab", b"cde"]), ("part-2.jsonl", [b"f"])):
+        gcs_emulator.blob(f"in/{name}").upload_from_string("".join(json.dumps(b64(v)) + "\n" for v in values))
+    gcs_emulator.blob("in/other.txt").upload_from_string("not an input")
+
+    summary = batch_predict("gs://test-bucket/models/s", "gs://test-bucket/in/part-*.jsonl", "jsonl",
+                            "gs://test-bucket/out/", "s")
+    assert summary["files"] == ["gs://test-bucket/in/part-1.jsonl", "gs://test-bucket/in/part-2.jsonl"]
+    assert re.fullmatch(r"gs://test-bucket/out/prediction-s-[\dT_]+Z", summary["output_directory"])
+    folder = summary["output_directory"][len("gs://test-bucket/"):]
+    blobs = {b.name[len(folder) + 1:]: b.download_as_bytes() for b in gcs_emulator.client.list_blobs(
+        "test-bucket", prefix=folder + "/")}
+    assert sorted(blobs) == ["prediction.errors_stats-00000-of-00002", "prediction.errors_stats-00001-of-00002",
+                             "prediction.results-00000-of-00002", "prediction.results-00001-of-00002"]
+    results = blobs["prediction.results-00000-of-00002"].splitlines()
+    assert [json.loads(line)["prediction"] for line in results] == [2, 3]
+    assert blobs["prediction.errors_stats-00001-of-00002"] == b""
+    with pytest.raises(FileNotFoundError, match="no input files match"):
+        batch_predict("gs://test-bucket/models/s", "gs://test-bucket/in/*.csv", "csv", "gs://test-bucket/o", "s")
+
+
+def test_bad_arguments_are_rejected_before_any_output(strings_model, tmp_path):
+    write_lines(tmp_path / "a.jsonl", ['"x"'])
+    with pytest.raises(FileNotFoundError, match="no input files match"):
+        batch_predict(strings_model, f"{tmp_path}/a.jsonl,{tmp_path}/nothing-*.jsonl", "jsonl", str(tmp_path), "s")
+    with pytest.raises(ValueError, match="allowed: jsonl, csv, tf-record, tf-record-gzip, file-list"):
+        batch_predict(strings_model, str(tmp_path / "a.jsonl"), "bigquery", str(tmp_path), "s")
+    with pytest.raises(ValueError, match="key_field applies to jsonl and csv"):
+        batch_predict(strings_model, str(tmp_path / "a.jsonl"), "tf-record", str(tmp_path), "s", key_field="id")
+    assert [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]
+
+
+def test_model_resolution_and_kfp_step(strings_model, tmp_path):
+    from kfp.dsl import Artifact
+
+    from components.batch_predict import run_batch_prediction
+    from components.model_repository import publish
+
+    repo = str(tmp_path / "repo")
+    with pytest.raises(FileNotFoundError, match="has no versions"):
+        resolve_model(repo, "s", "")
+    first, second = (publish(strings_model, repo, "s", {}) for _ in range(2))
+    assert resolve_model(repo, "s", "") == second.path
+    assert resolve_model(repo, "s", "1") == first.path
+    assert resolve_model("", "s", "/models/x") == "/models/x"
+    with pytest.raises(FileNotFoundError, match=r"no version 7 .* versions: \[1, 2\]"):
+        resolve_model(repo, "s", "7")
+    with pytest.raises(ValueError, match="no model repository"):
+        resolve_model("", "s", "")
+
+    write_lines(tmp_path / "a.jsonl", [json.dumps(b64(b"abc")), "[1]"])
+    predictions = Artifact(uri=str(tmp_path / "predictions"))
+    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", predictions)
+    assert (outputs.succeeded, outputs.failed) == (1, 1)
+    assert outputs.output_directory.startswith(str(tmp_path / "predictions" / "prediction-s-"))
+    assert predictions.metadata["model"] == first.path and predictions.metadata["instances"] == 2
+    assert read_output(outputs.output_directory, "s", 1)[0] == [{"instance": b64(b"abc"), "prediction": 3}]
+
+
+def test_kfp_component_interface():
+    from kfp import dsl
+
+    from components.batch_predict import run_batch_prediction
+
+    spec = dsl.component(run_batch_prediction, base_image="python:3.11", install_kfp_package=False).component_spec
+    assert {name: i.type for name, i in spec.inputs.items()} == {
+        "model_repository": "String", "model_name": "String", "model": "String", "instances": "String",
+        "instances_format": "String", "batch_size": "Integer", "key_field": "String"}
+    assert {name: o.type for name, o in spec.outputs.items()} == {
+        "predictions": "system.Artifact@0.0.1", "output_directory": "String", "succeeded": "Integer",
+        "failed": "Integer"}

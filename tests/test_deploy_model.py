@@ -1,0 +1,51 @@
+"""Local endpoint deploy: a detached server on the repository, version checks, smoke test, rollback."""
+import json
+import os
+
+import pytest
+import requests
+
+from components import deploy_model
+from components.model_repository import publish, versions
+from tests.serving_models import toy_model
+
+
+@pytest.mark.e2e
+def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    base, model_dir = str(tmp_path / "repo"), str(trained_model / "model")
+    first = publish(model_dir, base, "digits", {"run": 1})
+    try:
+        info = deploy_model.deploy(first.number, first.path, str(digits_data), base, "digits", rest_port=0, grpc_port=0)
+        assert info["started"] and info["version"] == 1 and info["smoke"]["examples"] == 8
+        assert info["stop"] == f"python -m pipelines stop-serving --model-base-path {base} --model-name digits"
+        with open(deploy_model.state_file(base, "digits")) as f:
+            assert json.load(f)["rest_url"] == info["rest_url"]
+
+        second = publish(model_dir, base, "digits", {"run": 2})
+        again = deploy_model.deploy(second.number, second.path, str(digits_data), base, "digits")
+        assert not again["started"] and again["pid"] == info["pid"] and again["version"] == 2
+        served = requests.get(f"{info['rest_url']}/v1/models/digits/metadata").json()["model_spec"]["version"]
+        assert served == "2"
+
+        broken = tmp_path / "broken"
+        toy_model(str(broken), k=1)  # loads fine, but its signature does not take images: the smoke test fails
+        third = publish(str(broken), base, "digits", {"run": 3})
+        with pytest.raises(deploy_model.DeployError, match=r"version 3 failed, rolled back: smoke prediction failed.*\(serving version 2 again\)"):
+            deploy_model.deploy(third.number, third.path, str(digits_data), base, "digits")
+        assert versions(base, "digits") == [1, 2]
+        status = requests.get(f"{info['rest_url']}/v1/models/digits/versions/2").json()
+        assert status["model_version_status"][0]["state"] == "AVAILABLE"
+    finally:
+        assert deploy_model.stop_server(base, "digits")
+    assert deploy_model.running_server(base, "digits") is None
+
+
+def test_server_that_cannot_start_is_reported_with_its_log(trained_model, digits_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    base = str(tmp_path / "repo")
+    version = publish(str(trained_model / "model"), base, "digits", {})
+    with pytest.raises(deploy_model.DeployError, match="did not start .*rolled back|rolled back: the model server did not start"):
+        deploy_model.deploy(version.number, version.path, str(digits_data), base, "digits", rest_port=-5, grpc_port=0)
+    assert versions(base, "digits") == []
+    assert os.path.getsize(deploy_model.state_file(base, "digits").removesuffix(".json") + ".log") > 0
