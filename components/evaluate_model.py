@@ -6,7 +6,7 @@ in the model repository, re-evaluated on the same test split) minus a tolerance.
 import numpy as np
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
-from components import model_repository
+from components import model_repository, storage
 
 
 class ModelError(ValueError):
@@ -76,7 +76,8 @@ def evaluate(model_dir: str, data_dir: str, accuracy_threshold: float, model_rep
     champion_info, champion_accuracy = None, None
     if champ is not None:
         try:
-            champion_accuracy = evaluate_saved_model(champ.path, data_dir)["accuracy"]
+            with storage.staged(champ.path) as local_copy:  # gs://: through google-cloud-storage, like the rest
+                champion_accuracy = evaluate_saved_model(local_copy, data_dir)["accuracy"]
             source = "re-evaluated on this test split"
         except Exception as e:  # incompatible champion: fall back to its recorded metric
             champion_accuracy = champ.metadata.get("metrics", {}).get("test_accuracy")

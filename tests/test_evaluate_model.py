@@ -40,6 +40,15 @@ def test_gate_compares_with_champion_from_repository(trained_model, digits_data,
     assert worse["champion"] is None  # champions are per model name
 
 
+def test_gate_re_evaluates_a_champion_in_a_gcs_repository(trained_model, digits_data, gcs_emulator):
+    model_repository.publish(str(trained_model / "model"), "gs://test-bucket/repo", "digits",
+                             {"metrics": {"test_accuracy": 0.1}})
+    report = evaluate(str(trained_model / "model"), str(digits_data), 0.5, "gs://test-bucket/repo", "digits")
+    assert report["champion"]["path"] == "gs://test-bucket/repo/digits/1"
+    assert report["champion"]["source"] == "re-evaluated on this test split"
+    assert report["champion"]["accuracy"] == pytest.approx(report["accuracy"])
+
+
 def test_missing_model_and_bad_parameters(digits_data, tmp_path):
     with pytest.raises(ModelError, match="no SavedModel at .*saved_model.pb missing"):
         evaluate(str(tmp_path / "nothing"), str(digits_data), 0.5)
