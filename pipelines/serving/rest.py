@@ -71,47 +71,35 @@ def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health
             version = int(match["version"]) if match["version"] is not None else None
         except ValueError:
             return _error(400, f"Failed to convert version: {match['version']} to numeric.")
-        try:
-            if request.method == "GET" and action is None:
-                return _json(status_json(manager.status(name, version, label)))
-            if request.method == "GET" and action == "/metadata":
-                return _json(metadata_json(manager.resolve(name, version, label), name))
-            if request.method == "POST" and action == ":predict":
+        if request.method == "GET" and action is None:
+            return await _answer(lambda: status_json(manager.status(name, version, label)))
+        if request.method == "GET" and action == "/metadata":
+            return await _answer(lambda: metadata_json(manager.resolve(name, version, label), name))
+        if request.method == "POST" and action == ":predict":
+            async def respond():
                 body = await read_json(request, max_request_bytes)
                 if not isinstance(body, dict):
                     raise codec.RequestError("the request body must be a JSON object")
                 outputs, row_format = await predict(manager.resolve(name, version, label), body)
-                return _json({"predictions": codec.rows(outputs)} if row_format else {"outputs": codec.columns(outputs)})
-            if action in (":classify", ":regress"):
-                return _error(400, f"{action[1:]} is not supported by this server; use :predict")
-            return _error(405, f"Method {request.method} not allowed for {request.url.path}")
-        except ClientError as e:
-            return _error(e.status, str(e))
-        except NotFound as e:
-            return _error(404, str(e))
-        except codec.RequestError as e:
-            return _error(400, str(e))
-        except Exception as e:  # noqa: BLE001 (model errors: bad values the signature checks could not see)
-            return _model_error(e)
+                return {"predictions": codec.rows(outputs)} if row_format else {"outputs": codec.columns(outputs)}
+
+            return await _answer(respond)
+        if action in (":classify", ":regress"):
+            return _error(400, f"{action[1:]} is not supported by this server; use :predict")
+        return _error(405, f"Method {request.method} not allowed for {request.url.path}")
 
     async def health(request: Request) -> Response:
         return _json({}) if manager.ready() else _error(503, "no model version is loaded yet")
 
     async def vertex_predict(request: Request) -> Response:
-        try:
+        async def respond():
             body = await read_json(request, max_request_bytes)
             if not isinstance(body, dict) or "instances" not in body:
                 raise codec.RequestError("the request body must be a JSON object with 'instances'")
             outputs, _ = await predict(manager.resolve(manager.name), {"instances": body["instances"]})
-        except ClientError as e:
-            return _error(e.status, str(e))
-        except NotFound as e:
-            return _error(503, str(e))
-        except codec.RequestError as e:
-            return _error(400, str(e))
-        except Exception as e:  # noqa: BLE001
-            return _model_error(e)
-        return _json({"predictions": codec.rows(outputs), "deployedModelId": deployed_model_id})
+            return {"predictions": codec.rows(outputs), "deployedModelId": deployed_model_id}
+
+        return await _answer(respond, not_found=503)  # Vertex: no model loaded yet = unavailable
 
     return Starlette(routes=[
         Route("/v1/models/{path:path}", models, methods=["GET", "POST"]),
@@ -121,11 +109,25 @@ def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health
                            405: lambda r, e: _error(405, f"Method {r.method} not allowed for {r.url.path}")})
 
 
-def _model_error(error: Exception) -> Response:
+async def _answer(handler, not_found: int = 404) -> Response:
+    """`handler()`'s payload as JSON (awaited when it is a coroutine), or the error response its exception means:
+    client errors 4xx, model failures 400 (bad values the signature checks could not see) or 500."""
+    import inspect
+
     import tensorflow as tf
 
-    message = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return _error(400 if isinstance(error, (tf.errors.InvalidArgumentError, ValueError, TypeError)) else 500, message)
+    try:
+        payload = handler()
+        return _json(await payload if inspect.isawaitable(payload) else payload)
+    except ClientError as e:
+        return _error(e.status, str(e))
+    except NotFound as e:
+        return _error(not_found, str(e))
+    except codec.RequestError as e:
+        return _error(400, str(e))
+    except Exception as e:  # noqa: BLE001
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return _error(400 if isinstance(e, (tf.errors.InvalidArgumentError, ValueError, TypeError)) else 500, message)
 
 
 def metadata_json(servable, name: str) -> dict:
