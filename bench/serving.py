@@ -49,10 +49,25 @@ PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
 # ---------------------------------------------------------------------------------------------------------------------
 # Load generator (runs in spawned worker processes; imports only requests / grpc, never TensorFlow)
 
-def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Event, window: list, out: dict) -> None:
+def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Event, window: list, out: dict,
+            http_client: str = "requests") -> None:
     """One closed-loop client: send requests back to back until window[1]; keep latencies of those in the window."""
     latencies, errors, first_error = [], 0, ""
-    if kind == "rest":
+    if kind == "rest" and http_client == "http.client":
+        import http.client
+        from urllib.parse import urlsplit
+
+        url = urlsplit(target)
+        connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        headers = {"Content-Type": "application/json"}
+
+        def call(body):
+            connection.request("POST", url.path, body, headers)
+            r = connection.getresponse()
+            content = r.read()
+            if r.status != 200 or b'"class_id"' not in content:
+                raise RuntimeError(f"HTTP {r.status}: {content[:200]!r}")
+    elif kind == "rest":
         import requests
 
         session = requests.Session()
@@ -101,12 +116,14 @@ def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Eve
         out["first_error"] = out["first_error"] or first_error
 
 
-def _worker(kind, target, bodies, threads, first_client, warmup, duration, ready, go, start_at, results) -> None:
+def _worker(kind, target, bodies, threads, first_client, warmup, duration, ready, go, start_at, results,
+            http_client) -> None:
     """A load-generator process: `threads` clients; reports (latencies, errors, first error, CPU s in window)."""
     out = {"latencies": [], "errors": 0, "first_error": "", "lock": threading.Lock(),
            "connected": threading.Semaphore(0)}
     go_local, window = threading.Event(), [0.0, 0.0]
-    clients = [threading.Thread(target=_client, args=(kind, target, bodies, first_client + k, go_local, window, out),
+    clients = [threading.Thread(target=_client, args=(kind, target, bodies, first_client + k, go_local, window, out,
+                                                                   http_client),
                                 daemon=True) for k in range(threads)]
     for c in clients:
         c.start()
@@ -133,14 +150,14 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def load(kind: str, target: str, bodies: list, clients: int, processes: int, warmup: float, duration: float,
-         server_pid: int) -> dict:
+         server_pid: int, http_client: str = "requests") -> dict:
     """Run `clients` closed-loop clients in `processes` worker processes; QPS, latency percentiles, errors."""
     ctx = multiprocessing.get_context("spawn")
     processes = max(1, min(processes, clients))
     ready, results, go, start_at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     split = [clients // processes + (1 if k < clients % processes else 0) for k in range(processes)]
     workers = [ctx.Process(target=_worker, args=(kind, target, bodies, n, sum(split[:k]) * 7, warmup, duration,
-                                                 ready, go, start_at, results), daemon=True)
+                                                 ready, go, start_at, results, http_client), daemon=True)
                for k, n in enumerate(split)]
     try:
         for w in workers:
@@ -161,18 +178,30 @@ def load(kind: str, target: str, bodies: list, clients: int, processes: int, war
             if w.is_alive():
                 w.terminate()
                 w.join(5)
-    latencies = np.array([x for p in parts for x in p[0]]) * 1000
-    errors, client_cpu = sum(p[1] for p in parts), sum(p[3] for p in parts)
-    n = len(latencies)
-    return {"requests": int(n), "qps": round(n / duration, 1),
-            "p50_ms": round(float(np.percentile(latencies, 50)), 3) if n else None,
-            "p99_ms": round(float(np.percentile(latencies, 99)), 3) if n else None,
-            "mean_ms": round(float(latencies.mean()), 3) if n else None,
-            "errors": int(errors), "first_error": next((p[2] for p in parts if p[2]), ""),
-            "server_cpu_ms_per_request": round((server_cpu1 - server_cpu0) * 1000 / n, 4) if n else None,
-            "server_cpu_cores": round((server_cpu1 - server_cpu0) / duration, 3),
-            "client_cpu_ms_per_request": round(client_cpu * 1000 / n, 4) if n else None,
+    return {"latencies_ms": np.array([x for p in parts for x in p[0]]) * 1000, "duration": duration,
+            "errors": sum(p[1] for p in parts), "first_error": next((p[2] for p in parts if p[2]), ""),
+            "server_cpu_s": server_cpu1 - server_cpu0, "client_cpu_s": sum(p[3] for p in parts),
             "client_processes": processes}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Rounds of one configuration → median QPS (and each round's), pooled latency percentiles, CPU per request."""
+    latencies = np.concatenate([r["latencies_ms"] for r in runs])
+    n, seconds = len(latencies), sum(r["duration"] for r in runs)
+    per_round = [round(len(r["latencies_ms"]) / r["duration"], 1) for r in runs]
+    server_cpu, client_cpu = sum(r["server_cpu_s"] for r in runs), sum(r["client_cpu_s"] for r in runs)
+
+    def pct(q):
+        return round(float(np.percentile(latencies, q)), 3) if n else None
+
+    return {"qps": round(float(np.median(per_round)), 1), "qps_rounds": per_round, "requests": int(n),
+            "p50_ms": pct(50), "p99_ms": pct(99), "mean_ms": round(float(latencies.mean()), 3) if n else None,
+            "errors": int(sum(r["errors"] for r in runs)), "first_error": next((r["first_error"] for r in runs
+                                                                                if r["first_error"]), ""),
+            "server_cpu_ms_per_request": round(server_cpu * 1000 / n, 4) if n else None,
+            "server_cpu_cores": round(server_cpu / seconds, 3),
+            "client_cpu_ms_per_request": round(client_cpu * 1000 / n, 4) if n else None,
+            "client_processes": runs[0]["client_processes"]}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -185,19 +214,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server_process(cmd: list[str], log_path: Path, ready, timeout: float = 180):
-    """Start a server process, wait until `ready()` is true, yield it; always terminate and wait for it."""
+def server_process(cmd: list[str], log_path: Path):
+    """Start a server process and yield it; always terminate it and wait for it (SIGKILL after 30 s)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if proc.poll() is not None:
-                raise RuntimeError(f"{cmd[2]} exited with {proc.returncode}:\n{_tail(log_path)}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{cmd[2]} not ready after {timeout:.0f} s:\n{_tail(log_path)}")
-            time.sleep(0.25)
         yield proc
     finally:
         if proc.poll() is None:
@@ -207,6 +229,18 @@ def server_process(cmd: list[str], log_path: Path, ready, timeout: float = 180):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def wait_ready(proc: subprocess.Popen, ready, log_path: Path, label: str, timeout: float = 240) -> float:
+    """Poll `ready()` until true; fail early when the process exits. Returns the seconds waited."""
+    start = time.monotonic()
+    while not ready():
+        if proc.poll() is not None:
+            raise RuntimeError(f"{label} exited with {proc.returncode}:\n{_tail(log_path)}")
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"{label} not ready after {timeout:.0f} s:\n{_tail(log_path)}")
+        time.sleep(0.25)
+    return time.monotonic() - start
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -316,10 +350,8 @@ def run(args, workdir: Path) -> dict:
 
     batching = ["--enable-batching", "--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms",
                 str(args.batch_timeout_ms), "--num-batch-threads", str(args.num_batch_threads)]
-    servers = [("kserve", "KServe", ["rest"]), ("ours", "ours", ["rest", "grpc"]),
-               ("ours_batching", "ours+batching", ["rest", "grpc"])]
-    rows = []
-    for key, label, protocols in servers:
+    servers = {}  # key: (cmd, REST URL, gRPC port, readiness check, protocols)
+    for key, protocols in (("kserve", ["rest"]), ("ours", ["rest", "grpc"]), ("ours_batching", ["rest", "grpc"])):
         if args.only and key not in args.only:
             continue
         http, grpc_port = free_port(), free_port()
@@ -333,20 +365,34 @@ def run(args, workdir: Path) -> dict:
                    MODEL_NAME, "--rest-port", str(http), "--grpc-port", str(grpc_port)]
             cmd += batching if key == "ours_batching" else []
             ready = ours_ready(rest_url)
-        print(f"[bench] {label}: starting ({' '.join(cmd[1:4])} ...)", flush=True)
-        with server_process(cmd, workdir / f"{key}.log", ready) as proc:
+        servers[key] = (cmd, rest_url, grpc_port, ready, protocols)
+    configs = [(key, protocol) for key, (*_, protocols) in servers.items() for protocol in protocols]
+    raw: dict[tuple, list] = {(k, p, c): [] for k, p in configs for c in args.clients}
+    correct, startup = {}, {}
+    with contextlib.ExitStack() as stack:
+        procs = {key: stack.enter_context(server_process(cmd, workdir / f"{key}.log"))
+                 for key, (cmd, *_) in servers.items()}  # all started at once, idle while another is measured
+        for key, (cmd, rest_url, grpc_port, ready, protocols) in servers.items():
+            startup[key] = round(wait_ready(procs[key], ready, workdir / f"{key}.log", NAMES[key]), 1)
             for protocol in protocols:
                 target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
                 bodies = rest_bodies if protocol == "rest" else grpc_bodies
-                correct = (check_rest if protocol == "rest" else check_grpc)(target, bodies, expected)
-                for clients in args.clients:
-                    m = load(protocol, target, bodies, clients, args.client_processes, args.warmup, args.duration,
-                             proc.pid)
-                    row = {"server": key, "protocol": protocol, "clients": clients,
-                           "batching": key == "ours_batching", "class_ids_match": correct, **m}
-                    rows.append(row)
-                    print(f"[bench] {label:<14}{protocol:<5}{clients:>3} clients: {m['qps']:>8,.0f} QPS, p50 "
-                          f"{m['p50_ms']} ms, p99 {m['p99_ms']} ms, errors {m['errors']}", flush=True)
+                correct[key, protocol] = (check_rest if protocol == "rest" else check_grpc)(target, bodies, expected)
+        print(f"[bench] servers ready (s): {startup}; class ids match: "
+              f"{ {f'{k}/{p}': v for (k, p), v in correct.items()} }", flush=True)
+        for round_ in range(args.rounds):  # interleaved, so that drift in the machine's load hits every config
+            for clients in args.clients:
+                for key, protocol in configs:
+                    rest_url, grpc_port = servers[key][1], servers[key][2]
+                    target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
+                    m = load(protocol, target, rest_bodies if protocol == "rest" else grpc_bodies, clients,
+                             args.client_processes, args.warmup, args.duration, procs[key].pid, args.http_client)
+                    raw[key, protocol, clients].append(m)
+                    print(f"[bench] round {round_ + 1}/{args.rounds} {NAMES[key]:<14}{protocol:<5}{clients:>3} clients:"
+                          f" {len(m['latencies_ms']) / m['duration']:>8,.0f} QPS, errors {m['errors']}", flush=True)
+    rows = [{"server": k, "protocol": p, "clients": c, "batching": k == "ours_batching",
+             "class_ids_match": correct[k, p], **summarize(raw[k, p, c])}
+            for c in args.clients for k, p in configs]
     bytes_cmp = request_bytes(args.bytes_batch, args.bytes_size)
 
     def qps(server, protocol, clients):
@@ -359,12 +405,20 @@ def run(args, workdir: Path) -> dict:
     best_key = max((k for k in ours_rest if ours_rest[k]), key=lambda k: ours_rest[k], default=None)
     ratio = round(ours_rest[best_key] / kserve_qps, 3) if best_key and kserve_qps else None
     errors = sum(r["errors"] for r in rows)
+    per_round = []  # the same ratio within each round (configurations measured minutes apart drift less here)
+    if kserve_qps and best_key:
+        for i in range(args.rounds):
+            k_qps = len(raw["kserve", "rest", top][i]["latencies_ms"])
+            o_qps = max(len(raw[k, "rest", top][i]["latencies_ms"]) for k in ours_rest if ours_rest[k])
+            per_round.append(round(o_qps / k_qps, 3) if k_qps else None)
     return {
         "benchmark": "serving", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dataset": "builtin:digits",
         "epochs": args.epochs, "model_reused": reused, "model_input": [None, 8, 8, 1], "request_instances": 1,
-        "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "clients": args.clients,
+        "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
+                     "clients": args.clients,
                      "client_processes": args.client_processes,
-                     "client": "closed loop; requests.Session (REST) / grpc channel with pre-serialized "
+                     "http_client": args.http_client,
+                     "client": "closed loop; requests.Session or http.client (REST) / grpc channel with pre-serialized "
                                "PredictRequest (gRPC), one per client; bodies encoded once before the run",
                      "ours_batching": {"max_batch_size": args.max_batch_size,
                                        "batch_timeout_ms": args.batch_timeout_ms,
@@ -375,10 +429,12 @@ def run(args, workdir: Path) -> dict:
                     "python": platform.python_version()},
         "versions": {p: _version(p) for p in ("kserve", "tensorflow", "grpcio", "uvicorn", "starlette", "fastapi",
                                               "requests", "orjson", "uvloop")},
-        "setup_seconds": round(setup_seconds, 1), "seconds": round(time.time() - started, 1),
+        "setup_seconds": round(setup_seconds, 1), "server_startup_seconds": startup,
+        "seconds": round(time.time() - started, 1),
         "runs": rows, "request_bytes": bytes_cmp,
         "goal": {"qps_clients": top, "kserve_rest_qps": kserve_qps, "ours_rest_qps": ours_rest,
-                 "ours_best": best_key, "ours_to_kserve": ratio, "qps_ratio_min": 1.5,
+                 "ours_best": best_key, "ours_to_kserve": ratio, "ours_to_kserve_per_round": per_round,
+                 "qps_ratio_min": 1.5,
                  "qps_met": ratio is not None and ratio >= 1.5,
                  "grpc_to_rest_bytes": bytes_cmp["grpc_to_rest"], "bytes_ratio_max": 0.3,
                  "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3, "errors": errors,
@@ -400,14 +456,16 @@ def print_report(r: dict) -> None:
     s = r["settings"]
     b = s["ours_batching"]
     print(f"\nServing {r['dataset']} (1 instance/request), {r['machine']['cpu_count']} CPUs, "
-          f"{s['warmup_s']} s warm-up + {s['duration_s']} s measured per row, client processes ≤ "
-          f"{s['client_processes']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
+          f"{s['rounds']} interleaved rounds of {s['warmup_s']} s warm-up + {s['duration_s']} s measured (QPS: median "
+          f"of rounds, latency: pooled), client processes ≤ "
+          f"{s['client_processes']}, REST client {s['http_client']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
           f"{b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, tensorflow "
           f"{r['versions']['tensorflow']}")
-    print(f"{'server':<15}{'proto':<6}{'clients':>8}{'QPS':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+    print(f"{'server':<15}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
           f"{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}")
     for row in r["runs"]:
-        print(f"{NAMES[row['server']]:<15}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}"
+        spread = f"{min(row['qps_rounds']):,.0f}-{max(row['qps_rounds']):,.0f}"
+        print(f"{NAMES[row['server']]:<15}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
               f"{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['errors']:>8}{row['server_cpu_ms_per_request']:>11.3f}"
               f"{row['server_cpu_cores']:>10.2f}{row['client_cpu_ms_per_request']:>11.3f}"
               f"{str(row['class_ids_match']):>9}")
@@ -422,7 +480,8 @@ def print_report(r: dict) -> None:
     ours = ", ".join(f"{NAMES[k]} {v:,.0f}" for k, v in g["ours_rest_qps"].items() if v)
     if g["ours_to_kserve"] is not None:
         print(f"goal ours ≥ 1.5× KServe QPS at {g['qps_clients']} REST clients: KServe {g['kserve_rest_qps']:,.0f}, "
-              f"{ours}; best {NAMES[g['ours_best']]} {g['ours_to_kserve']:.2f}× ... "
+              f"{ours}; best {NAMES[g['ours_best']]} {g['ours_to_kserve']:.2f}× (per round: "
+              f"{', '.join(f'{x:.2f}' for x in g['ours_to_kserve_per_round'])}) ... "
               f"{'PASS' if g['qps_met'] else 'FAIL'}")
     print(f"goal gRPC ≤ 0.3× REST bytes: {g['grpc_to_rest_bytes']:.3f}× ... {'PASS' if g['bytes_met'] else 'FAIL'}")
     print(f"errors: {g['errors']} ({'PASS' if g['errors'] == 0 else 'FAIL'}); class ids match a direct call: "
@@ -431,12 +490,16 @@ def print_report(r: dict) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.serving", description=__doc__.splitlines()[0])
-    p.add_argument("--duration", type=float, default=6.0, help="measured seconds per row")
-    p.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each row")
+    p.add_argument("--duration", type=float, default=3.0, help="measured seconds per configuration and round")
+    p.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds before each measurement")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations (QPS: median)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     p.add_argument("--client-processes", type=int, default=4, help="load-generator processes (≤ clients)")
+    p.add_argument("--http-client", choices=["requests", "http.client"], default="requests",
+                   help="REST client of the load generator (http.client: about 4× less client CPU per request)")
     p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--batch-timeout-ms", type=float, default=1.0)
+    p.add_argument("--batch-timeout-ms", type=float, default=0.0,
+                   help="0 (TF Serving's CPU starting point): a batch takes what is queued when the thread is free")
     p.add_argument("--num-batch-threads", type=int, default=1)
     p.add_argument("--kserve-request-logs", action="store_true",
                    help="keep KServe's per-request access/latency logs (its default; off here as on ours)")

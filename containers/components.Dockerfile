@@ -1,12 +1,12 @@
-# syntax=docker/dockerfile:1
 # Components image: base image of the pipeline's lightweight KFP components (prepare_data, evaluate_model, ...).
 # Build from the repository root:  docker build -f containers/components.Dockerfile -t IMAGE .
 # No ENTRYPOINT: each component's compiled spec brings its own command (`python3 -m kfp.dsl.executor_main`).
 # They are compiled with install_kfp_package=False, so nothing is pip-installed at run time (the user is not
 # root): the kfp installed here comes from the same requirements.lock as the compiler's, hence the same version.
-# The build stage is identical to trainer.Dockerfile's: both images share its cached layers.
+# The build stage is identical to trainer.Dockerfile's: concurrent or later builds share its layers.
 
-# Exact tag; pin its digest too (FROM python:...@sha256:...) once you can look it up in your registry.
+# Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
+# --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # ---- build: a virtual environment with exactly requirements.lock, then this package (no dependencies) ----

@@ -1,9 +1,11 @@
-# syntax=docker/dockerfile:1
-# Trainer image: `python -m trainer.task` for Vertex AI custom jobs (and the kubeflow target).
+# Trainer image: `python -m trainer.task` for Vertex AI custom jobs and tuning trials (worker pools 0 and 1).
 # Build from the repository root:  docker build -f containers/trainer.Dockerfile -t IMAGE .
-# Keep the build stage identical to components.Dockerfile's: both images then share its cached layers.
+# TensorFlow and tf-keras come from requirements.lock, the versions the tests ran with. CPU only: the lock has no
+# CUDA libraries (tensorflow[and-cuda]), so GPU worker pools (platform.accelerator_type) would not use the GPU.
+# The build stage is identical to components.Dockerfile's: concurrent or later builds share its layers.
 
-# Exact tag; pin its digest too (FROM python:...@sha256:...) once you can look it up in your registry.
+# Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
+# --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # ---- build: a virtual environment with exactly requirements.lock, then this package (no dependencies) ----

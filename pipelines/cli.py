@@ -1,4 +1,5 @@
-"""`python -m pipelines`: run the training pipeline locally, compile it for Vertex AI or Kubeflow."""
+"""`python -m pipelines`: run the training pipeline locally; compile, publish, submit and schedule it on Vertex AI
+or Kubeflow."""
 from __future__ import annotations
 
 import os
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import click
+import yaml
 
 from pipelines.config import ConfigError, load_config
 
@@ -18,6 +20,22 @@ _INSTANCES_FORMATS = ["jsonl", "csv", "tf-record", "tf-record-gzip", "file-list"
 
 def _fail(message: str) -> None:
     raise click.ClickException(message)
+
+
+def config_options(func):
+    """--config, --profile and repeatable --set, shared by every command that reads the config."""
+    func = click.option("--set", "sets", multiple=True, metavar="SECTION.FIELD=VALUE",
+                        help="override one config value (repeatable), e.g. platform.trainer_image=IMAGE")(func)
+    func = click.option("--profile", help="config profile to apply over the base sections [$TFPIPE_PROFILE]")(func)
+    return click.option("--config", "config_file", type=click.Path(),
+                        help="YAML config (parameters/batch/platform/study sections, profiles)")(func)
+
+
+def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=None):
+    try:
+        return load_config(config_file, overrides, batch_overrides, profile=profile, sets=sets)
+    except ConfigError as e:
+        _fail(str(e))
 
 
 def _source_commit() -> str:
@@ -56,26 +74,23 @@ def cli():
 @click.option("--rest-port", type=int, help="local server's REST port [8501] (0: any free port)")
 @click.option("--grpc-port", type=int, help="local server's gRPC port [8500] (0: any free port)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="run output directory [runs/<timestamp>]")
-@click.option("--config", "config_file", type=click.Path(), help="YAML config (parameters/platform sections)")
+@config_options
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's full log")
 @click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
               help="which pipeline to run")
 @click.option("--instances", help="batch_prediction: instances, comma-separated paths or globs (required)")
 @click.option("--instances-format", type=click.Choice(_INSTANCES_FORMATS), help="batch_prediction: [jsonl]")
 @click.option("--model", help="batch_prediction: repository version number or SavedModel path [the champion]")
-def run(out_dir, config_file, verbose, pipeline, instances, instances_format, model, **options):
+def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, instances_format, model, **options):
     """Run the whole training pipeline (or, with --pipeline batch_prediction, batch predictions) locally
     (kfp.local, no cloud, no Docker) and print a summary."""
     if pipeline == "batch_prediction":
-        return _run_batch(out_dir, config_file, verbose, instances, instances_format, model, options)
+        return _run_batch(out_dir, (config_file, profile, sets), verbose, instances, instances_format, model, options)
     given = [name for name, value in (("--instances", instances), ("--instances-format", instances_format),
                                       ("--model", model)) if value]
     if given:
         _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
-    try:
-        config = load_config(config_file, options)
-    except ConfigError as e:
-        _fail(str(e))
+    config = _load(config_file, profile, sets, options)
     params = config.parameters.model_dump()
     params["data_source"] = _local_path(params["data_source"])
     if not params["data_source"].startswith(("gs://", "builtin:")) and not os.path.exists(params["data_source"]):
@@ -131,7 +146,7 @@ _TRAINING_ONLY = ("data_source", "workers", "epochs", "learning_rate", "label_co
                   "accuracy_threshold", "tune", "deploy", "rest_port", "grpc_port")
 
 
-def _run_batch(out_dir, config_file, verbose, instances, instances_format, model, options) -> None:
+def _run_batch(out_dir, config_source, verbose, instances, instances_format, model, options) -> None:
     """`run --pipeline batch_prediction`: predictions for local instances from a model repository version."""
     given = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY if options.get(k) is not None]
     if given:
@@ -140,10 +155,7 @@ def _run_batch(out_dir, config_file, verbose, instances, instances_format, model
         _fail("--instances is required with --pipeline batch_prediction")
     overrides = {"instances": instances, "instances_format": instances_format, "model": model,
                  **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size")}}
-    try:
-        config = load_config(config_file, batch_overrides=overrides)
-    except ConfigError as e:
-        _fail(str(e))
+    config = _load(*config_source, batch_overrides=overrides)
     params = config.batch.pipeline_arguments()
     params["instances"] = _local_instances(params["instances"])
     params["model_repository"] = _local_path(params["model_repository"] or "runs/model_repository")
@@ -205,29 +217,446 @@ def _print_summary(s: dict) -> None:
 @cli.command("compile")
 @click.option("--target", type=click.Choice(["vertex", "kubeflow"]), required=True)
 @click.option("--output", type=click.Path(dir_okay=False), required=True, help="pipeline YAML to write")
-@click.option("--config", "config_file", type=click.Path(), help="YAML config (parameters/platform sections)")
+@config_options
 @click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
               help="which pipeline to compile")
-def compile_(target, output, config_file, pipeline):
+def compile_(target, output, config_file, profile, sets, pipeline):
     """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines."""
-    from kfp import compiler
+    from pipelines.templates import compile_template
 
-    from pipelines.batch_prediction import build_batch_pipeline
-    from pipelines.training import build_pipeline
-
-    try:
-        config = load_config(config_file)
-    except ConfigError as e:
-        _fail(str(e))
+    config = _load(config_file, profile, sets)
     if not output.endswith((".yaml", ".yml", ".json")):
         _fail(f"--output must end in .yaml or .json, got {output}")
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    if pipeline == "batch_prediction":
-        func, defaults = build_batch_pipeline(target, config.platform), config.batch.pipeline_arguments()
-    else:
-        func, defaults = build_pipeline(target, config.platform, config.study), config.parameters.model_dump()
-    compiler.Compiler().compile(func, output, pipeline_parameters=defaults)
+    compile_template(target, pipeline, config, output)
     click.echo(f"compiled {target} {pipeline} pipeline to {output}")
+
+
+def template_options(func):
+    """Which template to run: a fresh compile (default), a compiled file or a published tag."""
+    func = click.option("--registry", help="template registry for --template-tag [platform.template_registry]")(func)
+    func = click.option("--template-tag", metavar="TAG",
+                        help="run the published template REGISTRY/PIPELINE_NAME/TAG (see publish)")(func)
+    func = click.option("--template", type=click.Path(dir_okay=False), metavar="FILE",
+                        help="run this compiled pipeline YAML instead of compiling one now")(func)
+    return click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+                        help="which pipeline")(func)
+
+
+def run_options(func):
+    """Run parameters and caching, shared by submit and schedule."""
+    func = click.option("--caching/--no-caching", default=None,
+                        help="step caching for the run(s) [platform.enable_caching, else the compiled settings]")(func)
+    return click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+                        help="pipeline input for the run (repeatable), typed and checked against the template")(func)
+
+
+def kubeflow_options(func):
+    func = click.option("--namespace", help="kubeflow: multi-user namespace [platform.kfp_namespace]")(func)
+    return click.option("--host",
+                        help="kubeflow: the KFP API endpoint [platform.kfp_host, $KF_PIPELINES_ENDPOINT]")(func)
+
+
+class _Template:
+    """The template a submit/schedule/publish command runs, resolved before any API call: `path` (a local file),
+    `url` (a published template) and the loaded `spec`."""
+
+    def __init__(self, target, pipeline, config, template, template_tag, registry, workdir, credentials=None):
+        from pipelines.templates import TemplateError, compile_template, load_template, published_url
+
+        self.url = None
+        if template and template_tag:
+            _fail("--template and --template-tag: give one of them")
+        if registry and not template_tag:
+            _fail("--registry: only with --template-tag")
+        try:
+            if template_tag:
+                self.url = published_url(registry or config.platform.template_registry, pipeline, template_tag)
+                self.spec = load_template(self.url, config.platform.project or None, credentials)
+                self.path = str(Path(workdir) / "template.yaml")
+                Path(self.path).write_text(yaml.safe_dump(self.spec, sort_keys=False))
+            elif template:
+                self.path = template
+                self.spec = load_template(template)
+            else:
+                self.path = compile_template(target, pipeline, config, Path(workdir) / f"{pipeline}.yaml")
+                self.spec = load_template(self.path)
+        except TemplateError as e:
+            _fail(str(e))
+        self.name = self.spec["pipelineInfo"]["name"]
+        self.source = self.url or (self.path if template else f"{target} {pipeline} pipeline compiled now")
+
+    def params(self, assignments):
+        from pipelines.templates import TemplateError, parse_params
+
+        try:
+            return parse_params(assignments, self.spec)
+        except TemplateError as e:
+            _fail(str(e))
+
+
+def _kubeflow_target(platform, host, namespace):
+    host = host or platform.kfp_host or os.environ.get("KF_PIPELINES_ENDPOINT", "")
+    if not host:
+        _fail("--target kubeflow needs the KFP API endpoint: --host URL, platform.kfp_host or $KF_PIPELINES_ENDPOINT")
+    return host.rstrip("/"), namespace or platform.kfp_namespace
+
+
+def _only_with(target, wanted, **given):
+    names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
+    if names and target != wanted:
+        _fail(f"{', '.join(names)}: only with --target {wanted}")
+
+
+def _vertex_precheck(platform, template, template_tag):
+    from pipelines.submit import SubmitError, check_vertex
+
+    try:
+        check_vertex(platform, compiled_here=not (template or template_tag))
+    except SubmitError as e:
+        _fail(str(e))
+
+
+@cli.command()
+@click.option("--target", type=click.Choice(["vertex", "kubeflow"]), required=True)
+@template_options
+@config_options
+@run_options
+@click.option("--run-name", help="the run's display name [vertex: the pipeline's name; kubeflow: name + time]")
+@click.option("--wait", is_flag=True, help="follow the run until it ends; exit non-zero unless it succeeded")
+@click.option("--poll-seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="--wait: seconds between state checks")
+@kubeflow_options
+@click.option("--experiment", help="kubeflow: experiment of the run [platform.kfp_experiment]")
+def submit(target, pipeline, template, template_tag, registry, config_file, profile, sets, params, caching, run_name,
+           wait, poll_seconds, host, namespace, experiment):
+    """Submit one run: a Vertex AI PipelineJob or a run on a Kubeflow Pipelines deployment. The parameters are
+    checked against the template's inputs before anything is sent."""
+    import tempfile
+
+    _only_with(target, "kubeflow", host=host, namespace=namespace, experiment=experiment)
+    config = _load(config_file, profile, sets)
+    platform = config.platform
+    caching = platform.enable_caching if caching is None else caching
+    if target == "vertex":
+        _vertex_precheck(platform, template, template_tag)
+    else:
+        host, namespace = _kubeflow_target(platform, host, namespace)
+        _check_images_if_compiling(platform, template, template_tag)
+    with tempfile.TemporaryDirectory(prefix="tfpipe-submit-") as workdir:
+        chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
+        values = chosen.params(params)
+        if target == "vertex":
+            _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds)
+        else:
+            _submit_kubeflow(chosen, values, platform, run_name, caching, wait, poll_seconds, host, namespace,
+                             experiment or platform.kfp_experiment)
+
+
+def _check_images_if_compiling(platform, template, template_tag):
+    from pipelines.submit import SubmitError, check_images
+
+    if not (template or template_tag):
+        try:
+            check_images(platform)
+        except SubmitError as e:
+            _fail(str(e))
+
+
+def _api_errors(action: str):
+    """Turn API errors into one `Error:` line."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def guard():
+        from google.api_core.exceptions import GoogleAPIError
+
+        try:
+            yield
+        except click.ClickException:
+            raise
+        except GoogleAPIError as e:
+            _fail(f"{action}: {e}")
+        except OSError as e:  # connection refused, kfp's health check giving up (TimeoutError), ...
+            _fail(f"{action}: {e}")
+        except Exception as e:  # kfp_server_api.ApiException, requests errors, ...
+            if type(e).__module__.split(".")[0] in ("kfp_server_api", "requests", "urllib3", "kfp"):
+                _fail(f"{action}: {e}".strip())
+            raise
+    return guard()
+
+
+def _follow(wait, url, echo=click.echo):
+    """Run `wait()`; on Ctrl-C say that the run goes on."""
+    try:
+        return wait()
+    except KeyboardInterrupt:
+        echo(f"stopped following the run; it goes on: {url}", err=True)
+        raise
+
+
+def _vertex_job(chosen, platform, values, display_name, caching):
+    """The unsubmitted aiplatform.PipelineJob (its own checks: display name, labels, job id)."""
+    from pipelines.submit import vertex_job
+
+    if len(display_name) > 128:
+        _fail(f"display name {display_name[:20]!r}...: at most 128 characters")
+    try:
+        return vertex_job(chosen.url or chosen.path, platform, values, display_name, caching)
+    except ValueError as e:
+        _fail(f"aiplatform refused the pipeline job: {e}")
+
+
+def _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds):
+    from pipelines.submit import submit_vertex, wait_vertex
+
+    job = _vertex_job(chosen, platform, values, run_name or chosen.name, caching)
+    with _api_errors("Vertex AI refused the pipeline job"):
+        url = submit_vertex(job, platform)
+    click.echo(f"submitted {chosen.name} ({chosen.source}) to Vertex AI: {job.resource_name}")
+    click.echo(f"console: {url}")
+    if wait:
+        with _api_errors("reading the pipeline job failed"):
+            state, error = _follow(lambda: wait_vertex(job, poll_seconds, click.echo), url)
+        if state != "PIPELINE_STATE_SUCCEEDED":
+            _fail(f"the run ended {state}" + (f": {error}" if error else "") + f" ({url})")
+
+
+def _submit_kubeflow(chosen, values, platform, run_name, caching, wait, poll_seconds, host, namespace, experiment):
+    from pipelines.submit import kfp_client, submit_kubeflow, wait_kubeflow
+
+    run_name = run_name or f"{chosen.name} {time.strftime('%Y-%m-%d %H-%M-%S')}"
+    with _api_errors(f"Kubeflow Pipelines at {host} refused the run"):
+        client = kfp_client(host, namespace)
+        run_id = submit_kubeflow(client, chosen.path, values, run_name, platform, experiment, namespace, caching)
+    click.echo(f"submitted {chosen.name} ({chosen.source}) to Kubeflow Pipelines as {run_name!r}: run {run_id}")
+    click.echo(f"run: {host}/#/runs/details/{run_id}")
+    if wait:
+        with _api_errors("reading the run failed"):
+            state, error = _follow(lambda: wait_kubeflow(client, run_id, poll_seconds, click.echo),
+                                   f"{host}/#/runs/details/{run_id}")
+        if state != "SUCCEEDED":
+            _fail(f"the run ended {state}" + (f": {error}" if error else ""))
+
+
+# --- schedule ----------------------------------------------------------------------------------------------------
+
+def _target_option(required=True):
+    return click.option("--target", type=click.Choice(["vertex", "kubeflow"]), required=required)
+
+
+@cli.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@_target_option(required=False)
+@click.option("--cron", help='when to run, e.g. "TZ=Europe/Paris 0 3 * * 1" [platform.schedule.cron]')
+@click.option("--display-name", help="the schedule's name; one with this name is replaced "
+                                     "[platform.schedule.display_name, else the pipeline's name]")
+@template_options
+@config_options
+@run_options
+@kubeflow_options
+@click.option("--experiment", help="kubeflow: experiment of the recurring run [platform.kfp_experiment]")
+@click.pass_context
+def schedule(ctx, target, cron, display_name, pipeline, template, template_tag, registry, config_file, profile, sets,
+             params, caching, host, namespace, experiment):
+    """Create (or replace: same display name) a recurring run of the pipeline: a Vertex AI schedule or a Kubeflow
+    recurring run. The cron expression and the parameters are checked before any API call.
+
+    Sub-commands manage existing schedules by display name: list, pause NAME, resume NAME, delete NAME (their
+    options after the sub-command name)."""
+    import tempfile
+
+    from click.core import ParameterSource
+
+    if ctx.invoked_subcommand:
+        given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params
+                 if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None)]
+        if given:
+            _fail(f"{', '.join(given)}: put the options after '{ctx.invoked_subcommand}'")
+        return
+    if not target:
+        _fail("--target is required (vertex or kubeflow)")
+    _only_with(target, "kubeflow", host=host, namespace=namespace, experiment=experiment)
+    config = _load(config_file, profile, sets)
+    platform = config.platform
+    settings = platform.schedule
+    caching = platform.enable_caching if caching is None else caching
+    parsed = _parse_cron(cron or settings.cron, target)
+    if target == "vertex":
+        _vertex_precheck(platform, template, template_tag)
+    else:
+        host, namespace = _kubeflow_target(platform, host, namespace)
+        _check_images_if_compiling(platform, template, template_tag)
+    with tempfile.TemporaryDirectory(prefix="tfpipe-schedule-") as workdir:
+        chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
+        values = chosen.params(params)
+        name = display_name or settings.display_name or chosen.name
+        _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace,
+                         experiment)
+    zone = parsed.zone or ("UTC" if target == "vertex" else "")
+    runs = ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in parsed.next_runs(3))
+    click.echo(f"{name}: {chosen.name} ({chosen.source}) on '{parsed}'; next runs {runs}"
+               + (f" {zone}" if zone else " (the KFP controller's time zone)"))
+
+
+def _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace, experiment):
+    from pipelines.schedule import ScheduleError
+
+    try:
+        if target == "vertex":
+            from pipelines.schedule import replace_vertex_schedule, schedule_console_url
+
+            job = _vertex_job(chosen, platform, values, name, caching)
+            with _api_errors("Vertex AI refused the schedule"):
+                created = replace_vertex_schedule(job, platform, parsed, settings, name, echo=click.echo)
+            schedule_id = created.resource_name.rsplit("/", 1)[-1]
+            click.echo(f"console: {schedule_console_url(platform.project, platform.location, schedule_id)}")
+        else:
+            from pipelines.schedule import replace_kfp_recurring_run
+            from pipelines.submit import kfp_client
+
+            with _api_errors(f"Kubeflow Pipelines at {host} refused the recurring run"):
+                client = kfp_client(host, namespace)
+                replace_kfp_recurring_run(client, chosen.path, values, platform, parsed, settings, name,
+                                          experiment or platform.kfp_experiment, namespace, caching, echo=click.echo)
+    except ScheduleError as e:
+        _fail(str(e))
+
+
+def _parse_cron(text, target):
+    from pipelines.cron import parse_cron
+    from pipelines.schedule import ScheduleError, kfp_cron
+
+    if not text:
+        _fail('--cron is required (or platform.schedule.cron), e.g. --cron "TZ=Europe/Paris 0 3 * * 1"')
+    try:
+        parsed = parse_cron(text)
+        if target == "kubeflow":
+            kfp_cron(parsed)
+    except ValueError as e:  # ScheduleError included
+        _fail(f"--cron: {e}")
+    return parsed
+
+
+def schedule_target_options(func):
+    func = kubeflow_options(func)
+    func = config_options(func)
+    return _target_option()(func)
+
+
+@schedule.command("list")
+@schedule_target_options
+def schedule_list(target, config_file, profile, sets, host, namespace):
+    """List the schedules (Vertex: of the project and location; kubeflow: recurring runs)."""
+    _only_with(target, "kubeflow", host=host, namespace=namespace)
+    platform = _load(config_file, profile, sets).platform
+    if target == "vertex":
+        from pipelines.schedule import describe_vertex, vertex_schedules
+
+        _vertex_project(platform)
+        with _api_errors("listing schedules failed"):
+            rows = [describe_vertex(s) for s in vertex_schedules(platform)]
+        where = f"projects/{platform.project}/locations/{platform.location}"
+    else:
+        from pipelines.schedule import describe_kfp, kfp_recurring_runs
+        from pipelines.submit import kfp_client
+
+        host, namespace = _kubeflow_target(platform, host, namespace)
+        with _api_errors(f"listing recurring runs at {host} failed"):
+            rows = [describe_kfp(r) for r in kfp_recurring_runs(kfp_client(host, namespace), None, namespace)]
+        where = host
+    if not rows:
+        click.echo(f"no schedules in {where}")
+        return
+    for row in rows:
+        click.echo(f"{row['display_name']:<28} {row['state']:<9} {row['cron']:<32} "
+                   f"{('next ' + row['next_run']) if row['next_run'] else '':<32} {row['name']}".rstrip())
+
+
+def _vertex_project(platform):
+    if not platform.project:
+        _fail("platform.project is required on Vertex AI: set it in the config (profile), "
+              "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT")
+
+
+def _change_schedule(action, target, name, config_file, profile, sets, host, namespace):
+    from pipelines.schedule import ScheduleError, change_kfp_recurring_run, change_vertex_schedule
+
+    _only_with(target, "kubeflow", host=host, namespace=namespace)
+    platform = _load(config_file, profile, sets).platform
+    try:
+        if target == "vertex":
+            _vertex_project(platform)
+            with _api_errors(f"{action} failed"):
+                change_vertex_schedule(action, platform, name, echo=click.echo)
+        else:
+            from pipelines.submit import kfp_client
+
+            host, namespace = _kubeflow_target(platform, host, namespace)
+            with _api_errors(f"{action} failed"):
+                change_kfp_recurring_run(action, kfp_client(host, namespace), name, namespace, echo=click.echo)
+    except ScheduleError as e:
+        _fail(str(e))
+
+
+@schedule.command("pause")
+@click.argument("name")
+@schedule_target_options
+def schedule_pause(name, **options):
+    """Pause the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
+    _change_schedule("pause", name=name, **options)
+
+
+@schedule.command("resume")
+@click.argument("name")
+@schedule_target_options
+def schedule_resume(name, **options):
+    """Resume the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
+    _change_schedule("resume", name=name, **options)
+
+
+@schedule.command("delete")
+@click.argument("name")
+@schedule_target_options
+def schedule_delete(name, **options):
+    """Delete the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
+    _change_schedule("delete", name=name, **options)
+
+
+# --- publish -----------------------------------------------------------------------------------------------------
+
+@cli.command()
+@click.option("--registry", help="KFP template registry, https://REGION-kfp.pkg.dev/PROJECT/REPO "
+                                 "[platform.template_registry]")
+@click.option("--tag", "tags", multiple=True, required=True, help="tag of the uploaded version (repeatable)")
+@click.option("--target", type=click.Choice(["vertex", "kubeflow"]), default="vertex", show_default=True,
+              help="target to compile for (when no --template)")
+@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True)
+@click.option("--template", type=click.Path(dir_okay=False), metavar="FILE",
+              help="publish this compiled pipeline YAML instead of compiling one now")
+@config_options
+def publish(registry, tags, target, pipeline, template, config_file, profile, sets):
+    """Upload the compiled pipeline to a KFP template registry (Artifact Registry) with tags; submit and schedule
+    run it with --template-tag TAG."""
+    import tempfile
+
+    from pipelines.publish import PublishError, check_registry, publish_template
+    from pipelines.templates import TemplateError, check_tag
+
+    config = _load(config_file, profile, sets)
+    try:
+        registry = check_registry(registry or config.platform.template_registry)
+        for tag in tags:
+            check_tag(tag)
+    except (PublishError, TemplateError) as e:
+        _fail(str(e))
+    if not template:
+        _check_images_if_compiling(config.platform, template, None)
+    with tempfile.TemporaryDirectory(prefix="tfpipe-publish-") as workdir:
+        chosen = _Template(target, pipeline, config, template, None, None, workdir)
+        with _api_errors(f"uploading to {registry} failed"):
+            package, version = publish_template(registry, chosen.path, tags)
+    click.echo(f"published {package} {version} ({chosen.source}) with tag(s) {', '.join(tags)}")
+    for tag in tags:
+        click.echo(f"  {registry}/{package}/{tag}")
 
 
 @cli.command()

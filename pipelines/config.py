@@ -1,16 +1,26 @@
-"""Run configuration: pipeline parameters (the ML knobs, typed pipeline inputs) and platform settings (images,
-machines, region: fixed at compile time). Loaded from a YAML file with `parameters:` (training pipeline),
-`batch:` (batch prediction pipeline), `platform:` and `study:` sections."""
+"""Run configuration: pipeline parameters (the ML knobs, typed pipeline inputs) and platform settings (project,
+images, machines, region, submission and schedule settings). Loaded from a YAML file with `parameters:` (training
+pipeline), `batch:` (batch prediction pipeline), `platform:` and `study:` sections, plus optional named
+`profiles:` deep-merged over them.
+
+Precedence, highest first: CLI (`--set section.field=value`, then the dedicated options) > environment
+(`TFPIPE_<SECTION>__<FIELD>[__<SUBFIELD>]`) > the selected profile (`--profile NAME` or `TFPIPE_PROFILE`) > the
+file's base sections > defaults.
+"""
 from __future__ import annotations
 
+import copy
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Mapping, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from components.study_spec import DEFAULT_STUDY, StudySpec
+from pipelines.cron import parse_cron
 
 TARGETS = ("vertex", "kubeflow", "local")
 PIPELINES = ("training", "batch_prediction")
@@ -19,6 +29,15 @@ INSTANCES_FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
 _ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_REGION = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
+_PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.gserviceaccount\.com$")
+_NETWORK = re.compile(r"^projects/[0-9]+/global/networks/[^/\s]+$")
+_URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
+SECTIONS = ("parameters", "batch", "platform", "study")
+ENV_PREFIX = "TFPIPE_"
+PROFILE_ENV = "TFPIPE_PROFILE"
+PLACEHOLDER_PROJECT = "/PROJECT/"  # in the default image URIs: replace with your project's images
 
 
 class ConfigError(ValueError):
@@ -90,11 +109,63 @@ class BatchParameters(BaseModel):
         return {k: v for k, v in self.model_dump().items() if k != "instances" or v}
 
 
-class Platform(BaseModel):
-    """Compile-time settings of the cloud targets."""
+def _check_labels(labels: Mapping[str, str]) -> None:
+    for key, value in labels.items():
+        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+            raise ValueError(f"{key}={value!r}: keys must match {_LABEL_KEY.pattern} and values {_LABEL_VALUE.pattern}")
+    if len(labels) > 64:
+        raise ValueError(f"at most 64 labels, got {len(labels)}")
+
+
+class ScheduleSettings(BaseModel):
+    """The recurring run that `python -m pipelines schedule` creates (Vertex schedule / KFP recurring run)."""
 
     model_config = ConfigDict(extra="forbid")
 
+    display_name: str = ""  # "" = the pipeline's name (tfpipe-training, tfpipe-batch-prediction)
+    cron: str = ""  # "0 3 * * 1", optionally "TZ=Europe/Paris 0 3 * * 1"; validated on load
+    max_concurrent_runs: int = Field(1, ge=1)
+    allow_queueing: bool = False  # Vertex: queue a run instead of skipping it while max_concurrent_runs run
+    max_run_count: int | None = Field(None, ge=1)  # the schedule completes after this many runs
+    start_time: str = ""  # RFC 3339, e.g. 2026-01-01T00:00:00Z ("" = now)
+    end_time: str = ""  # RFC 3339 ("" = never)
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        return str(parse_cron(value)) if value.strip() else ""
+
+    @field_validator("start_time", "end_time")
+    @classmethod
+    def _timestamp(cls, value: str) -> str:
+        if value:
+            from google.protobuf.timestamp_pb2 import Timestamp
+
+            try:
+                Timestamp().FromJsonString(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an RFC 3339 time like 2026-01-01T00:00:00Z") from None
+        return value
+
+
+class Platform(BaseModel):
+    """Settings of the cloud targets: compile time (images, machines, region) and submission (project, bucket,
+    identity, network, labels, caching, registry, Kubeflow host, schedule)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = ""  # Google Cloud project id (Vertex: submit, schedule)
+    pipeline_root: str = ""  # Vertex: gs://BUCKET/PATH; Kubeflow: any root its launcher reads (minio://, gs://)
+    service_account: str = ""  # Vertex: the runs' service account (e-mail); "" = Compute Engine default
+    network: str = ""  # Vertex: projects/PROJECT_NUMBER/global/networks/NAME to peer with ("" = none)
+    labels: dict[str, str] = {}  # labels of the pipeline jobs and schedules
+    enable_caching: bool | None = None  # None = compile-time settings (steps cache by default)
+    template_registry: str = ""  # https://REGION-kfp.pkg.dev/PROJECT/REPO: publish target, --template-tag source
+    kfp_host: str = ""  # Kubeflow Pipelines API endpoint, e.g. http://localhost:8080
+    kfp_namespace: str = ""  # multi-user Kubeflow: the profile namespace
+    kfp_experiment: str = "tfpipe"
+    kfp_service_account: str = ""  # Kubernetes service account of the runs ("" = the deployment's default)
+    schedule: ScheduleSettings = ScheduleSettings()
     components_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/components:latest"
     trainer_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest"
     serving_image: str = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
@@ -116,6 +187,54 @@ class Platform(BaseModel):
     batch_starting_replicas: int = Field(1, ge=1)
     batch_max_replicas: int = Field(2, ge=1)
 
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        if not _REGION.match(value):
+            raise ValueError(f"{value!r} is not a Google Cloud region like us-central1 or europe-west4")
+        return value
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if value and not _PROJECT.match(value):
+            raise ValueError(f"{value!r} is not a project id (6-30 lowercase letters, digits and hyphens)")
+        return value
+
+    @field_validator("service_account")
+    @classmethod
+    def _service_account(cls, value: str) -> str:
+        if value and not _SERVICE_ACCOUNT.match(value):
+            raise ValueError(f"{value!r} is not a service account e-mail like NAME@PROJECT.iam.gserviceaccount.com")
+        return value
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        if value and not _NETWORK.match(value):
+            raise ValueError(f"{value!r} must look like projects/PROJECT_NUMBER/global/networks/NAME")
+        return value
+
+    @field_validator("pipeline_root", "kfp_host", "template_registry")
+    @classmethod
+    def _uri(cls, value: str) -> str:
+        if value and not _URI.match(value):
+            raise ValueError(f"{value!r} is not a URI (scheme://...)")
+        return value.rstrip("/") if value.startswith("http") else value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_labels(value)
+        return value
+
+    @field_validator("components_image", "trainer_image", "serving_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError(f"{value!r} is not an image URI")
+        return value
+
     @model_validator(mode="after")
     def _vertex_rules(self):
         for alias in self.model_version_aliases:
@@ -135,7 +254,14 @@ class Platform(BaseModel):
                              f"({self.batch_starting_replicas})")
         if bool(self.serving_accelerator_type) != bool(self.serving_accelerator_count):
             raise ValueError("serving_accelerator_type and serving_accelerator_count must be set together")
+        if bool(self.accelerator_type) != bool(self.accelerator_count):
+            raise ValueError("accelerator_type and accelerator_count must be set together")
         return self
+
+    def placeholder_images(self) -> list[str]:
+        """The image fields still naming the placeholder project of the defaults."""
+        return [name for name in ("components_image", "trainer_image")
+                if PLACEHOLDER_PROJECT in getattr(self, name)]
 
 
 class Config(BaseModel):
@@ -147,31 +273,184 @@ class Config(BaseModel):
     study: StudySpec = DEFAULT_STUDY
 
 
-def _describe(error: ValidationError) -> str:
-    first = error.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or "config"
-    return f"{field}: {first['msg']}" + (f" (got {first['input']!r})" if "input" in first else "")
+@dataclass(frozen=True)
+class Override:
+    """One value set at a dotted path (`platform.schedule.cron`), and where it came from."""
+
+    path: tuple[str, ...]
+    value: Any
+    source: str  # TFPIPE_PLATFORM__TRAINER_IMAGE, --set platform.trainer_image, ...
+
+
+def _parse_value(text: str):
+    """An override's value: YAML for mappings and lists (`{team: ml}`, `[a, b]`), else the string itself (pydantic
+    converts strings to the field's type: `5` to an int, `true` to a bool), so `1234567` stays a string for str
+    fields such as image tags and commits."""
+    if text.strip()[:1] in ("{", "["):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+        if isinstance(value, (dict, list)):
+            return value
+    return text
+
+
+def parse_set(assignment: str) -> Override:
+    """`--set section.field[.subfield]=value`."""
+    key, sep, value = assignment.partition("=")
+    path = tuple(part.strip() for part in key.strip().split("."))
+    if sep and all(path) and path[0] not in SECTIONS:
+        raise ConfigError(f"--set {assignment}: {path[0]!r} is not a section; use one of: {', '.join(SECTIONS)}")
+    if not sep or len(path) < 2 or not all(path):
+        raise ConfigError(f"--set {assignment}: expected SECTION.FIELD=VALUE, e.g. platform.trainer_image=IMAGE")
+    return Override(path, _parse_value(value), f"--set {key.strip()}")
+
+
+def env_overrides(environ: Mapping[str, str]) -> list[Override]:
+    """`TFPIPE_<SECTION>__<FIELD>[__<SUBFIELD>]=value` variables (names are case-insensitive after the prefix)."""
+    found = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name == PROFILE_ENV:
+            continue
+        section, sep, field = name[len(ENV_PREFIX):].partition("__")
+        if section.lower() not in SECTIONS:
+            typo = next((s for s in SECTIONS if section.lower().startswith(s + "_")), None)
+            if typo:
+                raise ConfigError(f"{name}: separate the section and the field with two underscores, like "
+                                  f"{ENV_PREFIX}{typo.upper()}__{section[len(typo) + 1:]}")
+            continue  # another tfpipe variable (TFPIPE_SERVING_STATE, ...)
+        parts = field.split("__")
+        if not sep or not all(parts):
+            raise ConfigError(f"{name}: name a field after the section, like {ENV_PREFIX}{section.upper()}__FIELD")
+        found.append(Override((section.lower(), *(p.lower() for p in parts)), _parse_value(environ[name]), name))
+    return found
+
+
+def _merge(base: dict, over: Mapping, path: tuple, sources: dict, source: str) -> None:
+    """Deep-merge `over` into `base` (mappings merge key by key; anything else replaces)."""
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value, path + (key,), sources, source)
+        else:
+            base[key] = copy.deepcopy(value)
+            sources[path + (key,)] = source
+
+
+def _assign(raw: dict, override: Override, sources: dict) -> None:
+    node = raw
+    for i, key in enumerate(override.path[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{override.source}: {'.'.join(override.path[:i + 1])} is not a mapping")
+        node = child
+    node[override.path[-1]] = copy.deepcopy(override.value)
+    sources[override.path] = override.source
+
+
+def _describe(error: ValidationError, sources: Mapping[tuple, str] | None = None, prefix: str = "") -> str:
+    """Every error as `section.field: message`, with where an overriding value came from."""
+    messages = []
+    for e in error.errors():
+        loc = tuple(str(p) for p in e["loc"])
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] != "value_error" and isinstance(e.get("input"), (str, int, float, bool)):
+            message += f" (got {e['input']!r})"
+        source = next(((sources or {}).get(loc[:n]) for n in range(len(loc), 0, -1)
+                       if (sources or {}).get(loc[:n])), None)
+        if source:
+            message += f" (from {source})"
+        messages.append(f"{prefix}{'.'.join(loc) or 'config'}: {message}")
+    return "; ".join(messages)
+
+
+def _read(path: str | Path | None) -> dict:
+    if not path:
+        return {}
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must hold a mapping with 'parameters', 'platform', ... sections")
+    return raw
+
+
+def _base(raw: Mapping) -> dict:
+    """The file's sections, the study seeded with the default study (a partial study section keeps its search
+    space)."""
+    base = {k: copy.deepcopy(v) for k, v in raw.items() if k != "profiles"}
+    for section in SECTIONS:
+        if base.get(section) is None:
+            base.pop(section, None)
+        elif not isinstance(base[section], dict):
+            raise ConfigError(f"invalid configuration: {section}: must be a mapping")
+    study = DEFAULT_STUDY.model_dump()
+    _merge(study, base.get("study") or {}, ("study",), {}, "")
+    base["study"] = study
+    return base
+
+
+def _profiles(raw: Mapping) -> dict:
+    profiles = raw.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise ConfigError("invalid configuration: profiles: must map profile names to sections")
+    for name, body in profiles.items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"invalid configuration: profiles.{name}: must be a mapping of sections")
+        for key, value in body.items():
+            if key not in SECTIONS:
+                raise ConfigError(f"invalid configuration: profiles.{name}.{key}: not a section; use one of: "
+                                  f"{', '.join(SECTIONS)}")
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(f"invalid configuration: profiles.{name}.{key}: must be a mapping")
+    return profiles
+
+
+def profile_names(path: str | Path | None) -> list[str]:
+    return sorted(_profiles(_read(path)))
 
 
 def load_config(path: str | Path | None = None, overrides: dict | None = None,
-                batch_overrides: dict | None = None) -> Config:
-    """Read `path` (YAML) if given, apply parameter `overrides` and batch-pipeline `batch_overrides` (None values
-    ignored), validate."""
-    raw: dict = {}
-    if path:
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"config file {path} must hold a mapping with 'parameters' and/or 'platform'")
-    def merged(section: str, values: dict | None) -> dict:
-        return {**(raw.get(section) or {}), **{k: v for k, v in (values or {}).items() if v is not None}}
-
+                batch_overrides: dict | None = None, *, profile: str | None = None, sets: Sequence[str] = (),
+                environ: Mapping[str, str] | None = None) -> Config:
+    """Read `path` (YAML) if given; deep-merge the selected profile (`profile`, else `$TFPIPE_PROFILE`) over its
+    sections; apply the `TFPIPE_<SECTION>__<FIELD>` variables of `environ` (default: os.environ), then the
+    `sets` (`section.field=value`), then parameter `overrides` and batch-pipeline `batch_overrides` (None values
+    ignored); validate. Every other profile of the file is validated too."""
+    environ = os.environ if environ is None else environ
+    raw = _read(path)
+    profiles = _profiles(raw)
+    profile = profile if profile is not None else environ.get(PROFILE_ENV, "")
+    config = _base(raw)
+    sources: dict[tuple, str] = {}
+    if profile:
+        if not path:
+            raise ConfigError(f"profile {profile!r}: profiles are defined in a config file; pass --config FILE")
+        if profile not in profiles:
+            available = ", ".join(sorted(profiles)) or "none"
+            raise ConfigError(f"unknown profile {profile!r}: config file {path} defines profiles: {available}")
+        _merge(config, {k: v for k, v in profiles[profile].items() if v is not None}, (), sources, f"profile {profile}")
+    for override in env_overrides(environ) + [parse_set(item) for item in sets]:
+        _assign(config, override, sources)
+    for section, values in (("parameters", overrides), ("batch", batch_overrides)):
+        for key, value in (values or {}).items():
+            if value is not None:
+                _assign(config, Override((section, key), value, "the command line"), sources)
     try:
-        return Config.model_validate({**raw, "parameters": merged("parameters", overrides),
-                                      "batch": merged("batch", batch_overrides), "platform": raw.get("platform") or {}})
+        result = Config.model_validate(config)
     except ValidationError as e:
-        raise ConfigError(f"invalid configuration: {_describe(e)}") from None
+        raise ConfigError(f"invalid configuration: {_describe(e, sources)}") from None
+    for name, body in profiles.items():  # a broken profile fails every load, not only the day it is used
+        if name != profile:
+            other = _base(raw)
+            _merge(other, {k: v for k, v in body.items() if v is not None}, (), {}, "")
+            try:
+                Config.model_validate(other)
+            except ValidationError as e:
+                raise ConfigError(f"invalid configuration: {_describe(e, prefix=f'profiles.{name}.')}") from None
+    return result

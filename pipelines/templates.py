@@ -1,0 +1,195 @@
+"""Pipeline templates: compile one into a file, load a compiled or published one (Artifact Registry:
+`https://REGION-kfp.pkg.dev/PROJECT/REPO/PIPELINE/TAG`), and check run parameters (`--param name=value`) against
+its inputs, with the names and types of the compiled spec, before anything is submitted."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from pipelines.config import BatchParameters, Config, PipelineParameters
+
+PIPELINES = ("training", "batch_prediction")
+_NO_DEFAULT = object()
+_TYPE_NAMES = {"STRING": "a string", "NUMBER_INTEGER": "an integer", "NUMBER_DOUBLE": "a number",
+               "BOOLEAN": "true or false", "LIST": "a JSON list", "STRUCT": "a JSON object",
+               "INT": "an integer", "DOUBLE": "a number"}  # INT/DOUBLE: pre-2.1 schema types
+_TRUE, _FALSE = {"true", "1", "yes", "y", "on"}, {"false", "0", "no", "n", "off"}
+
+
+class TemplateError(ValueError):
+    """A template cannot be compiled, loaded or run with the given parameters (user-facing message)."""
+
+
+def pipeline_name(pipeline: str) -> str:
+    """`training` → `tfpipe-training`: the compiled pipeline's name (also its package name in a registry)."""
+    if pipeline == "training":
+        from pipelines.training import PIPELINE_NAME
+    elif pipeline == "batch_prediction":
+        from pipelines.batch_prediction import PIPELINE_NAME
+    else:
+        raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
+    return PIPELINE_NAME
+
+
+def compile_template(target: str, pipeline: str, config: Config, output: str | Path) -> str:
+    """Compile `pipeline` for `target` (vertex | kubeflow) into `output`, with the config's parameters (training) or
+    batch section (batch prediction) as the pipeline's defaults and its platform section baked in."""
+    from kfp import compiler
+
+    if pipeline == "batch_prediction":
+        from pipelines.batch_prediction import build_batch_pipeline
+
+        func, defaults = build_batch_pipeline(target, config.platform), config.batch.pipeline_arguments()
+    elif pipeline == "training":
+        from pipelines.training import build_pipeline
+
+        func, defaults = build_pipeline(target, config.platform, config.study), config.parameters.model_dump()
+    else:
+        raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    compiler.Compiler().compile(func, str(output), pipeline_parameters=defaults)
+    return str(output)
+
+
+def published_url(registry: str, pipeline: str, tag: str) -> str:
+    """The URL of a published template version: `REGISTRY/PIPELINE_NAME/TAG`."""
+    if not registry:
+        raise TemplateError("a template tag needs the registry: set platform.template_registry "
+                            "(https://REGION-kfp.pkg.dev/PROJECT/REPO) or pass --registry")
+    check_tag(tag)
+    return f"{registry.rstrip('/')}/{pipeline_name(pipeline)}/{tag}"
+
+
+def check_tag(tag: str) -> str:
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", tag or "") or tag.startswith("sha256"):
+        raise TemplateError(f"bad template tag {tag!r}: letters, digits, '.', '_' and '-' (not a sha256 version)")
+    return tag
+
+
+def load_template(source: str, project: str | None = None, credentials=None) -> dict:
+    """The pipeline spec of a compiled file or of a template URL (Artifact Registry, read with the caller's
+    credentials exactly as aiplatform.PipelineJob reads it)."""
+    try:
+        if source.startswith(("https://", "http://", "gs://")):
+            from google.cloud.aiplatform.constants.pipeline import _VALID_AR_URL
+            from google.cloud.aiplatform.utils import yaml_utils
+
+            if credentials is None and _VALID_AR_URL.match(source):  # what PipelineJob would use
+                import google.auth
+
+                credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            spec = yaml_utils.load_yaml(source, project, credentials)
+        else:
+            with open(source) as f:
+                spec = next(yaml.safe_load_all(f), None)
+    except FileNotFoundError:
+        raise TemplateError(f"template not found: {source}") from None
+    except OSError as e:  # urllib errors (HTTPError, URLError) are OSErrors
+        raise TemplateError(f"cannot read the template {source}: {e}") from None
+    except yaml.YAMLError as e:
+        raise TemplateError(f"template {source} is not valid YAML: {e}") from None
+    except ValueError as e:  # aiplatform: an https URL that is neither Artifact Registry nor a .yaml/.json file
+        raise TemplateError(f"cannot read the template {source}: {e}") from None
+    if isinstance(spec, dict) and "pipelineSpec" in spec:  # a PipelineJob JSON
+        spec = spec["pipelineSpec"]
+    if not isinstance(spec, dict) or "pipelineInfo" not in spec or "root" not in spec:
+        raise TemplateError(f"{source} is not a compiled KFP pipeline (no pipelineInfo/root)")
+    return spec
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    type: str  # STRING | NUMBER_INTEGER | NUMBER_DOUBLE | BOOLEAN | LIST | STRUCT
+    default: Any = _NO_DEFAULT
+
+    @property
+    def required(self) -> bool:
+        return self.default is _NO_DEFAULT
+
+
+def pipeline_inputs(spec: dict) -> dict[str, Input]:
+    """The pipeline's parameter inputs, from the compiled spec's root input definitions."""
+    inputs = {}
+    for name, definition in (spec["root"].get("inputDefinitions", {}).get("parameters", {}) or {}).items():
+        kind = definition.get("parameterType") or definition.get("type") or "STRING"
+        default = definition.get("defaultValue", _NO_DEFAULT)
+        if default is _NO_DEFAULT and definition.get("isOptional"):
+            default = None
+        inputs[name] = Input(name, kind, default)
+    return inputs
+
+
+def _convert(item: Input, text: str):
+    kind = item.type
+    if kind == "STRING":
+        return text
+    if kind in ("NUMBER_INTEGER", "INT"):
+        if re.fullmatch(r"[+-]?\d+", text.strip()):
+            return int(text)
+    elif kind in ("NUMBER_DOUBLE", "DOUBLE"):
+        try:
+            value = float(text)
+            if math.isfinite(value):
+                return value
+        except ValueError:
+            pass
+    elif kind == "BOOLEAN":
+        if text.strip().lower() in _TRUE | _FALSE:
+            return text.strip().lower() in _TRUE
+    elif kind in ("LIST", "STRUCT"):
+        try:
+            value = json.loads(text)
+            if isinstance(value, list if kind == "LIST" else dict):
+                return value
+        except ValueError:
+            pass
+    else:
+        raise TemplateError(f"--param {item.name}: the template's input type {kind!r} is not supported")
+    raise TemplateError(f"--param {item.name}={text}: expected {_TYPE_NAMES.get(kind, kind)}")
+
+
+_MODELS = {"tfpipe-training": PipelineParameters, "tfpipe-batch-prediction": BatchParameters}
+
+
+def parse_params(assignments: Sequence[str], spec: dict) -> dict:
+    """`name=value` strings → the run's parameter values, typed by the template's inputs. Unknown names, values of
+    the wrong type, repeated names and required inputs without a value are errors; for this project's pipelines
+    the values are also checked against the config models (ranges, choices)."""
+    inputs = pipeline_inputs(spec)
+    name = spec["pipelineInfo"]["name"]
+    values: dict = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise TemplateError(f"--param {assignment}: expected NAME=VALUE")
+        if key not in inputs:
+            raise TemplateError(f"--param {key}: not an input of {name}; its inputs are: {', '.join(sorted(inputs))}")
+        if key in values:
+            raise TemplateError(f"--param {key}: given more than once")
+        values[key] = _convert(inputs[key], text)
+    missing = [i.name for i in inputs.values() if i.required and i.name not in values]
+    if missing:
+        raise TemplateError(f"{name} needs a value for {', '.join(missing)}: pass "
+                            + " ".join(f"--param {m}=VALUE" for m in missing))
+    model = _MODELS.get(name)
+    if model is not None and values:
+        from pydantic import ValidationError
+
+        merged = {k: i.default for k, i in inputs.items() if not i.required and i.default is not None}
+        merged.update(values)
+        try:
+            model.model_validate({k: v for k, v in merged.items() if k in model.model_fields})
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            message = first["msg"].removeprefix("Value error, ")
+            raise TemplateError(f"--param {field}: {message}" if field else f"parameters: {message}") from None
+    return values

@@ -1,0 +1,256 @@
+"""cloudbuild.yaml: the step graph, the substitutions, and its steps' own commands run here (docker faked, the
+compile steps for real, publish/submit/schedule parsed by the real CLI without calling Google Cloud)."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = (ROOT / "cloudbuild.yaml").read_text()
+BUILD = yaml.safe_load(TEXT)
+STEPS = {step["id"]: step for step in BUILD["steps"]}
+BUILTINS = {"PROJECT_ID": "my-project", "SHORT_SHA": "abc1234", "COMMIT_SHA": "abc1234" + "5" * 33}
+VALUES = {**BUILD["substitutions"], **BUILTINS}
+REGISTRY = "https://us-central1-kfp.pkg.dev/my-project/tfpipe-pipelines"
+WAIT_FOR = {
+    "test": None,  # the first step
+    "build-trainer": ["test"],
+    "build-components": ["test"],
+    "push-trainer": ["build-trainer"],
+    "push-components": ["build-components"],
+    "compile-training": ["push-trainer", "push-components"],
+    "compile-batch-prediction": ["push-trainer", "push-components"],
+    "publish": ["compile-training", "compile-batch-prediction"],
+    "submit-run": ["publish"],
+    "update-schedule": ["publish"],
+}
+# A user's config as the trigger would find it at _CONFIG: the prod profile is what CI compiles and runs with.
+CONFIG = """\
+parameters: {epochs: 15}
+profiles:
+  prod:
+    parameters: {epochs: 40, workers: 3}
+    platform:
+      pipeline_root: gs://prod-bucket/pipeline-root
+      machine_type: n1-standard-8
+      trainer_image: example.com/stale/trainer:old
+"""
+FAKE_DOCKER = """#!/bin/sh
+echo "$*" >> "$DOCKER_LOG"
+if [ "$1 $2" = "image inspect" ]; then
+  for ref; do :; done
+  printf '%s@sha256:%s\\n' "${ref%:*}" "$(printf %s "$ref" | sha256sum | cut -c1-64)"
+fi
+"""
+# Stands in for .venv/bin/python: parses `-m pipelines COMMAND ...` with the real CLI and logs the options;
+# the command itself (and with it every Google Cloud call) does not run.
+PARSE_CLI = """import json, os, sys
+import click
+from pipelines.cli import cli
+assert sys.argv[1:3] == ["-m", "pipelines"], sys.argv
+name, *args = sys.argv[3:]
+try:
+    ctx = cli.commands[name].make_context(name, args)
+except click.ClickException as e:
+    e.show()
+    sys.exit(2)
+with open(os.environ["CLI_LOG"], "a") as log:
+    log.write(json.dumps({"command": name, **ctx.params}) + "\\n")
+"""
+
+
+def substitute(text: str, values: dict) -> str:
+    """Cloud Build's substitution: $NAME and ${NAME}; $$ is a literal $."""
+    return re.sub(r"\$\$|\$\{(\w+)\}|\$(\w+)",
+                  lambda m: "$" if m.group(0) == "$$" else values[m.group(1) or m.group(2)], text)
+
+
+def used_names() -> set[str]:
+    strings = [s for step in BUILD["steps"] for s in [step["name"], *step.get("args", [])]]
+    return {m.group(1) or m.group(2) for s in strings for m in re.finditer(r"(?<!\$)\$\{(\w+)\}|(?<!\$)\$(\w+)", s)}
+
+
+def image_name(name: str) -> str:
+    return "${_REGION}-docker.pkg.dev/$PROJECT_ID/${_REPOSITORY}/" + name
+
+
+def images(spec: dict) -> set[str]:
+    return {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values() if "container" in e}
+
+
+def run_step(step_id: str, workspace: Path, env: dict, **values) -> subprocess.CompletedProcess:
+    step = STEPS[step_id]
+    assert step["entrypoint"] == "bash"
+    command = ["bash", *(substitute(arg, {**VALUES, **values}) for arg in step["args"])]
+    return subprocess.run(command, cwd=workspace, env=env, capture_output=True, text=True, timeout=600)
+
+
+def make_workspace(path: Path) -> Path:
+    """/workspace as the steps see it: the checkout (linked) with the user's config, no build/ yet."""
+    path.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in ("build", VALUES["_CONFIG"]):
+            (path / entry.name).symlink_to(entry)
+    (path / VALUES["_CONFIG"]).write_text(CONFIG)
+    return path
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """The steps' environment: docker faked, no TFPIPE_* settings from this machine."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    values = {k: v for k, v in os.environ.items() if not k.startswith("TFPIPE_")}
+    return {**values, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DOCKER_LOG": str(bin_dir / "docker.log")}
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory, env):
+    """A workspace after the push steps (fake docker): build/{trainer,components}.image hold the digests."""
+    workspace = make_workspace(tmp_path_factory.mktemp("cloudbuild") / "workspace")
+    for step_id in ("push-trainer", "push-components"):
+        result = run_step(step_id, workspace, env)
+        assert result.returncode == 0, result.stderr
+    return workspace
+
+
+@pytest.fixture
+def parsed(tmp_path, pushed, env):
+    """Runs a step with .venv/bin/python replaced by PARSE_CLI; returns (result, logged CLI calls)."""
+    workspace = make_workspace(tmp_path / "workspace")
+    (workspace / ".venv").unlink()
+    (workspace / ".venv" / "bin").mkdir(parents=True)
+    (workspace / "build").symlink_to(pushed / "build")
+    (tmp_path / "parse_cli.py").write_text(PARSE_CLI)
+    stub = workspace / ".venv" / "bin" / "python"
+    stub.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "parse_cli.py"}" "$@"\n')
+    stub.chmod(0o755)
+    log = tmp_path / "cli.log"
+
+    def run(step_id, **values):
+        result = run_step(step_id, workspace, {**env, "CLI_LOG": str(log)}, **values)
+        calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        log.unlink(missing_ok=True)
+        return result, calls
+    return run
+
+
+def test_steps_and_their_order():
+    assert list(STEPS) == list(WAIT_FOR)
+
+
+def test_wait_for_graph():
+    for position, (step_id, wanted) in enumerate(WAIT_FOR.items()):
+        assert STEPS[step_id].get("waitFor") == wanted, step_id
+        assert set(wanted or []) <= set(list(WAIT_FOR)[:position]), f"{step_id} waits for a later step"
+
+
+def test_substitutions_declared_documented_and_used():
+    declared = BUILD["substitutions"]
+    used = used_names()
+    assert {n for n in used if n.startswith("_")} == set(declared), "used and declared substitutions differ"
+    assert used - set(declared) <= set(BUILTINS), "unknown substitution (write shell variables as $$NAME)"
+    header = re.match(r"(?:#.*\n)*", TEXT).group(0)
+    readme = (ROOT / "README.md").read_text().split("## CI/CD with Cloud Build", 1)[1].split("\n## ", 1)[0]
+    for name, value in declared.items():
+        assert re.fullmatch(r"_[A-Z0-9_]+", name) and isinstance(value, str), name
+        assert re.search(rf"^#\s+{name}\s", header, re.M), f"{name} is not documented at the top of the file"
+        assert f"`{name}`" in readme, f"{name} is not documented in the README"
+    for name in used & set(BUILTINS):
+        assert name in header
+
+
+def test_images_tagged_short_sha_and_latest():
+    for name in ("trainer", "components"):
+        args = STEPS[f"build-{name}"]["args"]
+        assert args[:3] == ["build", "-f", f"containers/{name}.Dockerfile"] and args[-1] == "."
+        assert (ROOT / args[2]).is_file()
+        tags = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
+        assert tags == [f"{image_name(name)}:$SHORT_SHA", f"{image_name(name)}:latest"]
+        assert f"docker push --all-tags {image_name(name)}\n" in STEPS[f"push-{name}"]["args"][1]
+
+
+def test_python_steps_match_the_images_python():
+    base = re.search(r"^ARG PYTHON_IMAGE=python:(\S+?)-slim", (ROOT / "containers/trainer.Dockerfile").read_text(),
+                     re.M).group(1)
+    python_steps = [s for s in BUILD["steps"] if s["name"].startswith("python:")]
+    assert {s["id"] for s in python_steps} == {s for s in WAIT_FOR if not s.startswith(("build-", "push-"))}
+    assert {s["name"] for s in python_steps} == {f"python:{base}-bookworm"}
+
+
+def test_test_step_is_the_readmes_test_command():
+    step = STEPS["test"]
+    readme_command = re.search(r"^(make \w+)\s+#.*\(what CI runs\)", (ROOT / "README.md").read_text(), re.M).group(1)
+    assert " ".join([step["entrypoint"], *step["args"]]) == readme_command == "make test"
+
+
+def test_push_steps_record_the_pushed_digests(pushed, env):
+    for name in ("trainer", "components"):
+        ref = (pushed / "build" / f"{name}.image").read_text().strip()
+        assert re.fullmatch(rf"us-central1-docker\.pkg\.dev/my-project/tfpipe/{name}@sha256:[0-9a-f]{{64}}", ref)
+    log = Path(env["DOCKER_LOG"]).read_text()
+    assert "push --all-tags us-central1-docker.pkg.dev/my-project/tfpipe/trainer\n" in log
+
+
+def test_compile_steps_run_locally(pushed, env):
+    """The compile steps' commands, run as they are with the real CLI (both at once, as in Cloud Build)."""
+    steps = ("compile-training", "compile-batch-prediction")
+    procs = {}
+    for step_id in steps:
+        command = ["bash", *(substitute(arg, VALUES) for arg in STEPS[step_id]["args"])]
+        procs[step_id] = subprocess.Popen(command, cwd=pushed, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
+    for step_id, proc in procs.items():
+        output = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 0, f"{step_id} failed:\n{output}"
+    trainer = (pushed / "build" / "trainer.image").read_text().strip()
+    components = (pushed / "build" / "components.image").read_text().strip()
+    training_text = (pushed / "build" / "training.yaml").read_text()
+    training = yaml.safe_load(training_text)
+    inputs = training["root"]["inputDefinitions"]["parameters"]
+    assert inputs["source_commit"]["defaultValue"] == BUILTINS["COMMIT_SHA"]
+    assert (inputs["epochs"]["defaultValue"], inputs["workers"]["defaultValue"]) == (40, 3)  # the prod profile
+    assert trainer in training_text and "n1-standard-8" in training_text
+    assert "example.com/stale" not in training_text  # --set wins over the profile
+    assert components in images(training)
+    assert not [i for i in images(training) if "/tfpipe/" in i and "@sha256:" not in i], "an image not pinned"
+    assert components in images(yaml.safe_load((pushed / "build" / "batch_prediction.yaml").read_text()))
+
+
+def test_publish_publishes_what_compile_wrote(parsed):
+    compiled = {}
+    for step_id in ("compile-training", "compile-batch-prediction"):
+        result, calls = parsed(step_id)
+        assert result.returncode == 0, result.stdout + result.stderr
+        (call,) = calls
+        compiled[call["pipeline"]] = call["output"]
+    result, calls = parsed("publish")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [c["command"] for c in calls] == ["publish", "publish"]
+    assert {c["pipeline"]: c["template"] for c in calls} == compiled
+    assert {(c["registry"], tuple(c["tags"])) for c in calls} == {(REGISTRY, ("abc1234",))}
+
+
+@pytest.mark.parametrize("step_id, substitution, command", [("submit-run", "_SUBMIT_RUN", "submit"),
+                                                            ("update-schedule", "_UPDATE_SCHEDULE", "schedule")])
+def test_submit_and_schedule_are_guarded(parsed, step_id, substitution, command):
+    assert BUILD["substitutions"][substitution] == "false"
+    result, calls = parsed(step_id)
+    assert result.returncode == 0 and calls == [], result.stderr
+    result, calls = parsed(step_id, **{substitution: "yes"})
+    assert result.returncode != 0 and calls == [] and "must be true or false" in result.stderr
+    result, calls = parsed(step_id, **{substitution: "true"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    (call,) = calls
+    assert call["command"] == command and call["target"] == "vertex" and call["pipeline"] == "training"
+    assert (call["registry"], call["template_tag"], call["template"]) == (REGISTRY, "abc1234", None)
+    assert (call["config_file"], call["profile"]) == ("tfpipe.yaml", "prod")
+    assert "platform.project=my-project" in call["sets"]
+    if command == "schedule":
+        assert call["cron"] == BUILD["substitutions"]["_SCHEDULE_CRON"]

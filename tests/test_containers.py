@@ -1,0 +1,169 @@
+"""Static checks of containers/*.Dockerfile and .dockerignore (no Docker engine needed)."""
+import json
+import re
+from pathlib import Path
+
+import kfp
+import pytest
+from dockerfile_parse import DockerfileParser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
+
+
+def parse(path: Path) -> DockerfileParser:
+    return DockerfileParser(str(path))
+
+
+def stages(parser: DockerfileParser) -> list[list[dict]]:
+    """Instructions grouped by stage (from each FROM to the next), comments left out."""
+    out: list[list[dict]] = []
+    for item in parser.structure:
+        if item["instruction"] == "FROM":
+            out.append([])
+        if out and item["instruction"] != "COMMENT":
+            out[-1].append(item)
+    return out
+
+
+def copy_sources(parser: DockerfileParser) -> list[str]:
+    """Build-context sources of every COPY/ADD (not those copied from another stage)."""
+    sources = []
+    for item in parser.structure:
+        if item["instruction"] in ("COPY", "ADD") and "--from=" not in item["value"]:
+            words = [w for w in item["value"].split() if not w.startswith("--")]
+            sources += words[:-1]
+    return sources
+
+
+def dockerignore_rules(lines: list[str] | None = None) -> list[tuple[bool, re.Pattern]]:
+    """(negated, regex) per .dockerignore line, with Docker's pattern syntax (`*`, `?`, `**`)."""
+    rules = []
+    for line in lines if lines is not None else (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated, pattern = line.startswith("!"), line.lstrip("!").strip("/")
+        regex = "".join({"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(token, re.escape(token))
+                        for token in re.findall(r"\*\*/|\*\*|\*|\?|[^*?]+", pattern))
+        rules.append((negated, re.compile(regex)))
+    return rules
+
+
+def ignored(path: str, rules=None) -> bool:
+    """Whether Docker leaves `path` out of the context: the last rule matching it or a parent folder wins."""
+    parts = path.strip("/").split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    result = False
+    for negated, regex in rules or dockerignore_rules():
+        if any(regex.fullmatch(c) for c in candidates):
+            result = not negated
+    return result
+
+
+def source_files(under: str) -> list[str]:
+    """The files under a folder, bytecode caches left out (no git: Cloud Build's /workspace may have no .git)."""
+    return [str(f.relative_to(ROOT)) for f in (ROOT / under).rglob("*") if f.is_file() and "__pycache__" not in f.parts]
+
+
+def lock_pin(name: str) -> str:
+    match = re.search(rf"^{re.escape(name)}==(\S+)$", (ROOT / "requirements.lock").read_text(), re.M)
+    assert match, f"{name} is not pinned in requirements.lock"
+    return match.group(1)
+
+
+def test_both_images_exist():
+    assert {p.name for p in DOCKERFILES} >= {"trainer.Dockerfile", "components.Dockerfile"}
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_base_images_are_pinned_python_311(path):
+    parser = parse(path)
+    stage_names = {m.group(1) for m in re.finditer(r"^FROM\s+\S+\s+AS\s+(\S+)", parser.content, re.M | re.I)}
+    for image in parser.parent_images:
+        if image in stage_names:
+            continue
+        name, _, digest = image.partition("@")
+        tag = name.rpartition(":")[2] if ":" in name.rpartition("/")[2] else ""
+        assert digest and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) or re.match(r"\d+\.\d+\.\d+", tag), \
+            f"{path.name}: base image {image} is not pinned to a version tag or digest"
+        assert tag != "latest"
+        if name.startswith("python:"):
+            assert tag.startswith("3.11."), f"pyproject.toml requires Python 3.11, {path.name} uses {image}"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_multi_stage_non_root_runtime(path):
+    all_stages = stages(parse(path))
+    assert len(all_stages) >= 2, f"{path.name} is not multi-stage"
+    runtime = all_stages[-1]
+    assert any(i["instruction"] == "COPY" and "--from=" in i["value"] for i in runtime), "runtime copies nothing"
+    users = [i["value"].split(":")[0] for i in runtime if i["instruction"] == "USER"]
+    assert users, f"{path.name}: no USER in the final stage (runs as root)"
+    assert users[-1] not in ("0", "root"), f"{path.name}: final USER is root"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_installs_exactly_the_lock_then_the_package_without_deps(path):
+    build = stages(parse(path))[0]
+    runs = [i["value"] for i in build if i["instruction"] == "RUN"]
+    copies = [i["value"] for i in build if i["instruction"] == "COPY"]
+    assert any(c.split()[0] == "requirements.lock" for c in copies)
+    assert any(re.search(r"uv pip sync .*requirements\.lock|pip install .*--no-deps .*-r requirements\.lock", r)
+               for r in runs), f"{path.name} does not install requirements.lock"
+    assert any(re.search(r"pip install .*--no-deps.* \.$", r) for r in runs), "package not installed with --no-deps"
+    make_uv = re.search(r"^UV_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    assert f"UV_VERSION={make_uv}" in parse(path).content, "uv differs from the Makefile's (which made .venv)"
+
+
+def test_build_stages_are_identical():
+    """Same instructions up to the runtime stage, so the two builds share their (large) layers."""
+    build_stages = {json.dumps([(i["instruction"], i["value"]) for i in stages(parse(p))[0]]) for p in DOCKERFILES}
+    assert len(build_stages) == 1
+
+
+def test_trainer_entrypoint_and_legacy_keras():
+    parser = parse(ROOT / "containers" / "trainer.Dockerfile")
+    entrypoints = [i["value"] for i in stages(parser)[-1] if i["instruction"] == "ENTRYPOINT"]
+    assert json.loads(entrypoints[-1]) == ["python", "-m", "trainer.task"]
+    assert parser.envs["TF_USE_LEGACY_KERAS"] == "1"
+    assert lock_pin("tf-keras") == lock_pin("tensorflow")
+
+
+def test_components_image_has_the_compilers_kfp():
+    """Components are compiled with install_kfp_package=False: the image's kfp must be the compiler's."""
+    assert lock_pin("kfp") == kfp.__version__
+    parser = parse(ROOT / "containers" / "components.Dockerfile")
+    assert "requirements.lock" in copy_sources(parser)
+    assert not any(i["instruction"] == "ENTRYPOINT" for i in parser.structure), "components bring their command"
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_copy_sources_exist_and_reach_the_context(path):
+    rules = dockerignore_rules()
+    for source in copy_sources(parse(path)):
+        assert (ROOT / source).exists(), f"{path.name} copies {source}, which is not in the repository"
+        files = source_files(source) if (ROOT / source).is_dir() else [source]
+        assert files, f"{source} holds no files"
+        left_out = [f for f in files if ignored(f, rules)]
+        assert not left_out, f".dockerignore leaves out files {path.name} needs: {left_out[:5]}"
+
+
+@pytest.mark.parametrize("path", [".venv/bin/python", ".git/HEAD", "runs/20250101-000000/summary.json",
+                                  "runs/model_repository/tfpipe-model/1/saved_model.pb", "build/training.yaml",
+                                  "tests/test_cli.py", "bench/results/tflite.json", ".pytest_cache/v/cache",
+                                  ".ruff_cache/x", "tfpipe.egg-info/PKG-INFO", "components/x.pyc",
+                                  "trainer/__pycache__/task.cpython-311.pyc",
+                                  "pipelines/serving/__pycache__/rest.cpython-311.pyc",
+                                  "cloudbuild.yaml", "containers/trainer.Dockerfile", ".env"])
+def test_dockerignore_leaves_out(path):
+    assert ignored(path)
+
+
+def test_dockerignore_matcher_follows_docker_semantics():
+    rules = dockerignore_rules(["# comment", "*", "!pkg", "**/__pycache__", "pkg/data/*.tmp", "!pkg/data/keep?.tmp"])
+    assert ignored("other/file.py", rules) and ignored(".hidden", rules)
+    assert not ignored("pkg/sub/file.py", rules)
+    assert ignored("pkg/sub/__pycache__/file.pyc", rules) and ignored("pkg/__pycache__", rules)
+    assert ignored("pkg/data/a.tmp", rules) and not ignored("pkg/data/keep1.tmp", rules)
+    assert not ignored("pkg/data/sub/a.tmp", rules)
