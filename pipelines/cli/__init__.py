@@ -1,0 +1,66 @@
+"""`python -m pipelines`: run the pipelines locally; compile, publish, submit and schedule them on Vertex AI or
+Kubeflow; serve a model repository. Shared options and helpers here, the commands in the modules beside it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from pipelines.config import ConfigError, load_config
+
+
+_PIPELINES = ["training", "batch_prediction"]
+_INSTANCES_FORMATS = ["jsonl", "csv", "tf-record", "tf-record-gzip", "file-list"]
+
+
+def _fail(message: str) -> None:
+    raise click.ClickException(message)
+
+
+def config_options(func):
+    """--config, --profile and repeatable --set, shared by every command that reads the config."""
+    func = click.option("--set", "sets", multiple=True, metavar="SECTION.FIELD=VALUE",
+                        help="override one config value (repeatable), e.g. platform.trainer_image=IMAGE")(func)
+    func = click.option("--profile", help="config profile to apply over the base sections [$TFPIPE_PROFILE]")(func)
+    return click.option("--config", "config_file", type=click.Path(),
+                        help="YAML config (parameters/batch/platform/study sections, profiles)")(func)
+
+
+def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=None):
+    try:
+        return load_config(config_file, overrides, batch_overrides, profile=profile, sets=sets)
+    except ConfigError as e:
+        _fail(str(e))
+
+
+def _source_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _local_path(value: str) -> str:
+    """Absolute path for local sources and repositories (steps run as subprocesses); URIs pass unchanged."""
+    if not value or value.startswith(("gs://", "builtin:")):
+        return value
+    return str(Path(value.removeprefix("file://")).expanduser().resolve())
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli():
+    """TensorFlow training pipeline for Vertex AI Pipelines, Kubeflow and your own machine."""
+
+
+def main() -> None:
+    try:
+        cli(prog_name="python -m pipelines")
+    except KeyboardInterrupt:
+        click.echo("Error: interrupted", err=True)
+        sys.exit(130)
+
+
+from pipelines.cli import delivery, local, serving  # noqa: E402,F401 (register the commands)

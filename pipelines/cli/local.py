@@ -1,0 +1,184 @@
+"""`run` (the local target) and `compile`."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+
+from pipelines.cli import (_INSTANCES_FORMATS, _PIPELINES, _fail, _load, _local_path, _source_commit, cli,
+                           config_options)
+
+
+@cli.command()
+@click.option("--data-source", help="builtin:digits (default), builtin:iris, an image folder or a CSV; local or gs://")
+@click.option("--workers", type=int, help="training worker processes (default 2)")
+@click.option("--epochs", type=int, help="training epochs")
+@click.option("--batch-size", type=int, help="per-replica batch size")
+@click.option("--learning-rate", type=float)
+@click.option("--label-column", help="label column of a CSV source")
+@click.option("--image-size", type=int, help="prepared image size (0: 8 for digits, 180 for folders)")
+@click.option("--accuracy-threshold", type=float, help="test accuracy the gate requires")
+@click.option("--tune/--no-tune", default=None, help="run the hyperparameter study before training [tune]")
+@click.option("--model-repository", type=str, help="versioned model repository [runs/model_repository]")
+@click.option("--model-name", help="model name in the repository")
+@click.option("--deploy/--no-deploy", default=None, help="serve the published version (local server) [deploy]")
+@click.option("--rest-port", type=int, help="local server's REST port [8501] (0: any free port)")
+@click.option("--grpc-port", type=int, help="local server's gRPC port [8500] (0: any free port)")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="run output directory [runs/<timestamp>]")
+@config_options
+@click.option("-v", "--verbose", is_flag=True, help="stream every step's full log")
+@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+              help="which pipeline to run")
+@click.option("--instances", help="batch_prediction: instances, comma-separated paths or globs (required)")
+@click.option("--instances-format", type=click.Choice(_INSTANCES_FORMATS), help="batch_prediction: [jsonl]")
+@click.option("--model", help="batch_prediction: repository version number or SavedModel path [the champion]")
+def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, instances_format, model, **options):
+    """Run the whole training pipeline (or, with --pipeline batch_prediction, batch predictions) locally
+    (kfp.local, no cloud, no Docker) and print a summary."""
+    if pipeline == "batch_prediction":
+        return _run_batch(out_dir, (config_file, profile, sets), verbose, instances, instances_format, model, options)
+    given = [name for name, value in (("--instances", instances), ("--instances-format", instances_format),
+                                      ("--model", model)) if value]
+    if given:
+        _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
+    config = _load(config_file, profile, sets, options)
+    params = config.parameters.model_dump()
+    params["data_source"] = _local_path(params["data_source"])
+    if not params["data_source"].startswith(("gs://", "builtin:")) and not os.path.exists(params["data_source"]):
+        _fail(f"data source not found: {params['data_source']}")
+    params["model_repository"] = _local_path(params["model_repository"] or "runs/model_repository")
+    params["source_commit"] = params["source_commit"] or _source_commit()
+    out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from pipelines import report
+    from pipelines.local_run import run_local
+    from pipelines.training import PIPELINE_NAME, build_pipeline
+
+    click.echo(f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
+               f"output in {out}")
+    started = time.time()
+    steps, run_root = run_local(build_pipeline("local", config.platform, config.study), params, out, verbose)
+    _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
+
+
+def _finish(summary: dict, out: Path) -> None:
+    from pipelines import report
+
+    report.write(summary, out)
+    _print_summary(summary)
+    if summary["status"] != "SUCCEEDED":
+        _fail(summary["error"] or f"the pipeline failed; see the step logs in {out / 'logs'}")
+
+
+def _local_instances(instances: str) -> str:
+    """Comma-separated instances with local paths made absolute; each must exist (a glob: match something)."""
+    import glob
+
+    items = []
+    for item in (i.strip() for i in instances.split(",")):
+        if not item:
+            continue
+        if not item.startswith("gs://"):
+            item = _local_path(item)
+            if any(c in item for c in "*?[") and not glob.glob(item):
+                _fail(f"no instances match {item}")
+            if not any(c in item for c in "*?[") and not os.path.exists(item):
+                _fail(f"instances not found: {item}")
+        items.append(item)
+    if not items:
+        _fail("--instances names no files")
+    return ",".join(items)
+
+
+_TRAINING_ONLY = ("data_source", "workers", "epochs", "learning_rate", "label_column", "image_size",
+                  "accuracy_threshold", "tune", "deploy", "rest_port", "grpc_port")
+
+
+def _run_batch(out_dir, config_source, verbose, instances, instances_format, model, options) -> None:
+    """`run --pipeline batch_prediction`: predictions for local instances from a model repository version."""
+    given = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY if options.get(k) is not None]
+    if given:
+        _fail(f"{', '.join(given)}: not an option of --pipeline batch_prediction")
+    if not instances:
+        _fail("--instances is required with --pipeline batch_prediction")
+    overrides = {"instances": instances, "instances_format": instances_format, "model": model,
+                 **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size")}}
+    config = _load(*config_source, batch_overrides=overrides)
+    params = config.batch.pipeline_arguments()
+    params["instances"] = _local_instances(params["instances"])
+    params["model_repository"] = _local_path(params["model_repository"] or "runs/model_repository")
+    if params["model"] and not params["model"].isdigit() and not params["model"].startswith("gs://"):
+        if os.path.exists(params["model"]) or os.sep in params["model"]:
+            params["model"] = _local_path(params["model"])
+            if not os.path.exists(params["model"]):
+                _fail(f"model not found: {params['model']}")
+    out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from pipelines import report
+    from pipelines.batch_prediction import PIPELINE_NAME, build_batch_pipeline
+    from pipelines.local_run import run_local
+
+    click.echo(f"Running {PIPELINE_NAME} locally on {params['instances']} ({params['instances_format']}) with "
+               f"{params['model_name']} {params['model'] or 'champion'} from {params['model_repository']}; "
+               f"output in {out}")
+    started = time.time()
+    steps, run_root = run_local(build_batch_pipeline("local", config.platform), params, out, verbose)
+    _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
+
+
+def _print_summary(s: dict) -> None:
+    click.echo(f"\n{s['pipeline']}: {s['status']} in {s['seconds']:.1f}s")
+    for step in s["steps"]:
+        click.echo(f"  {step['name']:<22} {step['status']:<10} {step['seconds']:>7.1f}s")
+    if s["dataset"]:
+        d = s["dataset"]
+        splits = ", ".join(f"{name} {info['examples']}" for name, info in d["splits"].items())
+        click.echo(f"  data: {d['examples']} examples ({splits}), {d['quarantined']} quarantined")
+    m = s["metrics"]
+    if m["test_accuracy"] is not None:
+        click.echo(f"  val accuracy {m['val_accuracy']:.4f}, test accuracy {m['test_accuracy']:.4f}")
+    if s["tuning"] and s["tuning"]["enabled"] and s["tuning"]["best"]:
+        best = s["tuning"]["best"]
+        click.echo(f"  tuning: {len(s['tuning']['trials'])} trials, best {s['tuning']['metric_id']} "
+                   f"{best['metric']:.4f} with {best['parameters']}")
+    if s["gate"]:
+        click.echo(f"  gate: {'BLESSED' if s['gate']['blessed'] else 'NOT BLESSED'}: {s['gate']['reason']}")
+    if s["tflite"]:
+        click.echo(f"  tflite: {'PUBLISHED' if s['tflite']['published'] else 'NOT PUBLISHED'}: {s['tflite']['reason']}")
+    if s["registry"]:
+        click.echo(f"  published {s['registry']['model_name']} version {s['registry']['version']}: "
+                   f"{s['registry']['path']}")
+    if e := s["endpoint"]:
+        click.echo(f"  serving version {e['served_version']}: REST {e['rest_url']}/v1/models/{e['model_name']}:predict"
+                   + (f", gRPC {e['grpc_target']}" if e["grpc_target"] else ""))
+        if e["stop"]:
+            click.echo(f"  the server keeps running after this run; stop it with: {e['stop']} (log: {e['log']})")
+    if b := s["batch_prediction"]:
+        click.echo(f"  batch prediction: {b['succeeded']} ok, {b['failed']} failed of {b['instances']} instances "
+                   f"→ {b['output_directory']}")
+    click.echo(f"  report: {s['report']}")
+
+
+@cli.command("compile")
+@click.option("--target", type=click.Choice(["vertex", "kubeflow"]), required=True)
+@click.option("--output", type=click.Path(dir_okay=False), required=True, help="pipeline YAML to write")
+@config_options
+@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+              help="which pipeline to compile")
+def compile_(target, output, config_file, profile, sets, pipeline):
+    """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines."""
+    from pipelines.templates import compile_template
+
+    config = _load(config_file, profile, sets)
+    if not output.endswith((".yaml", ".yml", ".json")):
+        _fail(f"--output must end in .yaml or .json, got {output}")
+    compile_template(target, pipeline, config, output)
+    click.echo(f"compiled {target} {pipeline} pipeline to {output}")
