@@ -4,7 +4,8 @@
 
 Serves `POST /v1/models/NAME:predict` with `{"instances": [...]}` → `{"predictions": [{"probabilities": [...],
 "class_id": ...}, ...]}` (row format, as TF Serving answers) with `kserve.ModelServer(workers=1)`. KServe logs every
-request by default (uvicorn access log, kserve.trace timing and latency lines); without `--request-logs` both are off, as on our server.
+request by default (uvicorn access log, kserve.trace timing and latency lines); without `--request-logs` those
+loggers are set to WARNING, as our server logs no requests.
 """
 import os
 import sys

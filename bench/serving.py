@@ -1,20 +1,23 @@
 """Serving benchmark: our TF-Serving-compatible server vs KServe's Python model server, one load generator.
 
-    python -m bench.serving [--duration 6] [--warmup 1] [--clients 1 16] [--max-batch-size 32]
-                            [--batch-timeout-ms 1] [--num-batch-threads 1] [--client-processes 4] [--workdir DIR]
+    python -m bench.serving [--rounds 3] [--duration 3] [--warmup 0.5] [--clients 1 16] [--client-processes 4]
+                            [--http-client requests|http.client] [--max-batch-size 32] [--batch-timeout-ms 0]
+                            [--num-batch-threads 1] [--kserve-request-logs] [--epochs 3] [--workdir DIR]
 
-Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epochs`) and serves its SavedModel
-(input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from separate processes, one at a time:
-KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`, `kserve.ModelServer(workers=1)`, v1
-protocol, per-request logs off unless `--kserve-request-logs`), then ours (`python -m pipelines serve`) without
-and with `--enable-batching`. Each server is checked first (64 test digits one by one: every answer's class id must
-equal a direct `serving_default` call's), then loaded by the same generator: N closed-loop clients (each its own
-`requests.Session` or gRPC channel, in `--client-processes` worker processes so that the GIL of one Python process
-does not cap the load), one instance per request (a test digit; REST body `{"instances": [...]}` JSON, gRPC a
-serialized `PredictRequest` with `tf.make_tensor_proto`, both encoded once before the run), `--warmup` seconds
-unmeasured, then `--duration` seconds measured: QPS, latency p50/p99, errors (must be 0) and the server's CPU time
-per request. Also compares request bytes for 32 random 28×28 float32 images: REST JSON body (as the seed client
-writes it) vs the serialized gRPC `PredictRequest`.
+Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epochs`; `--workdir` keeps and reuses it)
+and serves its SavedModel (input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from three
+separate processes, all started up front: KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`
+in its sync `predict`, `kserve.ModelServer(workers=1)`, v1 protocol, per-request logs off unless
+`--kserve-request-logs`), ours (`python -m pipelines serve`) and ours with `--enable-batching`. Each server is checked
+first (64 test digits one by one: every class id must equal a direct `serving_default` call's), then loaded by the same
+generator: N closed-loop clients (each its own `requests.Session` or `http.client` connection, or gRPC channel), in
+≤ `--client-processes` spawned processes so that one process's GIL does not cap the load; one instance per request (a
+test digit: REST body `{"instances": [...]}`, gRPC a serialized `PredictRequest` built with `tf.make_tensor_proto`,
+both encoded once before the run). Every configuration is measured once per round (`--warmup` s unmeasured, then
+`--duration` s), rounds interleaved so that drift in the machine's load hits every configuration alike. Reported: QPS
+(median of rounds, and each round), latency p50/p99 (pooled), errors (must be 0), server and client CPU per request.
+Also compares request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client writes it vs
+the serialized gRPC `PredictRequest`.
 
 Goals: ours ≥ 1.5× KServe QPS at 16 REST clients (best of ours with/without batching); gRPC ≤ 0.3× REST bytes.
 Results: bench/results/serving.json.
@@ -457,12 +460,12 @@ def print_report(r: dict) -> None:
     b = s["ours_batching"]
     print(f"\nServing {r['dataset']} (1 instance/request), {r['machine']['cpu_count']} CPUs, "
           f"{s['rounds']} interleaved rounds of {s['warmup_s']} s warm-up + {s['duration_s']} s measured (QPS: median "
-          f"of rounds, latency: pooled), client processes ≤ "
-          f"{s['client_processes']}, REST client {s['http_client']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
+          f"of rounds, latency: pooled), client processes ≤ {s['client_processes']}, REST client "
+          f"{s['http_client']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
           f"{b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, tensorflow "
           f"{r['versions']['tensorflow']}")
-    print(f"{'server':<15}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
-          f"{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}")
+    print(f"{'server':<15}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'errors':>8}{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}")
     for row in r["runs"]:
         spread = f"{min(row['qps_rounds']):,.0f}-{max(row['qps_rounds']):,.0f}"
         print(f"{NAMES[row['server']]:<15}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
