@@ -1,7 +1,7 @@
 """Serving benchmark: our TF-Serving-compatible server vs KServe's Python model server, one load generator.
 
     python -m bench.serving [--rounds 3] [--duration 3] [--warmup 0.5] [--clients 1 16] [--client-processes 4]
-                            [--http-client requests|http.client] [--max-batch-size 32] [--batch-timeout-ms 0]
+                            [--http-client http.client|requests] [--max-batch-size 32] [--batch-timeout-ms 0]
                             [--num-batch-threads 1] [--kserve-request-logs] [--epochs 3] [--workdir DIR]
 
 Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epochs`; `--workdir` keeps and reuses it)
@@ -10,10 +10,10 @@ separate processes, all started up front: KServe (`bench/kserve_peer.py`: a `kse
 in its sync `predict`, `kserve.ModelServer(workers=1)`, v1 protocol, per-request logs off unless
 `--kserve-request-logs`), ours (`python -m pipelines serve`) and ours with `--enable-batching`. Each server is checked
 first (64 test digits one by one: every class id must equal a direct `serving_default` call's), then loaded by the same
-generator: N closed-loop clients (each its own `requests.Session` or `http.client` connection, or gRPC channel), in
-≤ `--client-processes` spawned processes so that one process's GIL does not cap the load; one instance per request (a
-test digit: REST body `{"instances": [...]}`, gRPC a serialized `PredictRequest` built with `tf.make_tensor_proto`,
-both encoded once before the run). Every configuration is measured once per round (`--warmup` s unmeasured, then
+generator: N closed-loop clients (each its own keep-alive `http.client` connection, or `requests.Session` with
+`--http-client requests`, or gRPC channel) in ≤ `--client-processes` spawned processes, so that one process's GIL does
+not cap the load; one instance per request (a test digit: REST body `{"instances": [...]}`, gRPC a serialized
+`PredictRequest` built with `tf.make_tensor_proto`, both encoded once before the run). Every configuration is measured once per round (`--warmup` s unmeasured, then
 `--duration` s), rounds interleaved so that drift in the machine's load hits every configuration alike. Reported: QPS
 (median of rounds, and each round), latency p50/p99 (pooled), errors (must be 0), server and client CPU per request.
 Also compares request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client writes it vs
@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -498,8 +499,10 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations (QPS: median)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     p.add_argument("--client-processes", type=int, default=4, help="load-generator processes (≤ clients)")
-    p.add_argument("--http-client", choices=["requests", "http.client"], default="requests",
-                   help="REST client of the load generator (http.client: about 4× less client CPU per request)")
+    p.add_argument("--http-client", choices=["http.client", "requests"], default="http.client",
+                   help="REST client of the load generator; requests.Session costs ~1 ms of client CPU per request "
+                        "(about 4× http.client's, more than the servers' own), which on a small machine takes the CPU "
+                        "the servers would use and pulls every REST QPS towards the same value")
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--batch-timeout-ms", type=float, default=0.0,
                    help="0 (TF Serving's CPU starting point): a batch takes what is queued when the thread is free")
@@ -513,6 +516,7 @@ def main(argv=None) -> None:
     p.add_argument("--workdir", type=Path, help="keep the data, model and server logs here (reused when present)")
     p.add_argument("--output", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that every server process is stopped
     args.loadavg = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)

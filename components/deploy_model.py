@@ -69,7 +69,8 @@ def start_server(base: str, model_name: str, rest_port: int, grpc_port: int, tim
         os.remove(ready)
     log_path = ready.removesuffix(".json") + ".log"
     command = [sys.executable, "-m", "pipelines", "serve", "--model-base-path", base, "--model-name", model_name,
-               "--rest-port", str(rest_port), "--grpc-port", str(grpc_port), "--ready-file", ready]
+               "--rest-port", str(rest_port), "--grpc-port", str(grpc_port), "--ready-file", ready,
+               "--enable-batching", "--max-batch-size", "32", "--batch-timeout-ms", "0"]  # bench/serving.py
     with open(log_path, "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

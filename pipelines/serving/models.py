@@ -8,10 +8,9 @@ directory: the previous one loads again and takes over the same way.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -58,7 +57,7 @@ class Policy:
 class Servable:
     """One loaded version: its signatures, their input specs and (optionally) batchers."""
 
-    def __init__(self, version: int, path: str, batching: BatchingOptions | None, executor: Executor | None = None):
+    def __init__(self, version: int, path: str, batching: BatchingOptions | None):
         import tensorflow as tf
         from tensorflow.core.protobuf import saved_model_pb2
 
@@ -71,7 +70,6 @@ class Servable:
             proto.ParseFromString(f.read())
         self.signature_defs = proto.meta_graphs[0].signature_def
         self._batchers = {name: Batcher(self._runner(name), batching) for name in self.signatures} if batching else {}
-        self._executor = executor
 
     def _runner(self, signature: str):
         import tensorflow as tf
@@ -91,13 +89,12 @@ class Servable:
         return self.inputs[name]
 
     def predict_future(self, arrays: dict[str, np.ndarray], signature: str = "") -> Future:
-        """A Future of the outputs: batched when enabled, else run on the executor (inline without one)."""
+        """A Future of the outputs: queued for the batcher when batching is on, else computed inline (measured:
+        handing small models' calls to a thread pool costs more than it frees, as the pool waits on the GIL)."""
         name = signature or DEFAULT_SIGNATURE
         codec.check_arrays(arrays, self.signature(name))
         if name in self._batchers:
             return self._batchers[name].submit(arrays)
-        if self._executor is not None:
-            return self._executor.submit(self._runner(name), arrays)
         future: Future = Future()
         try:
             future.set_result(self._runner(name)(arrays))
@@ -128,8 +125,6 @@ class ModelManager:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _executor: ThreadPoolExecutor = field(  # model calls off the event loop (TF releases the GIL while computing)
-        default_factory=lambda: ThreadPoolExecutor(2 * (os.cpu_count() or 1), thread_name_prefix="predict"))
 
     @property
     def root(self) -> str:
@@ -162,7 +157,7 @@ class ModelManager:
         status = self._status[version] = VersionStatus(version, "LOADING")
         started = time.time()
         try:
-            servable = Servable(version, path, self.batching, self._executor)
+            servable = Servable(version, path, self.batching)
             warmed = warmup(servable)
         except Exception as e:  # noqa: BLE001 (recorded in the version's status, like TF Serving)
             status.state, status.error_code = "END", "UNKNOWN"
@@ -200,7 +195,6 @@ class ModelManager:
             self._thread.join(timeout=10)
         for version in list(self._servables):
             self._unload(version)
-        self._executor.shutdown(wait=True)
 
     def ready(self) -> bool:
         return bool(self._servables)
