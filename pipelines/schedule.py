@@ -60,18 +60,12 @@ def replace_vertex_schedule(job, platform: Platform, cron: Cron, settings: Sched
             max_run_count=settings.max_run_count, max_concurrent_run_count=settings.max_concurrent_runs,
             service_account=platform.service_account or None, network=platform.network or None)
     echo(f"created schedule {display_name!r}: {created.resource_name}")
-    failed = []
-    for old in existing:
-        try:
-            with quiet_aiplatform():
-                old.delete()  # DeleteSchedule, waits for the operation
-            echo(f"deleted the schedule it replaces: {old.resource_name}")
-        except Exception as e:  # noqa: BLE001 (report every leftover, then fail)
-            failed.append(f"{old.resource_name} ({str(e).strip().splitlines()[0]})")
-    if failed:
-        raise ScheduleError(f"created {created.resource_name} but could not delete the schedule(s) it replaces: "
-                            f"{'; '.join(failed)}; delete them with: python -m pipelines schedule delete "
-                            f"RESOURCE_NAME --target vertex")
+    def delete(old):
+        with quiet_aiplatform():
+            old.delete()  # DeleteSchedule, waits for the operation
+
+    _delete_replaced(existing, delete, lambda old: old.resource_name, created.resource_name, "schedule",
+                     "RESOURCE_NAME --target vertex", echo)
     return created
 
 
@@ -152,17 +146,9 @@ def replace_kfp_recurring_run(client, template_path: str, params: dict, platform
         end_time=settings.end_time or None, pipeline_root=platform.pipeline_root or None,
         enable_caching=enable_caching, service_account=platform.kfp_service_account or None)
     echo(f"created recurring run {display_name!r}: {created.recurring_run_id}")
-    failed = []
-    for old in existing:
-        try:
-            client.delete_recurring_run(old.recurring_run_id)
-            echo(f"deleted the recurring run it replaces: {old.recurring_run_id}")
-        except Exception as e:  # noqa: BLE001 (report every leftover, then fail)
-            failed.append(f"{old.recurring_run_id} ({str(e).strip().splitlines()[0]})")
-    if failed:
-        raise ScheduleError(f"created {created.recurring_run_id} but could not delete the recurring run(s) it "
-                            f"replaces: {'; '.join(failed)}; delete them with: python -m pipelines schedule delete "
-                            f"RECURRING_RUN_ID --target kubeflow")
+    _delete_replaced(existing, lambda old: client.delete_recurring_run(old.recurring_run_id),
+                     lambda old: old.recurring_run_id, created.recurring_run_id, "recurring run",
+                     "RECURRING_RUN_ID --target kubeflow", echo)
     return created
 
 
@@ -186,3 +172,17 @@ def describe_kfp(run) -> dict:
     trigger = run.trigger.cron_schedule.cron if run.trigger and run.trigger.cron_schedule else ""
     return {"display_name": run.display_name, "state": str(run.status or run.mode or ""), "cron": trigger,
             "next_run": "", "name": run.recurring_run_id}
+
+
+def _delete_replaced(existing, delete, name_of, created: str, kind: str, delete_args: str, echo) -> None:
+    """Delete what a new schedule replaces (after it exists: never a gap); name every leftover, then fail."""
+    failed = []
+    for old in existing:
+        try:
+            delete(old)
+            echo(f"deleted the {kind} it replaces: {name_of(old)}")
+        except Exception as e:  # noqa: BLE001 (report every leftover, then fail)
+            failed.append(f"{name_of(old)} ({str(e).strip().splitlines()[0]})")
+    if failed:
+        raise ScheduleError(f"created {created} but could not delete the {kind}(s) it replaces: "
+                            f"{'; '.join(failed)}; delete them with: python -m pipelines schedule delete {delete_args}")

@@ -87,6 +87,16 @@ def _only_with(target, wanted, **given):
         _fail(f"{', '.join(names)}: only with --target {wanted}")
 
 
+def _precheck(target, platform, template, template_tag, host, namespace):
+    """Settings a run or schedule needs, checked before any API call; returns kubeflow's (host, namespace)."""
+    if target == "vertex":
+        _vertex_precheck(platform, template, template_tag)
+        return host, namespace
+    host, namespace = _kubeflow_target(platform, host, namespace)
+    _check_images_if_compiling(platform, template, template_tag)
+    return host, namespace
+
+
 def _vertex_precheck(platform, template, template_tag):
     from pipelines.submit import SubmitError, check_vertex
 
@@ -117,11 +127,7 @@ def submit(target, pipeline, template, template_tag, registry, config_file, prof
     config = _load(config_file, profile, sets)
     platform = config.platform
     caching = platform.enable_caching if caching is None else caching
-    if target == "vertex":
-        _vertex_precheck(platform, template, template_tag)
-    else:
-        host, namespace = _kubeflow_target(platform, host, namespace)
-        _check_images_if_compiling(platform, template, template_tag)
+    host, namespace = _precheck(target, platform, template, template_tag, host, namespace)
     with tempfile.TemporaryDirectory(prefix="tfpipe-submit-") as workdir:
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
@@ -260,11 +266,7 @@ def schedule(ctx, target, cron, display_name, pipeline, template, template_tag, 
     settings = platform.schedule
     caching = platform.enable_caching if caching is None else caching
     parsed = _parse_cron(cron or settings.cron, target)
-    if target == "vertex":
-        _vertex_precheck(platform, template, template_tag)
-    else:
-        host, namespace = _kubeflow_target(platform, host, namespace)
-        _check_images_if_compiling(platform, template, template_tag)
+    host, namespace = _precheck(target, platform, template, template_tag, host, namespace)
     with tempfile.TemporaryDirectory(prefix="tfpipe-schedule-") as workdir:
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
