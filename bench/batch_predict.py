@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import save
+
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -122,9 +124,7 @@ def main(argv=None) -> None:
         result = run(args.workdir or Path(tmp), args.instances, args.files, args.batch_size, args.epochs,
                      args.repeats)
     print_report(result)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
-    print(f"results: {args.output}")
+    save(result, args.output)
 
 
 if __name__ == "__main__":

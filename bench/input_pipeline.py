@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import platform
 import sys
@@ -26,6 +25,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench import save
 
 # Before TensorFlow is imported (lazily, in `run`).
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -241,9 +242,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-input-") as tmp:
             result = run(args.images, Path(tmp), args.epochs, args.repeats)
     print_report(result)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"results: {args.output}")
+    save(result, args.output)
     return 0
 
 

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import save
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "make_run.json"
 
@@ -75,9 +77,7 @@ def main(argv=None) -> int:
     print(f"goal: wall <= {args.goal:g}s ... {'MET' if met else 'NOT MET'} ({wall:.1f}s"
           f"{'' if proc.returncode == 0 else ', run failed'})")
     print(f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f} on {os.cpu_count()} CPUs")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"results: {args.output}")
+    save(result, args.output)
     if args.keep:
         print(f"run directory kept: {tmp}")
     else:

@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import save
+
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -525,9 +527,7 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
             result = run(args, Path(tmp))
     print_report(result)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
-    print(f"results: {args.output}")
+    save(result, args.output)
 
 
 if __name__ == "__main__":

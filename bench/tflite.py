@@ -8,7 +8,6 @@ so a larger model can be measured too), converts it in every mode, and measures 
 Python one example at a time. Goal: int8 ≤ 0.3× size with ≤ 0.5 point drop. Results: bench/results/tflite.json.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench import save
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -111,9 +112,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-tflite-") as tmp:
         result = run(args.workdir or Path(tmp), args.epochs, args.image_size)
     print_report(result)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
-    print(f"results: {args.output}")
+    save(result, args.output)
 
 
 if __name__ == "__main__":

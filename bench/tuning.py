@@ -9,11 +9,12 @@ method. A run that never reaches the target counts as `--trials + 1`. Goal: rati
 bench/results/tuning.json.
 """
 import argparse
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from bench import save
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tuning.json"
 
@@ -65,9 +66,7 @@ def main(argv=None) -> None:
     print(f"trials needed: {counts}")
     print(f"median: Vizier {medians['default']}, random {medians['random']}; ratio {ratio:.2f} "
           f"(goal <= 0.7: {'MET' if ratio <= 0.7 else 'NOT MET'})")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2))
-    print(f"results: {args.output}")
+    save(result, args.output)
 
 
 if __name__ == "__main__":
