@@ -33,17 +33,22 @@ def main(argv=None) -> int:
     p.add_argument("extra", nargs="*", help="further `python -m pipelines run` options (after --)")
     args = p.parse_args(argv)
 
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     tmp = tempfile.mkdtemp(prefix="bench-make-run-")
+    # the deploy step's local server: recorded here, started on free ports, stopped after the run
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1", TFPIPE_SERVING_STATE=f"{tmp}/serving")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = Path(tmp) / "run"
     command = [sys.executable, "-m", "pipelines", "run", "--out", str(out),
-               "--model-repository", str(Path(tmp) / "repo"), *args.extra]
+               "--model-repository", str(Path(tmp) / "repo"), "--rest-port", "0", "--grpc-port", "0", *args.extra]
     print("$", " ".join(command), flush=True)
     load_before = os.getloadavg()
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, env=env, check=False)
     wall = time.perf_counter() - started
+    os.environ["TFPIPE_SERVING_STATE"] = env["TFPIPE_SERVING_STATE"]
+    from components.deploy_model import stop_server
+
+    stop_server(str(Path(tmp) / "repo"), "tfpipe-model")
     load_after = os.getloadavg()
 
     summary_file = out / "run_summary.json"

@@ -61,29 +61,38 @@ def running_server(base: str, model_name: str) -> dict | None:
     return info
 
 
-def start_server(base: str, model_name: str, rest_port: int, grpc_port: int, timeout: float = 180) -> dict:
-    """Start a detached server (own session and log file: it must outlive the pipeline step)."""
+def launch_server(base: str, model_name: str, rest_port: int, grpc_port: int) -> tuple[subprocess.Popen, str]:
+    """Start a detached server (own session and log file: it must outlive the pipeline step); returns the process
+    and the file it writes its addresses to once serving."""
     os.makedirs(state_dir(), exist_ok=True)
     ready = state_file(base, model_name)
     if os.path.exists(ready):
         os.remove(ready)
-    log_path = ready.removesuffix(".json") + ".log"
     command = [sys.executable, "-m", "pipelines", "serve", "--model-base-path", base, "--model-name", model_name,
                "--rest-port", str(rest_port), "--grpc-port", str(grpc_port), "--ready-file", ready,
                "--enable-batching", "--max-batch-size", "32", "--batch-timeout-ms", "0"]  # bench/serving.py
-    with open(log_path, "ab") as log:
+    with open(_log_path(ready), "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    start_new_session=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return process, ready
+
+
+def wait_ready(process: subprocess.Popen, ready: str, timeout: float = 180) -> dict:
+    """The launched server's addresses once it serves; its log tail if it exits or takes too long."""
     deadline = time.time() + timeout
     while not os.path.exists(ready):
         if process.poll() is not None or time.time() > deadline:
             if process.poll() is None:
                 process.kill()
             raise DeployError(f"the model server did not start (exit code {process.poll()}); "
-                              f"last log lines:\n{_tail(log_path)}")
+                              f"last log lines:\n{_tail(_log_path(ready))}")
         time.sleep(0.2)
     with open(ready) as f:
-        return {**json.load(f), "log": log_path}
+        return {**json.load(f), "log": _log_path(ready)}
+
+
+def _log_path(ready: str) -> str:
+    return ready.removesuffix(".json") + ".log"
 
 
 def _tail(path: str, lines: int = 15) -> str:
@@ -115,10 +124,8 @@ def wait_available(rest_url: str, model_name: str, version: int, timeout: float 
     raise DeployError(f"version {version} was not AVAILABLE after {timeout:.0f}s (last: {last})")
 
 
-def smoke_test(rest_url: str, model_name: str, version: int, version_path: str, data_dir: str) -> dict:
-    """Predict a few test examples through the server and compare with the published SavedModel itself."""
-    import numpy as np
-    import requests
+def reference(version_path: str, data_dir: str) -> tuple:
+    """A few test examples and the published SavedModel's own class ids for them (what the server must answer)."""
     import tensorflow as tf
 
     from trainer import data
@@ -126,6 +133,18 @@ def smoke_test(rest_url: str, model_name: str, version: int, version_path: str, 
     stats = data.load_stats(data_dir)
     inputs, _ = next(iter(data.make_dataset(data_dir, "test", stats, SMOKE_EXAMPLES, training=False)))
     batch = tf.cast(inputs, tf.float32).numpy()
+    signature = tf.saved_model.load(version_path).signatures["serving_default"]
+    outputs = signature(**{name: tf.constant(batch) for name in signature.structured_input_signature[1]})
+    if "class_id" not in outputs:
+        raise DeployError(f"the published model's serving_default has no class_id output ({sorted(outputs)})")
+    return batch, outputs["class_id"].numpy()
+
+
+def smoke_test(rest_url: str, model_name: str, version: int, batch, expected) -> dict:
+    """Predict the reference examples through the server; its class ids must equal the SavedModel's."""
+    import numpy as np
+    import requests
+
     response = requests.post(f"{rest_url}/v1/models/{model_name}/versions/{version}:predict",
                              json={"signature_name": "serving_default", "instances": batch.tolist()}, timeout=30)
     body = response.json()
@@ -135,10 +154,8 @@ def smoke_test(rest_url: str, model_name: str, version: int, version_path: str, 
         served = np.array([p["class_id"] for p in body["predictions"]])
     except (KeyError, TypeError):
         raise DeployError(f"smoke prediction has no class_id: {str(body)[:200]}") from None
-    signature = tf.saved_model.load(version_path).signatures["serving_default"]
-    expected = signature(**{name: tf.constant(batch) for name in signature.structured_input_signature[1]})
-    if not np.array_equal(served, expected["class_id"].numpy()):
-        raise DeployError(f"smoke prediction disagrees with the published model: {served} vs {expected['class_id']}")
+    if not np.array_equal(served, expected):
+        raise DeployError(f"smoke prediction disagrees with the published model: {served} vs {expected}")
     return {"examples": len(served), "class_ids": served.tolist()}
 
 
@@ -149,15 +166,19 @@ def deploy(version: int, version_path: str, data_dir: str, base: str, model_name
 
     server = None
     try:
+        launched = None
         if serving_url:
             server = {"rest_url": serving_url.rstrip("/"), "grpc_target": "", "pid": None, "log": None,
                       "started": False}
         elif (server := running_server(base, model_name)) is not None:
             server = {**server, "started": False}
         else:
-            server = {**start_server(base, model_name, rest_port, grpc_port, timeout), "started": True}
+            launched = launch_server(base, model_name, rest_port, grpc_port)
+        batch, expected = reference(version_path, data_dir)  # while a launched server starts
+        if launched:
+            server = {**wait_ready(*launched, timeout), "started": True}
         wait_available(server["rest_url"], model_name, version, timeout)
-        smoke = smoke_test(server["rest_url"], model_name, version, version_path, data_dir)
+        smoke = smoke_test(server["rest_url"], model_name, version, batch, expected)
     except Exception as e:
         remove_version(base, model_name, version)
         raise DeployError(f"deploying {model_name} version {version} failed, rolled back: {e}"
