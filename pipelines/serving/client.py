@@ -23,6 +23,7 @@ class ServingClient:
         self._session = requests.Session()
         self._channel = None
         self._outputs: dict[tuple, list[str]] = {}
+        self._inputs: dict[tuple, str] = {}
 
     def _path(self, version: int | None, label: str | None) -> str:
         path = f"{self.rest_url}/v1/models/{self.model_name}"
@@ -85,11 +86,8 @@ class ServingClient:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
             self._stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         request = predict_pb2.PredictRequest()
-        request.model_spec.name, request.model_spec.signature_name = self.model_name, signature_name
-        if version is not None:
-            request.model_spec.version.value = version
-        elif label:
-            request.model_spec.version_label = label
+        self._spec(request.model_spec, version, label)
+        request.model_spec.signature_name = signature_name
         try:
             if not isinstance(inputs, dict):
                 inputs = {self._input_name(version, label, signature_name): inputs}
@@ -100,22 +98,28 @@ class ServingClient:
             raise PredictionError(e.details(), e.code().name) from None
         return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
 
-    def _input_name(self, version, label, signature_name) -> str:
-        from tensorflow_serving.apis import get_model_metadata_pb2, prediction_service_pb2_grpc
-
-        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
-        request.model_spec.name = self.model_name
+    def _spec(self, model_spec, version, label) -> None:
+        model_spec.name = self.model_name
         if version is not None:
-            request.model_spec.version.value = version
+            model_spec.version.value = version
         elif label:
-            request.model_spec.version_label = label
-        response = prediction_service_pb2_grpc.PredictionServiceStub(self._channel).GetModelMetadata(request, self.timeout)
-        signatures = get_model_metadata_pb2.SignatureDefMap()
-        response.metadata["signature_def"].Unpack(signatures)
-        names = sorted(signatures.signature_def[signature_name].inputs)
-        if len(names) != 1:
-            raise ValueError(f"the signature has inputs {names}; pass a dict")
-        return names[0]
+            model_spec.version_label = label
+
+    def _input_name(self, version, label, signature_name) -> str:
+        """The signature's only input (GetModelMetadata, asked once per version/label/signature)."""
+        from tensorflow_serving.apis import get_model_metadata_pb2
+
+        key = (version, label, signature_name)
+        if key not in self._inputs:
+            request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+            self._spec(request.model_spec, version, label)
+            signatures = get_model_metadata_pb2.SignatureDefMap()
+            self._stub.GetModelMetadata(request, self.timeout).metadata["signature_def"].Unpack(signatures)
+            names = sorted(signatures.signature_def[signature_name].inputs)
+            if len(names) != 1:
+                raise ValueError(f"the signature has inputs {names}; pass a dict")
+            self._inputs[key] = names[0]
+        return self._inputs[key]
 
     def close(self) -> None:
         self._session.close()
