@@ -76,22 +76,19 @@ def _finish(summary: dict, out: Path) -> None:
 
 
 def _local_instances(instances: str) -> str:
-    """Comma-separated instances with local paths made absolute; each must exist (a glob: match something)."""
-    import glob
+    """Comma-separated instances with local paths made absolute; each local one must exist or match something
+    (the batch predictor's own expansion; gs:// ones are checked by the step)."""
+    from components.batch_predict import expand_inputs
 
-    items = []
-    for item in (i.strip() for i in instances.split(",")):
-        if not item:
-            continue
-        if not item.startswith("gs://"):
-            item = _local_path(item)
-            if any(c in item for c in "*?[") and not glob.glob(item):
-                _fail(f"no instances match {item}")
-            if not any(c in item for c in "*?[") and not os.path.exists(item):
-                _fail(f"instances not found: {item}")
-        items.append(item)
+    items = [i if i.startswith("gs://") else _local_path(i) for i in (i.strip() for i in instances.split(",")) if i]
     if not items:
         _fail("--instances names no files")
+    local = [i for i in items if not i.startswith("gs://")]
+    try:
+        if local:
+            expand_inputs(",".join(local))
+    except FileNotFoundError as e:
+        _fail(f"--instances: {e}")
     return ",".join(items)
 
 
