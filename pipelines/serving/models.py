@@ -205,9 +205,7 @@ class ModelManager:
             raise NotFound(f"Servable not found for request: Latest({name})")
         with self._lock:
             if label is not None:
-                if label not in self.labels:
-                    raise NotFound(f"Unrecognized servable version label: {label}")
-                version = self.labels[label]
+                version = self._labelled(label)
                 if version not in self._servables:
                     raise NotFound(f"label '{label}' points at version {version}, which is not available")
             if version is not None:
@@ -218,13 +216,16 @@ class ModelManager:
                 raise NotFound(f"Servable not found for request: Latest({name})")
             return self._servables[max(self._servables)]
 
+    def _labelled(self, label: str) -> int:
+        if label not in self.labels:
+            raise NotFound(f"Unrecognized servable version label: {label}")
+        return self.labels[label]
+
     def status(self, name: str, version: int | None = None, label: str | None = None) -> list[VersionStatus]:
         if name != self.name:
             raise NotFound(f"Could not find any versions of model {name}")
         if label is not None:
-            if label not in self.labels:
-                raise NotFound(f"Unrecognized servable version label: {label}")
-            version = self.labels[label]
+            version = self._labelled(label)
         if version is not None:
             if version not in self._status:
                 raise NotFound(f"Could not find version {version} of model {name}")
