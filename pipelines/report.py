@@ -22,12 +22,11 @@ def _output(run_root: Path | None, step: str, *names: str) -> Path | None:
     return run_root.joinpath(step, *names) if run_root else None
 
 
-def task_outputs(run_root: Path | None, task: str) -> dict:
-    """A kfp.local step's output parameters and artifact metadata (`<output>.metadata`), from executor_output.json."""
+def _artifact_metadata(run_root: Path | None, task: str, output: str) -> dict:
+    """The metadata a kfp.local step recorded for one of its output artifacts (its executor_output.json)."""
     executor_output = _json(_output(run_root, task, "executor_output.json")) or {}
-    return {**executor_output.get("parameterValues", {}),
-            **{f"{name}.metadata": (value.get("artifacts") or [{}])[0].get("metadata", {})
-               for name, value in executor_output.get("artifacts", {}).items()}}
+    artifacts = executor_output.get("artifacts", {}).get(output, {}).get("artifacts") or [{}]
+    return artifacts[0].get("metadata", {})
 
 
 def _endpoint(deployed: dict | None) -> dict | None:
@@ -40,7 +39,7 @@ def _endpoint(deployed: dict | None) -> dict | None:
 
 
 def _batch(run_root: Path | None) -> dict | None:
-    metadata = task_outputs(run_root, "run-batch-prediction").get("predictions.metadata")
+    metadata = _artifact_metadata(run_root, "run-batch-prediction", "predictions")
     if not metadata:
         return None
     return {k: metadata.get(k) for k in ("output_directory", "model", "instances", "succeeded", "failed", "files",
