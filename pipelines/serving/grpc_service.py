@@ -60,13 +60,10 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             servable = self.manager.resolve(request.model_spec.name, version, label)
         except NotFound as e:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
-        signatures = get_model_metadata_pb2.SignatureDefMap()
-        for key, value in servable.signature_defs.items():
-            signatures.signature_def[key].CopyFrom(value)
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         response.model_spec.name = self.manager.name
         response.model_spec.version.value = servable.version
-        response.metadata["signature_def"].Pack(signatures)
+        response.metadata["signature_def"].Pack(servable.signature_defs)
         return response
 
 

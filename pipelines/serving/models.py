@@ -60,6 +60,7 @@ class Servable:
     def __init__(self, version: int, path: str, batching: BatchingOptions | None):
         import tensorflow as tf
         from tensorflow.core.protobuf import saved_model_pb2
+        from tensorflow_serving.apis import get_model_metadata_pb2
 
         self.version, self.path = version, path
         self._model = tf.saved_model.load(path)
@@ -68,7 +69,7 @@ class Servable:
         proto = saved_model_pb2.SavedModel()
         with tf.io.gfile.GFile(f"{path}/saved_model.pb", "rb") as f:
             proto.ParseFromString(f.read())
-        self.signature_defs = proto.meta_graphs[0].signature_def
+        self.signature_defs = get_model_metadata_pb2.SignatureDefMap(signature_def=proto.meta_graphs[0].signature_def)
         self._batchers = {name: Batcher(self._runner(name), batching) for name in self.signatures} if batching else {}
 
     def _runner(self, signature: str):

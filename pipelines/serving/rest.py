@@ -132,10 +132,7 @@ async def _answer(handler, not_found: int = 404) -> Response:
 
 def metadata_json(servable, name: str) -> dict:
     from google.protobuf import json_format
-    from tensorflow_serving.apis import get_model_metadata_pb2
 
-    signatures = get_model_metadata_pb2.SignatureDefMap()
-    for key, value in servable.signature_defs.items():
-        signatures.signature_def[key].CopyFrom(value)
+    signature_def = json_format.MessageToDict(servable.signature_defs, preserving_proto_field_name=True)
     return {"model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
-            "metadata": {"signature_def": json_format.MessageToDict(signatures, preserving_proto_field_name=True)}}
+            "metadata": {"signature_def": signature_def}}
