@@ -62,8 +62,10 @@ def prepare(
     max_corrupt_fraction: float = 0.05,
     split_salt: str = "",
     examples_per_shard: int = 2000,
+    data_fingerprint: str = "",
 ) -> dict:
-    """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`)."""
+    """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
+    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none)."""
     import tensorflow as tf
 
     from trainer.data import serialize_example
@@ -113,6 +115,7 @@ def prepare(
     good = total - len(quarantine)
     stats = {
         "source": data_source,
+        "data_fingerprint": data_fingerprint,
         "kind": source.kind,
         "input_shape": source.input_shape,
         "labels": source.labels,
@@ -175,16 +178,20 @@ def prepare_data(
     split_salt: str,
     dataset: Output[Dataset],
     stats: Output[Artifact],
+    data_fingerprint: str = "",
 ):
-    """KFP step: prepare the data into the `dataset` artifact (shards, stats.json, quarantine.jsonl)."""
+    """KFP step: prepare the data into the `dataset` artifact (shards, stats.json, quarantine.jsonl).
+    `data_fingerprint` (the fingerprint step's digest) makes the cache key follow the data; recorded in stats.json."""
     import json
     import shutil
 
     from components.prepare_data import prepare
 
     result = prepare(data_source, dataset.path, num_workers, val_fraction, test_fraction, image_size,
-                     label_column, max_corrupt_fraction, split_salt)
+                     label_column, max_corrupt_fraction, split_salt, data_fingerprint=data_fingerprint)
     shutil.copy(f"{dataset.path}/stats.json", stats.path)
     dataset.metadata.update({k: result[k] for k in ("kind", "input_shape", "examples", "quarantined")})
     dataset.metadata["labels"] = result["labels"]
+    if data_fingerprint:
+        dataset.metadata["data_fingerprint"] = data_fingerprint
     print(json.dumps({s: result["splits"][s]["examples"] for s in result["splits"]}))

@@ -40,12 +40,18 @@ class Source:
     ignored: list[str] = field(default_factory=list)  # files outside any class folder
 
 
+def check_builtin(name: str) -> str:
+    """`name` if it is a built-in dataset, else the DataError."""
+    if name not in BUILTINS:
+        raise DataError(f"unknown built-in dataset {name!r}; choose one of: {', '.join(BUILTINS)}")
+    return name
+
+
 def builtin(name: str) -> Source:
     """scikit-learn's bundled datasets: `digits` (8×8 grayscale images), `iris` and `wine` (tabular)."""
     from sklearn import datasets
 
-    if name not in BUILTINS:
-        raise DataError(f"unknown built-in dataset {name!r}; choose one of: {', '.join(BUILTINS)}")
+    check_builtin(name)
     if name == "digits":
         bunch = datasets.load_digits()
         images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
@@ -94,17 +100,21 @@ def _image_mode(path: str) -> str | None:
         return None
 
 
+def folder_files(root: str) -> list[str]:
+    """Every file under `root` (relative paths, sorted): what an image folder source reads, the files outside any
+    class folder included (they are listed as ignored)."""
+    return sorted(os.path.relpath(os.path.join(dirpath, name), root)
+                  for dirpath, _, names in os.walk(root) for name in names)
+
+
 def image_folder(root: str, image_size: int = 0) -> Source:
     """Images under `root/<class>/...` (PNG/JPEG, any size, grayscale or RGB), resized to `image_size`."""
     if not os.path.isdir(root):
         raise DataError(f"image folder not found: {root}")
     size = image_size or DEFAULT_IMAGE_SIZE
     files, ignored = [], []
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            rel = os.path.relpath(os.path.join(dirpath, name), root)
-            (files if os.sep in rel else ignored).append(rel)
-    files.sort()
+    for rel in folder_files(root):
+        (files if os.sep in rel else ignored).append(rel)
     images = [f for f in files if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS]
     if not images:
         raise DataError(f"no PNG or JPEG images in class sub-folders of {root}")
@@ -172,14 +182,33 @@ def _parse_row(row, label_index, feature_names, line_no):
     return load
 
 
-def open_source(data_source: str, local_path: str, image_size: int, label_column: str) -> Source:
-    """Build the source for `data_source`; `local_path` is where a file or folder source is (staged) locally."""
+def file_kind(data_source: str, path: str) -> str:
+    """The kind of an existing file source: "csv", else the unsupported-source DataError."""
+    if path.lower().endswith(".csv"):
+        return "csv"
+    raise DataError(f"unsupported data source {data_source!r}: use builtin:NAME, an image folder or a .csv file")
+
+
+def source_kind(data_source: str, local_path: str) -> str:
+    """What `data_source` is, `local_path` being where a file or folder source is (staged) locally: "builtin",
+    "folder" (an image folder) or "csv"; a DataError for an unknown, missing or unsupported source."""
     if data_source.startswith("builtin:"):
-        return builtin(data_source.split(":", 1)[1])
+        check_builtin(data_source.split(":", 1)[1])
+        return "builtin"
     if os.path.isdir(local_path):
-        return image_folder(local_path, image_size)
-    if local_path.lower().endswith(".csv"):
-        return csv_file(local_path, label_column)
+        return "folder"
+    if local_path.lower().endswith(".csv") and not os.path.isfile(local_path):
+        raise DataError(f"CSV file not found: {local_path}")
     if not os.path.exists(local_path):
         raise DataError(f"data source not found: {data_source}")
-    raise DataError(f"unsupported data source {data_source!r}: use builtin:NAME, an image folder or a .csv file")
+    return file_kind(data_source, local_path)
+
+
+def open_source(data_source: str, local_path: str, image_size: int, label_column: str) -> Source:
+    """Build the source for `data_source`; `local_path` is where a file or folder source is (staged) locally."""
+    kind = source_kind(data_source, local_path)
+    if kind == "builtin":
+        return builtin(data_source.split(":", 1)[1])
+    if kind == "folder":
+        return image_folder(local_path, image_size)
+    return csv_file(local_path, label_column)

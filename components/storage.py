@@ -29,19 +29,29 @@ def gcs_client():
     return storage.Client()
 
 
-def _download(uri: str, dest: str, threads: int = 16) -> str:
-    """Download the object `uri`, or every object under the folder `uri`, into `dest`; return the local path."""
+def gcs_objects(uri: str, fields: str | None = None) -> tuple[str | None, list]:
+    """What `staged` fetches for `uri`: `(None, [blob])` for the object `uri`, else `(folder, blobs)`, every object
+    under the folder `uri` (names start with `folder`; folder placeholders skipped). `fields` trims the listing
+    (keep `nextPageToken` in it: the listing follows pages). FileNotFoundError when there is nothing."""
     client = gcs_client()
     bucket_name, prefix = split_gcs(uri)
     single = client.bucket(bucket_name).get_blob(prefix) if prefix and not prefix.endswith("/") else None
     if single is not None:
-        target = os.path.join(dest, os.path.basename(prefix))
-        single.download_to_filename(target)
-        return target
+        return None, [single]
     folder = prefix.rstrip("/") + "/" if prefix else ""
-    blobs = [b for b in client.list_blobs(bucket_name, prefix=folder) if not b.name.endswith("/")]
+    blobs = [b for b in client.list_blobs(bucket_name, prefix=folder, fields=fields) if not b.name.endswith("/")]
     if not blobs:
         raise FileNotFoundError(f"nothing found at {uri}")
+    return folder, blobs
+
+
+def _download(uri: str, dest: str, threads: int = 16) -> str:
+    """Download the object `uri`, or every object under the folder `uri`, into `dest`; return the local path."""
+    folder, blobs = gcs_objects(uri)
+    if folder is None:
+        target = os.path.join(dest, os.path.basename(blobs[0].name))
+        blobs[0].download_to_filename(target)
+        return target
 
     def fetch(blob):
         target = os.path.join(dest, blob.name[len(folder):])
