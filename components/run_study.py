@@ -133,7 +133,8 @@ def best(trials: list[Trial], spec: StudySpec) -> Trial | None:
 def run_study(spec: StudySpec, base_dir: str, fixed_args: list[str], module: str = "trainer.task",
               env: dict | None = None, seed: int = 0, log=print) -> dict:
     """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files.
-    Raises StudyFailed (after writing them) when failures exceed `max_failed_trial_count`."""
+    Raises StudyFailed (after writing them) once `max_failed_trial_count` trials have failed (Vertex's definition:
+    no trial starts after that; those running finish)."""
     from vizier import algorithms as vza
 
     designer = make_designer(spec, seed)
@@ -144,7 +145,7 @@ def run_study(spec: StudySpec, base_dir: str, fixed_args: list[str], module: str
     with ThreadPoolExecutor(spec.parallel_trial_count) as pool:
         while len(trials) < spec.max_trial_count or running:
             free = min(spec.parallel_trial_count - len(running), spec.max_trial_count - len(trials))
-            if free > 0 and failed <= spec.max_failed_trial_count:
+            if free > 0 and failed < spec.max_failed_trial_count:
                 for suggestion in designer.suggest(free)[:free]:
                     parameters = _python_values(suggestion.parameters.as_dict(), spec)
                     trial = Trial(str(len(trials) + 1), parameters)
@@ -167,8 +168,9 @@ def run_study(spec: StudySpec, base_dir: str, fixed_args: list[str], module: str
     result = {"spec": spec.model_dump(), "trials": [asdict(t) for t in trials], "failed_trials": failed,
               "best": asdict(b) if (b := best(trials, spec)) else None, "seconds": round(time.time() - started, 2)}
     write_results(result, base_dir)
-    if failed > spec.max_failed_trial_count:
-        raise StudyFailed(f"{failed} trial(s) failed, more than max_failed_trial_count={spec.max_failed_trial_count}; "
+    if failed >= spec.max_failed_trial_count:
+        raise StudyFailed(f"{failed} trial(s) failed: the study fails once max_failed_trial_count="
+                          f"{spec.max_failed_trial_count} trials have failed; "
                           f"see {os.path.join(base_dir, 'trials.json')}")
     if result["best"] is None:
         raise StudyFailed(f"no trial succeeded; see {os.path.join(base_dir, 'trials.json')}")

@@ -2,12 +2,13 @@
 
 Parameters follow `google.cloud.aiplatform.hyperparameter_tuning`: double and integer ranges with a scale
 (linear / log / reverse_log), categorical values and discrete values; one metric with a goal; trial budgets and an
-algorithm (default / grid / random). `vertex_parameters()` and `vertex_metrics()` give what GCPC's
-`serialize_parameters` / `serialize_metrics` take for `HyperparameterTuningJobRunOp`.
+algorithm (default / grid / random). `study_spec_metrics()` and `study_spec_parameters()` are
+`HyperparameterTuningJobRunOp`'s `study_spec_metrics` / `study_spec_parameters` inputs: the JSON of Vertex's
+`StudySpec.MetricSpec` / `ParameterSpec` protos, enums by name.
 """
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Scale = Literal["linear", "log", "reverse_log"]
 
@@ -79,9 +80,19 @@ class StudySpec(BaseModel):
     parameters: list[Parameter] = Field(min_length=1)
     max_trial_count: int = Field(4, ge=1)
     parallel_trial_count: int = Field(2, ge=1)
-    max_failed_trial_count: int = Field(0, ge=0)
+    # Vertex's definition: the study fails once this many trials have failed. Vertex's 0 ("Vertex decides") is
+    # refused: the self-hosted study has no equivalent.
+    max_failed_trial_count: int = 1
     algorithm: Literal["default", "grid", "random"] = "default"
     measurement: Literal["last", "best"] = "last"  # which of a trial's hypertune reports counts
+
+    @field_validator("max_failed_trial_count")
+    @classmethod
+    def _failure_limit(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"must be at least 1 (the study fails once this many trials have failed), got {value}; "
+                             "0 (Vertex decides) has no self-hosted equivalent")
+        return value
 
     @model_validator(mode="after")
     def _budget(self):
@@ -91,10 +102,29 @@ class StudySpec(BaseModel):
         ids = [p.parameter_id for p in self.parameters]
         if len(set(ids)) != len(ids):
             raise ValueError(f"parameter ids must be distinct, got {ids}")
+        doubles = [p.parameter_id for p in self.parameters if p.type == "double"]
+        if self.algorithm == "grid" and doubles:
+            raise ValueError("algorithm grid takes integer, categorical and discrete parameters only (Vertex's "
+                             f"GRID_SEARCH refuses double ranges); double: {', '.join(doubles)} (list their values "
+                             "as type: discrete)")
         return self
 
+    def study_spec_metrics(self) -> list[dict]:
+        """`HyperparameterTuningJobRunOp`'s `study_spec_metrics`: `[{"metric_id": ..., "goal": "MAXIMIZE"}]`, the
+        JSON of Vertex's `StudySpec.MetricSpec` (the goal by its enum name)."""
+        from google.cloud.aiplatform_v1.types import study
+
+        return [_proto_json(study.StudySpec.MetricSpec(metric_id=self.metric_id, goal=self.goal.upper()))]
+
+    def study_spec_parameters(self) -> list[dict]:
+        """`HyperparameterTuningJobRunOp`'s `study_spec_parameters`: the JSON of Vertex's `StudySpec.ParameterSpec`
+        of each parameter, in order (scale types by their enum names; int64 bounds as strings, as in proto3 JSON)."""
+        return [_proto_json(spec._to_parameter_spec(parameter_id=parameter_id))
+                for parameter_id, spec in self.vertex_parameters().items()]
+
     def vertex_parameters(self) -> dict:
-        """`{parameter_id: aiplatform hyperparameter_tuning spec}` for GCPC's `serialize_parameters`."""
+        """`{parameter_id: aiplatform hyperparameter_tuning spec}` (what GCPC's `serialize_parameters` takes; its
+        output has integer enums: use `study_spec_parameters()` for the tuning job)."""
         from google.cloud.aiplatform import hyperparameter_tuning as hpt
 
         specs = {}
@@ -110,12 +140,20 @@ class StudySpec(BaseModel):
         return specs
 
     def vertex_metrics(self) -> dict:
-        """`{metric_id: goal}` for GCPC's `serialize_metrics`."""
+        """`{metric_id: goal}` for GCPC's `serialize_metrics`, whose output has integer enums (`"goal": 1`): use
+        `study_spec_metrics()` for the tuning job."""
         return {self.metric_id: self.goal}
 
     def vertex_algorithm(self) -> str | None:
         """Vertex's `algorithm` field: unset for the default (Vizier GP bandit)."""
         return {"default": None, "grid": "GRID_SEARCH", "random": "RANDOM_SEARCH"}[self.algorithm]
+
+
+def _proto_json(message) -> dict:
+    """A proto-plus message as proto3 JSON with the proto field names: enums by name, default values left out."""
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(type(message).pb(message), preserving_proto_field_name=True)
 
 
 DEFAULT_STUDY = StudySpec(

@@ -157,6 +157,23 @@ def test_platform_validation_names_the_field(tmp_path, setting, field, message):
     assert str(e.value) == f"invalid configuration: {field}: {message}"
 
 
+@pytest.mark.parametrize("setting, field, message", [
+    ("max_failed_trial_count: 0", "study.max_failed_trial_count",
+     "must be at least 1 (the study fails once this many trials have failed), got 0; 0 (Vertex decides) has no "
+     "self-hosted equivalent"),
+    # the default search space has a double range (learning_rate)
+    ("algorithm: grid", "study",
+     "algorithm grid takes integer, categorical and discrete parameters only (Vertex's GRID_SEARCH refuses double "
+     "ranges); double: learning_rate (list their values as type: discrete)"),
+])
+def test_study_validation_names_the_field(tmp_path, setting, field, message):
+    (tmp_path / "c.yaml").write_text(f"study:\n  {setting}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "c.yaml", environ={})
+    assert str(e.value) == f"invalid configuration: {field}: {message}"
+    assert load_config(None, environ={}).study.max_failed_trial_count == 1
+
+
 def test_errors_say_where_an_override_came_from(config_file):
     with pytest.raises(ConfigError) as e:
         load_config(config_file, environ={"TFPIPE_PLATFORM__LOCATION": "mars"})

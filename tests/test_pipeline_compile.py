@@ -110,7 +110,7 @@ def test_vertex_tuning_branch(tmp_path):
                                                                "producerTask": "plan-vertex-training"}
     assert job["max_trial_count"]["runtimeValue"]["constant"] == 4
     assert job["parallel_trial_count"]["runtimeValue"]["constant"] == 2
-    assert job["max_failed_trial_count"]["runtimeValue"]["constant"] == 0
+    assert job["max_failed_trial_count"]["runtimeValue"]["constant"] == 1
     assert job["study_spec_algorithm"]["runtimeValue"]["constant"] == "ALGORITHM_UNSPECIFIED"
     assert job["study_spec_measurement_selection_type"]["runtimeValue"]["constant"] == "LAST_MEASUREMENT"
     assert job["study_spec_metrics"]["runtimeValue"]["constant"] == [{"metric_id": "accuracy", "goal": 1}]

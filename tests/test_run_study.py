@@ -53,16 +53,52 @@ def failing_spec(mode, **overrides):
 
 
 def test_failed_trials_are_recorded_and_the_limit_enforced(tmp_path):
-    s = failing_spec("crash", max_trial_count=6, parallel_trial_count=2, max_failed_trial_count=1)
-    with pytest.raises(StudyFailed, match=r"[23] trial\(s\) failed, more than max_failed_trial_count=1"):
+    s = failing_spec("crash", max_trial_count=6, parallel_trial_count=2, max_failed_trial_count=2)
+    with pytest.raises(StudyFailed, match=r"[23] trial\(s\) failed: the study fails once max_failed_trial_count=2 "
+                                          r"trials have failed; see .*trials.json"):
         run_study(s, str(tmp_path), ["--sleep", "0"], module="tests.stand_in_trainer", log=lambda m: None)
     recorded = json.loads((tmp_path / "trials.json").read_text())
-    # trials already running finish, but none starts once the limit is passed (at most limit + parallel)
+    # trials already running finish, but none starts once the limit is reached (at most limit + parallel - 1)
     assert 2 <= len(recorded["trials"]) == recorded["failed_trials"] <= 3
     for trial in recorded["trials"]:
         assert trial["status"] == "FAILED" and trial["error"] == "exit code 3" and trial["metric"] is None
         assert "stand-in: crashing as asked" in trial["log_tail"]
     assert {r["status"] for r in csv.DictReader((tmp_path / "trials.csv").open())} == {"FAILED"}
+
+
+def crash_then_ok(**overrides):
+    """Grid order: trial 1 crashes, trial 2 succeeds."""
+    return spec(parameters=[{"type": "categorical", "parameter_id": "mode", "values": ["crash", "ok"]},
+                            {"type": "discrete", "parameter_id": "learning_rate", "values": [0.01]}],
+                algorithm="grid", max_trial_count=2, parallel_trial_count=1, **overrides)
+
+
+def test_max_failed_trial_count_is_the_number_of_failures_that_fails_the_study(tmp_path):
+    """Vertex's definition: "the number of failed Trials that need to be seen before failing" the job."""
+    # 1 (the default): the first failed trial fails the study, and no trial starts after it
+    with pytest.raises(StudyFailed, match=r"1 trial\(s\) failed: the study fails once max_failed_trial_count=1 "):
+        run_study(crash_then_ok(max_failed_trial_count=1), str(tmp_path / "one"), ["--sleep", "0"],
+                  module="tests.stand_in_trainer", log=lambda m: None)
+    recorded = json.loads((tmp_path / "one" / "trials.json").read_text())
+    assert [(t["parameters"]["mode"], t["status"]) for t in recorded["trials"]] == [("crash", "FAILED")]
+    # 2: one failure is tolerated
+    result = run_study(crash_then_ok(max_failed_trial_count=2), str(tmp_path / "two"), ["--sleep", "0"],
+                       module="tests.stand_in_trainer", log=lambda m: None)
+    assert [t["status"] for t in result["trials"]] == ["FAILED", "SUCCEEDED"] and result["failed_trials"] == 1
+    assert result["best"]["trial_id"] == "2"
+
+
+def test_local_grid_enumerates_every_integer_of_a_range():
+    """Vertex's GRID_SEARCH takes integer ranges (not doubles); the local grid designer (OSS Vizier) makes every
+    integer of the range a grid point, whatever the scale, crossed with the categorical and discrete values."""
+    from components.run_study import _python_values, make_designer
+
+    s = spec(algorithm="grid", parameters=[
+        {"type": "integer", "parameter_id": "hidden_units", "min": 30, "max": 33, "scale": "log"},
+        {"type": "categorical", "parameter_id": "mode", "values": ["ok", "silent"]}])
+    points = [_python_values(t.parameters.as_dict(), s) for t in make_designer(s).suggest(8)]
+    assert sorted((p["hidden_units"], p["mode"]) for p in points) == [
+        (u, m) for u in (30, 31, 32, 33) for m in ("ok", "silent")]
 
 
 def test_a_trial_that_reports_nothing_fails(tmp_path):

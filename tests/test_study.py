@@ -31,6 +31,17 @@ def spec(**overrides):
     ({"goal": "maximise"}, "Input should be 'maximize' or 'minimize'"),
     ({"algorithm": "bayes"}, "Input should be 'default', 'grid' or 'random'"),
     ({"parameters": []}, "at least 1 item"),
+    # one meaning of max_failed_trial_count on every target: 0 means "Vertex decides" there, nothing locally
+    ({"max_failed_trial_count": 0}, r"must be at least 1 \(the study fails once this many trials have failed\), "
+                                    r"got 0; 0 \(Vertex decides\) has no self-hosted equivalent"),
+    ({"max_failed_trial_count": -2}, "must be at least 1 .*got -2"),
+    # Vertex's GRID_SEARCH takes INTEGER, CATEGORICAL and DISCRETE parameters only
+    ({"algorithm": "grid", "parameters": [
+        {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 0.1},
+        {"type": "integer", "parameter_id": "units", "min": 8, "max": 16},
+        {"type": "double", "parameter_id": "decay", "min": 0.1, "max": 0.9}]},
+     r"algorithm grid takes integer, categorical and discrete parameters only \(Vertex's GRID_SEARCH refuses "
+     r"double ranges\); double: learning_rate, decay \(list their values as type: discrete\)"),
 ])
 def test_search_space_validation(overrides, message):
     with pytest.raises(ValidationError, match=message):
@@ -53,8 +64,136 @@ def test_vertex_serialization_of_every_parameter_kind():
     assert params["optimizer"]["categorical_value_spec"] == {"values": ["adam", "sgd"]}
     assert params["dropout"]["discrete_value_spec"] == {"values": [0.0, 0.1, 0.3]}
     assert serialize_metrics(s.vertex_metrics()) == [{"metric_id": "loss", "goal": study.StudySpec.MetricSpec.GoalType.MINIMIZE}]
-    assert spec().vertex_algorithm() is None and spec(algorithm="grid").vertex_algorithm() == "GRID_SEARCH"
+    assert spec().vertex_algorithm() is None and spec(algorithm="random").vertex_algorithm() == "RANDOM_SEARCH"
     assert [p.parameter_id for p in DEFAULT_STUDY.parameters] == ["learning_rate", "hidden_units", "dropout"]
+
+
+def test_failure_limit_default_and_grid_over_a_finite_space():
+    assert spec().max_failed_trial_count == 1 and DEFAULT_STUDY.max_failed_trial_count == 1
+    grid = spec(algorithm="grid", parameters=[
+        {"type": "integer", "parameter_id": "units", "min": 8, "max": 16, "scale": "log"},
+        {"type": "categorical", "parameter_id": "optimizer", "values": ["adam", "sgd"]},
+        {"type": "discrete", "parameter_id": "learning_rate", "values": [0.01, 0.001]}])
+    assert grid.vertex_algorithm() == "GRID_SEARCH"
+
+
+EVERY_KIND = [
+    {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 0.1, "scale": "log"},
+    {"type": "integer", "parameter_id": "hidden_units", "min": 16, "max": 256, "scale": "reverse_log"},
+    {"type": "categorical", "parameter_id": "optimizer", "values": ["adam", "sgd"]},
+    {"type": "discrete", "parameter_id": "dropout", "values": [0.3, 0.0, 0.1]},
+    {"type": "double", "parameter_id": "momentum", "min": 0.0, "max": 0.9},
+]
+
+
+def _enum_values(value, descriptor):
+    """(field path, value) of every enum field in `value`, a JSON dict of the message `descriptor`."""
+    found = []
+    for name, item in value.items():
+        field = descriptor.fields_by_name[name]
+        for element in (item if isinstance(item, list) else [item]):
+            if field.enum_type is not None:
+                found.append((f"{descriptor.name}.{name}", element))
+            elif field.message_type is not None:
+                found += _enum_values(element, field.message_type)
+    return found
+
+
+def test_study_spec_lists_name_enums_and_parse_into_the_vertex_study_spec():
+    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
+    from google.protobuf import json_format
+
+    s = spec(parameters=EVERY_KIND, goal="minimize", metric_id="loss")
+    metrics, parameters = s.study_spec_metrics(), s.study_spec_parameters()
+    assert metrics == [{"metric_id": "loss", "goal": "MINIMIZE"}]
+    assert parameters == [
+        {"parameter_id": "learning_rate", "double_value_spec": {"min_value": 1e-4, "max_value": 0.1},
+         "scale_type": "UNIT_LOG_SCALE"},
+        {"parameter_id": "hidden_units", "integer_value_spec": {"min_value": "16", "max_value": "256"},
+         "scale_type": "UNIT_REVERSE_LOG_SCALE"},
+        {"parameter_id": "optimizer", "categorical_value_spec": {"values": ["adam", "sgd"]}},
+        {"parameter_id": "dropout", "discrete_value_spec": {"values": [0.0, 0.1, 0.3]},
+         "scale_type": "UNIT_LINEAR_SCALE"},
+        # proto3 JSON leaves out zeros: min_value 0.0 is the field's default
+        {"parameter_id": "momentum", "double_value_spec": {"max_value": 0.9}, "scale_type": "UNIT_LINEAR_SCALE"},
+    ]
+    # every enum is a name, never a number (GCPC's serialize_* helpers give integers: "goal": 1)
+    enums = (_enum_values(metrics[0], study.StudySpec.MetricSpec.pb().DESCRIPTOR)
+             + [e for p in parameters for e in _enum_values(p, study.StudySpec.ParameterSpec.pb().DESCRIPTOR)])
+    assert enums == [("MetricSpec.goal", "MINIMIZE"), ("ParameterSpec.scale_type", "UNIT_LOG_SCALE"),
+                     ("ParameterSpec.scale_type", "UNIT_REVERSE_LOG_SCALE"),
+                     ("ParameterSpec.scale_type", "UNIT_LINEAR_SCALE"),
+                     ("ParameterSpec.scale_type", "UNIT_LINEAR_SCALE")]
+    # the lists are the JSON of the Vertex protos: they parse back into the tuning job's study_spec
+    job = json_format.ParseDict({"study_spec": {"metrics": metrics, "parameters": parameters}},
+                                HyperparameterTuningJob()._pb)
+    P = study.StudySpec.ParameterSpec
+    assert HyperparameterTuningJob.wrap(job).study_spec == study.StudySpec(
+        metrics=[study.StudySpec.MetricSpec(metric_id="loss", goal=study.StudySpec.MetricSpec.GoalType.MINIMIZE)],
+        parameters=[
+            P(parameter_id="learning_rate", double_value_spec=P.DoubleValueSpec(min_value=1e-4, max_value=0.1),
+              scale_type=P.ScaleType.UNIT_LOG_SCALE),
+            P(parameter_id="hidden_units", integer_value_spec=P.IntegerValueSpec(min_value=16, max_value=256),
+              scale_type=P.ScaleType.UNIT_REVERSE_LOG_SCALE),
+            P(parameter_id="optimizer", categorical_value_spec=P.CategoricalValueSpec(values=["adam", "sgd"])),
+            P(parameter_id="dropout", discrete_value_spec=P.DiscreteValueSpec(values=[0.0, 0.1, 0.3]),
+              scale_type=P.ScaleType.UNIT_LINEAR_SCALE),
+            P(parameter_id="momentum", double_value_spec=P.DoubleValueSpec(min_value=0.0, max_value=0.9),
+              scale_type=P.ScaleType.UNIT_LINEAR_SCALE)])
+    # KFP keeps constant inputs as protobuf Values: the lists come back unchanged (no int turned into a float)
+    for value in (metrics, parameters):
+        assert json_format.MessageToDict(json_format.ParseDict(value, struct_pb2.ListValue())) == value
+    assert DEFAULT_STUDY.study_spec_metrics() == [{"metric_id": "accuracy", "goal": "MAXIMIZE"}]
+    assert DEFAULT_STUDY.study_spec_parameters() == [
+        {"parameter_id": "learning_rate", "double_value_spec": {"min_value": 0.0001, "max_value": 0.03},
+         "scale_type": "UNIT_LOG_SCALE"},
+        {"parameter_id": "hidden_units", "integer_value_spec": {"min_value": "32", "max_value": "256"},
+         "scale_type": "UNIT_LOG_SCALE"},
+        {"parameter_id": "dropout", "discrete_value_spec": {"values": [0.0, 0.1, 0.2, 0.3]},
+         "scale_type": "UNIT_LINEAR_SCALE"}]
+
+
+def test_gcpc_launcher_turns_the_lists_into_the_create_request(tmp_path, monkeypatch):
+    """The payload HyperparameterTuningJobRunOp's container receives (its ConcatPlaceholder, with the lists as JSON),
+    through GCPC's own launcher code and the real JobServiceClient up to the RPC."""
+    from google.cloud.aiplatform_v1.services.job_service.transports.grpc import JobServiceGrpcTransport
+    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob, job_state
+    from google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job import remote_runner
+
+    s = spec(parameters=EVERY_KIND, algorithm="random")
+    payload = ('{"display_name": "run-tune", "study_spec": {"metrics": ' + json.dumps(s.study_spec_metrics())
+               + ', "parameters": ' + json.dumps(s.study_spec_parameters())
+               + ', "algorithm": "RANDOM_SEARCH", "measurement_selection_type": "LAST_MEASUREMENT"}'
+               + ', "max_trial_count": 4, "parallel_trial_count": 2, "max_failed_trial_count": 1'
+               + ', "trial_job_spec": {"worker_pool_specs": [{"machine_spec": {"machine_type": "n1-standard-4"}, '
+               + '"replica_count": 1, "container_spec": {"image_uri": "example.com/trainer"}}], '
+               + '"service_account": "", "network": "", "base_output_directory": {"output_uri_prefix": "gs://b/t"}}'
+               + ', "encryption_spec": {"kms_key_name":""}}')
+    name = "projects/p1/locations/us-central1/hyperparameterTuningJobs/7"
+    requests = []
+
+    def create(request, **kwargs):
+        requests.append(request)
+        return HyperparameterTuningJob(name=name)
+
+    def get(request, **kwargs):
+        return HyperparameterTuningJob(name=name, state=job_state.JobState.JOB_STATE_SUCCEEDED)
+
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "p1"))
+    monkeypatch.setattr(JobServiceGrpcTransport, "create_hyperparameter_tuning_job", property(lambda self: create))
+    monkeypatch.setattr(JobServiceGrpcTransport, "get_hyperparameter_tuning_job", property(lambda self: get))
+    remote_runner.create_hyperparameter_tuning_job("HyperparameterTuningJob", "p1", "us-central1", payload,
+                                                   str(tmp_path / "gcp_resources"))
+    [request] = requests
+    sent = request.hyperparameter_tuning_job.study_spec
+    assert request.parent == "projects/p1/locations/us-central1"
+    assert list(sent.metrics) == [study.StudySpec.MetricSpec(metric_id="accuracy",
+                                                              goal=study.StudySpec.MetricSpec.GoalType.MAXIMIZE)]
+    assert [study.StudySpec.ParameterSpec.to_dict(p, use_integers_for_enums=False,
+                                                  always_print_fields_with_no_presence=False)
+            for p in sent.parameters] == s.study_spec_parameters()
+    assert sent.algorithm == study.StudySpec.Algorithm.RANDOM_SEARCH
+    assert request.hyperparameter_tuning_job.max_failed_trial_count == 1
 
 
 def test_metric_file_written_by_the_real_hypertune_library(tmp_path, monkeypatch):
