@@ -103,8 +103,8 @@ def lock_pins(lock: str) -> dict[str, str]:
     return {canonicalize_name(name): version for name, version in pins.items()}
 
 
-def test_both_images_exist():
-    assert {p.name for p in DOCKERFILES} >= {"trainer.Dockerfile", "components.Dockerfile"}
+def test_the_three_images_exist():
+    assert {p.name for p in DOCKERFILES} == {"trainer.Dockerfile", "components.Dockerfile", "serving.Dockerfile"}
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
@@ -171,6 +171,21 @@ def test_components_image_has_the_compilers_kfp():
     assert not any(i["instruction"] == "ENTRYPOINT" for i in parser.structure), "components bring their command"
 
 
+def test_serving_entrypoint_port_and_lock():
+    """The Vertex prediction container: its entry point module, Vertex's default port, the trainer's TensorFlow."""
+    from pipelines.serving import vertex_container
+
+    parser = parse(ROOT / "containers" / "serving.Dockerfile")
+    runtime = stages(parser)[-1]
+    entrypoint = json.loads([i["value"] for i in runtime if i["instruction"] == "ENTRYPOINT"][-1])
+    assert entrypoint == ["python", "-m", "pipelines.serving.vertex_container"]
+    assert importlib.util.find_spec(entrypoint[2]) is not None
+    assert [i["value"] for i in runtime if i["instruction"] == "EXPOSE"] == [str(vertex_container.DEFAULT_PORT)]
+    assert vertex_container.DEFAULT_PORT == 8080
+    assert parser.envs["TF_USE_LEGACY_KERAS"] == "1" and parser.envs["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert copy_sources(parser) == copy_sources(parse(ROOT / "containers" / "trainer.Dockerfile"))
+
+
 def test_gpu_lock_is_requirements_lock_plus_tensorflows_cuda_libraries():
     """The GPU trainer trains with exactly the CPU trainer's (and the tests') versions: same pins for every package
     of requirements.lock; the only additions are what tensorflow[and-cuda] requires, within its bounds."""
@@ -217,7 +232,7 @@ def test_copy_sources_exist_and_reach_the_context(path, lock):
                                   "trainer/__pycache__/task.cpython-311.pyc",
                                   "pipelines/serving/__pycache__/rest.cpython-311.pyc",
                                   "cloudbuild.yaml", "containers/trainer.Dockerfile",
-                                  "Makefile", ".env"])
+                                  "containers/serving.Dockerfile", "Makefile", ".env"])
 def test_dockerignore_leaves_out(path):
     assert ignored(path)
 
