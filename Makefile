@@ -33,8 +33,12 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.batch_predict
 	$(PY) -m bench.serving
 
+# requirements-gpu.lock (the GPU trainer image's): requirements.lock's versions (-c) plus the CUDA libraries of
+# tensorflow[and-cuda], for the images' platform whatever machine compiles it.
 lock:
 	$(PY) -m uv pip compile pyproject.toml --extra test --extra bench --python-version 3.11 -o requirements.lock
+	$(PY) -m uv pip compile pyproject.toml --extra gpu --extra test --extra bench --python-version 3.11 \
+	    --python-platform x86_64-manylinux_2_28 -c requirements.lock -o requirements-gpu.lock
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -3,20 +3,23 @@
 # No ENTRYPOINT: each component's compiled spec brings its own command (`python3 -m kfp.dsl.executor_main`).
 # They are compiled with install_kfp_package=False, so nothing is pip-installed at run time (the user is not
 # root): the kfp installed here comes from the same requirements.lock as the compiler's, hence the same version.
-# The build stage is identical to trainer.Dockerfile's: concurrent or later builds share its layers.
+# The build stage is identical to trainer.Dockerfile's and serving.Dockerfile's: concurrent or later builds share
+# its layers.
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
-# ---- build: a virtual environment with exactly requirements.lock, then this package (no dependencies) ----
+# ---- build: a virtual environment with exactly the lock, then this package (no dependencies) ----
 FROM ${PYTHON_IMAGE} AS build
 ARG UV_VERSION=0.13.8
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
 RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
 WORKDIR /src
-# The lock alone first, so that this (slow, large) layer is cached until the lock changes.
-COPY requirements.lock ./
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK: requirements.lock,
+# or requirements-gpu.lock (the GPU trainer image): the same versions plus TensorFlow's CUDA libraries.
+ARG LOCK=requirements.lock
+COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./

@@ -1,21 +1,25 @@
 # Trainer image: `python -m trainer.task` for Vertex AI custom jobs and tuning trials (worker pools 0 and 1).
 # Build from the repository root:  docker build -f containers/trainer.Dockerfile -t IMAGE .
-# TensorFlow and tf-keras come from requirements.lock, the versions the tests ran with. CPU only: the lock has no
-# CUDA libraries (tensorflow[and-cuda]), so GPU worker pools (platform.accelerator_type) would not use the GPU.
-# The build stage is identical to components.Dockerfile's: concurrent or later builds share its layers.
+# TensorFlow and tf-keras come from requirements.lock, the versions the tests ran with. That image is CPU only.
+# GPU trainer image (worker pools with platform.accelerator_type), the same versions plus TensorFlow's CUDA libraries:
+#   docker build -f containers/trainer.Dockerfile --build-arg LOCK=requirements-gpu.lock -t IMAGE .
+# The build stage is identical to components.Dockerfile's and serving.Dockerfile's: concurrent or later builds share
+# its layers.
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
-# ---- build: a virtual environment with exactly requirements.lock, then this package (no dependencies) ----
+# ---- build: a virtual environment with exactly the lock, then this package (no dependencies) ----
 FROM ${PYTHON_IMAGE} AS build
 ARG UV_VERSION=0.13.8
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
 RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
 WORKDIR /src
-# The lock alone first, so that this (slow, large) layer is cached until the lock changes.
-COPY requirements.lock ./
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK: requirements.lock,
+# or requirements-gpu.lock (the GPU trainer image): the same versions plus TensorFlow's CUDA libraries.
+ARG LOCK=requirements.lock
+COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
@@ -26,7 +30,10 @@ RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation 
 
 # ---- runtime: the environment only, no build tools, non-root ----
 FROM ${PYTHON_IMAGE}
+# LD_LIBRARY_PATH: where GPU nodes (GKE's NVIDIA device plugin) mount the host's driver libraries (libcuda.so.1);
+# the CUDA runtime libraries themselves come from the lock's nvidia-* wheels. Nothing is there on CPU machines.
 ENV PATH=/opt/venv/bin:$PATH \
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64 \
     TF_USE_LEGACY_KERAS=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

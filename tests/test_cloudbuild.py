@@ -21,14 +21,28 @@ WAIT_FOR = {
     "test": None,  # the first step
     "build-trainer": ["test"],
     "build-components": ["test"],
+    "build-serving": ["test"],
+    "build-trainer-gpu": ["test"],
     "push-trainer": ["build-trainer"],
     "push-components": ["build-components"],
-    "compile-training": ["push-trainer", "push-components"],
+    "push-serving": ["build-serving"],
+    "push-trainer-gpu": ["build-trainer-gpu"],
+    "compile-training": ["push-trainer", "push-components", "push-serving", "push-trainer-gpu"],
     "compile-batch-prediction": ["push-trainer", "push-components"],
     "publish": ["compile-training", "compile-batch-prediction"],
     "submit-run": ["publish"],
     "update-schedule": ["publish"],
 }
+# image -> (Dockerfile, build args): the GPU trainer is the trainer's Dockerfile with the GPU lock.
+IMAGES = {
+    "trainer": ("containers/trainer.Dockerfile", []),
+    "components": ("containers/components.Dockerfile", []),
+    "serving": ("containers/serving.Dockerfile", []),
+    "trainer-gpu": ("containers/trainer.Dockerfile", ["--build-arg", "LOCK=requirements-gpu.lock"]),
+}
+# platform fields of the training template's images, set by compile-training from build/<image>.image
+TRAINING_IMAGES = {"trainer": "trainer_image", "components": "components_image", "serving": "serving_image",
+                   "trainer-gpu": "trainer_gpu_image"}
 # A user's config as the trigger would find it at _CONFIG: the prod profile is what CI compiles and runs with.
 CONFIG = """\
 parameters: {epochs: 15}
@@ -39,6 +53,7 @@ profiles:
       pipeline_root: gs://prod-bucket/pipeline-root
       machine_type: n1-standard-8
       trainer_image: example.com/stale/trainer:old
+      serving_image: example.com/stale/serving:old
 """
 FAKE_DOCKER = """#!/bin/sh
 echo "$*" >> "$DOCKER_LOG"
@@ -112,9 +127,9 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pushed(tmp_path_factory, env):
-    """A workspace after the push steps (fake docker): build/{trainer,components}.image hold the digests."""
+    """A workspace after the push steps (fake docker): build/<image>.image hold the digests."""
     workspace = make_workspace(tmp_path_factory.mktemp("cloudbuild") / "workspace")
-    for step_id in ("push-trainer", "push-components"):
+    for step_id in (f"push-{name}" for name in IMAGES):
         result = run_step(step_id, workspace, env)
         assert result.returncode == 0, result.stderr
     return workspace
@@ -167,13 +182,26 @@ def test_substitutions_declared_documented_and_used():
 
 
 def test_images_tagged_short_sha_and_latest():
-    for name in ("trainer", "components"):
+    assert {s[len("build-"):] for s in STEPS if s.startswith("build-")} == set(IMAGES)
+    for name, (dockerfile, build_args) in IMAGES.items():
         args = STEPS[f"build-{name}"]["args"]
-        assert args[:3] == ["build", "-f", f"containers/{name}.Dockerfile"] and args[-1] == "."
+        assert args[:3] == ["build", "-f", dockerfile] and args[-1] == "."
         assert (ROOT / args[2]).is_file()
+        assert [a for i, a in enumerate(args) if "--build-arg" in args[i - 1:i + 1]] == build_args
         tags = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
         assert tags == [f"{image_name(name)}:$SHORT_SHA", f"{image_name(name)}:latest"]
+        assert len(args) == 3 + len(build_args) + 2 * len(tags) + 1
         assert f"docker push --all-tags {image_name(name)}\n" in STEPS[f"push-{name}"]["args"][1]
+
+
+def test_gpu_trainer_is_the_trainer_built_from_the_gpu_lock():
+    """The build arg names the Dockerfile's LOCK argument and an existing lock other than the default one."""
+    dockerfile = (ROOT / "containers/trainer.Dockerfile").read_text()
+    assert re.search(r"^ARG LOCK=requirements\.lock$", dockerfile, re.M)
+    assert re.search(r"^COPY \$\{LOCK\} requirements\.lock$", dockerfile, re.M)
+    lock = STEPS["build-trainer-gpu"]["args"][STEPS["build-trainer-gpu"]["args"].index("--build-arg") + 1]
+    assert lock == "LOCK=requirements-gpu.lock" and (ROOT / "requirements-gpu.lock").is_file()
+    assert re.search(r"^nvidia-cudnn-cu12==", (ROOT / "requirements-gpu.lock").read_text(), re.M)  # CUDA TensorFlow
 
 
 def test_python_steps_match_the_images_python():
@@ -191,11 +219,29 @@ def test_test_step_is_the_readmes_test_command():
 
 
 def test_push_steps_record_the_pushed_digests(pushed, env):
-    for name in ("trainer", "components"):
-        ref = (pushed / "build" / f"{name}.image").read_text().strip()
-        assert re.fullmatch(rf"us-central1-docker\.pkg\.dev/my-project/tfpipe/{name}@sha256:[0-9a-f]{{64}}", ref)
     log = Path(env["DOCKER_LOG"]).read_text()
-    assert "push --all-tags us-central1-docker.pkg.dev/my-project/tfpipe/trainer\n" in log
+    for name in IMAGES:
+        ref = (pushed / "build" / f"{name}.image").read_text().strip()
+        repository = f"us-central1-docker.pkg.dev/my-project/tfpipe/{name}"
+        assert re.fullmatch(rf"{re.escape(repository)}@sha256:[0-9a-f]{{64}}", ref)
+        assert f"push --all-tags {repository}\n" in log
+        assert f"image inspect --format {{{{index .RepoDigests 0}}}} {repository}:abc1234\n" in log
+
+
+def test_compile_training_sets_every_image_by_digest(parsed, pushed):
+    """compile-training gets each pushed image's digest (build/<image>.image) as its platform field;
+    compile-batch-prediction the two it has always had."""
+    digests = {name: (pushed / "build" / f"{name}.image").read_text().strip() for name in IMAGES}
+    result, calls = parsed("compile-training")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (call,) = calls
+    image_sets = [s for s in call["sets"] if s.split("=", 1)[0].endswith("_image")]
+    assert image_sets == [f"platform.{TRAINING_IMAGES[name]}={digests[name]}" for name in IMAGES]
+    result, calls = parsed("compile-batch-prediction")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (call,) = calls
+    assert [s for s in call["sets"] if s.split("=", 1)[0].endswith("_image")] == [
+        f"platform.trainer_image={digests['trainer']}", f"platform.components_image={digests['components']}"]
 
 
 def test_compile_steps_run_locally(pushed, env):
@@ -211,12 +257,14 @@ def test_compile_steps_run_locally(pushed, env):
         assert proc.returncode == 0, f"{step_id} failed:\n{output}"
     trainer = (pushed / "build" / "trainer.image").read_text().strip()
     components = (pushed / "build" / "components.image").read_text().strip()
+    serving = (pushed / "build" / "serving.image").read_text().strip()
     training_text = (pushed / "build" / "training.yaml").read_text()
     training = yaml.safe_load(training_text)
     inputs = training["root"]["inputDefinitions"]["parameters"]
     assert inputs["source_commit"]["defaultValue"] == BUILTINS["COMMIT_SHA"]
     assert (inputs["epochs"]["defaultValue"], inputs["workers"]["defaultValue"]) == (40, 3)  # the prod profile
     assert trainer in training_text and "n1-standard-8" in training_text
+    assert serving in training_text  # the uploaded model's containerSpec.imageUri
     assert "example.com/stale" not in training_text  # --set wins over the profile
     assert components in images(training)
     assert not [i for i in images(training) if "/tfpipe/" in i and "@sha256:" not in i], "an image not pinned"

@@ -1,4 +1,6 @@
-"""Static checks of containers/*.Dockerfile and .dockerignore (no Docker engine needed)."""
+"""Static checks of containers/*.Dockerfile, .dockerignore and the locks they install (no Docker engine needed)."""
+import importlib.metadata
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -6,9 +8,13 @@ from pathlib import Path
 import kfp
 import pytest
 from dockerfile_parse import DockerfileParser
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
+# The values of the build stage's LOCK argument: the default, and the GPU trainer image's (cloudbuild.yaml).
+LOCKS = ["requirements.lock", "requirements-gpu.lock"]
 
 
 def parse(path: Path) -> DockerfileParser:
@@ -26,10 +32,28 @@ def stages(parser: DockerfileParser) -> list[list[dict]]:
     return out
 
 
-def copy_sources(parser: DockerfileParser) -> list[str]:
-    """Build-context sources of every COPY/ADD (not those copied from another stage)."""
-    sources = []
+def with_args(parser: DockerfileParser, build_args: dict | None = None) -> list[dict]:
+    """The instructions with `${NAME}`/`$NAME` of the ARGs declared before them replaced by their values: the
+    given build args, else the defaults (per stage, as Docker scopes them; the global ARGs before the first FROM
+    apply to FROM lines only)."""
+    values, out = {}, []
     for item in parser.structure:
+        if item["instruction"] == "FROM":
+            values = {}
+        if item["instruction"] == "ARG":
+            name, _, default = item["value"].partition("=")
+            values[name] = (build_args or {}).get(name, default)
+            out.append(item)
+            continue
+        value = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m[1] or m[2], m[0]), item["value"])
+        out.append({**item, "value": value})
+    return out
+
+
+def copy_sources(parser: DockerfileParser, build_args: dict | None = None) -> list[str]:
+    """Build-context sources of every COPY/ADD (not those copied from another stage), build args resolved."""
+    sources = []
+    for item in with_args(parser, build_args):
         if item["instruction"] in ("COPY", "ADD") and "--from=" not in item["value"]:
             words = [w for w in item["value"].split() if not w.startswith("--")]
             sources += words[:-1]
@@ -72,8 +96,15 @@ def lock_pin(name: str) -> str:
     return match.group(1)
 
 
-def test_both_images_exist():
-    assert {p.name for p in DOCKERFILES} >= {"trainer.Dockerfile", "components.Dockerfile"}
+def lock_pins(lock: str) -> dict[str, str]:
+    text = (ROOT / lock).read_text()
+    pins = dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$", text, re.M))
+    assert len(pins) == len(re.findall(r"^[^#\s]", text, re.M)), f"{lock} has a line that is not NAME==VERSION"
+    return {canonicalize_name(name): version for name, version in pins.items()}
+
+
+def test_the_three_images_exist():
+    assert {p.name for p in DOCKERFILES} == {"trainer.Dockerfile", "components.Dockerfile", "serving.Dockerfile"}
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
@@ -107,8 +138,10 @@ def test_multi_stage_non_root_runtime(path):
 def test_installs_exactly_the_lock_then_the_package_without_deps(path):
     build = stages(parse(path))[0]
     runs = [i["value"] for i in build if i["instruction"] == "RUN"]
-    copies = [i["value"] for i in build if i["instruction"] == "COPY"]
-    assert any(c.split()[0] == "requirements.lock" for c in copies)
+    for lock in LOCKS:  # each lock arrives as requirements.lock, which the RUN below installs
+        copies = [i["value"] for i in with_args(parse(path), {"LOCK": lock}) if i["instruction"] == "COPY"]
+        assert f"{lock} requirements.lock" in copies, f"{path.name} with LOCK={lock} does not install {lock}"
+    assert copy_sources(parse(path))[0] == "requirements.lock"  # the default: the tested versions
     assert any(re.search(r"uv pip sync .*requirements\.lock|pip install .*--no-deps .*-r requirements\.lock", r)
                for r in runs), f"{path.name} does not install requirements.lock"
     assert any(re.search(r"pip install .*--no-deps.* \.$", r) for r in runs), "package not installed with --no-deps"
@@ -138,10 +171,53 @@ def test_components_image_has_the_compilers_kfp():
     assert not any(i["instruction"] == "ENTRYPOINT" for i in parser.structure), "components bring their command"
 
 
+def test_serving_entrypoint_port_and_lock():
+    """The Vertex prediction container: its entry point module, Vertex's default port, the trainer's TensorFlow."""
+    from pipelines.serving import vertex_container
+
+    parser = parse(ROOT / "containers" / "serving.Dockerfile")
+    runtime = stages(parser)[-1]
+    entrypoint = json.loads([i["value"] for i in runtime if i["instruction"] == "ENTRYPOINT"][-1])
+    assert entrypoint == ["python", "-m", "pipelines.serving.vertex_container"]
+    assert importlib.util.find_spec(entrypoint[2]) is not None
+    assert [i["value"] for i in runtime if i["instruction"] == "EXPOSE"] == [str(vertex_container.DEFAULT_PORT)]
+    assert vertex_container.DEFAULT_PORT == 8080
+    assert parser.envs["TF_USE_LEGACY_KERAS"] == "1" and parser.envs["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert copy_sources(parser) == copy_sources(parse(ROOT / "containers" / "trainer.Dockerfile"))
+
+
+def test_gpu_lock_is_requirements_lock_plus_tensorflows_cuda_libraries():
+    """The GPU trainer trains with exactly the CPU trainer's (and the tests') versions: same pins for every package
+    of requirements.lock; the only additions are what tensorflow[and-cuda] requires, within its bounds."""
+    cpu, gpu = lock_pins("requirements.lock"), lock_pins("requirements-gpu.lock")
+    assert {name: gpu.get(name) for name in cpu} == cpu
+    cuda = [Requirement(r) for r in importlib.metadata.requires("tensorflow")
+            if Requirement(r).marker and Requirement(r).marker.evaluate({"extra": "and-cuda"})
+            and not Requirement(r).marker.evaluate({"extra": ""})]
+    assert {canonicalize_name(r.name) for r in cuda} == set(gpu) - set(cpu)
+    assert len(cuda) >= 10 and "nvidia-cudnn-cu12" in gpu
+    for requirement in cuda:
+        assert requirement.specifier.contains(gpu[canonicalize_name(requirement.name)]), requirement
+    assert cpu["tensorflow"] == gpu["tensorflow"] == importlib.metadata.version("tensorflow")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"tensorflow[and-cuda]=={cpu["tensorflow"]}"' in pyproject
+
+
+def test_locks_are_what_make_lock_compiles():
+    """Each lock's header (uv's record of the command) is the Makefile's `lock` recipe for it."""
+    recipe = re.search(r"^lock:\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    commands = [" ".join(c.replace("$(PY) -m ", "").split()) for c in recipe.replace("\\\n", " ").splitlines()]
+    for lock in LOCKS:
+        header = re.search(r"^#    (uv pip compile .*)$", (ROOT / lock).read_text(), re.M).group(1)
+        assert header in commands, f"{lock} was not compiled by `make lock`: {header}"
+    assert len(commands) == len(LOCKS)
+
+
+@pytest.mark.parametrize("lock", LOCKS)
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
-def test_copy_sources_exist_and_reach_the_context(path):
+def test_copy_sources_exist_and_reach_the_context(path, lock):
     rules = dockerignore_rules()
-    for source in copy_sources(parse(path)):
+    for source in copy_sources(parse(path), {"LOCK": lock}):
         assert (ROOT / source).exists(), f"{path.name} copies {source}, which is not in the repository"
         files = source_files(source) if (ROOT / source).is_dir() else [source]
         assert files, f"{source} holds no files"
@@ -155,7 +231,8 @@ def test_copy_sources_exist_and_reach_the_context(path):
                                   ".ruff_cache/x", "tfpipe.egg-info/PKG-INFO", "components/x.pyc",
                                   "trainer/__pycache__/task.cpython-311.pyc",
                                   "pipelines/serving/__pycache__/rest.cpython-311.pyc",
-                                  "cloudbuild.yaml", "containers/trainer.Dockerfile", ".env"])
+                                  "cloudbuild.yaml", "containers/trainer.Dockerfile",
+                                  "containers/serving.Dockerfile", "Makefile", ".env"])
 def test_dockerignore_leaves_out(path):
     assert ignored(path)
 

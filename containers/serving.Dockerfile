@@ -1,0 +1,44 @@
+# Serving image: the project's TF-Serving-compatible server under Vertex AI's custom-container contract, for the
+# Model Registry's containerSpec (imageUri = this image, ports [8080]; Vertex sets AIP_STORAGE_URI to the model's
+# artifact directory and AIP_HTTP_PORT/AIP_HEALTH_ROUTE/AIP_PREDICT_ROUTE). See pipelines/serving/vertex_container.py.
+# Build from the repository root:  docker build -f containers/serving.Dockerfile -t IMAGE .
+# Same requirements.lock as the trainer image, hence the same TensorFlow that trained and exported the model.
+# The build stage is identical to trainer.Dockerfile's and components.Dockerfile's: concurrent or later builds share
+# its layers.
+
+# Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
+# --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# ---- build: a virtual environment with exactly the lock, then this package (no dependencies) ----
+FROM ${PYTHON_IMAGE} AS build
+ARG UV_VERSION=0.13.8
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
+RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
+WORKDIR /src
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK: requirements.lock,
+# or requirements-gpu.lock (the GPU trainer image): the same versions plus TensorFlow's CUDA libraries.
+ARG LOCK=requirements.lock
+COPY ${LOCK} requirements.lock
+RUN uv pip sync --python /opt/venv/bin/python requirements.lock
+# setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
+COPY pyproject.toml README.md ./
+COPY trainer/ trainer/
+COPY components/ components/
+COPY pipelines/ pipelines/
+RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
+
+# ---- runtime: the environment only, no build tools, non-root ----
+FROM ${PYTHON_IMAGE}
+ENV PATH=/opt/venv/bin:$PATH \
+    TF_USE_LEGACY_KERAS=1 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN useradd --create-home --uid 1000 --user-group serving
+COPY --from=build /opt/venv /opt/venv
+# Numeric, so that Kubernetes runAsNonRoot can verify it. The entry point copies the model under /tmp.
+USER 1000:1000
+WORKDIR /home/serving
+# Vertex's default AIP_HTTP_PORT, and the entry point's when it is unset.
+EXPOSE 8080
+ENTRYPOINT ["python", "-m", "pipelines.serving.vertex_container"]

@@ -1,0 +1,188 @@
+"""The serving image's entry point (pipelines/serving/vertex_container.py) under Vertex AI's custom-container
+contract: started as the image starts it, with AIP_* variables and AIP_STORAGE_URI on the GCS emulator."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from pipelines.serving.vertex_container import Settings, place_model
+from tests.serving_models import toy_model
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTRYPOINT = [sys.executable, "-m", "pipelines.serving.vertex_container"]
+ROUTE = "/v1/endpoints/1234/deployedModels/5678"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def upload(bucket, folder: Path, prefix: str) -> list[str]:
+    names = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        names.append(f"{prefix}/{path.relative_to(folder)}")
+        bucket.blob(names[-1]).upload_from_filename(str(path))
+    return names
+
+
+def container_env(tmp_path: Path, **aip) -> dict:
+    """The process environment: this machine's minus any AIP_* of its own, the emulator's address (set by the
+    gcs_emulator fixture), temporary files under tmp_path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return {**env, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp"), "TF_CPP_MIN_LOG_LEVEL": "2", **aip}
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """The toy SavedModel (k=3) with one warmup request in assets.extra/, as the trainer exports them."""
+    return Path(toy_model(str(tmp_path_factory.mktemp("export") / "model"), k=3,
+                          warmup_inputs={"x": np.array([[1, 2, 3]], np.float32)}))
+
+
+def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gcs_emulator, tmp_path):
+    import tensorflow as tf
+
+    uploaded = upload(gcs_emulator, saved_model, "aiplatform/model-99/artifacts")
+    assert "aiplatform/model-99/artifacts/saved_model.pb" in uploaded
+    assert "aiplatform/model-99/artifacts/assets.extra/tf_serving_warmup_requests" in uploaded
+    gcs_emulator.blob("aiplatform/model-99/artifacts-old/saved_model.pb").upload_from_string(b"not this one")
+    port = free_port()
+    env = container_env(tmp_path, AIP_HTTP_PORT=str(port), AIP_HEALTH_ROUTE=ROUTE, AIP_PREDICT_ROUTE=f"{ROUTE}:predict",
+                        AIP_STORAGE_URI="gs://test-bucket/aiplatform/model-99/artifacts",
+                        AIP_ENDPOINT_ID="1234", AIP_DEPLOYED_MODEL_ID="5678")
+    log = tmp_path / "container.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(ENTRYPOINT, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline, answers = time.time() + 180, []
+        while not answers or answers[-1] != 200:
+            assert proc.poll() is None, f"the container exited ({proc.returncode}):\n{log.read_text()}"
+            assert time.time() < deadline, f"never healthy; answers {answers[-5:]}\n{log.read_text()}"
+            try:
+                answers.append(requests.get(url + ROUTE, timeout=10).status_code)
+            except requests.ConnectionError:
+                time.sleep(0.2)
+        assert set(answers) <= {503, 200}, answers  # the route exists from the start; 200 only once loaded
+
+        instances = [[0.5, -1.25, 2.0], [3.0, 0.0, -0.75], [1e-3, 7.0, 1.0 / 3]]
+        reference = tf.saved_model.load(str(saved_model)).signatures["serving_default"](
+            x=tf.constant(instances, tf.float32))
+        answer = requests.post(f"{url}{ROUTE}:predict", json={"instances": instances, "parameters": {}}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["content-type"] == "application/json"
+        body = answer.json()
+        assert list(body) == ["predictions", "deployedModelId"] and body["deployedModelId"] == "5678"
+        assert body["predictions"][:2] == [{"y": [1.5, -3.75, 6.0], "version": 3},
+                                           {"y": [9.0, 0.0, -2.25], "version": 3}]
+        # float32 outputs are written in float32's shortest form (0.003, not 0.003000000026077032): compare as float32
+        y = np.array([p["y"] for p in body["predictions"]], np.float32)
+        assert y.tobytes() == reference["y"].numpy().tobytes()
+        assert [p["version"] for p in body["predictions"]] == reference["version"].numpy().tolist() == [3, 3, 3]
+        assert [sorted(p) for p in body["predictions"]] == [["version", "y"]] * 3
+
+        health = requests.get(url + ROUTE, timeout=10)
+        assert (health.status_code, health.json()) == (200, {})
+        bad = requests.post(f"{url}{ROUTE}:predict", json={"inputs": instances}, timeout=30)
+        assert bad.status_code == 400 and "'instances'" in bad.json()["error"]
+        assert requests.get(f"{url}/health", timeout=10).status_code == 404  # only the routes Vertex gave
+
+        proc.send_signal(signal.SIGTERM)  # how Vertex stops a replica: graceful, exit 0, local copy removed
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert f"REST http://0.0.0.0:{port}, gRPC off" in text
+    assert re.search(r"loaded model version 1 in [\d.]+s \(1 warmup requests\)", text), text
+    copy = re.search(r"copied gs://test-bucket/aiplatform/model-99/artifacts to (\S+)", text).group(1)
+    assert copy.startswith(str(tmp_path / "tmp")) and copy.endswith("/model/1")
+    assert not Path(copy).parent.parent.exists()
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def run_container(tmp_path, **aip) -> subprocess.CompletedProcess:
+    return subprocess.run(ENTRYPOINT, cwd=tmp_path, env=container_env(tmp_path, AIP_HTTP_PORT=str(free_port()), **aip),
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_missing_storage_uri_exits_non_zero(tmp_path):
+    result = run_container(tmp_path)
+    assert result.returncode == 1
+    assert result.stderr == ("error: AIP_STORAGE_URI is not set: it must name the SavedModel's directory "
+                             "(gs://BUCKET/PATH or a local path holding saved_model.pb)\n")
+
+
+@pytest.mark.parametrize("objects, uri", [
+    (["m/variables/variables.index"], "gs://test-bucket/m"),  # a model without its graph
+    (["m/run/saved_model.pb"], "gs://test-bucket/m"),  # the SavedModel is deeper: not the artifact root
+    (["m/saved_model.pb"], "gs://test-bucket/m/run"),  # nothing at all there
+    ([], "gs://no-such-bucket/m"),
+])
+def test_gcs_uri_without_saved_model_pb_exits_non_zero(gcs_emulator, tmp_path, objects, uri):
+    for name in objects:
+        gcs_emulator.blob(name).upload_from_string(b"x")
+    result = run_container(tmp_path, AIP_STORAGE_URI=uri)
+    assert result.returncode == 1
+    assert result.stderr == (f"error: AIP_STORAGE_URI {uri} holds no saved_model.pb: it must be the SavedModel's "
+                             "directory (saved_model.pb, variables/, assets.extra/ directly under it)\n")
+    assert os.listdir(tmp_path / "tmp") == []  # it stopped before making its repository
+
+
+def test_local_directory_without_saved_model_pb_exits_non_zero(saved_model, tmp_path):
+    result = run_container(tmp_path, AIP_STORAGE_URI=str(saved_model / "variables"))
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: AIP_STORAGE_URI {saved_model / 'variables'} holds no saved_model.pb")
+
+
+def test_a_saved_model_that_fails_to_load_stops_the_container(gcs_emulator, tmp_path):
+    """saved_model.pb present but unreadable: the server must not sit unhealthy until Vertex's deadline."""
+    gcs_emulator.blob("broken/saved_model.pb").upload_from_string(b"not a SavedModel")
+    result = run_container(tmp_path, AIP_STORAGE_URI="gs://test-bucket/broken")
+    assert result.returncode == 1, result.stderr
+    assert re.search(r"^error: the SavedModel failed to load: \w+", result.stderr, re.M), result.stderr
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_place_model_links_a_local_directory_and_downloads_a_gcs_one(saved_model, gcs_emulator, tmp_path):
+    local = tmp_path / "repo" / "model" / "1"
+    local.parent.mkdir(parents=True)
+    place_model(str(saved_model), str(local))
+    assert local.is_symlink() and local.resolve() == saved_model.resolve()
+
+    upload(gcs_emulator, saved_model, "exported")
+    remote = tmp_path / "repo2" / "model" / "1"
+    remote.parent.mkdir(parents=True)
+    place_model("gs://test-bucket/exported/", str(remote))
+    files = sorted(str(p.relative_to(remote)) for p in remote.rglob("*") if p.is_file())
+    assert files == sorted(str(p.relative_to(saved_model)) for p in saved_model.rglob("*") if p.is_file())
+    assert (remote / "saved_model.pb").read_bytes() == (saved_model / "saved_model.pb").read_bytes()
+    assert os.listdir(remote.parent) == ["1"]  # the partial download was renamed into place
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"AIP_STORAGE_URI": "gs://b/m", "AIP_HTTP_PORT": "8081", "AIP_HEALTH_ROUTE": "/h", "AIP_PREDICT_ROUTE": "/p",
+      "AIP_DEPLOYED_MODEL_ID": "42"}, Settings("gs://b/m", 8081, "/h", "/p", "42")),
+    # Vertex's defaults for routes left unset (the ids are always set there)
+    ({"AIP_STORAGE_URI": "gs://b/m", "AIP_ENDPOINT_ID": "7", "AIP_DEPLOYED_MODEL_ID": "42"},
+     Settings("gs://b/m", 8080, "/v1/endpoints/7/deployedModels/42", "/v1/endpoints/7/deployedModels/42:predict",
+              "42")),
+    # outside Vertex: the `serve` command's routes
+    ({"AIP_STORAGE_URI": "file:///models/m"}, Settings("/models/m", 8080, "/health", "/predict", "")),
+])
+def test_settings_from_the_environment(environ, expected):
+    assert Settings.from_environ(environ) == expected
