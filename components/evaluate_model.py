@@ -1,30 +1,49 @@
 """Evaluation gate: test-split metrics of the exported SavedModel and the blessing decision.
 
-Blessed when test accuracy clears an absolute threshold and is no worse than the champion's (the newest version
-in the model repository, re-evaluated on the same test split) minus a tolerance.
+Blessed when test accuracy clears an absolute threshold and is no worse than the champion's minus a tolerance. The
+champion is found by a separate, never-cached step of each target (`find_champion`: the model repository's newest
+version on kubeflow/local, the registry version holding the champion alias on Vertex) and re-evaluated here on this
+run's test split with the same code as the candidate, so the two accuracies are comparable. A champion with other
+labels or another serving input is a different model: the gate fails instead of comparing.
 """
+
 import numpy as np
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
-from components import model_repository, storage
+from components import storage
+
+LABELS_FILE = "assets.extra/labels.txt"  # written by the trainer next to the SavedModel
 
 
 class ModelError(ValueError):
-    """The model cannot be evaluated (user-facing message)."""
+    """The model cannot be evaluated or compared (user-facing message)."""
 
 
-def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", batch_size: int = 256) -> dict:
-    """Accuracy, cross-entropy loss and confusion matrix of a SavedModel's `serving_default` on a split."""
+def _load_serving(model_dir: str):
+    """The SavedModel's `serving_default` signature and what identifies the model to its clients: its labels (None
+    when the model carries no labels file) and its serving inputs ({name: "dtype[shape]"})."""
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(f"{model_dir}/saved_model.pb"):
+        raise ModelError(f"no SavedModel at {model_dir} (saved_model.pb missing)")
+    signature = tf.saved_model.load(model_dir).signatures.get("serving_default")
+    if signature is None:
+        raise ModelError(f"the SavedModel at {model_dir} has no serving_default signature")
+    labels = None
+    if tf.io.gfile.exists(f"{model_dir}/{LABELS_FILE}"):
+        with tf.io.gfile.GFile(f"{model_dir}/{LABELS_FILE}") as f:
+            labels = [line for line in f.read().splitlines() if line]
+    inputs = {name: f"{spec.dtype.name}{[d for d in spec.shape.as_list()]}"
+              for name, spec in signature.structured_input_signature[1].items()}
+    return signature, {"labels": labels, "inputs": inputs}
+
+
+def _evaluate_signature(signature, data_dir: str, split: str, batch_size: int) -> dict:
     import tensorflow as tf
 
     from trainer import data
 
-    if not tf.io.gfile.exists(f"{model_dir}/saved_model.pb"):
-        raise ModelError(f"no SavedModel at {model_dir} (saved_model.pb missing)")
     stats = data.load_stats(data_dir)
-    signature = tf.saved_model.load(model_dir).signatures.get("serving_default")
-    if signature is None:
-        raise ModelError(f"the SavedModel at {model_dir} has no serving_default signature")
     input_name = next(iter(signature.structured_input_signature[1]))
     num_classes = len(stats["labels"])
     matrix = np.zeros((num_classes, num_classes), np.int64)
@@ -51,6 +70,12 @@ def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", bat
     }
 
 
+def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", batch_size: int = 256) -> dict:
+    """Accuracy, cross-entropy loss and confusion matrix of a SavedModel's `serving_default` on a split."""
+    signature, _ = _load_serving(model_dir)
+    return _evaluate_signature(signature, data_dir, split, batch_size)
+
+
 def decide(accuracy: float, threshold: float, champion_accuracy: float | None, tolerance: float,
            champion_name: str = "champion") -> tuple[bool, str]:
     if accuracy < threshold:
@@ -64,28 +89,56 @@ def decide(accuracy: float, threshold: float, champion_accuracy: float | None, t
                   f"{champion_accuracy:.4f} minus the tolerance {tolerance:.4f}")
 
 
-def evaluate(model_dir: str, data_dir: str, accuracy_threshold: float, model_repository_path: str = "",
-             model_name: str = "model", champion_tolerance: float = 0.01) -> dict:
-    """Evaluate the candidate, compare with the champion, return the report with `blessed` and `reason`."""
+def same_artifacts(a: str, b: str) -> bool:
+    """Whether two model URIs name the same folder (`/gcs/BUCKET/...` is Vertex's FUSE path of `gs://BUCKET/...`)."""
+    def norm(uri: str) -> str:
+        uri = uri.rstrip("/")
+        return "gs://" + uri[len("/gcs/"):] if uri.startswith("/gcs/") else uri
+
+    return bool(a and b) and norm(a) == norm(b)
+
+
+def check_compatible(candidate: dict, champion: dict, champion_name: str) -> None:
+    """Fail when the champion answers with other labels or takes another serving input than the candidate."""
+    problems = []
+    if champion["labels"] is not None and candidate["labels"] is not None and \
+            champion["labels"] != candidate["labels"]:
+        problems.append(f"labels {champion['labels']} (this model: {candidate['labels']})")
+    if champion["inputs"] != candidate["inputs"]:
+        problems.append(f"serving input {champion['inputs']} (this model: {candidate['inputs']})")
+    if problems:
+        raise ModelError(
+            f"{champion_name} is a different model: it has {' and '.join(problems)}. Publishing this model as its "
+            "next version would change what its clients get: use another model name for this data (the model_name "
+            "parameter; on Vertex AI platform.model_display_name)")
+
+
+def evaluate(model_dir: str, data_dir: str, accuracy_threshold: float, champion_path: str = "",
+             champion_name: str = "", champion_tolerance: float = 0.01, model_uri: str = "",
+             champion_model_uri: str = "") -> dict:
+    """Evaluate the candidate, compare with the champion (`champion_path`: its SavedModel, local or gs://; "" when
+    there is none), return the report with `blessed` and `reason`. `model_uri` / `champion_model_uri`: the
+    artifacts each was trained into; equal when the candidate already is the champion (a cached training)."""
     if not 0 <= accuracy_threshold <= 1:
         raise ModelError(f"accuracy_threshold must be in [0, 1], got {accuracy_threshold}")
     if champion_tolerance < 0:
         raise ModelError(f"champion_tolerance must be >= 0, got {champion_tolerance}")
-    report = evaluate_saved_model(model_dir, data_dir)
-    champ = model_repository.champion(model_repository_path, model_name)
+    signature, identity = _load_serving(model_dir)
+    report = _evaluate_signature(signature, data_dir, "test", 256)
     champion_info, champion_accuracy = None, None
-    if champ is not None:
-        try:
-            with storage.staged(champ.path) as local_copy:  # gs://: through google-cloud-storage, like the rest
-                champion_accuracy = evaluate_saved_model(local_copy, data_dir)["accuracy"]
-            source = "re-evaluated on this test split"
-        except Exception as e:  # incompatible champion: fall back to its recorded metric
-            champion_accuracy = champ.metadata.get("metrics", {}).get("test_accuracy")
-            source = f"recorded metric (re-evaluation failed: {e})"
-        champion_info = {"version": champ.number, "path": champ.path, "accuracy": champion_accuracy,
-                         "source": source}
-    blessed, reason = decide(report["accuracy"], accuracy_threshold, champion_accuracy, champion_tolerance,
-                             f"champion v{champ.number}" if champ else "champion")
+    name = champion_name or "the champion"
+    if champion_path:
+        with storage.staged(champion_path) as local_copy:  # gs://: through google-cloud-storage, like the rest
+            champion_signature, champion_identity = _load_serving(local_copy)
+            check_compatible(identity, champion_identity, name)
+            champion_accuracy = _evaluate_signature(champion_signature, data_dir, "test", 256)["accuracy"]
+        champion_info = {"name": name, "path": champion_path, "accuracy": champion_accuracy,
+                         "source": "re-evaluated on this test split"}
+    if champion_path and same_artifacts(model_uri, champion_model_uri):
+        blessed, reason = False, (f"the candidate is {name} itself (same artifacts {model_uri}: the training was "
+                                  "a cache hit on unchanged data); nothing new to publish")
+    else:
+        blessed, reason = decide(report["accuracy"], accuracy_threshold, champion_accuracy, champion_tolerance, name)
     report.update(blessed=blessed, reason=reason, champion=champion_info, threshold=accuracy_threshold,
                   tolerance=champion_tolerance)
     return report
@@ -96,19 +149,22 @@ def evaluate_model(
     dataset: Input[Dataset],
     accuracy_threshold: float,
     champion_tolerance: float,
-    model_repository: str,
-    model_name: str,
+    champion_path: str,
+    champion_name: str,
+    champion_model_uri: str,
     metrics: Output[Metrics],
     classification_metrics: Output[ClassificationMetrics],
     evaluation: Output[Artifact],
 ) -> bool:
-    """KFP step: evaluate on the test split, log Metrics/ClassificationMetrics; returns the blessing (the reason
-    is in the `evaluation` artifact and its metadata)."""
+    """KFP step: evaluate on the test split against the champion (from the target's `find_champion` step), log
+    Metrics/ClassificationMetrics; returns the blessing (the reason is in the `evaluation` artifact and its
+    metadata)."""
     import json
 
     from components.evaluate_model import evaluate
 
-    report = evaluate(model.path, dataset.path, accuracy_threshold, model_repository, model_name, champion_tolerance)
+    report = evaluate(model.path, dataset.path, accuracy_threshold, champion_path, champion_name, champion_tolerance,
+                      model.uri, champion_model_uri)
     metrics.log_metric("accuracy", report["accuracy"])
     metrics.log_metric("loss", report["loss"])
     metrics.log_metric("blessed", float(report["blessed"]))

@@ -123,8 +123,8 @@ class StudySpec(BaseModel):
                 for parameter_id, spec in self.vertex_parameters().items()]
 
     def vertex_parameters(self) -> dict:
-        """`{parameter_id: aiplatform hyperparameter_tuning spec}` (what GCPC's `serialize_parameters` takes; its
-        output has integer enums: use `study_spec_parameters()` for the tuning job)."""
+        """`{parameter_id: aiplatform hyperparameter_tuning spec}`, from which `study_spec_parameters()` builds the
+        protos."""
         from google.cloud.aiplatform import hyperparameter_tuning as hpt
 
         specs = {}
@@ -138,11 +138,6 @@ class StudySpec(BaseModel):
             else:
                 specs[p.parameter_id] = hpt.DiscreteParameterSpec(values=list(p.values), scale=p.scale)
         return specs
-
-    def vertex_metrics(self) -> dict:
-        """`{metric_id: goal}` for GCPC's `serialize_metrics`, whose output has integer enums (`"goal": 1`): use
-        `study_spec_metrics()` for the tuning job."""
-        return {self.metric_id: self.goal}
 
     def vertex_algorithm(self) -> str | None:
         """Vertex's `algorithm` field: unset for the default (Vizier GP bandit)."""

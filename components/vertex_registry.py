@@ -2,6 +2,7 @@
 
 - `find_resource`: the registry model / endpoint with a display name (upload a new version of it, reuse it);
 - `traffic_split`: a canary split that keeps the endpoint's current models serving the rest of the traffic;
+- `champion_version`: the registry model's version holding the champion alias (the evaluation gate's champion);
 - `resolve_model_version`: the exact model version a batch prediction job should use (the champion alias by
   default).
 Each is a plain function calling the Vertex AI API through the GAPIC clients of `google-cloud-aiplatform`, plus a
@@ -88,6 +89,21 @@ def endpoint_traffic(endpoint_name: str) -> dict:
     return dict(endpoint.traffic_split)
 
 
+def champion_version(display_name: str, alias: str, project: str, location: str) -> tuple[str, str]:
+    """(`projects/.../models/ID@VERSION`, artifact URI) of the version of the registry model named `display_name`
+    that holds `alias`; ("", "") when there is no such model or no version holds the alias."""
+    from google.api_core.exceptions import NotFound
+
+    parent = find_resource("model", display_name, project, location)
+    if not parent or not alias:
+        return "", ""
+    try:
+        found = _client("model", location).get_model(name=f"{parent}@{alias}")
+    except NotFound:
+        return "", ""
+    return f"{found.name}@{found.version_id}", found.artifact_uri
+
+
 def resolve_model_version(model: str, display_name: str, alias: str, project: str, location: str) -> str:
     """`projects/.../models/ID@VERSION` of the model a batch job should use: `model` as a resource name
     (`projects/...`, optionally `@version` or `@alias`), as a version id or alias of the registry model named
@@ -148,14 +164,17 @@ def plan_batch_prediction(
     output_prefix: str,
     project: str,
     location: str,
+    run_name: str,
     destination: Output[Artifact],
 ) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
-                            ("output_prefix", str)]):
+                            ("output_prefix", str), ("job_display_name", str)]):
     """KFP step (Vertex): the model version, the instances as gs:// URIs (comma-separated; `/gcs/` FUSE paths are
-    turned back into gs://) and the output prefix (`output_prefix`, else this step's artifact URI) of a batch job."""
+    turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run) and
+    the display name (`<run_name>-batch`) of a batch job."""
     from collections import namedtuple
 
     from components.vertex_registry import resolve_model_version, resource_uri
+    from components.vertex_training import job_display_name
 
     uris = []
     for item in (i.strip() for i in instances.split(",")):
@@ -170,5 +189,5 @@ def plan_batch_prediction(
     name = resolve_model_version(model, display_name, alias, project, location)
     prefix = output_prefix or destination.uri
     print(f"model {name}; instances {uris}; output under {prefix}")
-    return namedtuple("Outputs", ["model_name", "model_uri", "gcs_source_uris", "output_prefix"])(
-        name, resource_uri(name), uris, prefix)
+    return namedtuple("Outputs", ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name"])(
+        name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"))

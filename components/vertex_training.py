@@ -33,6 +33,12 @@ def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str
     return specs
 
 
+def job_display_name(run_name: str, purpose: str) -> str:
+    """`<run_name>-<purpose>`, the run's name shortened to fit Vertex's 128-character display names."""
+    suffix = f"-{purpose}"
+    return run_name[:128 - len(suffix)] + suffix
+
+
 def plan_vertex_training(
     dataset: Input[Dataset],
     trainer_image: str,
@@ -43,18 +49,22 @@ def plan_vertex_training(
     epochs: int,
     hyperparameters: dict,
     tuned_parameters: list,
+    run_name: str,
+    purpose: str,
     job_dir: Output[Artifact],
-) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str)]):
-    """KFP step (Vertex): worker pool specs and the job's base output directory (AIP_MODEL_DIR = <it>/model).
-    `tuned_parameters` are left out of the flags: a tuning job appends each trial's values itself."""
+) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
+    """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
+    display name (`<run_name>-<purpose>`). `tuned_parameters` are left out of the flags: a tuning job appends each
+    trial's values itself."""
     from collections import namedtuple
 
-    from components.vertex_training import worker_pool_specs
+    from components.vertex_training import job_display_name, worker_pool_specs
 
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
     specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, {**fixed, "epochs": epochs},
                               accelerator_type, accelerator_count)
-    return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory"])(specs, job_dir.uri)
+    return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])(
+        specs, job_dir.uri, job_display_name(run_name, purpose))
 
 
 def default_hyperparameters(batch_size: int, learning_rate: float) -> dict:

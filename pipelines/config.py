@@ -34,6 +34,10 @@ _PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.gserviceaccount\.com$")
 _NETWORK = re.compile(r"^projects/[0-9]+/global/networks/[^/\s]+$")
 _URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
+_KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/keyRings/[^/\s]+/cryptoKeys/[^/\s]+$")
+_TENSORBOARD = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/tensorboards/[0-9]+$")
+PREBUILT_SERVING = "-docker.pkg.dev/vertex-ai/prediction/"  # Vertex's prebuilt prediction images live here
+SERVING_PORT = 8080  # the port this project's serving image listens on (AIP_HTTP_PORT)
 SECTIONS = ("parameters", "batch", "platform", "study")
 ENV_PREFIX = "TFPIPE_"
 PROFILE_ENV = "TFPIPE_PROFILE"
@@ -158,8 +162,12 @@ class Platform(BaseModel):
     pipeline_root: str = ""  # Vertex: gs://BUCKET/PATH; Kubeflow: any root its launcher reads (minio://, gs://)
     service_account: str = ""  # Vertex: the runs' service account (e-mail); "" = Compute Engine default
     network: str = ""  # Vertex: projects/PROJECT_NUMBER/global/networks/NAME to peer with ("" = none)
-    labels: dict[str, str] = {}  # labels of the pipeline jobs and schedules
-    enable_caching: bool | None = None  # None = compile-time settings (steps cache by default)
+    encryption_spec_key_name: str = ""  # Vertex: CMEK key of the runs, jobs, models and endpoints ("" = Google's)
+    tensorboard: str = ""  # Vertex: projects/.../locations/.../tensorboards/ID the training job writes to
+    vertex_experiment: str = ""  # Vertex: the Vertex AI Experiment `submit` puts runs in ("" = none)
+    labels: dict[str, str] = {}  # labels of the pipeline jobs, schedules and every Vertex job and resource
+    enable_caching: bool | None = None  # None = the compiled settings (look-ups never cached, the rest keyed on
+    #                                     the data's fingerprint); False = nothing cached; True is refused
     template_registry: str = ""  # https://REGION-kfp.pkg.dev/PROJECT/REPO: publish target, --template-tag source
     kfp_host: str = ""  # Kubeflow Pipelines API endpoint, e.g. http://localhost:8080
     kfp_namespace: str = ""  # multi-user Kubeflow: the profile namespace
@@ -168,7 +176,8 @@ class Platform(BaseModel):
     schedule: ScheduleSettings = ScheduleSettings()
     components_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/components:latest"
     trainer_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest"
-    serving_image: str = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+    trainer_gpu_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/trainer-gpu:latest"  # when accelerator_type is set
+    serving_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/serving:latest"  # or a prebuilt .../vertex-ai/prediction/
     location: str = "us-central1"
     machine_type: str = "n1-standard-4"
     accelerator_type: str = ""
@@ -178,6 +187,7 @@ class Platform(BaseModel):
     #                                                   batch prediction uses as "the champion"
     model_labels: dict[str, str] = {}
     endpoint_display_name: str = "tfpipe-endpoint"
+    keep_previous: int = Field(0, ge=0)  # deployed models kept (at 0 %) after a full rollout, for a quick rollback
     serving_machine_type: str = "n1-standard-2"
     serving_min_replicas: int = Field(1, ge=1)
     serving_max_replicas: int = Field(1, ge=1)
@@ -222,13 +232,22 @@ class Platform(BaseModel):
             raise ValueError(f"{value!r} is not a URI (scheme://...)")
         return value.rstrip("/") if value.startswith("http") else value
 
+    @field_validator("enable_caching")
+    @classmethod
+    def _caching(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("true would cache every step of a run, the champion, registry and endpoint look-ups too "
+                             "(a run-level setting overrides each step's): leave it null for the compiled settings "
+                             "(look-ups never cached, the rest keyed on the data's fingerprint) or set false")
+        return value
+
     @field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         _check_labels(value)
         return value
 
-    @field_validator("components_image", "trainer_image", "serving_image")
+    @field_validator("components_image", "trainer_image", "trainer_gpu_image", "serving_image")
     @classmethod
     def _image(cls, value: str) -> str:
         if not value or any(c.isspace() for c in value):
@@ -256,12 +275,44 @@ class Platform(BaseModel):
             raise ValueError("serving_accelerator_type and serving_accelerator_count must be set together")
         if bool(self.accelerator_type) != bool(self.accelerator_count):
             raise ValueError("accelerator_type and accelerator_count must be set together")
+        if not self.model_version_aliases:
+            raise ValueError("model_version_aliases: give at least one alias (the first one marks the champion)")
+        for field, pattern, what in (("encryption_spec_key_name", _KMS_KEY,
+                                      "projects/P/locations/L/keyRings/R/cryptoKeys/K"),
+                                     ("tensorboard", _TENSORBOARD, "projects/P/locations/L/tensorboards/ID")):
+            value = getattr(self, field)
+            if value and not (m := pattern.match(value)):
+                raise ValueError(f"{field}: {value!r} must look like {what}")
+            if value and m["location"] != self.location:
+                raise ValueError(f"{field}: {value!r} is in {m['location']}; Vertex AI needs it in the runs' "
+                                 f"location {self.location}")
+        if self.tensorboard and not self.service_account:
+            raise ValueError("tensorboard needs service_account: Vertex AI writes to a TensorBoard instance only from "
+                             "a training job that runs as a service account")
         return self
 
-    def placeholder_images(self) -> list[str]:
-        """The image fields still naming the placeholder project of the defaults."""
-        return [name for name in ("components_image", "trainer_image")
-                if PLACEHOLDER_PROJECT in getattr(self, name)]
+    @property
+    def champion_alias(self) -> str:
+        """The registry alias that marks the champion (the first of model_version_aliases)."""
+        return self.model_version_aliases[0]
+
+    def training_image(self) -> str:
+        """The image of the training and tuning worker pools: the GPU variant when an accelerator is set."""
+        return self.trainer_gpu_image if self.accelerator_type else self.trainer_image
+
+    def serving_container_spec(self) -> dict:
+        """The uploaded model's containerSpec: a prebuilt Vertex image needs only its URI; this project's serving
+        image listens on SERVING_PORT and reads the routes Vertex gives it in AIP_HEALTH_ROUTE/AIP_PREDICT_ROUTE."""
+        if PREBUILT_SERVING in self.serving_image:
+            return {"imageUri": self.serving_image}
+        return {"imageUri": self.serving_image, "ports": [{"containerPort": SERVING_PORT}]}
+
+    def placeholder_images(self, target: str = "vertex") -> list[str]:
+        """The image fields a run on `target` uses that still name the placeholder project of the defaults."""
+        used = ["components_image"]
+        if target == "vertex":
+            used += ["trainer_gpu_image" if self.accelerator_type else "trainer_image", "serving_image"]
+        return [name for name in used if PLACEHOLDER_PROJECT in getattr(self, name)]
 
 
 class Config(BaseModel):

@@ -35,11 +35,11 @@ def check_vertex(platform: Platform, compiled_here: bool) -> None:
         raise SubmitError(f"platform.pipeline_root must be a gs:// URI on Vertex AI (gs://BUCKET/pipeline-root), "
                           f"got {platform.pipeline_root!r}")
     if compiled_here:
-        check_images(platform)
+        check_images(platform, "vertex")
 
 
-def check_images(platform: Platform) -> None:
-    for field in platform.placeholder_images():
+def check_images(platform: Platform, target: str) -> None:
+    for field in platform.placeholder_images(target):
         raise SubmitError(f"platform.{field} is still the placeholder {getattr(platform, field)}: set it to the "
                           f"image you pushed (--set platform.{field}=REGION-docker.pkg.dev/PROJECT/REPO/...)")
 
@@ -71,13 +71,16 @@ def vertex_job(template: str, platform: Platform, params: dict, display_name: st
         return aiplatform.PipelineJob(
             display_name=display_name, template_path=template, pipeline_root=platform.pipeline_root,
             parameter_values=params, enable_caching=enable_caching, labels=dict(platform.labels) or None,
-            project=platform.project, location=platform.location, credentials=credentials)
+            encryption_spec_key_name=platform.encryption_spec_key_name or None, project=platform.project,
+            location=platform.location, credentials=credentials)
 
 
-def submit_vertex(job, platform: Platform) -> str:
-    """Create the pipeline job (service account and network from the platform); return its console URL."""
+def submit_vertex(job, platform: Platform, experiment: str = "") -> str:
+    """Create the pipeline job (service account and network from the platform) and, with `experiment`, add it to
+    that Vertex AI Experiment (created when missing); return its console URL."""
     with quiet_aiplatform():
-        job.submit(service_account=platform.service_account or None, network=platform.network or None)
+        job.submit(service_account=platform.service_account or None, network=platform.network or None,
+                   experiment=experiment or None)
     return console_url(platform.project, platform.location, job.resource_name.rsplit("/", 1)[-1])
 
 

@@ -68,21 +68,20 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
             dataset=prep.outputs["dataset"], workers=workers, epochs=epochs, hyperparameters=hyperparameters,
             max_restarts=max_restarts,
         )
-        gate = ops.evaluate_model(
-            model=trained.model, dataset=prep.outputs["dataset"], accuracy_threshold=accuracy_threshold,
+        gate = ops.evaluate(
+            trained=trained, dataset=prep.outputs["dataset"], accuracy_threshold=accuracy_threshold,
             champion_tolerance=champion_tolerance, model_repository=model_repository, model_name=model_name,
-        ).set_display_name("Evaluation gate")
+        )
         with dsl.If(gate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712 (KFP condition)
             registered = ops.register(
                 trained=trained, dataset=prep.outputs["dataset"], evaluation=gate.outputs["evaluation"],
                 model_repository=model_repository, model_name=model_name, source_commit=source_commit,
             )
-            with dsl.If(deploy == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
-                ops.deploy(
-                    registered=registered, dataset=prep.outputs["dataset"], traffic_percentage=traffic_percentage,
-                    model_repository=model_repository, model_name=model_name, serving_url=serving_url,
-                    rest_port=rest_port, grpc_port=grpc_port,
-                )
+            ops.deploy(
+                enabled=deploy, registered=registered, dataset=prep.outputs["dataset"],
+                traffic_percentage=traffic_percentage, model_repository=model_repository, model_name=model_name,
+                serving_url=serving_url, rest_port=rest_port, grpc_port=grpc_port,
+            )
             ops.quantize_model(
                 model=trained.model, dataset=prep.outputs["dataset"], mode=tflite_mode,
                 max_accuracy_drop=tflite_max_accuracy_drop, compare_all_modes=tflite_compare_all_modes,

@@ -149,12 +149,41 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
     ("schedule: {crontab: '0 3 * * 1'}", "platform.schedule.crontab",
      "Extra inputs are not permitted (got '0 3 * * 1')"),
     ("accelerator_type: NVIDIA_TESLA_T4", "platform", "accelerator_type and accelerator_count must be set together"),
+    ("enable_caching: true", "platform.enable_caching",
+     "true would cache every step of a run, the champion, registry and endpoint look-ups too (a run-level setting "
+     "overrides each step's): leave it null for the compiled settings (look-ups never cached, the rest keyed on the "
+     "data's fingerprint) or set false"),
+    ("encryption_spec_key_name: my-key", "platform",
+     "encryption_spec_key_name: 'my-key' must look like projects/P/locations/L/keyRings/R/cryptoKeys/K"),
+    ("encryption_spec_key_name: projects/p/locations/us-east1/keyRings/r/cryptoKeys/k", "platform",
+     "encryption_spec_key_name: 'projects/p/locations/us-east1/keyRings/r/cryptoKeys/k' is in us-east1; Vertex AI "
+     "needs it in the runs' location us-central1"),
+    ("tensorboard: projects/p/locations/us-central1/tensorboards/7", "platform",
+     "tensorboard needs service_account: Vertex AI writes to a TensorBoard instance only from a training job that "
+     "runs as a service account"),
+    ("tensorboard: tb-1", "platform", "tensorboard: 'tb-1' must look like projects/P/locations/L/tensorboards/ID"),
+    ("model_version_aliases: []", "platform",
+     "model_version_aliases: give at least one alias (the first one marks the champion)"),
+    ("keep_previous: -1", "platform.keep_previous", "Input should be greater than or equal to 0 (got -1)"),
 ])
 def test_platform_validation_names_the_field(tmp_path, setting, field, message):
     (tmp_path / "c.yaml").write_text(f"platform:\n  {setting}\n")
     with pytest.raises(ConfigError) as e:
         load_config(tmp_path / "c.yaml", environ={})
     assert str(e.value) == f"invalid configuration: {field}: {message}"
+
+
+def test_images_a_run_uses_must_be_real_ones():
+    from pipelines.config import Platform
+
+    default = Platform()
+    assert default.placeholder_images("vertex") == ["components_image", "trainer_image", "serving_image"]
+    assert default.placeholder_images("kubeflow") == ["components_image"]  # kubeflow runs every step on it
+    gpu = Platform(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=1, trainer_image="example.com/trainer:1")
+    assert gpu.placeholder_images("vertex") == ["components_image", "trainer_gpu_image", "serving_image"]
+    assert gpu.training_image() == "us-docker.pkg.dev/PROJECT/tfpipe/trainer-gpu:latest"
+    assert Platform(trainer_image="example.com/trainer:1").training_image() == "example.com/trainer:1"
+    assert default.champion_alias == "champion"
 
 
 @pytest.mark.parametrize("setting, field, message", [

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from google.auth.credentials import AnonymousCredentials
+from google.cloud.aiplatform_v1.services.metadata_service.transports.grpc import MetadataServiceGrpcTransport
 from google.cloud.aiplatform_v1.services.pipeline_service.transports.grpc import PipelineServiceGrpcTransport
 from google.cloud.aiplatform_v1.services.schedule_service.transports.grpc import ScheduleServiceGrpcTransport
 from google.cloud.aiplatform_v1.types import pipeline_job as job_pb
@@ -44,6 +45,7 @@ SA = "runner@my-project.iam.gserviceaccount.com"
 NETWORK = "projects/123456789/global/networks/vpc"
 TRAINER = f"{LOCATION}-docker.pkg.dev/{PROJECT}/tfpipe/trainer:abc1234"
 COMPONENTS = f"{LOCATION}-docker.pkg.dev/{PROJECT}/tfpipe/components:abc1234"
+SERVING = f"{LOCATION}-docker.pkg.dev/{PROJECT}/tfpipe/serving:abc1234"
 REGISTRY = f"https://{LOCATION}-kfp.pkg.dev/{PROJECT}/tfpipe-templates"
 CONFIG = f"""
 parameters:
@@ -65,7 +67,8 @@ profiles:
       kfp_service_account: pipeline-runner
       schedule: {{display_name: tfpipe-weekly, cron: "TZ=Europe/Paris 0 3 * * 1", max_concurrent_runs: 2}}
 """
-IMAGES = ["--set", f"platform.trainer_image={TRAINER}", "--set", f"platform.components_image={COMPONENTS}"]
+IMAGES = ["--set", f"platform.trainer_image={TRAINER}", "--set", f"platform.components_image={COMPONENTS}",
+          "--set", f"platform.serving_image={SERVING}"]
 
 
 @pytest.fixture(autouse=True)
@@ -103,6 +106,8 @@ class Vertex:
         for transport, rpcs in ((PipelineServiceGrpcTransport, ("create_pipeline_job", "get_pipeline_job")),
                                 (ScheduleServiceGrpcTransport, ("list_schedules", "create_schedule", "delete_schedule",
                                                                 "pause_schedule", "resume_schedule", "get_schedule")),
+                                (MetadataServiceGrpcTransport, ("get_metadata_store", "get_context", "create_context",
+                                                                "add_context_children")),
                                 (ProjectsGrpcTransport, ("get_project",))):
             for rpc in rpcs:
                 monkeypatch.setattr(transport, rpc, property(self._stub(rpc)))
@@ -279,6 +284,56 @@ def test_vertex_submit_wait_follows_the_run_and_fails_when_it_fails(vertex, conf
     assert result.exit_code == 0, result.output
     assert [c[0] for c in vertex.api_calls()] == ["create_pipeline_job", "get_pipeline_job"]
     assert result.output.splitlines()[-1].endswith(" PIPELINE_STATE_SUCCEEDED")
+
+
+def test_vertex_submit_puts_the_run_in_a_vertex_experiment_with_the_runs_cmek_key(vertex, config, vertex_spec):
+    """--experiment: aiplatform gets (or creates) the experiment's metadata context before creating the job, then
+    adds the run's pipeline-run context to it once Vertex made it."""
+    from google.api_core.exceptions import NotFound
+    from google.cloud.aiplatform_v1.types import context as context_pb
+    from google.cloud.aiplatform_v1.types import metadata_service, metadata_store
+
+    key = f"projects/{PROJECT}/locations/{LOCATION}/keyRings/ml/cryptoKeys/tfpipe"
+    store = f"{PARENT}/metadataStores/default"
+    experiment = f"{store}/contexts/weekly-retraining"
+    run_context = f"{store}/contexts/tfpipe-training-run"
+    pipeline_job_answers(vertex)
+    created = {}
+
+    def get_context(request):
+        if request.name not in created:
+            raise NotFound(f"{request.name} not found")
+        return created[request.name]
+
+    def create_context(request):
+        name = f"{request.parent}/contexts/{request.context_id}"
+        created[name] = context_pb.Context(request.context, name=name)
+        return created[name]
+
+    def get_job(request):  # the run's pipeline-run context exists once Vertex started the run
+        return job_pb.PipelineJob(name=request.name, state=pipeline_state.PipelineState.PIPELINE_STATE_RUNNING,
+                                  job_detail=job_pb.PipelineJobDetail(
+                                      pipeline_run_context=context_pb.Context(name=run_context)))
+
+    vertex.answers.update(
+        get_metadata_store=lambda request: metadata_store.MetadataStore(name=request.name),
+        get_context=get_context, create_context=create_context, get_pipeline_job=get_job,
+        add_context_children=lambda request: metadata_service.AddContextChildrenResponse())
+    result = invoke("submit", "--target", "vertex", "--config", config, "--profile", "prod", *IMAGES,
+                    "--set", f"platform.encryption_spec_key_name={key}", "--experiment", "weekly-retraining")
+    assert result.exit_code == 0, result.output
+    calls = [(c[0], c[1]) for c in vertex.api_calls()]
+    assert [rpc for rpc, _ in calls] == ["get_metadata_store", "get_context", "create_context", "create_pipeline_job",
+                                         "get_metadata_store", "get_context", "get_pipeline_job",
+                                         "add_context_children"]
+    assert calls[0][1] == metadata_service.GetMetadataStoreRequest(name=store)
+    assert calls[2][1].parent == store and calls[2][1].context_id == "weekly-retraining"
+    assert calls[2][1].context.schema_title == "system.Experiment"
+    job = calls[3][1].pipeline_job
+    assert job.encryption_spec.kms_key_name == key  # the run's CMEK key on the pipeline job
+    assert (job.service_account, job.network) == (SA, NETWORK)
+    assert calls[7][1] == metadata_service.AddContextChildrenRequest(context=experiment, child_contexts=[run_context])
+    assert result.output.splitlines()[0].endswith(" in experiment weekly-retraining")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -36,9 +36,9 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
     assert summary["status"] == "SUCCEEDED" and summary["pipeline"] == "tfpipe-training"
     assert [(s["name"], s["status"]) for s in summary["steps"]] == [
-        ("prepare-data", "SUCCEEDED"), ("tune-hyperparameters", "SUCCEEDED"), ("train-model", "SUCCEEDED"),
-        ("evaluate-model", "SUCCEEDED"), ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED"),
-        ("deploy-model", "SUCCEEDED")]
+        ("find-repository-champion", "SUCCEEDED"), ("fingerprint-data", "SUCCEEDED"), ("prepare-data", "SUCCEEDED"),
+        ("tune-hyperparameters", "SUCCEEDED"), ("train-model", "SUCCEEDED"), ("evaluate-model", "SUCCEEDED"),
+        ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED"), ("deploy-model", "SUCCEEDED")]
     assert summary["registry"] == {"model_name": "tfpipe-model", "version": 1, "repository": str(repo),
                                    "path": str(repo / "tfpipe-model" / "1")}
     endpoint = summary["endpoint"]
@@ -80,7 +80,8 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
     assert summary["status"] == "SUCCEEDED"
     assert not summary["gate"]["blessed"] and "below the threshold 1.0000" in summary["gate"]["reason"]
-    assert summary["gate"]["champion"]["version"] == 1
+    assert summary["gate"]["champion"]["name"] == "champion v1"
+    assert summary["gate"]["champion"]["path"] == str(repo / "tfpipe-model" / "1")
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["publish-model"] == statuses["quantize-model"] == "SKIPPED"
     assert summary["tflite"] is None
@@ -121,5 +122,8 @@ def test_failing_step_is_one_clear_line(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["status"] == "FAILED"
-    assert [s["status"] for s in summary["steps"]] == ["FAILED"] + ["SKIPPED"] * 6
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses["fingerprint-data"] == "SUCCEEDED" and statuses["prepare-data"] == "FAILED"
+    assert {name for name, status in statuses.items() if status == "SKIPPED"} >= {
+        "tune-hyperparameters", "train-model", "evaluate-model", "publish-model", "quantize-model", "deploy-model"}
     assert "need at least two classes" in (tmp_path / "run" / "logs" / "prepare-data.log").read_text()

@@ -19,9 +19,9 @@ def test_step_log_times_steps_splits_logs_and_keeps_the_error(tmp_path):
 
 
 def test_step_names_in_dependency_order_with_condition_flattened():
-    assert step_names(build_pipeline("local")) == ["prepare-data", "tune-hyperparameters", "train-model",
-                                                  "evaluate-model", "publish-model", "quantize-model",
-                                                  "deploy-model"]
+    assert step_names(build_pipeline("local")) == ["find-repository-champion", "fingerprint-data", "prepare-data",
+                                                  "tune-hyperparameters", "train-model", "evaluate-model",
+                                                  "publish-model", "quantize-model", "deploy-model"]
 
 
 def test_summary_of_a_run_that_produced_nothing(tmp_path):

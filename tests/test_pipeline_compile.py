@@ -13,8 +13,16 @@ PLATFORM = Platform(components_image="example.com/tfpipe/components:abc", traine
                     model_labels={"team": "ml-platform"}, endpoint_display_name="digits-endpoint",
                     serving_machine_type="n1-highcpu-4", serving_min_replicas=2, serving_max_replicas=5,
                     serving_accelerator_type="NVIDIA_TESLA_T4", serving_accelerator_count=1,
-                    batch_machine_type="n1-highmem-8", batch_starting_replicas=3, batch_max_replicas=7)
+                    batch_machine_type="n1-highmem-8", batch_starting_replicas=3, batch_max_replicas=7,
+                    service_account="runner@my-project.iam.gserviceaccount.com",
+                    network="projects/123456789/global/networks/vpc",
+                    encryption_spec_key_name="projects/my-project/locations/europe-west4/keyRings/ml/cryptoKeys/tfpipe",
+                    tensorboard="projects/my-project/locations/europe-west4/tensorboards/42",
+                    labels={"env": "prod"}, keep_previous=1)
 PROJECT = "{{$.pipeline_google_cloud_project_id}}"
+SA, NETWORK, KEY = PLATFORM.service_account, PLATFORM.network, PLATFORM.encryption_spec_key_name
+IDENTITY = {"service_account": SA, "network": NETWORK, "encryption_spec_key_name": KEY}
+LABELS = {"env": "prod", "team": "ml-platform", "pipeline": "tfpipe-training"}
 
 
 def compile_spec(target, tmp_path, pipeline="training"):
@@ -47,48 +55,90 @@ def images(spec):
 def test_vertex_dag(tmp_path):
     _, spec = compile_spec("vertex", tmp_path)
     root = dag(spec)
-    assert set(root) == {"prepare-data", "condition-branches-1", "plan-vertex-training-2", "custom-training-job",
-                         "import-trained-model", "evaluate-model", "condition-4"}
+    assert set(root) == {"fingerprint-data", "prepare-data", "condition-branches-1", "plan-vertex-training-2",
+                         "custom-training-job", "import-trained-model", "find-registry-champion", "evaluate-model",
+                         "condition-4"}
+    # fresh data, fresh run: prepare-data (cached) is keyed on the never-cached fingerprint of the source
+    assert root["fingerprint-data"]["cachingOptions"] == {}
+    assert params(root["fingerprint-data"]) == {"data_source": {"componentInputParameter": "data_source"}}
+    assert params(root["prepare-data"])["data_fingerprint"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "fingerprint-data"}}
+    assert root["prepare-data"]["cachingOptions"] == {"enableCache": True}
     assert deps(root, "condition-branches-1") == ["prepare-data"]
     assert deps(root, "plan-vertex-training-2") == ["condition-branches-1", "prepare-data"]
     assert deps(root, "custom-training-job") == ["plan-vertex-training-2"]
     assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training-2"]
-    assert deps(root, "evaluate-model") == ["import-trained-model", "prepare-data"]
-    job_inputs = root["custom-training-job"]["inputs"]["parameters"]
-    assert job_inputs["worker_pool_specs"]["taskOutputParameter"] == {
-        "outputParameterKey": "worker_pool_specs", "producerTask": "plan-vertex-training-2"}
-    assert job_inputs["base_output_directory"]["taskOutputParameter"]["outputParameterKey"] == "base_output_directory"
-    plan_inputs = root["plan-vertex-training-2"]["inputs"]["parameters"]
-    assert plan_inputs["trainer_image"]["runtimeValue"]["constant"] == "example.com/tfpipe/trainer:abc"
-    assert plan_inputs["machine_type"]["runtimeValue"]["constant"] == "n1-standard-8"
-    assert plan_inputs["workers"]["componentInputParameter"] == "workers"
+    assert deps(root, "evaluate-model") == ["find-registry-champion", "import-trained-model", "prepare-data"]
+    job = root["custom-training-job"]
+    planned = {key: {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-vertex-training-2"}}
+               for key in ("worker_pool_specs", "base_output_directory", "display_name")}
+    # the run's identity, labels and TensorBoard on the custom job; its display name from the run's name
+    assert params(job) == {**planned, "location": "europe-west4", "restart_job_on_worker_restart": True,
+                           "tensorboard": PLATFORM.tensorboard, "labels": LABELS, **IDENTITY}
+    plan_inputs = params(root["plan-vertex-training-2"])
+    assert plan_inputs["trainer_image"] == "example.com/tfpipe/trainer:abc"
+    assert plan_inputs["machine_type"] == "n1-standard-8"
+    assert plan_inputs["workers"] == {"componentInputParameter": "workers"}
+    # a whole-value placeholder, resolved by the backend (a placeholder inside a longer constant is not)
+    assert (plan_inputs["run_name"], plan_inputs["purpose"]) == ("{{$.pipeline_job_name}}", "train")
     # the final training takes the hyperparameters of whichever tuning branch ran (dsl.OneOf)
     assert plan_inputs["hyperparameters"]["taskOutputParameter"] == {
         "outputParameterKey": "pipelinechannel--condition-branches-1-oneof-1", "producerTask": "condition-branches-1"}
+    # the gate compares with the registry's champion, looked up on every run
+    champion = root["find-registry-champion"]
+    assert champion["cachingOptions"] == {}
+    assert params(champion) == {"display_name": "digits", "alias": "champion", "project": PROJECT,
+                                "location": "europe-west4"}
+    assert params(root["evaluate-model"]) == {
+        "accuracy_threshold": {"componentInputParameter": "accuracy_threshold"},
+        "champion_tolerance": {"componentInputParameter": "champion_tolerance"},
+        **{f"champion_{key}": {"taskOutputParameter": {"outputParameterKey": key,
+                                                        "producerTask": "find-registry-champion"}}
+           for key in ("path", "name", "model_uri")}}
+    assert root["evaluate-model"]["cachingOptions"] == {"enableCache": True}  # a pure function of its inputs
     # the gate: upload and quantization run only when evaluate-model's output is true
     condition = root["condition-4"]
     assert condition["triggerPolicy"]["condition"] == \
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
     inner = dag(spec, condition["componentRef"]["name"])
-    assert set(inner) == {"importer", "find-model", "condition-branches-5", "condition-8", "quantize-model"}
+    assert set(inner) == {"importer", "find-model", "condition-branches-5", "condition-branches-8", "quantize-model"}
     assert deps(inner, "condition-branches-5") == ["find-model", "importer"]
-    assert deps(inner, "condition-8") == ["condition-branches-5"]
+    assert deps(inner, "condition-branches-8") == ["condition-branches-5"]
     quantize = inner["quantize-model"]["inputs"]
     assert quantize["artifacts"]["model"] == {"componentInputArtifact": "pipelinechannel--import-trained-model-model"}
     assert quantize["parameters"]["mode"]["componentInputParameter"] == "pipelinechannel--tflite_mode"
     imgs = images(spec)
     for name in ("exec-prepare-data", "exec-plan-vertex-training", "exec-import-trained-model", "exec-evaluate-model",
                  "exec-quantize-model", "exec-read-best-trial", "exec-merge-hyperparameters", "exec-find-model",
-                 "exec-find-endpoint", "exec-plan-traffic-split"):
+                 "exec-find-endpoint", "exec-plan-traffic-split", "exec-find-registry-champion",
+                 "exec-finish-vertex-rollout", "exec-crown-vertex-model"):
         assert imgs[name] == "example.com/tfpipe/components:abc"
     for name in ("exec-custom-training-job", "exec-model-upload", "exec-model-upload-2", "exec-endpoint-create",
                  "exec-model-deploy"):
         assert imgs[name].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
     importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
     assert importer["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel"
-    assert importer["metadata"] == {"containerSpec": {"imageUri": "example.com/serving:2"}}
+    # this project's serving image: Vertex's custom-container contract on port 8080
+    assert importer["metadata"] == {"containerSpec": {"imageUri": "example.com/serving:2",
+                                                      "ports": [{"containerPort": 8080}]}}
     # lightweight steps must not pip-install kfp at runtime: the components image carries the compiler's kfp
     assert "pip install" not in " ".join(spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["command"])
+
+
+def test_vertex_gpu_training_uses_the_gpu_trainer_image_and_prebuilt_serving_images_need_only_their_uri(tmp_path):
+    from kfp import compiler
+
+    platform = PLATFORM.model_copy(update={"accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1,
+                                           "trainer_gpu_image": "example.com/tfpipe/trainer-gpu:abc",
+                                           "serving_image": "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15"})
+    path = tmp_path / "gpu.yaml"
+    compiler.Compiler().compile(build_pipeline("vertex", platform), str(path))
+    spec = yaml.safe_load(path.read_text())
+    for plan in (dag(spec)["plan-vertex-training-2"], dag(spec, "comp-condition-2")["plan-vertex-training"]):
+        assert params(plan)["trainer_image"] == "example.com/tfpipe/trainer-gpu:abc"
+        assert (params(plan)["accelerator_type"], params(plan)["accelerator_count"]) == ("NVIDIA_TESLA_T4", 1)
+    assert spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]["metadata"] == {
+        "containerSpec": {"imageUri": "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15"}}
 
 
 def test_vertex_tuning_branch(tmp_path):
@@ -100,31 +150,37 @@ def test_vertex_tuning_branch(tmp_path):
     tuning = dag(spec, "comp-condition-2")
     assert set(tuning) == {"default-hyperparameters", "plan-vertex-training", "hyperparameter-tuning-job",
                            "read-best-trial", "merge-hyperparameters"}
-    plan = tuning["plan-vertex-training"]["inputs"]["parameters"]
-    assert plan["workers"]["runtimeValue"]["constant"] == 1
-    assert plan["epochs"]["componentInputParameter"] == "pipelinechannel--tuning_trial_epochs"
-    assert plan["tuned_parameters"]["runtimeValue"]["constant"] == ["learning_rate", "hidden_units", "dropout"]
-    assert plan["trainer_image"]["runtimeValue"]["constant"] == "example.com/tfpipe/trainer:abc"
-    job = tuning["hyperparameter-tuning-job"]["inputs"]["parameters"]
-    assert job["worker_pool_specs"]["taskOutputParameter"] == {"outputParameterKey": "worker_pool_specs",
-                                                               "producerTask": "plan-vertex-training"}
-    assert job["max_trial_count"]["runtimeValue"]["constant"] == 4
-    assert job["parallel_trial_count"]["runtimeValue"]["constant"] == 2
-    assert job["max_failed_trial_count"]["runtimeValue"]["constant"] == 1
-    assert job["study_spec_algorithm"]["runtimeValue"]["constant"] == "ALGORITHM_UNSPECIFIED"
-    assert job["study_spec_measurement_selection_type"]["runtimeValue"]["constant"] == "LAST_MEASUREMENT"
-    assert job["study_spec_metrics"]["runtimeValue"]["constant"] == [{"metric_id": "accuracy", "goal": 1}]
-    params = {p["parameter_id"]: p for p in job["study_spec_parameters"]["runtimeValue"]["constant"]}
-    assert params["learning_rate"]["double_value_spec"] == {"min_value": 0.0001, "max_value": 0.03}
-    assert params["hidden_units"]["integer_value_spec"] == {"min_value": "32", "max_value": "256"}
-    assert params["dropout"]["discrete_value_spec"] == {"values": [0.0, 0.1, 0.2, 0.3]}
-    best = tuning["read-best-trial"]["inputs"]["parameters"]
-    assert best["gcp_resources"]["taskOutputParameter"] == {"outputParameterKey": "gcp_resources",
-                                                            "producerTask": "hyperparameter-tuning-job"}
-    assert best["goal"]["runtimeValue"]["constant"] == "maximize"
-    merge = tuning["merge-hyperparameters"]["inputs"]["parameters"]
-    assert merge["best"]["taskOutputParameter"] == {"outputParameterKey": "best_parameters",
-                                                    "producerTask": "read-best-trial"}
+    plan = params(tuning["plan-vertex-training"])
+    assert plan["workers"] == 1
+    assert plan["epochs"] == {"componentInputParameter": "pipelinechannel--tuning_trial_epochs"}
+    assert plan["tuned_parameters"] == ["learning_rate", "hidden_units", "dropout"]
+    assert plan["trainer_image"] == "example.com/tfpipe/trainer:abc"
+    assert (plan["run_name"], plan["purpose"]) == ("{{$.pipeline_job_name}}", "tune")
+    job = params(tuning["hyperparameter-tuning-job"])
+    for key in ("worker_pool_specs", "base_output_directory", "display_name"):
+        assert job[key] == {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-vertex-training"}}
+    assert {k: job[k] for k in IDENTITY} == IDENTITY  # the tuning job runs as the run's identity, on its network
+    assert job["max_trial_count"] == 4
+    assert job["parallel_trial_count"] == 2
+    assert job["max_failed_trial_count"] == 1
+    assert job["study_spec_algorithm"] == "ALGORITHM_UNSPECIFIED"
+    assert job["study_spec_measurement_selection_type"] == "LAST_MEASUREMENT"
+    # enums by name, as the proto's JSON mapping writes them (KFP would turn enum numbers into floats)
+    assert job["study_spec_metrics"] == [{"metric_id": "accuracy", "goal": "MAXIMIZE"}]
+    assert job["study_spec_parameters"] == [
+        {"parameter_id": "learning_rate", "double_value_spec": {"min_value": 0.0001, "max_value": 0.03},
+         "scale_type": "UNIT_LOG_SCALE"},
+        {"parameter_id": "hidden_units", "integer_value_spec": {"min_value": "32", "max_value": "256"},
+         "scale_type": "UNIT_LOG_SCALE"},
+        {"parameter_id": "dropout", "discrete_value_spec": {"values": [0.0, 0.1, 0.2, 0.3]},
+         "scale_type": "UNIT_LINEAR_SCALE"}]
+    best = params(tuning["read-best-trial"])
+    assert best["gcp_resources"] == {"taskOutputParameter": {"outputParameterKey": "gcp_resources",
+                                                             "producerTask": "hyperparameter-tuning-job"}}
+    assert best["goal"] == "maximize"
+    merge = params(tuning["merge-hyperparameters"])
+    assert merge["best"] == {"taskOutputParameter": {"outputParameterKey": "best_parameters",
+                                                     "producerTask": "read-best-trial"}}
 
 
 def test_worker_pools_one_chief_and_n_minus_one_workers():
@@ -143,7 +199,9 @@ def test_worker_pools_one_chief_and_n_minus_one_workers():
 def test_kubeflow_dag(tmp_path):
     _, spec = compile_spec("kubeflow", tmp_path)
     root = dag(spec)
-    assert set(root) == {"prepare-data", "tune-hyperparameters", "train-model", "evaluate-model", "condition-1"}
+    assert set(root) == {"fingerprint-data", "prepare-data", "tune-hyperparameters", "train-model",
+                         "find-repository-champion", "evaluate-model", "condition-1"}
+    assert deps(root, "prepare-data") == ["fingerprint-data"] and root["fingerprint-data"]["cachingOptions"] == {}
     assert deps(root, "tune-hyperparameters") == ["prepare-data"]
     assert deps(root, "train-model") == ["prepare-data", "tune-hyperparameters"]
     assert root["train-model"]["inputs"]["parameters"]["hyperparameters"]["taskOutputParameter"] == {
@@ -153,7 +211,14 @@ def test_kubeflow_dag(tmp_path):
     study = tune["study_spec"]["runtimeValue"]["constant"]
     assert study["metric_id"] == "accuracy" and study["max_trial_count"] == 4 and study["parallel_trial_count"] == 2
     assert [p["parameter_id"] for p in study["parameters"]] == ["learning_rate", "hidden_units", "dropout"]
-    assert deps(root, "evaluate-model") == ["prepare-data", "train-model"]
+    # the champion: the repository's newest version, looked up on every run
+    assert root["find-repository-champion"]["cachingOptions"] == {}
+    assert params(root["find-repository-champion"]) == {
+        "model_repository": {"componentInputParameter": "model_repository"},
+        "model_name": {"componentInputParameter": "model_name"}}
+    assert deps(root, "evaluate-model") == ["find-repository-champion", "prepare-data", "train-model"]
+    assert params(root["evaluate-model"])["champion_path"] == {
+        "taskOutputParameter": {"outputParameterKey": "path", "producerTask": "find-repository-champion"}}
     assert root["condition-1"]["triggerPolicy"]["condition"].startswith(
         "inputs.parameter_values['pipelinechannel--evaluate-model-Output']")
     inner = dag(spec, root["condition-1"]["componentRef"]["name"])
@@ -167,6 +232,8 @@ def test_kubeflow_dag(tmp_path):
         "taskOutputArtifact": {"outputArtifactKey": "published", "producerTask": "publish-model"}}
     deploy = dag(spec, "comp-condition-2")
     assert set(deploy) == {"deploy-model"}
+    # publishing and serving change state outside the run: never served from the cache
+    assert inner["publish-model"]["cachingOptions"] == {} and deploy["deploy-model"]["cachingOptions"] == {}
     assert deploy["deploy-model"]["inputs"]["artifacts"] == {
         "published": {"componentInputArtifact": "pipelinechannel--publish-model-published"},
         "dataset": {"componentInputArtifact": "pipelinechannel--prepare-data-dataset"}}
@@ -216,11 +283,12 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
         "inputs.parameter_values['pipelinechannel--find-model-resource_name'] != ''"
     assert branches["condition-7"]["triggerPolicy"]["condition"] == \
         "!(inputs.parameter_values['pipelinechannel--find-model-resource_name'] != '')"
-    upload = {"display_name": "digits", "location": "europe-west4", "version_aliases": ["champion", "blue"],
-              "labels": {"team": "ml-platform", "pipeline": "tfpipe-training"}}
+    # no version_aliases: the alias moves only once the version serves (or, without a deploy, after the upload)
+    upload = {"display_name": "digits", "location": "europe-west4", "labels": LABELS, "encryption_spec_key_name": KEY}
     # the model exists: import it as a VertexModel (GCPC reads metadata.resourceName) and upload a version of it
     existing = dag(spec, "comp-condition-6")
     assert set(existing) == {"importer-2", "model-upload"}
+    assert existing["model-upload"]["cachingOptions"] == {}
     assert params(existing["importer-2"]) == {
         "uri": {"componentInputParameter": "pipelinechannel--find-model-resource_uri"},
         "metadata": {"componentInputParameter": "pipelinechannel--find-model-resource_name"}}
@@ -251,21 +319,26 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
 
 def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_path):
     _, spec = compile_spec("vertex", tmp_path)
-    gate = dag(spec, "comp-condition-4")["condition-8"]
-    assert gate["triggerPolicy"]["condition"] == "inputs.parameter_values['pipelinechannel--deploy'] == true"
-    deploy = dag(spec, "comp-condition-8")
-    assert set(deploy) == {"find-endpoint", "condition-branches-9", "plan-traffic-split", "model-deploy"}
+    branches = dag(spec, "comp-condition-branches-8")
+    assert branches["condition-12"]["triggerPolicy"]["condition"] == \
+        "inputs.parameter_values['pipelinechannel--deploy'] == true"
+    assert branches["condition-13"]["triggerPolicy"]["condition"] == \
+        "!(inputs.parameter_values['pipelinechannel--deploy'] == true)"
+    deploy = dag(spec, "comp-condition-12")
+    assert set(deploy) == {"find-endpoint", "condition-branches-9", "plan-traffic-split", "model-deploy",
+                           "finish-vertex-rollout"}
     assert params(deploy["find-endpoint"]) == {"display_name": "digits-endpoint", "project": PROJECT,
                                                 "location": "europe-west4"}
     assert params(deploy["plan-traffic-split"]) == {
         "endpoint_name": {"taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "find-endpoint"}},
         "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"}}
-    for name in ("find-endpoint", "plan-traffic-split"):
+    # every step that reads or changes the endpoint runs each time (a deleted endpoint is never served from cache)
+    for name in ("find-endpoint", "plan-traffic-split", "model-deploy", "finish-vertex-rollout"):
         assert deploy[name]["cachingOptions"] == {}
-    branches = dag(spec, "comp-condition-branches-9")
-    assert branches["condition-10"]["triggerPolicy"]["condition"] == \
+    inner = dag(spec, "comp-condition-branches-9")
+    assert inner["condition-10"]["triggerPolicy"]["condition"] == \
         "inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != ''"
-    assert branches["condition-11"]["triggerPolicy"]["condition"] == \
+    assert inner["condition-11"]["triggerPolicy"]["condition"] == \
         "!(inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != '')"
     assert set(dag(spec, "comp-condition-10")) == {"importer-3"}
     assert spec["deploymentSpec"]["executors"]["exec-importer-3"]["importer"]["typeSchema"]["schemaTitle"] == \
@@ -274,18 +347,21 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "resourceName": "{{$.inputs.parameters['metadata']}}"}
     created = dag(spec, "comp-condition-11")
     assert set(created) == {"endpoint-create"}
+    assert created["endpoint-create"]["cachingOptions"] == {}
+    # CMEK and labels; no network: a peered (private) endpoint holds one model, so no canary and no hot swap
     assert params(created["endpoint-create"]) == {"display_name": "digits-endpoint", "location": "europe-west4",
-                                                  "labels": {"team": "ml-platform", "pipeline": "tfpipe-training"}}
+                                                  "labels": LABELS, "encryption_spec_key_name": KEY}
     assert spec["components"]["comp-condition-branches-9"]["dag"]["outputs"]["artifacts"] == {
         "pipelinechannel--condition-branches-9-oneof-1": {"artifactSelectors": [
             {"outputArtifactKey": "pipelinechannel--importer-3-artifact", "producerSubtask": "condition-10"},
             {"outputArtifactKey": "pipelinechannel--endpoint-create-endpoint", "producerSubtask": "condition-11"}]}}
+    endpoint = {"taskOutputArtifact": {"outputArtifactKey": "pipelinechannel--condition-branches-9-oneof-1",
+                                       "producerTask": "condition-branches-9"}}
+    uploaded = {"componentInputArtifact":
+                "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"}
     task = deploy["model-deploy"]
     assert deps(deploy, "model-deploy") == ["condition-branches-9", "plan-traffic-split"]
-    assert task["inputs"]["artifacts"] == {
-        "endpoint": {"taskOutputArtifact": {"outputArtifactKey": "pipelinechannel--condition-branches-9-oneof-1",
-                                            "producerTask": "condition-branches-9"}},
-        "model": {"componentInputArtifact": "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"}}
+    assert task["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(task) == {
         "deployed_model_display_name": "digits",
         "traffic_split": {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "plan-traffic-split"}},
@@ -294,7 +370,19 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "dedicated_resources_max_replica_count": 5,
         "dedicated_resources_accelerator_type": "NVIDIA_TESLA_T4",
         "dedicated_resources_accelerator_count": 1,
+        "service_account": SA,  # the deployed container runs as the run's service account
     }
+    # only after the deploy succeeded: undeploy the previous models (but keep_previous) and move the aliases
+    finish = deploy["finish-vertex-rollout"]
+    assert deps(deploy, "finish-vertex-rollout") == ["condition-branches-9", "model-deploy"]
+    assert finish["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
+    assert params(finish) == {"traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
+                              "keep_previous": 1, "aliases": ["champion", "blue"]}
+    # deploy disabled: the uploaded version becomes the champion right away
+    crown = dag(spec, "comp-condition-13")
+    assert set(crown) == {"crown-vertex-model"} and crown["crown-vertex-model"]["cachingOptions"] == {}
+    assert crown["crown-vertex-model"]["inputs"]["artifacts"] == {"model": uploaded}
+    assert params(crown["crown-vertex-model"]) == {"aliases": ["champion", "blue"]}
     assert spec["components"]["comp-plan-traffic-split"]["outputDefinitions"]["parameters"]["Output"] == {
         "parameterType": "STRUCT"}
     inputs = spec["root"]["inputDefinitions"]["parameters"]
@@ -312,7 +400,8 @@ def test_vertex_batch_prediction(tmp_path):
     assert params(plan) == {
         "model": {"componentInputParameter": "model"}, "display_name": "digits", "alias": "champion",
         "instances": {"componentInputParameter": "instances"},
-        "output_prefix": {"componentInputParameter": "output_prefix"}, "project": PROJECT, "location": "europe-west4"}
+        "output_prefix": {"componentInputParameter": "output_prefix"}, "project": PROJECT, "location": "europe-west4",
+        "run_name": "{{$.pipeline_job_name}}"}
     assert params(root["importer"]) == {
         "uri": {"taskOutputParameter": {"outputParameterKey": "model_uri", "producerTask": "plan-batch-prediction"}},
         "metadata": {"taskOutputParameter": {"outputParameterKey": "model_name",
@@ -324,10 +413,11 @@ def test_vertex_batch_prediction(tmp_path):
         return {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-batch-prediction"}}
 
     job = root["model-batch-predict"]
+    assert job["cachingOptions"] == {}  # the files behind a glob and the champion change between runs
     assert job["inputs"]["artifacts"] == {
         "model": {"taskOutputArtifact": {"outputArtifactKey": "artifact", "producerTask": "importer"}}}
     assert params(job) == {
-        "job_display_name": "{{$.pipeline_job_name}}-batch",
+        "job_display_name": planned("job_display_name"),
         "location": "europe-west4",
         "gcs_source_uris": planned("gcs_source_uris"),
         "instances_format": {"componentInputParameter": "instances_format"},
@@ -338,7 +428,9 @@ def test_vertex_batch_prediction(tmp_path):
         "machine_type": "n1-highmem-8",
         "starting_replica_count": 3,
         "max_replica_count": 7,
-        "labels": {"team": "ml-platform", "pipeline": "tfpipe-batch-prediction"},
+        "labels": {**LABELS, "pipeline": "tfpipe-batch-prediction"},
+        "service_account": SA,
+        "encryption_spec_key_name": KEY,
     }
     outputs = spec["components"]["comp-plan-batch-prediction"]["outputDefinitions"]["parameters"]
     assert outputs["gcs_source_uris"] == {"parameterType": "LIST"}
@@ -368,8 +460,9 @@ def test_local_steps_deploy_after_publish():
     from pipelines.local_run import step_names
 
     names = step_names(build_pipeline("local"))
-    assert names[:5] == ["prepare-data", "tune-hyperparameters", "train-model", "evaluate-model", "publish-model"]
-    assert set(names[5:]) == {"quantize-model", "deploy-model"} and len(names) == 7
+    assert names[:7] == ["find-repository-champion", "fingerprint-data", "prepare-data", "tune-hyperparameters",
+                         "train-model", "evaluate-model", "publish-model"]
+    assert set(names[7:]) == {"quantize-model", "deploy-model"} and len(names) == 9
 
 
 def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):

@@ -49,21 +49,19 @@ def test_search_space_validation(overrides, message):
 
 
 def test_vertex_serialization_of_every_parameter_kind():
-    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import serialize_metrics, serialize_parameters
-
     s = spec(parameters=[
         {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 0.1, "scale": "log"},
         {"type": "integer", "parameter_id": "hidden_units", "min": 16, "max": 256, "scale": "linear"},
         {"type": "categorical", "parameter_id": "optimizer", "values": ["adam", "sgd"]},
         {"type": "discrete", "parameter_id": "dropout", "values": [0.3, 0.0, 0.1]},
     ], goal="minimize", metric_id="loss")
-    params = {p["parameter_id"]: p for p in serialize_parameters(s.vertex_parameters())}
+    params = {p["parameter_id"]: p for p in s.study_spec_parameters()}
     assert params["learning_rate"]["double_value_spec"] == {"min_value": 1e-4, "max_value": 0.1}
-    assert params["learning_rate"]["scale_type"] == study.StudySpec.ParameterSpec.ScaleType.UNIT_LOG_SCALE
+    assert params["learning_rate"]["scale_type"] == "UNIT_LOG_SCALE"
     assert params["hidden_units"]["integer_value_spec"] == {"min_value": "16", "max_value": "256"}
     assert params["optimizer"]["categorical_value_spec"] == {"values": ["adam", "sgd"]}
     assert params["dropout"]["discrete_value_spec"] == {"values": [0.0, 0.1, 0.3]}
-    assert serialize_metrics(s.vertex_metrics()) == [{"metric_id": "loss", "goal": study.StudySpec.MetricSpec.GoalType.MINIMIZE}]
+    assert s.study_spec_metrics() == [{"metric_id": "loss", "goal": "MINIMIZE"}]
     assert spec().vertex_algorithm() is None and spec(algorithm="random").vertex_algorithm() == "RANDOM_SEARCH"
     assert [p.parameter_id for p in DEFAULT_STUDY.parameters] == ["learning_rate", "hidden_units", "dropout"]
 

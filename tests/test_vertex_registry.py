@@ -11,6 +11,8 @@ from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb
 from google.cloud.aiplatform_v1.types import endpoint_service, model as model_pb, model_service
 from kfp import dsl
 
+from tests.gapic import FakeStub
+
 from components.vertex_registry import (display_name_filter, find_endpoint, find_model, find_resource,
                                         plan_batch_prediction, plan_traffic_split, resolve_model_version,
                                         traffic_split)
@@ -18,30 +20,6 @@ from components.vertex_registry import (display_name_filter, find_endpoint, find
 PARENT = "projects/my-project/locations/europe-west4"
 MODEL = f"{PARENT}/models/111"
 ENDPOINT = f"{PARENT}/endpoints/777"
-
-
-class FakeStub:
-    """A gRPC unary-unary stub: records every request (with the channel's host and routing header) and answers
-    from `answer(request)`."""
-
-    def __init__(self, answer):
-        self.answer = answer
-        self.calls = []
-
-    def bind(self, transport_class, rpc, monkeypatch):
-        stub = self
-
-        def prop(transport):
-            stub.host = transport._host
-            return stub
-
-        monkeypatch.setattr(transport_class, rpc, property(prop))
-        return self
-
-    def __call__(self, request, timeout=None, metadata=()):
-        routing = dict(metadata).get("x-goog-request-params")
-        self.calls.append((type(request).__name__, request, self.host, routing))
-        return self.answer(request)
 
 
 @pytest.fixture(autouse=True)
@@ -167,15 +145,17 @@ def test_plan_batch_prediction(monkeypatch):
     get_model_stub(monkeypatch, version_id="4")
     destination = dsl.Artifact(name="destination", uri="gs://bucket/root/run-1/plan-batch-prediction/destination")
     out = plan_batch_prediction("", "tfpipe-model", "champion", "gs://b/a.jsonl, /gcs/b/more/*.jsonl,", "",
-                                "my-project", "europe-west4", destination)
+                                "my-project", "europe-west4", "run-1", destination)
+    assert out.job_display_name == "run-1-batch"
     assert out.model_name == f"{MODEL}@4"
     assert out.model_uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@4"
     assert out.gcs_source_uris == ["gs://b/a.jsonl", "gs://b/more/*.jsonl"]
     assert out.output_prefix == "gs://bucket/root/run-1/plan-batch-prediction/destination"
     out = plan_batch_prediction("7", "tfpipe-model", "champion", "gs://b/a.csv", "gs://out/preds", "my-project",
-                                "europe-west4", destination)
+                                "europe-west4", "r" * 128, destination)
+    assert out.job_display_name == "r" * 122 + "-batch"  # within Vertex's 128 characters
     assert out.output_prefix == "gs://out/preds"
     with pytest.raises(ValueError, match="reads instances from gs:// URIs, got '/home/me/a.jsonl'"):
-        plan_batch_prediction("", "m", "champion", "/home/me/a.jsonl", "", "p", "europe-west4", destination)
+        plan_batch_prediction("", "m", "champion", "/home/me/a.jsonl", "", "p", "europe-west4", "r", destination)
     with pytest.raises(ValueError, match="no instances given"):
-        plan_batch_prediction("", "m", "champion", " , ", "", "p", "europe-west4", destination)
+        plan_batch_prediction("", "m", "champion", " , ", "", "p", "europe-west4", "r", destination)

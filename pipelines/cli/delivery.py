@@ -24,8 +24,9 @@ def template_options(func):
 
 def run_options(func):
     """Run parameters and caching, shared by submit and schedule."""
-    func = click.option("--caching/--no-caching", default=None,
-                        help="step caching for the run(s) [platform.enable_caching, else the compiled settings]")(func)
+    func = click.option("--no-caching", "no_caching", is_flag=True,
+                        help="run every step again (default: the compiled settings, where look-ups are never "
+                             "cached and the rest is keyed on the data's fingerprint) [platform.enable_caching]")(func)
     return click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
                         help="pipeline input for the run (repeatable), typed and checked against the template")(func)
 
@@ -93,7 +94,7 @@ def _precheck(target, platform, template, template_tag, host, namespace):
         _vertex_precheck(platform, template, template_tag)
         return host, namespace
     host, namespace = _kubeflow_target(platform, host, namespace)
-    _check_images_if_compiling(platform, template, template_tag)
+    _check_images_if_compiling(platform, target, template, template_tag)
     return host, namespace
 
 
@@ -116,34 +117,36 @@ def _vertex_precheck(platform, template, template_tag):
 @click.option("--poll-seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="--wait: seconds between state checks")
 @kubeflow_options
-@click.option("--experiment", help="kubeflow: experiment of the run [platform.kfp_experiment]")
-def submit(target, pipeline, template, template_tag, registry, config_file, profile, sets, params, caching, run_name,
-           wait, poll_seconds, host, namespace, experiment):
+@click.option("--experiment", help="the run's experiment: a Vertex AI Experiment [platform.vertex_experiment] or a "
+                                   "Kubeflow experiment [platform.kfp_experiment]")
+def submit(target, pipeline, template, template_tag, registry, config_file, profile, sets, params, no_caching,
+           run_name, wait, poll_seconds, host, namespace, experiment):
     """Submit one run: a Vertex AI PipelineJob or a run on a Kubeflow Pipelines deployment. The parameters are
     checked against the template's inputs before anything is sent."""
     import tempfile
 
-    _only_with(target, "kubeflow", host=host, namespace=namespace, experiment=experiment)
+    _only_with(target, "kubeflow", host=host, namespace=namespace)
     config = _load(config_file, profile, sets)
     platform = config.platform
-    caching = platform.enable_caching if caching is None else caching
+    caching = False if no_caching else platform.enable_caching
     host, namespace = _precheck(target, platform, template, template_tag, host, namespace)
     with tempfile.TemporaryDirectory(prefix="tfpipe-submit-") as workdir:
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
         if target == "vertex":
-            _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds)
+            _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds,
+                           experiment or platform.vertex_experiment)
         else:
             _submit_kubeflow(chosen, values, platform, run_name, caching, wait, poll_seconds, host, namespace,
                              experiment or platform.kfp_experiment)
 
 
-def _check_images_if_compiling(platform, template, template_tag):
+def _check_images_if_compiling(platform, target, template, template_tag):
     from pipelines.submit import SubmitError, check_images
 
     if not (template or template_tag):
         try:
-            check_images(platform)
+            check_images(platform, target)
         except SubmitError as e:
             _fail(str(e))
 
@@ -192,13 +195,14 @@ def _vertex_job(chosen, platform, values, display_name, caching):
         _fail(f"aiplatform refused the pipeline job: {e}")
 
 
-def _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds):
+def _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds, experiment):
     from pipelines.submit import submit_vertex, wait_vertex
 
     job = _vertex_job(chosen, platform, values, run_name or chosen.name, caching)
     with _api_errors("Vertex AI refused the pipeline job"):
-        url = submit_vertex(job, platform)
-    click.echo(f"submitted {chosen.name} ({chosen.source}) to Vertex AI: {job.resource_name}")
+        url = submit_vertex(job, platform, experiment)
+    click.echo(f"submitted {chosen.name} ({chosen.source}) to Vertex AI: {job.resource_name}"
+               + (f" in experiment {experiment}" if experiment else ""))
     click.echo(f"console: {url}")
     if wait:
         with _api_errors("reading the pipeline job failed"):
@@ -242,7 +246,7 @@ def _target_option(required=True):
 @click.option("--experiment", help="kubeflow: experiment of the recurring run [platform.kfp_experiment]")
 @click.pass_context
 def schedule(ctx, target, cron, display_name, pipeline, template, template_tag, registry, config_file, profile, sets,
-             params, caching, host, namespace, experiment):
+             params, no_caching, host, namespace, experiment):
     """Create (or replace: same display name) a recurring run of the pipeline: a Vertex AI schedule or a Kubeflow
     recurring run. The cron expression and the parameters are checked before any API call.
 
@@ -264,7 +268,7 @@ def schedule(ctx, target, cron, display_name, pipeline, template, template_tag, 
     config = _load(config_file, profile, sets)
     platform = config.platform
     settings = platform.schedule
-    caching = platform.enable_caching if caching is None else caching
+    caching = False if no_caching else platform.enable_caching
     parsed = _parse_cron(cron or settings.cron, target)
     host, namespace = _precheck(target, platform, template, template_tag, host, namespace)
     with tempfile.TemporaryDirectory(prefix="tfpipe-schedule-") as workdir:
@@ -431,7 +435,7 @@ def publish(registry, tags, target, pipeline, template, config_file, profile, se
     except (PublishError, TemplateError) as e:
         _fail(str(e))
     if not template:
-        _check_images_if_compiling(config.platform, template, None)
+        _check_images_if_compiling(config.platform, target, template, None)
     with tempfile.TemporaryDirectory(prefix="tfpipe-publish-") as workdir:
         chosen = _Template(target, pipeline, config, template, None, None, workdir)
         with _api_errors(f"uploading to {registry} failed"):

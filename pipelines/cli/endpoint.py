@@ -1,0 +1,71 @@
+"""`promote` and `rollback`: move a Vertex AI endpoint's traffic between its deployed models (canary → everything,
+or back to the previous model), undeploy what no longer serves, keep the champion alias on what serves."""
+from __future__ import annotations
+
+import click
+
+from pipelines.cli import _fail, _load, cli, config_options
+
+
+def endpoint_options(func):
+    func = config_options(func)
+    func = click.option("--endpoint", help="endpoint display name or resource name "
+                                           "[platform.endpoint_display_name]")(func)
+    return click.option("--target", type=click.Choice(["vertex"]), required=True,
+                        help="vertex (the self-hosted server always serves the newest version)")(func)
+
+
+def _endpoint_name(platform, endpoint):
+    from components.vertex_registry import find_resource
+
+    if not platform.project:
+        _fail("platform.project is required on Vertex AI: set it in the config (profile), TFPIPE_PLATFORM__PROJECT "
+              "or --set platform.project=PROJECT")
+    if endpoint and endpoint.startswith("projects/"):
+        return endpoint
+    display_name = endpoint or platform.endpoint_display_name
+    name = find_resource("endpoint", display_name, platform.project, platform.location)
+    if not name:
+        _fail(f"no endpoint named {display_name!r} in projects/{platform.project}/locations/{platform.location}")
+    return name
+
+
+def _run(action, platform, endpoint, **arguments):
+    from google.api_core.exceptions import GoogleAPIError
+
+    from components.vertex_rollout import RolloutError
+
+    try:
+        name = _endpoint_name(platform, endpoint)
+        return action(name, aliases=list(platform.model_version_aliases), echo=click.echo, **arguments)
+    except RolloutError as e:
+        _fail(str(e))
+    except GoogleAPIError as e:
+        _fail(f"Vertex AI refused the change: {e}")
+
+
+@cli.command()
+@endpoint_options
+@click.option("--deployed-model-id", default="", help="the deployed model to promote [the most recently deployed]")
+@click.option("--keep-previous", type=click.IntRange(min=0), default=None,
+              help="earlier deployed models to keep at 0 %% [platform.keep_previous]")
+def promote(target, endpoint, deployed_model_id, keep_previous, config_file, profile, sets):
+    """Give the canary all of the endpoint's traffic, undeploy the other models (but --keep-previous) and move the
+    champion alias to its version."""
+    from components.vertex_rollout import promote as promote_canary
+
+    platform = _load(config_file, profile, sets).platform
+    kept = platform.keep_previous if keep_previous is None else keep_previous
+    result = _run(promote_canary, platform, endpoint, keep_previous=kept, deployed_model_id=deployed_model_id)
+    click.echo(f"promoted {result['model_version']} (deployed model {result['deployed_model_id']})")
+
+
+@cli.command()
+@endpoint_options
+def rollback(target, endpoint, config_file, profile, sets):
+    """Give the previous deployed model all of the endpoint's traffic and undeploy the newest one (the canary, or
+    the last full rollout if platform.keep_previous kept its predecessor deployed)."""
+    from components.vertex_rollout import rollback as roll_back
+
+    result = _run(roll_back, _load(config_file, profile, sets).platform, endpoint)
+    click.echo(f"rolled back to {result['model_version']} (deployed model {result['deployed_model_id']})")

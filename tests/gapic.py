@@ -1,0 +1,115 @@
+"""The Vertex AI GAPIC clients at their gRPC stubs: the clients run for real (request coercion, routing headers,
+regional endpoint, pagination, long-running operations); only the stub of one RPC is replaced, recording every
+request and answering with real aiplatform_v1 messages."""
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2
+
+
+class FakeStub:
+    """A gRPC unary-unary stub: records every request (with the channel's host and routing header) and answers
+    from `answer(request)`."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.calls = []
+
+    def bind(self, transport_class, rpc, monkeypatch):
+        stub = self
+
+        def prop(transport):
+            stub.host = transport._host
+            return stub
+
+        monkeypatch.setattr(transport_class, rpc, property(prop))
+        return self
+
+    def __call__(self, request, timeout=None, metadata=()):
+        routing = dict(metadata).get("x-goog-request-params")
+        self.calls.append((type(request).__name__, request, self.host, routing))
+        return self.answer(request)
+
+
+def done_operation(response, name: str = "operations/1") -> operations_pb2.Operation:
+    """A finished long-running operation carrying `response` (a proto-plus message)."""
+    packed = any_pb2.Any()
+    packed.Pack(type(response).pb(response))
+    return operations_pb2.Operation(name=name, done=True, response=packed)
+
+
+class RegistryDouble:
+    """One Vertex AI endpoint and one registry model behind the EndpointService / ModelService stubs, in memory:
+    deployed models (id, model version, deploy time), the traffic split and the version aliases. Every request is
+    recorded, in order, in `calls` as (rpc, request); the state changes as Vertex's would (UpdateEndpoint replaces
+    the split, UndeployModel refuses a model that still has traffic, MergeVersionAliases moves an alias)."""
+
+    def __init__(self, monkeypatch, endpoint_name: str, model_name: str, deployed: list, split: dict, aliases: dict):
+        from google.cloud.aiplatform_v1.services.endpoint_service.transports.grpc import EndpointServiceGrpcTransport
+        from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
+
+        self.endpoint_name, self.model_name = endpoint_name, model_name
+        self.deployed = list(deployed)  # [(deployed model id, version id, create time seconds)]
+        self.split = dict(split)
+        self.aliases = dict(aliases)  # {alias: version id}
+        self.calls = []
+        for transport, rpcs in ((EndpointServiceGrpcTransport, ("get_endpoint", "update_endpoint", "undeploy_model",
+                                                                 "list_endpoints")),
+                                (ModelServiceGrpcTransport, ("merge_version_aliases", "get_model"))):
+            for rpc in rpcs:
+                FakeStub(self._recorded(rpc, getattr(self, f"_{rpc}"))).bind(transport, rpc, monkeypatch)
+
+    def _recorded(self, rpc, answer):
+        def call(request):
+            self.calls.append((rpc, request))
+            return answer(request)
+        return call
+
+    def _endpoint(self):
+        from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb
+        from google.protobuf import timestamp_pb2
+
+        return endpoint_pb.Endpoint(
+            name=self.endpoint_name, traffic_split=self.split,
+            deployed_models=[endpoint_pb.DeployedModel(id=i, model=self.model_name, model_version_id=v,
+                                                       create_time=timestamp_pb2.Timestamp(seconds=t))
+                             for i, v, t in self.deployed])
+
+    def _get_endpoint(self, request):
+        return self._endpoint()
+
+    def _list_endpoints(self, request):
+        from google.cloud.aiplatform_v1.types import endpoint_service
+
+        return endpoint_service.ListEndpointsResponse(endpoints=[self._endpoint()])
+
+    def _update_endpoint(self, request):
+        assert list(request.update_mask.paths) == ["traffic_split"]
+        self.split = dict(request.endpoint.traffic_split)
+        return self._endpoint()
+
+    def _undeploy_model(self, request):
+        from google.api_core.exceptions import FailedPrecondition
+        from google.cloud.aiplatform_v1.types import endpoint_service
+
+        if self.split.get(request.deployed_model_id, 0):
+            raise FailedPrecondition(f"deployed model {request.deployed_model_id} still has traffic")
+        self.deployed = [d for d in self.deployed if d[0] != request.deployed_model_id]
+        self.split.pop(request.deployed_model_id, None)
+        return done_operation(endpoint_service.UndeployModelResponse())
+
+    def _version_aliases(self, version):
+        return [a for a, v in self.aliases.items() if v == version]
+
+    def _merge_version_aliases(self, request):
+        from google.cloud.aiplatform_v1.types import model as model_pb
+
+        version = request.name.partition("@")[2]
+        for alias in request.version_aliases:
+            self.aliases[alias] = version
+        return model_pb.Model(name=self.model_name, version_id=version, version_aliases=self._version_aliases(version))
+
+    def _get_model(self, request):
+        from google.cloud.aiplatform_v1.types import model as model_pb
+
+        name, _, version = request.name.partition("@")
+        version = self.aliases.get(version, version)
+        return model_pb.Model(name=name, version_id=version, version_aliases=self._version_aliases(version))

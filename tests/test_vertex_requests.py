@@ -1,0 +1,208 @@
+"""What the compiled Vertex pipeline asks of Vertex AI: each Google Cloud Pipeline Component task runs its own
+launcher (tests/gcpc.py) on the task's compiled inputs, and the request it sends is asserted field by field at the
+API client boundary: the JobService gRPC stubs (custom, tuning and batch prediction jobs; tests/gapic.py) and
+`requests` for the launchers that call the REST API (model upload, endpoint creation, deploy)."""
+import json
+
+import pytest
+import yaml
+from google.cloud.aiplatform_v1.services.job_service.transports.grpc import JobServiceGrpcTransport
+from google.cloud.aiplatform_v1.types import (batch_prediction_job, custom_job, hyperparameter_tuning_job,
+                                              job_state)
+from google.oauth2.credentials import Credentials
+
+from tests.gapic import FakeStub
+from tests.gcpc import Launch
+from tests.test_pipeline_compile import IDENTITY, KEY, LABELS, NETWORK, PLATFORM, SA, dag
+
+LOCATION = "europe-west4"
+PARENT = f"projects/my-project/locations/{LOCATION}"
+MODEL = f"{PARENT}/models/111"
+ENDPOINT = f"{PARENT}/endpoints/777"
+POOLS = [{"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 1,
+          "container_spec": {"image_uri": "example.com/tfpipe/trainer:abc", "command": ["python", "-m", "trainer.task"],
+                             "args": ["--data-dir", "gs://b/root/prepare-data/dataset"]}}]
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory):
+    from kfp import compiler
+
+    from pipelines.batch_prediction import build_batch_pipeline
+    from pipelines.training import build_pipeline
+
+    out = {}
+    for name, func in (("training", build_pipeline("vertex", PLATFORM)),
+                       ("batch", build_batch_pipeline("vertex", PLATFORM))):
+        path = tmp_path_factory.mktemp("spec") / f"{name}.yaml"
+        compiler.Compiler().compile(func, str(path))
+        out[name] = yaml.safe_load(path.read_text())
+    return out
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch):
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (Credentials(token="test-token"), "my-project"))
+
+
+def job_stubs(monkeypatch, kind, message_class):
+    """JobService Create<kind>/Get<kind>: the created job answers SUCCEEDED when the launcher polls it."""
+    created = []
+
+    def create(request):
+        job = message_class(getattr(request, kind))
+        job.name = f"{PARENT}/{kind.replace('_', '')}s/42"
+        created.append(request)
+        return job
+
+    def get(request):
+        job = message_class(getattr(created[-1], kind), name=request.name)
+        job.state = job_state.JobState.JOB_STATE_SUCCEEDED
+        return job
+
+    FakeStub(create).bind(JobServiceGrpcTransport, f"create_{kind}", monkeypatch)
+    FakeStub(get).bind(JobServiceGrpcTransport, f"get_{kind}", monkeypatch)
+    return created
+
+
+def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(specs, monkeypatch, tmp_path):
+    created = job_stubs(monkeypatch, "custom_job", custom_job.CustomJob)
+    Launch(specs["training"], dag(specs["training"])["custom-training-job"],
+           {"worker_pool_specs": POOLS, "base_output_directory": "gs://b/root/plan/job_dir",
+            "display_name": "tfpipe-training-20261123-train", "project": "my-project"}, {}, tmp_path).run()
+    [request] = created
+    assert request.parent == PARENT
+    job = request.custom_job
+    assert job.display_name == "tfpipe-training-20261123-train"
+    assert dict(job.labels) == LABELS
+    assert job.encryption_spec.kms_key_name == KEY
+    spec = job.job_spec
+    assert (spec.service_account, spec.network, spec.tensorboard) == (SA, NETWORK, PLATFORM.tensorboard)
+    assert spec.base_output_directory.output_uri_prefix == "gs://b/root/plan/job_dir"
+    assert spec.scheduling.restart_job_on_worker_restart
+    assert [(p.machine_spec.machine_type, p.replica_count, p.container_spec.image_uri)
+            for p in spec.worker_pool_specs] == [("n1-standard-8", 1, "example.com/tfpipe/trainer:abc")]
+
+
+def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch, tmp_path):
+    created = job_stubs(monkeypatch, "hyperparameter_tuning_job", hyperparameter_tuning_job.HyperparameterTuningJob)
+    Launch(specs["training"], dag(specs["training"], "comp-condition-2")["hyperparameter-tuning-job"],
+           {"worker_pool_specs": POOLS, "base_output_directory": "gs://b/root/plan/job_dir",
+            "display_name": "tfpipe-training-20261123-tune", "project": "my-project"}, {}, tmp_path).run()
+    [request] = created
+    job = request.hyperparameter_tuning_job
+    assert job.display_name == "tfpipe-training-20261123-tune"
+    assert job.encryption_spec.kms_key_name == KEY
+    trial = job.trial_job_spec
+    assert (trial.service_account, trial.network) == (SA, NETWORK)
+    assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == (4, 2, 1)
+    assert [(m.metric_id, m.goal.name) for m in job.study_spec.metrics] == [("accuracy", "MAXIMIZE")]
+    assert [(p.parameter_id, p.scale_type.name) for p in job.study_spec.parameters] == [
+        ("learning_rate", "UNIT_LOG_SCALE"), ("hidden_units", "UNIT_LOG_SCALE"), ("dropout", "UNIT_LINEAR_SCALE")]
+    assert job.study_spec.parameters[1].integer_value_spec.max_value == 256
+    assert job.study_spec.measurement_selection_type.name == "LAST_MEASUREMENT"
+
+
+def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_path):
+    created = job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob)
+    model = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}@3",
+             "metadata": {"resourceName": f"{MODEL}@3"}, "type": "google.VertexModel"}
+    Launch(specs["batch"], dag(specs["batch"])["model-batch-predict"],
+           {"job_display_name": "tfpipe-batch-prediction-20261123-batch", "gcs_source_uris": ["gs://b/in/a.jsonl"],
+            "gcs_destination_output_uri_prefix": "gs://b/root/run-7/plan-batch-prediction/destination",
+            "instances_format": "jsonl", "key_field": "", "manual_batch_tuning_parameters_batch_size": 64,
+            "project": "my-project"}, {"model": model}, tmp_path).run()
+    [request] = created
+    job = request.batch_prediction_job
+    assert job.display_name == "tfpipe-batch-prediction-20261123-batch"
+    assert job.model == f"{MODEL}@3"
+    assert job.service_account == SA and job.encryption_spec.kms_key_name == KEY
+    assert dict(job.labels) == {**LABELS, "pipeline": "tfpipe-batch-prediction"}
+    assert job.output_config.gcs_destination.output_uri_prefix == "gs://b/root/run-7/plan-batch-prediction/destination"
+    assert (job.dedicated_resources.machine_spec.machine_type, job.dedicated_resources.starting_replica_count,
+            job.dedicated_resources.max_replica_count) == ("n1-highmem-8", 3, 7)
+
+
+class Rest:
+    """`requests.post` / `requests.get` as GCPC's REST launchers call them: each call recorded (method, URL, JSON
+    body); a POST answers a finished long-running operation with `response`."""
+
+    def __init__(self, monkeypatch, response):
+        self.calls, self.response = [], response
+        monkeypatch.setattr("requests.post", self.post)
+
+    def post(self, url, data, headers):
+        self.calls.append(("POST", url, json.loads(data), headers["Authorization"]))
+        return self
+
+    def json(self):
+        return {"name": f"{PARENT}/operations/9", "done": True, "response": self.response}
+
+
+def test_model_upload_request_carries_cmek_labels_and_the_serving_container(specs, monkeypatch, tmp_path):
+    rest = Rest(monkeypatch, {"model": MODEL, "modelVersionId": "4"})
+    branch = dag(specs["training"], "comp-condition-6")["model-upload"]
+    parent = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}", "metadata": {"resourceName": MODEL},
+              "type": "google.VertexModel"}
+    unmanaged = {"uri": "gs://b/root/import-trained-model/job_dir/model", "type": "google.UnmanagedContainerModel",
+                 "metadata": {"containerSpec": PLATFORM.serving_container_spec()}}
+    launch = Launch(specs["training"], branch, {"project": "my-project"},
+                    {"parent_model": parent, "unmanaged_container_model": unmanaged}, tmp_path).run()
+    [(method, url, body, auth)] = rest.calls
+    assert (method, url, auth) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/models:upload",
+                                   "Bearer test-token")
+    assert body == {"parent_model": MODEL, "model": {
+        "display_name": "digits", "encryption_spec": {"kms_key_name": KEY}, "labels": LABELS,
+        "artifact_uri": "gs://b/root/import-trained-model/job_dir/model",
+        "container_spec": {"imageUri": "example.com/serving:2", "ports": [{"containerPort": 8080}]}}}
+    assert "version_aliases" not in body["model"]  # the alias moves only once the version serves
+    output = json.loads(launch.workdir.joinpath("executor_output.json").read_text())
+    assert output["artifacts"]["model"]["artifacts"][0]["metadata"]["resourceName"] == f"{MODEL}@4"
+
+
+def test_endpoint_creation_carries_cmek_and_labels(specs, monkeypatch, tmp_path):
+    rest = Rest(monkeypatch, {"name": ENDPOINT})
+    Launch(specs["training"], dag(specs["training"], "comp-condition-11")["endpoint-create"],
+           {"project": "my-project"}, {}, tmp_path).run()
+    [(method, url, body, _)] = rest.calls
+    assert (method, url) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/endpoints")
+    assert body == {"display_name": "digits-endpoint", "labels": LABELS, "encryption_spec": {"kms_key_name": KEY}}
+
+
+def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkeypatch, tmp_path):
+    rest = Rest(monkeypatch, {"deployedModel": {"id": "9"}})
+    endpoint = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{ENDPOINT}",
+                "metadata": {"resourceName": ENDPOINT}, "type": "google.VertexEndpoint"}
+    model = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}@4",
+             "metadata": {"resourceName": f"{MODEL}@4"}, "type": "google.VertexModel"}
+    Launch(specs["training"], dag(specs["training"], "comp-condition-12")["model-deploy"],
+           {"traffic_split": {"0": 10, "d1": 90}}, {"endpoint": endpoint, "model": model}, tmp_path).run()
+    [(method, url, body, _)] = rest.calls
+    assert (method, url) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{ENDPOINT}:deployModel")
+    assert body["traffic_split"] == {"0": 10, "d1": 90}
+    deployed = body["deployed_model"]
+    assert deployed["model"] == f"{MODEL}@4" and deployed["service_account"] == SA
+    assert deployed["dedicated_resources"]["machine_spec"] == {
+        "machine_type": "n1-highcpu-4", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1}
+    assert (deployed["dedicated_resources"]["min_replica_count"],
+            deployed["dedicated_resources"]["max_replica_count"]) == (2, 5)
+
+
+def test_every_gcpc_task_that_takes_the_identity_gets_it(specs):
+    """No GCPC task of either pipeline leaves an identity input it has at its default."""
+    def tasks(spec):
+        for component in [spec["root"], *spec["components"].values()]:
+            yield from component.get("dag", {}).get("tasks", {}).values()
+
+    checked = set()
+    for spec in specs.values():
+        for task in tasks(spec):
+            inputs = task["inputs"].get("parameters", {})
+            for name, value in IDENTITY.items():
+                if name in spec["components"][task["componentRef"]["name"]]["inputDefinitions"]["parameters"] \
+                        and name != "network" or (name == "network" and task["taskInfo"]["name"] !=
+                                                  "endpoint-create" and name in inputs):
+                    assert inputs[name]["runtimeValue"]["constant"] == value, (task["taskInfo"]["name"], name)
+                    checked.add(task["taskInfo"]["name"])
+    assert checked == {"custom-training-job", "hyperparameter-tuning-job", "model-upload", "model-upload-2",
+                       "endpoint-create", "model-deploy", "model-batch-predict"}
