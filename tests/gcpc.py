@@ -11,6 +11,7 @@ from pathlib import Path
 PARAMETER = re.compile(r"\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}")
 ARTIFACT_METADATA = re.compile(r"\{\{\$\.inputs\.artifacts\['([^']+)'\]\.metadata\['([^']+)'\]\}\}")
 OUTPUT_FILE = re.compile(r"\{\{\$\.outputs\.parameters\['([^']+)'\]\.output_file\}\}")
+RUN = {"{{$.pipeline_job_uuid}}": "run-uuid-1", "{{$.pipeline_job_name}}": "tfpipe-training-20261123"}
 
 
 def _typed(value, kind):
@@ -72,6 +73,8 @@ class Launch:
         text = PARAMETER.sub(lambda m: _text(self.parameters[m[1]]), text)
         text = ARTIFACT_METADATA.sub(lambda m: str(self.artifacts[m[1]]["metadata"][m[2]]), text)
         text = text.replace("{{$.pipeline_google_cloud_project_id}}", self.parameters.get("project", ""))
+        for placeholder, value in RUN.items():
+            text = text.replace(placeholder, value)
         return OUTPUT_FILE.sub(lambda m: self.outputs[m[1]], text)
 
     def _resolve(self, arg) -> list[str]:
@@ -83,9 +86,8 @@ class Launch:
             return ["".join(part for item in arg["Concat"] for part in self._resolve(item))]
         present = arg["IfPresent"]
         name = present["InputName"]
-        if name in self.parameters or name in self.artifacts:
-            return [a for item in present.get("Then", []) for a in self._resolve(item)]
-        return [a for item in present.get("Else", []) for a in self._resolve(item)]
+        branch = present.get("Then" if name in self.parameters or name in self.artifacts else "Else", [])
+        return [a for item in (branch if isinstance(branch, list) else [branch]) for a in self._resolve(item)]
 
     def run(self) -> "Launch":
         importlib.import_module(self.module).main(self.args)
