@@ -8,10 +8,9 @@ produced the champion itself).
 """
 from typing import NamedTuple
 
-Outputs = NamedTuple("Outputs", [("path", str), ("name", str), ("model_uri", str)])
 
-
-def find_repository_champion(model_repository: str, model_name: str) -> Outputs:
+def find_repository_champion(model_repository: str, model_name: str) -> NamedTuple(
+        "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
     """KFP step (self-hosted): the model repository's newest version."""
     from collections import namedtuple
 
@@ -26,7 +25,8 @@ def find_repository_champion(model_repository: str, model_name: str) -> Outputs:
     return outputs(found.path, f"champion v{found.number}", found.metadata.get("source_model_uri", ""))
 
 
-def find_registry_champion(display_name: str, alias: str, project: str, location: str) -> Outputs:
+def find_registry_champion(display_name: str, alias: str, project: str, location: str) -> NamedTuple(
+        "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
     """KFP step (Vertex): the registry model's version holding `alias`."""
     from collections import namedtuple
 

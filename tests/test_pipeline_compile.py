@@ -3,6 +3,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from components.vertex_training import worker_pool_specs
+from components.study_spec import DEFAULT_STUDY
 from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import ConfigError, Platform, load_config
 from pipelines.training import build_pipeline
@@ -165,15 +166,10 @@ def test_vertex_tuning_branch(tmp_path):
     assert job["max_failed_trial_count"] == 1
     assert job["study_spec_algorithm"] == "ALGORITHM_UNSPECIFIED"
     assert job["study_spec_measurement_selection_type"] == "LAST_MEASUREMENT"
-    # enums by name, as the proto's JSON mapping writes them (KFP would turn enum numbers into floats)
+    # enums by name, as the proto's JSON mapping writes them (KFP would turn enum numbers into floats); the
+    # compiled constants are the study's lists unchanged (tests/test_study.py checks the lists themselves)
     assert job["study_spec_metrics"] == [{"metric_id": "accuracy", "goal": "MAXIMIZE"}]
-    assert job["study_spec_parameters"] == [
-        {"parameter_id": "learning_rate", "double_value_spec": {"min_value": 0.0001, "max_value": 0.03},
-         "scale_type": "UNIT_LOG_SCALE"},
-        {"parameter_id": "hidden_units", "integer_value_spec": {"min_value": "32", "max_value": "256"},
-         "scale_type": "UNIT_LOG_SCALE"},
-        {"parameter_id": "dropout", "discrete_value_spec": {"values": [0.0, 0.1, 0.2, 0.3]},
-         "scale_type": "UNIT_LINEAR_SCALE"}]
+    assert job["study_spec_parameters"] == DEFAULT_STUDY.study_spec_parameters()
     best = params(tuning["read-best-trial"])
     assert best["gcp_resources"] == {"taskOutputParameter": {"outputParameterKey": "gcp_resources",
                                                              "producerTask": "hyperparameter-tuning-job"}}
