@@ -62,13 +62,16 @@ def _pump(stream, prefix: str, sink, log_file) -> None:
     stream.close()
 
 
-def _start_group(num_workers: int, trainer_args: list[str], env: dict, log_dir: str, attempt: int, sink):
+def _tf_config_env(ports: list[int], index: int) -> dict:
+    return {"TF_CONFIG": json.dumps(tf_config(ports, index))} if len(ports) > 1 else {}
+
+
+def _start_group(num_workers: int, trainer_args: list[str], env: dict, log_dir: str, attempt: int, sink,
+                 cluster_env=_tf_config_env):
     ports = free_ports(num_workers) if num_workers > 1 else []
     procs, threads = [], []
     for index in range(num_workers):
-        worker_env = dict(env)
-        if num_workers > 1:
-            worker_env["TF_CONFIG"] = json.dumps(tf_config(ports, index))
+        worker_env = {**env, **cluster_env(ports, index)}
         name = task_name(index)
         log_file = open(os.path.join(log_dir, f"{name}.attempt-{attempt}.log"), "w")
         proc = subprocess.Popen(
@@ -103,10 +106,12 @@ def launch(
     env: dict | None = None,
     sink=None,
     on_start=None,
+    cluster_env=_tf_config_env,
 ) -> LaunchResult:
     """Run the trainer group until every worker exits 0, restarting the whole group on any failure.
 
-    `on_start(attempt, pids)` is called after each group starts (used to observe or inject faults).
+    `on_start(attempt, pids)` is called after each group starts (used to observe or inject faults);
+    `cluster_env(ports, index)` gives worker `index` its cluster variables (default: `TF_CONFIG`, chief + workers).
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -122,7 +127,7 @@ def launch(
     for attempt in range(1, max_restarts + 2):
         result.attempts = attempt
         sink.write(f"[launcher] attempt {attempt}: starting {num_workers} worker(s)\n")
-        procs, threads = _start_group(num_workers, trainer_args, base_env, log_dir, attempt, sink)
+        procs, threads = _start_group(num_workers, trainer_args, base_env, log_dir, attempt, sink, cluster_env)
         if on_start:
             on_start(attempt, [p.pid for p, _ in procs])
         failed = None

@@ -50,7 +50,9 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
     """Assemble the run summary from the steps' statuses and their output artifacts."""
     failed = [s for s in steps if s.status == "FAILED"]
     stats = _json(_output(run_root, "prepare-data", "dataset", "stats.json"))
-    training = _json(_output(run_root, "train-model", "training", "metrics.json"))
+    # the step whose `training` output holds the metrics: train-model (self-hosted) or import-trained-model (vertex)
+    trained_by = "import-trained-model" if run_root and (run_root / "import-trained-model").is_dir() else "train-model"
+    training = _json(_output(run_root, trained_by, "training", "metrics.json"))
     evaluation = _json(_output(run_root, "evaluate-model", "evaluation"))
     published = _json(_output(run_root, "publish-model", "published")) or {}
     tflite = _json(_output(run_root, "quantize-model", "quantization"))
@@ -80,7 +82,7 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
                              "seconds": study.get("seconds"), "metric_id": (study.get("spec") or {}).get("metric_id"),
                              "plot": str(_output(run_root, "tune-hyperparameters", "tuning", "trials.png"))},
         "model": {
-            "artifact": str(_output(run_root, "train-model", "model")) if training else None,
+            "artifact": str(_output(run_root, trained_by, "model")) if training else None,
             "published_version": published.get("version"),
             "published_path": published.get("path"),
         },

@@ -63,4 +63,4 @@ def main() -> None:
         sys.exit(130)
 
 
-from pipelines.cli import delivery, endpoint, local, serving  # noqa: E402,F401 (register the commands)
+from pipelines.cli import delivery, endpoint, local, rehearse, serving  # noqa: E402,F401 (register the commands)

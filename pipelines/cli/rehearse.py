@@ -1,0 +1,62 @@
+"""`rehearse`: run the compiled Vertex AI pipeline on this machine against a local Vertex AI API double."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+
+from pipelines.cli import _PIPELINES, _fail, _load, _local_path, cli, config_options
+
+DEFAULT_STATE = "runs/rehearsal-state"
+
+
+@cli.command()
+@click.option("--template", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="the compiled Vertex pipeline to run [compiled now from the config]")
+@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+              help="which pipeline to compile (without --template)")
+@config_options
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="pipeline input (repeatable), typed and checked against the template")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="output folder [runs/rehearsal-<time>]")
+@click.option("--state", "state_dir", type=click.Path(file_okay=False), default=DEFAULT_STATE, show_default=True,
+              help="the rehearsed Model Registry, endpoints and GCS bucket, shared by successive rehearsals")
+@click.option("-v", "--verbose", is_flag=True, help="stream every step's log")
+def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, state_dir, verbose):
+    """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'
+    own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
+    from pipelines.cli.local import _print_summary
+    from pipelines.rehearsal.run import rehearse as run_rehearsal
+    from pipelines.templates import TemplateError, compile_template, load_template, parse_params
+
+    out = Path(out_dir or f"runs/rehearsal-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if not template:
+            template = compile_template("vertex", pipeline, _load(config_file, profile, sets), out / "template.yaml")
+        spec = load_template(template)
+        arguments = parse_params(params, spec)
+    except TemplateError as e:
+        _fail(str(e))
+    inputs = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+    for name in ("data_source", "instances"):  # local paths: absolute, steps run in other folders
+        if name in arguments:
+            arguments[name] = ",".join(_local_path(i.strip()) for i in str(arguments[name]).split(","))
+    if "data_source" in inputs and "data_source" not in arguments:
+        default = inputs["data_source"].get("defaultValue", "")
+        if default and not default.startswith(("gs://", "builtin:")):
+            arguments["data_source"] = _local_path(default)
+    click.echo(f"Rehearsing {spec['pipelineInfo']['name']} ({template}) against a local Vertex AI; output in {out}")
+    summary = run_rehearsal(template, arguments, out, Path(state_dir).resolve(), verbose, click.echo)
+    from pipelines import report
+
+    report.write(summary, out)
+    _print_summary(summary)
+    vertex = summary["vertex"]
+    click.echo(f"  Vertex AI requests: {vertex['requests']}")
+    for endpoint in vertex["endpoints"]:
+        click.echo(f"  endpoint {endpoint['display_name']}: traffic {endpoint['traffic_split']}")
+    if summary["status"] != "SUCCEEDED":
+        _fail(summary["error"] or f"the rehearsal failed; see the step logs in {out / 'logs'}")

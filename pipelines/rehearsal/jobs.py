@@ -1,0 +1,229 @@
+"""What the double's jobs and deployed models do, with the project's local equivalents of Vertex AI's engines:
+
+- a custom job's worker pools: the local multi-worker launcher, with `CLUSTER_SPEC`, `TF_CONFIG` and the `AIP_*`
+  directories set the way Vertex sets them for pool 0 (the chief) and pool 1 (the workers);
+- a hyperparameter tuning job: the local study (OSS Vizier) over the job's study spec, each trial the trial pool's
+  command with the trial's values, `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file;
+- a batch prediction job: the local batch predictor, output in Vertex's layout under the destination prefix;
+- a deployed model: this project's serving container entry point on the model's artifacts (AIP_STORAGE_URI), the
+  deploy done once its health route answers, as Vertex waits for a container's health check.
+Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+TRAINER_COMMAND = ["python", "-m", "trainer.task"]  # the trainer image's entry point
+HEALTH_TIMEOUT = 300  # seconds a deployed container has to answer its health route
+
+
+class JobError(RuntimeError):
+    """The job failed (its `error.message`)."""
+
+
+def _pools(job_spec: dict) -> list[dict]:
+    pools = job_spec.get("worker_pool_specs") or []
+    if not pools or not any(p.get("replica_count") for p in pools):
+        raise JobError("worker_pool_specs: at least one worker pool with replica_count > 0 is required")
+    for index, pool in enumerate(pools):
+        if not pool.get("machine_spec", {}).get("machine_type"):
+            raise JobError(f"worker_pool_specs[{index}].machine_spec.machine_type is required")
+        if not pool.get("container_spec", {}).get("image_uri"):
+            raise JobError(f"worker_pool_specs[{index}].container_spec.image_uri is required")
+    if int(pools[0].get("replica_count", 0)) != 1:
+        raise JobError(f"worker_pool_specs[0] (the chief) must have replica_count 1, got {pools[0].get('replica_count')}")
+    if len(pools) > 2 and any(p.get("replica_count") for p in pools[2:]):
+        raise JobError("parameter servers and evaluators (worker pools 2 and 3) are not rehearsed: "
+                       "MultiWorkerMirroredStrategy uses pools 0 and 1")
+    return pools[:2]
+
+
+def _trainer_args(pool: dict) -> list[str]:
+    container = pool["container_spec"]
+    command = container.get("command") or TRAINER_COMMAND  # no command: the image's ENTRYPOINT
+    if command != TRAINER_COMMAND:
+        raise JobError(f"container command {command}: a rehearsal runs the trainer image's {' '.join(TRAINER_COMMAND)}")
+    return list(container.get("args", []))
+
+
+def _container_env(pool: dict) -> dict:
+    return {e["name"]: e.get("value", "") for e in pool["container_spec"].get("env", [])}
+
+
+def aip_dirs(base: str) -> dict:
+    base = base.rstrip("/")
+    return {"AIP_MODEL_DIR": f"{base}/model/", "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
+            "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/"}
+
+
+def vertex_cluster_env(ports: list[int], index: int) -> dict:
+    """Worker `index` of a custom job with pools 0 (one chief) and 1 (the rest): CLUSTER_SPEC and TF_CONFIG."""
+    if len(ports) < 2:
+        return {}
+    addresses = [f"localhost:{p}" for p in ports]
+    pool, pool_index = ("workerpool0", 0) if index == 0 else ("workerpool1", index - 1)
+    cluster_spec = {"cluster": {"workerpool0": addresses[:1], "workerpool1": addresses[1:]}, "environment": "cloud",
+                    "task": {"type": pool, "index": pool_index}}
+    tf_config = {"cluster": {"chief": addresses[:1], "worker": addresses[1:]}, "environment": "cloud",
+                 "task": {"type": "chief" if index == 0 else "worker", "index": pool_index}}
+    return {"CLUSTER_SPEC": json.dumps(cluster_spec), "TF_CONFIG": json.dumps(tf_config)}
+
+
+def run_custom_job(job: dict, log_dir: str, on_start, sink) -> None:
+    from components.train_model import TrainingError, launch
+
+    spec = job.get("job_spec", {})
+    pools = _pools(spec)
+    base = spec.get("base_output_directory", {}).get("output_uri_prefix", "")
+    if not base:
+        raise JobError("job_spec.base_output_directory.output_uri_prefix is required (AIP_MODEL_DIR derives from it)")
+    args = [_trainer_args(p) for p in pools if p.get("replica_count")]
+    if any(a != args[0] for a in args):
+        raise JobError("worker pools 0 and 1 run different arguments; MultiWorkerMirroredStrategy needs the same")
+    workers = sum(int(p.get("replica_count", 0)) for p in pools)
+    try:
+        launch(workers, args[0], log_dir, max_restarts=0, env={**_container_env(pools[0]), **aip_dirs(base)},
+               sink=sink, on_start=on_start, cluster_env=vertex_cluster_env)
+    except TrainingError as e:
+        raise JobError(f"the training job failed: {e}") from None
+
+
+_ALGORITHMS = {"GRID_SEARCH": "grid", "RANDOM_SEARCH": "random"}
+
+
+def study_spec(job: dict):
+    """This project's StudySpec for a HyperparameterTuningJob request."""
+    from pydantic import ValidationError
+
+    from components.study_spec import StudySpec
+
+    study = job.get("study_spec", {})
+    metrics = study.get("metrics", [])
+    if len(metrics) != 1:
+        raise JobError(f"study_spec.metrics: exactly one metric is rehearsed, got {len(metrics)}")
+    parameters = []
+    for p in study.get("parameters", []):
+        scale = {"UNIT_LOG_SCALE": "log", "UNIT_REVERSE_LOG_SCALE": "reverse_log"}.get(p.get("scale_type"), "linear")
+        if "double_value_spec" in p or "integer_value_spec" in p:
+            kind = "double" if "double_value_spec" in p else "integer"
+            bounds = p[f"{kind}_value_spec"]
+            parameters.append({"type": kind, "parameter_id": p["parameter_id"], "scale": scale,
+                               "min": float(bounds.get("min_value", 0)), "max": float(bounds.get("max_value", 0))})
+        elif "categorical_value_spec" in p:
+            parameters.append({"type": "categorical", "parameter_id": p["parameter_id"],
+                               "values": p["categorical_value_spec"].get("values", [])})
+        elif "discrete_value_spec" in p:
+            parameters.append({"type": "discrete", "parameter_id": p["parameter_id"], "scale": scale,
+                               "values": p["discrete_value_spec"].get("values", [])})
+        else:
+            raise JobError(f"study_spec.parameters: {p.get('parameter_id')!r} has no value spec")
+    max_trials = int(job.get("max_trial_count", 0))
+    try:
+        return StudySpec(
+            metric_id=metrics[0]["metric_id"], goal=metrics[0].get("goal", "MAXIMIZE").lower(), parameters=parameters,
+            max_trial_count=max_trials, parallel_trial_count=int(job.get("parallel_trial_count", 0)),
+            # 0: Vertex decides; the rehearsal lets every trial fail before the job does
+            max_failed_trial_count=int(job.get("max_failed_trial_count", 0)) or max_trials,
+            algorithm=_ALGORITHMS.get(study.get("algorithm", ""), "default"),
+            measurement="best" if study.get("measurement_selection_type") == "BEST_MEASUREMENT" else "last")
+    except ValidationError as e:
+        raise JobError(f"invalid study: {e.errors()[0]['msg']}") from None
+
+
+def run_tuning_job(job: dict, sink) -> list[dict]:
+    """Run the study; return the job's `trials` (Vertex's Trial fields)."""
+    from components.run_study import StudyFailed, run_study
+
+    spec = study_spec(job)
+    trial = job.get("trial_job_spec", {})
+    pools = _pools(trial)
+    if sum(int(p.get("replica_count", 0)) for p in pools) != 1:
+        raise JobError("the rehearsal runs single-replica trials (worker pool 0, replica_count 1)")
+    base = trial.get("base_output_directory", {}).get("output_uri_prefix", "")
+    if not base:
+        raise JobError("trial_job_spec.base_output_directory.output_uri_prefix is required")
+    try:
+        result = run_study(spec, base.rstrip("/"), _trainer_args(pools[0]), env=_container_env(pools[0]),
+                           log=lambda line: sink.write(line + "\n"))
+    except StudyFailed as e:
+        raise JobError(str(e)) from None
+    trials = []
+    for t in result["trials"]:
+        done = t["status"] == "SUCCEEDED"
+        trials.append({
+            "id": t["trial_id"], "state": "SUCCEEDED" if done else "INFEASIBLE",
+            "parameters": [{"parameter_id": k, "value": v} for k, v in t["parameters"].items()],
+            **({"final_measurement": {"metrics": [{"metric_id": spec.metric_id, "value": t["metric"]}]}} if done
+               else {"infeasible_reason": t.get("error") or "failed"})})
+    return trials
+
+
+def run_batch_job(job: dict, artifact_uri: str, display_name: str) -> dict:
+    """Run the batch predictor; return `output_info` and `completion_stats`."""
+    from components.batch_predict import batch_predict
+
+    source = job.get("input_config", {})
+    uris = source.get("gcs_source", {}).get("uris", [])
+    prefix = job.get("output_config", {}).get("gcs_destination", {}).get("output_uri_prefix", "")
+    if not uris or not prefix:
+        raise JobError("input_config.gcs_source.uris and output_config.gcs_destination.output_uri_prefix are required")
+    if job.get("output_config", {}).get("predictions_format", "jsonl") != "jsonl":
+        raise JobError("output_config.predictions_format: the rehearsal writes jsonl")
+    batch = job.get("manual_batch_tuning_parameters", {}).get("batch_size") or 64
+    try:
+        summary = batch_predict(artifact_uri, ",".join(uris), source.get("instances_format", "jsonl"), prefix,
+                                display_name, batch_size=int(batch),
+                                key_field=job.get("instance_config", {}).get("key_field", ""))
+    except (ValueError, FileNotFoundError) as e:
+        raise JobError(f"batch prediction failed: {e}") from None
+    return {"output_info": {"gcs_output_directory": summary["output_directory"]},
+            "completion_stats": {"successful_count": str(summary["succeeded"]),
+                                 "failed_count": str(summary["failed"])}}
+
+
+def free_port() -> int:
+    from components.train_model import free_ports
+
+    return free_ports(1)[0]
+
+
+def start_container(artifact_uri: str, endpoint_id: str, deployed_model_id: str, log_path: str):
+    """The serving container for a deployed model; returns (process, base URL) once its health route answers 200."""
+    port = free_port()
+    env = {**os.environ, "AIP_STORAGE_URI": artifact_uri, "AIP_HTTP_PORT": str(port), "AIP_ENDPOINT_ID": endpoint_id,
+           "AIP_DEPLOYED_MODEL_ID": deployed_model_id, "AIP_HEALTH_ROUTE": "/health", "AIP_PREDICT_ROUTE": "/predict"}
+    log = open(log_path, "w")
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.serving.vertex_container"], env=env, stdout=log,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + HEALTH_TIMEOUT
+    while time.time() < deadline:
+        if process.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return process, url
+        except OSError:
+            pass
+        time.sleep(0.5)
+    stop_container(process)
+    with open(log_path) as f:
+        tail = " | ".join(f.read().strip().splitlines()[-3:])
+    raise JobError(f"the model server never became healthy (container exit code {process.returncode}): {tail}")
+
+
+def stop_container(process) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

@@ -1,0 +1,109 @@
+"""Point the Google clients of a process at the local Vertex AI API double instead of
+`REGION-aiplatform.googleapis.com`: GAPIC gRPC channels (the aiplatform_v1 clients GCPC's job launchers and this
+project's steps use), `requests` calls (GCPC's REST launchers: upload, endpoint, deploy), Application Default
+Credentials (a fixed token), and GCPC's 20-second polling intervals (1 s, so a rehearsal does not wait on them).
+
+Each patch is applied when its module is first imported (a post-import hook), so processes that never talk to
+Vertex, such as the trainer's workers, import nothing more. Subprocesses get the same through `shim/sitecustomize.py`,
+which `environment()` puts first on PYTHONPATH.
+"""
+import importlib.abc
+import os
+import re
+import sys
+
+ENV = "TFPIPE_VERTEX_API"  # "<grpc host:port> <http base URL> <project>"
+SHIM = os.path.join(os.path.dirname(__file__), "shim")
+VERTEX_HOST = re.compile(r"^[a-z0-9-]+-aiplatform\.googleapis\.com(:443)?$")
+VERTEX_URL = re.compile(r"^https://[a-z0-9-]+-aiplatform\.googleapis\.com/")
+POLL_SECONDS = 1
+
+
+def environment(grpc_target: str, http_base: str, project: str) -> dict:
+    """The variables that make a subprocess talk to the double."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {ENV: f"{grpc_target} {http_base} {project}",
+            "PYTHONPATH": SHIM + (os.pathsep + path if path else "")}
+
+
+def _patch_grpc(module, target):
+    import grpc
+
+    create = module.create_channel
+
+    def create_channel(host, *args, **kwargs):
+        return grpc.insecure_channel(target) if VERTEX_HOST.match(host) else create(host, *args, **kwargs)
+
+    module.create_channel = create_channel
+
+
+def _patch_requests(module, base):
+    send = module.Session.request
+
+    def request(self, method, url, *args, **kwargs):
+        return send(self, method, VERTEX_URL.sub(base.rstrip("/") + "/", url), *args, **kwargs)
+
+    module.Session.request = request
+
+
+def _patch_auth(module, project):
+    def default(*args, **kwargs):
+        from google.oauth2.credentials import Credentials  # not at patch time: google.auth is still initialising
+
+        return Credentials(token="rehearsal"), project
+
+    module.default = default
+
+
+def _patch_polling(module):
+    module._POLLING_INTERVAL_IN_SECONDS = POLL_SECONDS
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `patches[name](module)` right after module `name` is executed."""
+
+    def __init__(self, patches: dict):
+        self.patches = patches
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.patches:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module, patch = spec.loader.exec_module, self.patches[name]
+
+        def patched(module):
+            exec_module(module)
+            patch(module)
+
+        spec.loader.exec_module = patched
+        return spec
+
+
+def install(grpc_target: str, http_base: str, project: str) -> None:
+    """Redirect this process (modules imported already are patched now, the others when imported)."""
+    import importlib.util  # noqa: F401 (used by _AfterImport)
+
+    patches = {
+        "google.api_core.grpc_helpers": lambda m: _patch_grpc(m, grpc_target),
+        "requests.sessions": lambda m: _patch_requests(m, http_base),
+        "google.auth": lambda m: _patch_auth(m, project),
+        "google_cloud_pipeline_components.container.v1.gcp_launcher.job_remote_runner": _patch_polling,
+        "google_cloud_pipeline_components.container.v1.gcp_launcher.lro_remote_runner": _patch_polling,
+    }
+    for name, patch in list(patches.items()):
+        if name in sys.modules:
+            patch(sys.modules[name])
+            del patches[name]
+    sys.meta_path.insert(0, _AfterImport(patches))
+
+
+def install_from_env() -> None:
+    value = os.environ.get(ENV)
+    if value:
+        install(*value.split(" "))

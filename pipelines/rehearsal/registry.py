@@ -1,0 +1,212 @@
+"""The double's Model Registry and endpoints, kept in a JSON file so that successive rehearsals build on each other
+(the second run finds the first one's champion and endpoint). Behaves like Vertex AI where the pipeline relies on
+it: a model's first version holds the `default` alias; an alias names one version (merging moves it; `-alias`
+removes it); a deploy's traffic split uses "0" for the new model and must sum to 100; a deployed model with traffic
+cannot be undeployed."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+
+class ApiError(Exception):
+    """An error Vertex AI would answer with: a gRPC status name, an HTTP code and a message."""
+
+    HTTP = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "NOT_FOUND": 404, "ALREADY_EXISTS": 409,
+            "INTERNAL": 500}
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status, self.message, self.http = status, message, self.HTTP[status]
+
+
+def _now() -> float:
+    return round(time.time(), 3)
+
+
+class Registry:
+    def __init__(self, path: str, project: str, location: str):
+        self.path, self.parent = path, f"projects/{project}/locations/{location}"
+        self.lock = threading.RLock()
+        self.state = {"models": {}, "endpoints": {}, "next_id": 1}
+        if os.path.exists(path):
+            with open(path) as f:
+                self.state = json.load(f)
+
+    def save(self) -> None:
+        with self.lock:
+            tmp = f"{self.path}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(self.state, f, indent=1)
+            os.replace(tmp, self.path)
+
+    def new_id(self) -> str:
+        with self.lock:
+            self.state["next_id"] += 1
+            return str(1000 + self.state["next_id"])
+
+    def check_parent(self, parent: str) -> None:
+        if parent != self.parent:
+            raise ApiError("INVALID_ARGUMENT", f"parent {parent!r}: this rehearsal's project and location are "
+                                               f"{self.parent!r}")
+
+    # --- models --------------------------------------------------------------------------------------------------
+
+    def upload(self, parent: str, model: dict, parent_model: str = "") -> tuple[str, str]:
+        """A new model, or a new version of `parent_model`; returns (model name, version id)."""
+        self.check_parent(parent)
+        if not model.get("display_name"):
+            raise ApiError("INVALID_ARGUMENT", "model.display_name is required")
+        if not model.get("artifact_uri"):
+            raise ApiError("INVALID_ARGUMENT", "model.artifact_uri is required")
+        if not model.get("container_spec", {}).get("image_uri"):
+            raise ApiError("INVALID_ARGUMENT", "model.container_spec.image_uri is required")
+        with self.lock:
+            if parent_model:
+                entry = self.state["models"].get(parent_model)
+                if entry is None:
+                    raise ApiError("NOT_FOUND", f"parent model {parent_model} not found")
+                name = parent_model
+            else:
+                name = f"{parent}/models/{self.new_id()}"
+                entry = self.state["models"][name] = {"display_name": model["display_name"], "versions": []}
+            version_id = str(len(entry["versions"]) + 1)
+            aliases = list(model.get("version_aliases", []))
+            if not entry["versions"]:
+                aliases.append("default")
+            for alias in aliases:
+                self._drop_alias(entry, alias)
+            entry["versions"].append({**model, "name": name, "version_id": version_id, "version_aliases": aliases,
+                                      "create_time": _now()})
+            self.save()
+            return name, version_id
+
+    @staticmethod
+    def _drop_alias(entry: dict, alias: str) -> None:
+        for version in entry["versions"]:
+            if alias in version["version_aliases"]:
+                version["version_aliases"].remove(alias)
+
+    def _model(self, name: str) -> dict:
+        entry = self.state["models"].get(name)
+        if entry is None:
+            raise ApiError("NOT_FOUND", f"model {name} not found")
+        return entry
+
+    def version(self, name: str) -> dict:
+        """`.../models/ID`, `...@VERSION` or `...@ALIAS` (no suffix: the default version)."""
+        base, _, wanted = name.partition("@")
+        with self.lock:
+            entry = self._model(base)
+            wanted = wanted or "default"
+            for version in entry["versions"]:
+                if wanted == version["version_id"] or wanted in version["version_aliases"]:
+                    return {**version, "display_name": entry["display_name"]}
+        raise ApiError("NOT_FOUND", f"model {name} not found: no version or alias {wanted!r}")
+
+    def list_models(self, parent: str, display_name: str | None) -> list[dict]:
+        self.check_parent(parent)
+        with self.lock:
+            return [self.version(name) for name, entry in self.state["models"].items()
+                    if display_name is None or entry["display_name"] == display_name]
+
+    def merge_aliases(self, name: str, aliases: list[str]) -> dict:
+        base, _, version_id = name.partition("@")
+        if not version_id or not version_id.isdigit():
+            raise ApiError("INVALID_ARGUMENT", f"{name}: name a version with its id (MODEL@VERSION_ID)")
+        with self.lock:
+            entry = self._model(base)
+            target = next((v for v in entry["versions"] if v["version_id"] == version_id), None)
+            if target is None:
+                raise ApiError("NOT_FOUND", f"model version {name} not found")
+            for alias in aliases:
+                if alias == "-default":
+                    raise ApiError("INVALID_ARGUMENT", "the default alias cannot be removed")
+                if alias.startswith("-"):
+                    if alias[1:] in target["version_aliases"]:
+                        target["version_aliases"].remove(alias[1:])
+                else:
+                    self._drop_alias(entry, alias)
+                    target["version_aliases"].append(alias)
+            self.save()
+            return {**target, "display_name": entry["display_name"]}
+
+    # --- endpoints -----------------------------------------------------------------------------------------------
+
+    def create_endpoint(self, parent: str, endpoint: dict) -> dict:
+        self.check_parent(parent)
+        if not endpoint.get("display_name"):
+            raise ApiError("INVALID_ARGUMENT", "endpoint.display_name is required")
+        with self.lock:
+            name = f"{parent}/endpoints/{self.new_id()}"
+            self.state["endpoints"][name] = {**endpoint, "name": name, "deployed_models": [], "traffic_split": {},
+                                             "create_time": _now()}
+            self.save()
+            return self.state["endpoints"][name]
+
+    def endpoint(self, name: str) -> dict:
+        with self.lock:
+            if name not in self.state["endpoints"]:
+                raise ApiError("NOT_FOUND", f"endpoint {name} not found")
+            return self.state["endpoints"][name]
+
+    def list_endpoints(self, parent: str, display_name: str | None) -> list[dict]:
+        self.check_parent(parent)
+        with self.lock:
+            return [e for e in self.state["endpoints"].values()
+                    if display_name is None or e["display_name"] == display_name]
+
+    @staticmethod
+    def check_split(split: dict, ids: set) -> dict:
+        split = {k: int(v) for k, v in split.items()}
+        unknown = sorted(set(split) - ids)
+        if unknown:
+            raise ApiError("INVALID_ARGUMENT", f"traffic_split names deployed models that do not exist: {unknown}")
+        if split and sum(split.values()) != 100:
+            raise ApiError("INVALID_ARGUMENT", f"traffic_split must sum to 100, got {sum(split.values())}: {split}")
+        return {k: v for k, v in split.items() if v}
+
+    def plan_deploy(self, endpoint_name: str, deployed_model: dict, split: dict) -> tuple[dict, dict]:
+        """Validate a DeployModel request; return the version to serve and the traffic split it will set."""
+        endpoint = self.endpoint(endpoint_name)
+        if not deployed_model.get("model"):
+            raise ApiError("INVALID_ARGUMENT", "deployed_model.model is required")
+        version = self.version(deployed_model["model"])
+        ids = {d["id"] for d in endpoint["deployed_models"]}
+        if not split:
+            split = {"0": 100} if not ids else {}
+        final = self.check_split(split, ids | {"0"})
+        if not final.get("0") and not ids:
+            raise ApiError("INVALID_ARGUMENT", "the first model deployed on an endpoint must get traffic")
+        return version, final
+
+    def add_deployed(self, endpoint_name: str, deployed: dict, split: dict) -> None:
+        with self.lock:
+            endpoint = self.endpoint(endpoint_name)
+            endpoint["deployed_models"].append(deployed)
+            endpoint["traffic_split"] = {(deployed["id"] if k == "0" else k): v for k, v in split.items()}
+            self.save()
+
+    def set_traffic(self, endpoint_name: str, split: dict) -> dict:
+        with self.lock:
+            endpoint = self.endpoint(endpoint_name)
+            endpoint["traffic_split"] = self.check_split(split, {d["id"] for d in endpoint["deployed_models"]})
+            self.save()
+            return endpoint
+
+    def remove_deployed(self, endpoint_name: str, deployed_model_id: str, split: dict) -> dict:
+        with self.lock:
+            endpoint = self.endpoint(endpoint_name)
+            ids = {d["id"] for d in endpoint["deployed_models"]}
+            if deployed_model_id not in ids:
+                raise ApiError("NOT_FOUND", f"deployed model {deployed_model_id} is not on {endpoint_name}")
+            traffic = self.check_split(split, ids) if split else endpoint["traffic_split"]
+            if traffic.get(deployed_model_id):
+                raise ApiError("FAILED_PRECONDITION", f"deployed model {deployed_model_id} still serves "
+                                                      f"{traffic[deployed_model_id]} % of the traffic")
+            endpoint["deployed_models"] = [d for d in endpoint["deployed_models"] if d["id"] != deployed_model_id]
+            endpoint["traffic_split"] = traffic
+            self.save()
+            return endpoint

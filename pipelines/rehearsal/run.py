@@ -1,0 +1,239 @@
+"""Run a compiled Vertex AI pipeline (the YAML `compile --target vertex` writes) on this machine.
+
+Reused: kfp.local's orchestrator runs the spec as compiled (DAG, conditions, `OneOf`, importers, parameter and
+artifact passing, placeholders) with its SubprocessRunner, and the lightweight steps run as in `make run`. Written
+here: container tasks (the Google Cloud Pipeline Components) run their own command as a local process (kfp.local
+refuses container components in a subprocess), the Vertex placeholders kfp.local does not know
+(`{{$.pipeline_google_cloud_project_id}}`) are resolved, and every process talks to the API double (api.py) through
+redirect.py. Batch prediction inputs given as local files are copied into a local GCS emulator, since the Vertex
+batch step accepts gs:// URIs only.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import yaml
+
+from pipelines.rehearsal import redirect
+from pipelines.rehearsal.api import VertexDouble
+
+PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources
+GCPC_MODULES = "google_cloud_pipeline_components.container."
+EMULATOR_BUCKET = "rehearsal"
+
+
+def template_location(spec: dict, default: str = "us-central1") -> str:
+    """The Vertex region a compiled template targets: its tasks' `location` constant."""
+    def tasks():
+        for component in [spec["root"], *spec.get("components", {}).values()]:
+            yield from component.get("dag", {}).get("tasks", {}).values()
+
+    for task in tasks():
+        value = task.get("inputs", {}).get("parameters", {}).get("location", {}).get("runtimeValue", {})
+        if "constant" in value:
+            return value["constant"]
+    return default
+
+
+def _go_number(value):
+    """Parameters are protobuf Values (numbers are doubles): Vertex's backend (Go) writes an integral double
+    without a fraction, `1`, where Python's json writes `1.0`, which protobuf integer fields refuse."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_go_number(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _go_number(v) for k, v in value.items()}
+    return value
+
+
+class _VertexJson:
+    """`json` for kfp.local's placeholder resolution, with numbers written the way Vertex's backend writes them."""
+
+    def __getattr__(self, name):
+        return getattr(json, name)
+
+    @staticmethod
+    def dumps(value, *args, **kwargs):
+        return json.dumps(_go_number(value), *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _kfp_local_patches(location: str):
+    """Container tasks of Google Cloud Pipeline Components run their command as a local process, the Vertex
+    placeholders resolve to the rehearsal's values (the run's uuid: kfp.local's unique run id), and parameter values
+    are written into commands as Vertex writes them."""
+    from kfp.local import placeholder_utils, subprocess_task_handler
+    from kfp.local.orchestrator.orchestrator_utils import OrchestratorUtils
+
+    handler = subprocess_task_handler.SubprocessTaskHandler
+    dag_artifacts = OrchestratorUtils.__dict__["get_dag_output_artifacts"]
+    refuse = handler.validate_not_container_component
+    resolve = placeholder_utils.resolve_individual_placeholder
+
+    def validate(self, full_command):
+        if not any(GCPC_MODULES in part for part in full_command):
+            refuse(self, full_command)
+
+    def resolve_vertex(element, *args, **kwargs):
+        values = {"{{$.pipeline_google_cloud_project_id}}": PROJECT, "{{$.pipeline_google_cloud_location}}": location,
+                  "{{$.pipeline_job_uuid}}": kwargs.get("pipeline_job_id", ""),
+                  "{{$.pipeline_persistent_resource_id}}": ""}
+        for placeholder, value in values.items():
+            element = element.replace(placeholder, value)
+        return resolve(element, *args, **kwargs)
+
+    def one_of_artifacts(cls, dag_outputs_spec, io_store):
+        """kfp.local takes one artifact selector per DAG output; an artifact `dsl.OneOf` has one per branch: the
+        output is the one of the branch that ran."""
+        outputs = {}
+        for key, spec in dag_outputs_spec.artifacts.items():
+            for selector in spec.artifact_selectors:
+                try:
+                    outputs[key] = io_store.get_task_output(selector.producer_subtask, selector.output_artifact_key)
+                    break
+                except ValueError:
+                    continue
+        return outputs
+
+    handler.validate_not_container_component = validate
+    placeholder_utils.resolve_individual_placeholder = resolve_vertex
+    placeholder_utils.json = _VertexJson()
+    OrchestratorUtils.get_dag_output_artifacts = classmethod(one_of_artifacts)
+    try:
+        yield
+    finally:
+        handler.validate_not_container_component = refuse
+        placeholder_utils.resolve_individual_placeholder = resolve
+        placeholder_utils.json = json
+        OrchestratorUtils.get_dag_output_artifacts = dag_artifacts
+
+
+@contextlib.contextmanager
+def _environment(values: dict):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def gcs_emulator(directory: str):
+    """A GCS emulator on a free local port, its data kept in `directory`; yields its host URL."""
+    from gcp_storage_emulator.server import create_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.makedirs(directory, exist_ok=True)
+    server = create_server("127.0.0.1", port, in_memory=False, default_bucket=EMULATOR_BUCKET, data_dir=directory)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def stage_instances(instances: str) -> str:
+    """Local instance files (comma-separated paths or globs) copied into the emulator's bucket; gs:// URIs kept."""
+    from components import storage
+    from components.batch_predict import expand_inputs
+
+    uris = []
+    bucket = storage.gcs_client().bucket(EMULATOR_BUCKET)
+    for item in (i.strip() for i in instances.split(",") if i.strip()):
+        if item.startswith("gs://"):
+            uris.append(item)
+            continue
+        for path in expand_inputs(item):
+            name = f"instances/{os.path.basename(path)}"
+            bucket.blob(name).upload_from_filename(path)
+            uris.append(f"gs://{EMULATOR_BUCKET}/{name}")
+    return ",".join(uris)
+
+
+def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose: bool = False, log=print) -> dict:
+    """Run the compiled template with `arguments`; return the run summary (also written to `out`)."""
+    from pipelines import report
+    from pipelines.local_run import run_local
+    from kfp import components
+
+    spec = yaml.safe_load(Path(template).read_text())
+    location = template_location(spec)
+    out.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    pipeline = components.load_component_from_file(template)
+    double = VertexDouble(str(out / "vertex"), str(state_dir / "vertex_state.json"), PROJECT, location, log).start()
+    started = time.time()
+    try:
+        with gcs_emulator(str(state_dir / "gcs")) as emulator, \
+                _environment({**redirect.environment(double.grpc_target, double.http_base, PROJECT),
+                              "STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": PROJECT,
+                              "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}), _kfp_local_patches(location):
+            redirect.install(double.grpc_target, double.http_base, PROJECT)
+            if arguments.get("instances"):
+                arguments = {**arguments, "instances": stage_instances(arguments["instances"])}
+            steps, run_root = run_local(pipeline, arguments, out, verbose)
+    finally:
+        double.stop()
+    summary = report.collect(run_root, steps, spec["pipelineInfo"]["name"], arguments, time.time() - started)
+    summary["vertex"] = vertex_section(double, out)
+    failed = next((s for s in steps if s.status == "FAILED"), None)
+    if failed and double.errors:
+        api_error = _error_during(double.errors, failed)
+        if api_error:
+            summary["error"] = f"{failed.name}: Vertex AI: {api_error}"
+    return summary
+
+
+def _error_during(errors: list[dict], step) -> str | None:
+    """The last API error answered while `step` ran (its own request, or the job it waited for)."""
+    during = [e for e in errors if step.started - 1 <= e["time"] <= step.started + step.seconds + 1]
+    return during[-1]["message"] if during else None
+
+
+def vertex_section(double: VertexDouble, out: Path) -> dict:
+    """What the run did on the (rehearsed) Vertex AI: the requests log, the jobs, the registry and endpoints."""
+    state = double.registry.state
+    return {
+        "project": PROJECT, "location": double.location,
+        "requests": str(Path(double.requests_path)),
+        "jobs": [{"name": j["name"], "kind": j["kind"], "display_name": j["data"].get("display_name"),
+                  "state": j["data"]["state"], "error": j["data"].get("error", {}).get("message")}
+                 for j in double.jobs.values()],
+        "models": [{"name": name, "display_name": m["display_name"],
+                    "versions": [{"version_id": v["version_id"], "aliases": v["version_aliases"],
+                                  "artifact_uri": v["artifact_uri"]} for v in m["versions"]]}
+                   for name, m in state["models"].items()],
+        "endpoints": [{"name": name, "display_name": e["display_name"], "traffic_split": e["traffic_split"],
+                       "deployed_models": [{"id": d["id"], "model": f"{d['model']}@{d['model_version_id']}"}
+                                           for d in e["deployed_models"]]}
+                      for name, e in state["endpoints"].items()],
+        "errors": [e["message"] for e in double.errors],
+    }
+
+
+@contextlib.contextmanager
+def rehearsal_api(state_dir: Path, location: str, log=print):
+    """The double on a rehearsal's saved registry and endpoints, this process redirected to it (promote,
+    rollback)."""
+    directory = state_dir / "api"
+    double = VertexDouble(str(directory), str(state_dir / "vertex_state.json"), PROJECT, location, log).start()
+    try:
+        redirect.install(double.grpc_target, double.http_base, PROJECT)
+        yield double
+    finally:
+        double.stop()
+        shutil.rmtree(directory, ignore_errors=True)
