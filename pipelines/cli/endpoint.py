@@ -9,6 +9,9 @@ from pipelines.cli import _fail, _load, cli, config_options
 
 def endpoint_options(func):
     func = config_options(func)
+    func = click.option("--rehearsal", "rehearsal_state", type=click.Path(exists=True, file_okay=False),
+                        metavar="STATE_DIR", help="act on a rehearsal's endpoint (rehearse --state) instead of "
+                                                  "Vertex AI")(func)
     func = click.option("--endpoint", help="endpoint display name or resource name "
                                            "[platform.endpoint_display_name]")(func)
     return click.option("--target", type=click.Choice(["vertex"]), required=True,
@@ -30,18 +33,30 @@ def _endpoint_name(platform, endpoint):
     return name
 
 
-def _run(action, platform, endpoint, **arguments):
+def _run(action, platform, endpoint, rehearsal_state, **arguments):
+    import contextlib
+
     from google.api_core.exceptions import GoogleAPIError
 
     from components.vertex_rollout import RolloutError
 
-    try:
-        name = _endpoint_name(platform, endpoint)
-        return action(name, aliases=list(platform.model_version_aliases), echo=click.echo, **arguments)
-    except RolloutError as e:
-        _fail(str(e))
-    except GoogleAPIError as e:
-        _fail(f"Vertex AI refused the change: {e}")
+    api = contextlib.nullcontext()
+    if rehearsal_state:
+        from pathlib import Path
+
+        from pipelines.rehearsal.run import PROJECT, rehearsal_api, state_location
+
+        state = Path(rehearsal_state).resolve()
+        platform = platform.model_copy(update={"project": PROJECT, "location": state_location(state)})
+        api = rehearsal_api(state, platform.location, log=click.echo)
+    with api:
+        try:
+            name = _endpoint_name(platform, endpoint)
+            return action(name, aliases=list(platform.model_version_aliases), echo=click.echo, **arguments)
+        except RolloutError as e:
+            _fail(str(e))
+        except GoogleAPIError as e:
+            _fail(f"Vertex AI refused the change: {e}")
 
 
 @cli.command()
@@ -49,23 +64,24 @@ def _run(action, platform, endpoint, **arguments):
 @click.option("--deployed-model-id", default="", help="the deployed model to promote [the most recently deployed]")
 @click.option("--keep-previous", type=click.IntRange(min=0), default=None,
               help="earlier deployed models to keep at 0 %% [platform.keep_previous]")
-def promote(target, endpoint, deployed_model_id, keep_previous, config_file, profile, sets):
+def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state, config_file, profile, sets):
     """Give the canary all of the endpoint's traffic, undeploy the other models (but --keep-previous) and move the
     champion alias to its version."""
     from components.vertex_rollout import promote as promote_canary
 
     platform = _load(config_file, profile, sets).platform
     kept = platform.keep_previous if keep_previous is None else keep_previous
-    result = _run(promote_canary, platform, endpoint, keep_previous=kept, deployed_model_id=deployed_model_id)
+    result = _run(promote_canary, platform, endpoint, rehearsal_state, keep_previous=kept,
+                  deployed_model_id=deployed_model_id)
     click.echo(f"promoted {result['model_version']} (deployed model {result['deployed_model_id']})")
 
 
 @cli.command()
 @endpoint_options
-def rollback(target, endpoint, config_file, profile, sets):
+def rollback(target, endpoint, rehearsal_state, config_file, profile, sets):
     """Give the previous deployed model all of the endpoint's traffic and undeploy the newest one (the canary, or
     the last full rollout if platform.keep_previous kept its predecessor deployed)."""
     from components.vertex_rollout import rollback as roll_back
 
-    result = _run(roll_back, _load(config_file, profile, sets).platform, endpoint)
+    result = _run(roll_back, _load(config_file, profile, sets).platform, endpoint, rehearsal_state)
     click.echo(f"rolled back to {result['model_version']} (deployed model {result['deployed_model_id']})")

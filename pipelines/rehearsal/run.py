@@ -190,6 +190,12 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
         double.stop()
     summary = report.collect(run_root, steps, spec["pipelineInfo"]["name"], arguments, time.time() - started)
     summary["vertex"] = vertex_section(double, out)
+    batch = next((j["data"] for j in double.jobs.values() if j["kind"] == "batch_prediction_job"), None)
+    if batch and batch.get("completion_stats"):
+        ok, failed = (int(batch["completion_stats"].get(k, 0)) for k in ("successful_count", "failed_count"))
+        summary["batch_prediction"] = {"output_directory": batch["output_info"]["gcs_output_directory"],
+                                       "model": batch["model"], "instances": ok + failed, "succeeded": ok,
+                                       "failed": failed}
     failed = next((s for s in steps if s.status == "FAILED"), None)
     if failed and double.errors:
         api_error = _error_during(double.errors, failed)
@@ -223,6 +229,14 @@ def vertex_section(double: VertexDouble, out: Path) -> dict:
                       for name, e in state["endpoints"].items()],
         "errors": [e["message"] for e in double.errors],
     }
+
+
+def state_location(state_dir: Path, default: str = "us-central1") -> str:
+    """The region of a rehearsal's saved resources."""
+    path = state_dir / "vertex_state.json"
+    state = json.loads(path.read_text()) if path.exists() else {}
+    names = [*state.get("models", {}), *state.get("endpoints", {})]
+    return names[0].split("/")[3] if names else default
 
 
 @contextlib.contextmanager
