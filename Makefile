@@ -32,6 +32,7 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.tuning
 	$(PY) -m bench.batch_predict
 	$(PY) -m bench.serving
+	$(PY) -m bench.rehearse
 
 # requirements-gpu.lock (the GPU trainer image's): requirements.lock's versions (-c) plus the CUDA libraries of
 # tensorflow[and-cuda], for the images' platform whatever machine compiles it.

@@ -11,6 +11,9 @@ from google.cloud.aiplatform_v1.types import (batch_prediction_job, custom_job, 
                                               job_state)
 from google.oauth2.credentials import Credentials
 
+from components.study_spec import DEFAULT_STUDY
+from pipelines.rehearsal.api import _dict
+from tests import vertex_expectations as expect
 from tests.gapic import FakeStub
 from tests.gcpc import Launch
 from tests.test_pipeline_compile import IDENTITY, KEY, LABELS, NETWORK, PLATFORM, SA, dag
@@ -71,6 +74,7 @@ def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(s
            {"worker_pool_specs": POOLS, "base_output_directory": "gs://b/root/plan/job_dir",
             "display_name": "tfpipe-training-20261123-train", "project": "my-project"}, {}, tmp_path).run()
     [request] = created
+    expect.check_custom_job(_dict(request), PLATFORM, workers=1)
     assert request.parent == PARENT
     job = request.custom_job
     assert job.display_name == "tfpipe-training-20261123-train"
@@ -90,6 +94,7 @@ def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch,
            {"worker_pool_specs": POOLS, "base_output_directory": "gs://b/root/plan/job_dir",
             "display_name": "tfpipe-training-20261123-tune", "project": "my-project"}, {}, tmp_path).run()
     [request] = created
+    expect.check_tuning_job(_dict(request), PLATFORM, DEFAULT_STUDY)
     job = request.hyperparameter_tuning_job
     assert job.display_name == "tfpipe-training-20261123-tune"
     assert job.encryption_spec.kms_key_name == KEY
@@ -113,6 +118,7 @@ def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_
             "instances_format": "jsonl", "key_field": "", "manual_batch_tuning_parameters_batch_size": 64,
             "project": "my-project"}, {"model": model}, tmp_path).run()
     [request] = created
+    expect.check_batch_job(_dict(request), PLATFORM)
     job = request.batch_prediction_job
     assert job.display_name == "tfpipe-batch-prediction-20261123-batch"
     assert job.model == f"{MODEL}@3"
@@ -149,6 +155,7 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
     launch = Launch(specs["training"], branch, {"project": "my-project"},
                     {"parent_model": parent, "unmanaged_container_model": unmanaged}, tmp_path).run()
     [(method, url, body, auth)] = rest.calls
+    expect.check_upload(body, PLATFORM)
     assert (method, url, auth) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/models:upload",
                                    "Bearer test-token")
     assert body == {"parent_model": MODEL, "model": {
@@ -166,6 +173,7 @@ def test_endpoint_creation_carries_cmek_and_labels(specs, monkeypatch, tmp_path)
     Launch(specs["training"], dag(specs["training"], "comp-condition-11")["endpoint-create"],
            {"project": "my-project"}, {}, tmp_path).run()
     [(method, url, body, _)] = rest.calls
+    expect.check_endpoint_create(body, PLATFORM)
     assert (method, url) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/endpoints")
     assert body == {"display_name": "digits-endpoint", "labels": LABELS, "encryption_spec": {"kms_key_name": KEY}}
 
@@ -179,6 +187,7 @@ def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkey
     Launch(specs["training"], dag(specs["training"], "comp-condition-12")["model-deploy"],
            {"traffic_split": {"0": 10, "d1": 90}}, {"endpoint": endpoint, "model": model}, tmp_path).run()
     [(method, url, body, _)] = rest.calls
+    expect.check_deploy(body, PLATFORM)
     assert (method, url) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{ENDPOINT}:deployModel")
     assert body["traffic_split"] == {"0": 10, "d1": 90}
     deployed = body["deployed_model"]

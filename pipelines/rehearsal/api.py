@@ -274,6 +274,10 @@ class VertexDouble:
         data = _dict(getattr(request, kind))
         if not data.get("display_name"):
             raise ApiError("INVALID_ARGUMENT", f"{kind}.display_name is required")
+        try:
+            jobs.validate(kind, data)
+        except jobs.JobError as e:
+            raise ApiError("INVALID_ARGUMENT", str(e)) from None
         name = f"{request.parent}/{collection}/{self.registry.new_id()}"
         job = {"kind": kind, "name": name, "data": {**data, "name": name, "state": "JOB_STATE_PENDING",
                                                     "create_time": time.time()},

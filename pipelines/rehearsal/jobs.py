@@ -75,14 +75,42 @@ def vertex_cluster_env(ports: list[int], index: int) -> dict:
     return {"CLUSTER_SPEC": json.dumps(cluster_spec), "TF_CONFIG": json.dumps(tf_config)}
 
 
+def _base_output(spec: dict, field: str) -> str:
+    """A job's base output directory: gs:// on Vertex; in a rehearsal the local artifact folders stand in."""
+    base = spec.get("base_output_directory", {}).get("output_uri_prefix", "")
+    if not base:
+        raise JobError(f"{field}.base_output_directory.output_uri_prefix is required (AIP_MODEL_DIR derives from it)")
+    if not (base.startswith("gs://") or os.path.isabs(base)):
+        raise JobError(f"{field}.base_output_directory.output_uri_prefix {base!r} is not a Cloud Storage URI "
+                       "(gs://BUCKET/PATH)")
+    return base
+
+
+def validate(kind: str, job: dict) -> None:
+    """What Vertex AI checks when a job is created (raises JobError with its message)."""
+    if kind == "custom_job":
+        spec = job.get("job_spec", {})
+        _base_output(spec, "job_spec")
+        [_trainer_args(p) for p in _pools(spec) if p.get("replica_count")]
+    elif kind == "hyperparameter_tuning_job":
+        study_spec(job)
+        _base_output(job.get("trial_job_spec", {}), "trial_job_spec")
+        _pools(job.get("trial_job_spec", {}))
+    else:
+        if not job.get("model"):
+            raise JobError("batch_prediction_job.model is required")
+        if not job.get("input_config", {}).get("gcs_source", {}).get("uris"):
+            raise JobError("batch_prediction_job.input_config.gcs_source.uris is required")
+        if not job.get("output_config", {}).get("gcs_destination", {}).get("output_uri_prefix"):
+            raise JobError("batch_prediction_job.output_config.gcs_destination.output_uri_prefix is required")
+
+
 def run_custom_job(job: dict, log_dir: str, on_start, sink) -> None:
     from components.train_model import TrainingError, launch
 
     spec = job.get("job_spec", {})
     pools = _pools(spec)
-    base = spec.get("base_output_directory", {}).get("output_uri_prefix", "")
-    if not base:
-        raise JobError("job_spec.base_output_directory.output_uri_prefix is required (AIP_MODEL_DIR derives from it)")
+    base = _base_output(spec, "job_spec")
     args = [_trainer_args(p) for p in pools if p.get("replica_count")]
     if any(a != args[0] for a in args):
         raise JobError("worker pools 0 and 1 run different arguments; MultiWorkerMirroredStrategy needs the same")
@@ -145,9 +173,7 @@ def run_tuning_job(job: dict, sink) -> list[dict]:
     pools = _pools(trial)
     if sum(int(p.get("replica_count", 0)) for p in pools) != 1:
         raise JobError("the rehearsal runs single-replica trials (worker pool 0, replica_count 1)")
-    base = trial.get("base_output_directory", {}).get("output_uri_prefix", "")
-    if not base:
-        raise JobError("trial_job_spec.base_output_directory.output_uri_prefix is required")
+    base = _base_output(trial, "trial_job_spec")
     try:
         result = run_study(spec, base.rstrip("/"), _trainer_args(pools[0]), env=_container_env(pools[0]),
                            log=lambda line: sink.write(line + "\n"))
@@ -171,8 +197,6 @@ def run_batch_job(job: dict, artifact_uri: str, display_name: str) -> dict:
     source = job.get("input_config", {})
     uris = source.get("gcs_source", {}).get("uris", [])
     prefix = job.get("output_config", {}).get("gcs_destination", {}).get("output_uri_prefix", "")
-    if not uris or not prefix:
-        raise JobError("input_config.gcs_source.uris and output_config.gcs_destination.output_uri_prefix are required")
     if job.get("output_config", {}).get("predictions_format", "jsonl") != "jsonl":
         raise JobError("output_config.predictions_format: the rehearsal writes jsonl")
     batch = job.get("manual_batch_tuning_parameters", {}).get("batch_size") or 64

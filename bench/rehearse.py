@@ -1,0 +1,83 @@
+"""Rehearsal overhead: `python -m pipelines rehearse` (the compiled Vertex template against the local Vertex AI
+double) next to `python -m pipelines run` (the self-hosted DAG) on the same data and settings, in one run.
+
+    python -m bench.rehearse [--goal 1.5]
+
+Both run with the default settings (what `make run` does), in subprocesses of this interpreter from the repository root, one after the other, with fresh state
+(their own model repository / rehearsal state, so neither finds a champion). Like for like: the same data
+(builtin:digits), epochs, workers and study; both deploy. The rehearsal does more work by design (a GCS emulator,
+the API double, GCPC's launcher processes with their polling, a serving container started per deploy); `run`
+reuses nothing either. Prints the ratio rehearse / run and whether the goal (default ≤ 1.5) is met; writes
+bench/results/rehearse.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import save
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "rehearse.json"
+
+
+def _timed(command: list[str], env: dict, summary: Path) -> dict:
+    print("$", " ".join(command), flush=True)
+    started = time.perf_counter()
+    code = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+    wall = time.perf_counter() - started
+    data = json.loads(summary.read_text()) if summary.exists() else {}
+    return {"command": command, "returncode": code, "wall_seconds": round(wall, 2), "status": data.get("status"),
+            "steps": [{"name": s["name"], "status": s["status"], "seconds": s["seconds"]}
+                      for s in data.get("steps", []) if s["status"] != "SKIPPED"]}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.rehearse", description=__doc__.splitlines()[0])
+    p.add_argument("--goal", type=float, default=1.5, help="goal for rehearse / run wall time (default 1.5)")
+    p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results [{RESULTS}]")
+    args = p.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-rehearse-"))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1", TFPIPE_SERVING_STATE=f"{tmp}/serving")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    load_before = os.getloadavg()
+    try:
+        run = _timed([sys.executable, "-m", "pipelines", "run", "--out", str(tmp / "run"), "--model-repository",
+                      str(tmp / "repo"), "--rest-port", "0", "--grpc-port", "0"], env,
+                     tmp / "run" / "run_summary.json")
+        os.environ["TFPIPE_SERVING_STATE"] = env["TFPIPE_SERVING_STATE"]
+        from components.deploy_model import stop_server
+
+        stop_server(str(tmp / "repo"), "tfpipe-model")
+        rehearsal = _timed([sys.executable, "-m", "pipelines", "rehearse", "--out", str(tmp / "rehearsal"),
+                            "--state", str(tmp / "state")], env, tmp / "rehearsal" / "run_summary.json")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratio = rehearsal["wall_seconds"] / run["wall_seconds"]
+    succeeded = run["returncode"] == rehearsal["returncode"] == 0
+    result = {
+        "benchmark": "rehearse", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run": run, "rehearse": rehearsal, "ratio_rehearse_to_run": round(ratio, 3), "goal_ratio": args.goal,
+        "goal_met": succeeded and ratio <= args.goal,
+        "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                        "loadavg_before": [round(x, 2) for x in load_before],
+                        "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+    }
+    print(f"\nrun {run['wall_seconds']:.1f}s ({run['status']}), rehearse {rehearsal['wall_seconds']:.1f}s "
+          f"({rehearsal['status']}): ratio {ratio:.2f} (goal <= {args.goal:g}: "
+          f"{'MET' if result['goal_met'] else 'NOT MET'})")
+    save(result, args.output)
+    return 0 if succeeded else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""`python -m pipelines rehearse`: the compiled Vertex template run here against the Vertex AI API double
+(pipelines/rehearsal/). The end-to-end tests run the CLI in subprocesses, as a user would; the recorded requests
+are checked with the same expectations as the GAPIC-boundary tests (tests/vertex_expectations.py)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from pipelines.config import load_config
+from pipelines.rehearsal.registry import ApiError, Registry
+from tests import vertex_expectations as expect
+
+IDENTITY = [
+    "platform.service_account=runner@my-project.iam.gserviceaccount.com",
+    "platform.network=projects/123456789/global/networks/vpc",
+    "platform.encryption_spec_key_name=projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/tfpipe",
+    "platform.tensorboard=projects/my-project/locations/us-central1/tensorboards/42",
+    "platform.labels={env: test}", "platform.model_labels={team: ml}", "platform.keep_previous=0",
+    "study.max_trial_count=2", "study.parallel_trial_count=2",
+]
+SETS = [arg for item in IDENTITY for arg in ("--set", item)]
+
+
+def cli(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "pipelines", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def recorded(out: Path, method: str) -> list[dict]:
+    lines = (out / "vertex" / "vertex_requests.jsonl").read_text().splitlines()
+    return [r["request"] for r in map(json.loads, lines) if r["method"] == method]
+
+
+# --- the double's registry (no TF, fast) ------------------------------------------------------------------------
+
+def test_registry_versions_aliases_and_deploy_rules(tmp_path):
+    registry = Registry(str(tmp_path / "state.json"), "p-rehearsal", "us-central1")
+    parent = "projects/p-rehearsal/locations/us-central1"
+    model = {"display_name": "digits", "artifact_uri": "/m/1", "container_spec": {"image_uri": "img"}}
+    name, first = registry.upload(parent, model)
+    assert first == "1" and registry.version(name)["version_aliases"] == ["default"]
+    _, second = registry.upload(parent, {**model, "artifact_uri": "/m/2"}, parent_model=name)
+    assert second == "2" and registry.version(name)["version_id"] == "1"  # a new version is not the default
+    registry.merge_aliases(f"{name}@2", ["champion", "default"])
+    assert registry.version(f"{name}@champion")["artifact_uri"] == "/m/2"
+    assert registry.version(name)["version_id"] == "2" and registry.version(f"{name}@1")["version_aliases"] == []
+    with pytest.raises(ApiError, match="no version or alias 'blue'"):
+        registry.version(f"{name}@blue")
+    with pytest.raises(ApiError, match="this rehearsal's project and location"):
+        registry.upload("projects/other/locations/us-central1", model)
+    with pytest.raises(ApiError, match="model.container_spec.image_uri is required"):
+        registry.upload(parent, {**model, "container_spec": {}})
+    endpoint = registry.create_endpoint(parent, {"display_name": "e"})["name"]
+    version, split = registry.plan_deploy(endpoint, {"model": f"{name}@champion"}, {"0": 100})
+    assert version["version_id"] == "2" and split == {"0": 100}
+    registry.add_deployed(endpoint, {"id": "7", "model": name, "model_version_id": "2", "create_time": 1}, split)
+    with pytest.raises(ApiError, match="traffic_split must sum to 100"):
+        registry.plan_deploy(endpoint, {"model": f"{name}@1"}, {"0": 10, "7": 80})
+    with pytest.raises(ApiError, match="deployed models that do not exist: \\['9'\\]"):
+        registry.plan_deploy(endpoint, {"model": f"{name}@1"}, {"0": 10, "9": 90})
+    with pytest.raises(ApiError, match="deployed model 7 still serves 100 %"):
+        registry.remove_deployed(endpoint, "7", {})
+    # the state survives: the next rehearsal finds the champion and the endpoint
+    again = Registry(str(tmp_path / "state.json"), "p-rehearsal", "us-central1")
+    assert again.version(f"{name}@champion")["version_id"] == "2"
+    assert again.endpoint(endpoint)["traffic_split"] == {"7": 100}
+
+
+def test_a_subprocess_talks_to_the_double(tmp_path):
+    """redirect.environment(): a fresh process's GAPIC client reaches the double, not aiplatform.googleapis.com."""
+    from pipelines.rehearsal import redirect
+    from pipelines.rehearsal.api import VertexDouble
+
+    double = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "europe-west4").start()
+    try:
+        code = ("from google.cloud import aiplatform_v1\n"
+                "client = aiplatform_v1.ModelServiceClient(client_options={'api_endpoint': "
+                "'europe-west4-aiplatform.googleapis.com'})\n"
+                "print(list(client.list_models(parent='projects/p-rehearsal/locations/europe-west4')))\n")
+        env = {**os.environ, **redirect.environment(double.grpc_target, double.http_base, "p-rehearsal")}
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        double.stop()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    [line] = (tmp_path / "vertex_requests.jsonl").read_text().splitlines()
+    assert json.loads(line)["method"] == "ModelService.ListModels"
+
+
+# --- end to end --------------------------------------------------------------------------------------------------
+
+@pytest.mark.e2e
+def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
+    state = tmp_path / "state"
+    platform = load_config(sets=IDENTITY, environ={}).platform
+    study = load_config(sets=IDENTITY, environ={}).study
+    # 1: the fixed-hyperparameter branch, a new registry model and a new endpoint
+    first = cli("rehearse", "--out", tmp_path / "run1", "--state", state, *SETS, "--param", "tune=false",
+                "--param", "epochs=3")
+    assert first.returncode == 0, first.stdout + first.stderr
+    summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses["default-hyperparameters-2"] == "SUCCEEDED" and statuses["hyperparameter-tuning-job"] == "SKIPPED"
+    assert statuses["model-upload-2"] == statuses["endpoint-create"] == "SUCCEEDED"  # nothing existed yet
+    assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
+    [model] = summary["vertex"]["models"]
+    assert set(model["versions"][0]["aliases"]) == {"default", "champion"}  # moved once the version served
+    expect.check_custom_job(recorded(tmp_path / "run1", "JobService.CreateCustomJob")[0], platform, workers=2)
+    expect.check_upload(recorded(tmp_path / "run1", "POST models:upload")[0], platform)
+    expect.check_endpoint_create(recorded(tmp_path / "run1", "POST endpoints")[0], platform)
+    expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)
+
+    # 2: the tuning branch, compared with the first run's version, deployed as a 50 % canary
+    second = cli("rehearse", "--out", tmp_path / "run2", "--state", state, *SETS, "--param", "epochs=3",
+                 "--param", "tuning_trial_epochs=1", "--param", "traffic_percentage=50",
+                 "--param", "champion_tolerance=1.0")
+    assert second.returncode == 0, second.stdout + second.stderr
+    summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses["hyperparameter-tuning-job"] == statuses["read-best-trial"] == "SUCCEEDED"
+    assert statuses["model-upload"] == "SUCCEEDED" and statuses["endpoint-create"] == "SKIPPED"
+    assert summary["gate"]["champion"]["name"] == f"champion {model['name']}@1"
+    assert f"champion {model['name']}@1's" in summary["gate"]["reason"]
+    expect.check_tuning_job(recorded(tmp_path / "run2", "JobService.CreateHyperparameterTuningJob")[0], platform,
+                            study)
+    [endpoint] = summary["vertex"]["endpoints"]
+    assert sorted(endpoint["traffic_split"].values()) == [50, 50] and len(endpoint["deployed_models"]) == 2
+    [model] = summary["vertex"]["models"]
+    assert [set(v["aliases"]) for v in model["versions"]] == [{"default", "champion"}, set()]  # canary: no alias
+
+    promoted = cli("promote", "--target", "vertex", "--rehearsal", state, *SETS)
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    saved = json.loads((state / "vertex_state.json").read_text())
+    [endpoint] = saved["endpoints"].values()
+    assert list(endpoint["traffic_split"].values()) == [100] and len(endpoint["deployed_models"]) == 1
+    assert [set(v["version_aliases"]) for v in next(iter(saved["models"].values()))["versions"]] == [
+        set(), {"champion", "default"}]
+
+    # 3: a batch prediction job on the champion, local instances staged into the GCS emulator
+    instances = tmp_path / "instances.jsonl"
+    instances.write_text("".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(4))
+                         + "not json\n")
+    batch = cli("rehearse", "--pipeline", "batch_prediction", "--out", tmp_path / "run3", "--state", state, *SETS,
+                "--param", f"instances={instances}")
+    assert batch.returncode == 0, batch.stdout + batch.stderr
+    summary = json.loads((tmp_path / "run3" / "run_summary.json").read_text())
+    assert summary["batch_prediction"]["succeeded"] == 4 and summary["batch_prediction"]["failed"] == 1
+    [job] = recorded(tmp_path / "run3", "JobService.CreateBatchPredictionJob")
+    expect.check_batch_job(job, platform)
+    assert job["batch_prediction_job"]["model"] == f"{model['name']}@2"  # the promoted champion
+    output = Path(summary["batch_prediction"]["output_directory"])
+    assert len((output / "prediction.results-00000-of-00001").read_text().splitlines()) == 4
+
+
+def _deploys(out: Path) -> list[dict]:
+    lines = (out / "vertex" / "vertex_requests.jsonl").read_text().splitlines()
+    return [r["request"] for r in map(json.loads, lines) if r["method"].endswith(":deployModel")]
+
+
+@pytest.mark.e2e
+def test_a_wrong_wire_fails_with_the_step_and_the_apis_message(tmp_path):
+    """The custom job's base output directory wired to the plan's display name instead of its directory: the
+    double refuses CreateCustomJob as Vertex AI would, and the rehearsal names the step and the message."""
+    compiled = tmp_path / "template.yaml"
+    assert cli("compile", "--target", "vertex", "--output", compiled).returncode == 0
+    spec = yaml.safe_load(compiled.read_text())
+    wire = spec["root"]["dag"]["tasks"]["custom-training-job"]["inputs"]["parameters"]["base_output_directory"]
+    wire["taskOutputParameter"]["outputParameterKey"] = "display_name"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(spec, sort_keys=False))
+    result = cli("rehearse", "--template", broken, "--out", tmp_path / "run", "--state", tmp_path / "state",
+                 "--param", "tune=false", "--param", "epochs=1")
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("Error: custom-training-job: Vertex AI: job_spec.base_output_directory.output_uri_prefix "
+                            "'tfpipe-training-") and error.endswith("-train' is not a Cloud Storage URI "
+                                                                    "(gs://BUCKET/PATH)")
+    statuses = {s["name"]: s["status"] for s in
+                json.loads((tmp_path / "run" / "run_summary.json").read_text())["steps"]}
+    assert statuses["custom-training-job"] == "FAILED" and statuses["evaluate-model"] == "SKIPPED"
