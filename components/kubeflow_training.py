@@ -142,16 +142,26 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
             raise
 
 
-def stage_dataset(data_path: str, work_dir: str, mount_path: str) -> str:
-    """The data set's directory on the shared volume (copied there unless it is already on it)."""
+def stage_dataset(data_path: str, run_dir: str, mount_path: str) -> str:
+    """The data set's directory on the shared volume: `data_path` itself when it is on the volume, else a copy in
+    `<run_dir>/dataset` (made once per run and source: the tuning and training steps share it; a partial copy of
+    an interrupted step is made again)."""
     from components.kube import on_volume
 
     if on_volume(data_path, mount_path):
         return data_path
-    target = os.path.join(work_dir, "dataset")
+    target = os.path.join(run_dir, "dataset")
+    marker = os.path.join(run_dir, ".dataset-source")
+    if os.path.isdir(target) and os.path.isfile(marker) and open(marker).read() == data_path:
+        return target
     if os.path.isdir(target):
-        shutil.rmtree(target)  # a retry: copy again, the previous copy may be partial
-    shutil.copytree(data_path, target)
+        shutil.rmtree(target)
+    staging = f"{target}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(data_path, staging)
+    os.rename(staging, target)
+    with open(marker, "w") as f:
+        f.write(data_path)
     return target
 
 
@@ -180,10 +190,10 @@ def train_with_operator(api, data_path: str, model_path: str, training_path: str
     from components.train_model import trainer_flags
 
     name = kube.object_name("tfpipe-train", run_id, "train-model")
-    work_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run", "train-model")
-    job_dir = os.path.join(work_dir, "job")
+    run_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run")
+    job_dir = os.path.join(run_dir, "train-model")
     os.makedirs(job_dir, exist_ok=True)
-    data_dir = stage_dataset(data_path, work_dir, mount_path)
+    data_dir = stage_dataset(data_path, run_dir, mount_path)
     args = ["--data-dir", data_dir, "--job-dir", job_dir, *trainer_flags({**hyperparameters, "epochs": epochs})]
     env = {"AIP_MODEL_DIR": f"{job_dir}/model", "AIP_CHECKPOINT_DIR": f"{job_dir}/checkpoints",
            "AIP_TENSORBOARD_LOG_DIR": f"{job_dir}/logs",

@@ -149,10 +149,10 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
     data = tmp_path / "artifacts" / "dataset"
     data.mkdir(parents=True)
     (data / "stats.json").write_text("{}")
-    run_dir = mount / "runs" / "tfpipe-training-x1" / "train-model"
+    run_dir = mount / "runs" / "tfpipe-training-x1"
 
     def chief_writes_its_outputs(obj):  # what the TFJob's chief leaves on the volume
-        job_dir = run_dir / "job"
+        job_dir = run_dir / "train-model"
         (job_dir / "model").mkdir(parents=True, exist_ok=True)
         (job_dir / "model" / "saved_model.pb").write_text("pb")
         (job_dir / "metrics.json").write_text(json.dumps({"val_accuracy": 0.95, "val_loss": 0.2,
@@ -172,7 +172,7 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
                        "tfjob": f"ml/{name}"}
     (created,) = api_server.created("tfjobs")
     container = created["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
-    job_dir = str(run_dir / "job")
+    job_dir = str(run_dir / "train-model")
     assert container["args"] == ["--data-dir", str(run_dir / "dataset"), "--job-dir", job_dir,
                                  "--batch-size", "32", "--learning-rate", "0.01", "--epochs", "4"]
     assert {e["name"]: e["value"] for e in container["env"]} == {
