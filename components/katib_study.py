@@ -17,7 +17,6 @@ tuning job and the local study.
   file and Katib reads the hypertune reports themselves.
 The best trial's values (`status.currentOptimalTrial`) override the pipeline's, as on Vertex.
 """
-from __future__ import annotations
 
 import json
 import os

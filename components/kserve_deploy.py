@@ -16,7 +16,6 @@
   champion is what serves.
 - At 100 %: the InferenceService's older Knative revisions are deleted, except the `keep_previous` newest.
 """
-from __future__ import annotations
 
 import os
 from typing import NamedTuple

@@ -10,7 +10,6 @@ resumes from the `BackupAndRestore` backup on the volume), at most `max_restarts
 (`runPolicy.backoffLimit`). The step prints each new job condition, fails with the job's own message and the chief's
 last log lines, and deletes the job when the run is cancelled (SIGTERM) or times out.
 """
-from __future__ import annotations
 
 import json
 import os
