@@ -152,6 +152,125 @@ class ScheduleSettings(BaseModel):
         return value
 
 
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")  # Kubernetes CPU/memory quantities
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DEFAULT_STEP = "default"  # kubeflow.step_resources key for every step without its own entry
+
+
+class Resources(BaseModel):
+    """Kubernetes requests and limits of one container ("" = not set: the namespace's defaults apply)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_request: str = ""  # "500m", "2"
+    cpu_limit: str = ""
+    memory_request: str = ""  # "1Gi", "512Mi"
+    memory_limit: str = ""
+    gpus: int = Field(0, ge=0)  # nvidia.com/gpu (a limit; Kubernetes sets the request equal)
+
+    @field_validator("cpu_request", "cpu_limit", "memory_request", "memory_limit")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        if value and not _QUANTITY.match(value):
+            raise ValueError(f"{value!r} is not a Kubernetes quantity like 500m, 2, 512Mi or 4Gi")
+        return value
+
+    def requirements(self) -> dict:
+        """The container's `resources` object: `{"requests": {...}, "limits": {...}}` (only what is set)."""
+        requests = {k: v for k, v in (("cpu", self.cpu_request), ("memory", self.memory_request)) if v}
+        limits = {k: v for k, v in (("cpu", self.cpu_limit), ("memory", self.memory_limit)) if v}
+        if self.gpus:
+            limits["nvidia.com/gpu"] = str(self.gpus)
+        return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+class Volume(BaseModel):
+    """The PersistentVolumeClaim every kubeflow step, TFJob replica, Katib trial and KServe predictor shares: data
+    sources, staged data sets, training outputs and the model repository live on it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    claim_name: str = "tfpipe"  # "" = no volume (then only training: pod, tuning: pod, serving: url | none)
+    mount_path: str = "/mnt/tfpipe"
+
+    @field_validator("claim_name")
+    @classmethod
+    def _claim(cls, value: str) -> str:
+        if value and (len(value) > 253 or not all(_DNS_LABEL.match(p) for p in value.split("."))):
+            raise ValueError(f"{value!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-', '.')")
+        return value
+
+    @field_validator("mount_path")
+    @classmethod
+    def _mount(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") == "":
+            raise ValueError(f"{value!r} must be an absolute path other than /")
+        return value.rstrip("/")
+
+
+def _default_step_resources() -> dict:
+    return {DEFAULT_STEP: Resources(cpu_request="500m", memory_request="1Gi", memory_limit="4Gi"),
+            # training: pod runs `workers` TensorFlow processes in this one pod; tuning: pod its parallel trials
+            "train-model": Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi"),
+            "tune-hyperparameters": Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi")}
+
+
+class KubeflowSettings(BaseModel):
+    """The kubeflow target: which Kubeflow engine runs each heavy step, where its objects go, the shared volume and
+    the resources of every pod."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    training: Literal["operator", "pod"] = "operator"  # operator: a TFJob (training operator); pod: N processes in
+    #                                                      the step's pod
+    tuning: Literal["katib", "pod"] = "katib"  # katib: a Katib Experiment; pod: trials as processes in the step's pod
+    serving: Literal["kserve", "url", "none"] = "kserve"  # kserve: an InferenceService; url: check the TF Serving at
+    #                                                       the serving_url parameter; none: publish only
+    namespace: str = ""  # of the TFJob, Experiment and InferenceService ("" = the run's namespace)
+    service_account: str = ""  # of their pods ("" = the namespace's default)
+    volume: Volume = Volume()
+    step_resources: dict[str, Resources] = Field(default_factory=_default_step_resources)  # per step name
+    worker_resources: Resources = Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi")  # each TFJob
+    #                                                           replica and Katib trial (gpus > 0: trainer_gpu_image)
+    serving_resources: Resources = Resources(cpu_request="1", memory_request="2Gi", memory_limit="4Gi")
+    predictor: Literal["serving_image", "tensorflow"] = "serving_image"  # KServe predictor: this project's serving
+    #                                                   image (custom container) or KServe's TensorFlow runtime
+    tensorflow_runtime_version: str = ""  # predictor tensorflow: the TF Serving image tag ("" = the runtime's)
+    inference_service: str = ""  # the InferenceService's name ("" = the model_name parameter)
+    poll_seconds: float = Field(10, gt=0)  # how often the steps read the objects' status
+    training_timeout_minutes: int = Field(24 * 60, ge=1)
+    tuning_timeout_minutes: int = Field(24 * 60, ge=1)
+    serving_timeout_minutes: int = Field(15, ge=1)  # until the new revision is Ready
+
+    @field_validator("namespace", "service_account", "inference_service")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value and (len(value) > 63 or not _DNS_LABEL.match(value)):
+            raise ValueError(f"{value!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)")
+        return value
+
+    @field_validator("step_resources")
+    @classmethod
+    def _steps(cls, value: dict) -> dict:
+        for name in value:
+            if name != DEFAULT_STEP and not _DNS_LABEL.match(name):
+                raise ValueError(f"{name!r}: keys are step names like train-model, or {DEFAULT_STEP!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _engines_need_the_volume(self):
+        needs = [f"{field}: {getattr(self, field)}" for field, engine in
+                 (("training", "operator"), ("tuning", "katib"), ("serving", "kserve"))
+                 if getattr(self, field) == engine]
+        if needs and not self.volume.claim_name:
+            raise ValueError(f"{', '.join(needs)} need volume.claim_name: the engines' pods read the data and the "
+                             "models from that PersistentVolumeClaim (or choose pod / url / none)")
+        return self
+
+    def resources_of(self, step: str) -> Resources:
+        return self.step_resources.get(step) or self.step_resources.get(DEFAULT_STEP) or Resources()
+
+
 class Platform(BaseModel):
     """Settings of the cloud targets: compile time (images, machines, region) and submission (project, bucket,
     identity, network, labels, caching, registry, Kubeflow host, schedule)."""
@@ -174,6 +293,7 @@ class Platform(BaseModel):
     kfp_experiment: str = "tfpipe"
     kfp_service_account: str = ""  # Kubernetes service account of the runs ("" = the deployment's default)
     schedule: ScheduleSettings = ScheduleSettings()
+    kubeflow: KubeflowSettings = KubeflowSettings()  # the kubeflow target's engines, volume and resources
     components_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/components:latest"
     trainer_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest"
     trainer_gpu_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/trainer-gpu:latest"  # when accelerator_type is set
@@ -300,6 +420,10 @@ class Platform(BaseModel):
         """The image of the training and tuning worker pools: the GPU variant when an accelerator is set."""
         return self.trainer_gpu_image if self.accelerator_type else self.trainer_image
 
+    def kubeflow_trainer_image(self) -> str:
+        """The image of the TFJob replicas and Katib trials: the GPU variant when they get GPUs."""
+        return self.trainer_gpu_image if self.kubeflow.worker_resources.gpus else self.trainer_image
+
     def serving_container_spec(self) -> dict:
         """The uploaded model's containerSpec: a prebuilt Vertex image needs only its URI; this project's serving
         image listens on SERVING_PORT and reads the routes Vertex gives it in AIP_HEALTH_ROUTE/AIP_PREDICT_ROUTE."""
@@ -310,6 +434,12 @@ class Platform(BaseModel):
     def placeholder_images(self, target: str = "vertex") -> list[str]:
         """The image fields a run on `target` uses that still name the placeholder project of the defaults."""
         used = ["components_image"]
+        if target == "kubeflow":
+            k = self.kubeflow
+            if k.training == "operator" or k.tuning == "katib":
+                used.append("trainer_gpu_image" if k.worker_resources.gpus else "trainer_image")
+            if k.serving == "kserve" and k.predictor == "serving_image":
+                used.append("serving_image")
         if target == "vertex":
             used += ["trainer_gpu_image" if self.accelerator_type else "trainer_image", "serving_image"]
         return [name for name in used if PLACEHOLDER_PROJECT in getattr(self, name)]

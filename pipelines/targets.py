@@ -9,9 +9,13 @@ prediction) run on each target.
   traffic split) + the rollout's end (undeploy the previous models, move the champion alias),
   `ModelBatchPredictOp` on a registry model version. Every job and resource gets the run's service account,
   network, CMEK key and labels where its op takes them.
-- kubeflow / local: this project's components: the local study, the local multi-worker launcher, the versioned
-  model repository (its newest version is the champion), the TF-Serving-compatible endpoint and the local batch
-  predictor.
+- local: this project's components: the local study, the local multi-worker launcher, the versioned model
+  repository (its newest version is the champion), the TF-Serving-compatible endpoint and the local batch predictor.
+- kubeflow: Kubeflow's engines, each a config choice (`platform.kubeflow`): training as a TFJob of the training
+  operator (`operator`) or the local launcher in the step's pod (`pod`); the study as a Katib Experiment (`katib`)
+  or the local study (`pod`); serving on a KServe InferenceService (`kserve`), a TF Serving you run (`url`) or not at
+  all (`none`); the model repository and batch predictor as on local. Every step mounts the shared
+  PersistentVolumeClaim (kfp-kubernetes) and gets its CPU and memory requests and limits.
 Steps that read or change state outside the run (champion and registry look-ups, upload, endpoint, deploy, batch
 prediction) are never cached; the rest are, keyed on the data's fingerprint.
 Every other step (data prep, evaluation gate, TFLite quantization) is the same lightweight component on all targets
@@ -25,8 +29,8 @@ from typing import Any
 from kfp import dsl
 
 from components import (batch_predict, best_trial, deploy_model, evaluate_model, find_champion, fingerprint_data,
-                        prepare_data, publish_model, quantize_model, run_study, train_model, vertex_registry,
-                        vertex_rollout, vertex_training)
+                        katib_study, kserve_deploy, kubeflow_training, prepare_data, publish_model, quantize_model,
+                        run_study, train_model, vertex_registry, vertex_rollout, vertex_training)
 from pipelines.config import Platform
 
 # the project of the running Vertex pipeline (what GCPC ops default `project` to)
@@ -60,53 +64,61 @@ class SelfHostedOps:
         self._prepare = _component(prepare_data.prepare_data, image)
         self._evaluate = _component(evaluate_model.evaluate_model, image)
         self._champion = _component(find_champion.find_repository_champion, image)
-        self.quantize_model = _component(quantize_model.quantize_model, image)
+        self._quantize = _component(quantize_model.quantize_model, image)
         self._train = _component(train_model.train_model, image)
         self._tune = _component(run_study.tune_hyperparameters, image)
         self._publish = _component(publish_model.publish_model, image)
         self._deploy = _component(deploy_model.deploy_model, image)
 
+    def _place(self, task):
+        """Where a task's pod runs and what it gets (the kubeflow target's volume and resources); here: as is."""
+        return task
+
     def prepare_data(self, data_source, **options):
         """Data prep keyed on a never-cached fingerprint of the source: fresh data runs it again, the same data is
         a cache hit (and so is everything downstream that only depends on it)."""
-        fingerprint = _uncached(self._fingerprint(data_source=data_source)).set_display_name("Fingerprint data")
-        return self._prepare(data_source=data_source, data_fingerprint=fingerprint.output, **options)
+        fingerprint = self._place(_uncached(self._fingerprint(data_source=data_source)))
+        fingerprint.set_display_name("Fingerprint data")
+        return self._place(self._prepare(data_source=data_source, data_fingerprint=fingerprint.output, **options))
+
+    def quantize_model(self, **inputs):
+        return self._place(self._quantize(**inputs))
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         """The final training's hyperparameters (a dict channel), from a local study when `enabled`."""
-        task = self._tune(dataset=dataset, study_spec=study.model_dump(), enabled=enabled, trial_epochs=trial_epochs,
-                          batch_size=batch_size, learning_rate=learning_rate)
+        task = self._place(self._tune(dataset=dataset, study_spec=study.model_dump(), enabled=enabled,
+                                      trial_epochs=trial_epochs, batch_size=batch_size, learning_rate=learning_rate))
         task.set_display_name("Hyperparameter study (local trials)")
         return task.outputs["Output"]
 
     def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
-        task = self._train(dataset=dataset, workers=workers, epochs=epochs, hyperparameters=hyperparameters,
-                           max_restarts=max_restarts)
+        task = self._place(self._train(dataset=dataset, workers=workers, epochs=epochs,
+                                       hyperparameters=hyperparameters, max_restarts=max_restarts))
         task.set_display_name("Train (local multi-worker)")
         return Trained(task.outputs["model"], task.outputs["training"])
 
     def find_champion(self, model_repository, model_name):
         """The never-cached look-up of the champion the gate compares with: the repository's newest version."""
-        task = self._champion(model_repository=model_repository, model_name=model_name)
+        task = self._place(self._champion(model_repository=model_repository, model_name=model_name))
         return _uncached(task.set_display_name("Find champion (model repository)"))
 
     def evaluate(self, trained: Trained, dataset, accuracy_threshold, champion_tolerance, model_repository,
                  model_name):
         """The evaluation gate against the target's champion; its `Output` is the blessing."""
         champion = self.find_champion(model_repository, model_name)
-        return self._evaluate(
+        return self._place(self._evaluate(
             model=trained.model, dataset=dataset, accuracy_threshold=accuracy_threshold,
             champion_tolerance=champion_tolerance, champion_path=champion.outputs["path"],
             champion_name=champion.outputs["name"], champion_model_uri=champion.outputs["model_uri"],
-        ).set_display_name("Evaluation gate")
+        )).set_display_name("Evaluation gate")
 
     def register(self, trained: Trained, dataset, evaluation, model_repository, model_name, source_commit):
         """Publish the blessed model; returns the registered model's artifact channel (what `deploy` takes)."""
-        task = _uncached(self._publish(
+        task = _uncached(self._place(self._publish(
             model=trained.model, dataset=dataset, training=trained.training, evaluation=evaluation,
             model_repository=model_repository, model_name=model_name, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
             source_commit=source_commit,
-        ).set_display_name("Publish to model repository"))
+        )).set_display_name("Publish to model repository"))
         return task.outputs["published"]
 
     def deploy(self, enabled, registered, dataset, traffic_percentage, model_repository, model_name, serving_url,
@@ -338,5 +350,95 @@ class VertexOps(SelfHostedOps):
         )).set_display_name("Vertex batch prediction job")
 
 
+class KubeflowOps(SelfHostedOps):
+    """The kubeflow target: the self-hosted steps plus Kubeflow's engines, the shared volume and pod resources."""
+
+    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training"):
+        super().__init__(platform, pipeline_name)
+        self.platform = platform
+        self.kubeflow = platform.kubeflow
+        image = platform.components_image
+        self._train_operator = _component(kubeflow_training.train_model_on_operator, image)
+        self._tune_katib = _component(katib_study.tune_on_katib, image)
+        self._deploy_kserve = _component(kserve_deploy.deploy_model_on_kserve, image)
+        self._deploy_url = _component(deploy_model.deploy_model_at_url, image)
+
+    def _place(self, task):
+        """The step's pod: its requests and limits from `platform.kubeflow.step_resources`, the shared volume."""
+        from kfp import kubernetes
+
+        r = self.kubeflow.resources_of(task.component_spec.name)
+        for value, setter in ((r.cpu_request, task.set_cpu_request), (r.cpu_limit, task.set_cpu_limit),
+                              (r.memory_request, task.set_memory_request), (r.memory_limit, task.set_memory_limit)):
+            if value:
+                setter(value)
+        if r.gpus:
+            task.set_accelerator_type("nvidia.com/gpu").set_accelerator_limit(r.gpus)
+        volume = self.kubeflow.volume
+        if volume.claim_name:
+            kubernetes.mount_pvc(task, pvc_name=volume.claim_name, mount_path=volume.mount_path)
+        return task
+
+    def _engine_inputs(self) -> dict:
+        k = self.kubeflow
+        return dict(namespace=k.namespace, service_account=k.service_account, claim_name=k.volume.claim_name,
+                    mount_path=k.volume.mount_path, poll_seconds=float(k.poll_seconds),
+                    run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+
+    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
+        if self.kubeflow.tuning == "pod":
+            return super().tune(dataset, study, enabled, trial_epochs, batch_size, learning_rate)
+        katib_study.search_space(study)  # a study Katib cannot express fails at compile time
+        k = self.kubeflow
+        task = self._place(self._tune_katib(
+            dataset=dataset, study_spec=study.model_dump(), enabled=enabled, trial_epochs=trial_epochs,
+            batch_size=batch_size, learning_rate=learning_rate, trainer_image=self.platform.kubeflow_trainer_image(),
+            resources=k.worker_resources.requirements(), timeout_minutes=k.tuning_timeout_minutes,
+            **self._engine_inputs()))
+        task.set_display_name("Hyperparameter study (Katib experiment)")
+        return task.outputs["Output"]
+
+    def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
+        if self.kubeflow.training == "pod":
+            return super().train(dataset, workers, epochs, hyperparameters, max_restarts)
+        k = self.kubeflow
+        task = self._place(self._train_operator(
+            dataset=dataset, workers=workers, epochs=epochs, hyperparameters=hyperparameters,
+            max_restarts=max_restarts, trainer_image=self.platform.kubeflow_trainer_image(),
+            resources=k.worker_resources.requirements(), timeout_minutes=k.training_timeout_minutes,
+            **self._engine_inputs()))
+        task.set_display_name("Train (TFJob, MultiWorkerMirroredStrategy)")
+        return Trained(task.outputs["model"], task.outputs["training"])
+
+    def deploy(self, enabled, registered, dataset, traffic_percentage, model_repository, model_name, serving_url,
+               rest_port, grpc_port):
+        """`serving: kserve`: an InferenceService with `traffic_percentage` % of the traffic; `url`: check the TF
+        Serving at `serving_url`; `none`: no deploy step (the published version is the champion)."""
+        k, p = self.kubeflow, self.platform
+        if k.serving == "none":
+            return
+        with dsl.If(enabled == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
+            if k.serving == "url":
+                task = self._deploy_url(published=registered, dataset=dataset, model_repository=model_repository,
+                                        model_name=model_name, serving_url=serving_url)
+                name = "Deploy (TF Serving at serving_url)"
+            else:
+                inputs = self._engine_inputs()
+                task = self._deploy_kserve(
+                    published=registered, dataset=dataset, model_repository=model_repository, model_name=model_name,
+                    traffic_percentage=traffic_percentage, inference_service=k.inference_service,
+                    predictor_kind=k.predictor, serving_image=p.serving_image,
+                    runtime_version=k.tensorflow_runtime_version, resources=k.serving_resources.requirements(),
+                    min_replicas=p.serving_min_replicas, max_replicas=p.serving_max_replicas,
+                    keep_previous=p.keep_previous, timeout_minutes=k.serving_timeout_minutes, **inputs)
+                name = "Deploy (KServe InferenceService)"
+            _uncached(self._place(task)).set_display_name(name)
+
+    def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
+                      output_prefix):
+        return self._place(super().batch_predict(instances, instances_format, model, model_repository, model_name,
+                                                 batch_size, key_field, output_prefix))
+
+
 def make_ops(target: str, platform: Platform, pipeline_name: str = "tfpipe-training") -> SelfHostedOps:
-    return (VertexOps if target == "vertex" else SelfHostedOps)(platform, pipeline_name)
+    return {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)(platform, pipeline_name)

@@ -52,9 +52,18 @@ def compile_template(target: str, pipeline: str, config: Config, output: str | P
         func, defaults = build_pipeline(target, config.platform, config.study), config.parameters.model_dump()
     else:
         raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
+    volume = config.platform.kubeflow.volume
+    if target == "kubeflow" and volume.claim_name and not defaults.get("model_repository"):
+        defaults["model_repository"] = kubeflow_model_repository(config.platform)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     compiler.Compiler().compile(func, str(output), pipeline_parameters=defaults)
     return str(output)
+
+
+def kubeflow_model_repository(platform) -> str:
+    """The kubeflow target's default model repository: on the shared volume, where every step, the TFJob and
+    KServe's storage initializer (`pvc://CLAIM/model-repository/...`) see it."""
+    return f"{platform.kubeflow.volume.mount_path}/model-repository"
 
 
 def published_url(registry: str, pipeline: str, tag: str) -> str:

@@ -58,7 +58,7 @@ def test_compile_both_targets_with_config_defaults(tmp_path):
         out = tmp_path / f"{target}.yaml"
         result = invoke("compile", "--target", target, "--output", str(out), "--config", str(tmp_path / "c.yaml"))
         assert result.exit_code == 0, result.output
-        spec = yaml.safe_load(out.read_text())
+        spec = next(yaml.safe_load_all(out.read_text()))  # kubeflow: then the platform spec (volume mounts)
         assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == 7
     assert "r/trainer:1" in (tmp_path / "vertex.yaml").read_text()
     result = invoke("compile", "--target", "local", "--output", str(tmp_path / "x.yaml"))

@@ -24,7 +24,7 @@ def compiled_specs():
         for build in (build_pipeline, build_batch_pipeline):
             with tempfile.NamedTemporaryFile("r", suffix=".yaml") as f:
                 compiler.Compiler().compile(build(target, platform), f.name)
-                yield yaml.safe_load(f.read())
+                yield next(yaml.safe_load_all(f.read()))
 
 
 def embedded_steps():

@@ -178,7 +178,13 @@ def test_images_a_run_uses_must_be_real_ones():
 
     default = Platform()
     assert default.placeholder_images("vertex") == ["components_image", "trainer_image", "serving_image"]
-    assert default.placeholder_images("kubeflow") == ["components_image"]  # kubeflow runs every step on it
+    # kubeflow: every step on the components image, the TFJob and Katib trials on the trainer image, KServe's
+    # predictor on the serving image; with the in-pod engines only the components image
+    assert default.placeholder_images("kubeflow") == ["components_image", "trainer_image", "serving_image"]
+    in_pod = Platform(kubeflow={"training": "pod", "tuning": "pod", "serving": "url"})
+    assert in_pod.placeholder_images("kubeflow") == ["components_image"]
+    gpu_workers = Platform(kubeflow={"worker_resources": {"gpus": 1}, "predictor": "tensorflow"})
+    assert gpu_workers.placeholder_images("kubeflow") == ["components_image", "trainer_gpu_image"]
     gpu = Platform(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=1, trainer_image="example.com/trainer:1")
     assert gpu.placeholder_images("vertex") == ["components_image", "trainer_gpu_image", "serving_image"]
     assert gpu.training_image() == "us-docker.pkg.dev/PROJECT/tfpipe/trainer-gpu:latest"

@@ -15,6 +15,7 @@ import threading
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import yaml
@@ -655,7 +656,11 @@ def kubeflow_spec(tmp_path_factory):
     path = tmp_path_factory.mktemp("kfp") / "config.yaml"
     path.write_text(CONFIG)
     config = load_config(path, profile="prod", sets=IMAGES[1::2], environ={})
-    return load_template(compile_template("kubeflow", "training", config, path.parent / "training.yaml"))
+    compiled = compile_template("kubeflow", "training", config, path.parent / "training.yaml")
+    # kfp.Client sends the pipeline spec and, when the YAML has one, the platform spec (the volume mounts)
+    pipeline_doc, platform_doc = yaml.safe_load_all(Path(compiled).read_text())
+    assert pipeline_doc == load_template(compiled)
+    return {"pipeline_spec": pipeline_doc, "platform_spec": platform_doc}
 
 
 def calls(server):

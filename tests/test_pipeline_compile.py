@@ -26,13 +26,19 @@ IDENTITY = {"service_account": SA, "network": NETWORK, "encryption_spec_key_name
 LABELS = {"env": "prod", "team": "ml-platform", "pipeline": "tfpipe-training"}
 
 
-def compile_spec(target, tmp_path, pipeline="training"):
+# the kubeflow target with today's in-pod steps (a cluster with Kubeflow Pipelines only)
+IN_POD = PLATFORM.model_copy(update={"kubeflow": PLATFORM.kubeflow.model_copy(update={
+    "training": "pod", "tuning": "pod", "serving": "url"})})
+
+
+def compile_spec(target, tmp_path, pipeline="training", platform=None):
     from kfp import compiler
 
+    platform = platform or (IN_POD if target == "kubeflow" else PLATFORM)
     path = tmp_path / f"{target}-{pipeline}.yaml"
-    func = build_pipeline(target, PLATFORM) if pipeline == "training" else build_batch_pipeline(target, PLATFORM)
+    func = build_pipeline(target, platform) if pipeline == "training" else build_batch_pipeline(target, platform)
     compiler.Compiler().compile(func, str(path))
-    return path, yaml.safe_load(path.read_text())
+    return path, next(yaml.safe_load_all(path.read_text()))  # the pipeline spec (then the platform spec)
 
 
 def params(task):
@@ -227,14 +233,15 @@ def test_kubeflow_dag(tmp_path):
     assert inner["condition-2"]["inputs"]["artifacts"]["pipelinechannel--publish-model-published"] == {
         "taskOutputArtifact": {"outputArtifactKey": "published", "producerTask": "publish-model"}}
     deploy = dag(spec, "comp-condition-2")
-    assert set(deploy) == {"deploy-model"}
+    assert set(deploy) == {"deploy-model-at-url"}  # serving: url (a pod starts no server of its own)
     # publishing and serving change state outside the run: never served from the cache
-    assert inner["publish-model"]["cachingOptions"] == {} and deploy["deploy-model"]["cachingOptions"] == {}
-    assert deploy["deploy-model"]["inputs"]["artifacts"] == {
+    assert inner["publish-model"]["cachingOptions"] == {} and deploy["deploy-model-at-url"]["cachingOptions"] == {}
+    assert deploy["deploy-model-at-url"]["inputs"]["artifacts"] == {
         "published": {"componentInputArtifact": "pipelinechannel--publish-model-published"},
         "dataset": {"componentInputArtifact": "pipelinechannel--prepare-data-dataset"}}
-    assert params(deploy["deploy-model"]) == {name: {"componentInputParameter": f"pipelinechannel--{name}"} for name in
-                                              ("model_repository", "model_name", "serving_url", "rest_port", "grpc_port")}
+    assert params(deploy["deploy-model-at-url"]) == {
+        name: {"componentInputParameter": f"pipelinechannel--{name}"}
+        for name in ("model_repository", "model_name", "serving_url")}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
     inputs = spec["root"]["inputDefinitions"]["parameters"]
     assert inputs["workers"] == {"defaultValue": 2, "isOptional": True, "parameterType": "NUMBER_INTEGER"}

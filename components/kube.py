@@ -1,0 +1,220 @@
+"""The Kubernetes API as the kubeflow target's engine steps use it (TFJob, Katib Experiment, InferenceService):
+the official `kubernetes` client on custom objects, plus what every engine step needs around it.
+
+- `api_client()`: in-cluster credentials in a pod (the run's service account), else the kube-config;
+- `require()`: fail at once, naming the missing resource kind, when the cluster lacks an engine's CRD;
+- `create_or_adopt()`: create an object; after a step retry the object of the same name (same run, same task) is
+  adopted instead of failing with 409;
+- `Follower`: prints each new status condition once, as the step polls;
+- `on_cancel()`: a cancelled run stops the step's pod with SIGTERM: delete the object the step created, then exit;
+- `object_name()`: a DNS-1035 name from a prefix and the run's identity, stable across retries of the same task.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import sys
+import time
+
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "tfpipe"}
+
+
+class EngineMissing(RuntimeError):
+    """The cluster has no such resource kind (its operator is not installed)."""
+
+
+class Cancelled(RuntimeError):
+    """The step was stopped (run cancelled); the object it created was deleted."""
+
+
+def api_client(host: str = ""):
+    """A `kubernetes.client.ApiClient`: for `host` without credentials (tests, `kubectl proxy`), else in-cluster
+    config inside a pod, else the kube-config."""
+    from kubernetes import client, config
+
+    if host:
+        configuration = client.Configuration()
+        configuration.host = host
+        return client.ApiClient(configuration)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()
+    else:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def own_namespace(default: str = "default") -> str:
+    """The namespace of the pod this runs in (the run's namespace on Kubeflow)."""
+    try:
+        with open(NAMESPACE_FILE) as f:
+            return f.read().strip() or default
+    except OSError:
+        return default
+
+
+def custom(api):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api)
+
+
+def require(api, group: str, version: str, plural: str, kind: str, hint: str) -> None:
+    """Raise EngineMissing unless the API server serves `plural` in `group/version`."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        listing = custom(api).get_api_resources(group, version)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        listing = None
+    if listing is None or plural not in {r.name for r in listing.resources or []}:
+        raise EngineMissing(f"the cluster has no {kind} ({plural}.{group}/{version}): {hint}")
+
+
+def status_code(error: BaseException) -> int | None:
+    """The HTTP status of an ApiException, also when a client library wrapped it."""
+    while error is not None:
+        if getattr(error, "status", None) is not None:
+            return error.status
+        error = error.__cause__
+    return None
+
+
+def create_or_adopt(api, group: str, version: str, namespace: str, plural: str, body: dict, log=print) -> dict:
+    """Create `body`; if an object of that name exists already and carries the same run label (a retry of the
+    step), adopt it."""
+    from kubernetes.client.exceptions import ApiException
+
+    objects = custom(api)
+    name = body["metadata"]["name"]
+    try:
+        return objects.create_namespaced_custom_object(group, version, namespace, plural, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    existing = objects.get_namespaced_custom_object(group, version, namespace, plural, name)
+    run = body["metadata"].get("labels", {}).get("tfpipe/run-id")
+    if run and existing["metadata"].get("labels", {}).get("tfpipe/run-id") != run:
+        raise RuntimeError(f"{body['kind']} {namespace}/{name} exists and belongs to another run; delete it or "
+                           "rerun under another name")
+    log(f"{body['kind']} {namespace}/{name} exists already (a retry of this step): following it")
+    return existing
+
+
+def delete(api, group: str, version: str, namespace: str, plural: str, name: str) -> bool:
+    """Delete with foreground propagation (its pods go first); False when it was gone already."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        custom(api).delete_namespaced_custom_object(group, version, namespace, plural, name,
+                                                    body=client.V1DeleteOptions(propagation_policy="Foreground"))
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+def conditions(obj: dict) -> list[dict]:
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def condition(obj: dict, kind: str) -> dict | None:
+    """The condition of type `kind` when its status is "True"."""
+    return next((c for c in conditions(obj) if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+class Follower:
+    """Prints every condition the first time it is seen (type, status, reason, message)."""
+
+    def __init__(self, what: str, log=print):
+        self.what, self.log, self.seen = what, log, set()
+
+    def __call__(self, obj: dict) -> None:
+        for c in conditions(obj):
+            key = (c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("lastTransitionTime"))
+            if key not in self.seen:
+                self.seen.add(key)
+                reason = f" ({c['reason']})" if c.get("reason") else ""
+                message = f": {c['message']}" if c.get("message") else ""
+                self.log(f"{self.what}: {c.get('type')}={c.get('status')}{reason}{message}")
+
+
+def poll(read, done, seconds: float, timeout: float, what: str, sleep=time.sleep):
+    """Call `read()` every `seconds` until `done(obj)` returns a result (not None); TimeoutError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        obj = read()
+        result = done(obj)
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not finish within {timeout / 60:.0f} min")
+        sleep(seconds)
+
+
+@contextlib.contextmanager
+def on_cancel(cleanup, log=print):
+    """While inside: SIGTERM/SIGINT (KFP stops a cancelled run's pods with SIGTERM) run `cleanup()` and raise
+    Cancelled. Outside the main thread (no signal handlers there) it does nothing."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        log(f"received {signal.Signals(signum).name}: the run was cancelled")
+        try:
+            cleanup()
+        finally:
+            raise Cancelled(f"stopped by {signal.Signals(signum).name}; cleaned up")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def object_name(prefix: str, *identity: str, limit: int = 50) -> str:
+    """`<prefix>-<10 hex of the identity>`: lowercase, DNS-1035, at most `limit` characters (TFJob and Katib add
+    suffixes to pod and trial names), the same for the same identity (a retry of the same task)."""
+    digest = hashlib.sha256("/".join(identity).encode()).hexdigest()[:10]
+    stem = re.sub(r"[^a-z0-9-]+", "-", prefix.lower()).strip("-") or "tfpipe"
+    if not stem[0].isalpha():
+        stem = f"t-{stem}"
+    return f"{stem[:limit - 11].rstrip('-')}-{digest}"
+
+
+def label_value(text: str) -> str:
+    """A label value (at most 63 characters of [A-Za-z0-9._-], alphanumeric at both ends)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")[:63].rstrip("-._")
+
+
+def run_labels(run_id: str, step: str) -> dict:
+    return {**MANAGED_BY, "tfpipe/run-id": label_value(run_id), "tfpipe/step": label_value(step)}
+
+
+def volume_parts(claim_name: str, mount_path: str) -> tuple[list[dict], list[dict]]:
+    """The pod's `volumes` and the container's `volumeMounts` for the shared claim (none without a claim)."""
+    if not claim_name:
+        return [], []
+    return ([{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": claim_name}}],
+            [{"name": "tfpipe-data", "mountPath": mount_path}])
+
+
+def on_volume(path: str, mount_path: str) -> bool:
+    return path == mount_path or path.startswith(mount_path.rstrip("/") + "/")
+
+
+def log_to_stdout(message: str) -> None:
+    print(message, flush=True)
+    sys.stdout.flush()
