@@ -46,6 +46,15 @@ def _batch(run_root: Path | None) -> dict | None:
                                          "seconds", "instances_per_second")}
 
 
+def tuning(study_dir: Path | None) -> dict | None:
+    """The study's section from the folder its results were written to (trials.json, trials.png)."""
+    study = _json(study_dir / "trials.json") if study_dir else None
+    return study and {"enabled": study.get("enabled", True), "trials": study["trials"],
+                      "failed_trials": study.get("failed_trials", 0), "best": study.get("best"),
+                      "seconds": study.get("seconds"), "metric_id": (study.get("spec") or {}).get("metric_id"),
+                      "plot": str(study_dir / "trials.png")}
+
+
 def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, seconds: float) -> dict:
     """Assemble the run summary from the steps' statuses and their output artifacts."""
     failed = [s for s in steps if s.status == "FAILED"]
@@ -56,7 +65,7 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
     evaluation = _json(_output(run_root, "evaluate-model", "evaluation"))
     published = _json(_output(run_root, "publish-model", "published")) or {}
     tflite = _json(_output(run_root, "quantize-model", "quantization"))
-    study = _json(_output(run_root, "tune-hyperparameters", "tuning", "trials.json"))
+    study_dir = _output(run_root, "tune-hyperparameters", "tuning")
     summary = {
         "pipeline": pipeline_name,
         "status": "FAILED" if failed or not run_root else "SUCCEEDED",
@@ -77,10 +86,7 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
         },
         "gate": evaluation and {k: evaluation[k] for k in ("blessed", "reason", "threshold", "tolerance", "champion")},
         "tflite": tflite,
-        "tuning": study and {"enabled": study.get("enabled", True), "trials": study["trials"],
-                             "failed_trials": study.get("failed_trials", 0), "best": study.get("best"),
-                             "seconds": study.get("seconds"), "metric_id": (study.get("spec") or {}).get("metric_id"),
-                             "plot": str(_output(run_root, "tune-hyperparameters", "tuning", "trials.png"))},
+        "tuning": tuning(study_dir),
         "model": {
             "artifact": str(_output(run_root, trained_by, "model")) if training else None,
             "published_version": published.get("version"),

@@ -123,6 +123,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["hyperparameter-tuning-job"] == statuses["read-best-trial"] == "SUCCEEDED"
+    assert len(summary["tuning"]["trials"]) == 2 and summary["tuning"]["best"]["status"] == "SUCCEEDED"
     assert statuses["model-upload"] == "SUCCEEDED" and statuses["endpoint-create"] == "SKIPPED"
     assert summary["gate"]["champion"]["name"] == f"champion {model['name']}@1"
     assert f"champion {model['name']}@1's" in summary["gate"]["reason"]

@@ -190,6 +190,9 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
         double.stop()
     summary = report.collect(run_root, steps, spec["pipelineInfo"]["name"], arguments, time.time() - started)
     summary["vertex"] = vertex_section(double, out)
+    study = next((j["data"] for j in double.jobs.values() if j["kind"] == "hyperparameter_tuning_job"), None)
+    if study:  # the tuning job's study wrote its results where the local study does, under its base directory
+        summary["tuning"] = report.tuning(Path(study["trial_job_spec"]["base_output_directory"]["output_uri_prefix"]))
     batch = next((j["data"] for j in double.jobs.values() if j["kind"] == "batch_prediction_job"), None)
     if batch and batch.get("completion_stats"):
         ok, failed = (int(batch["completion_stats"].get(k, 0)) for k in ("successful_count", "failed_count"))
