@@ -192,12 +192,7 @@ def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seco
         if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name):
             log(f"deleted {what} (and its trials)")
 
-    with kube.on_cancel(remove, log):
-        try:
-            return kube.poll(read, done, poll_seconds, timeout_seconds, what, sleep or time.sleep)
-        except TimeoutError:
-            remove()
-            raise
+    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
 
 
 def tune_with_katib(api, data_path: str, tuning_path: str, *, spec, trial_epochs: int, batch_size: int,

@@ -159,6 +159,17 @@ def poll(read, done, seconds: float, timeout: float, what: str, sleep=time.sleep
         sleep(seconds)
 
 
+def watch(read, done, remove, seconds: float, timeout: float, what: str, log=print, sleep=time.sleep):
+    """`poll` an object this step created until `done`; `remove()` it when the run is cancelled or the wait times
+    out (a job nobody waits for must not keep running)."""
+    with on_cancel(remove, log):
+        try:
+            return poll(read, done, seconds, timeout, what, sleep)
+        except TimeoutError:
+            remove()
+            raise
+
+
 @contextlib.contextmanager
 def on_cancel(cleanup, log=print):
     """While inside: SIGTERM/SIGINT (KFP stops a cancelled run's pods with SIGTERM) run `cleanup()` and raise

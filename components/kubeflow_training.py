@@ -133,12 +133,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name):
             log(f"deleted {what}")
 
-    with kube.on_cancel(remove, log):
-        try:
-            return kube.poll(read, done, poll_seconds, timeout_seconds, what, sleep or time.sleep)
-        except TimeoutError:
-            remove()
-            raise
+    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
 
 
 def stage_dataset(data_path: str, run_dir: str, mount_path: str) -> str:
