@@ -40,6 +40,37 @@ def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     assert sorted(os.listdir(tmp_path / "logs")) == ["chief.attempt-1.log", "worker-0.attempt-1.log"]
 
 
+def wine_csv(path, bad_row: int = 5):
+    """scikit-learn's wine data as a user's CSV: 178 rows, 13 named feature columns, a `label` column and one
+    unreadable value."""
+    import csv
+
+    from sklearn.datasets import load_wine
+
+    bunch = load_wine()
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*bunch.feature_names, "label"])
+        for i, (row, target) in enumerate(zip(bunch.data, bunch.target)):
+            writer.writerow(["oops" if i == bad_row else row[0], *row[1:], int(target)])
+    return path
+
+
+def test_small_csv_trains_with_three_workers(tmp_path):
+    """178 rows, 3 workers: each worker's share of the training split is smaller than one global batch (96)."""
+    from components.prepare_data import prepare
+
+    stats = prepare(str(wine_csv(tmp_path / "wine.csv")), str(tmp_path / "data"), num_workers=3)
+    assert stats["splits"]["train"]["shards"] == 3 and stats["splits"]["train"]["examples"] / 3 < 96
+    job = tmp_path / "job"
+    result = launch(3, ["--data-dir", str(tmp_path / "data"), "--job-dir", str(job), "--epochs", "8",
+                        "--learning-rate", "0.01"], str(tmp_path / "logs"), max_restarts=0, sink=io.StringIO())
+    assert result.attempts == 1 and result.exit_codes == [[0, 0, 0]]
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["num_workers"] == 3 and metrics["global_batch_size"] == 96
+    assert metrics["steps_per_epoch"] == 2 and metrics["val_accuracy"] > 0.8
+
+
 def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_path):
     job = tmp_path / "job"
     killed = []

@@ -62,3 +62,17 @@ def test_tabular_mlp_on_iris(tmp_path):
 
 def test_conv_blocks_keep_feature_maps():
     assert [conv_blocks_for(s) for s in (4, 8, 28, 180)] == [1, 2, 3, 3]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+def test_training_input_yields_full_batches_from_less_than_one_batch_of_data(tmp_path, cache):
+    """A worker whose files hold fewer examples than one global batch (small data, many workers) still gets full
+    batches: the stream repeats before it is batched, so no worker's training input is empty."""
+    from trainer import data
+
+    stats = prepare("builtin:wine", str(tmp_path / "data"), num_workers=3)
+    examples = stats["splits"]["train"]["examples"]
+    batches = data.make_dataset(str(tmp_path / "data"), "train", stats, 2 * examples, training=True, cache=cache)
+    taken = [(features.shape, labels.shape) for features, labels in batches.take(3)]
+    assert taken == [((2 * examples, 13), (2 * examples,))] * 3
+    assert data.steps_per_epoch(stats, "train", 96) == -(-examples // 96)  # the partial batch counts
