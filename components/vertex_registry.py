@@ -108,6 +108,11 @@ def resolve_model_version(model: str, display_name: str, alias: str, project: st
     """`projects/.../models/ID@VERSION` of the model a batch job should use: `model` as a resource name
     (`projects/...`, optionally `@version` or `@alias`), as a version id or alias of the registry model named
     `display_name`, or ("" ) that model's `alias` version (its default version when `alias` is "")."""
+    return find_model_version(model, display_name, alias, project, location)[0]
+
+
+def find_model_version(model: str, display_name: str, alias: str, project: str, location: str) -> tuple[str, str]:
+    """(`projects/.../models/ID@VERSION`, artifact URI) of the version `resolve_model_version` picks."""
     if model.startswith("projects/"):
         name = model
     else:
@@ -118,7 +123,7 @@ def resolve_model_version(model: str, display_name: str, alias: str, project: st
         version = model or alias
         name = f"{parent}@{version}" if version else parent
     found = _client("model", name.split("/")[3]).get_model(name=name)
-    return f"{found.name}@{found.version_id}"
+    return f"{found.name}@{found.version_id}", found.artifact_uri
 
 
 def find_model(display_name: str, project: str, location: str) -> NamedTuple(
@@ -166,14 +171,23 @@ def plan_batch_prediction(
     location: str,
     run_name: str,
     destination: Output[Artifact],
+    instances_format: str = "jsonl",
+    key_field: str = "",
+    included_fields: list = [],
+    excluded_fields: list = [],
+    instance_type: str = "",
 ) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
-                            ("output_prefix", str), ("job_display_name", str)]):
+                            ("output_prefix", str), ("job_display_name", str), ("included_fields", list),
+                            ("excluded_fields", list), ("instance_type", str)]):
     """KFP step (Vertex): the model version, the instances as gs:// URIs (comma-separated; `/gcs/` FUSE paths are
-    turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run) and
-    the display name (`<run_name>-batch`) of a batch job."""
+    turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run), the
+    display name (`<run_name>-batch`) of a batch job, and its instance config: the field options checked and
+    completed as on the self-hosted targets (`components.batch_predict.instance_config`: by default CSV columns
+    and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts)."""
     from collections import namedtuple
 
-    from components.vertex_registry import resolve_model_version, resource_uri
+    from components.batch_predict import instance_config, model_feature_names
+    from components.vertex_registry import find_model_version, resource_uri
     from components.vertex_training import job_display_name
 
     uris = []
@@ -186,8 +200,16 @@ def plan_batch_prediction(
             uris.append(item)
     if not uris:
         raise ValueError("no instances given")
-    name = resolve_model_version(model, display_name, alias, project, location)
+    fields = dict(key_field=key_field, included_fields=included_fields, excluded_fields=excluded_fields,
+                  instance_type=instance_type)
+    instance_config(instances_format, **fields, feature_names=None)  # a mistake fails before any look-up
+    name, artifact_uri = find_model_version(model, display_name, alias, project, location)
+    features = model_feature_names(artifact_uri) if artifact_uri and instances_format in ("csv", "jsonl") else []
+    config = instance_config(instances_format, **fields, feature_names=features)
     prefix = output_prefix or destination.uri
-    print(f"model {name}; instances {uris}; output under {prefix}")
-    return namedtuple("Outputs", ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name"])(
-        name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"))
+    print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}")
+    outputs = ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name", "included_fields",
+               "excluded_fields", "instance_type"]
+    return namedtuple("Outputs", outputs)(
+        name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"), list(config.included_fields),
+        list(config.excluded_fields), config.instance_type)

@@ -120,12 +120,13 @@ class SelfHostedOps:
             ).set_display_name("Deploy (TF Serving endpoint)"))
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      output_prefix):
+                      included_fields, excluded_fields, instance_type, output_prefix):
         """The local batch predictor on a repository version (predictions in its `predictions` artifact, so
         `output_prefix` does not apply)."""
         return _component(batch_predict.run_batch_prediction, self.image)(
             model_repository=model_repository, model_name=model_name, model=model, instances=instances,
             instances_format=instances_format, batch_size=batch_size, key_field=key_field,
+            included_fields=included_fields, excluded_fields=excluded_fields, instance_type=instance_type,
         ).set_display_name("Batch prediction (local predictor)")
 
 
@@ -306,16 +307,20 @@ class VertexOps(SelfHostedOps):
             crown.set_display_name("Move champion alias")
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      output_prefix):
-        """A Vertex batch prediction job on a registry model version (`model` "": the champion alias). Never
-        cached: the instances behind a glob and the champion change between runs."""
+                      included_fields, excluded_fields, instance_type, output_prefix):
+        """A Vertex batch prediction job on a registry model version (`model` "": the champion alias), with the
+        instance config the plan step derives from the options and the model's feature columns. Never cached: the
+        instances behind a glob and the champion change between runs."""
         from google_cloud_pipeline_components.types.artifact_types import VertexModel
         from google_cloud_pipeline_components.v1.batch_predict_job import ModelBatchPredictOp
 
         p = self.platform
         plan = self._plan_batch(model=model, display_name=p.model_display_name, alias=p.champion_alias,
                                 instances=instances, output_prefix=output_prefix, project=PROJECT,
-                                location=p.location, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+                                location=p.location, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                                instances_format=instances_format, key_field=key_field,
+                                included_fields=included_fields, excluded_fields=excluded_fields,
+                                instance_type=instance_type)
         _uncached(plan).set_display_name("Resolve model version and inputs")
         version = dsl.importer(artifact_uri=plan.outputs["model_uri"], artifact_class=VertexModel,
                                metadata={"resourceName": plan.outputs["model_name"]}).set_display_name("Model version")
@@ -328,6 +333,9 @@ class VertexOps(SelfHostedOps):
             predictions_format="jsonl",
             gcs_destination_output_uri_prefix=plan.outputs["output_prefix"],
             key_field=key_field,
+            included_fields=plan.outputs["included_fields"],
+            excluded_fields=plan.outputs["excluded_fields"],
+            instance_type=plan.outputs["instance_type"],
             manual_batch_tuning_parameters_batch_size=batch_size,
             machine_type=p.batch_machine_type,
             starting_replica_count=p.batch_starting_replicas,

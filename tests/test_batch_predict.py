@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.batch_predict import batch_predict, resolve_model
+from components.batch_predict import InstanceConfig, batch_predict, instance_config, resolve_model
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
@@ -119,6 +119,112 @@ def test_csv_rows_become_lists_and_wrong_field_counts_become_errors(tabular_mode
     assert messages['["1", "2"]'] == (3, "the row has 2 fields; the header has 3")
     assert messages['["7", "1", "1", "1"]'] == (3, "the row has 4 fields; the header has 3")
     assert messages['["x", 1, 2]'][0] == 3 and "cannot convert" in messages['["x", 1, 2]'][1]
+
+
+IRIS_FEATURES = ["sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
+
+
+def iris_csv(path, columns) -> tuple[str, np.ndarray]:
+    """scikit-learn's iris as a user's CSV with `columns` (feature names, `label`, `id`) in that order; returns the
+    path and the feature matrix in the model's column order."""
+    from sklearn.datasets import load_iris
+
+    bunch = load_iris()
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for i, (row, target) in enumerate(zip(bunch.data, bunch.target)):
+            values = {**dict(zip(IRIS_FEATURES, row)), "label": bunch.target_names[target], "id": f"r{i}"}
+            writer.writerow([values[c] for c in columns])
+    return str(path), bunch.data.astype(np.float32)
+
+
+def test_csv_shaped_like_the_training_csv_is_matched_to_the_models_feature_columns(iris_model, tmp_path):
+    """The header is matched to the model's feature columns by name, in any order; the label column (and any other
+    extra column) is not sent."""
+    import tensorflow as tf
+
+    columns = ["label", *reversed(IRIS_FEATURES), "id"]
+    path, features = iris_csv(tmp_path / "iris.csv", columns)
+    summary = batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "out"), "iris")
+    results, errors = read_output(summary["output_directory"], "iris", 1)
+    assert (summary["succeeded"], summary["failed"], errors) == (150, 0, [])
+    signature = tf.saved_model.load(str(iris_model / "model")).signatures["serving_default"]
+    expected = signature(features=tf.constant(features))["class_id"].numpy().tolist()
+    assert [r["prediction"]["class_id"] for r in results] == expected
+    assert results[0]["instance"][0] == "setosa" and len(results[0]["instance"]) == 6  # the row as given
+
+    # the same with a key column: the output carries the key; named exclusions are checked against the features
+    keyed = batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "keyed"), "iris", key_field="id",
+                          excluded_fields=["label"])
+    results, _ = read_output(keyed["output_directory"], "iris", 1)
+    assert results[3] == {"key": "r3", "prediction": results[3]["prediction"]}
+    assert [r["prediction"]["class_id"] for r in results] == expected
+    with pytest.raises(ValueError, match=r"excluded_fields names the model's feature column\(s\) \['petal width"):
+        batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "x"), "iris",
+                      excluded_fields=["petal width (cm)"])
+
+    short, _ = iris_csv(tmp_path / "short.csv", ["label", *IRIS_FEATURES[:3]])
+    with pytest.raises(ValueError, match=r"lacks the model's feature column\(s\) \['petal width \(cm\)'\]"):
+        batch_predict(str(iris_model / "model"), short, "csv", str(tmp_path / "y"), "iris")
+
+
+def test_jsonl_objects_as_arrays_of_the_models_feature_columns(iris_model, tmp_path):
+    lines = [json.dumps({"label": "x", **{f: 1.0 + i for i, f in enumerate(reversed(IRIS_FEATURES))}}),
+             json.dumps({IRIS_FEATURES[0]: 5.0}), json.dumps([5.1, 3.5, 1.4, 0.2])]
+    summary = batch_predict(str(iris_model / "model"), write_lines(tmp_path / "a.jsonl", lines), "jsonl",
+                            str(tmp_path / "out"), "iris", instance_type="array")
+    results, errors = read_output(summary["output_directory"], "iris", 1)
+    assert len(results) == 2 and [e["error"]["message"] for e in errors] == [
+        f"the object lacks the model's feature field(s) {IRIS_FEATURES[1:]}"]
+
+
+def test_included_and_excluded_fields_without_feature_names(tabular_model, tmp_path):
+    """A model that does not name its features gets what the options select, in the order they say."""
+    write_lines(tmp_path / "a.csv", ["c,label,a,b", "1,x,7,2", "3,y,1,1"])
+    out = batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "i"), "tab",
+                        included_fields=["a", "b", "c"])
+    assert [r["prediction"]["class_id"] for r in read_output(out["output_directory"], "tab", 1)[0]] == [0, 2]
+    out = batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "e"), "tab",
+                        excluded_fields="label")  # file order: c, a, b
+    assert [r["prediction"]["class_id"] for r in read_output(out["output_directory"], "tab", 1)[0]] == [1, 0]
+    write_lines(tmp_path / "b.jsonl", ['{"a": 1, "b": 9, "c": 2, "id": 7}', '{"a": 1}', '[1, 2, 3]'])
+    out = batch_predict(tabular_model, str(tmp_path / "b.jsonl"), "jsonl", str(tmp_path / "j"), "tab",
+                        included_fields=["a", "b", "c"], instance_type="array")
+    results, errors = read_output(out["output_directory"], "tab", 1)
+    assert [r["prediction"]["class_id"] for r in results] == [1, 2]  # the array line passes unchanged
+    assert [e["error"]["message"] for e in errors] == ["the object lacks included field(s) ['b', 'c']"]
+    with pytest.raises(ValueError, match="included_fields \\['d'\\] are not columns of the header"):
+        batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "x"), "tab",
+                      included_fields=["a", "d"])
+
+
+@pytest.mark.parametrize("instances_format, options, message", [
+    ("csv", {"included_fields": ["a"], "excluded_fields": ["b"]}, "not both"),
+    ("csv", {"instance_type": "object"}, "CSV rows reach the model as arrays"),
+    ("jsonl", {"instance_type": "array"}, "give included_fields"),
+    ("jsonl", {"instance_type": "table"}, "unknown instance_type 'table'"),
+    ("jsonl", {"key_field": "id", "included_fields": ["id", "a"]}, "key_field 'id' is never sent"),
+    ("file-list", {"excluded_fields": ["a"]}, "excluded_fields applies to jsonl and csv instances, not file-list"),
+    ("tf-record", {"key_field": "k", "instance_type": "array"}, "key_field, instance_type apply to jsonl and csv"),
+])
+def test_instance_config_refuses_what_could_not_work(instances_format, options, message):
+    with pytest.raises(ValueError, match=message):
+        instance_config(instances_format, **options)
+
+
+def test_instance_config_defaults_to_the_models_feature_columns():
+    features = ("a", "b")
+    assert instance_config("csv", feature_names=features) == InstanceConfig(
+        included_fields=features, by_features=True)
+    assert instance_config("csv", key_field="id", excluded_fields="label, id", feature_names=features) == \
+        InstanceConfig(key_field="id", included_fields=features, by_features=True)
+    assert instance_config("csv", included_fields=["b", "a"], feature_names=features) == InstanceConfig(
+        included_fields=("b", "a"))  # named by the user: as given
+    assert instance_config("jsonl", feature_names=features) == InstanceConfig()  # objects stay objects
+    assert instance_config("jsonl", instance_type="array", feature_names=features) == InstanceConfig(
+        "array", included_fields=features, by_features=True)
+    assert instance_config("csv") == InstanceConfig()  # no names known: every column but the key
 
 
 def test_key_field_replaces_the_instance_by_its_key(tabular_model, tmp_path):
@@ -238,7 +344,7 @@ def test_model_resolution_and_kfp_step(strings_model, tmp_path):
 
     write_lines(tmp_path / "a.jsonl", [json.dumps(b64(b"abc")), "[1]"])
     predictions = Artifact(uri=str(tmp_path / "predictions"))
-    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", predictions)
+    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", predictions)
     assert (outputs.succeeded, outputs.failed) == (1, 1)
     assert outputs.output_directory.startswith(str(tmp_path / "predictions" / "prediction-s-"))
     assert predictions.metadata["model"] == first.path and predictions.metadata["instances"] == 2
@@ -253,7 +359,8 @@ def test_kfp_component_interface():
     spec = dsl.component(run_batch_prediction, base_image="python:3.11", install_kfp_package=False).component_spec
     assert {name: i.type for name, i in spec.inputs.items()} == {
         "model_repository": "String", "model_name": "String", "model": "String", "instances": "String",
-        "instances_format": "String", "batch_size": "Integer", "key_field": "String"}
+        "instances_format": "String", "batch_size": "Integer", "key_field": "String", "included_fields": "List",
+        "excluded_fields": "List", "instance_type": "String"}
     assert {name: o.type for name, o in spec.outputs.items()} == {
         "predictions": "system.Artifact@0.0.1", "output_directory": "String", "succeeded": "Integer",
         "failed": "Integer"}

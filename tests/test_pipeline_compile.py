@@ -397,7 +397,9 @@ def test_vertex_batch_prediction(tmp_path):
         "model": {"componentInputParameter": "model"}, "display_name": "digits", "alias": "champion",
         "instances": {"componentInputParameter": "instances"},
         "output_prefix": {"componentInputParameter": "output_prefix"}, "project": PROJECT, "location": "europe-west4",
-        "run_name": "{{$.pipeline_job_name}}"}
+        "run_name": "{{$.pipeline_job_name}}",
+        **{name: {"componentInputParameter": name} for name in
+           ("instances_format", "key_field", "included_fields", "excluded_fields", "instance_type")}}
     assert params(root["importer"]) == {
         "uri": {"taskOutputParameter": {"outputParameterKey": "model_uri", "producerTask": "plan-batch-prediction"}},
         "metadata": {"taskOutputParameter": {"outputParameterKey": "model_name",
@@ -420,6 +422,10 @@ def test_vertex_batch_prediction(tmp_path):
         "predictions_format": "jsonl",
         "gcs_destination_output_uri_prefix": planned("output_prefix"),
         "key_field": {"componentInputParameter": "key_field"},
+        # the instance config as the plan completed it (the model's feature columns by default)
+        "included_fields": planned("included_fields"),
+        "excluded_fields": planned("excluded_fields"),
+        "instance_type": planned("instance_type"),
         "manual_batch_tuning_parameters_batch_size": {"componentInputParameter": "batch_size"},
         "machine_type": "n1-highmem-8",
         "starting_replica_count": 3,
@@ -435,8 +441,9 @@ def test_vertex_batch_prediction(tmp_path):
     assert inputs["instances_format"] == {"defaultValue": "jsonl", "isOptional": True, "parameterType": "STRING"}
     assert inputs["model"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
     assert inputs["batch_size"] == {"defaultValue": 64, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["included_fields"] == {"defaultValue": [], "isOptional": True, "parameterType": "LIST"}
     assert set(inputs) == {"instances", "instances_format", "model", "model_repository", "model_name", "batch_size",
-                           "key_field", "output_prefix"}
+                           "key_field", "included_fields", "excluded_fields", "instance_type", "output_prefix"}
 
 
 def test_kubeflow_batch_prediction(tmp_path):
@@ -445,7 +452,8 @@ def test_kubeflow_batch_prediction(tmp_path):
     assert set(root) == {"run-batch-prediction"}
     assert params(root["run-batch-prediction"]) == {
         name: {"componentInputParameter": name} for name in
-        ("model_repository", "model_name", "model", "instances", "instances_format", "batch_size", "key_field")}
+        ("model_repository", "model_name", "model", "instances", "instances_format", "batch_size", "key_field",
+         "included_fields", "excluded_fields", "instance_type")}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
     outputs = spec["components"]["comp-run-batch-prediction"]["outputDefinitions"]
     assert set(outputs["parameters"]) == {"output_directory", "succeeded", "failed"}
@@ -504,7 +512,12 @@ def test_batch_config_overrides():
     config = load_config(None, {"epochs": 3}, {"instances": "a.jsonl", "model": None, "batch_size": 4})
     assert config.batch.pipeline_arguments() == {
         "instances": "a.jsonl", "instances_format": "jsonl", "model": "", "model_repository": "",
-        "model_name": "tfpipe-model", "batch_size": 4, "key_field": "", "output_prefix": ""}
+        "model_name": "tfpipe-model", "batch_size": 4, "key_field": "", "included_fields": [], "excluded_fields": [],
+        "instance_type": "", "output_prefix": ""}
+    config = load_config(None, None, {"instances": "a.csv", "excluded_fields": "label, id"})
+    assert config.batch.excluded_fields == ["label", "id"]  # comma-separated (CLI, environment) or a YAML list
+    with pytest.raises(ConfigError, match="give included_fields or excluded_fields, not both"):
+        load_config(None, None, {"included_fields": ["a"], "excluded_fields": ["b"]})
     assert "instances" not in load_config().batch.pipeline_arguments()
 
 

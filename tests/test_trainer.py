@@ -20,6 +20,7 @@ def test_exported_model_serves_raw_pixels_of_any_size(trained_model):
         assert out["probabilities"].shape == (3, 10) and out["class_id"].shape == (3,)
         np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
     assert (model_dir / "assets.extra" / "labels.txt").read_text().split() == [str(i) for i in range(10)]
+    assert not (model_dir / "assets.extra" / "features.txt").exists()  # images have no named feature columns
 
 
 def test_exported_model_carries_tf_serving_warmup_requests(trained_model):
@@ -50,14 +51,13 @@ def test_metrics_history_tensorboard_and_hypertune(trained_model):
     assert not backup.exists() or not list(backup.iterdir())  # BackupAndRestore cleans up after success
 
 
-def test_tabular_mlp_on_iris(tmp_path):
-    prepare("builtin:iris", str(tmp_path / "data"), num_workers=1, val_fraction=0.2, test_fraction=0.2)
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(tmp_path / "data"), "--job-dir",
-                    str(tmp_path / "job"), "--epochs", "30", "--batch-size", "16", "--learning-rate", "0.01"],
-                   check=True, capture_output=True)
-    signature = tf.saved_model.load(str(tmp_path / "job" / "model")).signatures["serving_default"]
+def test_tabular_mlp_on_iris(iris_model):
+    signature = tf.saved_model.load(str(iris_model / "model")).signatures["serving_default"]
     assert signature.structured_input_signature[1]["features"].shape.as_list() == [None, 4]
-    assert json.loads((tmp_path / "job" / "metrics.json").read_text())["val_accuracy"] > 0.8
+    assert json.loads((iris_model / "metrics.json").read_text())["val_accuracy"] > 0.8
+    # the feature columns, in input order, for batch prediction to match CSV headers and object fields by name
+    assert (iris_model / "model" / "assets.extra" / "features.txt").read_text().splitlines() == [
+        "sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
 
 
 def test_conv_blocks_keep_feature_maps():

@@ -3,6 +3,7 @@ launcher (tests/gcpc.py) on the task's compiled inputs, and the request it sends
 API client boundary: the JobService gRPC stubs (custom, tuning and batch prediction jobs; tests/gapic.py) and
 `requests` for the launchers that call the REST API (model upload, endpoint creation, deploy)."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -121,6 +122,76 @@ def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_
     assert job.output_config.gcs_destination.output_uri_prefix == "gs://b/root/run-7/plan-batch-prediction/destination"
     assert (job.dedicated_resources.machine_spec.machine_type, job.dedicated_resources.starting_replica_count,
             job.dedicated_resources.max_replica_count) == ("n1-highmem-8", 3, 7)
+
+
+def registry_version_on_gcs(monkeypatch, bucket, model_dir, version="3") -> str:
+    """The registry model `MODEL` whose version `version` (any alias) has `model_dir` uploaded as its artifacts
+    (ModelService stubs; the files in the GCS emulator's bucket); returns the artifact URI."""
+    from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
+    from google.cloud.aiplatform_v1.types import model as model_pb, model_service
+
+    for path in Path(model_dir).rglob("*"):
+        if path.is_file():
+            bucket.blob(f"models/m/{path.relative_to(model_dir)}").upload_from_filename(str(path))
+    uri = f"gs://{bucket.name}/models/m"
+    FakeStub(lambda r: model_service.ListModelsResponse(models=[model_pb.Model(name=MODEL)])).bind(
+        ModelServiceGrpcTransport, "list_models", monkeypatch)
+    FakeStub(lambda r: model_pb.Model(name=MODEL, version_id=version, artifact_uri=uri)).bind(
+        ModelServiceGrpcTransport, "get_model", monkeypatch)
+    return uri
+
+
+def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format, **options):
+    """Run the compiled pipeline's two steps: `plan-batch-prediction` (its function, on the pipeline's constants)
+    and the GCPC launcher of `model-batch-predict` on the plan's outputs; returns the CreateBatchPredictionJob
+    request."""
+    from kfp import dsl
+
+    from components.vertex_registry import plan_batch_prediction
+
+    destination = dsl.Artifact(name="destination", uri="gs://b/root/run-7/plan-batch-prediction/destination")
+    plan = plan_batch_prediction("", "digits", "champion", instances, "", "my-project", LOCATION,
+                                 "tfpipe-batch-prediction-20261123", destination, instances_format=instances_format,
+                                 **options)
+    created = job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob)
+    model = {"uri": plan.model_uri, "metadata": {"resourceName": plan.model_name}, "type": "google.VertexModel"}
+    given = {"job_display_name": plan.job_display_name, "gcs_source_uris": plan.gcs_source_uris,
+             "gcs_destination_output_uri_prefix": plan.output_prefix, "instances_format": instances_format,
+             "key_field": options.get("key_field", ""), "manual_batch_tuning_parameters_batch_size": 64,
+             "project": "my-project", "included_fields": plan.included_fields,
+             "excluded_fields": plan.excluded_fields, "instance_type": plan.instance_type}
+    Launch(specs["batch"], dag(specs["batch"])["model-batch-predict"], given, {"model": model}, tmp_path).run()
+    [request] = created
+    return request.batch_prediction_job
+
+
+def test_csv_batch_job_sends_the_models_feature_columns(specs, monkeypatch, tmp_path, gcs_emulator, iris_model):
+    """A CSV shaped like the training CSV (a label column, columns in another order): the job's instance config
+    names the model's feature columns, read from the version's artifacts, so Vertex sends those, by name, in the
+    model's order."""
+    registry_version_on_gcs(monkeypatch, gcs_emulator, iris_model / "model")
+    job = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/iris.csv", "csv", key_field="id",
+                            excluded_fields=["label"])
+    assert job.model == f"{MODEL}@3"
+    assert job.input_config.instances_format == "csv"
+    assert list(job.input_config.gcs_source.uris) == ["gs://b/in/iris.csv"]
+    config = job.instance_config
+    assert list(config.included_fields) == [
+        "sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
+    assert (list(config.excluded_fields), config.key_field, config.instance_type) == ([], "id", "")
+
+
+def test_jsonl_batch_job_with_named_fields_as_arrays(specs, monkeypatch, tmp_path, gcs_emulator, tmp_path_factory):
+    """A model that names no feature columns: the job gets the user's fields and instance type as given."""
+    model_dir = tmp_path_factory.mktemp("plain")
+    (model_dir / "saved_model.pb").write_bytes(b"")
+    registry_version_on_gcs(monkeypatch, gcs_emulator, model_dir)
+    job = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl",
+                            included_fields=["b", "a"], instance_type="array")
+    assert (list(job.instance_config.included_fields), job.instance_config.instance_type) == (["b", "a"], "array")
+    with pytest.raises(ValueError, match="give included_fields or excluded_fields, not both"):
+        planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl", included_fields=["a"],
+                          excluded_fields=["b"])
 
 
 class Rest:

@@ -14,7 +14,7 @@ import math
 
 import tensorflow as tf
 
-from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name  # noqa: F401 (re-exported)
+from trainer.schema import FEATURES_FILE, IMAGE, LABELS_FILE, SPLITS, TABULAR, shard_name  # noqa: F401 (re-exported)
 
 
 def serialize_example(key: str, label: int, value, kind: str) -> bytes:

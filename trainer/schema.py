@@ -2,6 +2,9 @@
 
 SPLITS = ("train", "val", "test")
 IMAGE, TABULAR = "image", "tabular"
+# written by the trainer next to the SavedModel (TF Serving and Vertex ignore assets.extra/)
+LABELS_FILE = "assets.extra/labels.txt"  # the label vocabulary, one a line, in class-id order
+FEATURES_FILE = "assets.extra/features.txt"  # tabular models: the feature column names, one a line, in input order
 
 
 def shard_name(split: str, index: int, count: int) -> str:

@@ -120,8 +120,11 @@ def main(argv=None) -> int:
     distribute.discard(log_dir, args.log_dir)
     if cluster.is_chief:
         tf.io.gfile.makedirs(f"{args.model_dir}/assets.extra")
-        with tf.io.gfile.GFile(f"{args.model_dir}/assets.extra/labels.txt", "w") as f:
+        with tf.io.gfile.GFile(f"{args.model_dir}/{data.LABELS_FILE}", "w") as f:
             f.write("\n".join(stats["labels"]) + "\n")
+        if stats.get("feature_names"):  # batch prediction matches CSV headers / object fields to these by name
+            with tf.io.gfile.GFile(f"{args.model_dir}/{data.FEATURES_FILE}", "w") as f:
+                f.write("\n".join(stats["feature_names"]) + "\n")
         examples = tf.cast(next(iter(val_ds))[0], tf.float32).numpy()
         input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input
         warmup.write_warmup_requests(args.model_dir, [{input_name: examples[:n]} for n in (1, 8, len(examples))])
