@@ -39,12 +39,34 @@ FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
 KEYED_FORMATS = ("jsonl", "csv")  # the formats whose records have fields (key, included, excluded fields)
 INSTANCE_TYPES = ("", "object", "array")
 INVALID_ARGUMENT, INTERNAL = 3, 13  # google.rpc.Code
+DEFAULT_MAX_ERROR_FRACTION = 0.1  # the error budget: a batch run with more failed instances fails
 CHUNK = 8 * 2**20  # gs:// read and upload chunk
 _JSON = orjson.OPT_SERIALIZE_NUMPY
 _WILDCARD = re.compile(r"[*?\[]")
 _INT = re.compile(r"[+-]?\d{1,18}")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _SURROGATE = re.compile("[\udc80-\udcff]")
+
+
+class BatchPredictionError(RuntimeError):
+    """The batch run predicted, but more of its instances failed than its error budget allows (user-facing)."""
+
+
+def check_error_budget(succeeded: int, failed: int, max_error_fraction: float, where: str = "") -> str:
+    """The counts as a sentence, or BatchPredictionError when the run predicted nothing or the failed share exceeds
+    `max_error_fraction` (0: no failure allowed; 1: any share; every failing instance has its errors line). The same
+    rule on every target: Vertex's job itself succeeds whatever its instances do."""
+    if not 0 <= max_error_fraction <= 1:
+        raise ValueError(f"max_error_fraction must be in [0, 1], got {max_error_fraction}")
+    total = succeeded + failed
+    counts = f"{failed} of {total} instances failed, {succeeded} succeeded"
+    if total == 0:
+        raise BatchPredictionError(f"no instances were predicted: the input holds none{where}")
+    if failed / total > max_error_fraction:
+        raise BatchPredictionError(
+            f"{counts} ({failed / total:.1%}), above max_error_fraction {max_error_fraction:.1%}{where}; each "
+            "failure's reason is in prediction.errors_stats-*")
+    return f"{counts} ({failed / total:.1%}; max_error_fraction {max_error_fraction:.1%})"
 
 
 class Item(NamedTuple):
@@ -566,13 +588,15 @@ def run_batch_prediction(
     included_fields: list,
     excluded_fields: list,
     instance_type: str,
+    max_error_fraction: float,
     predictions: Output[Artifact],
 ) -> NamedTuple("Outputs", [("output_directory", str), ("succeeded", int), ("failed", int)]):
-    """KFP step (self-hosted): batch prediction into Vertex's layout inside the `predictions` artifact folder."""
+    """KFP step (self-hosted): batch prediction into Vertex's layout inside the `predictions` artifact folder; fails
+    (with the counts) when more than `max_error_fraction` of the instances failed."""
     import os
     from collections import namedtuple
 
-    from components.batch_predict import batch_predict, resolve_model
+    from components.batch_predict import batch_predict, check_error_budget, resolve_model
 
     model_path = resolve_model(model_repository, model_name, model)
     os.makedirs(predictions.path, exist_ok=True)
@@ -582,5 +606,6 @@ def run_batch_prediction(
     output_uri = f"{predictions.uri.rstrip('/')}/{os.path.basename(summary['output_directory'])}"
     predictions.metadata.update(summary, output_directory=output_uri, model=model_path)
     print(f"{summary['succeeded']} predictions, {summary['failed']} errors in {output_uri}")
+    print(check_error_budget(summary["succeeded"], summary["failed"], max_error_fraction, f" (in {output_uri})"))
     return namedtuple("Outputs", ["output_directory", "succeeded", "failed"])(
         output_uri, summary["succeeded"], summary["failed"])

@@ -126,6 +126,28 @@ def find_model_version(model: str, display_name: str, alias: str, project: str, 
     return f"{found.name}@{found.version_id}", found.artifact_uri
 
 
+def batch_job_name(gcp_resources: str) -> str:
+    """`projects/.../locations/.../batchPredictionJobs/ID` from a GCPC `gcp_resources` JSON."""
+    import json
+
+    uri = json.loads(gcp_resources)["resources"][0]["resourceUri"]
+    name = uri.split("/v1/", 1)[-1]
+    if "/batchPredictionJobs/" not in name:
+        raise ValueError(f"not a batch prediction job resource: {uri}")
+    return name
+
+
+def batch_job_counts(gcp_resources: str) -> tuple[str, int, int]:
+    """(job name, succeeded, failed) of a finished batch prediction job, from its `completion_stats` (instances
+    left incomplete count as failed)."""
+    from google.cloud import aiplatform_v1
+
+    name = batch_job_name(gcp_resources)
+    client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": api_endpoint(name.split("/")[3])})
+    stats = client.get_batch_prediction_job(name=name).completion_stats
+    return name, int(stats.successful_count), int(stats.failed_count) + max(0, int(stats.incomplete_count))
+
+
 def find_model(display_name: str, project: str, location: str) -> NamedTuple(
         "Outputs", [("resource_name", str), ("resource_uri", str)]):
     """KFP step (Vertex): the registry model with this display name ("" when there is none)."""
@@ -159,6 +181,20 @@ def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
         print(f"nothing else serves on {endpoint_name or 'the new endpoint'}: the new model takes all traffic")
     print(f"current traffic {current}; new split {split}")
     return split
+
+
+def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) -> NamedTuple(
+        "Outputs", [("succeeded", int), ("failed", int)]):
+    """KFP step (Vertex), after `ModelBatchPredictOp` (a Vertex job succeeds whatever its instances do): read the
+    job's success and error counts and fail when more than `max_error_fraction` of the instances failed."""
+    from collections import namedtuple
+
+    from components.batch_predict import check_error_budget
+    from components.vertex_registry import batch_job_counts
+
+    name, succeeded, failed = batch_job_counts(gcp_resources)
+    print(f"{name}: {check_error_budget(succeeded, failed, max_error_fraction, f' (job {name})')}")
+    return namedtuple("Outputs", ["succeeded", "failed"])(succeeded, failed)
 
 
 def plan_batch_prediction(

@@ -111,6 +111,7 @@ class BatchParameters(BaseModel):
     included_fields: list[str] = []  # these, in this order (not with excluded_fields)
     excluded_fields: list[str] = []  # every field but these
     instance_type: Literal["", "object", "array"] = ""  # JSONL objects sent as objects or as arrays
+    max_error_fraction: float = Field(0.1, ge=0, le=1)  # the run fails when more of its instances failed
     output_prefix: str = ""  # Vertex: gs:// prefix of the output directory ("" = under the pipeline root)
 
     @field_validator("included_fields", "excluded_fields", mode="before")

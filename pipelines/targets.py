@@ -120,13 +120,14 @@ class SelfHostedOps:
             ).set_display_name("Deploy (TF Serving endpoint)"))
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      included_fields, excluded_fields, instance_type, output_prefix):
+                      included_fields, excluded_fields, instance_type, max_error_fraction, output_prefix):
         """The local batch predictor on a repository version (predictions in its `predictions` artifact, so
-        `output_prefix` does not apply)."""
+        `output_prefix` does not apply); it fails when more than `max_error_fraction` of the instances failed."""
         return _component(batch_predict.run_batch_prediction, self.image)(
             model_repository=model_repository, model_name=model_name, model=model, instances=instances,
             instances_format=instances_format, batch_size=batch_size, key_field=key_field,
             included_fields=included_fields, excluded_fields=excluded_fields, instance_type=instance_type,
+            max_error_fraction=max_error_fraction,
         ).set_display_name("Batch prediction (local predictor)")
 
 
@@ -307,10 +308,12 @@ class VertexOps(SelfHostedOps):
             crown.set_display_name("Move champion alias")
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      included_fields, excluded_fields, instance_type, output_prefix):
+                      included_fields, excluded_fields, instance_type, max_error_fraction, output_prefix):
         """A Vertex batch prediction job on a registry model version (`model` "": the champion alias), with the
-        instance config the plan step derives from the options and the model's feature columns. Never cached: the
-        instances behind a glob and the champion change between runs."""
+        instance config the plan step derives from the options and the model's feature columns, then a step that
+        reads the job's counts and fails when more than `max_error_fraction` of the instances failed (the job itself
+        succeeds whatever its instances do). Never cached: the instances behind a glob and the champion change
+        between runs."""
         from google_cloud_pipeline_components.types.artifact_types import VertexModel
         from google_cloud_pipeline_components.v1.batch_predict_job import ModelBatchPredictOp
 
@@ -324,7 +327,7 @@ class VertexOps(SelfHostedOps):
         _uncached(plan).set_display_name("Resolve model version and inputs")
         version = dsl.importer(artifact_uri=plan.outputs["model_uri"], artifact_class=VertexModel,
                                metadata={"resourceName": plan.outputs["model_name"]}).set_display_name("Model version")
-        return _uncached(ModelBatchPredictOp(
+        job = _uncached(ModelBatchPredictOp(
             job_display_name=plan.outputs["job_display_name"],
             location=p.location,
             model=version.outputs["artifact"],
@@ -344,6 +347,10 @@ class VertexOps(SelfHostedOps):
             encryption_spec_key_name=p.encryption_spec_key_name,
             labels=self.labels,
         )).set_display_name("Vertex batch prediction job")
+        check = _component(vertex_registry.check_batch_prediction_job, self.image)(
+            gcp_resources=job.outputs["gcp_resources"], max_error_fraction=max_error_fraction)
+        _uncached(check).set_display_name("Check the job's error budget")
+        return job
 
 
 def make_ops(target: str, platform: Platform, pipeline_name: str = "tfpipe-training") -> SelfHostedOps:

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.batch_predict import InstanceConfig, batch_predict, instance_config, resolve_model
+from components.batch_predict import (BatchPredictionError, InstanceConfig, batch_predict, check_error_budget,
+                                      instance_config, resolve_model)
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
@@ -344,11 +345,44 @@ def test_model_resolution_and_kfp_step(strings_model, tmp_path):
 
     write_lines(tmp_path / "a.jsonl", [json.dumps(b64(b"abc")), "[1]"])
     predictions = Artifact(uri=str(tmp_path / "predictions"))
-    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", predictions)
+    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", 0.5,
+                                   predictions)
     assert (outputs.succeeded, outputs.failed) == (1, 1)
     assert outputs.output_directory.startswith(str(tmp_path / "predictions" / "prediction-s-"))
     assert predictions.metadata["model"] == first.path and predictions.metadata["instances"] == 2
     assert read_output(outputs.output_directory, "s", 1)[0] == [{"instance": b64(b"abc"), "prediction": 3}]
+
+
+def test_a_run_with_more_failed_instances_than_its_budget_fails_the_step(tabular_model, tmp_path):
+    """Every row fails (the label column is sent to a model that does not name its features): the step fails with
+    the counts, after writing every errors line."""
+    from kfp.dsl import Artifact
+
+    from components.batch_predict import BatchPredictionError, run_batch_prediction
+
+    write_lines(tmp_path / "a.csv", ["a,b,c,label", "1,2,3,x", "4,5,6,y", "7,8,9,z"])
+    predictions = Artifact(uri=str(tmp_path / "predictions"))
+    with pytest.raises(BatchPredictionError, match=r"^3 of 3 instances failed, 0 succeeded \(100\.0%\), above "
+                                                   r"max_error_fraction 10\.0% \(in .*/predictions/prediction-t-"):
+        run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], [], "", 0.1,
+                             predictions)
+    [output] = (tmp_path / "predictions").iterdir()
+    assert len(read_output(output, "t", 1)[1]) == 3
+    outputs = run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], ["label"], "",
+                                   0.1, Artifact(uri=str(tmp_path / "p2")))
+    assert (outputs.succeeded, outputs.failed) == (3, 0)
+
+
+def test_error_budget():
+    assert check_error_budget(9, 1, 0.1) == "1 of 10 instances failed, 9 succeeded (10.0%; max_error_fraction 10.0%)"
+    assert check_error_budget(0, 5, 1.0).startswith("5 of 5 instances failed")  # the user accepts any share
+    with pytest.raises(BatchPredictionError, match=r"^1 of 10 instances failed, 9 succeeded \(10\.0%\), above "
+                                                   r"max_error_fraction 0\.0% \(job j\);"):
+        check_error_budget(9, 1, 0.0, " (job j)")
+    with pytest.raises(BatchPredictionError, match="no instances were predicted: the input holds none"):
+        check_error_budget(0, 0, 0.5)
+    with pytest.raises(ValueError, match="max_error_fraction must be in"):
+        check_error_budget(1, 0, 1.5)
 
 
 def test_kfp_component_interface():
@@ -360,7 +394,7 @@ def test_kfp_component_interface():
     assert {name: i.type for name, i in spec.inputs.items()} == {
         "model_repository": "String", "model_name": "String", "model": "String", "instances": "String",
         "instances_format": "String", "batch_size": "Integer", "key_field": "String", "included_fields": "List",
-        "excluded_fields": "List", "instance_type": "String"}
+        "excluded_fields": "List", "instance_type": "String", "max_error_fraction": "Float"}
     assert {name: o.type for name, o in spec.outputs.items()} == {
         "predictions": "system.Artifact@0.0.1", "output_directory": "String", "succeeded": "Integer",
         "failed": "Integer"}

@@ -390,7 +390,7 @@ def test_vertex_batch_prediction(tmp_path):
     _, spec = compile_spec("vertex", tmp_path, "batch_prediction")
     assert spec["pipelineInfo"]["name"] == "tfpipe-batch-prediction"
     root = dag(spec)
-    assert set(root) == {"plan-batch-prediction", "importer", "model-batch-predict"}
+    assert set(root) == {"plan-batch-prediction", "importer", "model-batch-predict", "check-batch-prediction-job"}
     plan = root["plan-batch-prediction"]
     assert plan["cachingOptions"] == {}
     assert params(plan) == {
@@ -434,6 +434,12 @@ def test_vertex_batch_prediction(tmp_path):
         "service_account": SA,
         "encryption_spec_key_name": KEY,
     }
+    check = root["check-batch-prediction-job"]  # the error budget, on the job's counts
+    assert check["cachingOptions"] == {}
+    assert params(check) == {
+        "gcp_resources": {"taskOutputParameter": {"outputParameterKey": "gcp_resources",
+                                                  "producerTask": "model-batch-predict"}},
+        "max_error_fraction": {"componentInputParameter": "max_error_fraction"}}
     outputs = spec["components"]["comp-plan-batch-prediction"]["outputDefinitions"]["parameters"]
     assert outputs["gcs_source_uris"] == {"parameterType": "LIST"}
     inputs = spec["root"]["inputDefinitions"]["parameters"]
@@ -442,8 +448,10 @@ def test_vertex_batch_prediction(tmp_path):
     assert inputs["model"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
     assert inputs["batch_size"] == {"defaultValue": 64, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
     assert inputs["included_fields"] == {"defaultValue": [], "isOptional": True, "parameterType": "LIST"}
+    assert inputs["max_error_fraction"] == {"defaultValue": 0.1, "isOptional": True, "parameterType": "NUMBER_DOUBLE"}
     assert set(inputs) == {"instances", "instances_format", "model", "model_repository", "model_name", "batch_size",
-                           "key_field", "included_fields", "excluded_fields", "instance_type", "output_prefix"}
+                           "key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction",
+                           "output_prefix"}
 
 
 def test_kubeflow_batch_prediction(tmp_path):
@@ -453,7 +461,7 @@ def test_kubeflow_batch_prediction(tmp_path):
     assert params(root["run-batch-prediction"]) == {
         name: {"componentInputParameter": name} for name in
         ("model_repository", "model_name", "model", "instances", "instances_format", "batch_size", "key_field",
-         "included_fields", "excluded_fields", "instance_type")}
+         "included_fields", "excluded_fields", "instance_type", "max_error_fraction")}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
     outputs = spec["components"]["comp-run-batch-prediction"]["outputDefinitions"]
     assert set(outputs["parameters"]) == {"output_directory", "succeeded", "failed"}
@@ -513,7 +521,7 @@ def test_batch_config_overrides():
     assert config.batch.pipeline_arguments() == {
         "instances": "a.jsonl", "instances_format": "jsonl", "model": "", "model_repository": "",
         "model_name": "tfpipe-model", "batch_size": 4, "key_field": "", "included_fields": [], "excluded_fields": [],
-        "instance_type": "", "output_prefix": ""}
+        "instance_type": "", "max_error_fraction": 0.1, "output_prefix": ""}
     config = load_config(None, None, {"instances": "a.csv", "excluded_fields": "label, id"})
     assert config.batch.excluded_fields == ["label", "id"]  # comma-separated (CLI, environment) or a YAML list
     with pytest.raises(ConfigError, match="give included_fields or excluded_fields, not both"):

@@ -41,6 +41,8 @@ from pipelines.cli import (_INSTANCES_FORMATS, _PIPELINES, _fail, _load, _local_
               help="batch_prediction: fields not sent to the model (instead of --included-fields)")
 @click.option("--instance-type", type=click.Choice(["object", "array"]),
               help="batch_prediction: send JSONL objects as objects or as arrays [as given]")
+@click.option("--max-error-fraction", type=float,
+              help="batch_prediction: the run fails when a larger share of its instances failed [0.1]")
 def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, instances_format, model, **options):
     """Run the whole training pipeline (or, with --pipeline batch_prediction, batch predictions) locally
     (kfp.local, no cloud, no Docker) and print a summary."""
@@ -50,7 +52,8 @@ def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, insta
                           {**options, **batch_options})
     given = [name for name, value in (("--instances", instances), ("--instances-format", instances_format),
                                       ("--model", model),
-                                      *((f"--{k.replace('_', '-')}", v) for k, v in batch_options.items())) if value]
+                                      *((f"--{k.replace('_', '-')}", v) for k, v in batch_options.items()))
+             if value is not None]
     if given:
         _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
     config = _load(config_file, profile, sets, options)
@@ -102,7 +105,7 @@ def _local_instances(instances: str) -> str:
     return ",".join(items)
 
 
-_BATCH_ONLY = ("key_field", "included_fields", "excluded_fields", "instance_type")
+_BATCH_ONLY = ("key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction")
 _TRAINING_ONLY = ("data_source", "workers", "epochs", "learning_rate", "label_column", "image_size",
                   "accuracy_threshold", "tune", "deploy", "rest_port", "grpc_port")
 
