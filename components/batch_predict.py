@@ -36,6 +36,7 @@ from components import storage
 from pipelines.serving import codec
 
 FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
+B64_FORMATS = ("tf-record", "tf-record-gzip", "file-list")  # records reach the model as {"b64": ...}
 KEYED_FORMATS = ("jsonl", "csv")  # the formats whose records have fields (key, included, excluded fields)
 INSTANCE_TYPES = ("", "object", "array")
 INVALID_ARGUMENT, INTERNAL = 3, 13  # google.rpc.Code
@@ -431,15 +432,19 @@ class _Job:
                                                 for name in self.inputs}) for group in groups.values()]
 
     def run(self, items: list[Item], arrays: dict, shard: _Shard) -> None:
+        """Predict a batch; when the model fails on it, instance by instance, so that only the instances it fails
+        on (an undecodable image, a value out of range) become errors."""
         import tensorflow as tf
 
         try:
             outputs = self.signature(**{name: tf.constant(array) for name, array in arrays.items()})
             outputs = {name: tensor.numpy() for name, tensor in outputs.items()}
         except (tf.errors.OpError, ValueError, TypeError) as e:
-            message = f"model execution failed: {_error_line(e)}"
-            for item in items:
-                shard.error(item, INTERNAL, message)
+            if len(items) > 1:
+                for i, item in enumerate(items):
+                    self.run([item], {name: array[i:i + 1] for name, array in arrays.items()}, shard)
+                return
+            shard.error(items[0], INTERNAL, f"model execution failed: {_error_line(e)}")
             return
         for item, prediction in zip(items, codec.rows(outputs)):
             shard.result(item, prediction)
@@ -508,6 +513,45 @@ def _check_arguments(instances_format: str, batch_size: int, parallelism: int, *
         raise ValueError(f"batch_size and parallelism must be >= 1, got {batch_size} and {parallelism}")
 
 
+def _takes_strings(inputs: dict) -> bool:
+    """Whether a signature's inputs ({name: is a string input}) all take strings (e.g. `{"b64": ...}` values)."""
+    return bool(inputs) and all(inputs.values())
+
+
+def choose_signature(signatures: dict[str, dict[str, bool]], signature_name: str, instances_format: str) -> str:
+    """The signature a batch job calls: `signature_name` when given (it must exist), else `serving_default`, except
+    for records that reach the model as `{"b64": ...}` (file-list, tf-record) when `serving_default` takes no
+    strings and the model has an encoded-image signature (`serving_image_bytes`, image models of this trainer): a
+    file list of images is predicted from the files' bytes. `signatures`: {name: {input: is a string input}}."""
+    from trainer.schema import IMAGE_BYTES_SIGNATURE
+
+    if signature_name:
+        if signatures and signature_name not in signatures:
+            raise ValueError(f"the model has no signature {signature_name!r}; available: {sorted(signatures)}")
+        return signature_name
+    if (instances_format in B64_FORMATS and IMAGE_BYTES_SIGNATURE in signatures
+            and not _takes_strings(signatures.get("serving_default", {}))):
+        return IMAGE_BYTES_SIGNATURE
+    return "serving_default"
+
+
+def model_signatures(model_uri: str) -> dict[str, dict[str, bool]]:
+    """{signature: {input: is a string input}} of the SavedModel at `model_uri` (local or gs://), read from its
+    `saved_model.pb` without loading the model; {} when it cannot be read."""
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    try:
+        proto = saved_model_pb2.SavedModel.FromString(_Files().read(f"{model_uri.rstrip('/')}/saved_model.pb"))
+    except Exception as e:  # noqa: BLE001 (missing, unreadable or not a SavedModel: the default signature applies)
+        print(f"cannot read the signatures of {model_uri}: {str(e)[:200]}")
+        return {}
+    if not proto.meta_graphs:
+        return {}
+    return {name: {key: info.dtype == types_pb2.DT_STRING for key, info in signature.inputs.items()}
+            for name, signature in proto.meta_graphs[0].signature_def.items()}
+
+
 def model_feature_names(model_uri: str) -> list[str]:
     """The feature column names a model was trained on (`assets.extra/features.txt` in its directory, local or
     gs://); [] when it names none (image models, models from elsewhere)."""
@@ -527,11 +571,12 @@ def model_feature_names(model_uri: str) -> list[str]:
 
 def batch_predict(model_path: str, instances: str, instances_format: str, output_prefix: str,
                   model_display_name: str, batch_size: int = 64, parallelism: int = 4, key_field: str = "",
-                  signature_name: str = "serving_default", included_fields=(), excluded_fields=(),
+                  signature_name: str = "", included_fields=(), excluded_fields=(),
                   instance_type: str = "") -> dict:
     """Predict every instance of `instances` with the SavedModel at `model_path` (local or gs://) into Vertex's
-    layout under `output_prefix`; returns a summary (output_directory, counts, input files, throughput). The
-    field options make instances of records as `instance_config` says."""
+    layout under `output_prefix`; returns a summary (output_directory, counts, input files, throughput, the
+    signature used). The field options make instances of records as `instance_config` says; the signature is
+    `choose_signature`'s."""
     import tensorflow as tf
 
     start = time.perf_counter()
@@ -542,9 +587,17 @@ def batch_predict(model_path: str, instances: str, instances_format: str, output
     with storage.staged(model_path) as local_model:
         config = instance_config(instances_format, **fields, feature_names=model_feature_names(local_model))
         loaded = tf.saved_model.load(local_model)
+        inputs = {name: codec.signature_inputs(fn) for name, fn in loaded.signatures.items()}
+        try:
+            signature_name = choose_signature(
+                {name: {k: i.dtype == object for k, i in spec.items()} for name, spec in inputs.items()},
+                signature_name, instances_format)
+        except ValueError as e:
+            raise ValueError(f"{e} (model {model_path})") from None
         if signature_name not in loaded.signatures:
             raise ValueError(f"the model at {model_path} has no signature {signature_name!r}; "
                              f"available: {sorted(loaded.signatures)}")
+        print(f"signature {signature_name}: inputs {sorted(inputs[signature_name])}", flush=True)
         signature = loaded.signatures[signature_name]
         job = _Job(signature, codec.signature_inputs(signature), instances_format, config, batch_size,
                    _output_directory(output_prefix, model_display_name), len(files))
@@ -554,7 +607,7 @@ def batch_predict(model_path: str, instances: str, instances_format: str, output
     succeeded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
     return {"output_directory": job.output_directory, "instances": succeeded + failed, "succeeded": succeeded,
             "failed": failed, "files": files, "seconds": round(seconds, 3),
-            "instances_per_second": round((succeeded + failed) / seconds, 1)}
+            "instances_per_second": round((succeeded + failed) / seconds, 1), "signature_name": signature_name}
 
 
 def resolve_model(model_repository: str, model_name: str, model: str) -> str:
@@ -589,6 +642,7 @@ def run_batch_prediction(
     excluded_fields: list,
     instance_type: str,
     max_error_fraction: float,
+    signature_name: str,
     predictions: Output[Artifact],
 ) -> NamedTuple("Outputs", [("output_directory", str), ("succeeded", int), ("failed", int)]):
     """KFP step (self-hosted): batch prediction into Vertex's layout inside the `predictions` artifact folder; fails
@@ -602,7 +656,8 @@ def run_batch_prediction(
     os.makedirs(predictions.path, exist_ok=True)
     summary = batch_predict(model_path, instances, instances_format, predictions.path, model_name or "model",
                             batch_size=batch_size, key_field=key_field, included_fields=included_fields,
-                            excluded_fields=excluded_fields, instance_type=instance_type)
+                            excluded_fields=excluded_fields, instance_type=instance_type,
+                            signature_name=signature_name)
     output_uri = f"{predictions.uri.rstrip('/')}/{os.path.basename(summary['output_directory'])}"
     predictions.metadata.update(summary, output_directory=output_uri, model=model_path)
     print(f"{summary['succeeded']} predictions, {summary['failed']} errors in {output_uri}")

@@ -212,17 +212,22 @@ def plan_batch_prediction(
     included_fields: list = [],
     excluded_fields: list = [],
     instance_type: str = "",
+    signature_name: str = "",
 ) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
                             ("output_prefix", str), ("job_display_name", str), ("included_fields", list),
-                            ("excluded_fields", list), ("instance_type", str)]):
+                            ("excluded_fields", list), ("instance_type", str), ("model_parameters", dict)]):
     """KFP step (Vertex): the model version, the instances as gs:// URIs (comma-separated; `/gcs/` FUSE paths are
     turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run), the
     display name (`<run_name>-batch`) of a batch job, and its instance config: the field options checked and
     completed as on the self-hosted targets (`components.batch_predict.instance_config`: by default CSV columns
-    and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts)."""
+    and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts), and the
+    job's `model_parameters`: `{"signature_name": ...}` when the job must call another signature than
+    `serving_default` (`signature_name`, or `components.batch_predict.choose_signature`'s: a file list of images
+    goes to an image model's `serving_image_bytes`), which this project's serving container honours."""
     from collections import namedtuple
 
-    from components.batch_predict import instance_config, model_feature_names
+    from components.batch_predict import B64_FORMATS, choose_signature, instance_config, model_feature_names, \
+        model_signatures
     from components.vertex_registry import find_model_version, resource_uri
     from components.vertex_training import job_display_name
 
@@ -242,10 +247,14 @@ def plan_batch_prediction(
     name, artifact_uri = find_model_version(model, display_name, alias, project, location)
     features = model_feature_names(artifact_uri) if artifact_uri and instances_format in ("csv", "jsonl") else []
     config = instance_config(instances_format, **fields, feature_names=features)
+    signatures = model_signatures(artifact_uri) if artifact_uri and (
+        signature_name or instances_format in B64_FORMATS) else {}
+    signature = choose_signature(signatures, signature_name, instances_format)
+    parameters = {} if signature == "serving_default" else {"signature_name": signature}
     prefix = output_prefix or destination.uri
-    print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}")
+    print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}; signature {signature}")
     outputs = ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name", "included_fields",
-               "excluded_fields", "instance_type"]
+               "excluded_fields", "instance_type", "model_parameters"]
     return namedtuple("Outputs", outputs)(
         name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"), list(config.included_fields),
-        list(config.excluded_fields), config.instance_type)
+        list(config.excluded_fields), config.instance_type, parameters)

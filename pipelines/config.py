@@ -112,6 +112,7 @@ class BatchParameters(BaseModel):
     excluded_fields: list[str] = []  # every field but these
     instance_type: Literal["", "object", "array"] = ""  # JSONL objects sent as objects or as arrays
     max_error_fraction: float = Field(0.1, ge=0, le=1)  # the run fails when more of its instances failed
+    signature_name: str = ""  # "" = serving_default, or serving_image_bytes for file lists of an image model
     output_prefix: str = ""  # Vertex: gs:// prefix of the output directory ("" = under the pipeline root)
 
     @field_validator("included_fields", "excluded_fields", mode="before")

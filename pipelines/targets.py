@@ -120,14 +120,15 @@ class SelfHostedOps:
             ).set_display_name("Deploy (TF Serving endpoint)"))
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      included_fields, excluded_fields, instance_type, max_error_fraction, output_prefix):
+                      included_fields, excluded_fields, instance_type, max_error_fraction, signature_name,
+                      output_prefix):
         """The local batch predictor on a repository version (predictions in its `predictions` artifact, so
         `output_prefix` does not apply); it fails when more than `max_error_fraction` of the instances failed."""
         return _component(batch_predict.run_batch_prediction, self.image)(
             model_repository=model_repository, model_name=model_name, model=model, instances=instances,
             instances_format=instances_format, batch_size=batch_size, key_field=key_field,
             included_fields=included_fields, excluded_fields=excluded_fields, instance_type=instance_type,
-            max_error_fraction=max_error_fraction,
+            max_error_fraction=max_error_fraction, signature_name=signature_name,
         ).set_display_name("Batch prediction (local predictor)")
 
 
@@ -308,9 +309,11 @@ class VertexOps(SelfHostedOps):
             crown.set_display_name("Move champion alias")
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      included_fields, excluded_fields, instance_type, max_error_fraction, output_prefix):
+                      included_fields, excluded_fields, instance_type, max_error_fraction, signature_name,
+                      output_prefix):
         """A Vertex batch prediction job on a registry model version (`model` "": the champion alias), with the
-        instance config the plan step derives from the options and the model's feature columns, then a step that
+        instance config the plan step derives from the options and the model's feature columns and the signature
+        it picks (as `model_parameters`, honoured by this project's serving container), then a step that
         reads the job's counts and fails when more than `max_error_fraction` of the instances failed (the job itself
         succeeds whatever its instances do). Never cached: the instances behind a glob and the champion change
         between runs."""
@@ -323,7 +326,7 @@ class VertexOps(SelfHostedOps):
                                 location=p.location, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
                                 instances_format=instances_format, key_field=key_field,
                                 included_fields=included_fields, excluded_fields=excluded_fields,
-                                instance_type=instance_type)
+                                instance_type=instance_type, signature_name=signature_name)
         _uncached(plan).set_display_name("Resolve model version and inputs")
         version = dsl.importer(artifact_uri=plan.outputs["model_uri"], artifact_class=VertexModel,
                                metadata={"resourceName": plan.outputs["model_name"]}).set_display_name("Model version")
@@ -339,6 +342,7 @@ class VertexOps(SelfHostedOps):
             included_fields=plan.outputs["included_fields"],
             excluded_fields=plan.outputs["excluded_fields"],
             instance_type=plan.outputs["instance_type"],
+            model_parameters=plan.outputs["model_parameters"],
             manual_batch_tuning_parameters_batch_size=batch_size,
             machine_type=p.batch_machine_type,
             starting_replica_count=p.batch_starting_replicas,

@@ -258,8 +258,10 @@ def test_tf_records_reach_the_model_as_b64(strings_model, tmp_path, instances_fo
     summary = batch_predict(strings_model, str(tmp_path / "*.tfrecord"), instances_format, str(tmp_path / "out"),
                             "strings", batch_size=3)
     results, errors = read_output(summary["output_directory"], "strings", 2)
-    assert results == [{"instance": b64(r), "prediction": len(r)} for r in records]
-    assert [e["instance"] for e in errors] == [b64(b"x" * 1500), b64(b"ok")]  # one failing batch
+    assert summary["signature_name"] == "serving_default"  # it takes strings: the records as they are
+    # the batch the model fails on is retried instance by instance: only the failing instance is an error
+    assert results == [{"instance": b64(r), "prediction": len(r)} for r in [*records, b"ok"]]
+    assert [e["instance"] for e in errors] == [b64(b"x" * 1500)]
     assert all(e["error"]["code"] == 13 and "too long" in e["error"]["message"] for e in errors)
 
 
@@ -288,6 +290,67 @@ def test_file_list_sends_each_file_as_b64(strings_model, tmp_path):
     assert results == [{"instance": str(p), "prediction": i * 10 + 1} for i, p in enumerate(paths)]
     assert errors[0]["instance"] == str(tmp_path / "missing.bin") and errors[0]["error"]["code"] == 3
     assert errors[0]["error"]["message"].startswith("cannot read")
+
+
+def prepared_class_ids(model_dir, data_dir) -> dict[str, int]:
+    """{image path relative to the folder: class id} of `serving_default` on the prepared pixels of every split."""
+    import tensorflow as tf
+
+    from trainer import data
+
+    stats = data.load_stats(str(data_dir))
+    signature = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+    answers = {}
+    for split in ("train", "val", "test"):
+        for path in data.split_files(str(data_dir), split):
+            for record in tf.data.TFRecordDataset(path):
+                example = tf.train.Example.FromString(record.numpy()).features.feature
+                pixels = np.frombuffer(example["image"].bytes_list.value[0], np.uint8).reshape(stats["input_shape"])
+                answers[example["key"].bytes_list.value[0].decode()] = int(
+                    signature(image=tf.constant(pixels[None], tf.float32))["class_id"][0])
+    return answers
+
+
+def test_a_file_list_of_images_is_predicted_from_the_files_bytes(image_folder_model, tmp_path):
+    """PNG paths from the image folder the model was trained on: the batch job calls the model's encoded-image
+    signature (as Vertex, the files reach the model as {"b64": ...}), which decodes and prepares them as data prep
+    did; a file that is not an image fails alone."""
+    folder, data_dir, job = image_folder_model
+    paths = sorted(str(p) for p in folder.rglob("*.png"))
+    (tmp_path / "notes.png").write_text("not an image")
+    listing = write_lines(tmp_path / "list.txt", paths[:20] + [str(tmp_path / "notes.png")] + paths[20:])
+    summary = batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "out"), "pets", batch_size=8)
+    assert summary["signature_name"] == "serving_image_bytes"
+    results, errors = read_output(summary["output_directory"], "pets", 1)
+    assert (summary["succeeded"], summary["failed"]) == (len(paths), 1)
+    expected = prepared_class_ids(job / "model", data_dir)
+    assert {r["instance"]: r["prediction"]["class_id"] for r in results} == {
+        p: expected[str(Path(p).relative_to(folder))] for p in paths}
+    [error] = errors
+    assert error["instance"] == str(tmp_path / "notes.png") and error["error"]["code"] == 13
+    assert "model execution failed" in error["error"]["message"]
+
+    # serving_default by name: the bytes do not fit its pixel input (every instance is an error line)
+    named = batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "named"), "pets",
+                          signature_name="serving_default")
+    assert (named["signature_name"], named["succeeded"]) == ("serving_default", 0)
+    with pytest.raises(ValueError, match=r"no signature 'nope'; available: \['serving_default', "
+                                         r"'serving_image_bytes'\]"):
+        batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "x"), "pets", signature_name="nope")
+
+
+def test_signature_choice():
+    from components.batch_predict import choose_signature
+
+    image = {"serving_default": {"image": False}, "serving_image_bytes": {"image_bytes": True}}
+    assert choose_signature(image, "", "file-list") == "serving_image_bytes"
+    assert choose_signature(image, "", "tf-record") == "serving_image_bytes"
+    assert choose_signature(image, "", "jsonl") == "serving_default"
+    assert choose_signature(image, "serving_default", "file-list") == "serving_default"
+    strings = {"serving_default": {"x_bytes": True}, "serving_image_bytes": {"image_bytes": True}}
+    assert choose_signature(strings, "", "file-list") == "serving_default"  # it takes the bytes itself
+    assert choose_signature({}, "", "file-list") == "serving_default"  # unknown signatures: the default
+    assert choose_signature({}, "other", "jsonl") == "other"
 
 
 def test_gcs_model_inputs_and_output(strings_model, gcs_emulator, tmp_path):
@@ -345,7 +408,7 @@ def test_model_resolution_and_kfp_step(strings_model, tmp_path):
 
     write_lines(tmp_path / "a.jsonl", [json.dumps(b64(b"abc")), "[1]"])
     predictions = Artifact(uri=str(tmp_path / "predictions"))
-    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", 0.5,
+    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", 0.5, "",
                                    predictions)
     assert (outputs.succeeded, outputs.failed) == (1, 1)
     assert outputs.output_directory.startswith(str(tmp_path / "predictions" / "prediction-s-"))
@@ -364,12 +427,12 @@ def test_a_run_with_more_failed_instances_than_its_budget_fails_the_step(tabular
     predictions = Artifact(uri=str(tmp_path / "predictions"))
     with pytest.raises(BatchPredictionError, match=r"^3 of 3 instances failed, 0 succeeded \(100\.0%\), above "
                                                    r"max_error_fraction 10\.0% \(in .*/predictions/prediction-t-"):
-        run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], [], "", 0.1,
+        run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], [], "", 0.1, "",
                              predictions)
     [output] = (tmp_path / "predictions").iterdir()
     assert len(read_output(output, "t", 1)[1]) == 3
     outputs = run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], ["label"], "",
-                                   0.1, Artifact(uri=str(tmp_path / "p2")))
+                                   0.1, "", Artifact(uri=str(tmp_path / "p2")))
     assert (outputs.succeeded, outputs.failed) == (3, 0)
 
 
@@ -394,7 +457,8 @@ def test_kfp_component_interface():
     assert {name: i.type for name, i in spec.inputs.items()} == {
         "model_repository": "String", "model_name": "String", "model": "String", "instances": "String",
         "instances_format": "String", "batch_size": "Integer", "key_field": "String", "included_fields": "List",
-        "excluded_fields": "List", "instance_type": "String", "max_error_fraction": "Float"}
+        "excluded_fields": "List", "instance_type": "String", "max_error_fraction": "Float",
+        "signature_name": "String"}
     assert {name: o.type for name, o in spec.outputs.items()} == {
         "predictions": "system.Artifact@0.0.1", "output_directory": "String", "succeeded": "Integer",
         "failed": "Integer"}

@@ -399,7 +399,8 @@ def test_vertex_batch_prediction(tmp_path):
         "output_prefix": {"componentInputParameter": "output_prefix"}, "project": PROJECT, "location": "europe-west4",
         "run_name": "{{$.pipeline_job_name}}",
         **{name: {"componentInputParameter": name} for name in
-           ("instances_format", "key_field", "included_fields", "excluded_fields", "instance_type")}}
+           ("instances_format", "key_field", "included_fields", "excluded_fields", "instance_type",
+            "signature_name")}}
     assert params(root["importer"]) == {
         "uri": {"taskOutputParameter": {"outputParameterKey": "model_uri", "producerTask": "plan-batch-prediction"}},
         "metadata": {"taskOutputParameter": {"outputParameterKey": "model_name",
@@ -426,6 +427,7 @@ def test_vertex_batch_prediction(tmp_path):
         "included_fields": planned("included_fields"),
         "excluded_fields": planned("excluded_fields"),
         "instance_type": planned("instance_type"),
+        "model_parameters": planned("model_parameters"),  # {"signature_name": ...} when not serving_default
         "manual_batch_tuning_parameters_batch_size": {"componentInputParameter": "batch_size"},
         "machine_type": "n1-highmem-8",
         "starting_replica_count": 3,
@@ -451,7 +453,7 @@ def test_vertex_batch_prediction(tmp_path):
     assert inputs["max_error_fraction"] == {"defaultValue": 0.1, "isOptional": True, "parameterType": "NUMBER_DOUBLE"}
     assert set(inputs) == {"instances", "instances_format", "model", "model_repository", "model_name", "batch_size",
                            "key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction",
-                           "output_prefix"}
+                           "signature_name", "output_prefix"}
 
 
 def test_kubeflow_batch_prediction(tmp_path):
@@ -461,7 +463,7 @@ def test_kubeflow_batch_prediction(tmp_path):
     assert params(root["run-batch-prediction"]) == {
         name: {"componentInputParameter": name} for name in
         ("model_repository", "model_name", "model", "instances", "instances_format", "batch_size", "key_field",
-         "included_fields", "excluded_fields", "instance_type", "max_error_fraction")}
+         "included_fields", "excluded_fields", "instance_type", "max_error_fraction", "signature_name")}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
     outputs = spec["components"]["comp-run-batch-prediction"]["outputDefinitions"]
     assert set(outputs["parameters"]) == {"output_directory", "succeeded", "failed"}
@@ -521,7 +523,7 @@ def test_batch_config_overrides():
     assert config.batch.pipeline_arguments() == {
         "instances": "a.jsonl", "instances_format": "jsonl", "model": "", "model_repository": "",
         "model_name": "tfpipe-model", "batch_size": 4, "key_field": "", "included_fields": [], "excluded_fields": [],
-        "instance_type": "", "max_error_fraction": 0.1, "output_prefix": ""}
+        "instance_type": "", "max_error_fraction": 0.1, "signature_name": "", "output_prefix": ""}
     config = load_config(None, None, {"instances": "a.csv", "excluded_fields": "label, id"})
     assert config.batch.excluded_fields == ["label", "id"]  # comma-separated (CLI, environment) or a YAML list
     with pytest.raises(ConfigError, match="give included_fields or excluded_fields, not both"):

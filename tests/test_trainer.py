@@ -28,10 +28,36 @@ def test_exported_model_carries_tf_serving_warmup_requests(trained_model):
 
     path = trained_model / "model" / "assets.extra" / "tf_serving_warmup_requests"
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]
-    shapes = [tf.make_ndarray(log.predict_log.request.inputs["image"]).shape for log in logs]
+    requests = [log.predict_log.request for log in logs]
+    assert [r.model_spec.signature_name for r in requests] == ["serving_default"] * 3 + ["serving_image_bytes"] * 2
+    shapes = [tf.make_ndarray(r.inputs["image"]).shape for r in requests[:3]]
     assert [s[0] for s in shapes] == [1, 8, 32] and all(s[1:] == (8, 8, 1) for s in shapes)
-    assert {log.predict_log.request.model_spec.signature_name for log in logs} == {"serving_default"}
-    assert warmup(Servable(1, str(trained_model / "model"), None)) == 3
+    encoded = [tf.make_ndarray(r.inputs["image_bytes"]) for r in requests[3:]]
+    assert [len(e) for e in encoded] == [1, 8] and all(e.startswith(b"\x89PNG") for e in encoded[1])
+    assert warmup(Servable(1, str(trained_model / "model"), None)) == 5
+
+
+def test_image_models_also_serve_encoded_images(trained_model, digits_data):
+    """`serving_image_bytes` decodes PNG/JPEG bytes of any size and channel count and prepares them as training
+    data was prepared: the prepared test images, PNG-encoded, get the class ids `serving_default` gives their
+    pixels."""
+    from trainer import data
+
+    loaded = tf.saved_model.load(str(trained_model / "model"))
+    assert sorted(loaded.signatures) == ["serving_default", "serving_image_bytes"]
+    serve_bytes = loaded.signatures["serving_image_bytes"]
+    assert serve_bytes.structured_input_signature[1]["image_bytes"].dtype == tf.string
+    stats = data.load_stats(str(digits_data))
+    pixels = next(iter(data.make_dataset(str(digits_data), "test", stats, 64, training=False)))[0]
+    expected = loaded.signatures["serving_default"](image=tf.cast(pixels, tf.float32))
+    pngs = tf.constant([tf.io.encode_png(p).numpy() for p in pixels])
+    out = serve_bytes(image_bytes=pngs)
+    assert out["class_id"].numpy().tolist() == expected["class_id"].numpy().tolist()
+    np.testing.assert_allclose(out["probabilities"].numpy(), expected["probabilities"].numpy(), atol=1e-5)
+    # an RGB JPEG four times as large: converted to gray, resized to the prepared 8×8, answered like the original
+    big = tf.image.resize(tf.image.grayscale_to_rgb(pixels[:1]), [32, 32], method="nearest")
+    jpeg = tf.io.encode_jpeg(tf.cast(big[0], tf.uint8), quality=100)
+    assert serve_bytes(image_bytes=tf.stack([jpeg]))["class_id"].numpy()[0] == expected["class_id"].numpy()[0]
 
 
 def test_metrics_history_tensorboard_and_hypertune(trained_model):

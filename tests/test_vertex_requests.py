@@ -163,7 +163,8 @@ def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format,
              "gcs_destination_output_uri_prefix": plan.output_prefix, "instances_format": instances_format,
              "key_field": options.get("key_field", ""), "manual_batch_tuning_parameters_batch_size": 64,
              "project": "my-project", "included_fields": plan.included_fields,
-             "excluded_fields": plan.excluded_fields, "instance_type": plan.instance_type}
+             "excluded_fields": plan.excluded_fields, "instance_type": plan.instance_type,
+             "model_parameters": plan.model_parameters}
     launch = Launch(specs["batch"], dag(specs["batch"])["model-batch-predict"], given, {"model": model},
                     tmp_path).run()
     [request] = created
@@ -197,6 +198,24 @@ def test_jsonl_batch_job_with_named_fields_as_arrays(specs, monkeypatch, tmp_pat
     with pytest.raises(ValueError, match="give included_fields or excluded_fields, not both"):
         planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl", included_fields=["a"],
                           excluded_fields=["b"])
+
+
+def test_a_file_list_batch_job_of_an_image_model_names_its_encoded_image_signature(
+        specs, monkeypatch, tmp_path, gcs_emulator, image_folder_model):
+    """Vertex sends each listed file as {"b64": ...}: the plan reads the version's signatures from its
+    saved_model.pb and asks for `serving_image_bytes` in the job's model parameters (this project's serving
+    container passes `parameters.signature_name` on); a tabular model's CSV job carries none."""
+    _, _, job_dir = image_folder_model
+    registry_version_on_gcs(monkeypatch, gcs_emulator, job_dir / "model")
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/images.txt", "file-list")
+    assert job.input_config.instances_format == "file-list"
+    assert dict(job.model_parameters) == {"signature_name": "serving_image_bytes"}
+    assert not job.instance_config.included_fields and not job.instance_config.instance_type
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path / "named", "gs://b/in/images.jsonl", "jsonl",
+                               signature_name="serving_image_bytes")
+    assert dict(job.model_parameters) == {"signature_name": "serving_image_bytes"}
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path / "pixels", "gs://b/in/pixels.jsonl", "jsonl")
+    assert not job.model_parameters
 
 
 def test_a_batch_job_whose_instances_all_failed_fails_the_check_step(specs, monkeypatch, tmp_path, gcs_emulator):

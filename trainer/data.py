@@ -14,7 +14,8 @@ import math
 
 import tensorflow as tf
 
-from trainer.schema import FEATURES_FILE, IMAGE, LABELS_FILE, SPLITS, TABULAR, shard_name  # noqa: F401 (re-exported)
+from trainer.schema import (FEATURES_FILE, IMAGE, IMAGE_BYTES_INPUT, IMAGE_BYTES_SIGNATURE,  # noqa: F401 (re-exported)
+                            LABELS_FILE, SPLITS, TABULAR, shard_name)
 
 
 def serialize_example(key: str, label: int, value, kind: str) -> bytes:

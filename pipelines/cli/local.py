@@ -43,6 +43,9 @@ from pipelines.cli import (_INSTANCES_FORMATS, _PIPELINES, _fail, _load, _local_
               help="batch_prediction: send JSONL objects as objects or as arrays [as given]")
 @click.option("--max-error-fraction", type=float,
               help="batch_prediction: the run fails when a larger share of its instances failed [0.1]")
+@click.option("--signature-name",
+              help="batch_prediction: the model signature to call [serving_default; serving_image_bytes for a "
+                   "file list of images]")
 def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, instances_format, model, **options):
     """Run the whole training pipeline (or, with --pipeline batch_prediction, batch predictions) locally
     (kfp.local, no cloud, no Docker) and print a summary."""
@@ -105,7 +108,8 @@ def _local_instances(instances: str) -> str:
     return ",".join(items)
 
 
-_BATCH_ONLY = ("key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction")
+_BATCH_ONLY = ("key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction",
+               "signature_name")
 _TRAINING_ONLY = ("data_source", "workers", "epochs", "learning_rate", "label_column", "image_size",
                   "accuracy_threshold", "tune", "deploy", "rest_port", "grpc_port")
 
