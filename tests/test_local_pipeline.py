@@ -113,6 +113,27 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
         client.status()
 
 
+def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same_csv(tmp_path):
+    """The wine data as a user's CSV (178 rows, a `label` column, one bad value): trained with 3 workers (each holds
+    less than one global batch), then the same file, label column included, predicted with the published model."""
+    from tests.test_train_model import wine_csv
+
+    data, repo = wine_csv(tmp_path / "wine.csv"), tmp_path / "repo"
+    trained = run_cli("run", "--data-source", str(data), "--workers", "3", "--no-tune", "--no-deploy",
+                      "--accuracy-threshold", "0.5", "--model-repository", str(repo), "--model-name", "wine",
+                      "--out", str(tmp_path / "run1"))
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
+    assert summary["training"]["num_workers"] == 3 and summary["training"]["attempts"] == 1
+    assert summary["dataset"]["quarantined"] == 1 and summary["metrics"]["test_accuracy"] > 0.8
+    assert summary["registry"]["version"] == 1
+
+    batch = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(data), "--instances-format", "csv",
+                    "--model-repository", str(repo), "--model-name", "wine", "--out", str(tmp_path / "run2"))
+    assert batch.returncode == 0, batch.stdout + batch.stderr
+    assert "batch prediction: 177 ok, 1 failed of 178 instances" in batch.stdout  # the bad value
+
+
 def test_batch_prediction_on_a_users_csv_and_an_all_failing_run(tmp_path, iris_model):
     """`run --pipeline batch_prediction` on a CSV shaped like the training CSV (label column, another column order)
     predicts every row; a run whose instances all fail fails, with the counts."""
