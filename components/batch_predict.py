@@ -40,7 +40,6 @@ B64_FORMATS = ("tf-record", "tf-record-gzip", "file-list")  # records reach the 
 KEYED_FORMATS = ("jsonl", "csv")  # the formats whose records have fields (key, included, excluded fields)
 INSTANCE_TYPES = ("", "object", "array")
 INVALID_ARGUMENT, INTERNAL = 3, 13  # google.rpc.Code
-DEFAULT_MAX_ERROR_FRACTION = 0.1  # the error budget: a batch run with more failed instances fails
 CHUNK = 8 * 2**20  # gs:// read and upload chunk
 _JSON = orjson.OPT_SERIALIZE_NUMPY
 _WILDCARD = re.compile(r"[*?\[]")
