@@ -1,7 +1,9 @@
 """Self-hosted batch prediction with Vertex AI's input formats and output layout (DESIGN.md §3).
 
 Inputs: local paths or gs:// URIs, globs, comma-separated; formats jsonl, csv, tf-record, tf-record-gzip, file-list
-(tf-record records and file-list files reach the model as `{"b64": ...}`). Output:
+(tf-record records and file-list files reach the model as `{"b64": ...}`). Records become model instances as
+Vertex's `InstanceConfig` says (`key_field`, `included_fields`, `excluded_fields`, `instance_type`; see
+`instance_config`): CSV columns and JSON object fields are matched to the model's feature columns by name. Output:
 `<prefix>/prediction-<model>-<timestamp>/prediction.results-0000K-of-0000N` and `prediction.errors_stats-...`, one
 pair per input file. Every instance becomes exactly one results or errors line. Files are streamed and processed in
 parallel, one batch per worker in memory.
@@ -34,7 +36,9 @@ from components import storage
 from pipelines.serving import codec
 
 FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
-KEYED_FORMATS = ("jsonl", "csv")
+B64_FORMATS = ("tf-record", "tf-record-gzip", "file-list")  # records reach the model as {"b64": ...}
+KEYED_FORMATS = ("jsonl", "csv")  # the formats whose records have fields (key, included, excluded fields)
+INSTANCE_TYPES = ("", "object", "array")
 INVALID_ARGUMENT, INTERNAL = 3, 13  # google.rpc.Code
 CHUNK = 8 * 2**20  # gs:// read and upload chunk
 _JSON = orjson.OPT_SERIALIZE_NUMPY
@@ -42,6 +46,27 @@ _WILDCARD = re.compile(r"[*?\[]")
 _INT = re.compile(r"[+-]?\d{1,18}")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _SURROGATE = re.compile("[\udc80-\udcff]")
+
+
+class BatchPredictionError(RuntimeError):
+    """The batch run predicted, but more of its instances failed than its error budget allows (user-facing)."""
+
+
+def check_error_budget(succeeded: int, failed: int, max_error_fraction: float, where: str = "") -> str:
+    """The counts as a sentence, or BatchPredictionError when the run predicted nothing or the failed share exceeds
+    `max_error_fraction` (0: no failure allowed; 1: any share; every failing instance has its errors line). The same
+    rule on every target: Vertex's job itself succeeds whatever its instances do."""
+    if not 0 <= max_error_fraction <= 1:
+        raise ValueError(f"max_error_fraction must be in [0, 1], got {max_error_fraction}")
+    total = succeeded + failed
+    counts = f"{failed} of {total} instances failed, {succeeded} succeeded"
+    if total == 0:
+        raise BatchPredictionError(f"no instances were predicted: the input holds none{where}")
+    if failed / total > max_error_fraction:
+        raise BatchPredictionError(
+            f"{counts} ({failed / total:.1%}), above max_error_fraction {max_error_fraction:.1%}{where}; each "
+            "failure's reason is in prediction.errors_stats-*")
+    return f"{counts} ({failed / total:.1%}; max_error_fraction {max_error_fraction:.1%})"
 
 
 class Item(NamedTuple):
@@ -100,8 +125,78 @@ def _segments_match(segments: list[str], parts: list[str]) -> bool:
     return len(segments) == len(parts) and all(fnmatch.fnmatchcase(s, p) for s, p in zip(segments, parts))
 
 
-def _read_jsonl(stream, key_field: str) -> Iterator[Item]:
-    """One JSON value a line (blank lines are not instances); with `key_field`, objects whose key is split off."""
+@dataclass(frozen=True)
+class InstanceConfig:
+    """How a record's fields become the instance sent to the model (Vertex's `BatchPredictionJob.InstanceConfig`).
+    `by_features`: `included_fields` are the model's own feature columns (matched by name)."""
+
+    instance_type: str = ""
+    key_field: str = ""
+    included_fields: tuple[str, ...] = ()
+    excluded_fields: tuple[str, ...] = ()
+    by_features: bool = False
+
+    @property
+    def shapes_objects(self) -> bool:
+        """Whether JSONL instances must be objects (fields are picked from them)."""
+        return bool(self.key_field or self.included_fields or self.excluded_fields or self.instance_type == "object")
+
+
+def _names(value) -> tuple[str, ...]:
+    """Field names from a list or a comma-separated string (blanks dropped)."""
+    items = value.split(",") if isinstance(value, str) else (value or [])
+    return tuple(n for n in (str(i).strip() for i in items) if n)
+
+
+def instance_config(instances_format: str, key_field: str = "", included_fields=(), excluded_fields=(),
+                    instance_type: str = "", feature_names=()) -> InstanceConfig:
+    """The instance config of a batch job, the same on every target (the Vertex job receives its fields).
+
+    - `included_fields` (in that order) or `excluded_fields` (not both) pick the fields of CSV rows and JSONL
+      objects; `key_field` is never sent to the model (the output carries it as `key` instead of the instance);
+    - `instance_type`: "object" or "array" (JSONL objects become `[value of each included field]`); CSV rows are
+      always arrays; tf-record and file-list records are `{"b64": ...}`, without fields;
+    - when the model names its feature columns (`feature_names`, the trainer's `assets.extra/features.txt`) and no
+      `included_fields` are given, CSV rows and JSONL objects sent as arrays carry exactly those columns, by name, in
+      the model's order: other columns (a label, ids) stay out, and the CSV's column order does not matter.
+    Raises ValueError for a combination Vertex would refuse or that could not work. `feature_names=None` (not
+    known yet: checking the options before the model is read) skips what depends on them.
+    """
+    key_field = (key_field or "").strip()
+    included, excluded, features = _names(included_fields), _names(excluded_fields), _names(feature_names)
+    if instance_type not in INSTANCE_TYPES:
+        raise ValueError(f"unknown instance_type {instance_type!r}; allowed: object, array (or empty)")
+    if instances_format not in KEYED_FORMATS:
+        given = [name for name, value in (("key_field", key_field), ("included_fields", included),
+                                          ("excluded_fields", excluded), ("instance_type", instance_type)) if value]
+        if given:
+            raise ValueError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                             f"{' and '.join(KEYED_FORMATS)} instances, not "
+                             f"{instances_format} (whose records reach the model as {{\"b64\": ...}})")
+        return InstanceConfig()
+    if included and excluded:
+        raise ValueError("give included_fields or excluded_fields, not both (Vertex refuses both)")
+    if key_field and key_field in included:
+        raise ValueError(f"key_field {key_field!r} is never sent to the model; remove it from included_fields")
+    if instances_format == "csv" and instance_type == "object":
+        raise ValueError("CSV rows reach the model as arrays; instance_type 'object' applies to jsonl only")
+    by_features = False
+    if features and not included and (instances_format == "csv" or instance_type == "array"):
+        clash = [f for f in features if f in excluded or f == key_field]
+        if clash:
+            raise ValueError(f"{'excluded_fields' if set(clash) & set(excluded) else 'key_field'} names the model's "
+                             f"feature column(s) {clash}; the model takes {list(features)}")
+        included, excluded, by_features = features, (), True
+    if instances_format == "jsonl" and instance_type == "array" and not included and feature_names is not None:
+        raise ValueError("instance_type 'array' turns JSONL objects into arrays in the order of included_fields: "
+                         "give included_fields (the model does not name its feature columns)")
+    return InstanceConfig(instance_type, key_field, included, excluded, by_features)
+
+
+def _read_jsonl(stream, config: InstanceConfig) -> Iterator[Item]:
+    """One JSON value a line (blank lines are not instances). Objects lose their key field (the item's key) and keep
+    the included (or all but the excluded) fields, as an array with instance type "array"; other values pass
+    unchanged where no field has to be picked."""
     for line in stream:
         line = line.strip()
         if not line:
@@ -112,12 +207,29 @@ def _read_jsonl(stream, key_field: str) -> Iterator[Item]:
             yield Item(line.decode("utf-8", "replace"), error=f"invalid JSON: {e}")
             continue
         given = orjson.Fragment(line)  # written back exactly as given
-        if not key_field:
-            yield Item(given, instance=value)
-        elif not isinstance(value, dict) or key_field not in value:
-            yield Item(given, error=f"key_field '{key_field}' needs an object instance with that field")
-        else:
-            yield Item(given, value[key_field], {k: v for k, v in value.items() if k != key_field})
+        if not isinstance(value, dict):
+            if not config.shapes_objects or (config.instance_type == "array" and not config.key_field):
+                yield Item(given, instance=value)  # already what the model takes (an array line stays an array)
+            elif config.key_field:
+                yield Item(given, error=f"key_field '{config.key_field}' needs an object instance with that field")
+            else:
+                yield Item(given, error="included_fields, excluded_fields and instance_type 'object' pick fields of "
+                                        "object instances; this line is not a JSON object")
+            continue
+        if config.key_field and config.key_field not in value:
+            yield Item(given, error=f"key_field '{config.key_field}' needs an object instance with that field")
+            continue
+        key = value.pop(config.key_field) if config.key_field else None
+        if config.included_fields:
+            missing = [f for f in config.included_fields if f not in value]
+            if missing:
+                what = "the model's feature field(s)" if config.by_features else "included field(s)"
+                yield Item(given, error=f"the object lacks {what} {missing}")
+                continue
+            value = {f: value[f] for f in config.included_fields}
+        elif config.excluded_fields:
+            value = {k: v for k, v in value.items() if k not in config.excluded_fields}
+        yield Item(given, key, list(value.values()) if config.instance_type == "array" else value)
 
 
 def _number(text: str):
@@ -127,15 +239,38 @@ def _number(text: str):
     return float(stripped) if _FLOAT.fullmatch(stripped) else text
 
 
-def _read_csv(stream, key_field: str) -> Iterator[Item]:
-    """Rows after the header as lists of values (numbers parsed), in header order; the key column removed."""
+def csv_columns(header: list[str], config: InstanceConfig, name: str = "the CSV") -> list[int]:
+    """Indexes of the header's columns that make an instance, in instance order: the included fields (the model's
+    feature columns by default, by name), else every column but the key and the excluded ones."""
+    if config.key_field and config.key_field not in header:
+        raise ValueError(f"key_field '{config.key_field}' is not a column of the header of {name}: {header}")
+    if config.included_fields:
+        missing = [f for f in config.included_fields if f not in header]
+        if missing:
+            if config.by_features:
+                raise ValueError(
+                    f"the header of {name} lacks the model's feature column(s) {missing}; the model takes "
+                    f"{list(config.included_fields)} (matched by name, in any order), the header has {header}. "
+                    "Rename the columns, or name the ones to send, in the model's order, with included_fields")
+            raise ValueError(f"included_fields {missing} are not columns of the header of {name}: {header}")
+        return [header.index(f) for f in config.included_fields]
+    return [i for i, h in enumerate(header) if h != config.key_field and h not in config.excluded_fields]
+
+
+def _read_csv(stream, config: InstanceConfig, name: str = "the CSV") -> Iterator[Item]:
+    """Rows after the header; each as given (every value, numbers parsed) and as its instance: the values of the
+    instance's columns (see `csv_columns`), in their order."""
     reader = csv.reader(io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline=""))
     header = next(reader, None)
     if header is None:
         return
-    if key_field and key_field not in header:
-        raise ValueError(f"key_field '{key_field}' is not a column of the CSV header {header}")
-    key = header.index(key_field) if key_field else None
+    header = [h.strip() for h in header]
+    columns = csv_columns(header, config, name)
+    left_out = [h for i, h in enumerate(header) if i not in columns and h != config.key_field]
+    print(f"{name}: instances from columns {[header[i] for i in columns]}"
+          + (f"; not sent: {left_out}" if left_out else ""), flush=True)
+    key = header.index(config.key_field) if config.key_field else None
+    whole = columns == [i for i in range(len(header)) if i != key]
     while True:
         try:
             row = next(reader)
@@ -153,8 +288,8 @@ def _read_csv(stream, key_field: str) -> Iterator[Item]:
             yield Item(row, error=f"the row has {len(row)} fields; the header has {len(header)}")
         else:
             values = [_number(v) for v in row]
-            yield (Item(values, instance=values) if key is None else
-                   Item(values, values[key], values[:key] + values[key + 1:]))
+            instance = values if whole and key is None else [values[i] for i in columns]
+            yield Item(values, None if key is None else values[key], instance)
 
 
 def _masked_crc(data: bytes) -> int:
@@ -209,12 +344,12 @@ def _read_file_list(stream, files: _Files) -> Iterator[Item]:
         yield Item(uri, instance=_b64(data))
 
 
-def _instances(stream, instances_format: str, key_field: str, files: _Files) -> Iterator[Item]:
+def _instances(stream, instances_format: str, config: InstanceConfig, files: _Files, name: str) -> Iterator[Item]:
     """The instances of one input file's binary stream."""
     if instances_format == "jsonl":
-        return _read_jsonl(stream, key_field)
+        return _read_jsonl(stream, config)
     if instances_format == "csv":
-        return _read_csv(stream, key_field)
+        return _read_csv(stream, config, name)
     if instances_format == "file-list":
         return _read_file_list(stream, files)
     return _read_tf_record(stream, instances_format == "tf-record-gzip")
@@ -244,7 +379,7 @@ class _Job:
     signature: Any
     inputs: dict
     instances_format: str
-    key_field: str
+    config: InstanceConfig
     batch_size: int
     output_directory: str
     shards: int
@@ -258,15 +393,15 @@ class _Job:
         files = _Files()
         with files.open(self.shard_uri("results", index), "wb") as results, \
                 files.open(self.shard_uri("errors_stats", index), "wb") as errors, files.open(path, "rb") as stream:
-            shard = _Shard(results, errors, bool(self.key_field))
-            for items, arrays in _prefetched(self.batches(stream, files, shard), depth=2):
+            shard = _Shard(results, errors, bool(self.config.key_field))
+            for items, arrays in _prefetched(self.batches(stream, files, shard, path), depth=2):
                 self.run(items, arrays, shard)
         return shard.succeeded, shard.failed
 
-    def batches(self, stream, files: "_Files", shard: _Shard) -> Iterator[tuple[list[Item], dict]]:
+    def batches(self, stream, files: "_Files", shard: _Shard, name: str) -> Iterator[tuple[list[Item], dict]]:
         """Converted batches of a file's valid instances; invalid ones go straight to the errors file."""
         batch: list[Item] = []
-        for item in _instances(stream, self.instances_format, self.key_field, files):
+        for item in _instances(stream, self.instances_format, self.config, files, name):
             if item.error is not None:
                 shard.error(item, INVALID_ARGUMENT, item.error)
                 continue
@@ -296,15 +431,19 @@ class _Job:
                                                 for name in self.inputs}) for group in groups.values()]
 
     def run(self, items: list[Item], arrays: dict, shard: _Shard) -> None:
+        """Predict a batch; when the model fails on it, instance by instance, so that only the instances it fails
+        on (an undecodable image, a value out of range) become errors."""
         import tensorflow as tf
 
         try:
             outputs = self.signature(**{name: tf.constant(array) for name, array in arrays.items()})
             outputs = {name: tensor.numpy() for name, tensor in outputs.items()}
         except (tf.errors.OpError, ValueError, TypeError) as e:
-            message = f"model execution failed: {_error_line(e)}"
-            for item in items:
-                shard.error(item, INTERNAL, message)
+            if len(items) > 1:
+                for i, item in enumerate(items):
+                    self.run([item], {name: array[i:i + 1] for name, array in arrays.items()}, shard)
+                return
+            shard.error(items[0], INTERNAL, f"model execution failed: {_error_line(e)}")
             return
         for item, prediction in zip(items, codec.rows(outputs)):
             shard.result(item, prediction)
@@ -365,32 +504,101 @@ def _collector_paused():
             gc.enable()
 
 
-def _check_arguments(instances_format: str, key_field: str, batch_size: int, parallelism: int) -> None:
+def _check_arguments(instances_format: str, batch_size: int, parallelism: int, **fields) -> None:
     if instances_format not in FORMATS:
         raise ValueError(f"unknown instances_format {instances_format!r}; allowed: {', '.join(FORMATS)}")
-    if key_field and instances_format not in KEYED_FORMATS:
-        raise ValueError(f"key_field applies to {' and '.join(KEYED_FORMATS)} instances, not {instances_format}")
+    instance_config(instances_format, **fields, feature_names=None)  # the options, before any file is read
     if batch_size < 1 or parallelism < 1:
         raise ValueError(f"batch_size and parallelism must be >= 1, got {batch_size} and {parallelism}")
 
 
+def _takes_strings(inputs: dict) -> bool:
+    """Whether a signature's inputs ({name: is a string input}) all take strings (e.g. `{"b64": ...}` values)."""
+    return bool(inputs) and all(inputs.values())
+
+
+def choose_signature(signatures: dict[str, dict[str, bool]], signature_name: str, instances_format: str) -> str:
+    """The signature a batch job calls: `signature_name` when given (it must exist), else `serving_default`, except
+    for records that reach the model as `{"b64": ...}` (file-list, tf-record) when `serving_default` takes no
+    strings and the model has an encoded-image signature (`serving_image_bytes`, image models of this trainer): a
+    file list of images is predicted from the files' bytes. `signatures`: {name: {input: is a string input}}."""
+    from trainer.schema import IMAGE_BYTES_SIGNATURE
+
+    if signature_name:
+        if signatures and signature_name not in signatures:
+            raise ValueError(f"the model has no signature {signature_name!r}; available: {sorted(signatures)}")
+        return signature_name
+    if (instances_format in B64_FORMATS and IMAGE_BYTES_SIGNATURE in signatures
+            and not _takes_strings(signatures.get("serving_default", {}))):
+        return IMAGE_BYTES_SIGNATURE
+    return "serving_default"
+
+
+def model_signatures(model_uri: str) -> dict[str, dict[str, bool]]:
+    """{signature: {input: is a string input}} of the SavedModel at `model_uri` (local or gs://), read from its
+    `saved_model.pb` without loading the model; {} when it cannot be read."""
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    try:
+        proto = saved_model_pb2.SavedModel.FromString(_Files().read(f"{model_uri.rstrip('/')}/saved_model.pb"))
+    except Exception as e:  # noqa: BLE001 (missing, unreadable or not a SavedModel: the default signature applies)
+        print(f"cannot read the signatures of {model_uri}: {str(e)[:200]}")
+        return {}
+    if not proto.meta_graphs:
+        return {}
+    return {name: {key: info.dtype == types_pb2.DT_STRING for key, info in signature.inputs.items()}
+            for name, signature in proto.meta_graphs[0].signature_def.items()}
+
+
+def model_feature_names(model_uri: str) -> list[str]:
+    """The feature column names a model was trained on (`assets.extra/features.txt` in its directory, local or
+    gs://); [] when it names none (image models, models from elsewhere)."""
+    from trainer.schema import FEATURES_FILE
+
+    path = f"{model_uri.rstrip('/')}/{FEATURES_FILE}"
+    try:
+        text = _Files().read(path).decode("utf-8")
+    except FileNotFoundError:
+        return []
+    except Exception as e:  # noqa: BLE001 (google.api_core NotFound on gs://, without importing it here)
+        if type(e).__name__ == "NotFound":
+            return []
+        raise
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def batch_predict(model_path: str, instances: str, instances_format: str, output_prefix: str,
                   model_display_name: str, batch_size: int = 64, parallelism: int = 4, key_field: str = "",
-                  signature_name: str = "serving_default") -> dict:
+                  signature_name: str = "", included_fields=(), excluded_fields=(),
+                  instance_type: str = "") -> dict:
     """Predict every instance of `instances` with the SavedModel at `model_path` (local or gs://) into Vertex's
-    layout under `output_prefix`; returns a summary (output_directory, counts, input files, throughput)."""
+    layout under `output_prefix`; returns a summary (output_directory, counts, input files, throughput, the
+    signature used). The field options make instances of records as `instance_config` says; the signature is
+    `choose_signature`'s."""
     import tensorflow as tf
 
     start = time.perf_counter()
-    _check_arguments(instances_format, key_field, batch_size, parallelism)
+    fields = dict(key_field=key_field, included_fields=included_fields, excluded_fields=excluded_fields,
+                  instance_type=instance_type)
+    _check_arguments(instances_format, batch_size, parallelism, **fields)
     files = expand_inputs(instances)
     with storage.staged(model_path) as local_model:
+        config = instance_config(instances_format, **fields, feature_names=model_feature_names(local_model))
         loaded = tf.saved_model.load(local_model)
+        inputs = {name: codec.signature_inputs(fn) for name, fn in loaded.signatures.items()}
+        try:
+            signature_name = choose_signature(
+                {name: {k: i.dtype == object for k, i in spec.items()} for name, spec in inputs.items()},
+                signature_name, instances_format)
+        except ValueError as e:
+            raise ValueError(f"{e} (model {model_path})") from None
         if signature_name not in loaded.signatures:
             raise ValueError(f"the model at {model_path} has no signature {signature_name!r}; "
                              f"available: {sorted(loaded.signatures)}")
+        print(f"signature {signature_name}: inputs {sorted(inputs[signature_name])}", flush=True)
         signature = loaded.signatures[signature_name]
-        job = _Job(signature, codec.signature_inputs(signature), instances_format, key_field, batch_size,
+        job = _Job(signature, codec.signature_inputs(signature), instances_format, config, batch_size,
                    _output_directory(output_prefix, model_display_name), len(files))
         with _collector_paused(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
             counts = list(pool.map(job.run_file, range(len(files)), files))
@@ -398,7 +606,7 @@ def batch_predict(model_path: str, instances: str, instances_format: str, output
     succeeded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
     return {"output_directory": job.output_directory, "instances": succeeded + failed, "succeeded": succeeded,
             "failed": failed, "files": files, "seconds": round(seconds, 3),
-            "instances_per_second": round((succeeded + failed) / seconds, 1)}
+            "instances_per_second": round((succeeded + failed) / seconds, 1), "signature_name": signature_name}
 
 
 def resolve_model(model_repository: str, model_name: str, model: str) -> str:
@@ -429,20 +637,29 @@ def run_batch_prediction(
     instances_format: str,
     batch_size: int,
     key_field: str,
+    included_fields: list,
+    excluded_fields: list,
+    instance_type: str,
+    max_error_fraction: float,
+    signature_name: str,
     predictions: Output[Artifact],
 ) -> NamedTuple("Outputs", [("output_directory", str), ("succeeded", int), ("failed", int)]):
-    """KFP step (self-hosted): batch prediction into Vertex's layout inside the `predictions` artifact folder."""
+    """KFP step (self-hosted): batch prediction into Vertex's layout inside the `predictions` artifact folder; fails
+    (with the counts) when more than `max_error_fraction` of the instances failed."""
     import os
     from collections import namedtuple
 
-    from components.batch_predict import batch_predict, resolve_model
+    from components.batch_predict import batch_predict, check_error_budget, resolve_model
 
     model_path = resolve_model(model_repository, model_name, model)
     os.makedirs(predictions.path, exist_ok=True)
     summary = batch_predict(model_path, instances, instances_format, predictions.path, model_name or "model",
-                            batch_size=batch_size, key_field=key_field)
+                            batch_size=batch_size, key_field=key_field, included_fields=included_fields,
+                            excluded_fields=excluded_fields, instance_type=instance_type,
+                            signature_name=signature_name)
     output_uri = f"{predictions.uri.rstrip('/')}/{os.path.basename(summary['output_directory'])}"
     predictions.metadata.update(summary, output_directory=output_uri, model=model_path)
     print(f"{summary['succeeded']} predictions, {summary['failed']} errors in {output_uri}")
+    print(check_error_budget(summary["succeeded"], summary["failed"], max_error_fraction, f" (in {output_uri})"))
     return namedtuple("Outputs", ["output_directory", "succeeded", "failed"])(
         output_uri, summary["succeeded"], summary["failed"])

@@ -124,8 +124,11 @@ def wait_available(rest_url: str, model_name: str, version: int, timeout: float 
     raise DeployError(f"version {version} was not AVAILABLE after {timeout:.0f}s (last: {last})")
 
 
-def reference(version_path: str, data_dir: str) -> tuple:
-    """A few test examples and the published SavedModel's own class ids for them (what the server must answer)."""
+def reference(version_path: str, data_dir: str) -> list[tuple]:
+    """A few test examples and the published SavedModel's own class ids for them (what the server must answer), as
+    (signature, examples, class ids): `serving_default` on the pixel arrays / feature vectors and, for image models,
+    `serving_image_bytes` on the same images PNG-encoded."""
+    import numpy as np
     import tensorflow as tf
 
     from trainer import data
@@ -133,30 +136,46 @@ def reference(version_path: str, data_dir: str) -> tuple:
     stats = data.load_stats(data_dir)
     inputs, _ = next(iter(data.make_dataset(data_dir, "test", stats, SMOKE_EXAMPLES, training=False)))
     batch = tf.cast(inputs, tf.float32).numpy()
-    signature = tf.saved_model.load(version_path).signatures["serving_default"]
+    loaded = tf.saved_model.load(version_path)
+    signature = loaded.signatures["serving_default"]
     outputs = signature(**{name: tf.constant(batch) for name in signature.structured_input_signature[1]})
     if "class_id" not in outputs:
         raise DeployError(f"the published model's serving_default has no class_id output ({sorted(outputs)})")
-    return batch, outputs["class_id"].numpy()
+    checks = [("serving_default", batch, outputs["class_id"].numpy())]
+    if data.IMAGE_BYTES_SIGNATURE in loaded.signatures and stats["kind"] == data.IMAGE:
+        encoded = np.array([tf.io.encode_png(image).numpy() for image in inputs], dtype=object)
+        answer = loaded.signatures[data.IMAGE_BYTES_SIGNATURE](**{data.IMAGE_BYTES_INPUT: tf.constant(encoded)})
+        checks.append((data.IMAGE_BYTES_SIGNATURE, encoded, answer["class_id"].numpy()))
+    return checks
 
 
-def smoke_test(rest_url: str, model_name: str, version: int, batch, expected) -> dict:
-    """Predict the reference examples through the server; its class ids must equal the SavedModel's."""
+def smoke_test(rest_url: str, model_name: str, version: int, batch, expected,
+               signature_name: str = "serving_default") -> dict:
+    """Predict the reference examples through the server; its class ids must equal the SavedModel's. Examples
+    that are bytes are sent as `{"b64": ...}`."""
+    import base64
+
     import numpy as np
     import requests
 
+    if batch.dtype == object:
+        instances = [{"b64": base64.b64encode(b).decode()} for b in batch]
+    else:
+        instances = batch.tolist()
     response = requests.post(f"{rest_url}/v1/models/{model_name}/versions/{version}:predict",
-                             json={"signature_name": "serving_default", "instances": batch.tolist()}, timeout=30)
+                             json={"signature_name": signature_name, "instances": instances}, timeout=30)
     body = response.json()
     if response.status_code != 200:
-        raise DeployError(f"smoke prediction failed ({response.status_code}): {body.get('error')}")
+        raise DeployError(f"smoke prediction on {signature_name} failed ({response.status_code}): "
+                          f"{body.get('error')}")
     try:
         served = np.array([p["class_id"] for p in body["predictions"]])
     except (KeyError, TypeError):
         raise DeployError(f"smoke prediction has no class_id: {str(body)[:200]}") from None
     if not np.array_equal(served, expected):
-        raise DeployError(f"smoke prediction disagrees with the published model: {served} vs {expected}")
-    return {"examples": len(served), "class_ids": served.tolist()}
+        raise DeployError(f"smoke prediction on {signature_name} disagrees with the published model: {served} vs "
+                          f"{expected}")
+    return {"examples": len(served), "class_ids": served.tolist(), "signature_name": signature_name}
 
 
 def deploy(version: int, version_path: str, data_dir: str, base: str, model_name: str, serving_url: str = "",
@@ -174,11 +193,13 @@ def deploy(version: int, version_path: str, data_dir: str, base: str, model_name
             server = {**server, "started": False}
         else:
             launched = launch_server(base, model_name, rest_port, grpc_port)
-        batch, expected = reference(version_path, data_dir)  # while a launched server starts
+        checks = reference(version_path, data_dir)  # while a launched server starts
         if launched:
             server = {**wait_ready(*launched, timeout), "started": True}
         wait_available(server["rest_url"], model_name, version, timeout)
-        smoke = smoke_test(server["rest_url"], model_name, version, batch, expected)
+        smokes = [smoke_test(server["rest_url"], model_name, version, batch, expected, signature)
+                  for signature, batch, expected in checks]
+        smoke = {**smokes[0], "signatures": [s["signature_name"] for s in smokes]}
     except Exception as e:
         remove_version(base, model_name, version)
         raise DeployError(f"deploying {model_name} version {version} failed, rolled back: {e}"

@@ -4,15 +4,16 @@ Blessed when test accuracy clears an absolute threshold and is no worse than the
 champion is found by a separate, never-cached step of each target (`find_champion`: the model repository's newest
 version on kubeflow/local, the registry version holding the champion alias on Vertex) and re-evaluated here on this
 run's test split with the same code as the candidate, so the two accuracies are comparable. A champion with other
-labels or another serving input is a different model: the gate fails instead of comparing.
+labels or another serving input (its `serving_default` inputs, or a signature its clients may call that the
+candidate lacks or takes differently, e.g. `serving_image_bytes`) is a different model: the gate fails instead of
+comparing.
 """
 
 import numpy as np
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
 from components import storage
-
-LABELS_FILE = "assets.extra/labels.txt"  # written by the trainer next to the SavedModel
+from trainer.schema import LABELS_FILE  # written by the trainer next to the SavedModel
 
 
 class ModelError(ValueError):
@@ -21,21 +22,26 @@ class ModelError(ValueError):
 
 def _load_serving(model_dir: str):
     """The SavedModel's `serving_default` signature and what identifies the model to its clients: its labels (None
-    when the model carries no labels file) and its serving inputs ({name: "dtype[shape]"})."""
+    when the model carries no labels file), its serving inputs ({name: "dtype[shape]"}) and those of every other
+    signature."""
     import tensorflow as tf
 
     if not tf.io.gfile.exists(f"{model_dir}/saved_model.pb"):
         raise ModelError(f"no SavedModel at {model_dir} (saved_model.pb missing)")
-    signature = tf.saved_model.load(model_dir).signatures.get("serving_default")
+    signatures = tf.saved_model.load(model_dir).signatures
+    signature = signatures.get("serving_default")
     if signature is None:
         raise ModelError(f"the SavedModel at {model_dir} has no serving_default signature")
     labels = None
     if tf.io.gfile.exists(f"{model_dir}/{LABELS_FILE}"):
         with tf.io.gfile.GFile(f"{model_dir}/{LABELS_FILE}") as f:
             labels = [line for line in f.read().splitlines() if line]
-    inputs = {name: f"{spec.dtype.name}{[d for d in spec.shape.as_list()]}"
-              for name, spec in signature.structured_input_signature[1].items()}
-    return signature, {"labels": labels, "inputs": inputs}
+    def inputs(fn) -> dict:
+        return {name: f"{spec.dtype.name}{[d for d in spec.shape.as_list()]}"
+                for name, spec in fn.structured_input_signature[1].items()}
+
+    others = {name: inputs(fn) for name, fn in signatures.items() if name != "serving_default"}
+    return signature, {"labels": labels, "inputs": inputs(signature), "signatures": others}
 
 
 def _evaluate_signature(signature, data_dir: str, split: str, batch_size: int) -> dict:
@@ -106,6 +112,11 @@ def check_compatible(candidate: dict, champion: dict, champion_name: str) -> Non
         problems.append(f"labels {champion['labels']} (this model: {candidate['labels']})")
     if champion["inputs"] != candidate["inputs"]:
         problems.append(f"serving input {champion['inputs']} (this model: {candidate['inputs']})")
+    for name, inputs in champion.get("signatures", {}).items():  # extra signatures of the candidate are fine
+        theirs = candidate.get("signatures", {}).get(name)
+        if theirs != inputs:
+            problems.append(f"signature {name!r} with input {inputs} (this model: "
+                            f"{'no such signature' if theirs is None else theirs})")
     if problems:
         raise ModelError(
             f"{champion_name} is a different model: it has {' and '.join(problems)}. Publishing this model as its "

@@ -1,12 +1,15 @@
 """Self-hosted training step: the local multi-worker launcher.
 
 Runs `python -m trainer.task` as N processes on free localhost ports with the cluster layout Vertex AI gives a
-custom job (`TF_CONFIG` with one `chief` and N−1 `worker`s; `AIP_*` output locations), prefixes their output
-with the task name, and when any worker exits non-zero stops the others and restarts the whole group
-(bounded), which resumes from the `BackupAndRestore` backup.
+custom job (`TF_CONFIG` with one `chief` and N−1 `worker`s; `AIP_*` output locations) and prefixes their output
+with the task name. When a worker is lost (killed by a signal: preempted, OOM-killed, stopped) it stops the others
+and restarts the whole group (bounded), which resumes from the `BackupAndRestore` backup. When a worker exits on
+its own with an error (a Python exception: the same input fails the same way on every attempt) it stops the
+others and fails at once with that worker's error.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,7 +22,7 @@ from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
 
 class TrainingError(RuntimeError):
-    """Training failed after all restarts."""
+    """Training failed: a worker raised an error, or workers were lost more often than the restart budget."""
 
 
 @dataclass
@@ -52,6 +55,29 @@ def tf_config(ports: list[int], index: int) -> dict:
         cluster["worker"] = [f"localhost:{p}" for p in ports[1:]]
     task = {"type": "chief", "index": 0} if index == 0 else {"type": "worker", "index": index - 1}
     return {"cluster": cluster, "task": task}
+
+
+def lost(returncode: int) -> bool:
+    """Whether an exit status means the process was killed from outside (a negative status: killed by that signal;
+    128 + N: a shell reporting signal N) rather than exiting on its own (0, or an error status such as a Python
+    exception's 1)."""
+    return returncode < 0 or 128 < returncode < 128 + 65
+
+
+def error_summary(log_path: str, limit: int = 600) -> str:
+    """The error a worker exited with: the exception line closing the last traceback of its log (else the log's last
+    line), shortened to `limit` characters."""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [line.rstrip() for line in f]
+    except OSError:
+        return ""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    tail = lines[starts[-1] + 1:] if starts else lines
+    candidates = [line for line in tail if line.strip() and not line[0].isspace()]
+    text = candidates[0] if starts and candidates else (next((x for x in reversed(lines) if x.strip()), ""))
+    text = re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=\w+:)", "", text)  # tensorflow.python...errors_impl.NotFoundError
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _pump(stream, prefix: str, sink, log_file) -> None:
@@ -108,7 +134,9 @@ def launch(
     on_start=None,
     cluster_env=_tf_config_env,
 ) -> LaunchResult:
-    """Run the trainer group until every worker exits 0, restarting the whole group on any failure.
+    """Run the trainer group until every worker exits 0. A lost worker (killed by a signal) stops the group and
+    restarts it, at most `max_restarts` times; a worker exiting with an error status stops the group and raises
+    `TrainingError` with its error at once (restarting would fail the same way).
 
     `on_start(attempt, pids)` is called after each group starts (used to observe or inject faults);
     `cluster_env(ports, index)` gives worker `index` its cluster variables (default: `TF_CONFIG`, chief + workers).
@@ -130,29 +158,41 @@ def launch(
         procs, threads = _start_group(num_workers, trainer_args, base_env, log_dir, attempt, sink, cluster_env)
         if on_start:
             on_start(attempt, [p.pid for p, _ in procs])
-        failed = None
-        while failed is None and any(p.poll() is None for p, _ in procs):
-            failed = next((i for i, (p, _) in enumerate(procs) if p.poll() not in (None, 0)), None)
+        failed: dict[int, int] = {}  # index -> exit status, of the workers that ended before the group was stopped
+        while not failed and any(p.poll() is None for p, _ in procs):
             time.sleep(0.05)
-        if failed is None:
-            failed = next((i for i, (p, _) in enumerate(procs) if p.returncode != 0), None)
-        if failed is not None:
-            sink.write(f"[launcher] {task_name(failed)} exited with code {procs[failed][0].returncode}; "
-                       "stopping the group\n")
+            failed = {i: p.returncode for i, (p, _) in enumerate(procs) if p.poll() not in (None, 0)}
+        failed = failed or {i: p.returncode for i, (p, _) in enumerate(procs) if p.returncode != 0}
+        # a lost worker makes its peers fail too (UnavailableError): when one of the ended workers was killed by a
+        # signal, that is the cause, whatever the others exited with
+        lost_workers = [i for i, code in failed.items() if lost(code)]
+        for i, code in failed.items():
+            sink.write(f"[launcher] {task_name(i)} exited with code {code}"
+                       f"{' (killed by a signal: lost)' if lost(code) else ''}; stopping the group\n")
         _stop(procs)
         for thread in threads:
             thread.join(5)
         for _, log_file in procs:
             log_file.close()
         result.exit_codes.append([p.returncode for p, _ in procs])
-        if failed is None:
+        if not failed:
             result.seconds = round(time.time() - started, 2)
             sink.write(f"[launcher] all workers finished in {result.seconds}s (attempt {attempt})\n")
             return result
+        if not lost_workers:
+            first = min(failed)
+            log = os.path.join(log_dir, f"{task_name(first)}.attempt-{attempt}.log")
+            error = error_summary(log) or f"exit code {failed[first]}"
+            sink.write(f"[launcher] {task_name(first)} failed with an error: not restarting (it would fail the "
+                       "same way)\n")
+            raise TrainingError(f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} "
+                                f"(log: {log})")
         if attempt <= max_restarts:
-            sink.write(f"[launcher] restarting the group ({attempt}/{max_restarts}); training resumes from backup\n")
+            sink.write(f"[launcher] {', '.join(task_name(i) for i in lost_workers)} lost; restarting the group "
+                       f"({attempt}/{max_restarts}); training resumes from backup\n")
     raise TrainingError(
-        f"training failed after {result.attempts} attempt(s); exit codes {result.exit_codes}; logs in {log_dir}")
+        f"training failed after {result.attempts} attempt(s): workers were lost every time; exit codes "
+        f"{result.exit_codes}; logs in {log_dir}")
 
 
 def trainer_flags(hyperparameters: dict) -> list[str]:

@@ -108,6 +108,11 @@ def resolve_model_version(model: str, display_name: str, alias: str, project: st
     """`projects/.../models/ID@VERSION` of the model a batch job should use: `model` as a resource name
     (`projects/...`, optionally `@version` or `@alias`), as a version id or alias of the registry model named
     `display_name`, or ("" ) that model's `alias` version (its default version when `alias` is "")."""
+    return find_model_version(model, display_name, alias, project, location)[0]
+
+
+def find_model_version(model: str, display_name: str, alias: str, project: str, location: str) -> tuple[str, str]:
+    """(`projects/.../models/ID@VERSION`, artifact URI) of the version `resolve_model_version` picks."""
     if model.startswith("projects/"):
         name = model
     else:
@@ -118,7 +123,29 @@ def resolve_model_version(model: str, display_name: str, alias: str, project: st
         version = model or alias
         name = f"{parent}@{version}" if version else parent
     found = _client("model", name.split("/")[3]).get_model(name=name)
-    return f"{found.name}@{found.version_id}"
+    return f"{found.name}@{found.version_id}", found.artifact_uri
+
+
+def batch_job_name(gcp_resources: str) -> str:
+    """`projects/.../locations/.../batchPredictionJobs/ID` from a GCPC `gcp_resources` JSON."""
+    import json
+
+    uri = json.loads(gcp_resources)["resources"][0]["resourceUri"]
+    name = uri.split("/v1/", 1)[-1]
+    if "/batchPredictionJobs/" not in name:
+        raise ValueError(f"not a batch prediction job resource: {uri}")
+    return name
+
+
+def batch_job_counts(gcp_resources: str) -> tuple[str, int, int]:
+    """(job name, succeeded, failed) of a finished batch prediction job, from its `completion_stats` (instances
+    left incomplete count as failed)."""
+    from google.cloud import aiplatform_v1
+
+    name = batch_job_name(gcp_resources)
+    client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": api_endpoint(name.split("/")[3])})
+    stats = client.get_batch_prediction_job(name=name).completion_stats
+    return name, int(stats.successful_count), int(stats.failed_count) + max(0, int(stats.incomplete_count))
 
 
 def find_model(display_name: str, project: str, location: str) -> NamedTuple(
@@ -156,6 +183,20 @@ def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
     return split
 
 
+def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) -> NamedTuple(
+        "Outputs", [("succeeded", int), ("failed", int)]):
+    """KFP step (Vertex), after `ModelBatchPredictOp` (a Vertex job succeeds whatever its instances do): read the
+    job's success and error counts and fail when more than `max_error_fraction` of the instances failed."""
+    from collections import namedtuple
+
+    from components.batch_predict import check_error_budget
+    from components.vertex_registry import batch_job_counts
+
+    name, succeeded, failed = batch_job_counts(gcp_resources)
+    print(f"{name}: {check_error_budget(succeeded, failed, max_error_fraction, f' (job {name})')}")
+    return namedtuple("Outputs", ["succeeded", "failed"])(succeeded, failed)
+
+
 def plan_batch_prediction(
     model: str,
     display_name: str,
@@ -166,14 +207,28 @@ def plan_batch_prediction(
     location: str,
     run_name: str,
     destination: Output[Artifact],
+    instances_format: str = "jsonl",
+    key_field: str = "",
+    included_fields: list = [],
+    excluded_fields: list = [],
+    instance_type: str = "",
+    signature_name: str = "",
 ) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
-                            ("output_prefix", str), ("job_display_name", str)]):
+                            ("output_prefix", str), ("job_display_name", str), ("included_fields", list),
+                            ("excluded_fields", list), ("instance_type", str), ("model_parameters", dict)]):
     """KFP step (Vertex): the model version, the instances as gs:// URIs (comma-separated; `/gcs/` FUSE paths are
-    turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run) and
-    the display name (`<run_name>-batch`) of a batch job."""
+    turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run), the
+    display name (`<run_name>-batch`) of a batch job, and its instance config: the field options checked and
+    completed as on the self-hosted targets (`components.batch_predict.instance_config`: by default CSV columns
+    and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts), and the
+    job's `model_parameters`: `{"signature_name": ...}` when the job must call another signature than
+    `serving_default` (`signature_name`, or `components.batch_predict.choose_signature`'s: a file list of images
+    goes to an image model's `serving_image_bytes`), which this project's serving container honours."""
     from collections import namedtuple
 
-    from components.vertex_registry import resolve_model_version, resource_uri
+    from components.batch_predict import B64_FORMATS, choose_signature, instance_config, model_feature_names, \
+        model_signatures
+    from components.vertex_registry import find_model_version, resource_uri
     from components.vertex_training import job_display_name
 
     uris = []
@@ -186,8 +241,20 @@ def plan_batch_prediction(
             uris.append(item)
     if not uris:
         raise ValueError("no instances given")
-    name = resolve_model_version(model, display_name, alias, project, location)
+    fields = dict(key_field=key_field, included_fields=included_fields, excluded_fields=excluded_fields,
+                  instance_type=instance_type)
+    instance_config(instances_format, **fields, feature_names=None)  # a mistake fails before any look-up
+    name, artifact_uri = find_model_version(model, display_name, alias, project, location)
+    features = model_feature_names(artifact_uri) if artifact_uri and instances_format in ("csv", "jsonl") else []
+    config = instance_config(instances_format, **fields, feature_names=features)
+    signatures = model_signatures(artifact_uri) if artifact_uri and (
+        signature_name or instances_format in B64_FORMATS) else {}
+    signature = choose_signature(signatures, signature_name, instances_format)
+    parameters = {} if signature == "serving_default" else {"signature_name": signature}
     prefix = output_prefix or destination.uri
-    print(f"model {name}; instances {uris}; output under {prefix}")
-    return namedtuple("Outputs", ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name"])(
-        name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"))
+    print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}; signature {signature}")
+    outputs = ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name", "included_fields",
+               "excluded_fields", "instance_type", "model_parameters"]
+    return namedtuple("Outputs", outputs)(
+        name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"), list(config.included_fields),
+        list(config.excluded_fields), config.instance_type, parameters)

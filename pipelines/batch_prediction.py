@@ -28,11 +28,18 @@ def build_batch_pipeline(target: str, platform: Platform | None = None):
         model_name: str = _D.model_name,
         batch_size: int = _D.batch_size,
         key_field: str = _D.key_field,
+        included_fields: list = _D.included_fields,
+        excluded_fields: list = _D.excluded_fields,
+        instance_type: str = _D.instance_type,
+        max_error_fraction: float = _D.max_error_fraction,
+        signature_name: str = _D.signature_name,
         output_prefix: str = _D.output_prefix,
     ):
         ops.batch_predict(
             instances=instances, instances_format=instances_format, model=model, model_repository=model_repository,
-            model_name=model_name, batch_size=batch_size, key_field=key_field, output_prefix=output_prefix,
+            model_name=model_name, batch_size=batch_size, key_field=key_field, included_fields=included_fields,
+            excluded_fields=excluded_fields, instance_type=instance_type, max_error_fraction=max_error_fraction,
+            signature_name=signature_name, output_prefix=output_prefix,
         )
 
     return batch_prediction_pipeline

@@ -105,8 +105,28 @@ class BatchParameters(BaseModel):
     model_repository: str = ""
     model_name: str = "tfpipe-model"
     batch_size: int = Field(64, ge=1)
-    key_field: str = ""
+    key_field: str = ""  # the field identifying an instance: never sent to the model; the output's "key"
+    # which fields of a CSV row / JSONL object form the instance (Vertex's InstanceConfig); by default the model's
+    # feature columns, matched by name (models that name theirs), else every field but the key
+    included_fields: list[str] = []  # these, in this order (not with excluded_fields)
+    excluded_fields: list[str] = []  # every field but these
+    instance_type: Literal["", "object", "array"] = ""  # JSONL objects sent as objects or as arrays
+    max_error_fraction: float = Field(0.1, ge=0, le=1)  # the run fails when more of its instances failed
+    signature_name: str = ""  # "" = serving_default, or serving_image_bytes for file lists of an image model
     output_prefix: str = ""  # Vertex: gs:// prefix of the output directory ("" = under the pipeline root)
+
+    @field_validator("included_fields", "excluded_fields", mode="before")
+    @classmethod
+    def _comma_separated(cls, value):
+        if isinstance(value, str):  # `--set batch.excluded_fields=label,id`, TFPIPE_BATCH__EXCLUDED_FIELDS=label
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _fields(self):
+        if self.included_fields and self.excluded_fields:
+            raise ValueError("give included_fields or excluded_fields, not both")
+        return self
 
     def pipeline_arguments(self) -> dict:
         """The values as pipeline inputs (an empty `instances` is left out: the input stays required)."""

@@ -80,7 +80,7 @@ class StepLog(io.TextIOBase):
         if self.current:
             self._file.write(line + "\n")
             if m := ERROR_LINE.match(line):
-                self.current.error = f"{m[1]}: {m[2]}" if m[1] not in ("DataError", "ModelError") else m[2]
+                self.current.error = f"{m[1]}: {m[2]}" if m[1] not in ("DataError", "ModelError", "BatchPredictionError") else m[2]
 
 
 def step_names(pipeline) -> list[str]:

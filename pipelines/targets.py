@@ -132,12 +132,15 @@ class SelfHostedOps:
             ).set_display_name("Deploy (TF Serving endpoint)"))
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
+                      included_fields, excluded_fields, instance_type, max_error_fraction, signature_name,
                       output_prefix):
         """The local batch predictor on a repository version (predictions in its `predictions` artifact, so
-        `output_prefix` does not apply)."""
+        `output_prefix` does not apply); it fails when more than `max_error_fraction` of the instances failed."""
         return _component(batch_predict.run_batch_prediction, self.image)(
             model_repository=model_repository, model_name=model_name, model=model, instances=instances,
             instances_format=instances_format, batch_size=batch_size, key_field=key_field,
+            included_fields=included_fields, excluded_fields=excluded_fields, instance_type=instance_type,
+            max_error_fraction=max_error_fraction, signature_name=signature_name,
         ).set_display_name("Batch prediction (local predictor)")
 
 
@@ -318,20 +321,28 @@ class VertexOps(SelfHostedOps):
             crown.set_display_name("Move champion alias")
 
     def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
+                      included_fields, excluded_fields, instance_type, max_error_fraction, signature_name,
                       output_prefix):
-        """A Vertex batch prediction job on a registry model version (`model` "": the champion alias). Never
-        cached: the instances behind a glob and the champion change between runs."""
+        """A Vertex batch prediction job on a registry model version (`model` "": the champion alias), with the
+        instance config the plan step derives from the options and the model's feature columns and the signature
+        it picks (as `model_parameters`, honoured by this project's serving container), then a step that
+        reads the job's counts and fails when more than `max_error_fraction` of the instances failed (the job itself
+        succeeds whatever its instances do). Never cached: the instances behind a glob and the champion change
+        between runs."""
         from google_cloud_pipeline_components.types.artifact_types import VertexModel
         from google_cloud_pipeline_components.v1.batch_predict_job import ModelBatchPredictOp
 
         p = self.platform
         plan = self._plan_batch(model=model, display_name=p.model_display_name, alias=p.champion_alias,
                                 instances=instances, output_prefix=output_prefix, project=PROJECT,
-                                location=p.location, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+                                location=p.location, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                                instances_format=instances_format, key_field=key_field,
+                                included_fields=included_fields, excluded_fields=excluded_fields,
+                                instance_type=instance_type, signature_name=signature_name)
         _uncached(plan).set_display_name("Resolve model version and inputs")
         version = dsl.importer(artifact_uri=plan.outputs["model_uri"], artifact_class=VertexModel,
                                metadata={"resourceName": plan.outputs["model_name"]}).set_display_name("Model version")
-        return _uncached(ModelBatchPredictOp(
+        job = _uncached(ModelBatchPredictOp(
             job_display_name=plan.outputs["job_display_name"],
             location=p.location,
             model=version.outputs["artifact"],
@@ -340,6 +351,10 @@ class VertexOps(SelfHostedOps):
             predictions_format="jsonl",
             gcs_destination_output_uri_prefix=plan.outputs["output_prefix"],
             key_field=key_field,
+            included_fields=plan.outputs["included_fields"],
+            excluded_fields=plan.outputs["excluded_fields"],
+            instance_type=plan.outputs["instance_type"],
+            model_parameters=plan.outputs["model_parameters"],
             manual_batch_tuning_parameters_batch_size=batch_size,
             machine_type=p.batch_machine_type,
             starting_replica_count=p.batch_starting_replicas,
@@ -348,6 +363,10 @@ class VertexOps(SelfHostedOps):
             encryption_spec_key_name=p.encryption_spec_key_name,
             labels=self.labels,
         )).set_display_name("Vertex batch prediction job")
+        check = _component(vertex_registry.check_batch_prediction_job, self.image)(
+            gcp_resources=job.outputs["gcp_resources"], max_error_fraction=max_error_fraction)
+        _uncached(check).set_display_name("Check the job's error budget")
+        return job
 
 
 class KubeflowOps(SelfHostedOps):

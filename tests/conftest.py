@@ -46,6 +46,41 @@ def trained_model(digits_data, tmp_path_factory):
     return job
 
 
+@pytest.fixture(scope="session")
+def iris_model(tmp_path_factory):
+    """An MLP trained on builtin:iris by one trainer process: a tabular model naming its 4 feature columns."""
+    import subprocess
+    import sys
+
+    from components.prepare_data import prepare
+
+    root = tmp_path_factory.mktemp("iris")
+    prepare("builtin:iris", str(root / "data"), num_workers=1, val_fraction=0.2, test_fraction=0.2)
+    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(root / "data"), "--job-dir",
+                    str(root / "job"), "--epochs", "30", "--batch-size", "16", "--learning-rate", "0.01"],
+                   check=True, capture_output=True)
+    return root / "job"
+
+
+@pytest.fixture(scope="session")
+def image_folder_model(tmp_path_factory):
+    """A CNN trained by one trainer process on an image folder (RGB PNGs of 20×16 px in class folders `cats`,
+    `dogs`, prepared at 12×12): (folder, prepared data, job directory)."""
+    import subprocess
+    import sys
+
+    from components.prepare_data import prepare
+
+    root = tmp_path_factory.mktemp("folder")
+    write_images(root / "images", per_class=16, size=(20, 16))
+    prepare(str(root / "images"), str(root / "data"), num_workers=1, image_size=12, val_fraction=0.2,
+            test_fraction=0.2)
+    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(root / "data"), "--job-dir",
+                    str(root / "job"), "--epochs", "8", "--batch-size", "8", "--learning-rate", "0.01"],
+                   check=True, capture_output=True)
+    return root / "images", root / "data", root / "job"
+
+
 @pytest.fixture
 def gcs_emulator(monkeypatch):
     """A real GCS JSON API server (gcp-storage-emulator), in memory, on a free localhost port."""

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.batch_predict import batch_predict, resolve_model
+from components.batch_predict import (BatchPredictionError, InstanceConfig, batch_predict, check_error_budget,
+                                      instance_config, resolve_model)
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
@@ -121,6 +122,112 @@ def test_csv_rows_become_lists_and_wrong_field_counts_become_errors(tabular_mode
     assert messages['["x", 1, 2]'][0] == 3 and "cannot convert" in messages['["x", 1, 2]'][1]
 
 
+IRIS_FEATURES = ["sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
+
+
+def iris_csv(path, columns) -> tuple[str, np.ndarray]:
+    """scikit-learn's iris as a user's CSV with `columns` (feature names, `label`, `id`) in that order; returns the
+    path and the feature matrix in the model's column order."""
+    from sklearn.datasets import load_iris
+
+    bunch = load_iris()
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for i, (row, target) in enumerate(zip(bunch.data, bunch.target)):
+            values = {**dict(zip(IRIS_FEATURES, row)), "label": bunch.target_names[target], "id": f"r{i}"}
+            writer.writerow([values[c] for c in columns])
+    return str(path), bunch.data.astype(np.float32)
+
+
+def test_csv_shaped_like_the_training_csv_is_matched_to_the_models_feature_columns(iris_model, tmp_path):
+    """The header is matched to the model's feature columns by name, in any order; the label column (and any other
+    extra column) is not sent."""
+    import tensorflow as tf
+
+    columns = ["label", *reversed(IRIS_FEATURES), "id"]
+    path, features = iris_csv(tmp_path / "iris.csv", columns)
+    summary = batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "out"), "iris")
+    results, errors = read_output(summary["output_directory"], "iris", 1)
+    assert (summary["succeeded"], summary["failed"], errors) == (150, 0, [])
+    signature = tf.saved_model.load(str(iris_model / "model")).signatures["serving_default"]
+    expected = signature(features=tf.constant(features))["class_id"].numpy().tolist()
+    assert [r["prediction"]["class_id"] for r in results] == expected
+    assert results[0]["instance"][0] == "setosa" and len(results[0]["instance"]) == 6  # the row as given
+
+    # the same with a key column: the output carries the key; named exclusions are checked against the features
+    keyed = batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "keyed"), "iris", key_field="id",
+                          excluded_fields=["label"])
+    results, _ = read_output(keyed["output_directory"], "iris", 1)
+    assert results[3] == {"key": "r3", "prediction": results[3]["prediction"]}
+    assert [r["prediction"]["class_id"] for r in results] == expected
+    with pytest.raises(ValueError, match=r"excluded_fields names the model's feature column\(s\) \['petal width"):
+        batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "x"), "iris",
+                      excluded_fields=["petal width (cm)"])
+
+    short, _ = iris_csv(tmp_path / "short.csv", ["label", *IRIS_FEATURES[:3]])
+    with pytest.raises(ValueError, match=r"lacks the model's feature column\(s\) \['petal width \(cm\)'\]"):
+        batch_predict(str(iris_model / "model"), short, "csv", str(tmp_path / "y"), "iris")
+
+
+def test_jsonl_objects_as_arrays_of_the_models_feature_columns(iris_model, tmp_path):
+    lines = [json.dumps({"label": "x", **{f: 1.0 + i for i, f in enumerate(reversed(IRIS_FEATURES))}}),
+             json.dumps({IRIS_FEATURES[0]: 5.0}), json.dumps([5.1, 3.5, 1.4, 0.2])]
+    summary = batch_predict(str(iris_model / "model"), write_lines(tmp_path / "a.jsonl", lines), "jsonl",
+                            str(tmp_path / "out"), "iris", instance_type="array")
+    results, errors = read_output(summary["output_directory"], "iris", 1)
+    assert len(results) == 2 and [e["error"]["message"] for e in errors] == [
+        f"the object lacks the model's feature field(s) {IRIS_FEATURES[1:]}"]
+
+
+def test_included_and_excluded_fields_without_feature_names(tabular_model, tmp_path):
+    """A model that does not name its features gets what the options select, in the order they say."""
+    write_lines(tmp_path / "a.csv", ["c,label,a,b", "1,x,7,2", "3,y,1,1"])
+    out = batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "i"), "tab",
+                        included_fields=["a", "b", "c"])
+    assert [r["prediction"]["class_id"] for r in read_output(out["output_directory"], "tab", 1)[0]] == [0, 2]
+    out = batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "e"), "tab",
+                        excluded_fields="label")  # file order: c, a, b
+    assert [r["prediction"]["class_id"] for r in read_output(out["output_directory"], "tab", 1)[0]] == [1, 0]
+    write_lines(tmp_path / "b.jsonl", ['{"a": 1, "b": 9, "c": 2, "id": 7}', '{"a": 1}', '[1, 2, 3]'])
+    out = batch_predict(tabular_model, str(tmp_path / "b.jsonl"), "jsonl", str(tmp_path / "j"), "tab",
+                        included_fields=["a", "b", "c"], instance_type="array")
+    results, errors = read_output(out["output_directory"], "tab", 1)
+    assert [r["prediction"]["class_id"] for r in results] == [1, 2]  # the array line passes unchanged
+    assert [e["error"]["message"] for e in errors] == ["the object lacks included field(s) ['b', 'c']"]
+    with pytest.raises(ValueError, match="included_fields \\['d'\\] are not columns of the header"):
+        batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "x"), "tab",
+                      included_fields=["a", "d"])
+
+
+@pytest.mark.parametrize("instances_format, options, message", [
+    ("csv", {"included_fields": ["a"], "excluded_fields": ["b"]}, "not both"),
+    ("csv", {"instance_type": "object"}, "CSV rows reach the model as arrays"),
+    ("jsonl", {"instance_type": "array"}, "give included_fields"),
+    ("jsonl", {"instance_type": "table"}, "unknown instance_type 'table'"),
+    ("jsonl", {"key_field": "id", "included_fields": ["id", "a"]}, "key_field 'id' is never sent"),
+    ("file-list", {"excluded_fields": ["a"]}, "excluded_fields applies to jsonl and csv instances, not file-list"),
+    ("tf-record", {"key_field": "k", "instance_type": "array"}, "key_field, instance_type apply to jsonl and csv"),
+])
+def test_instance_config_refuses_what_could_not_work(instances_format, options, message):
+    with pytest.raises(ValueError, match=message):
+        instance_config(instances_format, **options)
+
+
+def test_instance_config_defaults_to_the_models_feature_columns():
+    features = ("a", "b")
+    assert instance_config("csv", feature_names=features) == InstanceConfig(
+        included_fields=features, by_features=True)
+    assert instance_config("csv", key_field="id", excluded_fields="label, id", feature_names=features) == \
+        InstanceConfig(key_field="id", included_fields=features, by_features=True)
+    assert instance_config("csv", included_fields=["b", "a"], feature_names=features) == InstanceConfig(
+        included_fields=("b", "a"))  # named by the user: as given
+    assert instance_config("jsonl", feature_names=features) == InstanceConfig()  # objects stay objects
+    assert instance_config("jsonl", instance_type="array", feature_names=features) == InstanceConfig(
+        "array", included_fields=features, by_features=True)
+    assert instance_config("csv") == InstanceConfig()  # no names known: every column but the key
+
+
 def test_key_field_replaces_the_instance_by_its_key(tabular_model, tmp_path):
     write_lines(tmp_path / "a.csv", ["id,a,b,c", "k1,1,7,2", "k2,3,1,1"])
     write_lines(tmp_path / "b.jsonl", ['{"id": 5, "features": [0, 0, 1]}', '{"features": [1, 0, 0]}'])
@@ -151,8 +258,10 @@ def test_tf_records_reach_the_model_as_b64(strings_model, tmp_path, instances_fo
     summary = batch_predict(strings_model, str(tmp_path / "*.tfrecord"), instances_format, str(tmp_path / "out"),
                             "strings", batch_size=3)
     results, errors = read_output(summary["output_directory"], "strings", 2)
-    assert results == [{"instance": b64(r), "prediction": len(r)} for r in records]
-    assert [e["instance"] for e in errors] == [b64(b"x" * 1500), b64(b"ok")]  # one failing batch
+    assert summary["signature_name"] == "serving_default"  # it takes strings: the records as they are
+    # the batch the model fails on is retried instance by instance: only the failing instance is an error
+    assert results == [{"instance": b64(r), "prediction": len(r)} for r in [*records, b"ok"]]
+    assert [e["instance"] for e in errors] == [b64(b"x" * 1500)]
     assert all(e["error"]["code"] == 13 and "too long" in e["error"]["message"] for e in errors)
 
 
@@ -181,6 +290,67 @@ def test_file_list_sends_each_file_as_b64(strings_model, tmp_path):
     assert results == [{"instance": str(p), "prediction": i * 10 + 1} for i, p in enumerate(paths)]
     assert errors[0]["instance"] == str(tmp_path / "missing.bin") and errors[0]["error"]["code"] == 3
     assert errors[0]["error"]["message"].startswith("cannot read")
+
+
+def prepared_class_ids(model_dir, data_dir) -> dict[str, int]:
+    """{image path relative to the folder: class id} of `serving_default` on the prepared pixels of every split."""
+    import tensorflow as tf
+
+    from trainer import data
+
+    stats = data.load_stats(str(data_dir))
+    signature = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
+    answers = {}
+    for split in ("train", "val", "test"):
+        for path in data.split_files(str(data_dir), split):
+            for record in tf.data.TFRecordDataset(path):
+                example = tf.train.Example.FromString(record.numpy()).features.feature
+                pixels = np.frombuffer(example["image"].bytes_list.value[0], np.uint8).reshape(stats["input_shape"])
+                answers[example["key"].bytes_list.value[0].decode()] = int(
+                    signature(image=tf.constant(pixels[None], tf.float32))["class_id"][0])
+    return answers
+
+
+def test_a_file_list_of_images_is_predicted_from_the_files_bytes(image_folder_model, tmp_path):
+    """PNG paths from the image folder the model was trained on: the batch job calls the model's encoded-image
+    signature (as Vertex, the files reach the model as {"b64": ...}), which decodes and prepares them as data prep
+    did; a file that is not an image fails alone."""
+    folder, data_dir, job = image_folder_model
+    paths = sorted(str(p) for p in folder.rglob("*.png"))
+    (tmp_path / "notes.png").write_text("not an image")
+    listing = write_lines(tmp_path / "list.txt", paths[:20] + [str(tmp_path / "notes.png")] + paths[20:])
+    summary = batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "out"), "pets", batch_size=8)
+    assert summary["signature_name"] == "serving_image_bytes"
+    results, errors = read_output(summary["output_directory"], "pets", 1)
+    assert (summary["succeeded"], summary["failed"]) == (len(paths), 1)
+    expected = prepared_class_ids(job / "model", data_dir)
+    assert {r["instance"]: r["prediction"]["class_id"] for r in results} == {
+        p: expected[str(Path(p).relative_to(folder))] for p in paths}
+    [error] = errors
+    assert error["instance"] == str(tmp_path / "notes.png") and error["error"]["code"] == 13
+    assert "model execution failed" in error["error"]["message"]
+
+    # serving_default by name: the bytes do not fit its pixel input (every instance is an error line)
+    named = batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "named"), "pets",
+                          signature_name="serving_default")
+    assert (named["signature_name"], named["succeeded"]) == ("serving_default", 0)
+    with pytest.raises(ValueError, match=r"no signature 'nope'; available: \['serving_default', "
+                                         r"'serving_image_bytes'\]"):
+        batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "x"), "pets", signature_name="nope")
+
+
+def test_signature_choice():
+    from components.batch_predict import choose_signature
+
+    image = {"serving_default": {"image": False}, "serving_image_bytes": {"image_bytes": True}}
+    assert choose_signature(image, "", "file-list") == "serving_image_bytes"
+    assert choose_signature(image, "", "tf-record") == "serving_image_bytes"
+    assert choose_signature(image, "", "jsonl") == "serving_default"
+    assert choose_signature(image, "serving_default", "file-list") == "serving_default"
+    strings = {"serving_default": {"x_bytes": True}, "serving_image_bytes": {"image_bytes": True}}
+    assert choose_signature(strings, "", "file-list") == "serving_default"  # it takes the bytes itself
+    assert choose_signature({}, "", "file-list") == "serving_default"  # unknown signatures: the default
+    assert choose_signature({}, "other", "jsonl") == "other"
 
 
 def test_gcs_model_inputs_and_output(strings_model, gcs_emulator, tmp_path):
@@ -238,11 +408,44 @@ def test_model_resolution_and_kfp_step(strings_model, tmp_path):
 
     write_lines(tmp_path / "a.jsonl", [json.dumps(b64(b"abc")), "[1]"])
     predictions = Artifact(uri=str(tmp_path / "predictions"))
-    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", predictions)
+    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", 0.5, "",
+                                   predictions)
     assert (outputs.succeeded, outputs.failed) == (1, 1)
     assert outputs.output_directory.startswith(str(tmp_path / "predictions" / "prediction-s-"))
     assert predictions.metadata["model"] == first.path and predictions.metadata["instances"] == 2
     assert read_output(outputs.output_directory, "s", 1)[0] == [{"instance": b64(b"abc"), "prediction": 3}]
+
+
+def test_a_run_with_more_failed_instances_than_its_budget_fails_the_step(tabular_model, tmp_path):
+    """Every row fails (the label column is sent to a model that does not name its features): the step fails with
+    the counts, after writing every errors line."""
+    from kfp.dsl import Artifact
+
+    from components.batch_predict import BatchPredictionError, run_batch_prediction
+
+    write_lines(tmp_path / "a.csv", ["a,b,c,label", "1,2,3,x", "4,5,6,y", "7,8,9,z"])
+    predictions = Artifact(uri=str(tmp_path / "predictions"))
+    with pytest.raises(BatchPredictionError, match=r"^3 of 3 instances failed, 0 succeeded \(100\.0%\), above "
+                                                   r"max_error_fraction 10\.0% \(in .*/predictions/prediction-t-"):
+        run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], [], "", 0.1, "",
+                             predictions)
+    [output] = (tmp_path / "predictions").iterdir()
+    assert len(read_output(output, "t", 1)[1]) == 3
+    outputs = run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], ["label"], "",
+                                   0.1, "", Artifact(uri=str(tmp_path / "p2")))
+    assert (outputs.succeeded, outputs.failed) == (3, 0)
+
+
+def test_error_budget():
+    assert check_error_budget(9, 1, 0.1) == "1 of 10 instances failed, 9 succeeded (10.0%; max_error_fraction 10.0%)"
+    assert check_error_budget(0, 5, 1.0).startswith("5 of 5 instances failed")  # the user accepts any share
+    with pytest.raises(BatchPredictionError, match=r"^1 of 10 instances failed, 9 succeeded \(10\.0%\), above "
+                                                   r"max_error_fraction 0\.0% \(job j\);"):
+        check_error_budget(9, 1, 0.0, " (job j)")
+    with pytest.raises(BatchPredictionError, match="no instances were predicted: the input holds none"):
+        check_error_budget(0, 0, 0.5)
+    with pytest.raises(ValueError, match="max_error_fraction must be in"):
+        check_error_budget(1, 0, 1.5)
 
 
 def test_kfp_component_interface():
@@ -253,7 +456,9 @@ def test_kfp_component_interface():
     spec = dsl.component(run_batch_prediction, base_image="python:3.11", install_kfp_package=False).component_spec
     assert {name: i.type for name, i in spec.inputs.items()} == {
         "model_repository": "String", "model_name": "String", "model": "String", "instances": "String",
-        "instances_format": "String", "batch_size": "Integer", "key_field": "String"}
+        "instances_format": "String", "batch_size": "Integer", "key_field": "String", "included_fields": "List",
+        "excluded_fields": "List", "instance_type": "String", "max_error_fraction": "Float",
+        "signature_name": "String"}
     assert {name: o.type for name, o in spec.outputs.items()} == {
         "predictions": "system.Artifact@0.0.1", "output_directory": "String", "succeeded": "Integer",
         "failed": "Integer"}

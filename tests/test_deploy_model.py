@@ -18,6 +18,8 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
     try:
         info = deploy_model.deploy(first.number, first.path, str(digits_data), base, "digits", rest_port=0, grpc_port=0)
         assert info["started"] and info["version"] == 1 and info["smoke"]["examples"] == 8
+        # the pixel arrays and, PNG-encoded, the same images on the encoded-image signature
+        assert info["smoke"]["signatures"] == ["serving_default", "serving_image_bytes"]
         assert info["stop"] == f"python -m pipelines stop-serving --model-base-path {base} --model-name digits"
         with open(deploy_model.state_file(base, "digits")) as f:
             assert json.load(f)["rest_url"] == info["rest_url"]
@@ -63,7 +65,8 @@ def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
                          ServerOptions(rest_port=0, grpc_port=-1)).start()
     try:
         images = np.zeros((2, 8, 8, 1), np.float32)
-        with pytest.raises(deploy_model.DeployError, match=r"smoke prediction failed \(400\): input 'x' expects"):
+        with pytest.raises(deploy_model.DeployError, match=r"smoke prediction on serving_default failed \(400\): "
+                                                     r"input 'x' expects"):
             deploy_model.smoke_test(server.rest_url, "toy", 1, images, np.array([0, 0]))
         rows = np.ones((2, 3), np.float32)
         with pytest.raises(deploy_model.DeployError, match="smoke prediction has no class_id"):

@@ -7,6 +7,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+import tensorflow as tf
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
 from google.cloud.aiplatform_v1.types import model as model_pb, model_service
@@ -22,7 +23,7 @@ REGISTRY_MODEL = f"{PARENT}/models/111"
 
 def save_untrained(stats_dir, path, labels=None):
     """A model of the trainer's architecture for `stats_dir`'s data, never trained (about chance accuracy), with
-    the trainer's serving signature and labels file."""
+    the trainer's serving signatures and labels file."""
     import tensorflow as tf
 
     from trainer import data, model as models
@@ -31,7 +32,7 @@ def save_untrained(stats_dir, path, labels=None):
     hparams = SimpleNamespace(image_size=0, filters=4, hidden_units=8, dropout=0.0)
     models.keras.utils.set_random_seed(0)
     model = models.build_model(stats, hparams)
-    model.save(str(path), save_format="tf", signatures={"serving_default": models.serving_signature(model)})
+    model.save(str(path), save_format="tf", signatures=models.serving_signatures(model, stats))
     tf.io.gfile.makedirs(f"{path}/assets.extra")
     (path / "assets.extra" / "labels.txt").write_text("\n".join(labels or stats["labels"]) + "\n")
     return path
@@ -111,6 +112,15 @@ def test_a_champion_with_other_labels_or_inputs_stops_the_gate(trained_model, ta
                        r"\{'features': 'float32\[None, 4\]'\} \(this model: \{'image': 'float32\[None, None, "
                        r"None, 1\]'\}\)"):
         evaluate(good, str(digits_data), 0.5, str(tabular_model), "champion v2")
+    # a candidate without a signature the champion's clients may call (the encoded-image one)
+    pixels_only = tmp_path / "pixels-only"
+    loaded = tf.saved_model.load(good)
+    tf.saved_model.save(loaded, str(pixels_only), signatures={"serving_default": loaded.signatures["serving_default"]})
+    shutil.copytree(trained_model / "model" / "assets.extra", pixels_only / "assets.extra")
+    with pytest.raises(ModelError, match=r"champion v5 is a different model: it has signature 'serving_image_bytes' "
+                       r"with input \{'image_bytes': 'string\[None\]'\} \(this model: no such signature\)"):
+        evaluate(str(pixels_only), str(digits_data), 0.5, good, "champion v5")
+    assert evaluate(good, str(digits_data), 0.5, str(pixels_only), "champion v6")["champion"]  # a superset: fine
 
 
 def test_missing_model_and_bad_parameters(trained_model, digits_data, tmp_path):

@@ -96,7 +96,7 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     instances.write_text("".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(5))
                          + "not json\n" + json.dumps([[1.0]]) + "\n")
     third = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(instances), "--out",
-                    str(tmp_path / "run3"), "--model-repository", str(repo))
+                    str(tmp_path / "run3"), "--model-repository", str(repo), "--max-error-fraction", "0.5")
     assert third.returncode == 0, third.stdout + third.stderr
     batch = json.loads((tmp_path / "run3" / "run_summary.json").read_text())["batch_prediction"]
     assert (batch["instances"], batch["succeeded"], batch["failed"]) == (7, 5, 2)
@@ -111,6 +111,49 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     assert stop.returncode == 0, stop.stderr
     with pytest.raises(PredictionError, match="cannot reach"):
         client.status()
+
+
+def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same_csv(tmp_path):
+    """The wine data as a user's CSV (178 rows, a `label` column, one bad value): trained with 3 workers (each holds
+    less than one global batch), then the same file, label column included, predicted with the published model."""
+    from tests.test_train_model import wine_csv
+
+    data, repo = wine_csv(tmp_path / "wine.csv"), tmp_path / "repo"
+    trained = run_cli("run", "--data-source", str(data), "--workers", "3", "--no-tune", "--no-deploy",
+                      "--accuracy-threshold", "0.5", "--model-repository", str(repo), "--model-name", "wine",
+                      "--out", str(tmp_path / "run1"))
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
+    assert summary["training"]["num_workers"] == 3 and summary["training"]["attempts"] == 1
+    assert summary["dataset"]["quarantined"] == 1 and summary["metrics"]["test_accuracy"] > 0.8
+    assert summary["registry"]["version"] == 1
+
+    batch = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(data), "--instances-format", "csv",
+                    "--model-repository", str(repo), "--model-name", "wine", "--out", str(tmp_path / "run2"))
+    assert batch.returncode == 0, batch.stdout + batch.stderr
+    assert "batch prediction: 177 ok, 1 failed of 178 instances" in batch.stdout  # the bad value
+
+
+def test_batch_prediction_on_a_users_csv_and_an_all_failing_run(tmp_path, iris_model):
+    """`run --pipeline batch_prediction` on a CSV shaped like the training CSV (label column, another column order)
+    predicts every row; a run whose instances all fail fails, with the counts."""
+    from tests.test_batch_predict import IRIS_FEATURES, iris_csv
+
+    path, _ = iris_csv(tmp_path / "iris.csv", ["label", *reversed(IRIS_FEATURES)])
+    ok = run_cli("run", "--pipeline", "batch_prediction", "--instances", path, "--instances-format", "csv",
+                 "--model", str(iris_model / "model"), "--model-name", "iris", "--out", str(tmp_path / "run1"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "batch prediction: 150 ok, 0 failed of 150 instances" in ok.stdout
+    log = (tmp_path / "run1" / "logs" / "run-batch-prediction.log").read_text()
+    assert f"instances from columns {IRIS_FEATURES}; not sent: ['label']" in log
+
+    (tmp_path / "words.jsonl").write_text('"a"\n"b"\n"c"\n')
+    failed = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(tmp_path / "words.jsonl"),
+                     "--model", str(iris_model / "model"), "--model-name", "iris", "--out", str(tmp_path / "run2"))
+    assert failed.returncode == 1
+    assert ("Error: run-batch-prediction: 3 of 3 instances failed, 0 succeeded (100.0%), above max_error_fraction "
+            "10.0% (in ") in failed.stderr
+    assert json.loads((tmp_path / "run2" / "run_summary.json").read_text())["status"] == "FAILED"
 
 
 def test_failing_step_is_one_clear_line(tmp_path):

@@ -397,14 +397,17 @@ def test_vertex_batch_prediction(tmp_path):
     _, spec = compile_spec("vertex", tmp_path, "batch_prediction")
     assert spec["pipelineInfo"]["name"] == "tfpipe-batch-prediction"
     root = dag(spec)
-    assert set(root) == {"plan-batch-prediction", "importer", "model-batch-predict"}
+    assert set(root) == {"plan-batch-prediction", "importer", "model-batch-predict", "check-batch-prediction-job"}
     plan = root["plan-batch-prediction"]
     assert plan["cachingOptions"] == {}
     assert params(plan) == {
         "model": {"componentInputParameter": "model"}, "display_name": "digits", "alias": "champion",
         "instances": {"componentInputParameter": "instances"},
         "output_prefix": {"componentInputParameter": "output_prefix"}, "project": PROJECT, "location": "europe-west4",
-        "run_name": "{{$.pipeline_job_name}}"}
+        "run_name": "{{$.pipeline_job_name}}",
+        **{name: {"componentInputParameter": name} for name in
+           ("instances_format", "key_field", "included_fields", "excluded_fields", "instance_type",
+            "signature_name")}}
     assert params(root["importer"]) == {
         "uri": {"taskOutputParameter": {"outputParameterKey": "model_uri", "producerTask": "plan-batch-prediction"}},
         "metadata": {"taskOutputParameter": {"outputParameterKey": "model_name",
@@ -427,6 +430,11 @@ def test_vertex_batch_prediction(tmp_path):
         "predictions_format": "jsonl",
         "gcs_destination_output_uri_prefix": planned("output_prefix"),
         "key_field": {"componentInputParameter": "key_field"},
+        # the instance config as the plan completed it (the model's feature columns by default)
+        "included_fields": planned("included_fields"),
+        "excluded_fields": planned("excluded_fields"),
+        "instance_type": planned("instance_type"),
+        "model_parameters": planned("model_parameters"),  # {"signature_name": ...} when not serving_default
         "manual_batch_tuning_parameters_batch_size": {"componentInputParameter": "batch_size"},
         "machine_type": "n1-highmem-8",
         "starting_replica_count": 3,
@@ -435,6 +443,12 @@ def test_vertex_batch_prediction(tmp_path):
         "service_account": SA,
         "encryption_spec_key_name": KEY,
     }
+    check = root["check-batch-prediction-job"]  # the error budget, on the job's counts
+    assert check["cachingOptions"] == {}
+    assert params(check) == {
+        "gcp_resources": {"taskOutputParameter": {"outputParameterKey": "gcp_resources",
+                                                  "producerTask": "model-batch-predict"}},
+        "max_error_fraction": {"componentInputParameter": "max_error_fraction"}}
     outputs = spec["components"]["comp-plan-batch-prediction"]["outputDefinitions"]["parameters"]
     assert outputs["gcs_source_uris"] == {"parameterType": "LIST"}
     inputs = spec["root"]["inputDefinitions"]["parameters"]
@@ -442,8 +456,11 @@ def test_vertex_batch_prediction(tmp_path):
     assert inputs["instances_format"] == {"defaultValue": "jsonl", "isOptional": True, "parameterType": "STRING"}
     assert inputs["model"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
     assert inputs["batch_size"] == {"defaultValue": 64, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["included_fields"] == {"defaultValue": [], "isOptional": True, "parameterType": "LIST"}
+    assert inputs["max_error_fraction"] == {"defaultValue": 0.1, "isOptional": True, "parameterType": "NUMBER_DOUBLE"}
     assert set(inputs) == {"instances", "instances_format", "model", "model_repository", "model_name", "batch_size",
-                           "key_field", "output_prefix"}
+                           "key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction",
+                           "signature_name", "output_prefix"}
 
 
 def test_kubeflow_batch_prediction(tmp_path):
@@ -452,7 +469,8 @@ def test_kubeflow_batch_prediction(tmp_path):
     assert set(root) == {"run-batch-prediction"}
     assert params(root["run-batch-prediction"]) == {
         name: {"componentInputParameter": name} for name in
-        ("model_repository", "model_name", "model", "instances", "instances_format", "batch_size", "key_field")}
+        ("model_repository", "model_name", "model", "instances", "instances_format", "batch_size", "key_field",
+         "included_fields", "excluded_fields", "instance_type", "max_error_fraction", "signature_name")}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
     outputs = spec["components"]["comp-run-batch-prediction"]["outputDefinitions"]
     assert set(outputs["parameters"]) == {"output_directory", "succeeded", "failed"}
@@ -511,7 +529,12 @@ def test_batch_config_overrides():
     config = load_config(None, {"epochs": 3}, {"instances": "a.jsonl", "model": None, "batch_size": 4})
     assert config.batch.pipeline_arguments() == {
         "instances": "a.jsonl", "instances_format": "jsonl", "model": "", "model_repository": "",
-        "model_name": "tfpipe-model", "batch_size": 4, "key_field": "", "output_prefix": ""}
+        "model_name": "tfpipe-model", "batch_size": 4, "key_field": "", "included_fields": [], "excluded_fields": [],
+        "instance_type": "", "max_error_fraction": 0.1, "signature_name": "", "output_prefix": ""}
+    config = load_config(None, None, {"instances": "a.csv", "excluded_fields": "label, id"})
+    assert config.batch.excluded_fields == ["label", "id"]  # comma-separated (CLI, environment) or a YAML list
+    with pytest.raises(ConfigError, match="give included_fields or excluded_fields, not both"):
+        load_config(None, None, {"included_fields": ["a"], "excluded_fields": ["b"]})
     assert "instances" not in load_config().batch.pipeline_arguments()
 
 

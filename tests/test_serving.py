@@ -328,3 +328,50 @@ def test_batching_server_answers_every_request_correctly(repo):
         s.stop()
     assert errors == []
     assert all(results[i] == [{"y": [float(i)] * 3, "version": 1}] * (1 + i % 3) for i in range(32))
+
+
+def test_an_image_model_answers_encoded_images_on_rest_grpc_and_the_vertex_route(image_folder_model, tmp_path):
+    """The trainer's image models have a second signature, `serving_image_bytes`, for encoded images: REST clients
+    send `{"b64": ...}` with its name, gRPC clients a string tensor, Vertex requests name it in `parameters`.
+    `serving_default` keeps taking pixel arrays, and says where encoded images go."""
+    import base64
+    import shutil
+
+    from tests.test_batch_predict import prepared_class_ids
+
+    folder, data_dir, job = image_folder_model
+    shutil.copytree(job / "model", tmp_path / "models" / "pets" / "1")
+    manager = ModelManager(str(tmp_path / "models"), "pets", poll_seconds=0.1)
+    server = ModelServer(manager, ServerOptions(rest_port=0, grpc_port=0)).start()
+    try:
+        deadline = time.time() + 60
+        while requests.get(f"{server.rest_url}/health").status_code != 200:  # loaded and warmed up (both signatures)
+            assert time.time() < deadline, "the version never loaded"
+            time.sleep(0.1)
+        paths = sorted(folder.rglob("*.png"))[::5]
+        expected = prepared_class_ids(job / "model", data_dir)
+        want = [expected[str(p.relative_to(folder))] for p in paths]
+        images = [{"b64": base64.b64encode(p.read_bytes()).decode()} for p in paths]
+
+        rest = requests.post(f"{server.rest_url}/v1/models/pets:predict",
+                             json={"signature_name": "serving_image_bytes", "instances": images}).json()
+        assert [p["class_id"] for p in rest["predictions"]] == want
+        client = ServingClient(server.rest_url, server.grpc_target, "pets")
+        encoded = np.array([p.read_bytes() for p in paths], dtype=object)
+        for protocol in ("rest", "grpc"):
+            out = client.predict(encoded, signature_name="serving_image_bytes", protocol=protocol)
+            assert out["class_id"].tolist() == want and out["probabilities"].shape == (len(paths), 2)
+        client.close()
+        vertex = requests.post(f"{server.rest_url}/predict", json={
+            "instances": images, "parameters": {"signature_name": "serving_image_bytes"}}).json()
+        assert [p["class_id"] for p in vertex["predictions"]] == want
+
+        wrong = requests.post(f"{server.rest_url}/v1/models/pets:predict", json={"instances": images[:1]})
+        assert wrong.status_code == 400 and wrong.json()["error"] == (
+            "input 'image' has dtype float32; b64 objects need a string input; this model takes encoded bytes on "
+            "signature 'serving_image_bytes': send \"signature_name\": \"serving_image_bytes\"")
+        wrong = requests.post(f"{server.rest_url}/predict", json={"instances": images[:1]})
+        assert wrong.status_code == 400 and wrong.json()["error"].endswith(
+            "send \"parameters\": {\"signature_name\": \"serving_image_bytes\"}")
+    finally:
+        server.stop()

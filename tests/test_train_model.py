@@ -1,16 +1,16 @@
-"""Real MultiWorkerMirroredStrategy training with the local launcher (slow: separate TF processes)."""
+"""The local launcher: real MultiWorkerMirroredStrategy training (slow, `e2e`: separate TF processes), lost workers
+restarting the group, failing workers ending the step at once."""
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
 
 import pytest
 
-from components.train_model import TrainingError, launch, tf_config, trainer_flags
-
-pytestmark = pytest.mark.e2e
+from components.train_model import TrainingError, error_summary, launch, lost, tf_config, trainer_flags
 
 
 def history(job):
@@ -18,6 +18,7 @@ def history(job):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.e2e
 def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     job = tmp_path / "job"
     sink = io.StringIO()
@@ -40,6 +41,39 @@ def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     assert sorted(os.listdir(tmp_path / "logs")) == ["chief.attempt-1.log", "worker-0.attempt-1.log"]
 
 
+def wine_csv(path, bad_row: int = 5):
+    """scikit-learn's wine data as a user's CSV: 178 rows, 13 named feature columns, a `label` column and one
+    unreadable value."""
+    import csv
+
+    from sklearn.datasets import load_wine
+
+    bunch = load_wine()
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*bunch.feature_names, "label"])
+        for i, (row, target) in enumerate(zip(bunch.data, bunch.target)):
+            writer.writerow(["oops" if i == bad_row else row[0], *row[1:], int(target)])
+    return path
+
+
+@pytest.mark.e2e
+def test_small_csv_trains_with_three_workers(tmp_path):
+    """178 rows, 3 workers: each worker's share of the training split is smaller than one global batch (96)."""
+    from components.prepare_data import prepare
+
+    stats = prepare(str(wine_csv(tmp_path / "wine.csv")), str(tmp_path / "data"), num_workers=3)
+    assert stats["splits"]["train"]["shards"] == 3 and stats["splits"]["train"]["examples"] / 3 < 96
+    job = tmp_path / "job"
+    result = launch(3, ["--data-dir", str(tmp_path / "data"), "--job-dir", str(job), "--epochs", "8",
+                        "--learning-rate", "0.01"], str(tmp_path / "logs"), max_restarts=0, sink=io.StringIO())
+    assert result.attempts == 1 and result.exit_codes == [[0, 0, 0]]
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["num_workers"] == 3 and metrics["global_batch_size"] == 96
+    assert metrics["steps_per_epoch"] == 2 and metrics["val_accuracy"] > 0.8
+
+
+@pytest.mark.e2e
 def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_path):
     job = tmp_path / "job"
     killed = []
@@ -73,9 +107,44 @@ def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_p
 
 
 def test_restart_budget_is_bounded(tmp_path):
-    with pytest.raises(TrainingError, match=r"training failed after 2 attempt\(s\)"):
-        launch(1, ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
-               str(tmp_path / "logs"), max_restarts=1, sink=io.StringIO())
+    """A worker lost on every attempt: the group restarts `max_restarts` times, then the step fails."""
+    def kill_at_once(attempt, pids):
+        os.kill(pids[1], signal.SIGKILL)
+
+    sink = io.StringIO()
+    with pytest.raises(TrainingError, match=r"training failed after 2 attempt\(s\): workers were lost every time"):
+        launch(2, ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
+               str(tmp_path / "logs"), max_restarts=1, sink=sink, on_start=kill_at_once)
+    assert sink.getvalue().count("worker-0 exited with code -9 (killed by a signal: lost)") == 2
+    assert "restarting the group (1/1)" in sink.getvalue()
+
+
+def test_a_worker_failing_with_an_error_ends_the_step_at_once(tmp_path):
+    """A Python exception fails the same way on every attempt: no restart, the first worker's error is reported."""
+    sink = io.StringIO()
+    started = time.time()
+    with pytest.raises(TrainingError) as failure:
+        launch(2, ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
+               str(tmp_path / "logs"), max_restarts=2, sink=sink)
+    message = str(failure.value)
+    first = re.match(r"(chief|worker-0) failed \(exit code 1, attempt 1\): NotFoundError: .*missing/stats\.json",
+                     message)  # the first worker to fail (both do, at about the same time)
+    assert first and f"{first[1]}.attempt-1.log" in message
+    assert "attempt 2:" not in sink.getvalue() and "restarting the group" not in sink.getvalue()
+    assert f"{first[1]} failed with an error: not restarting" in sink.getvalue()
+    assert sorted(os.listdir(tmp_path / "logs")) == ["chief.attempt-1.log", "worker-0.attempt-1.log"]
+    assert time.time() - started < 60
+
+
+def test_lost_and_error_summary(tmp_path):
+    assert [lost(code) for code in (-9, -15, 137, 143, 0, 1, 2, 128)] == [True] * 4 + [False] * 4
+    log = tmp_path / "w.log"
+    log.write_text("Epoch 1/2\nTraceback (most recent call last):\n  File \"x.py\", line 1\n    fit()\n"
+                   "ValueError: Unexpected result of `train_function` (Empty logs).\nmore details\n")
+    assert error_summary(str(log)) == "ValueError: Unexpected result of `train_function` (Empty logs)."
+    log.write_text("python -m trainer.task: error: --epochs must be >= 1\n\n")
+    assert error_summary(str(log)) == "python -m trainer.task: error: --epochs must be >= 1"
+    assert error_summary(str(tmp_path / "none.log")) == ""
 
 
 def test_tf_config_for_local_workers_uses_vertex_layout():

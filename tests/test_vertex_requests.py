@@ -3,12 +3,13 @@ launcher (tests/gcpc.py) on the task's compiled inputs, and the request it sends
 API client boundary: the JobService gRPC stubs (custom, tuning and batch prediction jobs; tests/gapic.py) and
 `requests` for the launchers that call the REST API (model upload, endpoint creation, deploy)."""
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 from google.cloud.aiplatform_v1.services.job_service.transports.grpc import JobServiceGrpcTransport
-from google.cloud.aiplatform_v1.types import (batch_prediction_job, custom_job, hyperparameter_tuning_job,
-                                              job_state)
+from google.cloud.aiplatform_v1.types import (batch_prediction_job, completion_stats, custom_job,
+                                              hyperparameter_tuning_job, job_state)
 from google.oauth2.credentials import Credentials
 
 from components.study_spec import DEFAULT_STUDY
@@ -48,19 +49,23 @@ def credentials(monkeypatch):
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (Credentials(token="test-token"), "my-project"))
 
 
-def job_stubs(monkeypatch, kind, message_class):
-    """JobService Create<kind>/Get<kind>: the created job answers SUCCEEDED when the launcher polls it."""
+def job_stubs(monkeypatch, kind, message_class, stats=None):
+    """JobService Create<kind>/Get<kind>: the created job answers SUCCEEDED when the launcher polls it (with
+    `stats`, a dict of CompletionStats fields, as its completion stats)."""
     created = []
 
     def create(request):
         job = message_class(getattr(request, kind))
-        job.name = f"{PARENT}/{kind.replace('_', '')}s/42"
+        first, *rest = kind.split("_")
+        job.name = f"{PARENT}/{first}{''.join(r.title() for r in rest)}s/42"  # e.g. batchPredictionJobs
         created.append(request)
         return job
 
     def get(request):
         job = message_class(getattr(created[-1], kind), name=request.name)
         job.state = job_state.JobState.JOB_STATE_SUCCEEDED
+        if stats is not None:
+            job.completion_stats = completion_stats.CompletionStats(**stats)
         return job
 
     FakeStub(create).bind(JobServiceGrpcTransport, f"create_{kind}", monkeypatch)
@@ -127,6 +132,134 @@ def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_
     assert job.output_config.gcs_destination.output_uri_prefix == "gs://b/root/run-7/plan-batch-prediction/destination"
     assert (job.dedicated_resources.machine_spec.machine_type, job.dedicated_resources.starting_replica_count,
             job.dedicated_resources.max_replica_count) == ("n1-highmem-8", 3, 7)
+
+
+def registry_version_on_gcs(monkeypatch, bucket, model_dir, version="3") -> str:
+    """The registry model `MODEL` whose version `version` (any alias) has `model_dir` uploaded as its artifacts
+    (ModelService stubs; the files in the GCS emulator's bucket); returns the artifact URI."""
+    from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
+    from google.cloud.aiplatform_v1.types import model as model_pb, model_service
+
+    for path in Path(model_dir).rglob("*"):
+        if path.is_file():
+            bucket.blob(f"models/m/{path.relative_to(model_dir)}").upload_from_filename(str(path))
+    uri = f"gs://{bucket.name}/models/m"
+    FakeStub(lambda r: model_service.ListModelsResponse(models=[model_pb.Model(name=MODEL)])).bind(
+        ModelServiceGrpcTransport, "list_models", monkeypatch)
+    FakeStub(lambda r: model_pb.Model(name=MODEL, version_id=version, artifact_uri=uri)).bind(
+        ModelServiceGrpcTransport, "get_model", monkeypatch)
+    return uri
+
+
+def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format, stats=None, **options):
+    """Run the compiled pipeline's two steps: `plan-batch-prediction` (its function, on the pipeline's constants)
+    and the GCPC launcher of `model-batch-predict` on the plan's outputs; returns the CreateBatchPredictionJob
+    request's job and the launch (its `gcp_resources` output). `stats`: the finished job's completion stats."""
+    from kfp import dsl
+
+    from components.vertex_registry import plan_batch_prediction
+
+    destination = dsl.Artifact(name="destination", uri="gs://b/root/run-7/plan-batch-prediction/destination")
+    plan = plan_batch_prediction("", "digits", "champion", instances, "", "my-project", LOCATION,
+                                 "tfpipe-batch-prediction-20261123", destination, instances_format=instances_format,
+                                 **options)
+    created = job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob, stats)
+    model = {"uri": plan.model_uri, "metadata": {"resourceName": plan.model_name}, "type": "google.VertexModel"}
+    given = {"job_display_name": plan.job_display_name, "gcs_source_uris": plan.gcs_source_uris,
+             "gcs_destination_output_uri_prefix": plan.output_prefix, "instances_format": instances_format,
+             "key_field": options.get("key_field", ""), "manual_batch_tuning_parameters_batch_size": 64,
+             "project": "my-project", "included_fields": plan.included_fields,
+             "excluded_fields": plan.excluded_fields, "instance_type": plan.instance_type,
+             "model_parameters": plan.model_parameters}
+    launch = Launch(specs["batch"], dag(specs["batch"])["model-batch-predict"], given, {"model": model},
+                    tmp_path).run()
+    [request] = created
+    return request.batch_prediction_job, launch
+
+
+def test_csv_batch_job_sends_the_models_feature_columns(specs, monkeypatch, tmp_path, gcs_emulator, iris_model):
+    """A CSV shaped like the training CSV (a label column, columns in another order): the job's instance config
+    names the model's feature columns, read from the version's artifacts, so Vertex sends those, by name, in the
+    model's order."""
+    registry_version_on_gcs(monkeypatch, gcs_emulator, iris_model / "model")
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/iris.csv", "csv", key_field="id",
+                               excluded_fields=["label"])
+    assert job.model == f"{MODEL}@3"
+    assert job.input_config.instances_format == "csv"
+    assert list(job.input_config.gcs_source.uris) == ["gs://b/in/iris.csv"]
+    config = job.instance_config
+    assert list(config.included_fields) == [
+        "sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
+    assert (list(config.excluded_fields), config.key_field, config.instance_type) == ([], "id", "")
+
+
+def test_jsonl_batch_job_with_named_fields_as_arrays(specs, monkeypatch, tmp_path, gcs_emulator, tmp_path_factory):
+    """A model that names no feature columns: the job gets the user's fields and instance type as given."""
+    model_dir = tmp_path_factory.mktemp("plain")
+    (model_dir / "saved_model.pb").write_bytes(b"")
+    registry_version_on_gcs(monkeypatch, gcs_emulator, model_dir)
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl",
+                               included_fields=["b", "a"], instance_type="array")
+    assert (list(job.instance_config.included_fields), job.instance_config.instance_type) == (["b", "a"], "array")
+    with pytest.raises(ValueError, match="give included_fields or excluded_fields, not both"):
+        planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl", included_fields=["a"],
+                          excluded_fields=["b"])
+
+
+def test_a_file_list_batch_job_of_an_image_model_names_its_encoded_image_signature(
+        specs, monkeypatch, tmp_path, gcs_emulator, image_folder_model):
+    """Vertex sends each listed file as {"b64": ...}: the plan reads the version's signatures from its
+    saved_model.pb and asks for `serving_image_bytes` in the job's model parameters (this project's serving
+    container passes `parameters.signature_name` on); a tabular model's CSV job carries none."""
+    _, _, job_dir = image_folder_model
+    registry_version_on_gcs(monkeypatch, gcs_emulator, job_dir / "model")
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/images.txt", "file-list")
+    assert job.input_config.instances_format == "file-list"
+    assert dict(job.model_parameters) == {"signature_name": "serving_image_bytes"}
+    assert not job.instance_config.included_fields and not job.instance_config.instance_type
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path / "named", "gs://b/in/images.jsonl", "jsonl",
+                               signature_name="serving_image_bytes")
+    assert dict(job.model_parameters) == {"signature_name": "serving_image_bytes"}
+    job, _ = planned_batch_job(specs, monkeypatch, tmp_path / "pixels", "gs://b/in/pixels.jsonl", "jsonl")
+    assert not job.model_parameters
+
+
+def test_a_batch_job_whose_instances_all_failed_fails_the_check_step(specs, monkeypatch, tmp_path, gcs_emulator):
+    """Vertex's job SUCCEEDS whatever its instances do: the next step reads the job (named in the launcher's
+    `gcp_resources`) and fails with its counts when the error budget is exceeded."""
+    from components.batch_predict import BatchPredictionError
+    from components.vertex_registry import check_batch_prediction_job
+
+    model_dir = tmp_path / "plain"
+    model_dir.mkdir()
+    (model_dir / "saved_model.pb").write_bytes(b"")
+    registry_version_on_gcs(monkeypatch, gcs_emulator, model_dir)
+    job, launch = planned_batch_job(specs, monkeypatch, tmp_path / "job", "gs://b/in/wine.csv", "csv",
+                                    stats={"successful_count": 0, "failed_count": 178})
+    name = f"{PARENT}/batchPredictionJobs/42"
+    assert json.loads(launch.output("gcp_resources"))["resources"][0]["resourceUri"].endswith(f"/v1/{name}")
+    with pytest.raises(BatchPredictionError, match=r"^178 of 178 instances failed, 0 succeeded \(100\.0%\), above "
+                                                   rf"max_error_fraction 10\.0% \(job {name}\)"):
+        check_batch_prediction_job(launch.output("gcp_resources"), 0.1)
+
+
+def test_the_check_step_reads_the_jobs_completion_stats(monkeypatch):
+    from components.vertex_registry import check_batch_prediction_job
+
+    name = f"{PARENT}/batchPredictionJobs/42"
+    def get(request):
+        return batch_prediction_job.BatchPredictionJob(
+            name=request.name, completion_stats=completion_stats.CompletionStats(successful_count=95, failed_count=5))
+
+    stub = FakeStub(get).bind(JobServiceGrpcTransport, "get_batch_prediction_job", monkeypatch)
+    resources = json.dumps({"resources": [{"resourceType": "BatchPredictionJob",
+                                           "resourceUri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{name}"}]})
+    assert check_batch_prediction_job(resources, 0.1) == (95, 5)
+    [(rpc, request, host, routing)] = stub.calls
+    assert (rpc, request.name, host, routing) == ("GetBatchPredictionJobRequest", name,
+                                                  f"{LOCATION}-aiplatform.googleapis.com:443", f"name={name}")
+    with pytest.raises(Exception, match="above max_error_fraction 1.0%"):
+        check_batch_prediction_job(resources, 0.01)
 
 
 class Rest:

@@ -10,10 +10,12 @@ either `image` (raw uint8 bytes of an H×W×C array) or `features` (float list).
 from __future__ import annotations
 
 import json
+import math
 
 import tensorflow as tf
 
-from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name  # noqa: F401 (re-exported)
+from trainer.schema import (FEATURES_FILE, IMAGE, IMAGE_BYTES_INPUT, IMAGE_BYTES_SIGNATURE,  # noqa: F401 (re-exported)
+                            LABELS_FILE, SPLITS, TABULAR, shard_name)
 
 
 def serialize_example(key: str, label: int, value, kind: str) -> bytes:
@@ -82,12 +84,15 @@ def make_dataset(
     """Input pipeline over a split's shards.
 
     Training: file list shuffled with a seed shared by all workers (FILE auto-sharding gives each worker its own
-    files), parallel interleaved reads, per-worker example shuffling, batches of the *global* batch size,
-    vectorized parsing, endless repetition (fit uses a fixed `steps_per_epoch`, so every worker runs the same
-    number of steps), prefetch. Prep stores records in a random (hash) order, so no buffer has to undo class runs.
-    With `cache` (splits that fit in memory), the parsed batches of the first pass stay in memory and every epoch
-    replays them in a reshuffled order (the codelab's `cache().shuffle()` semantics); without it every epoch
-    re-reads the files through an example shuffle buffer (see `shuffle_buffer`). Evaluation: every worker reads the whole split once, in order.
+    files), parallel interleaved reads, per-worker example shuffling, endless repetition *before* batching into
+    batches of the *global* batch size, vectorized parsing, prefetch. Fit uses a fixed `steps_per_epoch`, so every
+    worker runs the same number of steps; because the stream repeats before it is batched, a worker whose files
+    hold fewer examples than one global batch (small data, many workers) still yields full batches, and no example
+    is dropped as a partial last batch. Prep stores records in a random (hash) order, so no buffer has to undo
+    class runs. With `cache` (splits that fit in memory), the parsed batches of the first pass stay in memory and
+    every epoch replays them in a reshuffled order (the codelab's `cache().shuffle()` semantics), re-cut into full
+    global batches across pass boundaries; without it every epoch re-reads the files through an example shuffle
+    buffer (see `shuffle_buffer`). Evaluation: every worker reads the whole split once, in order.
     """
     files = tf.data.Dataset.from_tensor_slices(split_files(data_dir, split))
     if training:
@@ -98,17 +103,20 @@ def make_dataset(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=not training,
     )
-    if training and not cache:  # cached: prep's hash order is already a random permutation, frozen by the cache
-        ds = ds.shuffle(shuffle_buffer(stats, split), seed=seed + worker_index)
-    ds = ds.batch(global_batch_size, drop_remainder=training)
-    ds = ds.map(_parser(stats), num_parallel_calls=tf.data.AUTOTUNE)
-    if cache:
-        ds = ds.cache()
-        if training:
-            batches = max(1, stats["splits"][split]["examples"] // global_batch_size)
-            ds = ds.shuffle(min(batches, 64), seed=seed + worker_index, reshuffle_each_iteration=True)
-    if training:
-        ds = ds.repeat()
+    if training and cache:
+        # prep's hash order is already a random permutation, frozen by the cache; the last batch of a pass may be
+        # partial (or the only one, on a worker with little data): `rebatch` joins it with the next pass's
+        batches = max(1, stats["splits"][split]["examples"] // global_batch_size)
+        ds = ds.batch(global_batch_size).map(_parser(stats), num_parallel_calls=tf.data.AUTOTUNE).cache()
+        ds = ds.shuffle(min(batches, 64), seed=seed + worker_index, reshuffle_each_iteration=True)
+        ds = ds.repeat().rebatch(global_batch_size, drop_remainder=True)
+    elif training:
+        ds = ds.shuffle(shuffle_buffer(stats, split), seed=seed + worker_index).repeat()
+        ds = ds.batch(global_batch_size, drop_remainder=True).map(_parser(stats), num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        ds = ds.batch(global_batch_size).map(_parser(stats), num_parallel_calls=tf.data.AUTOTUNE)
+        if cache:
+            ds = ds.cache()
     options = tf.data.Options()
     policy = tf.data.experimental.AutoShardPolicy.FILE if training else tf.data.experimental.AutoShardPolicy.OFF
     options.experimental_distribute.auto_shard_policy = policy
@@ -116,4 +124,5 @@ def make_dataset(
 
 
 def steps_per_epoch(stats: dict, split: str, global_batch_size: int) -> int:
-    return max(1, stats["splits"][split]["examples"] // global_batch_size)
+    """Steps of one pass over the split (the last, partial batch rounded up: the stream repeats before batching)."""
+    return max(1, math.ceil(stats["splits"][split]["examples"] / global_batch_size))

@@ -10,6 +10,7 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from trainer.data import IMAGE  # noqa: E402
+from trainer.schema import IMAGE_BYTES_INPUT, IMAGE_BYTES_SIGNATURE  # noqa: E402
 
 
 def conv_blocks_for(size: int) -> int:
@@ -68,3 +69,39 @@ def serving_signature(model: keras.Model):
         return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
 
     return serve
+
+
+def decode_images(image_bytes, image_shape):
+    """Encoded images (PNG, JPEG, GIF's first frame, BMP; any size, gray or color) → float32 pixels [N, H, W, C]
+    prepared as data prep prepares training images: converted to the training channel count, resized to the
+    prepared size with an antialiased bilinear filter (PIL's BILINEAR) and rounded to whole 0..255 values (prep
+    stores uint8)."""
+    height, width, channels = image_shape
+
+    def decode(data):
+        image = tf.io.decode_image(data, channels=channels, expand_animations=False)
+        image = tf.image.resize(image, [height, width], method="bilinear", antialias=True)
+        return tf.clip_by_value(tf.round(image), 0.0, 255.0)
+
+    return tf.map_fn(decode, image_bytes, fn_output_signature=tf.TensorSpec([height, width, channels], tf.float32))
+
+
+def image_bytes_signature(model: keras.Model, image_shape):
+    """`serving_image_bytes` (image models): `image_bytes` string [N] of encoded images → the outputs of
+    `serving_default` for the decoded images (`decode_images`, then the same model)."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
+    def serve_bytes(image_bytes):
+        probabilities = model(decode_images(image_bytes, image_shape), training=False)
+        return {"probabilities": probabilities, "class_id": tf.argmax(probabilities, axis=-1)}
+
+    return serve_bytes
+
+
+def serving_signatures(model: keras.Model, stats: dict) -> dict:
+    """The exported signatures: `serving_default` (pixel arrays / feature vectors) and, for image models,
+    `serving_image_bytes` (encoded images)."""
+    signatures = {"serving_default": serving_signature(model)}
+    if stats["kind"] == IMAGE:
+        signatures[IMAGE_BYTES_SIGNATURE] = image_bytes_signature(model, stats["input_shape"])
+    return signatures

@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     from trainer import distribute
 
     cluster = distribute.cluster_from_env()  # sets TF_CONFIG from CLUSTER_SPEC before the strategy exists
+    import numpy as np
     import tensorflow as tf
 
     from trainer import callbacks, data, model as models, warmup
@@ -115,16 +116,24 @@ def main(argv=None) -> int:
     )
 
     model_dir = distribute.write_location(args.model_dir, cluster)
-    model.save(model_dir, save_format="tf", signatures={"serving_default": models.serving_signature(model)})
+    model.save(model_dir, save_format="tf", signatures=models.serving_signatures(model, stats))
     distribute.discard(model_dir, args.model_dir)
     distribute.discard(log_dir, args.log_dir)
     if cluster.is_chief:
         tf.io.gfile.makedirs(f"{args.model_dir}/assets.extra")
-        with tf.io.gfile.GFile(f"{args.model_dir}/assets.extra/labels.txt", "w") as f:
+        with tf.io.gfile.GFile(f"{args.model_dir}/{data.LABELS_FILE}", "w") as f:
             f.write("\n".join(stats["labels"]) + "\n")
-        examples = tf.cast(next(iter(val_ds))[0], tf.float32).numpy()
+        if stats.get("feature_names"):  # batch prediction matches CSV headers / object fields to these by name
+            with tf.io.gfile.GFile(f"{args.model_dir}/{data.FEATURES_FILE}", "w") as f:
+                f.write("\n".join(stats["feature_names"]) + "\n")
+        pixels = next(iter(val_ds))[0]
+        examples = tf.cast(pixels, tf.float32).numpy()
         input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input
-        warmup.write_warmup_requests(args.model_dir, [{input_name: examples[:n]} for n in (1, 8, len(examples))])
+        requests = [{input_name: examples[:n]} for n in (1, 8, len(examples))]
+        if stats["kind"] == data.IMAGE:  # the encoded-image signature too, on PNGs of the same examples
+            encoded = np.array([tf.io.encode_png(image).numpy() for image in pixels[:8]], dtype=object)
+            requests += [(data.IMAGE_BYTES_SIGNATURE, {data.IMAGE_BYTES_INPUT: encoded[:n]}) for n in (1, 8)]
+        warmup.write_warmup_requests(args.model_dir, requests)
         final = epoch_log.last or epoch_log.previous  # a restart after the last epoch trains no epoch
         summary = {
             "val_accuracy": final.get("val_accuracy"),

@@ -34,13 +34,29 @@ from pipelines.cli import (_INSTANCES_FORMATS, _PIPELINES, _fail, _load, _local_
 @click.option("--instances", help="batch_prediction: instances, comma-separated paths or globs (required)")
 @click.option("--instances-format", type=click.Choice(_INSTANCES_FORMATS), help="batch_prediction: [jsonl]")
 @click.option("--model", help="batch_prediction: repository version number or SavedModel path [the champion]")
+@click.option("--key-field", help="batch_prediction: field identifying an instance (output `key`, not sent)")
+@click.option("--included-fields", metavar="F1,F2,...",
+              help="batch_prediction: the fields sent to the model, in this order [the model's feature columns]")
+@click.option("--excluded-fields", metavar="F1,F2,...",
+              help="batch_prediction: fields not sent to the model (instead of --included-fields)")
+@click.option("--instance-type", type=click.Choice(["object", "array"]),
+              help="batch_prediction: send JSONL objects as objects or as arrays [as given]")
+@click.option("--max-error-fraction", type=float,
+              help="batch_prediction: the run fails when a larger share of its instances failed [0.1]")
+@click.option("--signature-name",
+              help="batch_prediction: the model signature to call [serving_default; serving_image_bytes for a "
+                   "file list of images]")
 def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, instances_format, model, **options):
     """Run the whole training pipeline (or, with --pipeline batch_prediction, batch predictions) locally
     (kfp.local, no cloud, no Docker) and print a summary."""
+    batch_options = {k: options.pop(k) for k in _BATCH_ONLY}
     if pipeline == "batch_prediction":
-        return _run_batch(out_dir, (config_file, profile, sets), verbose, instances, instances_format, model, options)
+        return _run_batch(out_dir, (config_file, profile, sets), verbose, instances, instances_format, model,
+                          {**options, **batch_options})
     given = [name for name, value in (("--instances", instances), ("--instances-format", instances_format),
-                                      ("--model", model)) if value]
+                                      ("--model", model),
+                                      *((f"--{k.replace('_', '-')}", v) for k, v in batch_options.items()))
+             if value is not None]
     if given:
         _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
     config = _load(config_file, profile, sets, options)
@@ -92,6 +108,8 @@ def _local_instances(instances: str) -> str:
     return ",".join(items)
 
 
+_BATCH_ONLY = ("key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction",
+               "signature_name")
 _TRAINING_ONLY = ("data_source", "workers", "epochs", "learning_rate", "label_column", "image_size",
                   "accuracy_threshold", "tune", "deploy", "rest_port", "grpc_port")
 
@@ -104,7 +122,7 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
     if not instances:
         _fail("--instances is required with --pipeline batch_prediction")
     overrides = {"instances": instances, "instances_format": instances_format, "model": model,
-                 **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size")}}
+                 **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size", *_BATCH_ONLY)}}
     config = _load(*config_source, batch_overrides=overrides)
     params = config.batch.pipeline_arguments()
     params["instances"] = _local_instances(params["instances"])

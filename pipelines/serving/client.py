@@ -13,6 +13,16 @@ class PredictionError(RuntimeError):
         self.message, self.status = message, status
 
 
+def _json_value(value):
+    """An array as TF Serving's REST JSON: nested lists, bytes as `{"b64": ...}`."""
+    import base64
+
+    array = np.asarray(value)
+    if array.dtype.kind in "OS":
+        return np.vectorize(lambda b: {"b64": base64.b64encode(b).decode()}, otypes=[object])(array).tolist()
+    return array.tolist()
+
+
 class ServingClient:
     """`ServingClient("http://127.0.0.1:8501", "127.0.0.1:8500", "my-model").predict(images)`."""
 
@@ -58,9 +68,9 @@ class ServingClient:
         if protocol != "rest":
             raise ValueError(f"protocol must be 'rest' or 'grpc', got {protocol!r}")
         if isinstance(inputs, dict):
-            payload = {k: np.asarray(v).tolist() for k, v in inputs.items()}
+            payload = {k: _json_value(v) for k, v in inputs.items()}
         else:
-            payload = np.asarray(inputs).tolist()
+            payload = _json_value(inputs)
         body = self._rest("POST", self._path(version, label) + ":predict",
                           json={"signature_name": signature_name, "inputs": payload})
         outputs = body["outputs"]

@@ -56,9 +56,12 @@ async def read_json(request: Request, max_bytes: int):
 
 def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health_route: str = "/health",
                predict_route: str = "/predict", deployed_model_id: str = "") -> Starlette:
-    async def predict(servable, body: dict) -> tuple[dict, bool]:
+    async def predict(servable, body: dict, how: str = '"signature_name": "{}"') -> tuple[dict, bool]:
         inputs = servable.signature(body.get("signature_name", ""))
-        arrays, row_format = codec.parse_request(body, inputs)
+        try:
+            arrays, row_format = codec.parse_request(body, inputs)
+        except codec.RequestError as e:
+            raise _with_signature_hint(e, servable, how) from None
         outputs = await asyncio.wrap_future(servable.predict_future(arrays, body.get("signature_name", "")))
         return outputs, row_format
 
@@ -96,7 +99,12 @@ def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health
             body = await read_json(request, max_request_bytes)
             if not isinstance(body, dict) or "instances" not in body:
                 raise codec.RequestError("the request body must be a JSON object with 'instances'")
-            outputs, _ = await predict(manager.resolve(manager.name), {"instances": body["instances"]})
+            parameters = body.get("parameters") or {}  # Vertex passes a batch job's model_parameters here
+            if not isinstance(parameters, dict) or not isinstance(parameters.get("signature_name", ""), str):
+                raise codec.RequestError("'parameters' must be an object; its 'signature_name' a string")
+            outputs, _ = await predict(manager.resolve(manager.name), {
+                "instances": body["instances"], "signature_name": parameters.get("signature_name", "")},
+                how='"parameters": {{"signature_name": "{}"}}')
             return {"predictions": codec.rows(outputs), "deployedModelId": deployed_model_id}
 
         return await _answer(respond, not_found=503)  # Vertex: no model loaded yet = unavailable
@@ -107,6 +115,19 @@ def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health
         Route(predict_route, vertex_predict, methods=["POST"]),
     ], exception_handlers={404: lambda r, e: _error(404, f"Not found: {r.url.path}"),
                            405: lambda r, e: _error(405, f"Method {r.method} not allowed for {r.url.path}")})
+
+
+def _with_signature_hint(error: codec.RequestError, servable, how: str) -> codec.RequestError:
+    """`error`, naming the model's signatures that take strings when `{"b64": ...}` values met a numeric input
+    (e.g. encoded images sent to an image model's `serving_default`, which takes pixel arrays)."""
+    if "b64 objects need a string input" not in str(error):
+        return error
+    names = sorted(n for n, inputs in servable.inputs.items() if inputs and all(
+        i.dtype == object for i in inputs.values()))
+    if not names:
+        return error
+    return codec.RequestError(f"{error}; this model takes encoded bytes on signature {names[0]!r}: send "
+                              + how.format(names[0]))
 
 
 async def _answer(handler, not_found: int = 404) -> Response:
