@@ -4,7 +4,8 @@
   directories set the way Vertex sets them for pool 0 (the chief) and pool 1 (the workers);
 - a hyperparameter tuning job: the local study (OSS Vizier) over the job's study spec, each trial the trial pool's
   command with the trial's values, `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file;
-- a batch prediction job: the local batch predictor, output in Vertex's layout under the destination prefix;
+- a batch prediction job: the local batch predictor with the job's instance config and model parameters, output
+  in Vertex's layout under the destination prefix;
 - a deployed model: this project's serving container entry point on the model's artifacts (AIP_STORAGE_URI), the
   deploy done once its health route answers, as Vertex waits for a container's health check.
 Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give.
@@ -200,10 +201,14 @@ def run_batch_job(job: dict, artifact_uri: str, display_name: str) -> dict:
     if job.get("output_config", {}).get("predictions_format", "jsonl") != "jsonl":
         raise JobError("output_config.predictions_format: the rehearsal writes jsonl")
     batch = job.get("manual_batch_tuning_parameters", {}).get("batch_size") or 64
+    config = job.get("instance_config", {})
     try:
         summary = batch_predict(artifact_uri, ",".join(uris), source.get("instances_format", "jsonl"), prefix,
-                                display_name, batch_size=int(batch),
-                                key_field=job.get("instance_config", {}).get("key_field", ""))
+                                display_name, batch_size=int(batch), key_field=config.get("key_field", ""),
+                                included_fields=config.get("included_fields", []),
+                                excluded_fields=config.get("excluded_fields", []),
+                                instance_type=config.get("instance_type", ""),
+                                signature_name=(job.get("model_parameters") or {}).get("signature_name", ""))
     except (ValueError, FileNotFoundError) as e:
         raise JobError(f"batch prediction failed: {e}") from None
     return {"output_info": {"gcs_output_directory": summary["output_directory"]},
