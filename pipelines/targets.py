@@ -453,10 +453,8 @@ class KubeflowOps(SelfHostedOps):
                 name = "Deploy (KServe InferenceService)"
             _uncached(self._place(task)).set_display_name(name)
 
-    def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      output_prefix):
-        return self._place(super().batch_predict(instances, instances_format, model, model_repository, model_name,
-                                                 batch_size, key_field, output_prefix))
+    def batch_predict(self, **inputs):
+        return self._place(super().batch_predict(**inputs))
 
 
 def make_ops(target: str, platform: Platform, pipeline_name: str = "tfpipe-training") -> SelfHostedOps:
