@@ -147,9 +147,11 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     instances.write_text("".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(4))
                          + "not json\n")
     batch = cli("rehearse", "--pipeline", "batch_prediction", "--out", tmp_path / "run3", "--state", state, *SETS,
-                "--param", f"instances={instances}")
+                "--param", f"instances={instances}", "--param", "max_error_fraction=0.5")
     assert batch.returncode == 0, batch.stdout + batch.stderr
     summary = json.loads((tmp_path / "run3" / "run_summary.json").read_text())
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses["model-batch-predict"] == statuses["check-batch-prediction-job"] == "SUCCEEDED"
     assert summary["batch_prediction"]["succeeded"] == 4 and summary["batch_prediction"]["failed"] == 1
     [job] = recorded(tmp_path / "run3", "JobService.CreateBatchPredictionJob")
     expect.check_batch_job(job, platform)
