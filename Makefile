@@ -9,11 +9,14 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: run test test-fast bench lock clean
 
+# Bytecode is compiled at install (--compile-bytecode): uv does not compile by default, and where
+# PYTHONDONTWRITEBYTECODE is set (CI, containers) Python never caches it, so each of a run's ~12 processes (steps,
+# trials, workers, server) would compile TensorFlow's Python again (about 3x its import time).
 $(VENV)/.installed: requirements.lock pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip sync --quiet --python $(PY) requirements.lock
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
+	$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(PY) requirements.lock
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --no-deps -e .
 	touch $@
 
 run: $(VENV)/.installed

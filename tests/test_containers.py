@@ -149,6 +149,18 @@ def test_installs_exactly_the_lock_then_the_package_without_deps(path):
     assert f"UV_VERSION={make_uv}" in parse(path).content, "uv differs from the Makefile's (which made .venv)"
 
 
+def test_bytecode_is_compiled_at_install():
+    """Every image and the Makefile's .venv compile bytecode when installing: uv does not by default, and with
+    PYTHONDONTWRITEBYTECODE (the images set it) each of a run's processes would compile TensorFlow's Python again."""
+    for path in DOCKERFILES:
+        build = stages(parse(path))[0]
+        envs = " ".join(i["value"] for i in build if i["instruction"] == "ENV")
+        assert "UV_COMPILE_BYTECODE=1" in envs.split(), f"{path.name}: the build stage does not compile bytecode"
+    recipe = re.search(r"^\$\(VENV\)/\.installed:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    installs = [line for line in recipe.splitlines() if re.search(r"uv pip (sync|install)", line)]
+    assert len(installs) == 2 and all("--compile-bytecode" in line for line in installs), installs
+
+
 def test_build_stages_are_identical():
     """Same instructions up to the runtime stage, so the two builds share their (large) layers."""
     build_stages = {json.dumps([(i["instruction"], i["value"]) for i in stages(parse(p))[0]]) for p in DOCKERFILES}
