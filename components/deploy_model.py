@@ -58,7 +58,7 @@ def running_server(base: str, model_name: str) -> dict | None:
         requests.get(f"{info['rest_url']}/v1/models/{model_name}", timeout=5)
     except requests.RequestException:
         return None
-    return info
+    return {**info, "log": _log_path(path)}
 
 
 def launch_server(base: str, model_name: str, rest_port: int, grpc_port: int) -> tuple[subprocess.Popen, str]:
@@ -253,15 +253,16 @@ def deploy_model(
 
     from components.deploy_model import deploy
 
-    version, path = published.metadata["version"], published.metadata["path"]
-    info = deploy(int(version), path, dataset.path, model_repository, model_name, serving_url, rest_port, grpc_port)
+    # KFP hands artifact metadata on through JSON/protobuf numbers: the version arrives as a float (3.0)
+    version, path = int(published.metadata["version"]), published.metadata["path"]
+    info = deploy(version, path, dataset.path, model_repository, model_name, serving_url, rest_port, grpc_port)
     endpoint.metadata.update({k: info[k] for k in ("rest_url", "grpc_target", "version", "pid")})
     with open(endpoint.path, "w") as f:
         json.dump(info, f, indent=2)
     print(f"serving {model_name} version {version}: REST {info['rest_url']}, gRPC {info['grpc_target'] or '-'}"
           + (f"; stop it with: {info['stop']}" if info["stop"] else ""))
     return namedtuple("Outputs", ["rest_url", "grpc_target", "version"])(info["rest_url"], info["grpc_target"],
-                                                                        int(version))
+                                                                        version)
 
 
 def deploy_model_at_url(

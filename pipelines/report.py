@@ -30,12 +30,15 @@ def _artifact_metadata(run_root: Path | None, task: str, output: str) -> dict:
 
 
 def _endpoint(deployed: dict | None) -> dict | None:
+    """The deploy step's endpoint record; a reused server (started by an earlier run) or a server at a URL has
+    no pid, log or stop command of this run's making, so those may be missing."""
     if not deployed:
         return None
-    return {"rest_url": deployed["rest_url"], "grpc_target": deployed["grpc_target"] or None,
-            "served_version": deployed["version"], "model_name": deployed["model_name"],
-            "started_by_this_run": deployed["started"], "pid": deployed["pid"], "log": deployed["log"],
-            "stop": deployed["stop"] or None}
+    version = deployed.get("version")
+    return {"rest_url": deployed["rest_url"], "grpc_target": deployed.get("grpc_target") or None,
+            "served_version": int(version) if version is not None else None,
+            "model_name": deployed.get("model_name"), "started_by_this_run": bool(deployed.get("started")),
+            "pid": deployed.get("pid"), "log": deployed.get("log"), "stop": deployed.get("stop") or None}
 
 
 def _batch(run_root: Path | None) -> dict | None:
@@ -76,7 +79,8 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
         "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "log": s.log or None} for s in steps],
         "dataset": stats and {k: stats[k] for k in ("source", "kind", "input_shape", "labels", "records", "examples",
                                                     "quarantined", "splits")}
-        | {"quarantine_file": str(_output(run_root, "prepare-data", "dataset", "quarantine.jsonl"))},
+        | {"image_size": stats.get("image_size"),
+           "quarantine_file": str(_output(run_root, "prepare-data", "dataset", "quarantine.jsonl"))},
         "training": training and {k: training.get(k) for k in ("epochs", "num_workers", "strategy", "global_batch_size",
                                                                "attempts", "seconds", "hyperparameters")},
         "metrics": {
@@ -167,7 +171,8 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.SUCCEEDED{color:#
 </table>
 {% if s.dataset %}<h2>Dataset</h2><p>{{ s.dataset.source }} ({{ s.dataset.kind }}, input {{ s.dataset.input_shape }}):
 {{ s.dataset.examples }} examples, {{ s.dataset.quarantined }} quarantined
-(<a href="{{ s.dataset.quarantine_file }}">quarantine file</a>)</p>
+(<a href="{{ s.dataset.quarantine_file }}">quarantine file</a>){% if s.dataset.image_size %}; image size
+{{ s.dataset.image_size.reason }}{% endif %}</p>
 <table><tr><th>class</th>{% for sp in s.dataset.splits %}<th>{{ sp }}</th>{% endfor %}</tr>
 {% for c in s.dataset.labels %}<tr><td>{{ c }}</td>{% for sp in s.dataset.splits.values() %}
 <td>{{ sp.per_class[c] }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}

@@ -27,6 +27,7 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
         second = publish(model_dir, base, "digits", {"run": 2})
         again = deploy_model.deploy(second.number, second.path, str(digits_data), base, "digits")
         assert not again["started"] and again["pid"] == info["pid"] and again["version"] == 2
+        assert again["log"] == info["log"] and os.path.getsize(again["log"]) > 0  # the reused server's log
         served = requests.get(f"{info['rest_url']}/v1/models/digits/metadata").json()["model_spec"]["version"]
         assert served == "2"
 

@@ -33,3 +33,21 @@ def test_summary_of_a_run_that_produced_nothing(tmp_path):
     written = json.loads((tmp_path / "run_summary.json").read_text())
     assert written["steps"][1] == {"name": "train-model", "status": "SKIPPED", "seconds": 0.0, "log": None}
     assert written["plots"] == {} and "FAILED" in (tmp_path / "report.html").read_text()
+
+
+def test_summary_of_a_deploy_that_reused_a_server(tmp_path):
+    """A later run reuses the server an earlier run left up: its record may lack what the starting run knew
+    (an endpoint record from before the reused server's log was recorded), and KFP hands the version on as a
+    float; the summary is whole either way and the version an integer."""
+    root = tmp_path / "root"
+    (root / "deploy-model").mkdir(parents=True)
+    (root / "deploy-model" / "endpoint").write_text(json.dumps(
+        {"rest_url": "http://127.0.0.1:8501", "grpc_target": "127.0.0.1:8500", "pid": 4242, "started": False,
+         "model_name": "tfpipe-model", "version": 3.0, "stop": "python -m pipelines stop-serving ..."}))
+    steps = [Step("deploy-model", "SUCCEEDED", 1.0)]
+    summary = report.collect(root, steps, "tfpipe-training", {}, 2.0)
+    assert summary["endpoint"] == {"rest_url": "http://127.0.0.1:8501", "grpc_target": "127.0.0.1:8500",
+                                   "served_version": 3, "model_name": "tfpipe-model", "started_by_this_run": False,
+                                   "pid": 4242, "log": None, "stop": "python -m pipelines stop-serving ..."}
+    report.write(summary, tmp_path)
+    assert "version 3:" in (tmp_path / "report.html").read_text()
