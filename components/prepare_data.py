@@ -2,18 +2,26 @@
 
 The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts and
 worker counts. Every split gets at least `num_workers` non-empty shards, as FILE auto-sharding needs.
+
+Images are decoded and resized on every core the step may use (a process pool; `processes`), and the records are
+written by this process in one fixed order, so the output is byte for byte the same as a single-process run's.
+Records are written without TensorFlow (`components.records`): the step does not pay its start-up.
 """
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 from collections import Counter, defaultdict
 
 from kfp.dsl import Artifact, Dataset, Output
 
+from components.records import TFRecordWriter, encode_example
 from components.sources import BadRecord, DataError, open_source
 from components.storage import staged
 from trainer.schema import SPLITS, TABULAR, shard_name
+
+PARALLEL_MIN_RECORDS = 64  # fewer images are decoded in this process (a pool's start-up would cost more)
 
 
 def key_point(key: str, salt: str = "") -> float:
@@ -37,6 +45,64 @@ def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> i
     per_worker = max(math.ceil(expected / (num_workers * examples_per_shard)),
                      min(4, int(expected // (num_workers * 100))), 1)
     return num_workers * per_worker
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use: its affinity mask, bounded by a cgroup CPU limit (a Kubernetes pod's or a
+    container's: cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us`), at least 1."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota, period = ((_read("/sys/fs/cgroup/cpu.max") or "max").split() + ["100000"])[:2]
+    if quota == "max":
+        quota = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").strip() or "-1"
+        period = _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us").strip() or "100000"
+    if quota.isdigit() and period.isdigit() and int(period) > 0:
+        cpus = min(cpus, math.ceil(int(quota) / int(period)))
+    return max(1, cpus)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except (OSError, ValueError):
+        return ""
+
+
+def _load(load):
+    """Run one record's loader (in a pool process): the example, or the BadRecord's reason."""
+    try:
+        return True, load()
+    except BadRecord as e:
+        return False, str(e)
+
+
+class _Pool:
+    """An ordered `map` on `processes` processes, the pool forked on first use (nothing to import again) and only
+    when there is more than one process; else the built-in `map`. Ordered, so results do not depend on it."""
+
+    def __init__(self, processes: int):
+        self.processes = processes if "fork" in multiprocessing.get_all_start_methods() else 1
+        self._pool = None
+
+    def map(self, func, items):
+        items = list(items)
+        if self.processes <= 1 or len(items) < PARALLEL_MIN_RECORDS:
+            return map(func, items)
+        if self._pool is None:
+            self._pool = multiprocessing.get_context("fork").Pool(self.processes)
+        return self._pool.imap(func, items, chunksize=max(1, min(64, len(items) // (8 * self.processes))))
+
+    def __enter__(self) -> "_Pool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is None:
+            return
+        if exc[0] is None:
+            self._pool.close()
+        else:
+            self._pool.terminate()
+        self._pool.join()
 
 
 def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard):
@@ -63,17 +129,18 @@ def prepare(
     split_salt: str = "",
     examples_per_shard: int = 2000,
     data_fingerprint: str = "",
+    processes: int = 0,
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
-    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none)."""
-    import tensorflow as tf
-
-    from trainer.data import serialize_example
-
+    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). `processes`: how many
+    processes decode images (0: every CPU this process may use, see `available_cpus`)."""
     _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard)
+    if processes < 0:
+        raise DataError(f"processes must be >= 0, got {processes}")
+    processes = processes or available_cpus()
     os.makedirs(output_dir, exist_ok=True)
-    with staged(data_source.removeprefix("file://")) as local:
-        source = open_source(data_source, local, image_size, label_column)
+    with staged(data_source.removeprefix("file://")) as local, _Pool(processes) as pool:
+        source = open_source(data_source, local, image_size, label_column, headers=pool.map)
         if not source.candidates:
             raise DataError(f"no records found in {data_source}")
         if len(source.labels) < 2:
@@ -81,23 +148,24 @@ def prepare(
         label_index = {name: i for i, name in enumerate(source.labels)}
         fractions = {"train": 1 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
         shards = {s: shard_count(len(source.candidates) * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
-        writers = {s: [tf.io.TFRecordWriter(os.path.join(output_dir, shard_name(s, i, n))) for i in range(n)]
+        writers = {s: [TFRecordWriter(os.path.join(output_dir, shard_name(s, i, n))) for i in range(n)]
                    for s, n in shards.items()}
         per_class = {s: Counter() for s in SPLITS}
         sums = defaultdict(float)
         quarantine = []
+        # records are written in hash order, so shards hold no class runs and a modest shuffle buffer mixes well
+        ordered = sorted(source.candidates, key=lambda c: key_point(c[0], "order" + split_salt))
+        loads = [load for _, _, load in ordered]
+        loaded = (pool.map if source.parallel else map)(_load, loads)
         try:
-            # records are written in hash order, so shards hold no class runs and a modest shuffle buffer mixes well
-            for key, label, load in sorted(source.candidates, key=lambda c: key_point(c[0], "order" + split_salt)):
-                try:
-                    value = load()
-                except BadRecord as e:
-                    quarantine.append({"key": key, "label": label, "reason": str(e)})
+            for (key, label, _), (ok, value) in zip(ordered, loaded):
+                if not ok:
+                    quarantine.append({"key": key, "label": label, "reason": value})
                     continue
                 split = assign_split(key, val_fraction, test_fraction, split_salt)
                 n = sum(per_class[split].values())
                 writers[split][n % shards[split]].write(
-                    serialize_example(key, label_index[label], value, source.kind))
+                    encode_example(key, label_index[label], value, source.kind))
                 per_class[split][label] += 1
                 if source.kind == TABULAR and split == "train":
                     sums["n"] += 1
@@ -118,6 +186,7 @@ def prepare(
         "data_fingerprint": data_fingerprint,
         "kind": source.kind,
         "input_shape": source.input_shape,
+        "image_size": {"pixels": source.input_shape[0], "reason": source.size_reason} if source.size_reason else None,
         "labels": source.labels,
         "feature_names": source.feature_names,
         "records": total,

@@ -6,6 +6,7 @@ returns the example (uint8 H×W×C image or float feature vector) or raises `Bad
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import os
 from collections import Counter
@@ -18,7 +19,7 @@ from trainer.schema import IMAGE, TABULAR
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg"}
 GRAYSCALE_MODES = {"1", "L", "LA", "I", "I;16", "F"}
-DEFAULT_IMAGE_SIZE = 180  # the codelab's model input
+MAX_IMAGE_SIZE = 180  # image folders: the model input is the images' own size up to this (the codelab's input)
 BUILTINS = ("digits", "iris", "wine")
 
 
@@ -38,6 +39,8 @@ class Source:
     candidates: list[tuple[str, str, Callable]]
     feature_names: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # files outside any class folder
+    size_reason: str = ""  # images: why the input has its size
+    parallel: bool = False  # the loaders are picklable and worth running in other processes (decoding images)
 
 
 def check_builtin(name: str) -> str:
@@ -57,7 +60,8 @@ def builtin(name: str) -> Source:
         images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
         labels = [str(int(t)) for t in bunch.target]
         candidates = [(f"digits/{i:04d}", labels[i], lambda img=img: img) for i, img in enumerate(images)]
-        return Source(IMAGE, sorted(set(labels), key=int), [8, 8, 1], candidates)
+        return Source(IMAGE, sorted(set(labels), key=int), [8, 8, 1], candidates,
+                      size_reason="8 px: the data set's own size")
     bunch = getattr(datasets, f"load_{name}")()
     names = [str(n) for n in bunch.target_names]
     candidates = [
@@ -67,37 +71,55 @@ def builtin(name: str) -> Source:
     return Source(TABULAR, names, [bunch.data.shape[1]], candidates, [str(f) for f in bunch.feature_names])
 
 
-def _load_image(path: str, size: int, channels: int):
+def load_image(path: str, size: int, channels: int) -> np.ndarray:
+    """The image at `path` as a uint8 size×size×channels array (bilinear resize); BadRecord when unreadable."""
     from PIL import Image, UnidentifiedImageError
 
-    def load():
-        try:
-            with Image.open(path) as img:
-                img.load()
-                img = img.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
-                array = np.asarray(img, dtype=np.uint8)
-        except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-            raise BadRecord(f"unreadable image: {e}") from None
-        return array.reshape(size, size, channels)
+    try:
+        with Image.open(path) as img:
+            img.load()
+            img = img.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
+            array = np.asarray(img, dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise BadRecord(f"unreadable image: {e}") from None
+    return array.reshape(size, size, channels)
 
-    return load
+
+def _load_image(path: str, size: int, channels: int):
+    return functools.partial(load_image, path, size, channels)  # picklable: data prep decodes in other processes
+
+
+def _raise(reason: str):
+    raise BadRecord(reason)
 
 
 def _bad(reason: str):
-    def load():
-        raise BadRecord(reason)
-
-    return load
+    return functools.partial(_raise, reason)
 
 
-def _image_mode(path: str) -> str | None:
+def image_header(path: str) -> tuple[str, int] | None:
+    """The image's mode and shorter side from its header (no decoding); None when unreadable (it is quarantined
+    later, with the decoder's reason)."""
     from PIL import Image
 
     try:
         with Image.open(path) as img:
-            return img.mode
-    except Exception:  # unreadable: quarantined later, with the decoder's reason
+            return img.mode, min(img.size)
+    except Exception:
         return None
+
+
+def default_image_size(shorter_sides: list[int], cap: int = MAX_IMAGE_SIZE) -> tuple[int, str]:
+    """The model input of an image folder without an explicit size: the smallest image's shorter side, so that no
+    image is upsampled, capped at `cap` px; and the reason, for the report."""
+    if not shorter_sides:
+        return cap, f"{cap} px: the default (no readable image to measure)"
+    low, high = min(shorter_sides), max(shorter_sides)
+    spread = f"{low} px" if low == high else f"{low}-{high} px"
+    if low >= cap:
+        return cap, f"{cap} px: the cap for image folders (the images' shorter sides are {spread})"
+    return low, (f"{low} px: the images' own size (shorter sides {spread}; the smallest sets the size, so no image "
+                 f"is upsampled; the cap is {cap} px)")
 
 
 def folder_files(root: str) -> list[str]:
@@ -107,19 +129,25 @@ def folder_files(root: str) -> list[str]:
                   for dirpath, _, names in os.walk(root) for name in names)
 
 
-def image_folder(root: str, image_size: int = 0) -> Source:
-    """Images under `root/<class>/...` (PNG/JPEG, any size, grayscale or RGB), resized to `image_size`."""
+def image_folder(root: str, image_size: int = 0, headers=map) -> Source:
+    """Images under `root/<class>/...` (PNG/JPEG, any size, grayscale or RGB), resized to `image_size`, by default
+    to the images' own size up to MAX_IMAGE_SIZE (see `default_image_size`). `headers`: a `map` that reads the image
+    headers (data prep passes its process pool's)."""
     if not os.path.isdir(root):
         raise DataError(f"image folder not found: {root}")
-    size = image_size or DEFAULT_IMAGE_SIZE
     files, ignored = [], []
     for rel in folder_files(root):
         (files if os.sep in rel else ignored).append(rel)
     images = [f for f in files if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS]
     if not images:
         raise DataError(f"no PNG or JPEG images in class sub-folders of {root}")
-    modes = {_image_mode(os.path.join(root, f)) for f in images} - {None}
+    found = [h for h in headers(image_header, [os.path.join(root, f) for f in images]) if h is not None]
+    modes = {mode for mode, _ in found}
     channels = 1 if modes and modes <= GRAYSCALE_MODES else 3
+    if image_size:
+        size, reason = image_size, f"{image_size} px: set by image_size"
+    else:
+        size, reason = default_image_size([side for _, side in found])
     candidates = []
     for rel in files:
         label = rel.split(os.sep, 1)[0]
@@ -128,7 +156,8 @@ def image_folder(root: str, image_size: int = 0) -> Source:
         else:
             candidates.append((rel, label, _bad("not a PNG or JPEG file")))
     labels = sorted({rel.split(os.sep, 1)[0] for rel in images})
-    return Source(IMAGE, labels, [size, size, channels], candidates, ignored=sorted(ignored))
+    return Source(IMAGE, labels, [size, size, channels], candidates, ignored=sorted(ignored), size_reason=reason,
+                  parallel=True)
 
 
 def csv_file(path: str, label_column: str) -> Source:
@@ -204,11 +233,12 @@ def source_kind(data_source: str, local_path: str) -> str:
     return file_kind(data_source, local_path)
 
 
-def open_source(data_source: str, local_path: str, image_size: int, label_column: str) -> Source:
-    """Build the source for `data_source`; `local_path` is where a file or folder source is (staged) locally."""
+def open_source(data_source: str, local_path: str, image_size: int, label_column: str, headers=map) -> Source:
+    """Build the source for `data_source`; `local_path` is where a file or folder source is (staged) locally.
+    `headers`: the `map` an image folder reads its image headers with."""
     kind = source_kind(data_source, local_path)
     if kind == "builtin":
         return builtin(data_source.split(":", 1)[1])
     if kind == "folder":
-        return image_folder(local_path, image_size)
+        return image_folder(local_path, image_size, headers)
     return csv_file(local_path, label_column)

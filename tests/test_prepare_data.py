@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-from components.prepare_data import assign_split, prepare, shard_count
-from components.sources import DataError
+from components import prepare_data
+from components.prepare_data import assign_split, available_cpus, prepare, shard_count
+from components.sources import DataError, default_image_size
 from tests.conftest import write_images
 from trainer import data
 
@@ -157,3 +158,64 @@ def test_gcs_image_folder_and_csv(tmp_path, gcs_emulator):
     assert stats["kind"] == "tabular" and stats["examples"] == 40
     with pytest.raises(FileNotFoundError, match="nothing found at gs://test-bucket/missing"):
         prepare("gs://test-bucket/missing", str(tmp_path / "m"), num_workers=1)
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_parallel_prep_writes_what_one_process_writes(tmp_path):
+    write_images(tmp_path / "src", classes=("cats", "dogs", "owls"), per_class=40, size=(24, 20))
+    write_images(tmp_path / "src", classes=("owls",), per_class=10, size=(30, 30), fmt="JPEG", seed=1)
+    (tmp_path / "src" / "cats" / "broken.png").write_bytes(b"\x89PNG not really")
+    (tmp_path / "src" / "dogs" / "notes.txt").write_text("hello")
+    one = prepare(str(tmp_path / "src"), str(tmp_path / "one"), num_workers=2, processes=1)
+    two = prepare(str(tmp_path / "src"), str(tmp_path / "two"), num_workers=2, processes=2)
+    assert one == two and one["examples"] == 130 and one["quarantined"] == 2
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    assert len(_files(tmp_path / "one")) > 6  # shards of every split, stats.json, quarantine.jsonl
+
+
+def test_image_folders_default_to_their_own_size_never_upsampled(tmp_path):
+    write_images(tmp_path / "small", per_class=10, size=(40, 40))
+    stats = prepare(str(tmp_path / "small"), str(tmp_path / "out-small"), num_workers=1, val_fraction=0.2,
+                    test_fraction=0.2)
+    assert stats["input_shape"] == [40, 40, 3]
+    assert stats["image_size"] == {"pixels": 40, "reason": "40 px: the images' own size (shorter sides 40 px; the "
+                                   "smallest sets the size, so no image is upsampled; the cap is 180 px)"}
+    explicit = prepare(str(tmp_path / "small"), str(tmp_path / "out-40"), num_workers=1, val_fraction=0.2,
+                       test_fraction=0.2, image_size=40)
+    assert explicit["image_size"]["reason"] == "40 px: set by image_size"
+    assert {n: b for n, b in _files(tmp_path / "out-small").items() if n.endswith(".tfrecord")} == \
+        {n: b for n, b in _files(tmp_path / "out-40").items() if n.endswith(".tfrecord")}
+
+    write_images(tmp_path / "mixed", per_class=10, size=(64, 30))
+    write_images(tmp_path / "mixed", classes=("owls",), per_class=10, size=(50, 60))
+    assert prepare(str(tmp_path / "mixed"), str(tmp_path / "out-mixed"), num_workers=1)["input_shape"] == [30, 30, 3]
+    write_images(tmp_path / "large", per_class=10, size=(260, 200))
+    stats = prepare(str(tmp_path / "large"), str(tmp_path / "out-large"), num_workers=1)
+    assert stats["input_shape"] == [180, 180, 3]
+    assert stats["image_size"]["reason"] == "180 px: the cap for image folders (the images' shorter sides are 200 px)"
+    assert json.loads((tmp_path / "out-large" / "stats.json").read_text())["image_size"]["pixels"] == 180
+
+
+def test_default_image_size_rule():
+    assert default_image_size([40, 40, 40]) == (40, "40 px: the images' own size (shorter sides 40 px; the smallest "
+                                                    "sets the size, so no image is upsampled; the cap is 180 px)")
+    assert default_image_size([32, 500])[0] == 32
+    assert default_image_size([240, 333, 500])[0] == 180
+    assert default_image_size([])[0] == 180
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({}, 2),
+    ({"/sys/fs/cgroup/cpu.max": "max 100000\n"}, 2),
+    ({"/sys/fs/cgroup/cpu.max": "50000 100000\n"}, 1),
+    ({"/sys/fs/cgroup/cpu.max": "150000 100000\n"}, 2),
+    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 1),
+    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n"}, 2),
+])
+def test_available_cpus_follows_the_cgroup_limit(monkeypatch, files, expected):
+    monkeypatch.setattr(prepare_data.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(prepare_data, "_read", lambda path: files.get(path, ""))
+    assert available_cpus() == expected

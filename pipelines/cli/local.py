@@ -18,7 +18,8 @@ from pipelines.cli import (_INSTANCES_FORMATS, _PIPELINES, _fail, _load, _local_
 @click.option("--batch-size", type=int, help="per-replica batch size")
 @click.option("--learning-rate", type=float)
 @click.option("--label-column", help="label column of a CSV source")
-@click.option("--image-size", type=int, help="prepared image size (0: 8 for digits, 180 for folders)")
+@click.option("--image-size", type=int, help="prepared image size (0: the data's own: 8 for digits, an image folder's smallest "
+                                                "image side up to 180)")
 @click.option("--accuracy-threshold", type=float, help="test accuracy the gate requires")
 @click.option("--tune/--no-tune", default=None, help="run the hyperparameter study before training [tune]")
 @click.option("--model-repository", type=str, help="versioned model repository [runs/model_repository]")
@@ -157,6 +158,8 @@ def _print_summary(s: dict) -> None:
         d = s["dataset"]
         splits = ", ".join(f"{name} {info['examples']}" for name, info in d["splits"].items())
         click.echo(f"  data: {d['examples']} examples ({splits}), {d['quarantined']} quarantined")
+        if d.get("image_size"):
+            click.echo(f"  image size {d['image_size']['reason']}")
     m = s["metrics"]
     if m["test_accuracy"] is not None:
         click.echo(f"  val accuracy {m['val_accuracy']:.4f}, test accuracy {m['test_accuracy']:.4f}")

@@ -1,0 +1,87 @@
+"""TFRecord files of `tf.train.Example`s without TensorFlow (data prep's output, read by `trainer.data`).
+
+Data prep only writes records: importing TensorFlow for that would cost its step seconds of start-up. The two
+formats are small and fixed:
+- a TFRecord file is a sequence of `uint64 length, uint32 masked CRC-32C of length, data, uint32 masked CRC-32C of
+  data` (little-endian), as `tf.io.TFRecordWriter` writes them;
+- `encode_example` writes the `tf.train.Example` protobuf of this project's records (`key` bytes, `label` int64,
+  `image` bytes or `features` floats) with its fields in sorted order, byte for byte what
+  `tf.train.Example.SerializeToString(deterministic=True)` gives (tests/test_records.py checks both against
+  TensorFlow).
+"""
+from __future__ import annotations
+
+import struct
+
+import google_crc32c
+import numpy as np
+
+from trainer.schema import IMAGE
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc(data: bytes) -> int:
+    """TFRecord's checksum: CRC-32C, rotated right by 15 bits, plus a constant."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64: two's complement, ten bytes
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _feature(kind: str, value) -> bytes:
+    """A `Feature`: bytes_list (1) of one value, float_list (2) or int64_list (3), lists packed."""
+    if kind == "bytes":
+        return _field(1, _field(1, value))
+    if kind == "float":
+        values = np.asarray(value, dtype="<f4")
+        return _field(2, _field(1, values.tobytes()) if len(values) else b"")
+    return _field(3, _field(1, b"".join(_varint(int(v)) for v in value)))
+
+
+def encode_example(key: str, label: int, value, kind: str) -> bytes:
+    """One record of the prepared-data contract: `key`, `label` and `image` (the raw bytes of a uint8 H×W×C array)
+    or `features` (a float vector)."""
+    features = {"key": ("bytes", key.encode()), "label": ("int64", [int(label)])}
+    if kind == IMAGE:
+        features["image"] = ("bytes", np.ascontiguousarray(value, dtype=np.uint8).tobytes())
+    else:
+        features["features"] = ("float", value)
+    entries = b"".join(_field(1, _field(1, name.encode()) + _field(2, _feature(*features[name])))
+                       for name in sorted(features))
+    return _field(1, entries)
+
+
+class TFRecordWriter:
+    """Writes records to a local file in TFRecord framing (no compression); a context manager."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "wb")
+
+    def write(self, record: bytes) -> None:
+        length = struct.pack("<Q", len(record))
+        self._file.write(length + struct.pack("<I", masked_crc(length)) + record
+                         + struct.pack("<I", masked_crc(record)))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "TFRecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

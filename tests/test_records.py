@@ -1,0 +1,34 @@
+"""TFRecord files of Examples written without TensorFlow: the bytes TensorFlow itself writes."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components.records import TFRecordWriter, encode_example
+from trainer.data import serialize_example
+
+
+@pytest.mark.parametrize("key, label, value, kind", [
+    ("flowers/roses/1.jpg", 3, np.arange(40 * 40 * 3, dtype=np.uint32).astype(np.uint8).reshape(40, 40, 3), "image"),
+    ("digits/0001", 0, np.zeros((8, 8, 1), np.uint8), "image"),
+    ("iris/0007", 2, np.array([5.1, 3.5, -1.4, 0.2], np.float32), "tabular"),
+    ("wine.csv:1,2#1", 200, np.array([1e30, -0.0, 7.25], np.float32), "tabular"),
+    ("empty", 1, np.array([], np.float32), "tabular"),
+])
+def test_encode_example_is_tensorflows_deterministic_serialization(key, label, value, kind):
+    ours = encode_example(key, label, value, kind)
+    assert ours == tf.train.Example.FromString(serialize_example(key, label, value, kind)).SerializeToString(
+        deterministic=True)
+    parsed = tf.train.Example.FromString(ours).features.feature
+    assert parsed["key"].bytes_list.value == [key.encode()] and parsed["label"].int64_list.value == [label]
+
+
+def test_writer_writes_tensorflows_framing(tmp_path):
+    records = [encode_example(f"k{i}", i, np.full((4, 4, 1), i, np.uint8), "image") for i in range(5)] + [b""]
+    with TFRecordWriter(str(tmp_path / "ours.tfrecord")) as writer:
+        for record in records:
+            writer.write(record)
+    with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as writer:
+        for record in records:
+            writer.write(record)
+    assert (tmp_path / "ours.tfrecord").read_bytes() == (tmp_path / "tf.tfrecord").read_bytes()
+    assert [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "ours.tfrecord"))] == records
