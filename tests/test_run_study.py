@@ -22,6 +22,7 @@ def test_study_finds_the_known_optimum_with_bounded_parallelism(tmp_path):
     result = run_study(s, str(tmp_path), ["--sleep", "0.5"], module="tests.stand_in_trainer", log=lambda m: None)
     trials = result["trials"]
     assert len(trials) == 16 and all(t["status"] == "SUCCEEDED" for t in trials)
+    assert result["trial_processes"] == 3  # one warm runner per parallel trial
     best = result["best"]
     # optimum 1.0 at lr=0.01, units=100; > 0.9 means lr within ~0.6 decades and units within ~60 of it
     assert best["metric"] > 0.9
@@ -60,6 +61,7 @@ def test_failed_trials_are_recorded_and_the_limit_enforced(tmp_path):
     recorded = json.loads((tmp_path / "trials.json").read_text())
     # trials already running finish, but none starts once the limit is reached (at most limit + parallel - 1)
     assert 2 <= len(recorded["trials"]) == recorded["failed_trials"] <= 3
+    assert recorded["trial_processes"] >= len(recorded["trials"])  # a failing trial retires its runner
     for trial in recorded["trials"]:
         assert trial["status"] == "FAILED" and trial["error"] == "exit code 3" and trial["metric"] is None
         assert "stand-in: crashing as asked" in trial["log_tail"]
@@ -114,3 +116,17 @@ def test_random_search_respects_the_budget(tmp_path):
                        ["--sleep", "0"], module="tests.stand_in_trainer", seed=3, log=lambda m: None)
     assert [t["trial_id"] for t in result["trials"]] == ["1", "2", "3"]
     assert all(1e-4 <= t["parameters"]["learning_rate"] <= 1.0 for t in result["trials"])
+
+
+@pytest.mark.e2e
+def test_trainer_trials_share_a_warm_runner(tmp_path, digits_data):
+    """Real trainer trials, one at a time: one TensorFlow process runs them all, each with its own metric file,
+    SavedModel and log."""
+    s = StudySpec.model_validate({"parameters": [{"type": "discrete", "parameter_id": "learning_rate",
+                                                  "values": [0.003, 0.01, 0.03]}],
+                                  "algorithm": "grid", "max_trial_count": 3, "parallel_trial_count": 1})
+    result = run_study(s, str(tmp_path), ["--data-dir", str(digits_data), "--epochs", "1"], log=lambda m: None)
+    assert [t["status"] for t in result["trials"]] == ["SUCCEEDED"] * 3 and result["trial_processes"] == 1
+    for t in result["trials"]:
+        assert 0 < t["metric"] <= 1 and (tmp_path / t["trial_id"] / "model" / "saved_model.pb").is_file()
+        assert "val_accuracy" in (tmp_path / t["trial_id"] / "trial.log").read_text()
