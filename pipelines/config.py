@@ -204,6 +204,29 @@ class Resources(BaseModel):
         return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
+class StepLimits(BaseModel):
+    """A Vertex AI Pipelines lightweight step's CPU and memory limits (Vertex picks a machine that has them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_limit: str = ""  # "8", "500m" ("" = Vertex's default machine)
+    memory_limit: str = ""  # "32G", "16Gi"
+
+    @field_validator("cpu_limit")
+    @classmethod
+    def _cpu(cls, value: str) -> str:
+        if value and not re.fullmatch(r"([0-9]*[.])?[0-9]+m?", value):
+            raise ValueError(f"{value!r} is not a CPU limit like 8 or 500m")
+        return value
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _memory(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?", value):
+            raise ValueError(f"{value!r} is not a memory limit like 32G or 16Gi")
+        return value
+
+
 class Volume(BaseModel):
     """The PersistentVolumeClaim every kubeflow step, TFJob replica, Katib trial and KServe predictor shares: data
     sources, staged data sets, training outputs and the model repository live on it."""
@@ -336,6 +359,8 @@ class Platform(BaseModel):
     batch_machine_type: str = "n1-standard-4"
     batch_starting_replicas: int = Field(1, ge=1)
     batch_max_replicas: int = Field(2, ge=1)
+    step_limits: dict[str, StepLimits] = {}  # Vertex: lightweight steps' CPU and memory limits by step name, e.g.
+    #                                         prepare-data (which decodes images on every CPU it gets)
 
     @field_validator("location")
     @classmethod
@@ -379,6 +404,14 @@ class Platform(BaseModel):
             raise ValueError("true would cache every step of a run, the champion, registry and endpoint look-ups too "
                              "(a run-level setting overrides each step's): leave it null for the compiled settings "
                              "(look-ups never cached, the rest keyed on the data's fingerprint) or set false")
+        return value
+
+    @field_validator("step_limits")
+    @classmethod
+    def _step_names(cls, value: dict) -> dict:
+        for name in value:
+            if not _DNS_LABEL.match(name):
+                raise ValueError(f"{name!r}: keys are step names like prepare-data")
         return value
 
     @field_validator("labels")

@@ -164,6 +164,15 @@ class VertexOps(SelfHostedOps):
         self._finish = _component(vertex_rollout.finish_vertex_rollout, image)
         self._crown = _component(vertex_rollout.crown_vertex_model, image)
 
+    def _place(self, task):
+        """A lightweight step's CPU and memory limits from `platform.step_limits` (Vertex picks the machine)."""
+        limits = self.platform.step_limits.get(task.component_spec.name)
+        if limits and limits.cpu_limit:
+            task.set_cpu_limit(limits.cpu_limit)
+        if limits and limits.memory_limit:
+            task.set_memory_limit(limits.memory_limit)
+        return task
+
     @property
     def identity(self) -> dict:
         """The run's identity for the jobs that take it: service account, VPC network, CMEK key."""

@@ -185,6 +185,19 @@ def test_vertex_tuning_branch(tmp_path):
                                                      "producerTask": "read-best-trial"}}
 
 
+def test_vertex_lightweight_steps_get_their_cpu_and_memory_limits(tmp_path):
+    """platform.step_limits: Vertex picks each listed step's machine by its limits (data prep decodes images on every
+    CPU it gets); the other steps keep Vertex's default machine."""
+    config = load_config(None, sets=["platform.step_limits={prepare-data: {cpu_limit: '8', memory_limit: 32G}, "
+                                     "evaluate-model: {memory_limit: 16Gi}}"])
+    _, spec = compile_spec("vertex", tmp_path, platform=config.platform)
+    resources = {name: {k: v for k, v in e["container"].get("resources", {}).items() if k.startswith("resource")}
+                 for name, e in spec["deploymentSpec"]["executors"].items() if "container" in e}
+    assert resources["exec-prepare-data"] == {"resourceCpuLimit": "8", "resourceMemoryLimit": "32G"}
+    assert resources["exec-evaluate-model"] == {"resourceMemoryLimit": "16Gi"}
+    assert {name for name, r in resources.items() if r} == {"exec-prepare-data", "exec-evaluate-model"}
+
+
 def test_worker_pools_one_chief_and_n_minus_one_workers():
     specs = worker_pool_specs("img:1", "gs://b/data", 3, "n1-standard-4", {"epochs": 5}, "NVIDIA_TESLA_T4", 1)
     assert [s["replica_count"] for s in specs] == [1, 2]
@@ -518,6 +531,9 @@ def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
     ("platform", "batch_starting_replicas: 4\n  batch_max_replicas: 2",
      r"batch_max_replicas \(2\) must be >= batch_starting_replicas \(4\)"),
     ("platform", "serving_accelerator_type: NVIDIA_TESLA_T4", "must be set together"),
+    ("platform", "step_limits: {prepare-data: {cpu_limit: eight}}", "'eight' is not a CPU limit like 8 or 500m"),
+    ("platform", "step_limits: {prepare-data: {memory_limit: 32GB}}", "'32GB' is not a memory limit like 32G"),
+    ("platform", "step_limits: {Prepare_Data: {cpu_limit: '8'}}", "'Prepare_Data': keys are step names"),
 ])
 def test_deploy_and_batch_config_validation(tmp_path, section, values, message):
     (tmp_path / "c.yaml").write_text(f"{section}:\n  {values}\n")
