@@ -23,6 +23,31 @@ def write_images(root, classes=("cats", "dogs"), per_class=12, size=(20, 16), mo
     return root
 
 
+def write_shapes(root, per_class=150, size=40, seed=0):
+    """An image folder of simple drawn shapes (circle, square, triangle; random place, size and colours) of
+    size×size px PNGs, `per_class` each."""
+    from PIL import ImageDraw
+
+    rng = np.random.default_rng(seed)
+    for name in ("circle", "square", "triangle"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            background = tuple(int(v) for v in rng.integers(0, 100, 3))
+            img = Image.new("RGB", (size, size), background)
+            r = rng.uniform(0.2, 0.4) * size
+            cx, cy = rng.uniform(r, size - r, 2)
+            fill = tuple(int(v) for v in rng.integers(150, 256, 3))
+            draw = ImageDraw.Draw(img)
+            if name == "circle":
+                draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
+            elif name == "square":
+                draw.rectangle([cx - r, cy - r, cx + r, cy + r], fill=fill)
+            else:
+                draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=fill)
+            img.save(root / name / f"{name}_{i:03d}.png")
+    return root
+
+
 @pytest.fixture(scope="session")
 def digits_data(tmp_path_factory):
     """builtin:digits prepared for 2 workers (shared by trainer, evaluation and repository tests)."""
