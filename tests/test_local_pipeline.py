@@ -170,3 +170,36 @@ def test_failing_step_is_one_clear_line(tmp_path):
     assert {name for name, status in statuses.items() if status == "SKIPPED"} >= {
         "tune-hyperparameters", "train-model", "evaluate-model", "publish-model", "quantize-model", "deploy-model"}
     assert "need at least two classes" in (tmp_path / "run" / "logs" / "prepare-data.log").read_text()
+
+
+def test_runs_in_a_row_reuse_the_live_server_and_survive_a_killed_one(tmp_path, serving_state):
+    """Run after run on one repository: the second run deploys on the server the first left up, the third starts
+    a new one after that server was killed; each ends with the summary and exit code 0."""
+    import os
+    import signal
+    import time
+
+    repo = tmp_path / "repo"
+    common = ["--model-repository", str(repo), "--no-tune", "--epochs", "3", "--rest-port", "0", "--grpc-port", "0",
+              "--accuracy-threshold", "0", "--set", "parameters.champion_tolerance=1"]
+    summaries, outputs = [], []
+    for run in range(1, 4):
+        if run == 3:  # the live server dies without a word
+            os.kill(summaries[-1]["endpoint"]["pid"], signal.SIGKILL)
+            time.sleep(0.5)
+        done = run_cli("run", "--out", str(tmp_path / f"run{run}"), *common)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "Traceback" not in done.stdout + done.stderr
+        summaries.append(json.loads((tmp_path / f"run{run}" / "run_summary.json").read_text()))
+        outputs.append(done.stdout)
+    first, second, third = (s["endpoint"] for s in summaries)
+    assert [e["served_version"] for e in (first, second, third)] == [1, 2, 3]
+    assert first["started_by_this_run"] and not second["started_by_this_run"] and third["started_by_this_run"]
+    assert second["pid"] == first["pid"] and second["rest_url"] == first["rest_url"] and second["log"] == first["log"]
+    assert third["pid"] != first["pid"]
+    for run, output in enumerate(outputs, start=1):
+        assert f"serving version {run}: REST" in output and f"published tfpipe-model version {run}:" in output
+        deploy_log = (tmp_path / f"run{run}" / "logs" / "deploy-model.log").read_text()
+        assert f"serving tfpipe-model version {run}: REST" in deploy_log and f"version {run}.0" not in deploy_log
+    client = ServingClient(third["rest_url"], third["grpc_target"], "tfpipe-model")
+    assert client.status()[0]["version"] == "3"
