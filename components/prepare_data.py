@@ -69,11 +69,19 @@ def _read(path: str) -> str:
 
 
 def _load(load):
-    """Run one record's loader (in a pool process): the example, or the BadRecord's reason."""
+    """Run one record's loader: the example, or the BadRecord's reason."""
     try:
         return True, load()
     except BadRecord as e:
         return False, str(e)
+
+
+def _encoded(task: tuple):
+    """In a pool process: load and encode one record, `(load, key, label index, kind)` → (True, the record's bytes)
+    or (False, the BadRecord's reason)."""
+    load, key, label, kind = task
+    ok, value = _load(load)
+    return (True, encode_example(key, label, value, kind)) if ok else (False, value)
 
 
 class _Pool:
@@ -155,8 +163,10 @@ def prepare(
         quarantine = []
         # records are written in hash order, so shards hold no class runs and a modest shuffle buffer mixes well
         ordered = sorted(source.candidates, key=lambda c: key_point(c[0], "order" + split_salt))
-        loads = [load for _, _, load in ordered]
-        loaded = (pool.map if source.parallel else map)(_load, loads)
+        if source.parallel:  # decoded and encoded in the pool: records come back in order
+            loaded = pool.map(_encoded, [(load, key, label_index[label], source.kind) for key, label, load in ordered])
+        else:
+            loaded = map(_load, [load for _, _, load in ordered])
         try:
             for (key, label, _), (ok, value) in zip(ordered, loaded):
                 if not ok:
@@ -165,7 +175,7 @@ def prepare(
                 split = assign_split(key, val_fraction, test_fraction, split_salt)
                 n = sum(per_class[split].values())
                 writers[split][n % shards[split]].write(
-                    encode_example(key, label_index[label], value, source.kind))
+                    value if source.parallel else encode_example(key, label_index[label], value, source.kind))
                 per_class[split][label] += 1
                 if source.kind == TABULAR and split == "train":
                     sums["n"] += 1

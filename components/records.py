@@ -38,19 +38,24 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+def _key(number: int) -> bytes:
+    return _varint(number << 3 | 2)  # a length-delimited field (wire type 2)
 
 
-def _feature(kind: str, value) -> bytes:
+def _field(number: int, *parts: bytes) -> list[bytes]:
+    """A length-delimited field of the concatenated `parts`, as parts (joined once, at the end: an image's bytes
+    are not copied at every level of nesting)."""
+    return [_key(number), _varint(sum(map(len, parts))), *parts]
+
+
+def _feature(kind: str, value) -> list[bytes]:
     """A `Feature`: bytes_list (1) of one value, float_list (2) or int64_list (3), lists packed."""
     if kind == "bytes":
-        return _field(1, _field(1, value))
+        return _field(1, *_field(1, value))
     if kind == "float":
         values = np.asarray(value, dtype="<f4")
-        return _field(2, _field(1, values.tobytes()) if len(values) else b"")
-    return _field(3, _field(1, b"".join(_varint(int(v)) for v in value)))
+        return _field(2, *(_field(1, values.tobytes()) if len(values) else []))
+    return _field(3, *_field(1, b"".join(_varint(int(v)) for v in value)))
 
 
 def encode_example(key: str, label: int, value, kind: str) -> bytes:
@@ -58,12 +63,12 @@ def encode_example(key: str, label: int, value, kind: str) -> bytes:
     or `features` (a float vector)."""
     features = {"key": ("bytes", key.encode()), "label": ("int64", [int(label)])}
     if kind == IMAGE:
-        features["image"] = ("bytes", np.ascontiguousarray(value, dtype=np.uint8).tobytes())
+        features["image"] = ("bytes", np.ascontiguousarray(value, dtype=np.uint8).reshape(-1).data)  # no copy
     else:
         features["features"] = ("float", value)
-    entries = b"".join(_field(1, _field(1, name.encode()) + _field(2, _feature(*features[name])))
-                       for name in sorted(features))
-    return _field(1, entries)
+    entries = [part for name in sorted(features)
+               for part in _field(1, *_field(1, name.encode()), *_field(2, *_feature(*features[name])))]
+    return b"".join(_field(1, *entries))
 
 
 class TFRecordWriter:

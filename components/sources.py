@@ -75,14 +75,15 @@ def load_image(path: str, size: int, channels: int) -> np.ndarray:
     """The image at `path` as a uint8 size×size×channels array (bilinear resize); BadRecord when unreadable."""
     from PIL import Image, UnidentifiedImageError
 
+    mode = "L" if channels == 1 else "RGB"
     try:
         with Image.open(path) as img:
             img.load()
-            img = img.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
-            array = np.asarray(img, dtype=np.uint8)
+            img = (img if img.mode == mode else img.convert(mode)).resize((size, size), Image.BILINEAR)
+            pixels = img.tobytes()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise BadRecord(f"unreadable image: {e}") from None
-    return array.reshape(size, size, channels)
+    return np.frombuffer(pixels, np.uint8).reshape(size, size, channels)
 
 
 def _load_image(path: str, size: int, channels: int):
