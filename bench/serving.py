@@ -8,7 +8,9 @@ Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epoch
 and serves its SavedModel (input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from three
 separate processes, all started up front: KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`
 in its sync `predict`, `kserve.ModelServer(workers=1)`, v1 protocol, per-request logs off unless
-`--kserve-request-logs`), ours (`python -m pipelines serve`) and ours with `--enable-batching`. Each server is checked
+`--kserve-request-logs`), ours (`python -m pipelines serve`) and ours with `--enable-batching`, all three with
+TensorFlow's default thread pools, and KServe and ours again with one TensorFlow thread each (`TF_NUM_INTRAOP_THREADS`
+and `TF_NUM_INTEROP_THREADS` = 1 in both environments: like for like). Each server is checked
 first (64 test digits one by one: every class id must equal a direct `serving_default` call's), then loaded by the same
 generator: N closed-loop clients (each its own keep-alive `http.client` connection, or `requests.Session` with
 `--http-client requests`, or gRPC channel) in ≤ `--client-processes` spawned processes, so that one process's GIL does
@@ -19,7 +21,8 @@ not cap the load; one instance per request (a test digit: REST body `{"instances
 Also compares request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client writes it vs
 the serialized gRPC `PredictRequest`.
 
-Goals: ours ≥ 1.5× KServe QPS at 16 REST clients (best of ours with/without batching); gRPC ≤ 0.3× REST bytes.
+Goals: ours ≥ 1.5× KServe QPS at 16 REST clients (best of ours with/without batching; each comparison, without
+batching at either thread setting and with batching, is reported with its rounds); gRPC ≤ 0.3× REST bytes.
 Results: bench/results/serving.json.
 """
 import argparse
@@ -220,9 +223,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server_process(cmd: list[str], log_path: Path):
+def server_process(cmd: list[str], log_path: Path, extra_env: dict | None = None):
     """Start a server process and yield it; always terminate it and wait for it (SIGKILL after 30 s)."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -356,13 +359,15 @@ def run(args, workdir: Path) -> dict:
 
     batching = ["--enable-batching", "--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms",
                 str(args.batch_timeout_ms), "--num-batch-threads", str(args.num_batch_threads)]
-    servers = {}  # key: (cmd, REST URL, gRPC port, readiness check, protocols)
-    for key, protocols in (("kserve", ["rest"]), ("ours", ["rest", "grpc"]), ("ours_batching", ["rest", "grpc"])):
+    servers = {}  # key: (cmd, REST URL, gRPC port, readiness check, protocols, environment)
+    one_thread = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}  # TensorFlow reads them at start
+    for key, protocols in (("kserve", ["rest"]), ("ours", ["rest", "grpc"]), ("ours_batching", ["rest", "grpc"]),
+                           ("kserve_1t", ["rest"]), ("ours_1t", ["rest"])):
         if args.only and key not in args.only:
             continue
         http, grpc_port = free_port(), free_port()
         rest_url = f"http://127.0.0.1:{http}/v1/models/{MODEL_NAME}"
-        if key == "kserve":
+        if key.startswith("kserve"):
             cmd = [sys.executable, "-m", "bench.kserve_peer", model_dir, MODEL_NAME, str(http), str(grpc_port)]
             cmd += ["--request-logs"] if args.kserve_request_logs else []
             ready = kserve_ready(rest_url)
@@ -371,14 +376,14 @@ def run(args, workdir: Path) -> dict:
                    MODEL_NAME, "--rest-port", str(http), "--grpc-port", str(grpc_port)]
             cmd += batching if key == "ours_batching" else []
             ready = ours_ready(rest_url)
-        servers[key] = (cmd, rest_url, grpc_port, ready, protocols)
-    configs = [(key, protocol) for key, (*_, protocols) in servers.items() for protocol in protocols]
+        servers[key] = (cmd, rest_url, grpc_port, ready, protocols, one_thread if key.endswith("_1t") else {})
+    configs = [(key, protocol) for key, (*_, protocols, _) in servers.items() for protocol in protocols]
     raw: dict[tuple, list] = {(k, p, c): [] for k, p in configs for c in args.clients}
     correct, startup = {}, {}
     with contextlib.ExitStack() as stack:
-        procs = {key: stack.enter_context(server_process(cmd, workdir / f"{key}.log"))
-                 for key, (cmd, *_) in servers.items()}  # all started at once, idle while another is measured
-        for key, (cmd, rest_url, grpc_port, ready, protocols) in servers.items():
+        procs = {key: stack.enter_context(server_process(cmd, workdir / f"{key}.log", server[-1]))
+                 for key, (cmd, *server) in servers.items()}  # all started at once, idle while another is measured
+        for key, (cmd, rest_url, grpc_port, ready, protocols, _) in servers.items():
             startup[key] = round(wait_ready(procs[key], ready, workdir / f"{key}.log", NAMES[key]), 1)
             for protocol in protocols:
                 target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
@@ -394,9 +399,10 @@ def run(args, workdir: Path) -> dict:
                     m = load(protocol, target, rest_bodies if protocol == "rest" else grpc_bodies, clients,
                              args.client_processes, args.warmup, args.duration, procs[key].pid, args.http_client)
                     raw[key, protocol, clients].append(m)
-                    print(f"[bench] round {round_ + 1}/{args.rounds} {NAMES[key]:<14}{protocol:<5}{clients:>3} clients:"
+                    print(f"[bench] round {round_ + 1}/{args.rounds} {NAMES[key]:<17}{protocol:<5}{clients:>3} clients:"
                           f" {len(m['latencies_ms']) / m['duration']:>8,.0f} QPS, errors {m['errors']}", flush=True)
     rows = [{"server": k, "protocol": p, "clients": c, "batching": k == "ours_batching",
+             "tensorflow_threads": "1 intra-op, 1 inter-op" if k.endswith("_1t") else "default (one per CPU)",
              "class_ids_match": correct[k, p], **summarize(raw[k, p, c])}
             for c in args.clients for k, p in configs]
     bytes_cmp = request_bytes(args.bytes_batch, args.bytes_size)
@@ -411,12 +417,26 @@ def run(args, workdir: Path) -> dict:
     best_key = max((k for k in ours_rest if ours_rest[k]), key=lambda k: ours_rest[k], default=None)
     ratio = round(ours_rest[best_key] / kserve_qps, 3) if best_key and kserve_qps else None
     errors = sum(r["errors"] for r in rows)
-    per_round = []  # the same ratio within each round (configurations measured minutes apart drift less here)
-    if kserve_qps and best_key:
-        for i in range(args.rounds):
-            k_qps = len(raw["kserve", "rest", top][i]["latencies_ms"])
-            o_qps = max(len(raw[k, "rest", top][i]["latencies_ms"]) for k in ours_rest if ours_rest[k])
-            per_round.append(round(o_qps / k_qps, 3) if k_qps else None)
+
+    def per_round(ours_key, kserve_key):
+        """Ours/KServe within each round (configurations measured minutes apart drift less there)."""
+        if (ours_key, "rest", top) not in raw or (kserve_key, "rest", top) not in raw:
+            return []
+        return [round(len(o["latencies_ms"]) / len(k["latencies_ms"]), 3) if len(k["latencies_ms"]) else None
+                for o, k in zip(raw[ours_key, "rest", top], raw[kserve_key, "rest", top])]
+
+    # like for like: each of ours against KServe with the same TensorFlow threads; batching is ours alone
+    pairs = {"no_batching": ("ours", "kserve"), "batching": ("ours_batching", "kserve"),
+             "no_batching_one_tf_thread": ("ours_1t", "kserve_1t")}
+    comparisons = {}
+    for name, (ours_key, kserve_key) in pairs.items():
+        o, k = qps(ours_key, "rest", top), qps(kserve_key, "rest", top)
+        if o and k:
+            comparisons[name] = {"ours": ours_key, "kserve": kserve_key, "ours_qps": o, "kserve_qps": k,
+                                 "ratio": round(o / k, 3), "ratio_per_round": per_round(ours_key, kserve_key),
+                                 "met": o / k >= 1.5}
+    per_round_best = [max(x) for x in zip(*(c["ratio_per_round"] for n, c in comparisons.items()
+                                            if n in ("no_batching", "batching")))] if comparisons else []
     return {
         "benchmark": "serving", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dataset": "builtin:digits",
         "epochs": args.epochs, "model_reused": reused, "model_input": [None, 8, 8, 1], "request_instances": 1,
@@ -439,8 +459,8 @@ def run(args, workdir: Path) -> dict:
         "seconds": round(time.time() - started, 1),
         "runs": rows, "request_bytes": bytes_cmp,
         "goal": {"qps_clients": top, "kserve_rest_qps": kserve_qps, "ours_rest_qps": ours_rest,
-                 "ours_best": best_key, "ours_to_kserve": ratio, "ours_to_kserve_per_round": per_round,
-                 "qps_ratio_min": 1.5,
+                 "ours_best": best_key, "ours_to_kserve": ratio, "ours_to_kserve_per_round": per_round_best,
+                 "comparisons": comparisons, "qps_ratio_min": 1.5,
                  "qps_met": ratio is not None and ratio >= 1.5,
                  "grpc_to_rest_bytes": bytes_cmp["grpc_to_rest"], "bytes_ratio_max": 0.3,
                  "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3, "errors": errors,
@@ -455,7 +475,8 @@ def _version(package: str) -> str:
         return ""
 
 
-NAMES = {"kserve": "KServe", "ours": "ours", "ours_batching": "ours+batching"}
+NAMES = {"kserve": "KServe", "ours": "ours", "ours_batching": "ours+batching", "kserve_1t": "KServe 1 TF thr",
+         "ours_1t": "ours 1 TF thr"}
 
 
 def print_report(r: dict) -> None:
@@ -467,11 +488,11 @@ def print_report(r: dict) -> None:
           f"{s['http_client']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
           f"{b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, tensorflow "
           f"{r['versions']['tensorflow']}")
-    print(f"{'server':<15}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
+    print(f"{'server':<17}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'errors':>8}{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}")
     for row in r["runs"]:
         spread = f"{min(row['qps_rounds']):,.0f}-{max(row['qps_rounds']):,.0f}"
-        print(f"{NAMES[row['server']]:<15}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
+        print(f"{NAMES[row['server']]:<17}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
               f"{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['errors']:>8}{row['server_cpu_ms_per_request']:>11.3f}"
               f"{row['server_cpu_cores']:>10.2f}{row['client_cpu_ms_per_request']:>11.3f}"
               f"{str(row['class_ids_match']):>9}")
@@ -489,6 +510,10 @@ def print_report(r: dict) -> None:
               f"{ours}; best {NAMES[g['ours_best']]} {g['ours_to_kserve']:.2f}× (per round: "
               f"{', '.join(f'{x:.2f}' for x in g['ours_to_kserve_per_round'])}) ... "
               f"{'PASS' if g['qps_met'] else 'FAIL'}")
+    for name, c in g.get("comparisons", {}).items():
+        print(f"  {name.replace('_', ' ')}: {NAMES[c['ours']]} {c['ours_qps']:,.0f} / {NAMES[c['kserve']]} "
+              f"{c['kserve_qps']:,.0f} = {c['ratio']:.2f}× (per round: "
+              f"{', '.join(f'{x:.2f}' for x in c['ratio_per_round'])}) ... {'PASS' if c['met'] else 'FAIL'}")
     print(f"goal gRPC ≤ 0.3× REST bytes: {g['grpc_to_rest_bytes']:.3f}× ... {'PASS' if g['bytes_met'] else 'FAIL'}")
     print(f"errors: {g['errors']} ({'PASS' if g['errors'] == 0 else 'FAIL'}); class ids match a direct call: "
           f"{g['all_correct']}; run time {r['seconds']:.0f} s")
@@ -511,7 +536,7 @@ def main(argv=None) -> None:
     p.add_argument("--num-batch-threads", type=int, default=1)
     p.add_argument("--kserve-request-logs", action="store_true",
                    help="keep KServe's per-request access/latency logs (its default; off here as on ours)")
-    p.add_argument("--only", nargs="+", choices=["kserve", "ours", "ours_batching"], help="servers to run")
+    p.add_argument("--only", nargs="+", choices=list(NAMES), help="servers to run")
     p.add_argument("--bytes-batch", type=int, default=32)
     p.add_argument("--bytes-size", type=int, default=28)
     p.add_argument("--epochs", type=int, default=3)

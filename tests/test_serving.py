@@ -375,3 +375,23 @@ def test_an_image_model_answers_encoded_images_on_rest_grpc_and_the_vertex_route
             "send \"parameters\": {\"signature_name\": \"serving_image_bytes\"}")
     finally:
         server.stop()
+
+
+def test_event_loop_is_uvloop_and_tensorflow_threads_are_settable():
+    """The server runs on uvloop (C transports); `--tensorflow-intra-op-parallelism` / `--tensorflow-inter-op-
+    parallelism` set TensorFlow's pools before any model loads (a fresh process: they are fixed once TF starts)."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from pipelines.serving.server import run
+
+    async def loop_module():
+        return type(asyncio.get_running_loop()).__module__
+
+    assert run(loop_module()).startswith("uvloop")
+    code = ("from pipelines.serving.server import set_tensorflow_threads; set_tensorflow_threads(1, 2); "
+            "import tensorflow as tf; print(tf.config.threading.get_intra_op_parallelism_threads(), "
+            "tf.config.threading.get_inter_op_parallelism_threads())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["1", "2"], done.stderr[-500:]

@@ -32,15 +32,18 @@ from pipelines.cli import _fail, _local_path, cli
 @click.option("--predict-route", default=lambda: os.environ.get("AIP_PREDICT_ROUTE", "/predict"),
               show_default="/predict or $AIP_PREDICT_ROUTE", help="Vertex-style predict route")
 @click.option("--ready-file", default="", help="write the pid and addresses here (JSON) once serving")
+@click.option("--tensorflow-intra-op-parallelism", "intra_op", type=click.IntRange(min=0), default=0,
+              show_default=True, help="threads of one TensorFlow op (0: TensorFlow's default, one per CPU)")
+@click.option("--tensorflow-inter-op-parallelism", "inter_op", type=click.IntRange(min=0), default=0,
+              show_default=True, help="TensorFlow ops run at once (0: TensorFlow's default)")
 def serve(model_base_path, model_name, latest_versions, versions, labels, enable_batching, max_batch_size,
-          batch_timeout_ms, num_batch_threads, poll_seconds, version_policy, **options):
+          batch_timeout_ms, num_batch_threads, poll_seconds, version_policy, intra_op, inter_op, **options):
     """Serve the model repository with TF Serving's REST and gRPC APIs (a stand-in for tensorflow/serving)."""
-    import asyncio
     import logging
 
     from pipelines.serving.batching import BatchingOptions
     from pipelines.serving.models import ModelManager, Policy
-    from pipelines.serving.server import ModelServer, ServerOptions
+    from pipelines.serving.server import ModelServer, ServerOptions, run, set_tensorflow_threads
 
     try:
         specific = tuple(int(v) for v in versions.split(",") if v.strip())
@@ -55,7 +58,8 @@ def serve(model_base_path, model_name, latest_versions, versions, labels, enable
         poll_seconds, BatchingOptions(max_batch_size, batch_timeout_ms / 1000, num_batch_threads)
         if enable_batching else None)
     options["deployed_model_id"] = os.environ.get("AIP_DEPLOYED_MODEL_ID", "")
-    asyncio.run(ModelServer(manager, ServerOptions(**options)).serve())
+    set_tensorflow_threads(intra_op, inter_op)
+    run(ModelServer(manager, ServerOptions(**options)).serve())
 
 
 @cli.command("stop-serving")

@@ -62,7 +62,9 @@ def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health
             arrays, row_format = codec.parse_request(body, inputs)
         except codec.RequestError as e:
             raise _with_signature_hint(e, servable, how) from None
-        outputs = await asyncio.wrap_future(servable.predict_future(arrays, body.get("signature_name", "")))
+        future = servable.predict_future(arrays, body.get("signature_name", ""))
+        # computed inline (no batching): take the result, no hand-off through the loop's cross-thread wake-up
+        outputs = future.result() if future.done() else await asyncio.wrap_future(future)
         return outputs, row_format
 
     async def models(request: Request) -> Response:

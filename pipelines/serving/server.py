@@ -16,6 +16,32 @@ from pipelines.serving.models import ModelManager
 log = logging.getLogger("tfpipe.serving")
 
 
+def run(main):
+    """`asyncio.run(main)` on uvloop when it is installed (it is, with uvicorn[standard]): its transports write in C
+    (measured: a fifth of the pure-Python loop's CPU per request went to `_SelectorSocketTransport.write`)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
+def set_tensorflow_threads(intra_op: int = 0, inter_op: int = 0) -> None:
+    """TensorFlow's thread pools (TF Serving's --tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism;
+    0: TensorFlow's default, one thread per CPU). Before any model loads. Small models answer single requests faster
+    on one thread each: a pool's hand-offs cost more than the kernels (measured on the digits model: 0.17 ms a call
+    instead of 0.36 ms)."""
+    if not intra_op and not inter_op:
+        return
+    import tensorflow as tf
+
+    if intra_op:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    if inter_op:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+
+
 @dataclass
 class ServerOptions:
     host: str = "127.0.0.1"
@@ -88,14 +114,14 @@ class ModelServer:
     def start(self, timeout: float = 120) -> "ModelServer":
         """Serve from a background thread (tests, benchmarks); returns once both ports are bound."""
 
-        def run():
+        def serve_in_thread():
             try:
-                asyncio.run(self.serve())
+                run(self.serve())
             except BaseException as e:  # noqa: BLE001 (re-raised in start())
                 self._error = e
                 self._started.set()
 
-        self._thread = threading.Thread(target=run, daemon=True, name="model-server")
+        self._thread = threading.Thread(target=serve_in_thread, daemon=True, name="model-server")
         self._thread.start()
         if not self._started.wait(timeout) or self._error or not self.rest_port:
             raise RuntimeError(f"the model server did not start: {self._error!r}")

@@ -143,7 +143,7 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
 
     from pipelines.serving.batching import BatchingOptions
     from pipelines.serving.models import ModelManager
-    from pipelines.serving.server import ModelServer, ServerOptions
+    from pipelines.serving.server import ModelServer, ServerOptions, run
 
     # Vertex stops the container with SIGTERM. While serving, uvicorn takes the signal over, shuts down gracefully,
     # then raises it again, into this handler.
@@ -157,8 +157,7 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
             predict_route=settings.predict_route, deployed_model_id=settings.deployed_model_id))
         log.info("health %s, predict %s; copying %s", settings.health_route, settings.predict_route,
                  settings.storage_uri)
-        return asyncio.run(_run(server, manager, settings.storage_uri,
-                                os.path.join(repository, MODEL_NAME, str(VERSION))))
+        return run(_run(server, manager, settings.storage_uri, os.path.join(repository, MODEL_NAME, str(VERSION))))
     finally:
         shutil.rmtree(repository, ignore_errors=True)
 
