@@ -9,6 +9,7 @@ method. A run that never reaches the target counts as `--trials + 1`. Goal: rati
 bench/results/tuning.json.
 """
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -33,6 +34,7 @@ def main(argv=None) -> None:
     from components.run_study import run_study
     from components.study_spec import DEFAULT_STUDY
 
+    load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:
         work = args.workdir or Path(tmp)
         prepare("builtin:digits", str(work / "data"), num_workers=1)
@@ -61,7 +63,8 @@ def main(argv=None) -> None:
               "trials": args.trials, "parallel": args.parallel, "epochs": args.epochs, "best_known": best_known,
               "target": target, "trials_needed": counts, "median_trials_needed": medians, "ratio": ratio,
               "goal": {"max_ratio": 0.7, "met": ratio <= 0.7}, "runs": runs,
-              "seconds": round(time.time() - started, 1)}
+              "seconds": round(time.time() - started, 1), "cpus": os.cpu_count(),
+              "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     print(f"\nbest-known val accuracy {best_known:.4f}; target {target:.4f}")
     print(f"trials needed: {counts}")
     print(f"median: Vizier {medians['default']}, random {medians['random']}; ratio {ratio:.2f} "

@@ -395,3 +395,18 @@ def test_event_loop_is_uvloop_and_tensorflow_threads_are_settable():
             "tf.config.threading.get_inter_op_parallelism_threads())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["1", "2"], done.stderr[-500:]
+
+
+def test_flat_call_answers_what_the_structured_call_answers(tmp_path):
+    """One-input signatures are called through their flat function; the outputs are the structured call's."""
+    from pipelines.serving.models import flat_call
+
+    toy_model(str(tmp_path / "m"), k=3)
+    fn = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    flat = {k: v.numpy() for k, v in flat_call(fn)({"x": x}).items()}
+    structured = {k: v.numpy() for k, v in fn(x=tf.constant(x)).items()}
+    assert flat.keys() == {"y", "version"}
+    assert flat.keys() == structured.keys()
+    for key in flat:
+        np.testing.assert_array_equal(flat[key], structured[key])

@@ -54,6 +54,21 @@ class Policy:
         return set(sorted(available)[-self.latest:])
 
 
+def flat_call(fn):
+    """`{input name: array} -> {output name: tensor}` for a loaded signature. A one-input signature is called through
+    its flat function (`ConcreteFunction._call_flat` with its captured inputs), skipping the structured call's
+    argument binding and spec casts, which `codec.check_arrays` has done (measured on the digits model: 6 % of the
+    server's CPU per request); otherwise, or when TensorFlow has no such method, the structured call."""
+    import tensorflow as tf
+
+    args, kwargs = fn.structured_input_signature
+    flat = getattr(fn, "_call_flat", None)
+    if args or len(kwargs) != 1 or flat is None:
+        return lambda arrays: fn(**{n: tf.constant(a) for n, a in arrays.items()})
+    (name,) = kwargs
+    return lambda arrays: flat([tf.constant(arrays[name])], fn.captured_inputs)
+
+
 class Servable:
     """One loaded version: its signatures, their input specs and (optionally) batchers."""
 
@@ -73,12 +88,10 @@ class Servable:
         self._batchers = {name: Batcher(self._runner(name), batching) for name in self.signatures} if batching else {}
 
     def _runner(self, signature: str):
-        import tensorflow as tf
-
-        fn = self.signatures[signature]
+        call = flat_call(self.signatures[signature])
 
         def run(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-            return {k: v.numpy() for k, v in fn(**{n: tf.constant(a) for n, a in arrays.items()}).items()}
+            return {k: v.numpy() for k, v in call(arrays).items()}
 
         return run
 
