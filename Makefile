@@ -30,6 +30,7 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) -m bench.input_pipeline
+	$(PY) -m bench.image_size
 	$(PY) -m bench.make_run
 	$(PY) -m bench.tflite
 	$(PY) -m bench.tuning

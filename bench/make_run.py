@@ -1,11 +1,17 @@
 """End-to-end benchmark of `make run`: the whole local pipeline, timed from outside.
 
-    python -m bench.make_run [--goal 90] [-- extra `pipelines run` options]
+    python -m bench.make_run [--goal 90] [--variants default no-tune] [--keep] [-- extra `pipelines run` options]
 
 Runs `python -m pipelines run --out <tmp> --model-repository <tmp>/repo` in a subprocess (this interpreter, same
-environment, cwd = the repository root), so the user's runs/ and model repository are left alone. Prints the wall
-time, the per-step breakdown from `<tmp>/run_summary.json` and whether the goal (default ≤ 90 s) is met; writes
+environment, cwd = the repository root), so the user's runs/ and model repository are left alone, once per variant:
+`default` (the settings a new user gets: the study on) and `no-tune` (`--no-tune`). Each run starts its own local
+server on free ports, stopped after the run. Prints the wall time, the per-step breakdown from
+`<tmp>/run_summary.json` and whether the goal (default ≤ 90 s, on the default variant) is met; writes
 bench/results/make_run.json.
+
+Also recorded: whether this environment's TensorFlow has compiled bytecode (`make` installs it so) and how long
+`import tensorflow` takes here with it and without it (a fresh process whose bytecode cache is an empty folder and
+`PYTHONDONTWRITEBYTECODE=1`, as in an environment installed without it).
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,73 +30,124 @@ from bench import save
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "make_run.json"
+VARIANTS = {"default": [], "no-tune": ["--no-tune"]}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.make_run", description=__doc__.splitlines()[0])
-    p.add_argument("--goal", type=float, default=90.0, help="wall-time goal in seconds (default 90)")
-    p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results [{RESULTS}]")
-    p.add_argument("--keep", action="store_true", help="keep the run directory (default: removed)")
-    p.add_argument("extra", nargs="*", help="further `python -m pipelines run` options (after --)")
-    args = p.parse_args(argv)
+def _loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
-    tmp = tempfile.mkdtemp(prefix="bench-make-run-")
+
+def tensorflow_bytecode() -> dict:
+    """Whether TensorFlow's bytecode is compiled in this environment, and `import tensorflow` seconds with the
+    environment as it is and without bytecode."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tensorflow")
+    package = Path(spec.origin).parent
+    compiled = (package / "__pycache__").is_dir() and any((package / "__pycache__").glob("__init__.*.pyc"))
+
+    def import_seconds(env: dict) -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import tensorflow"], env=env, check=True, capture_output=True)
+        return round(time.perf_counter() - started, 2)
+
+    base = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    with tempfile.TemporaryDirectory(prefix="bench-no-bytecode-") as empty:
+        without = import_seconds({**base, "PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"})
+    return {"compiled": compiled, "import_seconds": import_seconds(base), "import_seconds_without_bytecode": without,
+            "loadavg": _loadavg()}
+
+
+def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
+    tmp = tempfile.mkdtemp(prefix=f"bench-make-run-{name}-")
     # the deploy step's local server: recorded here, started on free ports, stopped after the run
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1", TFPIPE_SERVING_STATE=f"{tmp}/serving")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = Path(tmp) / "run"
-    command = [sys.executable, "-m", "pipelines", "run", "--out", str(out),
-               "--model-repository", str(Path(tmp) / "repo"), "--rest-port", "0", "--grpc-port", "0", *args.extra]
-    print("$", " ".join(command), flush=True)
-    load_before = os.getloadavg()
+    command = [sys.executable, "-m", "pipelines", "run", "--out", str(out), "--model-repository",
+               str(Path(tmp) / "repo"), "--rest-port", "0", "--grpc-port", "0", *VARIANTS.get(name, []), *extra]
+    print(f"$ {' '.join(command)}", flush=True)
+    load_before = _loadavg()
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=ROOT, env=env, check=False)
     wall = time.perf_counter() - started
+    load_after = _loadavg()
     os.environ["TFPIPE_SERVING_STATE"] = env["TFPIPE_SERVING_STATE"]
     from components.deploy_model import stop_server
 
     stop_server(str(Path(tmp) / "repo"), "tfpipe-model")
-    load_after = os.getloadavg()
 
     summary_file = out / "run_summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
     steps = [{"name": s["name"], "status": s["status"], "seconds": s["seconds"]} for s in summary.get("steps", [])]
-    met = proc.returncode == 0 and wall <= args.goal
+    tuning = summary.get("tuning") or {}
     result = {
-        "benchmark": "make_run",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "variant": name,
         "command": command,
         "returncode": proc.returncode,
         "wall_seconds": round(wall, 2),
         "pipeline_seconds": summary.get("seconds"),
         "status": summary.get("status"),
         "steps": steps,
-        "goal_seconds": args.goal,
-        "goal_met": met,
-        "environment": {"python": platform.python_version(), "machine": platform.machine(),
-                        "cpus": os.cpu_count(), "loadavg_before": [round(x, 2) for x in load_before],
-                        "loadavg_after": [round(x, 2) for x in load_after]},
+        "test_accuracy": (summary.get("metrics") or {}).get("test_accuracy"),
+        "blessed": (summary.get("gate") or {}).get("blessed"),
+        "tuning_trials": len(tuning.get("trials") or []),
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+        "goal_seconds": goal,
+        "goal_met": proc.returncode == 0 and wall <= goal,
     }
-
-    print(f"\nmake run: wall {wall:.1f}s (pipeline's own total {summary.get('seconds', float('nan')):.1f}s, "
-          f"status {summary.get('status')}, exit code {proc.returncode})")
+    print(f"\nmake run ({name}): wall {wall:.1f}s (pipeline's own total {summary.get('seconds', float('nan')):.1f}s, "
+          f"status {summary.get('status')}, exit code {proc.returncode}); load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after")
     for s in steps:
-        print(f"  {s['name']:<22} {s['status']:<10} {s['seconds']:>7.1f}s")
+        print(f"  {s['name']:<26} {s['status']:<10} {s['seconds']:>7.1f}s")
     if steps:
         accounted = sum(s["seconds"] or 0 for s in steps)
-        print(f"  {'(sum of steps)':<22} {'':<10} {accounted:>7.1f}s; start-up, orchestration and report: "
+        print(f"  {'(sum of steps)':<26} {'':<10} {accounted:>7.1f}s; start-up, orchestration and report: "
               f"{wall - accounted:.1f}s")
-    print(f"goal: wall <= {args.goal:g}s ... {'MET' if met else 'NOT MET'} ({wall:.1f}s"
-          f"{'' if proc.returncode == 0 else ', run failed'})")
-    print(f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f} on {os.cpu_count()} CPUs")
-    save(result, args.output)
-    if args.keep:
+    if keep:
         print(f"run directory kept: {tmp}")
     else:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0 if proc.returncode == 0 else 1
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.make_run", description=__doc__.splitlines()[0])
+    p.add_argument("--goal", type=float, default=90.0, help="wall-time goal in seconds, default variant (90)")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                   help="runs to time, one after the other (default: default no-tune)")
+    p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results [{RESULTS}]")
+    p.add_argument("--keep", action="store_true", help="keep the run directories (default: removed)")
+    p.add_argument("extra", nargs="*", help="further `python -m pipelines run` options for every run (after --)")
+    args = p.parse_args(argv)
+
+    bytecode = tensorflow_bytecode()
+    print(f"TensorFlow bytecode compiled: {bytecode['compiled']}; import tensorflow {bytecode['import_seconds']}s "
+          f"(without bytecode: {bytecode['import_seconds_without_bytecode']}s)", flush=True)
+    runs = [run_variant(name, args.extra, args.goal, args.keep) for name in args.variants]
+    default = next((r for r in runs if r["variant"] == "default"), None)
+    met = bool(default and default["goal_met"])
+    result = {
+        "benchmark": "make_run",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "goal_seconds": args.goal,
+        "goal_met": met,
+        "runs": runs,
+        "tensorflow_bytecode": bytecode,
+        "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                        "executable": sys.executable},
+    }
+    print()
+    for r in runs:
+        print(f"{r['variant']:<8} wall {r['wall_seconds']:>6.1f}s  exit {r['returncode']}  load average "
+              f"{r['loadavg_before'][0]:.2f}/{r['loadavg_after'][0]:.2f}")
+    if default:
+        print(f"goal: default run wall <= {args.goal:g}s ... {'MET' if met else 'NOT MET'} "
+              f"({default['wall_seconds']:.1f}s{'' if default['returncode'] == 0 else ', run failed'})")
+    save(result, args.output)
+    return 0 if all(r["returncode"] == 0 for r in runs) else 1
 
 
 if __name__ == "__main__":

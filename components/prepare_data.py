@@ -13,6 +13,7 @@ import math
 import multiprocessing
 import os
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 
 from kfp.dsl import Artifact, Dataset, Output
 
@@ -86,7 +87,8 @@ def _encoded(task: tuple):
 
 class _Pool:
     """An ordered `map` on `processes` processes, the pool forked on first use (nothing to import again) and only
-    when there is more than one process; else the built-in `map`. Ordered, so results do not depend on it."""
+    when there is more than one process; else the built-in `map`. Ordered, so results do not depend on it. A process
+    that dies (killed for memory) fails the step (BrokenProcessPool) instead of hanging it."""
 
     def __init__(self, processes: int):
         self.processes = processes if "fork" in multiprocessing.get_all_start_methods() else 1
@@ -97,20 +99,15 @@ class _Pool:
         if self.processes <= 1 or len(items) < PARALLEL_MIN_RECORDS:
             return map(func, items)
         if self._pool is None:
-            self._pool = multiprocessing.get_context("fork").Pool(self.processes)
-        return self._pool.imap(func, items, chunksize=max(1, min(64, len(items) // (8 * self.processes))))
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("fork"))
+        return self._pool.map(func, items, chunksize=max(1, min(64, len(items) // (8 * self.processes))))
 
     def __enter__(self) -> "_Pool":
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._pool is None:
-            return
-        if exc[0] is None:
-            self._pool.close()
-        else:
-            self._pool.terminate()
-        self._pool.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard):

@@ -462,3 +462,44 @@ def test_kfp_component_interface():
     assert {name: o.type for name, o in spec.outputs.items()} == {
         "predictions": "system.Artifact@0.0.1", "output_directory": "String", "succeeded": "Integer",
         "failed": "Integer"}
+
+
+@pytest.mark.parametrize("options", [{}, {"key_field": "id"},
+                                     {"key_field": "id", "included_fields": "a,b,c", "instance_type": "array"}])
+def test_jsonl_parsed_in_other_processes_writes_what_one_process_writes(tabular_model, tmp_path, options):
+    """Chunks of lines parsed in worker processes and replayed in order: the same results lines in the same order,
+    and the same errors lines, as parsing in the predicting process, across chunk boundaries (4 × 8 lines a chunk
+    here), with the instance config applied in the workers. Only the interleaving of unreadable lines with
+    instances that do not convert may differ in the errors file: a chunk converts its last partial batch at its
+    end."""
+    rng = np.random.default_rng(0)
+    by_fields = "included_fields" in options
+
+    def instance(key: str, row: list):
+        if by_fields:
+            return {"id": key, **dict(zip("abc", row))}
+        return {"id": key, "features": row} if options else row
+
+    lines = []
+    for i in range(150):
+        row = [round(float(v), 3) for v in rng.uniform(-1, 1, 3)]
+        lines.append(json.dumps(instance(f"k{i}", row)))
+        if i % 17 == 3:
+            lines.append("{broken")
+        if i % 23 == 5:
+            lines.append(json.dumps({"id": f"w{i}", "features": [1, 2]} if options and not by_fields else [1, 2]))
+        if i % 29 == 7:
+            lines += ["", json.dumps({"features": row}) if options else '"text"']
+    write_lines(tmp_path / "a.jsonl", lines)
+    write_lines(tmp_path / "b.jsonl", lines[::-1])
+    outputs = {}
+    for processes in (0, 1, 2):
+        summary = batch_predict(tabular_model, str(tmp_path / "*.jsonl"), "jsonl", str(tmp_path / f"out{processes}"),
+                                "tab", batch_size=4, parallelism=2, parse_processes=processes, **options)
+        directory = Path(summary["output_directory"])
+        outputs[processes] = ({p.name: p.read_bytes() if "results" in p.name else sorted(p.read_bytes().splitlines())
+                               for p in directory.iterdir()}, (summary["succeeded"], summary["failed"]))
+    assert outputs[0] == outputs[1] == outputs[2]
+    files, (succeeded, failed) = outputs[0]
+    assert succeeded == 300 and failed > 20
+    assert sum(len(c.splitlines()) if isinstance(c, bytes) else len(c) for c in files.values()) == succeeded + failed

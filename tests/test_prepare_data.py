@@ -242,3 +242,14 @@ def test_small_images_default_size_trains_as_well_as_the_right_explicit_size(tmp
                        check=True, capture_output=True)
         accuracy[name] = evaluate_saved_model(str(tmp_path / f"{name}-job" / "model"), str(tmp_path / name))["accuracy"]
     assert accuracy["default"] >= accuracy["explicit"] - 0.02 and accuracy["default"] >= 0.9, accuracy
+
+
+def test_a_decoding_process_that_dies_fails_the_step_instead_of_hanging():
+    """A pool process killed mid-way (for memory, say) raises BrokenProcessPool; results keep their order."""
+    import os
+    from concurrent.futures.process import BrokenProcessPool
+
+    with prepare_data._Pool(2) as pool:
+        assert list(pool.map(abs, range(-100, 100))) == [abs(i) for i in range(-100, 100)]
+    with pytest.raises(BrokenProcessPool), prepare_data._Pool(2) as pool:
+        list(pool.map(os._exit, [3] * 100))
