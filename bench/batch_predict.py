@@ -56,7 +56,7 @@ def class_ids(output_directory: str) -> np.ndarray:
 
 def batch_predict_in_a_process(**kwargs) -> dict:
     """`batch_predict(**kwargs)` in a fresh interpreter (its pool forks before TensorFlow runs, as in the step)."""
-    code = ("import json, sys; from components.batch_predict import batch_predict; "
+    code = ("import json, sys; from components.run_batch_prediction import batch_predict; "
             "print(json.dumps(batch_predict(**json.loads(sys.argv[1]))))")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], check=True, capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent)

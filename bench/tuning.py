@@ -31,8 +31,8 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
 
     from components.prepare_data import prepare
-    from components.run_study import run_study
-    from components.study_spec import DEFAULT_STUDY
+    from components.tune_hyperparameters import run_study
+    from components.lib.study_spec import DEFAULT_STUDY
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:

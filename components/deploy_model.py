@@ -1,10 +1,10 @@
 """Self-hosted endpoint deploy: serve the published repository version and prove it answers.
 
-Local target: starts `python -m pipelines serve` on the repository when no server is running for it (fully
+Local target: starts `python -m serving` on the repository when no server is running for it (fully
 detached, so it outlives the step and the run), waits until the new version is AVAILABLE, sends a smoke
 prediction and compares it with the SavedModel's own answer; on any failure the new version is removed (rollback)
 and the server falls back to the previous one. With `serving_url` (kubeflow: a TF Serving deployment on the same
-repository) the server is only checked, not started.
+repository; the `deploy_model_at_url` step) the server is only checked, not started.
 """
 import hashlib
 import json
@@ -68,7 +68,7 @@ def launch_server(base: str, model_name: str, rest_port: int, grpc_port: int) ->
     ready = state_file(base, model_name)
     if os.path.exists(ready):
         os.remove(ready)
-    command = [sys.executable, "-m", "pipelines", "serve", "--model-base-path", base, "--model-name", model_name,
+    command = [sys.executable, "-m", "serving", "--model-base-path", base, "--model-name", model_name,
                "--rest-port", str(rest_port), "--grpc-port", str(grpc_port), "--ready-file", ready,
                "--enable-batching", "--max-batch-size", "32", "--batch-timeout-ms", "0"]  # bench/serving.py
     with open(_log_path(ready), "ab") as log:
@@ -181,7 +181,7 @@ def smoke_test(rest_url: str, model_name: str, version: int, batch, expected,
 def deploy(version: int, version_path: str, data_dir: str, base: str, model_name: str, serving_url: str = "",
            rest_port: int = 8501, grpc_port: int = 8500, timeout: float = 180) -> dict:
     """Serve `version` (already published) and check it; roll it back and raise DeployError on failure."""
-    from components.model_repository import remove_version
+    from components.lib.model_repository import remove_version
 
     server = None
     try:
@@ -211,7 +211,7 @@ def deploy(version: int, version_path: str, data_dir: str, base: str, model_name
 
 def _restored(server: dict | None, base: str, model_name: str, timeout: float = 60) -> str:
     """After a rollback: wait until the server is back on the previous version; say which one (or why not)."""
-    from components.model_repository import champion
+    from components.lib.model_repository import champion
 
     previous = champion(base, model_name)
     if server is None or previous is None:
@@ -263,31 +263,3 @@ def deploy_model(
           + (f"; stop it with: {info['stop']}" if info["stop"] else ""))
     return namedtuple("Outputs", ["rest_url", "grpc_target", "version"])(info["rest_url"], info["grpc_target"],
                                                                         version)
-
-
-def deploy_model_at_url(
-    published: Input[Model],
-    dataset: Input[Dataset],
-    model_repository: str,
-    model_name: str,
-    serving_url: str,
-    endpoint: Output[Artifact],
-) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
-    """KFP step (kubeflow, serving: url): check the TF Serving at `serving_url`, which watches the model repository:
-    wait for the new version, smoke-test it, roll it back on failure. A pod starts no server of its own (it would
-    die with the pod), so an empty `serving_url` fails at once."""
-    import json
-    from collections import namedtuple
-
-    from components.deploy_model import DeployError, deploy
-
-    if not serving_url:
-        raise DeployError("platform.kubeflow.serving is url but the serving_url parameter is empty: give the URL of "
-                          "a TF Serving watching model_repository, or use serving: kserve or none")
-    version, path = int(published.metadata["version"]), published.metadata["path"]
-    info = deploy(version, path, dataset.path, model_repository, model_name, serving_url)
-    endpoint.metadata.update({k: info[k] for k in ("rest_url", "version")})
-    with open(endpoint.path, "w") as f:
-        json.dump(info, f, indent=2)
-    print(f"serving {model_name} version {version} at {info['rest_url']}")
-    return namedtuple("Outputs", ["rest_url", "grpc_target", "version"])(info["rest_url"], "", version)

@@ -12,7 +12,7 @@ comparing.
 import numpy as np
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
-from components import storage
+from components.lib import storage
 from trainer.schema import LABELS_FILE  # written by the trainer next to the SavedModel
 
 

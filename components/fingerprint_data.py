@@ -16,8 +16,8 @@ import json
 import os
 from importlib import metadata
 
-from components.sources import check_builtin, file_kind, folder_files, source_kind
-from components.storage import gcs_objects, is_gcs
+from components.lib.sources import check_builtin, file_kind, folder_files, source_kind
+from components.lib.storage import gcs_objects, is_gcs
 
 GCS_FIELDS = "items(name,generation,size),nextPageToken"  # a cheap listing; nextPageToken keeps paging on
 

@@ -5,7 +5,7 @@ worker counts. Every split gets at least `num_workers` non-empty shards, as FILE
 
 Images are decoded and resized on every core the step may use (a process pool; `processes`), and the records are
 written by this process in one fixed order, so the output is byte for byte the same as a single-process run's.
-Records are written without TensorFlow (`components.records`): the step does not pay its start-up.
+Records are written without TensorFlow (`components.lib.records`): the step does not pay its start-up.
 """
 import hashlib
 import json
@@ -17,9 +17,9 @@ from concurrent.futures import ProcessPoolExecutor
 
 from kfp.dsl import Artifact, Dataset, Output
 
-from components.records import TFRecordWriter, encode_example
-from components.sources import BadRecord, DataError, open_source
-from components.storage import staged
+from components.lib.records import TFRecordWriter, encode_example
+from components.lib.sources import BadRecord, DataError, open_source
+from components.lib.storage import staged
 from trainer.schema import SPLITS, TABULAR, shard_name
 
 PARALLEL_MIN_RECORDS = 64  # fewer images are decoded in this process (a pool's start-up would cost more)

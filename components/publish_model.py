@@ -37,7 +37,7 @@ def publish_model(
     import json
     from collections import namedtuple
 
-    from components.model_repository import publish
+    from components.lib.model_repository import publish
     from components.publish_model import version_metadata
 
     def load(path):

@@ -3,8 +3,8 @@
 # No ENTRYPOINT: each component's compiled spec brings its own command (`python3 -m kfp.dsl.executor_main`).
 # They are compiled with install_kfp_package=False, so nothing is pip-installed at run time (the user is not
 # root): the kfp installed here comes from the same requirements.lock as the compiler's, hence the same version.
-# The build stage is identical to trainer.Dockerfile's and serving.Dockerfile's: concurrent or later builds share
-# its layers.
+# The build stage is the same as trainer.Dockerfile's and serving.Dockerfile's up to the lock's install:
+# concurrent or later builds share those (large) layers; each image then installs only the packages it needs.
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
@@ -23,9 +23,10 @@ COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
+# The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
 COPY trainer/ trainer/
+COPY serving/ serving/
 COPY components/ components/
-COPY pipelines/ pipelines/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
 
 # ---- runtime: the environment only, no build tools, non-root ----

@@ -1,10 +1,10 @@
 # Serving image: the project's TF-Serving-compatible server under Vertex AI's custom-container contract, for the
 # Model Registry's containerSpec (imageUri = this image, ports [8080]; Vertex sets AIP_STORAGE_URI to the model's
-# artifact directory and AIP_HTTP_PORT/AIP_HEALTH_ROUTE/AIP_PREDICT_ROUTE). See pipelines/serving/vertex_container.py.
+# artifact directory and AIP_HTTP_PORT/AIP_HEALTH_ROUTE/AIP_PREDICT_ROUTE). See serving/vertex_container.py.
 # Build from the repository root:  docker build -f containers/serving.Dockerfile -t IMAGE .
 # Same requirements.lock as the trainer image, hence the same TensorFlow that trained and exported the model.
-# The build stage is identical to trainer.Dockerfile's and components.Dockerfile's: concurrent or later builds share
-# its layers.
+# The build stage is the same as trainer.Dockerfile's and components.Dockerfile's up to the lock's install:
+# concurrent or later builds share those (large) layers; each image then installs only the packages it needs.
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
@@ -23,9 +23,11 @@ COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
+# The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
 COPY trainer/ trainer/
-COPY components/ components/
-COPY pipelines/ pipelines/
+COPY serving/ serving/
+COPY components/__init__.py components/
+COPY components/lib/ components/lib/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
 
 # ---- runtime: the environment only, no build tools, non-root ----
@@ -41,4 +43,4 @@ USER 1000:1000
 WORKDIR /home/serving
 # Vertex's default AIP_HTTP_PORT, and the entry point's when it is unset.
 EXPOSE 8080
-ENTRYPOINT ["python", "-m", "pipelines.serving.vertex_container"]
+ENTRYPOINT ["python", "-m", "serving.vertex_container"]

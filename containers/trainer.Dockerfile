@@ -3,8 +3,8 @@
 # TensorFlow and tf-keras come from requirements.lock, the versions the tests ran with. That image is CPU only.
 # GPU trainer image (worker pools with platform.accelerator_type), the same versions plus TensorFlow's CUDA libraries:
 #   docker build -f containers/trainer.Dockerfile --build-arg LOCK=requirements-gpu.lock -t IMAGE .
-# The build stage is identical to components.Dockerfile's and serving.Dockerfile's: concurrent or later builds share
-# its layers.
+# The build stage is the same as components.Dockerfile's and serving.Dockerfile's up to the lock's install:
+# concurrent or later builds share those (large) layers; each image then installs only the packages it needs.
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
@@ -23,9 +23,8 @@ COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
+# The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
 COPY trainer/ trainer/
-COPY components/ components/
-COPY pipelines/ pipelines/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
 
 # ---- runtime: the environment only, no build tools, non-root ----

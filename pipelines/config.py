@@ -19,7 +19,7 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from components.study_spec import DEFAULT_STUDY, StudySpec
+from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines.cron import parse_cron
 
 TARGETS = ("vertex", "kubeflow", "local")

@@ -28,9 +28,13 @@ from typing import Any
 
 from kfp import dsl
 
-from components import (batch_predict, best_trial, deploy_model, evaluate_model, find_champion, fingerprint_data,
-                        katib_study, kserve_deploy, kubeflow_training, prepare_data, publish_model, quantize_model,
-                        run_study, train_model, vertex_registry, vertex_rollout, vertex_training)
+from components import (check_batch_prediction_job, crown_vertex_model, default_hyperparameters, deploy_model,
+                        deploy_model_at_url, deploy_model_on_kserve, evaluate_model, find_endpoint, find_model,
+                        find_registry_champion, find_repository_champion, fingerprint_data, finish_vertex_rollout,
+                        import_trained_model, merge_hyperparameters, plan_batch_prediction, plan_traffic_split,
+                        plan_vertex_training, prepare_data, publish_model, quantize_model, read_best_trial,
+                        run_batch_prediction, train_model, train_model_on_operator, tune_hyperparameters,
+                        tune_on_katib)
 from pipelines.config import Platform
 
 # the project of the running Vertex pipeline (what GCPC ops default `project` to)
@@ -63,10 +67,10 @@ class SelfHostedOps:
         self._fingerprint = _component(fingerprint_data.fingerprint_data, image)
         self._prepare = _component(prepare_data.prepare_data, image)
         self._evaluate = _component(evaluate_model.evaluate_model, image)
-        self._champion = _component(find_champion.find_repository_champion, image)
+        self._champion = _component(find_repository_champion.find_repository_champion, image)
         self._quantize = _component(quantize_model.quantize_model, image)
         self._train = _component(train_model.train_model, image)
-        self._tune = _component(run_study.tune_hyperparameters, image)
+        self._tune = _component(tune_hyperparameters.tune_hyperparameters, image)
         self._publish = _component(publish_model.publish_model, image)
         self._deploy = _component(deploy_model.deploy_model, image)
 
@@ -136,7 +140,7 @@ class SelfHostedOps:
                       output_prefix):
         """The local batch predictor on a repository version (predictions in its `predictions` artifact, so
         `output_prefix` does not apply); it fails when more than `max_error_fraction` of the instances failed."""
-        return _component(batch_predict.run_batch_prediction, self.image)(
+        return _component(run_batch_prediction.run_batch_prediction, self.image)(
             model_repository=model_repository, model_name=model_name, model=model, instances=instances,
             instances_format=instances_format, batch_size=batch_size, key_field=key_field,
             included_fields=included_fields, excluded_fields=excluded_fields, instance_type=instance_type,
@@ -151,18 +155,18 @@ class VertexOps(SelfHostedOps):
         # labels of every Vertex resource and job: the runs' labels, the model labels, the pipeline's name
         self.labels = {**platform.labels, **platform.model_labels, "pipeline": pipeline_name}
         image = platform.components_image
-        self._plan = _component(vertex_training.plan_vertex_training, image)
-        self._import = _component(vertex_training.import_trained_model, image)
-        self._defaults = _component(vertex_training.default_hyperparameters, image)
-        self._merge = _component(vertex_training.merge_hyperparameters, image)
-        self._best = _component(best_trial.read_best_trial, image)
-        self._champion = _component(find_champion.find_registry_champion, image)
-        self._find_model = _component(vertex_registry.find_model, image)
-        self._find_endpoint = _component(vertex_registry.find_endpoint, image)
-        self._split = _component(vertex_registry.plan_traffic_split, image)
-        self._plan_batch = _component(vertex_registry.plan_batch_prediction, image)
-        self._finish = _component(vertex_rollout.finish_vertex_rollout, image)
-        self._crown = _component(vertex_rollout.crown_vertex_model, image)
+        self._plan = _component(plan_vertex_training.plan_vertex_training, image)
+        self._import = _component(import_trained_model.import_trained_model, image)
+        self._defaults = _component(default_hyperparameters.default_hyperparameters, image)
+        self._merge = _component(merge_hyperparameters.merge_hyperparameters, image)
+        self._best = _component(read_best_trial.read_best_trial, image)
+        self._champion = _component(find_registry_champion.find_registry_champion, image)
+        self._find_model = _component(find_model.find_model, image)
+        self._find_endpoint = _component(find_endpoint.find_endpoint, image)
+        self._split = _component(plan_traffic_split.plan_traffic_split, image)
+        self._plan_batch = _component(plan_batch_prediction.plan_batch_prediction, image)
+        self._finish = _component(finish_vertex_rollout.finish_vertex_rollout, image)
+        self._crown = _component(crown_vertex_model.crown_vertex_model, image)
 
     def _place(self, task):
         """A lightweight step's CPU and memory limits from `platform.step_limits` (Vertex picks the machine)."""
@@ -372,7 +376,7 @@ class VertexOps(SelfHostedOps):
             encryption_spec_key_name=p.encryption_spec_key_name,
             labels=self.labels,
         )).set_display_name("Vertex batch prediction job")
-        check = _component(vertex_registry.check_batch_prediction_job, self.image)(
+        check = _component(check_batch_prediction_job.check_batch_prediction_job, self.image)(
             gcp_resources=job.outputs["gcp_resources"], max_error_fraction=max_error_fraction)
         _uncached(check).set_display_name("Check the job's error budget")
         return job
@@ -386,10 +390,10 @@ class KubeflowOps(SelfHostedOps):
         self.platform = platform
         self.kubeflow = platform.kubeflow
         image = platform.components_image
-        self._train_operator = _component(kubeflow_training.train_model_on_operator, image)
-        self._tune_katib = _component(katib_study.tune_on_katib, image)
-        self._deploy_kserve = _component(kserve_deploy.deploy_model_on_kserve, image)
-        self._deploy_url = _component(deploy_model.deploy_model_at_url, image)
+        self._train_operator = _component(train_model_on_operator.train_model_on_operator, image)
+        self._tune_katib = _component(tune_on_katib.tune_on_katib, image)
+        self._deploy_kserve = _component(deploy_model_on_kserve.deploy_model_on_kserve, image)
+        self._deploy_url = _component(deploy_model_at_url.deploy_model_at_url, image)
 
     def _place(self, task):
         """The step's pod: its requests and limits from `platform.kubeflow.step_resources`, the shared volume."""
@@ -416,7 +420,7 @@ class KubeflowOps(SelfHostedOps):
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         if self.kubeflow.tuning == "pod":
             return super().tune(dataset, study, enabled, trial_epochs, batch_size, learning_rate)
-        katib_study.search_space(study)  # a study Katib cannot express fails at compile time
+        tune_on_katib.search_space(study)  # a study Katib cannot express fails at compile time
         k = self.kubeflow
         task = self._place(self._tune_katib(
             dataset=dataset, study_spec=study.model_dump(), enabled=enabled, trial_epochs=trial_epochs,

@@ -8,7 +8,7 @@ and TFLite quantization. Tuning, training, upload and deploy are platform servic
 from kfp import dsl
 
 from pipelines import targets
-from components.study_spec import DEFAULT_STUDY, StudySpec
+from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines.config import TARGETS, PipelineParameters, Platform
 
 PIPELINE_NAME = "tfpipe-training"

@@ -1,5 +1,5 @@
 """A Kubernetes API server double for the kubeflow engine steps: a local HTTP server that the official `kubernetes`
-client talks to (`components.kube.api_client(host=api.url)`).
+client talks to (`components.lib.kube.api_client(host=api.url)`).
 
 It serves discovery (`GET /apis/GROUP/VERSION`) for the resource kinds it is told are installed, stores custom
 objects (create / get / list / merge-patch / replace / delete, 404 and 409 like the real server), records every

@@ -3,7 +3,7 @@ import threading
 
 import numpy as np
 
-from pipelines.serving.batching import Batcher, BatchingOptions
+from serving.batching import Batcher, BatchingOptions
 
 
 def test_concurrent_requests_are_batched_and_split_back():

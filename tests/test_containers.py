@@ -11,6 +11,8 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.imports import module_name, needed_files
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
 # The values of the build stage's LOCK argument: the default, and the GPU trainer image's (cloudbuild.yaml).
@@ -161,10 +163,36 @@ def test_bytecode_is_compiled_at_install():
     assert len(installs) == 2 and all("--compile-bytecode" in line for line in installs), installs
 
 
-def test_build_stages_are_identical():
-    """Same instructions up to the runtime stage, so the two builds share their (large) layers."""
-    build_stages = {json.dumps([(i["instruction"], i["value"]) for i in stages(parse(p))[0]]) for p in DOCKERFILES}
-    assert len(build_stages) == 1
+def test_build_stages_share_the_lock_install():
+    """Same instructions up to the lock's install, so the three builds share those (large) layers."""
+    def through_the_lock(path):
+        build = [(i["instruction"], i["value"]) for i in stages(parse(path))[0]]
+        end = next(n for n, (instruction, value) in enumerate(build) if "uv pip sync" in value)
+        return json.dumps(build[:end + 1])
+
+    assert len({through_the_lock(p) for p in DOCKERFILES}) == 1
+
+
+# The modules each image runs: the trainer's and the server's entry points, every step of the components image.
+ENTRY_MODULES = {
+    "trainer.Dockerfile": ["trainer.task"],
+    "serving.Dockerfile": ["serving.vertex_container"],
+    "components.Dockerfile": [module_name(p) for p in sorted((ROOT / "components").rglob("*.py"))],
+}
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_each_image_ships_the_packages_it_runs_and_no_other(path):
+    """Every first-party module the image's entry modules reach is copied, and every copied package holds one."""
+    needed = {str(f.relative_to(ROOT)) for f in needed_files(ENTRY_MODULES[path.name])}
+    packages = [source.rstrip("/") for source in copy_sources(parse(path))
+                if source.split("/")[0] in ("components", "pipelines", "serving", "trainer")]
+    assert sorted(f for f in needed if not any(within(f, p) for p in packages)) == []
+    assert [p for p in packages if not any(within(f, p) for f in needed)] == []
+
+
+def within(file: str, source: str) -> bool:
+    return file == source or file.startswith(source + "/")
 
 
 def test_trainer_entrypoint_and_legacy_keras():
@@ -185,17 +213,16 @@ def test_components_image_has_the_compilers_kfp():
 
 def test_serving_entrypoint_port_and_lock():
     """The Vertex prediction container: its entry point module, Vertex's default port, the trainer's TensorFlow."""
-    from pipelines.serving import vertex_container
+    from serving import vertex_container
 
     parser = parse(ROOT / "containers" / "serving.Dockerfile")
     runtime = stages(parser)[-1]
     entrypoint = json.loads([i["value"] for i in runtime if i["instruction"] == "ENTRYPOINT"][-1])
-    assert entrypoint == ["python", "-m", "pipelines.serving.vertex_container"]
+    assert entrypoint == ["python", "-m", "serving.vertex_container"]
     assert importlib.util.find_spec(entrypoint[2]) is not None
     assert [i["value"] for i in runtime if i["instruction"] == "EXPOSE"] == [str(vertex_container.DEFAULT_PORT)]
     assert vertex_container.DEFAULT_PORT == 8080
     assert parser.envs["TF_USE_LEGACY_KERAS"] == "1" and parser.envs["PYTHONDONTWRITEBYTECODE"] == "1"
-    assert copy_sources(parser) == copy_sources(parse(ROOT / "containers" / "trainer.Dockerfile"))
 
 
 def test_gpu_lock_is_requirements_lock_plus_tensorflows_cuda_libraries():
@@ -242,7 +269,7 @@ def test_copy_sources_exist_and_reach_the_context(path, lock):
                                   "tests/test_cli.py", "bench/results/tflite.json", ".pytest_cache/v/cache",
                                   ".ruff_cache/x", "tfpipe.egg-info/PKG-INFO", "components/x.pyc",
                                   "trainer/__pycache__/task.cpython-311.pyc",
-                                  "pipelines/serving/__pycache__/rest.cpython-311.pyc",
+                                  "serving/__pycache__/rest.cpython-311.pyc", "pipelines/cli/local.py",
                                   "cloudbuild.yaml", "containers/trainer.Dockerfile",
                                   "containers/serving.Dockerfile", "Makefile", ".env"])
 def test_dockerignore_leaves_out(path):

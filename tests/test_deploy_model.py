@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from components import deploy_model
-from components.model_repository import publish, versions
+from components.lib.model_repository import publish, versions
 from tests.serving_models import toy_model
 
 
@@ -58,8 +58,8 @@ def test_server_that_cannot_start_is_reported_with_its_log(trained_model, digits
 def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
     import numpy as np
 
-    from pipelines.serving.models import ModelManager
-    from pipelines.serving.server import ModelServer, ServerOptions
+    from serving.models import ModelManager
+    from serving.server import ModelServer, ServerOptions
 
     toy_model(str(tmp_path / "toy" / "1"), k=1)
     server = ModelServer(ModelManager(str(tmp_path), "toy", poll_seconds=0.1),

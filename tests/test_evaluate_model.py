@@ -1,5 +1,5 @@
 """The evaluation gate (components/evaluate_model.py) and the champion look-ups it compares with
-(components/find_champion.py): model repository locally, Model Registry alias on Vertex AI (GAPIC stubs, champion
+(components/find_repository_champion.py): model repository locally, Model Registry alias on Vertex AI (GAPIC stubs, champion
 SavedModel on the GCS emulator)."""
 import json
 import shutil
@@ -12,9 +12,10 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
 from google.cloud.aiplatform_v1.types import model as model_pb, model_service
 
-from components import model_repository
 from components.evaluate_model import ModelError, decide, evaluate, evaluate_saved_model, same_artifacts
-from components.find_champion import find_registry_champion, find_repository_champion
+from components.find_registry_champion import find_registry_champion
+from components.find_repository_champion import find_repository_champion
+from components.lib import model_repository
 from tests.gapic import FakeStub
 
 PARENT = "projects/my-project/locations/europe-west4"

@@ -139,7 +139,7 @@ def test_compiled_kubeflow_template_defaults_the_model_repository_to_the_volume(
 
 
 def test_a_study_katib_cannot_express_fails_at_compile_time():
-    from components.study_spec import StudySpec
+    from components.lib.study_spec import StudySpec
 
     study = StudySpec(parameters=[{"type": "double", "parameter_id": "momentum", "min": 0.5, "max": 0.99,
                                    "scale": "reverse_log"}])

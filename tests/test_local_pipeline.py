@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipelines.serving.client import PredictionError, ServingClient
+from serving.client import PredictionError, ServingClient
 from tests.conftest import write_images
 
 pytestmark = pytest.mark.e2e
@@ -137,7 +137,7 @@ def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same
 def test_batch_prediction_on_a_users_csv_and_an_all_failing_run(tmp_path, iris_model):
     """`run --pipeline batch_prediction` on a CSV shaped like the training CSV (label column, another column order)
     predicts every row; a run whose instances all fail fails, with the counts."""
-    from tests.test_batch_predict import IRIS_FEATURES, iris_csv
+    from tests.test_run_batch_prediction import IRIS_FEATURES, iris_csv
 
     path, _ = iris_csv(tmp_path / "iris.csv", ["label", *reversed(IRIS_FEATURES)])
     ok = run_cli("run", "--pipeline", "batch_prediction", "--instances", path, "--instances-format", "csv",

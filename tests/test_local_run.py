@@ -10,7 +10,7 @@ def test_step_log_times_steps_splits_logs_and_keeps_the_error(tmp_path):
     console = io.StringIO()
     log = StepLog(tmp_path, console)
     log.write("11:00:00.000 - INFO - Executing task \x1b[96m'prepare-data'\x1b[0m\n    reading...\n")
-    log.write("    components.sources.DataError: need at least two classes, found 1: ['a']\n")
+    log.write("    components.lib.sources.DataError: need at least two classes, found 1: ['a']\n")
     log.write("11:00:01.000 - INFO - Task \x1b[96m'prepare-data'\x1b[0m finished with status \x1b[91mFAILURE\x1b[0m\n")
     step = log.steps["prepare-data"]
     assert step.status == "FAILED" and step.error == "need at least two classes, found 1: ['a']"

@@ -3,8 +3,8 @@ from http import HTTPStatus
 
 import pytest
 
-from components import model_repository
-from components.model_repository import champion, publish, read_version, remove_version, versions
+from components.lib import model_repository
+from components.lib.model_repository import champion, publish, read_version, remove_version, versions
 
 
 @pytest.fixture(scope="session")

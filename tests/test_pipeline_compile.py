@@ -2,8 +2,8 @@ import yaml
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from components.vertex_training import worker_pool_specs
-from components.study_spec import DEFAULT_STUDY
+from components.plan_vertex_training import worker_pool_specs
+from components.lib.study_spec import DEFAULT_STUDY
 from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import ConfigError, Platform, load_config
 from pipelines.training import build_pipeline

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.records import TFRecordWriter, encode_example
+from components.lib.records import TFRecordWriter, encode_example
 from trainer.data import serialize_example
 
 

@@ -13,10 +13,10 @@ import tensorflow as tf
 from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
 
-from pipelines.serving.batching import BatchingOptions
-from pipelines.serving.client import PredictionError, ServingClient
-from pipelines.serving.models import ModelManager, Policy
-from pipelines.serving.server import ModelServer, ServerOptions
+from serving.batching import BatchingOptions
+from serving.client import PredictionError, ServingClient
+from serving.models import ModelManager, Policy
+from serving.server import ModelServer, ServerOptions
 from tests.serving_models import publish, remove, toy_model
 
 
@@ -337,7 +337,7 @@ def test_an_image_model_answers_encoded_images_on_rest_grpc_and_the_vertex_route
     import base64
     import shutil
 
-    from tests.test_batch_predict import prepared_class_ids
+    from tests.test_run_batch_prediction import prepared_class_ids
 
     folder, data_dir, job = image_folder_model
     shutil.copytree(job / "model", tmp_path / "models" / "pets" / "1")
@@ -384,13 +384,13 @@ def test_event_loop_is_uvloop_and_tensorflow_threads_are_settable():
     import subprocess
     import sys
 
-    from pipelines.serving.server import run
+    from serving.server import run
 
     async def loop_module():
         return type(asyncio.get_running_loop()).__module__
 
     assert run(loop_module()).startswith("uvloop")
-    code = ("from pipelines.serving.server import set_tensorflow_threads; set_tensorflow_threads(1, 2); "
+    code = ("from serving.server import set_tensorflow_threads; set_tensorflow_threads(1, 2); "
             "import tensorflow as tf; print(tf.config.threading.get_intra_op_parallelism_threads(), "
             "tf.config.threading.get_inter_op_parallelism_threads())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -399,7 +399,7 @@ def test_event_loop_is_uvloop_and_tensorflow_threads_are_settable():
 
 def test_flat_call_answers_what_the_structured_call_answers(tmp_path):
     """One-input signatures are called through their flat function; the outputs are the structured call's."""
-    from pipelines.serving.models import flat_call
+    from serving.models import flat_call
 
     toy_model(str(tmp_path / "m"), k=3)
     fn = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]

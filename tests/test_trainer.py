@@ -24,7 +24,7 @@ def test_exported_model_serves_raw_pixels_of_any_size(trained_model):
 def test_exported_model_carries_tf_serving_warmup_requests(trained_model):
     from tensorflow_serving.apis import prediction_log_pb2
 
-    from pipelines.serving.models import Servable, warmup
+    from serving.models import Servable, warmup
 
     path = trained_model / "model" / "assets.extra" / "tf_serving_warmup_requests"
     logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]

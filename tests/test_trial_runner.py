@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from components.run_study import RunnerPool, TrialRunner
+from components.tune_hyperparameters import RunnerPool, TrialRunner
 
 TRIAL = '''
 import os, sys
@@ -60,7 +60,7 @@ def test_a_raising_or_dying_trial_is_a_failure_and_its_runner_is_replaced(tmp_pa
 
 def test_runner_protocol_from_the_command_line(tmp_path, module):
     job = json.dumps({"argv": ["ok"], "env": {"CLOUD_ML_TRIAL_ID": "7"}, "log": str(tmp_path / "t.log")})
-    done = subprocess.run([sys.executable, "-m", "components.trial_runner", "--preload", "json", "fake_trial"],
+    done = subprocess.run([sys.executable, "-m", "components.lib.trial_runner", "--preload", "json", "fake_trial"],
                           input=job + "\n", capture_output=True, text=True, env={**module}, timeout=60)
     assert done.returncode == 0 and done.stdout == '{"exit": 0}\n'
     assert "trial 7" in (tmp_path / "t.log").read_text()

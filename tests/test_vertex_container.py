@@ -1,4 +1,4 @@
-"""The serving image's entry point (pipelines/serving/vertex_container.py) under Vertex AI's custom-container
+"""The serving image's entry point (serving/vertex_container.py) under Vertex AI's custom-container
 contract: started as the image starts it, with AIP_* variables and AIP_STORAGE_URI on the GCS emulator."""
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import requests
 
-from pipelines.serving.vertex_container import Settings, place_model
+from serving.vertex_container import Settings, place_model
 from tests.serving_models import toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
-ENTRYPOINT = [sys.executable, "-m", "pipelines.serving.vertex_container"]
+ENTRYPOINT = [sys.executable, "-m", "serving.vertex_container"]
 ROUTE = "/v1/endpoints/1234/deployedModels/5678"
 
 

@@ -12,7 +12,7 @@ from google.cloud.aiplatform_v1.types import (batch_prediction_job, completion_s
                                               hyperparameter_tuning_job, job_state)
 from google.oauth2.credentials import Credentials
 
-from components.study_spec import DEFAULT_STUDY
+from components.lib.study_spec import DEFAULT_STUDY
 from pipelines.rehearsal.api import _dict
 from tests import vertex_expectations as expect
 from tests.gapic import FakeStub
@@ -157,7 +157,7 @@ def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format,
     request's job and the launch (its `gcp_resources` output). `stats`: the finished job's completion stats."""
     from kfp import dsl
 
-    from components.vertex_registry import plan_batch_prediction
+    from components.plan_batch_prediction import plan_batch_prediction
 
     destination = dsl.Artifact(name="destination", uri="gs://b/root/run-7/plan-batch-prediction/destination")
     plan = plan_batch_prediction("", "digits", "champion", instances, "", "my-project", LOCATION,
@@ -227,8 +227,8 @@ def test_a_file_list_batch_job_of_an_image_model_names_its_encoded_image_signatu
 def test_a_batch_job_whose_instances_all_failed_fails_the_check_step(specs, monkeypatch, tmp_path, gcs_emulator):
     """Vertex's job SUCCEEDS whatever its instances do: the next step reads the job (named in the launcher's
     `gcp_resources`) and fails with its counts when the error budget is exceeded."""
-    from components.batch_predict import BatchPredictionError
-    from components.vertex_registry import check_batch_prediction_job
+    from components.check_batch_prediction_job import check_batch_prediction_job
+    from components.run_batch_prediction import BatchPredictionError
 
     model_dir = tmp_path / "plain"
     model_dir.mkdir()
@@ -244,7 +244,7 @@ def test_a_batch_job_whose_instances_all_failed_fails_the_check_step(specs, monk
 
 
 def test_the_check_step_reads_the_jobs_completion_stats(monkeypatch):
-    from components.vertex_registry import check_batch_prediction_job
+    from components.check_batch_prediction_job import check_batch_prediction_job
 
     name = f"{PARENT}/batchPredictionJobs/42"
     def get(request):

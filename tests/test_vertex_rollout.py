@@ -1,4 +1,4 @@
-"""One clean Vertex AI endpoint (components/vertex_rollout.py): what a full rollout, a canary, `promote` and
+"""One clean Vertex AI endpoint (components/lib/vertex_rollout.py): what a full rollout, a canary, `promote` and
 `rollback` ask of Vertex AI, asserted request by request at the GAPIC boundary (tests/gapic.py's RegistryDouble)."""
 import pytest
 from google.auth.credentials import AnonymousCredentials
@@ -6,8 +6,9 @@ from google.cloud.aiplatform_v1.types import Endpoint, endpoint_service, model_s
 from google.protobuf import field_mask_pb2
 from kfp import dsl
 
-from components.vertex_rollout import (RolloutError, crown_vertex_model, finish_rollout, finish_vertex_rollout,
-                                       promote, rollback)
+from components.crown_vertex_model import crown_vertex_model
+from components.finish_vertex_rollout import finish_vertex_rollout
+from components.lib.vertex_rollout import RolloutError, finish_rollout, promote, rollback
 from tests.gapic import RegistryDouble
 
 ENDPOINT = "projects/my-project/locations/europe-west4/endpoints/777"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import click
 
@@ -41,13 +40,6 @@ def _source_commit() -> str:
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""
-
-
-def _local_path(value: str) -> str:
-    """Absolute path for local sources and repositories (steps run as subprocesses); URIs pass unchanged."""
-    if not value or value.startswith(("gs://", "builtin:")):
-        return value
-    return str(Path(value.removeprefix("file://")).expanduser().resolve())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from pipelines.cli import (_INSTANCES_FORMATS, _PIPELINES, _fail, _load, _local_path, _source_commit, cli,
-                           config_options)
+from components.lib.storage import local_path
+from pipelines.cli import _INSTANCES_FORMATS, _PIPELINES, _fail, _load, _source_commit, cli, config_options
 
 
 @cli.command()
@@ -62,10 +62,10 @@ def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, insta
         _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
     config = _load(config_file, profile, sets, options)
     params = config.parameters.model_dump()
-    params["data_source"] = _local_path(params["data_source"])
+    params["data_source"] = local_path(params["data_source"])
     if not params["data_source"].startswith(("gs://", "builtin:")) and not os.path.exists(params["data_source"]):
         _fail(f"data source not found: {params['data_source']}")
-    params["model_repository"] = _local_path(params["model_repository"] or "runs/model_repository")
+    params["model_repository"] = local_path(params["model_repository"] or "runs/model_repository")
     params["source_commit"] = params["source_commit"] or _source_commit()
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -95,9 +95,9 @@ def _finish(summary: dict, out: Path) -> None:
 def _local_instances(instances: str) -> str:
     """Comma-separated instances with local paths made absolute; each local one must exist or match something
     (the batch predictor's own expansion; gs:// ones are checked by the step)."""
-    from components.batch_predict import expand_inputs
+    from components.run_batch_prediction import expand_inputs
 
-    items = [i if i.startswith("gs://") else _local_path(i) for i in (i.strip() for i in instances.split(",")) if i]
+    items = [i if i.startswith("gs://") else local_path(i) for i in (i.strip() for i in instances.split(",")) if i]
     if not items:
         _fail("--instances names no files")
     local = [i for i in items if not i.startswith("gs://")]
@@ -127,10 +127,10 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
     config = _load(*config_source, batch_overrides=overrides)
     params = config.batch.pipeline_arguments()
     params["instances"] = _local_instances(params["instances"])
-    params["model_repository"] = _local_path(params["model_repository"] or "runs/model_repository")
+    params["model_repository"] = local_path(params["model_repository"] or "runs/model_repository")
     if params["model"] and not params["model"].isdigit() and not params["model"].startswith("gs://"):
         if os.path.exists(params["model"]) or os.sep in params["model"]:
-            params["model"] = _local_path(params["model"])
+            params["model"] = local_path(params["model"])
             if not os.path.exists(params["model"]):
                 _fail(f"model not found: {params['model']}")
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()

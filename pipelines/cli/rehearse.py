@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from pipelines.cli import _PIPELINES, _fail, _load, _local_path, cli, config_options
+from components.lib.storage import local_path
+from pipelines.cli import _PIPELINES, _fail, _load, cli, config_options
 
 DEFAULT_STATE = "runs/rehearsal-state"
 
@@ -43,11 +44,11 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
     inputs = spec["root"].get("inputDefinitions", {}).get("parameters", {})
     for name in ("data_source", "instances"):  # local paths: absolute, steps run in other folders
         if name in arguments:
-            arguments[name] = ",".join(_local_path(i.strip()) for i in str(arguments[name]).split(","))
+            arguments[name] = ",".join(local_path(i.strip()) for i in str(arguments[name]).split(","))
     if "data_source" in inputs and "data_source" not in arguments:
         default = inputs["data_source"].get("defaultValue", "")
         if default and not default.startswith(("gs://", "builtin:")):
-            arguments["data_source"] = _local_path(default)
+            arguments["data_source"] = local_path(default)
     click.echo(f"Rehearsing {spec['pipelineInfo']['name']} ({template}) against a local Vertex AI; output in {out}")
     summary = run_rehearsal(template, arguments, out, Path(state_dir).resolve(), verbose, click.echo)
     from pipelines import report

@@ -130,7 +130,7 @@ def study_spec(job: dict):
     """This project's StudySpec for a HyperparameterTuningJob request."""
     from pydantic import ValidationError
 
-    from components.study_spec import StudySpec
+    from components.lib.study_spec import StudySpec
 
     study = job.get("study_spec", {})
     metrics = study.get("metrics", [])
@@ -167,7 +167,7 @@ def study_spec(job: dict):
 
 def run_tuning_job(job: dict, sink) -> list[dict]:
     """Run the study; return the job's `trials` (Vertex's Trial fields)."""
-    from components.run_study import StudyFailed, run_study
+    from components.tune_hyperparameters import StudyFailed, run_study
 
     spec = study_spec(job)
     trial = job.get("trial_job_spec", {})
@@ -193,7 +193,7 @@ def run_tuning_job(job: dict, sink) -> list[dict]:
 
 def run_batch_job(job: dict, artifact_uri: str, display_name: str) -> dict:
     """Run the batch predictor; return `output_info` and `completion_stats`."""
-    from components.batch_predict import batch_predict
+    from components.run_batch_prediction import batch_predict
 
     source = job.get("input_config", {})
     uris = source.get("gcs_source", {}).get("uris", [])
@@ -228,7 +228,7 @@ def start_container(artifact_uri: str, endpoint_id: str, deployed_model_id: str,
     env = {**os.environ, "AIP_STORAGE_URI": artifact_uri, "AIP_HTTP_PORT": str(port), "AIP_ENDPOINT_ID": endpoint_id,
            "AIP_DEPLOYED_MODEL_ID": deployed_model_id, "AIP_HEALTH_ROUTE": "/health", "AIP_PREDICT_ROUTE": "/predict"}
     log = open(log_path, "w")
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.serving.vertex_container"], env=env, stdout=log,
+    process = subprocess.Popen([sys.executable, "-m", "serving.vertex_container"], env=env, stdout=log,
                                stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + HEALTH_TIMEOUT

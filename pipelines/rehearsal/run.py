@@ -148,8 +148,8 @@ def gcs_emulator(directory: str):
 
 def stage_instances(instances: str) -> str:
     """Local instance files (comma-separated paths or globs) copied into the emulator's bucket; gs:// URIs kept."""
-    from components import storage
-    from components.batch_predict import expand_inputs
+    from components.lib import storage
+    from components.run_batch_prediction import expand_inputs
 
     uris = []
     bucket = storage.gcs_client().bucket(EMULATOR_BUCKET)

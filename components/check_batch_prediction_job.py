@@ -1,0 +1,16 @@
+"""The error budget of a Vertex AI batch prediction job, read from its counts."""
+from typing import NamedTuple
+
+
+def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) -> NamedTuple(
+        "Outputs", [("succeeded", int), ("failed", int)]):
+    """KFP step (Vertex), after `ModelBatchPredictOp` (a Vertex job succeeds whatever its instances do): read the
+    job's success and error counts and fail when more than `max_error_fraction` of the instances failed."""
+    from collections import namedtuple
+
+    from components.lib.vertex_registry import batch_job_counts
+    from components.run_batch_prediction import check_error_budget
+
+    name, succeeded, failed = batch_job_counts(gcp_resources)
+    print(f"{name}: {check_error_budget(succeeded, failed, max_error_fraction, f' (job {name})')}")
+    return namedtuple("Outputs", ["succeeded", "failed"])(succeeded, failed)

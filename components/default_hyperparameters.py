@@ -1,0 +1,6 @@
+"""The pipeline's own hyperparameters on Vertex AI (the tuning job's fixed part)."""
+
+
+def default_hyperparameters(batch_size: int, learning_rate: float) -> dict:
+    """KFP step (Vertex): the pipeline's own hyperparameters (used as they are when tuning is off)."""
+    return {"batch_size": batch_size, "learning_rate": learning_rate}

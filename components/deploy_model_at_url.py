@@ -1,0 +1,32 @@
+"""Kubeflow deploy with `serving: url`: check the TF Serving at the URL (`components.deploy_model`)."""
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Dataset, Input, Model, Output
+
+
+def deploy_model_at_url(
+    published: Input[Model],
+    dataset: Input[Dataset],
+    model_repository: str,
+    model_name: str,
+    serving_url: str,
+    endpoint: Output[Artifact],
+) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
+    """KFP step (kubeflow, serving: url): check the TF Serving at `serving_url`, which watches the model repository:
+    wait for the new version, smoke-test it, roll it back on failure. A pod starts no server of its own (it would
+    die with the pod), so an empty `serving_url` fails at once."""
+    import json
+    from collections import namedtuple
+
+    from components.deploy_model import DeployError, deploy
+
+    if not serving_url:
+        raise DeployError("platform.kubeflow.serving is url but the serving_url parameter is empty: give the URL of "
+                          "a TF Serving watching model_repository, or use serving: kserve or none")
+    version, path = int(published.metadata["version"]), published.metadata["path"]
+    info = deploy(version, path, dataset.path, model_repository, model_name, serving_url)
+    endpoint.metadata.update({k: info[k] for k in ("rest_url", "version")})
+    with open(endpoint.path, "w") as f:
+        json.dump(info, f, indent=2)
+    print(f"serving {model_name} version {version} at {info['rest_url']}")
+    return namedtuple("Outputs", ["rest_url", "grpc_target", "version"])(info["rest_url"], "", version)

@@ -1,0 +1,13 @@
+"""The Vertex AI endpoint with a display name (the deploy reuses it)."""
+from typing import NamedTuple
+
+
+def find_endpoint(display_name: str, project: str, location: str) -> NamedTuple(
+        "Outputs", [("resource_name", str), ("resource_uri", str)]):
+    """KFP step (Vertex): the endpoint with this display name ("" when there is none)."""
+    from collections import namedtuple
+
+    from components.lib.vertex_registry import find_resource, resource_uri
+
+    name = find_resource("endpoint", display_name, project, location)
+    return namedtuple("Outputs", ["resource_name", "resource_uri"])(name, resource_uri(name))

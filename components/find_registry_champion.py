@@ -1,0 +1,19 @@
+"""The champion the evaluation gate compares with on Vertex AI: the Model Registry version of the model with the
+configured display name that holds the champion alias (`find_repository_champion`'s outputs)."""
+from typing import NamedTuple
+
+
+def find_registry_champion(display_name: str, alias: str, project: str, location: str) -> NamedTuple(
+        "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
+    """KFP step (Vertex): the registry model's version holding `alias`."""
+    from collections import namedtuple
+
+    from components.lib.vertex_registry import champion_version
+
+    name, artifact_uri = champion_version(display_name, alias, project, location)
+    outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
+    if not name:
+        print(f"no champion: no version of {display_name!r} holds the alias {alias!r}")
+        return outputs("", "", "")
+    print(f"champion: {name} ({alias}) at {artifact_uri}")
+    return outputs(artifact_uri, f"champion {name}", artifact_uri)

@@ -1,0 +1,26 @@
+"""The champion the evaluation gate compares with, looked up by a never-cached step (it changes between runs).
+
+- self-hosted (kubeflow, local): the newest version of the model repository (what the deploy step serves);
+- Vertex AI (`find_registry_champion`): the Model Registry version of the model with the configured display name
+  that holds the champion alias.
+Both steps answer the same three outputs: the champion's SavedModel (`path`, "" when there is none), a name for
+messages, and the artifact URI it was trained into (`model_uri`: equal to the candidate's when a cached training
+produced the champion itself).
+"""
+from typing import NamedTuple
+
+
+def find_repository_champion(model_repository: str, model_name: str) -> NamedTuple(
+        "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
+    """KFP step (self-hosted): the model repository's newest version."""
+    from collections import namedtuple
+
+    from components.lib.model_repository import champion
+
+    found = champion(model_repository, model_name)
+    outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
+    if found is None:
+        print(f"no champion: {model_name!r} has no version in {model_repository or '(no repository)'}")
+        return outputs("", "", "")
+    print(f"champion: {model_name} version {found.number} at {found.path}")
+    return outputs(found.path, f"champion v{found.number}", found.metadata.get("source_model_uri", ""))

@@ -1,0 +1,17 @@
+"""The end of a Vertex AI rollout (`components.lib.vertex_rollout`): undeploy the previous models, move the aliases."""
+from kfp.dsl import Artifact, Input
+
+
+def finish_vertex_rollout(
+    endpoint: Input[Artifact],
+    model: Input[Artifact],
+    traffic_percentage: int,
+    keep_previous: int,
+    aliases: list,
+) -> dict:
+    """KFP step (Vertex, after the deploy succeeded): at 100 % undeploy the endpoint's other models (but the
+    `keep_previous` newest) and move the champion aliases to the new version; a canary changes nothing."""
+    from components.lib.vertex_rollout import finish_rollout
+
+    return finish_rollout(endpoint.metadata["resourceName"], model.metadata["resourceName"], traffic_percentage,
+                          keep_previous, list(aliases))

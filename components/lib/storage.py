@@ -1,0 +1,84 @@
+"""Local paths and gs:// URIs (read with google-cloud-storage; honours STORAGE_EMULATOR_HOST)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def is_gcs(uri: str) -> bool:
+    return uri.startswith("gs://")
+
+
+def local_path(value: str) -> str:
+    """Absolute path for local sources and repositories (steps run as subprocesses); URIs pass unchanged."""
+    if not value or value.startswith(("gs://", "builtin:")):
+        return value
+    return str(Path(value.removeprefix("file://")).expanduser().resolve())
+
+
+def split_gcs(uri: str) -> tuple[str, str]:
+    bucket, _, prefix = uri[len("gs://"):].partition("/")
+    if not bucket:
+        raise ValueError(f"bad GCS URI {uri!r}: expected gs://BUCKET/PATH")
+    return bucket, prefix
+
+
+def gcs_client():
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local"), credentials=AnonymousCredentials())
+    return storage.Client()
+
+
+def gcs_objects(uri: str, fields: str | None = None) -> tuple[str | None, list]:
+    """What `staged` fetches for `uri`: `(None, [blob])` for the object `uri`, else `(folder, blobs)`, every object
+    under the folder `uri` (names start with `folder`; folder placeholders skipped). `fields` trims the listing
+    (keep `nextPageToken` in it: the listing follows pages). FileNotFoundError when there is nothing."""
+    client = gcs_client()
+    bucket_name, prefix = split_gcs(uri)
+    single = client.bucket(bucket_name).get_blob(prefix) if prefix and not prefix.endswith("/") else None
+    if single is not None:
+        return None, [single]
+    folder = prefix.rstrip("/") + "/" if prefix else ""
+    blobs = [b for b in client.list_blobs(bucket_name, prefix=folder, fields=fields) if not b.name.endswith("/")]
+    if not blobs:
+        raise FileNotFoundError(f"nothing found at {uri}")
+    return folder, blobs
+
+
+def _download(uri: str, dest: str, threads: int = 16) -> str:
+    """Download the object `uri`, or every object under the folder `uri`, into `dest`; return the local path."""
+    folder, blobs = gcs_objects(uri)
+    if folder is None:
+        target = os.path.join(dest, os.path.basename(blobs[0].name))
+        blobs[0].download_to_filename(target)
+        return target
+
+    def fetch(blob):
+        target = os.path.join(dest, blob.name[len(folder):])
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        blob.download_to_filename(target)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fetch, blobs))
+    return dest
+
+
+@contextlib.contextmanager
+def staged(uri: str):
+    """Yield a local path holding `uri`: the path itself, or a temporary copy of a gs:// file or folder."""
+    if not is_gcs(uri):
+        yield uri
+        return
+    tmp = tempfile.mkdtemp(prefix="tfpipe-stage-")
+    try:
+        yield _download(uri, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,145 @@
+"""Vertex AI Model Registry and endpoint look-ups for the upload, deploy and batch prediction steps.
+
+- `find_resource`: the registry model / endpoint with a display name (upload a new version of it, reuse it);
+- `traffic_split`: a canary split that keeps the endpoint's current models serving the rest of the traffic;
+- `champion_version`: the registry model's version holding the champion alias (the evaluation gate's champion);
+- `resolve_model_version`: the exact model version a batch prediction job should use (the champion alias by
+  default).
+Each is a plain function calling the Vertex AI API through the GAPIC clients of `google-cloud-aiplatform`. The
+steps that call them (`find_model`, `find_endpoint`, `plan_traffic_split`, `plan_batch_prediction`,
+`check_batch_prediction_job`, `find_registry_champion`) take the project explicitly (the pipeline's project
+placeholder): inside a Vertex pipeline step `google.auth.default()` may name another project than the pipeline's.
+"""
+KINDS = ("model", "endpoint")
+
+
+def api_endpoint(location: str) -> str:
+    return f"{location}-aiplatform.googleapis.com"
+
+
+def resource_uri(resource_name: str) -> str:
+    """The `https://<location>-aiplatform.googleapis.com/v1/<name>` URI GCPC gives Vertex resource artifacts."""
+    if not resource_name:
+        return ""
+    location = resource_name.split("/")[3]
+    return f"https://{api_endpoint(location)}/v1/{resource_name}"
+
+
+def display_name_filter(display_name: str) -> str:
+    """The AIP-160 list filter selecting one display name (quotes and backslashes escaped)."""
+    escaped = display_name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'display_name="{escaped}"'
+
+
+def _client(kind: str, location: str):
+    from google.cloud import aiplatform_v1
+
+    options = {"api_endpoint": api_endpoint(location)}
+    if kind == "model":
+        return aiplatform_v1.ModelServiceClient(client_options=options)
+    if kind == "endpoint":
+        return aiplatform_v1.EndpointServiceClient(client_options=options)
+    raise ValueError(f"unknown resource kind {kind!r}; use one of: {', '.join(KINDS)}")
+
+
+def find_resource(kind: str, display_name: str, project: str, location: str) -> str:
+    """Resource name of the registry model (`kind="model"`) or endpoint with `display_name`, or "" when there is
+    none. Several with the same name: the oldest (the one earlier runs found), with a warning."""
+    if not display_name:
+        raise ValueError(f"a {kind} display name is required")
+    client = _client(kind, location)
+    request = {"parent": f"projects/{project}/locations/{location}", "filter": display_name_filter(display_name),
+               "order_by": "create_time"}
+    found = list(client.list_models(request=request) if kind == "model" else client.list_endpoints(request=request))
+    if not found:
+        print(f"no {kind} named {display_name!r} in {request['parent']}")
+        return ""
+    if len(found) > 1:
+        print(f"warning: {len(found)} {kind}s are named {display_name!r}; using the oldest, {found[0].name} "
+              f"(others: {', '.join(r.name for r in found[1:])})")
+    print(f"{kind} {display_name!r}: {found[0].name}")
+    return found[0].name
+
+
+def traffic_split(current: dict, percentage: int) -> dict:
+    """DeployModel's `traffic_split` giving the new deployed model ("0") `percentage` % and the endpoint's current
+    deployed models the rest, in proportion to their current shares (largest remainders; sums to 100). With
+    nothing serving yet the new model gets everything."""
+    if not 1 <= percentage <= 100:
+        raise ValueError(f"traffic_percentage must be in 1..100, got {percentage}")
+    serving = {str(k): int(v) for k, v in current.items() if int(v) > 0}
+    if percentage == 100 or not serving:
+        return {"0": 100}
+    rest, total = 100 - percentage, sum(serving.values())
+    exact = {k: rest * v / total for k, v in serving.items()}
+    split = {k: int(x) for k, x in exact.items()}
+    by_remainder = sorted(exact, key=lambda k: (split[k] - exact[k], k))
+    for k in by_remainder[:rest - sum(split.values())]:
+        split[k] += 1
+    return {"0": percentage, **{k: v for k, v in sorted(split.items()) if v > 0}}
+
+
+def endpoint_traffic(endpoint_name: str) -> dict:
+    """The endpoint's current traffic split ({deployed model id: percent})."""
+    location = endpoint_name.split("/")[3]
+    endpoint = _client("endpoint", location).get_endpoint(name=endpoint_name)
+    return dict(endpoint.traffic_split)
+
+
+def champion_version(display_name: str, alias: str, project: str, location: str) -> tuple[str, str]:
+    """(`projects/.../models/ID@VERSION`, artifact URI) of the version of the registry model named `display_name`
+    that holds `alias`; ("", "") when there is no such model or no version holds the alias."""
+    from google.api_core.exceptions import NotFound
+
+    parent = find_resource("model", display_name, project, location)
+    if not parent or not alias:
+        return "", ""
+    try:
+        found = _client("model", location).get_model(name=f"{parent}@{alias}")
+    except NotFound:
+        return "", ""
+    return f"{found.name}@{found.version_id}", found.artifact_uri
+
+
+def resolve_model_version(model: str, display_name: str, alias: str, project: str, location: str) -> str:
+    """`projects/.../models/ID@VERSION` of the model a batch job should use: `model` as a resource name
+    (`projects/...`, optionally `@version` or `@alias`), as a version id or alias of the registry model named
+    `display_name`, or ("" ) that model's `alias` version (its default version when `alias` is "")."""
+    return find_model_version(model, display_name, alias, project, location)[0]
+
+
+def find_model_version(model: str, display_name: str, alias: str, project: str, location: str) -> tuple[str, str]:
+    """(`projects/.../models/ID@VERSION`, artifact URI) of the version `resolve_model_version` picks."""
+    if model.startswith("projects/"):
+        name = model
+    else:
+        parent = find_resource("model", display_name, project, location)
+        if not parent:
+            raise LookupError(f"no model named {display_name!r} in projects/{project}/locations/{location}; "
+                              "run the training pipeline first or pass a model resource name")
+        version = model or alias
+        name = f"{parent}@{version}" if version else parent
+    found = _client("model", name.split("/")[3]).get_model(name=name)
+    return f"{found.name}@{found.version_id}", found.artifact_uri
+
+
+def batch_job_name(gcp_resources: str) -> str:
+    """`projects/.../locations/.../batchPredictionJobs/ID` from a GCPC `gcp_resources` JSON."""
+    import json
+
+    uri = json.loads(gcp_resources)["resources"][0]["resourceUri"]
+    name = uri.split("/v1/", 1)[-1]
+    if "/batchPredictionJobs/" not in name:
+        raise ValueError(f"not a batch prediction job resource: {uri}")
+    return name
+
+
+def batch_job_counts(gcp_resources: str) -> tuple[str, int, int]:
+    """(job name, succeeded, failed) of a finished batch prediction job, from its `completion_stats` (instances
+    left incomplete count as failed)."""
+    from google.cloud import aiplatform_v1
+
+    name = batch_job_name(gcp_resources)
+    client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": api_endpoint(name.split("/")[3])})
+    stats = client.get_batch_prediction_job(name=name).completion_stats
+    return name, int(stats.successful_count), int(stats.failed_count) + max(0, int(stats.incomplete_count))

@@ -1,0 +1,154 @@
+"""One clean Vertex AI endpoint: what happens to the endpoint's other deployed models and to the champion alias once
+a new model version is deployed, and the `promote` / `rollback` of a canary.
+
+- A full rollout (100 % of the traffic) undeploys the endpoint's other deployed models once the new one serves,
+  except the `keep_previous` most recently deployed of them (left at 0 % for a quick rollback), and moves the
+  champion aliases to the new version.
+- A canary (< 100 %) leaves the other models serving their share and the aliases where they are: `promote` gives the
+  canary all the traffic, undeploys the rest (same `keep_previous` rule) and moves the aliases to its version;
+  `rollback` gives the previous deployed model all the traffic, undeploys the newest and, if the newest held the
+  aliases, moves them back.
+Plain functions over the Vertex AI GAPIC clients; the steps `finish_vertex_rollout` and `crown_vertex_model` call
+them.
+"""
+
+DEFAULT_ALIAS = "default"  # Vertex's reserved alias of the version used when a model is named without a version
+OPERATION_TIMEOUT = 1800  # seconds an undeploy may take
+
+
+class RolloutError(RuntimeError):
+    """The endpoint is not in a state the operation can act on (user-facing message)."""
+
+
+def _location(resource_name: str) -> str:
+    return resource_name.split("/")[3]
+
+
+def _endpoints(location: str):
+    from google.cloud import aiplatform_v1
+
+    from components.lib.vertex_registry import api_endpoint
+
+    return aiplatform_v1.EndpointServiceClient(client_options={"api_endpoint": api_endpoint(location)})
+
+
+def _models(location: str):
+    from google.cloud import aiplatform_v1
+
+    from components.lib.vertex_registry import api_endpoint
+
+    return aiplatform_v1.ModelServiceClient(client_options={"api_endpoint": api_endpoint(location)})
+
+
+def version_name(deployed) -> str:
+    """`projects/.../models/ID@VERSION` of a DeployedModel."""
+    return f"{deployed.model}@{deployed.model_version_id}"
+
+
+def deployed_models(endpoint_name: str) -> tuple[list, dict]:
+    """The endpoint's deployed models, oldest deployment first, and its traffic split."""
+    endpoint = _endpoints(_location(endpoint_name)).get_endpoint(name=endpoint_name)
+    ordered = sorted(endpoint.deployed_models, key=lambda d: (d.create_time.timestamp() if d.create_time else 0, d.id))
+    return ordered, dict(endpoint.traffic_split)
+
+
+def set_traffic(endpoint_name: str, split: dict) -> None:
+    """Replace the endpoint's traffic split (UpdateEndpoint on `traffic_split` only)."""
+    from google.cloud.aiplatform_v1.types import Endpoint
+    from google.protobuf import field_mask_pb2
+
+    _endpoints(_location(endpoint_name)).update_endpoint(
+        endpoint=Endpoint(name=endpoint_name, traffic_split=split),
+        update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]))
+
+
+def undeploy(endpoint_name: str, deployed_model_ids: list[str], echo=print) -> None:
+    """Undeploy deployed models that serve no traffic, one after the other, waiting for each."""
+    client = _endpoints(_location(endpoint_name))
+    for deployed_model_id in deployed_model_ids:
+        client.undeploy_model(endpoint=endpoint_name, deployed_model_id=deployed_model_id).result(
+            timeout=OPERATION_TIMEOUT)
+        echo(f"undeployed {deployed_model_id} from {endpoint_name}")
+
+
+def move_aliases(model_version: str, aliases: list[str], echo=print) -> None:
+    """Give `model_version` (`projects/.../models/ID@VERSION`) the aliases and make it the model's default version
+    (an alias names one version of a model: merging moves it from the version that held it)."""
+    wanted = [*aliases, DEFAULT_ALIAS] if DEFAULT_ALIAS not in aliases else list(aliases)
+    _models(_location(model_version)).merge_version_aliases(name=model_version, version_aliases=wanted)
+    echo(f"aliases {', '.join(wanted)} -> {model_version}")
+
+
+def _retired(others: list, keep_previous: int) -> list:
+    """Of the other deployed models (oldest first), those to undeploy: all but the `keep_previous` newest."""
+    return others[:max(len(others) - keep_previous, 0)]
+
+
+def _find(deployed: list, model_version: str):
+    matches = [d for d in deployed if version_name(d) == model_version]
+    if not matches:
+        raise RolloutError(f"{model_version} is not deployed on the endpoint")
+    return matches[-1]
+
+
+def finish_rollout(endpoint_name: str, model_version: str, traffic_percentage: int, keep_previous: int,
+                   aliases: list[str], echo=print) -> dict:
+    """After `model_version` was deployed with `traffic_percentage` %: at 100 %, undeploy the others (but the
+    `keep_previous` newest) and move the aliases to it; below 100 % (a canary), change nothing."""
+    deployed, split = deployed_models(endpoint_name)
+    new = _find(deployed, model_version)
+    others = [d for d in deployed if d.id != new.id]
+    if traffic_percentage < 100:
+        echo(f"canary: {new.id} ({model_version}) serves {split.get(new.id, 0)} %; the others keep theirs "
+             f"({', '.join(f'{d.id}: {split.get(d.id, 0)} %' for d in others) or 'none'}). Promote it with "
+             "`python -m pipelines promote --target vertex` or roll it back with `... rollback --target vertex`")
+        return {"deployed_model_id": new.id, "canary": True, "undeployed": [], "kept": [d.id for d in others]}
+    retired = _retired(others, keep_previous)
+    undeploy(endpoint_name, [d.id for d in retired], echo)
+    move_aliases(model_version, aliases, echo)
+    return {"deployed_model_id": new.id, "canary": False, "undeployed": [d.id for d in retired],
+            "kept": [d.id for d in others if d not in retired]}
+
+
+def promote(endpoint_name: str, keep_previous: int, aliases: list[str], deployed_model_id: str = "",
+            echo=print) -> dict:
+    """Give the canary (`deployed_model_id`, default the most recently deployed model) all the traffic, undeploy
+    the others but the `keep_previous` newest, move the aliases to its version."""
+    deployed, split = deployed_models(endpoint_name)
+    if not deployed:
+        raise RolloutError(f"nothing is deployed on {endpoint_name}")
+    matches = [d for d in deployed if d.id == deployed_model_id] if deployed_model_id else deployed[-1:]
+    if not matches:
+        raise RolloutError(f"no deployed model {deployed_model_id} on {endpoint_name}; deployed: "
+                           + ", ".join(d.id for d in deployed))
+    canary = matches[0]
+    set_traffic(endpoint_name, {canary.id: 100})
+    echo(f"{canary.id} ({version_name(canary)}) now serves 100 % (was {split.get(canary.id, 0)} %)")
+    others = [d for d in deployed if d.id != canary.id]
+    retired = _retired(others, keep_previous)
+    undeploy(endpoint_name, [d.id for d in retired], echo)
+    move_aliases(version_name(canary), aliases, echo)
+    return {"deployed_model_id": canary.id, "model_version": version_name(canary),
+            "undeployed": [d.id for d in retired]}
+
+
+def rollback(endpoint_name: str, aliases: list[str], echo=print) -> dict:
+    """Give the previous deployed model (the one deployed before the newest) all the traffic and undeploy the
+    newest; if the newest held the champion alias, move the aliases back to the previous model's version."""
+    deployed, split = deployed_models(endpoint_name)
+    if len(deployed) < 2:
+        raise RolloutError(f"nothing to roll back to on {endpoint_name}: {len(deployed)} deployed model(s). A full "
+                           "rollout keeps platform.keep_previous earlier models deployed for this; redeploy a "
+                           "registry version to go back")
+    newest, previous = deployed[-1], deployed[-2]
+    set_traffic(endpoint_name, {previous.id: 100})
+    echo(f"{previous.id} ({version_name(previous)}) now serves 100 %")
+    held_alias = False
+    if aliases:
+        model = _models(_location(endpoint_name)).get_model(name=version_name(newest))
+        held_alias = aliases[0] in model.version_aliases
+    undeploy(endpoint_name, [newest.id], echo)
+    if held_alias:
+        move_aliases(version_name(previous), aliases, echo)
+    return {"deployed_model_id": previous.id, "model_version": version_name(previous), "undeployed": [newest.id],
+            "aliases_moved": held_alias}

@@ -1,0 +1,6 @@
+"""The hyperparameters of the final Vertex training: the pipeline's, overridden by the best trial's."""
+
+
+def merge_hyperparameters(defaults: dict, best: dict) -> dict:
+    """KFP step (Vertex): the pipeline's hyperparameters overridden by the best trial's values."""
+    return {**defaults, **best}

@@ -1,0 +1,67 @@
+"""The model version, instances, output and instance config of a Vertex AI batch prediction job."""
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Output
+
+
+def plan_batch_prediction(
+    model: str,
+    display_name: str,
+    alias: str,
+    instances: str,
+    output_prefix: str,
+    project: str,
+    location: str,
+    run_name: str,
+    destination: Output[Artifact],
+    instances_format: str = "jsonl",
+    key_field: str = "",
+    included_fields: list = [],
+    excluded_fields: list = [],
+    instance_type: str = "",
+    signature_name: str = "",
+) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
+                            ("output_prefix", str), ("job_display_name", str), ("included_fields", list),
+                            ("excluded_fields", list), ("instance_type", str), ("model_parameters", dict)]):
+    """KFP step (Vertex): the model version, the instances as gs:// URIs (comma-separated; `/gcs/` FUSE paths are
+    turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run), the
+    display name (`<run_name>-batch`) of a batch job, and its instance config: the field options checked and
+    completed as on the self-hosted targets (`components.run_batch_prediction.instance_config`: by default CSV columns
+    and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts), and the
+    job's `model_parameters`: `{"signature_name": ...}` when the job must call another signature than
+    `serving_default` (`signature_name`, or `components.run_batch_prediction.choose_signature`'s: a file list of images
+    goes to an image model's `serving_image_bytes`), which this project's serving container honours."""
+    from collections import namedtuple
+
+    from components.lib.vertex_registry import find_model_version, resource_uri
+    from components.plan_vertex_training import job_display_name
+    from components.run_batch_prediction import B64_FORMATS, choose_signature, instance_config, model_feature_names, \
+        model_signatures
+
+    uris = []
+    for item in (i.strip() for i in instances.split(",")):
+        if item.startswith("/gcs/"):
+            item = "gs://" + item[len("/gcs/"):]
+        if item:
+            if not item.startswith("gs://"):
+                raise ValueError(f"Vertex batch prediction reads instances from gs:// URIs, got {item!r}")
+            uris.append(item)
+    if not uris:
+        raise ValueError("no instances given")
+    fields = dict(key_field=key_field, included_fields=included_fields, excluded_fields=excluded_fields,
+                  instance_type=instance_type)
+    instance_config(instances_format, **fields, feature_names=None)  # a mistake fails before any look-up
+    name, artifact_uri = find_model_version(model, display_name, alias, project, location)
+    features = model_feature_names(artifact_uri) if artifact_uri and instances_format in ("csv", "jsonl") else []
+    config = instance_config(instances_format, **fields, feature_names=features)
+    signatures = model_signatures(artifact_uri) if artifact_uri and (
+        signature_name or instances_format in B64_FORMATS) else {}
+    signature = choose_signature(signatures, signature_name, instances_format)
+    parameters = {} if signature == "serving_default" else {"signature_name": signature}
+    prefix = output_prefix or destination.uri
+    print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}; signature {signature}")
+    outputs = ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name", "included_fields",
+               "excluded_fields", "instance_type", "model_parameters"]
+    return namedtuple("Outputs", outputs)(
+        name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"), list(config.included_fields),
+        list(config.excluded_fields), config.instance_type, parameters)

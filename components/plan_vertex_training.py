@@ -1,0 +1,67 @@
+"""The Vertex AI training plan for GCPC's `CustomTrainingJobOp`.
+
+`plan_vertex_training` turns the runtime parameters into worker pool specs (pool 0: 1 chief; pool 1: N−1 workers,
+all running `python -m trainer.task` from the trainer image) and a base output directory; after the job,
+the `import_trained_model` step checks the chief's SavedModel and exposes it as a `Model` artifact.
+"""
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Dataset, Input, Output
+
+from components.train_model import trainer_flags
+
+
+def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str, hyperparameters: dict,
+                      accelerator_type: str = "", accelerator_count: int = 0) -> list[dict]:
+    """CustomJob worker pools for `workers` training processes (chief + workers-1)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    machine_spec = {"machine_type": machine_type}
+    if accelerator_type and accelerator_count:
+        machine_spec.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count)
+    container = {
+        "image_uri": image,
+        "command": ["python", "-m", "trainer.task"],
+        "args": ["--data-dir", data_uri, *trainer_flags(hyperparameters)],
+        "env": [{"name": "TF_USE_LEGACY_KERAS", "value": "1"}],
+    }
+    pool = {"machine_spec": machine_spec, "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
+            "container_spec": container}
+    specs = [{**pool, "replica_count": 1}]
+    if workers > 1:
+        specs.append({**pool, "replica_count": workers - 1})
+    return specs
+
+
+def job_display_name(run_name: str, purpose: str) -> str:
+    """`<run_name>-<purpose>`, the run's name shortened to fit Vertex's 128-character display names."""
+    suffix = f"-{purpose}"
+    return run_name[:128 - len(suffix)] + suffix
+
+
+def plan_vertex_training(
+    dataset: Input[Dataset],
+    trainer_image: str,
+    machine_type: str,
+    accelerator_type: str,
+    accelerator_count: int,
+    workers: int,
+    epochs: int,
+    hyperparameters: dict,
+    tuned_parameters: list,
+    run_name: str,
+    purpose: str,
+    job_dir: Output[Artifact],
+) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
+    """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
+    display name (`<run_name>-<purpose>`). `tuned_parameters` are left out of the flags: a tuning job appends each
+    trial's values itself."""
+    from collections import namedtuple
+
+    from components.plan_vertex_training import job_display_name, worker_pool_specs
+
+    fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
+    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, {**fixed, "epochs": epochs},
+                              accelerator_type, accelerator_count)
+    return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])(
+        specs, job_dir.uri, job_display_name(run_name, purpose))

@@ -1,0 +1,64 @@
+"""The best trial of a finished Vertex AI hyperparameter tuning job (GCPC 2.x no longer ships this helper).
+
+`read_best_trial` takes the `gcp_resources` output of `HyperparameterTuningJobRunOp`, fetches the job with the
+Vertex AI API and picks the best succeeded, feasible trial by the study metric's goal.
+"""
+import json
+from typing import NamedTuple
+
+
+class NoFeasibleTrial(RuntimeError):
+    """No trial succeeded with a value for the metric."""
+
+
+def best_trial(trials, metric_id: str, goal: str) -> dict:
+    """Best of `trials` (aiplatform_v1 `Trial` messages): SUCCEEDED, no infeasible reason, with a final
+    `metric_id` value (Vertex marks failed trials INFEASIBLE)."""
+    from google.cloud.aiplatform_v1.types import study
+
+    if goal not in ("maximize", "minimize"):
+        raise ValueError(f"unknown metric goal {goal!r}; use maximize or minimize")
+    scored = []
+    for trial in trials:
+        if trial.state != study.Trial.State.SUCCEEDED or trial.infeasible_reason:
+            continue
+        values = [m.value for m in trial.final_measurement.metrics if m.metric_id == metric_id]
+        if values:
+            scored.append((values[0], trial))
+    if not scored:
+        raise NoFeasibleTrial(f"no succeeded, feasible trial reported {metric_id!r} (of {len(trials)} trials)")
+    value, trial = (max if goal == "maximize" else min)(scored, key=lambda item: item[0])
+    return {"trial_id": trial.id, "metric": value,
+            "parameters": {p.parameter_id: p.value for p in trial.parameters}}
+
+
+def tuning_job_name(gcp_resources: str) -> str:
+    """`projects/.../locations/.../hyperparameterTuningJobs/ID` from a GCPC `gcp_resources` JSON."""
+    uri = json.loads(gcp_resources)["resources"][0]["resourceUri"]
+    name = uri.split("/v1/", 1)[-1]
+    if "/hyperparameterTuningJobs/" not in name:
+        raise ValueError(f"not a hyperparameter tuning job resource: {uri}")
+    return name
+
+
+def fetch_best_trial(gcp_resources: str, metric_id: str, goal: str) -> dict:
+    from google.cloud import aiplatform_v1
+
+    name = tuning_job_name(gcp_resources)
+    location = name.split("/")[3]
+    client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": f"{location}-aiplatform.googleapis.com"})
+    job = client.get_hyperparameter_tuning_job(name=name)
+    return {**best_trial(job.trials, metric_id, goal), "job": name, "trials": len(job.trials)}
+
+
+def read_best_trial(gcp_resources: str, metric_id: str, goal: str) -> NamedTuple(
+        "Outputs", [("best_parameters", dict), ("best_metric", float), ("best_trial_id", str)]):
+    """KFP step (Vertex): the best trial's parameter values and metric, for the final training step."""
+    from collections import namedtuple
+
+    from components.read_best_trial import fetch_best_trial
+
+    best = fetch_best_trial(gcp_resources, metric_id, goal)
+    print(f"best trial {best['trial_id']} of {best['trials']}: {metric_id}={best['metric']} {best['parameters']}")
+    return namedtuple("Outputs", ["best_parameters", "best_metric", "best_trial_id"])(
+        best["parameters"], best["metric"], best["trial_id"])

@@ -1,0 +1,239 @@
+"""Kubeflow training step: the final training as a TFJob of the Kubeflow training operator.
+
+The job has 1 `Chief` and `workers - 1` `Worker` replicas of the trainer image (its entry point is
+`python -m trainer.task`); the operator gives each pod `TF_CONFIG` with the `chief` / `worker` cluster keys the trainer
+reads, the layout Vertex gives a custom job. The replicas share the run's PersistentVolumeClaim: the step copies the
+prepared data set onto it, the chief writes the model, metrics and history there (`AIP_*` locations, as on Vertex),
+and the step copies them into its output artifacts once the job has succeeded. Any failing replica restarts
+(`restartPolicy: OnFailure`; MultiWorkerMirroredStrategy's other workers then fail and restart too, and the group
+resumes from the `BackupAndRestore` backup on the volume), at most `max_restarts` times per replica
+(`runPolicy.backoffLimit`). The step prints each new job condition, fails with the job's own message and the chief's
+last log lines, and deletes the job when the run is cancelled (SIGTERM) or times out.
+"""
+
+import json
+import os
+import shutil
+
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
+CONTAINER = "tensorflow"  # the container name the training operator expects (it adds the tfjob-port there)
+MISSING_HINT = ("install the Kubeflow training operator (v1.9) or set platform.kubeflow.training: pod (N processes "
+                "in the step's pod)")
+NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # a job's pods must be able to finish (Kubeflow's mesh)
+
+
+class TrainingJobFailed(RuntimeError):
+    """The TFJob failed (its own message)."""
+
+
+def tfjob(name: str, namespace: str, image: str, workers: int, args: list[str], env: dict, resources: dict,
+          claim_name: str, mount_path: str, service_account: str = "", max_restarts: int = 2,
+          timeout_seconds: int = 0, labels: dict | None = None):
+    """The TFJob, a `KubeflowOrgV1TFJob` of the training operator's SDK (kubeflow-training); `as_dict()` is what
+    the API server receives."""
+    from kubeflow.training import (KubeflowOrgV1ReplicaSpec, KubeflowOrgV1RunPolicy, KubeflowOrgV1TFJob,
+                                   KubeflowOrgV1TFJobSpec)
+    from kubernetes import client
+
+    from components.lib.kube import volume_parts
+
+    volumes, mounts = volume_parts(claim_name, mount_path)
+    container = client.V1Container(
+        name=CONTAINER, image=image, args=list(args),
+        env=[client.V1EnvVar(name=k, value=str(v)) for k, v in env.items()],
+        resources=resources or None, volume_mounts=mounts or None)
+    template = client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(labels=dict(labels or {}), annotations=dict(NO_ISTIO)),
+        spec=client.V1PodSpec(containers=[container], volumes=volumes or None,
+                              service_account_name=service_account or None))
+
+    def replicas(count):
+        return KubeflowOrgV1ReplicaSpec(replicas=count, restart_policy="OnFailure", template=template)
+
+    specs = {"Chief": replicas(1)}
+    if workers > 1:
+        specs["Worker"] = replicas(workers - 1)
+    job = KubeflowOrgV1TFJob(
+        api_version=f"{GROUP}/{VERSION}", kind=KIND,
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=dict(labels or {})),
+        spec=KubeflowOrgV1TFJobSpec(
+            tf_replica_specs=specs,
+            run_policy=KubeflowOrgV1RunPolicy(
+                backoff_limit=max_restarts * workers,  # a group restart restarts every replica once
+                clean_pod_policy="Running",  # stop what still runs once the chief is done; keep pods for logs
+                ttl_seconds_after_finished=7 * 24 * 3600,  # then the operator deletes the job
+                active_deadline_seconds=timeout_seconds or None)))
+    return job
+
+
+def as_dict(job) -> dict:
+    from kubernetes import client
+
+    return client.ApiClient().sanitize_for_serialization(job)
+
+
+def _chief_log_tail(api, namespace: str, name: str, lines: int = 20) -> str:
+    """The chief pod's last log lines ("" when they cannot be read)."""
+    from kubernetes import client
+
+    try:
+        core = client.CoreV1Api(api)
+        pods = core.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={name},"
+                                                                  "training.kubeflow.org/replica-type=chief").items
+        if not pods:
+            return ""
+        return core.read_namespaced_pod_log(pods[0].metadata.name, namespace, container=CONTAINER,
+                                            tail_lines=lines) or ""
+    except Exception:  # noqa: BLE001 (best effort: the job's message is the error)
+        return ""
+
+
+def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print,
+              sleep=None) -> dict:
+    """Create (or, on a retry, adopt) the TFJob and wait for it: returns the succeeded job; raises
+    TrainingJobFailed with the job's message, TimeoutError (job deleted), or kube.Cancelled (job deleted)."""
+    import time
+
+    from kubeflow.training import TrainingClient
+
+    from components.lib import kube
+
+    body = as_dict(job)
+    namespace, name = job.metadata.namespace, job.metadata.name
+    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
+    what = f"{KIND} {namespace}/{name}"
+    try:
+        TrainingClient(client_configuration=api.configuration, namespace=namespace, job_kind=KIND).create_job(job)
+        specs = body["spec"]["tfReplicaSpecs"]
+        log(f"created {what}: 1 chief + {specs.get('Worker', {}).get('replicas', 0)} worker(s) of "
+            f"{specs['Chief']['template']['spec']['containers'][0]['image']}")
+    except RuntimeError as e:
+        if kube.status_code(e) != 409:
+            raise
+        kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log)
+    objects = kube.custom(api)
+    follow = kube.Follower(what, log)
+
+    def read():
+        return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    def done(obj):
+        follow(obj)
+        if kube.condition(obj, "Succeeded"):
+            return obj
+        if failed := kube.condition(obj, "Failed"):
+            tail = _chief_log_tail(api, namespace, name)
+            raise TrainingJobFailed(f"{what} failed: {failed.get('message') or failed.get('reason')}"
+                                    + (f"\nchief's last log lines:\n{tail}" if tail else ""))
+        return None
+
+    def remove():
+        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name):
+            log(f"deleted {what}")
+
+    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
+
+
+def stage_dataset(data_path: str, run_dir: str, mount_path: str) -> str:
+    """The data set's directory on the shared volume: `data_path` itself when it is on the volume, else a copy in
+    `<run_dir>/dataset` (made once per run and source: the tuning and training steps share it; a partial copy of
+    an interrupted step is made again)."""
+    from components.lib.kube import on_volume
+
+    if on_volume(data_path, mount_path):
+        return data_path
+    target = os.path.join(run_dir, "dataset")
+    marker = os.path.join(run_dir, ".dataset-source")
+    if os.path.isdir(target) and os.path.isfile(marker) and open(marker).read() == data_path:
+        return target
+    if os.path.isdir(target):
+        shutil.rmtree(target)
+    staging = f"{target}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(data_path, staging)
+    os.rename(staging, target)
+    with open(marker, "w") as f:
+        f.write(data_path)
+    return target
+
+
+def collect_outputs(job_dir: str, model_path: str, training_path: str) -> dict:
+    """Copy the chief's model and training record from the volume into the step's artifacts; the summary."""
+    if os.path.isdir(model_path):
+        shutil.rmtree(model_path)
+    shutil.copytree(os.path.join(job_dir, "model"), model_path)
+    os.makedirs(training_path, exist_ok=True)
+    for name in ("metrics.json", "history.jsonl", "logs"):
+        source = os.path.join(job_dir, name)
+        if os.path.isdir(source):
+            shutil.copytree(source, os.path.join(training_path, name), dirs_exist_ok=True)
+        elif os.path.isfile(source):
+            shutil.copy2(source, os.path.join(training_path, name))
+    with open(os.path.join(training_path, "metrics.json")) as f:
+        return json.load(f)
+
+
+def train_with_operator(api, data_path: str, model_path: str, training_path: str, *, workers: int, epochs: int,
+                        hyperparameters: dict, max_restarts: int, image: str, namespace: str, service_account: str,
+                        claim_name: str, mount_path: str, resources: dict, run_id: str, poll_seconds: float = 10,
+                        timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
+    """Stage the data on the volume, run the TFJob, collect the model: the training summary (metrics.json)."""
+    from components.lib import kube
+    from components.train_model import trainer_flags
+
+    name = kube.object_name("tfpipe-train", run_id, "train-model")
+    run_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run")
+    job_dir = os.path.join(run_dir, "train-model")
+    os.makedirs(job_dir, exist_ok=True)
+    data_dir = stage_dataset(data_path, run_dir, mount_path)
+    args = ["--data-dir", data_dir, "--job-dir", job_dir, *trainer_flags({**hyperparameters, "epochs": epochs})]
+    env = {"AIP_MODEL_DIR": f"{job_dir}/model", "AIP_CHECKPOINT_DIR": f"{job_dir}/checkpoints",
+           "AIP_TENSORBOARD_LOG_DIR": f"{job_dir}/logs",
+           "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
+           "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+    job = tfjob(name, namespace, image, workers, args, env, resources, claim_name, mount_path, service_account,
+                max_restarts, int(timeout_seconds), kube.run_labels(run_id, "train-model"))
+    run_tfjob(api, job, poll_seconds, timeout_seconds, log, sleep)
+    summary = collect_outputs(job_dir, model_path, training_path)
+    summary.update(tfjob=f"{namespace}/{name}")
+    with open(os.path.join(training_path, "metrics.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
+def train_model_on_operator(
+    dataset: Input[Dataset],
+    workers: int,
+    epochs: int,
+    hyperparameters: dict,
+    max_restarts: int,
+    trainer_image: str,
+    namespace: str,
+    service_account: str,
+    claim_name: str,
+    mount_path: str,
+    resources: dict,
+    poll_seconds: float,
+    timeout_minutes: int,
+    run_id: str,
+    model: Output[Model],
+    metrics: Output[Metrics],
+    training: Output[Artifact],
+):
+    """KFP step (kubeflow, training: operator): train as a TFJob of 1 chief + `workers - 1` workers of the trainer
+    image on the shared volume, with the given hyperparameters; the model goes to `model`."""
+    from components.lib import kube
+    from components.train_model_on_operator import train_with_operator
+
+    summary = train_with_operator(
+        kube.api_client(), dataset.path, model.path, training.path, workers=workers, epochs=epochs,
+        hyperparameters=hyperparameters, max_restarts=max_restarts, image=trainer_image,
+        namespace=namespace or kube.own_namespace(), service_account=service_account, claim_name=claim_name,
+        mount_path=mount_path, resources=resources, run_id=run_id, poll_seconds=poll_seconds,
+        timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)
+    for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):
+        metrics.log_metric(key, summary[key])
+    model.metadata.update(framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"],
+                          tfjob=summary["tfjob"])

@@ -1,0 +1,267 @@
+"""Kubeflow tuning step: the hyperparameter study as a Katib Experiment, from the same `StudySpec` as Vertex's
+tuning job and the local study.
+
+- Search space: double → `double`, integer → `int` (both `uniform`, or `logUniform` for a log scale; Katib has no
+  reverse-log distribution, so such a parameter is refused), categorical → `categorical`, discrete → `discrete`.
+- Algorithm: `default` (Vizier's GP bandit on Vertex) → Katib's `bayesianoptimization` (a Gaussian-process
+  optimizer), `random` → `random`, `grid` → `grid`.
+- Objective: the study's metric id and goal; which of a trial's reports counts (`measurement: last | best`) →
+  Katib's metric strategy `latest`, or `max` / `min` for the goal.
+- Budget: `maxTrialCount`, `parallelTrialCount`, `maxFailedTrialCount` (Katib fails the experiment once that many
+  trials have failed: the study spec's meaning).
+- Trials: a batch Job of the trainer image (one process, as a Vertex trial's single pool) on the shared volume,
+  the trial's values as trainer flags. The metric: the trainer reports it with `cloudml-hypertune`, which writes one
+  JSON object a line with string values and a float `timestamp` (`{"accuracy": "0.91", "global_step": "3",
+  "timestamp": 1767582000.5, ...}`): exactly what Katib's File metrics collector parses in `JSON` format (string
+  values; a timestamp as RFC 3339 or a float). So the trial points `CLOUD_ML_HP_METRIC_FILE` at the collector's
+  file and Katib reads the hypertune reports themselves.
+The best trial's values (`status.currentOptimalTrial`) override the pipeline's, as on Vertex.
+"""
+
+import json
+import os
+
+from kfp.dsl import Artifact, Dataset, Input, Output
+
+GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1beta1", "experiments", "Experiment"
+MISSING_HINT = "install Katib (v0.19) or set platform.kubeflow.tuning: pod (trials as processes in the step's pod)"
+CONTAINER = "training-container"
+METRICS_FILE = "/var/log/katib/tfpipe/output.metrics"  # Katib mounts a volume at its folder for the collector
+ALGORITHMS = {"default": "bayesianoptimization", "random": "random", "grid": "grid"}
+NO_ISTIO = {"sidecar.istio.io/inject": "false"}
+
+
+class StudyFailed(RuntimeError):
+    """The Katib experiment failed or found no best trial (its own message)."""
+
+
+def trial_parameter_name(parameter_id: str) -> str:
+    """`learning_rate` → `learningRate` (the trial parameter names of Katib's examples)."""
+    head, *rest = parameter_id.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if not float(value).is_integer() else str(value)
+
+
+def search_space(spec) -> list[dict]:
+    """Katib's `parameters` for the study's search space."""
+    out = []
+    for p in spec.parameters:
+        if getattr(p, "scale", "linear") == "reverse_log" and p.type in ("double", "integer"):
+            raise ValueError(f"study parameter {p.parameter_id}: Katib has no reverse_log distribution; use linear "
+                             "or log, or platform.kubeflow.tuning: pod")
+        if p.type == "double":
+            feasible = {"min": _number(p.min), "max": _number(p.max),
+                        "distribution": "logUniform" if p.scale == "log" else "uniform"}
+            out.append({"name": p.parameter_id, "parameterType": "double", "feasibleSpace": feasible})
+        elif p.type == "integer":
+            feasible = {"min": str(p.min), "max": str(p.max),
+                        "distribution": "logUniform" if p.scale == "log" else "uniform"}
+            out.append({"name": p.parameter_id, "parameterType": "int", "feasibleSpace": feasible})
+        elif p.type == "categorical":
+            out.append({"name": p.parameter_id, "parameterType": "categorical",
+                        "feasibleSpace": {"list": list(p.values)}})
+        else:
+            out.append({"name": p.parameter_id, "parameterType": "discrete",
+                        "feasibleSpace": {"list": [_number(v) for v in p.values]}})
+    return out
+
+
+def objective(spec) -> dict:
+    strategy = "latest" if spec.measurement == "last" else ("max" if spec.goal == "maximize" else "min")
+    return {"type": spec.goal, "objectiveMetricName": spec.metric_id,
+            "metricStrategies": [{"name": spec.metric_id, "value": strategy}]}
+
+
+def experiment(name: str, namespace: str, spec, image: str, fixed_args: list[str], trials_dir: str,
+               resources: dict, claim_name: str, mount_path: str, service_account: str = "",
+               labels: dict | None = None) -> dict:
+    """The Katib Experiment (kubeflow.org/v1beta1) for `spec` (a StudySpec)."""
+    from components.lib.kube import volume_parts
+
+    volumes, mounts = volume_parts(claim_name, mount_path)
+    trial_dir = f"{trials_dir}/${{trialParameters.trialName}}"
+    args = [*fixed_args, "--job-dir", trial_dir,
+            *(f"--{p.parameter_id.replace('_', '-')}=${{trialParameters.{trial_parameter_name(p.parameter_id)}}}"
+              for p in spec.parameters)]
+    env = {"CLOUD_ML_HP_METRIC_FILE": METRICS_FILE, "CLOUD_ML_TRIAL_ID": "${trialParameters.trialName}",
+           "AIP_MODEL_DIR": f"{trial_dir}/model", "AIP_CHECKPOINT_DIR": f"{trial_dir}/checkpoints",
+           "AIP_TENSORBOARD_LOG_DIR": f"{trial_dir}/logs", "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+    container = {"name": CONTAINER, "image": image, "args": args,
+                 "env": [{"name": k, "value": v} for k, v in env.items()]}
+    if resources:
+        container["resources"] = resources
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod = {"restartPolicy": "Never", "containers": [container]}
+    if volumes:
+        pod["volumes"] = volumes
+    if service_account:
+        pod["serviceAccountName"] = service_account
+    trial_parameters = [{"name": trial_parameter_name(p.parameter_id), "description": f"--{p.parameter_id}",
+                         "reference": p.parameter_id} for p in spec.parameters]
+    trial_parameters.append({"name": "trialName", "description": "the trial's name (its output folder)",
+                             "reference": "${trialSpec.Name}"})
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": {
+            "objective": objective(spec),
+            "algorithm": {"algorithmName": ALGORITHMS[spec.algorithm]},
+            "parallelTrialCount": spec.parallel_trial_count,
+            "maxTrialCount": spec.max_trial_count,
+            "maxFailedTrialCount": spec.max_failed_trial_count,
+            "metricsCollectorSpec": {"collector": {"kind": "File"},
+                                     "source": {"fileSystemPath": {"path": METRICS_FILE, "kind": "File",
+                                                                   "format": "JSON"}}},
+            "parameters": search_space(spec),
+            "trialTemplate": {
+                "primaryContainerName": CONTAINER,
+                "trialParameters": trial_parameters,
+                "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {
+                    "backoffLimit": 0,  # a failed trial is a result, not something to retry
+                    "template": {"metadata": {"labels": dict(labels or {}), "annotations": dict(NO_ISTIO)},
+                                 "spec": pod}}},
+            },
+        },
+    }
+
+
+def best_trial(obj: dict, spec) -> dict | None:
+    """`{"trial": name, "parameters": {...typed...}, "metric": value}` from `status.currentOptimalTrial`, or None."""
+    optimal = (obj.get("status") or {}).get("currentOptimalTrial") or {}
+    if not optimal.get("bestTrialName"):
+        return None
+    kinds = {p.parameter_id: p.type for p in spec.parameters}
+    parameters = {}
+    for assignment in optimal.get("parameterAssignments") or []:
+        kind, value = kinds.get(assignment["name"]), assignment["value"]
+        parameters[assignment["name"]] = (int(float(value)) if kind == "integer" else
+                                          value if kind == "categorical" else float(value))
+    key = "latest" if spec.measurement == "last" else ("max" if spec.goal == "maximize" else "min")
+    metric = next((m.get(key) for m in (optimal.get("observation") or {}).get("metrics") or []
+                   if m.get("name") == spec.metric_id), None)
+    return {"trial": optimal["bestTrialName"], "parameters": parameters,
+            "metric": float(metric) if metric not in (None, "") else None}
+
+
+def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600,
+                   log=print, sleep=None) -> dict:
+    """Create (or adopt) the Experiment and wait: returns `best_trial(...)` once it has succeeded; raises
+    StudyFailed with Katib's message, TimeoutError (experiment deleted) or kube.Cancelled (experiment deleted)."""
+    import time
+
+    from components.lib import kube
+
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    what = f"{KIND} {namespace}/{name}"
+    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
+    kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log)
+    log(f"created {what}: {body['spec']['algorithm']['algorithmName']}, up to {spec.max_trial_count} trials, "
+        f"{spec.parallel_trial_count} at a time")
+    objects = kube.custom(api)
+    follow = kube.Follower(what, log)
+    progress = {}
+
+    def read():
+        return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    def done(obj):
+        follow(obj)
+        status = obj.get("status") or {}
+        counts = {k: status.get(k, 0) for k in ("trials", "trialsSucceeded", "trialsFailed", "trialsRunning")}
+        best = best_trial(obj, spec)
+        if counts != progress.get("counts") or best != progress.get("best"):
+            progress.update(counts=counts, best=best)
+            log(f"{what}: {counts['trials']} trial(s): {counts['trialsSucceeded']} succeeded, "
+                f"{counts['trialsFailed']} failed, {counts['trialsRunning']} running"
+                + (f"; best {best['trial']}: {spec.metric_id}={best['metric']} {best['parameters']}" if best else ""))
+        if failed := kube.condition(obj, "Failed"):
+            raise StudyFailed(f"{what} failed: {failed.get('message') or failed.get('reason')} "
+                              f"({counts['trialsFailed']} failed trial(s); max_failed_trial_count="
+                              f"{spec.max_failed_trial_count})")
+        if kube.condition(obj, "Succeeded"):
+            if best is None:
+                raise StudyFailed(f"{what} ended without a best trial: no trial reported {spec.metric_id!r}")
+            return {**best, "status": status}
+        return None
+
+    def remove():
+        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name):
+            log(f"deleted {what} (and its trials)")
+
+    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
+
+
+def tune_with_katib(api, data_path: str, tuning_path: str, *, spec, trial_epochs: int, batch_size: int,
+                    image: str, namespace: str, service_account: str, claim_name: str, mount_path: str,
+                    resources: dict, run_id: str, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600,
+                    log=print, sleep=None) -> dict:
+    """Stage the data on the volume, run the experiment, record it: the best trial."""
+    from components.lib import kube
+    from components.train_model_on_operator import stage_dataset
+
+    name = kube.object_name("tfpipe-tune", run_id, "tune-hyperparameters")
+    run_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run")
+    data_dir = stage_dataset(data_path, run_dir, mount_path)
+    trials_dir = os.path.join(run_dir, "tune-hyperparameters", "trials")
+    os.makedirs(trials_dir, exist_ok=True)
+    body = experiment(name, namespace, spec, image,
+                      ["--data-dir", data_dir, "--epochs", str(trial_epochs), "--batch-size", str(batch_size)],
+                      trials_dir, resources, claim_name, mount_path, service_account,
+                      kube.run_labels(run_id, "tune-hyperparameters"))
+    best = run_experiment(api, body, spec, poll_seconds, timeout_seconds, log, sleep)
+    os.makedirs(tuning_path, exist_ok=True)
+    with open(os.path.join(tuning_path, "trials.json"), "w") as f:
+        json.dump({"engine": "katib", "experiment": f"{namespace}/{name}", "spec": spec.model_dump(),
+                   "best": {k: best[k] for k in ("trial", "parameters", "metric")}, "status": best["status"]},
+                  f, indent=2)
+    return best
+
+
+def tune_on_katib(
+    dataset: Input[Dataset],
+    study_spec: dict,
+    enabled: bool,
+    trial_epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    trainer_image: str,
+    namespace: str,
+    service_account: str,
+    claim_name: str,
+    mount_path: str,
+    resources: dict,
+    poll_seconds: float,
+    timeout_minutes: int,
+    run_id: str,
+    tuning: Output[Artifact],
+) -> dict:
+    """KFP step (kubeflow, tuning: katib): run the study as a Katib Experiment (when `enabled`) and return the
+    hyperparameters for final training: the pipeline's `batch_size` and `learning_rate`, overridden by the best
+    trial's values."""
+    import json
+    import os
+
+    from components.lib import kube
+    from components.tune_on_katib import tune_with_katib
+    from components.lib.study_spec import StudySpec
+
+    hyperparameters = {"batch_size": batch_size, "learning_rate": learning_rate}
+    os.makedirs(tuning.path, exist_ok=True)
+    if not enabled:
+        with open(os.path.join(tuning.path, "trials.json"), "w") as f:
+            json.dump({"enabled": False, "trials": []}, f)
+        return hyperparameters
+    best = tune_with_katib(
+        kube.api_client(), dataset.path, tuning.path, spec=StudySpec.model_validate(study_spec),
+        trial_epochs=trial_epochs, batch_size=batch_size, image=trainer_image,
+        namespace=namespace or kube.own_namespace(), service_account=service_account, claim_name=claim_name,
+        mount_path=mount_path, resources=resources, run_id=run_id, poll_seconds=poll_seconds,
+        timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)
+    hyperparameters.update(best["parameters"])
+    tuning.metadata.update(best_metric=best["metric"], best_parameters=best["parameters"], best_trial=best["trial"])
+    print(f"best trial {best['trial']}: {study_spec['metric_id']}={best['metric']}; training with {hyperparameters}")
+    return hyperparameters

@@ -1,0 +1,3 @@
+from serving.command import serve
+
+serve(prog_name="python -m serving")

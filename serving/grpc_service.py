@@ -1,0 +1,102 @@
+"""TF Serving's gRPC API on the tensorflow-serving-api servicer classes: `PredictionService.Predict`,
+`GetModelMetadata` and `ModelService.GetModelStatus` (grpc.aio)."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
+                                     predict_pb2, prediction_service_pb2_grpc)
+
+from serving import codec
+from serving.models import DEFAULT_SIGNATURE, ModelManager, NotFound
+
+MAX_MESSAGE_BYTES = 2**31 - 1  # TF Serving accepts messages up to 2 GB
+
+
+def _spec(model_spec) -> tuple[int | None, str | None]:
+    choice = model_spec.WhichOneof("version_choice")
+    if choice == "version":
+        return model_spec.version.value, None
+    if choice == "version_label":
+        return None, model_spec.version_label
+    return None, None
+
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, manager: ModelManager):
+        self.manager = manager
+
+    async def Predict(self, request, context):
+        import tensorflow as tf
+
+        version, label = _spec(request.model_spec)
+        try:
+            servable = self.manager.resolve(request.model_spec.name, version, label)
+            signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
+            arrays = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            outputs = await asyncio.wrap_future(servable.predict_future(arrays, signature))
+            unknown = set(request.output_filter) - set(outputs)
+            if unknown:
+                raise codec.RequestError(f"output_filter names unknown outputs {sorted(unknown)}")
+        except NotFound as e:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        except (codec.RequestError, tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e).splitlines()[0])
+        response = predict_pb2.PredictResponse()
+        for name in request.output_filter or outputs:
+            response.outputs[name].CopyFrom(tf.make_tensor_proto(outputs[name]))
+        response.model_spec.name = self.manager.name
+        response.model_spec.version.value = servable.version
+        response.model_spec.signature_name = signature
+        return response
+
+    async def GetModelMetadata(self, request, context):
+        if list(request.metadata_field) != ["signature_def"]:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "Metadata field signature_def is the only one supported; ask for it alone")
+        version, label = _spec(request.model_spec)
+        try:
+            servable = self.manager.resolve(request.model_spec.name, version, label)
+        except NotFound as e:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        response = get_model_metadata_pb2.GetModelMetadataResponse()
+        response.model_spec.name = self.manager.name
+        response.model_spec.version.value = servable.version
+        response.metadata["signature_def"].Pack(servable.signature_defs)
+        return response
+
+
+class ModelService(model_service_pb2_grpc.ModelServiceServicer):
+    def __init__(self, manager: ModelManager):
+        self.manager = manager
+
+    async def GetModelStatus(self, request, context):
+        version, label = _spec(request.model_spec)
+        try:
+            statuses = self.manager.status(request.model_spec.name, version, label)
+        except NotFound as e:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for s in statuses:
+            entry = response.model_version_status.add()
+            entry.version = s.version
+            entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(s.state)
+            entry.status.error_code = _ERROR_CODES.get(s.error_code, 2)
+            entry.status.error_message = s.error_message
+        return response
+
+
+_ERROR_CODES = {"OK": 0, "UNKNOWN": 2}
+
+
+def create_server(manager: ModelManager, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server with both services, bound to host:port (0: any free port); returns it and the port."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(manager), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if not bound:
+        raise OSError(f"cannot bind gRPC to {host}:{port}")
+    return server, bound

@@ -1,0 +1,55 @@
+"""The dependency direction between the packages: the steps, the trainer and the server never import the pipelines
+(the CLI, the DAG and the platform seam import them), so their images do not ship `pipelines/`."""
+import ast
+
+import pytest
+
+from tests.imports import ROOT, imported_modules, module_name, needed_files
+
+INDEPENDENT = ["components", "serving", "trainer"]
+MODULES = sorted(path for package in INDEPENDENT for path in (ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_does_not_import_pipelines(path):
+    imports = sorted(name for name in imported_modules(path) if name.split(".")[0] == "pipelines")
+    assert not imports, f"{path.relative_to(ROOT)} imports {imports}"
+
+
+def test_the_import_reader_sees_every_kind_of_import():
+    """Imports inside functions, `from package import module`, and `python -m` commands all count."""
+    run_batch_prediction = imported_modules(ROOT / "components" / "run_batch_prediction.py")
+    assert {"serving.codec", "components.lib.storage", "components.lib.model_repository",
+            "trainer.schema"} <= run_batch_prediction
+    assert "serving" in imported_modules(ROOT / "components" / "deploy_model.py")  # python -m serving
+    assert "components.lib.trial_runner" in imported_modules(ROOT / "components" / "tune_hyperparameters.py")
+    assert "pipelines.cli" in imported_modules(ROOT / "pipelines" / "__main__.py")
+
+
+def test_the_server_needs_the_storage_library_and_the_trainers_warmup_only():
+    files = {module_name(path) for path in needed_files(["serving.vertex_container", "serving.command"])}
+    assert {name for name in files if not name.startswith("serving")} == {
+        "components", "components.lib", "components.lib.storage", "trainer", "trainer.warmup"}
+
+
+STEP_MODULES = sorted(p for p in (ROOT / "components").glob("*.py") if p.name != "__init__.py")
+
+
+def component_calls() -> list[tuple[str, str]]:
+    """(module, function) of every `_component(module.function, ...)` of the platform seam."""
+    tree = ast.parse((ROOT / "pipelines" / "targets.py").read_text())
+    return [(call.args[0].value.id, call.args[0].attr) for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "_component"]
+
+
+def test_every_step_of_the_seam_lives_in_the_module_named_like_it():
+    calls = component_calls()
+    assert len(calls) >= 25
+    assert [(module, function) for module, function in calls if module != function] == []
+    assert {function for _, function in calls} == {p.stem for p in STEP_MODULES}
+
+
+@pytest.mark.parametrize("path", STEP_MODULES, ids=lambda p: p.name)
+def test_a_step_module_defines_its_step(path):
+    tree = ast.parse(path.read_text())
+    assert path.stem in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
