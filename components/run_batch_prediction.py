@@ -25,19 +25,18 @@ import multiprocessing
 import os
 import queue
 import re
-import struct
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
-import google_crc32c
 import numpy as np
 import orjson
 from kfp.dsl import Artifact, Output
 
 from components.lib import storage
+from components.lib.records import read_records
 from serving import codec
 
 FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
@@ -297,35 +296,12 @@ def _read_csv(stream, config: InstanceConfig, name: str = "the CSV") -> Iterator
             yield Item(values, None if key is None else values[key], instance)
 
 
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _tf_records(stream) -> Iterator[bytes | str]:
-    """The records of a TFRecord stream; a corruption message instead of a record whose data checksum fails, and
-    last when the framing is broken (the rest of the file cannot be read)."""
-    while True:
-        head = stream.read(12)
-        if not head:
-            return
-        if len(head) < 12 or struct.unpack("<I", head[8:])[0] != _masked_crc(head[:8]):
-            yield "corrupted TFRecord: truncated or bad length checksum; the rest of the file is unreadable"
-            return
-        length = struct.unpack("<Q", head[:8])[0]
-        data, footer = stream.read(length), stream.read(4)
-        if len(data) < length or len(footer) < 4:
-            yield "corrupted TFRecord: truncated record"
-            return
-        yield data if struct.unpack("<I", footer)[0] == _masked_crc(data) else "corrupted TFRecord: bad data checksum"
-
-
 def _b64(data: bytes) -> dict:
     return {"b64": base64.b64encode(data).decode()}
 
 
 def _read_tf_record(stream, compressed: bool) -> Iterator[Item]:
-    for index, record in enumerate(_tf_records(gzip.GzipFile(fileobj=stream) if compressed else stream)):
+    for index, record in enumerate(read_records(gzip.GzipFile(fileobj=stream) if compressed else stream)):
         if isinstance(record, str):
             yield Item(f"record {index}", error=record)
         else:

@@ -542,7 +542,9 @@ def parse_set(assignment: str) -> Override:
 
 
 def env_overrides(environ: Mapping[str, str]) -> list[Override]:
-    """`TFPIPE_<SECTION>__<FIELD>[__<SUBFIELD>]=value` variables (names are case-insensitive after the prefix)."""
+    """`TFPIPE_<SECTION>__<FIELD>[__<SUBFIELD>]=value` variables (names are case-insensitive after the prefix).
+    Read here, not with pydantic-settings: they rank between the profile and `--set`, and an error names the
+    variable its value came from."""
     found = []
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name == PROFILE_ENV:

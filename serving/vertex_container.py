@@ -53,6 +53,7 @@ class Settings:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> "Settings":
+        """Vertex's variables (read by hand, not with pydantic-settings: the routes' defaults depend on two ids)."""
         uri = environ.get("AIP_STORAGE_URI", "").strip()
         if not uri:
             raise ContainerError("AIP_STORAGE_URI is not set: it must name the SavedModel's directory "

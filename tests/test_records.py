@@ -1,9 +1,11 @@
-"""TFRecord files of Examples written without TensorFlow: the bytes TensorFlow itself writes."""
+"""TFRecord files of Examples written without TensorFlow: the bytes TensorFlow itself writes, and read back."""
+import io
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.lib.records import TFRecordWriter, encode_example
+from components.lib.records import TFRecordWriter, encode_example, read_records
 from trainer.data import serialize_example
 
 
@@ -32,3 +34,21 @@ def test_writer_writes_tensorflows_framing(tmp_path):
             writer.write(record)
     assert (tmp_path / "ours.tfrecord").read_bytes() == (tmp_path / "tf.tfrecord").read_bytes()
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "ours.tfrecord"))] == records
+
+
+def test_reader_reads_tensorflows_records_and_names_each_corruption(tmp_path):
+    path = tmp_path / "tf.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in (b"first", b"", b"third"):
+            writer.write(record)
+    data = path.read_bytes()
+    assert list(read_records(io.BytesIO(data))) == [b"first", b"", b"third"]
+    flipped = bytearray(data)
+    flipped[12] ^= 1  # the first record's data: that record fails, the next ones are read
+    assert list(read_records(io.BytesIO(bytes(flipped)))) == [
+        "corrupted TFRecord: bad data checksum", b"", b"third"]
+    assert list(read_records(io.BytesIO(data[:-2]))) == [b"first", b"", "corrupted TFRecord: truncated record"]
+    flipped = bytearray(data)
+    flipped[0] ^= 1  # the first length: nothing after it can be framed
+    assert list(read_records(io.BytesIO(bytes(flipped)))) == [
+        "corrupted TFRecord: truncated or bad length checksum; the rest of the file is unreadable"]

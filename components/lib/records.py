@@ -1,4 +1,5 @@
-"""TFRecord files of `tf.train.Example`s without TensorFlow (data prep's output, read by `trainer.data`).
+"""TFRecord files of `tf.train.Example`s without TensorFlow (data prep's output, read by `trainer.data`), and the
+reader of the batch predictor's tf-record instances.
 
 Data prep only writes records: importing TensorFlow for that would cost its step seconds of start-up. The two
 formats are small and fixed:
@@ -12,6 +13,7 @@ formats are small and fixed:
 from __future__ import annotations
 
 import struct
+from typing import Iterator
 
 import google_crc32c
 import numpy as np
@@ -69,6 +71,25 @@ def encode_example(key: str, label: int, value, kind: str) -> bytes:
     entries = [part for name in sorted(features)
                for part in _field(1, *_field(1, name.encode()), *_field(2, *_feature(*features[name])))]
     return b"".join(_field(1, *entries))
+
+
+def read_records(stream) -> Iterator[bytes | str]:
+    """The records of a TFRecord stream; a corruption message instead of a record whose data checksum fails, and
+    last when the framing is broken (the rest of the file cannot be read). Not `tf.data.TFRecordDataset`: it ends
+    the whole file at the first corrupt record, where each record must become one result or one error line."""
+    while True:
+        head = stream.read(12)
+        if not head:
+            return
+        if len(head) < 12 or struct.unpack("<I", head[8:])[0] != masked_crc(head[:8]):
+            yield "corrupted TFRecord: truncated or bad length checksum; the rest of the file is unreadable"
+            return
+        length = struct.unpack("<Q", head[:8])[0]
+        data, footer = stream.read(length), stream.read(4)
+        if len(data) < length or len(footer) < 4:
+            yield "corrupted TFRecord: truncated record"
+            return
+        yield data if struct.unpack("<I", footer)[0] == masked_crc(data) else "corrupted TFRecord: bad data checksum"
 
 
 class TFRecordWriter:
