@@ -3,4 +3,6 @@
 
 def default_hyperparameters(batch_size: int, learning_rate: float) -> dict:
     """KFP step (Vertex): the pipeline's own hyperparameters (used as they are when tuning is off)."""
-    return {"batch_size": batch_size, "learning_rate": learning_rate}
+    from components.lib.study_spec import pipeline_hyperparameters
+
+    return pipeline_hyperparameters(batch_size, learning_rate)

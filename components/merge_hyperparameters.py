@@ -3,4 +3,6 @@
 
 def merge_hyperparameters(defaults: dict, best: dict) -> dict:
     """KFP step (Vertex): the pipeline's hyperparameters overridden by the best trial's values."""
-    return {**defaults, **best}
+    from components.lib.study_spec import with_best_trial
+
+    return with_best_trial(defaults, best)

@@ -33,9 +33,10 @@ def plan_batch_prediction(
     goes to an image model's `serving_image_bytes`), which this project's serving container honours."""
     from collections import namedtuple
 
+    from components.lib.instance_formats import B64_FORMATS
     from components.lib.vertex_registry import find_model_version, resource_uri
     from components.plan_vertex_training import job_display_name
-    from components.run_batch_prediction import B64_FORMATS, choose_signature, instance_config, model_feature_names, \
+    from components.run_batch_prediction import choose_signature, instance_config, model_feature_names, \
         model_signatures
 
     uris = []

@@ -9,6 +9,7 @@ from typing import NamedTuple
 from kfp.dsl import Artifact, Dataset, Input, Output
 
 from components.train_model import trainer_flags
+from trainer.environment import LEGACY_KERAS
 
 
 def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str, hyperparameters: dict,
@@ -23,7 +24,7 @@ def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str
         "image_uri": image,
         "command": ["python", "-m", "trainer.task"],
         "args": ["--data-dir", data_uri, *trainer_flags(hyperparameters)],
-        "env": [{"name": "TF_USE_LEGACY_KERAS", "value": "1"}],
+        "env": [{"name": name, "value": value} for name, value in LEGACY_KERAS.items()],
     }
     pool = {"machine_spec": machine_spec, "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
             "container_spec": container}

@@ -36,12 +36,10 @@ import orjson
 from kfp.dsl import Artifact, Output
 
 from components.lib import storage
+from components.lib.instance_formats import B64_FORMATS, FORMATS, KEYED_FORMATS
 from components.lib.records import read_records
 from serving import codec
 
-FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
-B64_FORMATS = ("tf-record", "tf-record-gzip", "file-list")  # records reach the model as {"b64": ...}
-KEYED_FORMATS = ("jsonl", "csv")  # the formats whose records have fields (key, included, excluded fields)
 INSTANCE_TYPES = ("", "object", "array")
 INVALID_ARGUMENT, INTERNAL = 3, 13  # google.rpc.Code
 CHUNK = 8 * 2**20  # gs:// read and upload chunk

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
+from trainer.environment import LEGACY_KERAS
+
 
 class TrainingError(RuntimeError):
     """Training failed: a worker raised an error, or workers were lost more often than the restart budget."""
@@ -147,7 +149,7 @@ def launch(
         raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
     sink = sink or sys.stdout
     os.makedirs(log_dir, exist_ok=True)
-    base_env = {**os.environ, **(env or {}), "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+    base_env = {**os.environ, **(env or {}), **LEGACY_KERAS, "PYTHONUNBUFFERED": "1"}
     base_env.pop("TF_CONFIG", None)
     base_env.pop("CLUSTER_SPEC", None)
     started = time.time()
@@ -222,15 +224,14 @@ def train_model(
     import os
 
     from components.train_model import launch, trainer_flags
+    from trainer.environment import output_dirs
 
     job_dir = training.path
     os.makedirs(job_dir, exist_ok=True)
     args = ["--data-dir", dataset.path, "--job-dir", job_dir,
             *trainer_flags({**hyperparameters, "epochs": epochs})]
     env = {  # what Vertex AI sets for a custom job
-        "AIP_MODEL_DIR": model.path,
-        "AIP_CHECKPOINT_DIR": os.path.join(job_dir, "checkpoints"),
-        "AIP_TENSORBOARD_LOG_DIR": os.path.join(job_dir, "logs"),
+        **output_dirs(job_dir, model_dir=model.path),
         "CLOUD_ML_HP_METRIC_FILE": os.path.join(job_dir, "hypertune", "output.metrics"),
     }
     result = launch(workers, args, os.path.join(job_dir, "worker-logs"), max_restarts, env=env)

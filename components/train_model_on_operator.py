@@ -17,6 +17,8 @@ import shutil
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
+from trainer.environment import LEGACY_KERAS, output_dirs
+
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
 CONTAINER = "tensorflow"  # the container name the training operator expects (it adds the tfjob-port there)
 MISSING_HINT = ("install the Kubeflow training operator (v1.9) or set platform.kubeflow.training: pod (N processes "
@@ -189,10 +191,8 @@ def train_with_operator(api, data_path: str, model_path: str, training_path: str
     os.makedirs(job_dir, exist_ok=True)
     data_dir = stage_dataset(data_path, run_dir, mount_path)
     args = ["--data-dir", data_dir, "--job-dir", job_dir, *trainer_flags({**hyperparameters, "epochs": epochs})]
-    env = {"AIP_MODEL_DIR": f"{job_dir}/model", "AIP_CHECKPOINT_DIR": f"{job_dir}/checkpoints",
-           "AIP_TENSORBOARD_LOG_DIR": f"{job_dir}/logs",
-           "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
-           "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**output_dirs(job_dir), "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
+           **LEGACY_KERAS, "PYTHONUNBUFFERED": "1"}
     job = tfjob(name, namespace, image, workers, args, env, resources, claim_name, mount_path, service_account,
                 max_restarts, int(timeout_seconds), kube.run_labels(run_id, "train-model"))
     run_tfjob(api, job, poll_seconds, timeout_seconds, log, sleep)

@@ -26,6 +26,7 @@ from kfp.dsl import Artifact, Dataset, Input, Output
 from components.lib.hypertune_metrics import trial_metric
 from components.lib.study_spec import StudySpec
 from components.train_model import trainer_flags
+from trainer.environment import output_dirs
 
 
 class StudyFailed(RuntimeError):
@@ -189,9 +190,7 @@ def run_trial(trial: Trial, spec: StudySpec, base_dir: str, module: str, fixed_a
     out = os.path.join(base_dir, trial.trial_id)
     os.makedirs(out, exist_ok=True)
     metric_file = os.path.join(out, "hypertune", "output.metrics")
-    trial_vars = {"CLOUD_ML_TRIAL_ID": trial.trial_id, "CLOUD_ML_HP_METRIC_FILE": metric_file,
-                  "AIP_MODEL_DIR": os.path.join(out, "model"), "AIP_CHECKPOINT_DIR": os.path.join(out, "checkpoints"),
-                  "AIP_TENSORBOARD_LOG_DIR": os.path.join(out, "logs")}
+    trial_vars = {"CLOUD_ML_TRIAL_ID": trial.trial_id, "CLOUD_ML_HP_METRIC_FILE": metric_file, **output_dirs(out)}
     argv = [*fixed_args, *trainer_flags(trial.parameters)]
     log_path = os.path.join(out, "trial.log")
     trial.output_dir, trial.started = out, time.time()
@@ -351,10 +350,10 @@ def tune_hyperparameters(
     import json
     import os
 
+    from components.lib.study_spec import StudySpec, pipeline_hyperparameters, with_best_trial
     from components.tune_hyperparameters import run_study
-    from components.lib.study_spec import StudySpec
 
-    hyperparameters = {"batch_size": batch_size, "learning_rate": learning_rate}
+    hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
     os.makedirs(tuning.path, exist_ok=True)
     if not enabled:
         with open(os.path.join(tuning.path, "trials.json"), "w") as f:
@@ -363,7 +362,7 @@ def tune_hyperparameters(
     result = run_study(StudySpec.model_validate(study_spec), tuning.path,
                        ["--data-dir", dataset.path, "--epochs", str(trial_epochs),
                         "--batch-size", str(batch_size)])
-    hyperparameters.update(result["best"]["parameters"])
+    hyperparameters = with_best_trial(hyperparameters, result["best"]["parameters"])
     tuning.metadata.update(best_metric=result["best"]["metric"], best_parameters=result["best"]["parameters"],
                            trials=len(result["trials"]), seconds=result["seconds"])
     print(f"best trial {result['best']['trial_id']}: {study_spec['metric_id']}={result['best']['metric']}; "

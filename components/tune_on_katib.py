@@ -23,6 +23,8 @@ import os
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
+from trainer.environment import LEGACY_KERAS, output_dirs
+
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1beta1", "experiments", "Experiment"
 MISSING_HINT = "install Katib (v0.19) or set platform.kubeflow.tuning: pod (trials as processes in the step's pod)"
 CONTAINER = "training-container"
@@ -87,8 +89,7 @@ def experiment(name: str, namespace: str, spec, image: str, fixed_args: list[str
             *(f"--{p.parameter_id.replace('_', '-')}=${{trialParameters.{trial_parameter_name(p.parameter_id)}}}"
               for p in spec.parameters)]
     env = {"CLOUD_ML_HP_METRIC_FILE": METRICS_FILE, "CLOUD_ML_TRIAL_ID": "${trialParameters.trialName}",
-           "AIP_MODEL_DIR": f"{trial_dir}/model", "AIP_CHECKPOINT_DIR": f"{trial_dir}/checkpoints",
-           "AIP_TENSORBOARD_LOG_DIR": f"{trial_dir}/logs", "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
+           **output_dirs(trial_dir), **LEGACY_KERAS, "PYTHONUNBUFFERED": "1"}
     container = {"name": CONTAINER, "image": image, "args": args,
                  "env": [{"name": k, "value": v} for k, v in env.items()]}
     if resources:
@@ -246,10 +247,10 @@ def tune_on_katib(
     import os
 
     from components.lib import kube
+    from components.lib.study_spec import StudySpec, pipeline_hyperparameters, with_best_trial
     from components.tune_on_katib import tune_with_katib
-    from components.lib.study_spec import StudySpec
 
-    hyperparameters = {"batch_size": batch_size, "learning_rate": learning_rate}
+    hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
     os.makedirs(tuning.path, exist_ok=True)
     if not enabled:
         with open(os.path.join(tuning.path, "trials.json"), "w") as f:
@@ -261,7 +262,7 @@ def tune_on_katib(
         namespace=namespace or kube.own_namespace(), service_account=service_account, claim_name=claim_name,
         mount_path=mount_path, resources=resources, run_id=run_id, poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)
-    hyperparameters.update(best["parameters"])
+    hyperparameters = with_best_trial(hyperparameters, best["parameters"])
     tuning.metadata.update(best_metric=best["metric"], best_parameters=best["parameters"], best_trial=best["trial"])
     print(f"best trial {best['trial']}: {study_spec['metric_id']}={best['metric']}; training with {hyperparameters}")
     return hyperparameters

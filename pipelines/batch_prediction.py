@@ -7,9 +7,9 @@ model repository version on kubeflow and local.
 from kfp import dsl
 
 from pipelines import targets
-from pipelines.config import TARGETS, BatchParameters, Platform
+from pipelines.config import PIPELINE_NAMES, TARGETS, BatchParameters, Platform
 
-PIPELINE_NAME = "tfpipe-batch-prediction"
+PIPELINE_NAME = PIPELINE_NAMES["batch_prediction"]
 _D = BatchParameters()  # defaults of the typed pipeline inputs
 
 

@@ -19,12 +19,14 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from components.lib.instance_formats import InstancesFormat
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines.cron import parse_cron
 
 TARGETS = ("vertex", "kubeflow", "local")
-PIPELINES = ("training", "batch_prediction")
-INSTANCES_FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
+# the pipelines (`--pipeline`) and their compiled names (also their package names in a template registry)
+PIPELINE_NAMES = {"training": "tfpipe-training", "batch_prediction": "tfpipe-batch-prediction"}
+PIPELINES = tuple(PIPELINE_NAMES)
 # Vertex AI naming rules (Model.version_aliases, resource labels)
 _ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -99,7 +101,7 @@ class BatchParameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     instances: str = ""  # comma-separated paths or globs (Vertex: gs:// URIs)
-    instances_format: Literal["jsonl", "csv", "tf-record", "tf-record-gzip", "file-list"] = "jsonl"
+    instances_format: InstancesFormat = "jsonl"
     model: str = ""  # "" = the champion; else a version (self-hosted: number or path; Vertex: version id, alias
     #                  or a projects/.../models/...[@version] resource name)
     model_repository: str = ""

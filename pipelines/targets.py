@@ -60,7 +60,7 @@ def _uncached(task):
 
 
 class SelfHostedOps:
-    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training"):
+    def __init__(self, platform: Platform, pipeline_name: str):
         image = platform.components_image
         self.image = image
         self.pipeline_name = pipeline_name
@@ -149,7 +149,7 @@ class SelfHostedOps:
 
 
 class VertexOps(SelfHostedOps):
-    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training"):
+    def __init__(self, platform: Platform, pipeline_name: str):
         super().__init__(platform, pipeline_name)
         self.platform = platform
         # labels of every Vertex resource and job: the runs' labels, the model labels, the pipeline's name
@@ -385,7 +385,7 @@ class VertexOps(SelfHostedOps):
 class KubeflowOps(SelfHostedOps):
     """The kubeflow target: the self-hosted steps plus Kubeflow's engines, the shared volume and pod resources."""
 
-    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training"):
+    def __init__(self, platform: Platform, pipeline_name: str):
         super().__init__(platform, pipeline_name)
         self.platform = platform
         self.kubeflow = platform.kubeflow
@@ -470,5 +470,5 @@ class KubeflowOps(SelfHostedOps):
         return self._place(super().batch_predict(**inputs))
 
 
-def make_ops(target: str, platform: Platform, pipeline_name: str = "tfpipe-training") -> SelfHostedOps:
+def make_ops(target: str, platform: Platform, pipeline_name: str) -> SelfHostedOps:
     return {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)(platform, pipeline_name)

@@ -12,9 +12,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from pipelines.config import BatchParameters, Config, PipelineParameters
+from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, Config, PipelineParameters
 
-PIPELINES = ("training", "batch_prediction")
 _NO_DEFAULT = object()
 _TYPE_NAMES = {"STRING": "a string", "NUMBER_INTEGER": "an integer", "NUMBER_DOUBLE": "a number",
                "BOOLEAN": "true or false", "LIST": "a JSON list", "STRUCT": "a JSON object",
@@ -28,13 +27,9 @@ class TemplateError(ValueError):
 
 def pipeline_name(pipeline: str) -> str:
     """`training` → `tfpipe-training`: the compiled pipeline's name (also its package name in a registry)."""
-    if pipeline == "training":
-        from pipelines.training import PIPELINE_NAME
-    elif pipeline == "batch_prediction":
-        from pipelines.batch_prediction import PIPELINE_NAME
-    else:
+    if pipeline not in PIPELINE_NAMES:
         raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
-    return PIPELINE_NAME
+    return PIPELINE_NAMES[pipeline]
 
 
 def compile_template(target: str, pipeline: str, config: Config, output: str | Path) -> str:
@@ -164,7 +159,7 @@ def _convert(item: Input, text: str):
     raise TemplateError(f"--param {item.name}={text}: expected {_TYPE_NAMES.get(kind, kind)}")
 
 
-_MODELS = {"tfpipe-training": PipelineParameters, "tfpipe-batch-prediction": BatchParameters}
+_MODELS = {PIPELINE_NAMES["training"]: PipelineParameters, PIPELINE_NAMES["batch_prediction"]: BatchParameters}
 
 
 def parse_params(assignments: Sequence[str], spec: dict) -> dict:

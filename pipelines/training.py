@@ -7,11 +7,11 @@ and TFLite quantization. Tuning, training, upload and deploy are platform servic
 
 from kfp import dsl
 
-from pipelines import targets
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
-from pipelines.config import TARGETS, PipelineParameters, Platform
+from pipelines import targets
+from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform
 
-PIPELINE_NAME = "tfpipe-training"
+PIPELINE_NAME = PIPELINE_NAMES["training"]
 _D = PipelineParameters()  # defaults of the typed pipeline inputs
 
 

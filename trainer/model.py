@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import math
-import os
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Keras 3 cannot fit under MultiWorkerMirroredStrategy
+from trainer.environment import use_legacy_keras
+
+use_legacy_keras()
 
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402

@@ -12,7 +12,9 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from trainer.environment import use_legacy_keras
+
+use_legacy_keras()
 
 
 def _underscored_flags(argv: list[str]) -> list[str]:

@@ -158,3 +158,13 @@ DEFAULT_STUDY = StudySpec(
         DiscreteParameter(parameter_id="dropout", values=[0.0, 0.1, 0.2, 0.3]),
     ],
 )
+
+
+def pipeline_hyperparameters(batch_size: int, learning_rate: float) -> dict:
+    """The pipeline's own hyperparameters: the final training's when no study runs."""
+    return {"batch_size": batch_size, "learning_rate": learning_rate}
+
+
+def with_best_trial(hyperparameters: dict, best: dict) -> dict:
+    """The final training's hyperparameters after a study: the pipeline's, overridden by the best trial's values."""
+    return {**hyperparameters, **best}

@@ -10,10 +10,6 @@ import click
 from pipelines.config import ConfigError, load_config
 
 
-_PIPELINES = ["training", "batch_prediction"]
-_INSTANCES_FORMATS = ["jsonl", "csv", "tf-record", "tf-record-gzip", "file-list"]
-
-
 def _fail(message: str) -> None:
     raise click.ClickException(message)
 

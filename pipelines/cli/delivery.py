@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 import yaml
 
-from pipelines.cli import _PIPELINES, _fail, _load, cli, config_options
+from pipelines.cli import _fail, _load, cli, config_options
+from pipelines.config import PIPELINES
 
 
 def template_options(func):
@@ -18,7 +19,7 @@ def template_options(func):
                         help="run the published template REGISTRY/PIPELINE_NAME/TAG (see publish)")(func)
     func = click.option("--template", type=click.Path(dir_okay=False), metavar="FILE",
                         help="run this compiled pipeline YAML instead of compiling one now")(func)
-    return click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+    return click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
                         help="which pipeline")(func)
 
 
@@ -415,7 +416,7 @@ def schedule_delete(name, **options):
 @click.option("--tag", "tags", multiple=True, required=True, help="tag of the uploaded version (repeatable)")
 @click.option("--target", type=click.Choice(["vertex", "kubeflow"]), default="vertex", show_default=True,
               help="target to compile for (when no --template)")
-@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True)
+@click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True)
 @click.option("--template", type=click.Path(dir_okay=False), metavar="FILE",
               help="publish this compiled pipeline YAML instead of compiling one now")
 @config_options

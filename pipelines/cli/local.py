@@ -7,8 +7,11 @@ from pathlib import Path
 
 import click
 
+from components.lib.instance_formats import FORMATS
 from components.lib.storage import local_path
-from pipelines.cli import _INSTANCES_FORMATS, _PIPELINES, _fail, _load, _source_commit, cli, config_options
+from pipelines.cli import _fail, _load, _source_commit, cli, config_options
+from pipelines.config import PIPELINES
+from trainer.environment import use_legacy_keras
 
 
 @cli.command()
@@ -30,10 +33,10 @@ from pipelines.cli import _INSTANCES_FORMATS, _PIPELINES, _fail, _load, _source_
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="run output directory [runs/<timestamp>]")
 @config_options
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's full log")
-@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+@click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
               help="which pipeline to run")
 @click.option("--instances", help="batch_prediction: instances, comma-separated paths or globs (required)")
-@click.option("--instances-format", type=click.Choice(_INSTANCES_FORMATS), help="batch_prediction: [jsonl]")
+@click.option("--instances-format", type=click.Choice(FORMATS), help="batch_prediction: [jsonl]")
 @click.option("--model", help="batch_prediction: repository version number or SavedModel path [the champion]")
 @click.option("--key-field", help="batch_prediction: field identifying an instance (output `key`, not sent)")
 @click.option("--included-fields", metavar="F1,F2,...",
@@ -70,7 +73,7 @@ def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, insta
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
 
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    use_legacy_keras()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pipelines import report
     from pipelines.local_run import run_local
@@ -136,7 +139,7 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
 
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    use_legacy_keras()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pipelines import report
     from pipelines.batch_prediction import PIPELINE_NAME, build_batch_pipeline
@@ -189,7 +192,7 @@ def _print_summary(s: dict) -> None:
 @click.option("--target", type=click.Choice(["vertex", "kubeflow"]), required=True)
 @click.option("--output", type=click.Path(dir_okay=False), required=True, help="pipeline YAML to write")
 @config_options
-@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+@click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
               help="which pipeline to compile")
 def compile_(target, output, config_file, profile, sets, pipeline):
     """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines."""

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from components.lib.storage import local_path
-from pipelines.cli import _PIPELINES, _fail, _load, cli, config_options
+from pipelines.cli import _fail, _load, cli, config_options
+from pipelines.config import PIPELINES
 
 DEFAULT_STATE = "runs/rehearsal-state"
 
@@ -16,7 +17,7 @@ DEFAULT_STATE = "runs/rehearsal-state"
 @cli.command()
 @click.option("--template", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="the compiled Vertex pipeline to run [compiled now from the config]")
-@click.option("--pipeline", type=click.Choice(_PIPELINES), default="training", show_default=True,
+@click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
               help="which pipeline to compile (without --template)")
 @config_options
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",

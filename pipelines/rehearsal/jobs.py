@@ -20,6 +20,8 @@ import sys
 import time
 import urllib.request
 
+from trainer.environment import output_dirs
+
 TRAINER_COMMAND = ["python", "-m", "trainer.task"]  # the trainer image's entry point
 HEALTH_TIMEOUT = 300  # seconds a deployed container has to answer its health route
 
@@ -58,9 +60,8 @@ def _container_env(pool: dict) -> dict:
 
 
 def aip_dirs(base: str) -> dict:
-    base = base.rstrip("/")
-    return {"AIP_MODEL_DIR": f"{base}/model/", "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
-            "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/"}
+    """As Vertex AI sets them: with a trailing slash."""
+    return {name: f"{value}/" for name, value in output_dirs(base.rstrip("/")).items()}
 
 
 def vertex_cluster_env(ports: list[int], index: int) -> dict:

@@ -22,6 +22,7 @@ import yaml
 
 from pipelines.rehearsal import redirect
 from pipelines.rehearsal.api import VertexDouble
+from trainer.environment import LEGACY_KERAS
 
 PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources
 GCPC_MODULES = "google_cloud_pipeline_components.container."
@@ -181,7 +182,7 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
         with gcs_emulator(str(state_dir / "gcs")) as emulator, \
                 _environment({**redirect.environment(double.grpc_target, double.http_base, PROJECT),
                               "STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": PROJECT,
-                              "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}), _kfp_local_patches(location):
+                              **LEGACY_KERAS, "TF_CPP_MIN_LOG_LEVEL": "2"}), _kfp_local_patches(location):
             redirect.install(double.grpc_target, double.http_base, PROJECT)
             if arguments.get("instances"):
                 arguments = {**arguments, "instances": stage_instances(arguments["instances"])}
