@@ -16,15 +16,18 @@ prediction) run on each target.
   or the local study (`pod`); serving on a KServe InferenceService (`kserve`), a TF Serving you run (`url`) or not at
   all (`none`); the model repository and batch predictor as on local. Every step mounts the shared
   PersistentVolumeClaim (kfp-kubernetes) and gets its CPU and memory requests and limits.
-Steps that read or change state outside the run (champion and registry look-ups, upload, endpoint, deploy, batch
-prediction) are never cached; the rest are, keyed on the data's fingerprint.
+`PlatformOps` is the seam's contract; `VertexOps` and `SelfHostedOps` (with `KubeflowOps`, its kubeflow variant)
+implement it, each building only the components it runs. Steps that read or change state outside the run
+(champion and registry look-ups, upload, endpoint, deploy, batch prediction) are never cached; the rest are, keyed
+on the data's fingerprint.
 Every other step (data prep, evaluation gate, TFLite quantization) is the same lightweight component on all targets
 (base image: the components image).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kfp import dsl
 
@@ -35,6 +38,7 @@ from components import (check_batch_prediction_job, crown_vertex_model, default_
                         plan_vertex_training, prepare_data, publish_model, quantize_model, read_best_trial,
                         run_batch_prediction, train_model, train_model_on_operator, tune_hyperparameters,
                         tune_on_katib)
+from components.lib.study_spec import StudySpec
 from pipelines.config import Platform
 
 # the project of the running Vertex pipeline (what GCPC ops default `project` to)
@@ -59,24 +63,55 @@ def _uncached(task):
     return task.set_caching_options(False)
 
 
-class SelfHostedOps:
+class PlatformOps(Protocol):
+    """The seam: each pipeline step as a target runs it. Arguments are the pipeline's channels (or constants); each
+    method adds its tasks to the pipeline being defined and returns what the DAG hands on."""
+
+    def prepare_data(self, *, data_source: Any, **options: Any) -> dsl.PipelineTask: ...
+
+    def tune(self, *, dataset: Any, study: StudySpec, enabled: Any, trial_epochs: Any, batch_size: Any,
+             learning_rate: Any) -> Any: ...
+
+    def train(self, *, dataset: Any, workers: Any, epochs: Any, hyperparameters: Any, max_restarts: Any) -> Trained: ...
+
+    def evaluate(self, *, trained: Trained, dataset: Any, accuracy_threshold: Any, champion_tolerance: Any,
+                 model_repository: Any, model_name: Any) -> dsl.PipelineTask: ...
+
+    def register(self, *, trained: Trained, dataset: Any, evaluation: Any, model_repository: Any, model_name: Any,
+                 source_commit: Any) -> Any: ...
+
+    def deploy(self, *, enabled: Any, registered: Any, dataset: Any, traffic_percentage: Any, model_repository: Any,
+               model_name: Any, serving_url: Any, rest_port: Any, grpc_port: Any) -> None: ...
+
+    def quantize_model(self, **inputs: Any) -> dsl.PipelineTask: ...
+
+    def batch_predict(self, *, instances: Any, instances_format: Any, model: Any, model_repository: Any,
+                      model_name: Any, batch_size: Any, key_field: Any, included_fields: Any, excluded_fields: Any,
+                      instance_type: Any, max_error_fraction: Any, signature_name: Any,
+                      output_prefix: Any) -> dsl.PipelineTask: ...
+
+
+class _SameEverywhere(ABC):
+    """The steps every target runs as the same lightweight components: data prep (keyed on the data's fingerprint),
+    the evaluation gate (against the target's champion) and TFLite quantization."""
+
     def __init__(self, platform: Platform, pipeline_name: str):
         image = platform.components_image
+        self.platform = platform
         self.image = image
         self.pipeline_name = pipeline_name
         self._fingerprint = _component(fingerprint_data.fingerprint_data, image)
         self._prepare = _component(prepare_data.prepare_data, image)
         self._evaluate = _component(evaluate_model.evaluate_model, image)
-        self._champion = _component(find_repository_champion.find_repository_champion, image)
         self._quantize = _component(quantize_model.quantize_model, image)
-        self._train = _component(train_model.train_model, image)
-        self._tune = _component(tune_hyperparameters.tune_hyperparameters, image)
-        self._publish = _component(publish_model.publish_model, image)
-        self._deploy = _component(deploy_model.deploy_model, image)
 
-    def _place(self, task):
+    def _place(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
         """Where a task's pod runs and what it gets (the kubeflow target's volume and resources); here: as is."""
         return task
+
+    @abstractmethod
+    def find_champion(self, model_repository: Any, model_name: Any) -> dsl.PipelineTask:
+        """The never-cached look-up of the champion the gate compares with: `path`, `name` and `model_uri`."""
 
     def prepare_data(self, data_source, **options):
         """Data prep keyed on a never-cached fingerprint of the source: fresh data runs it again, the same data is
@@ -87,6 +122,29 @@ class SelfHostedOps:
 
     def quantize_model(self, **inputs):
         return self._place(self._quantize(**inputs))
+
+    def evaluate(self, trained: Trained, dataset, accuracy_threshold, champion_tolerance, model_repository,
+                 model_name):
+        """The evaluation gate against the target's champion; its `Output` is the blessing."""
+        champion = self.find_champion(model_repository, model_name)
+        return self._place(self._evaluate(
+            model=trained.model, dataset=dataset, accuracy_threshold=accuracy_threshold,
+            champion_tolerance=champion_tolerance, champion_path=champion.outputs["path"],
+            champion_name=champion.outputs["name"], champion_model_uri=champion.outputs["model_uri"],
+        )).set_display_name("Evaluation gate")
+
+
+class SelfHostedOps(_SameEverywhere):
+    """The local target (and the kubeflow target's `pod` engines): this project's own components."""
+
+    def __init__(self, platform: Platform, pipeline_name: str):
+        super().__init__(platform, pipeline_name)
+        image = platform.components_image
+        self._champion = _component(find_repository_champion.find_repository_champion, image)
+        self._train = _component(train_model.train_model, image)
+        self._tune = _component(tune_hyperparameters.tune_hyperparameters, image)
+        self._publish = _component(publish_model.publish_model, image)
+        self._deploy = _component(deploy_model.deploy_model, image)
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         """The final training's hyperparameters (a dict channel), from a local study when `enabled`."""
@@ -105,16 +163,6 @@ class SelfHostedOps:
         """The never-cached look-up of the champion the gate compares with: the repository's newest version."""
         task = self._place(self._champion(model_repository=model_repository, model_name=model_name))
         return _uncached(task.set_display_name("Find champion (model repository)"))
-
-    def evaluate(self, trained: Trained, dataset, accuracy_threshold, champion_tolerance, model_repository,
-                 model_name):
-        """The evaluation gate against the target's champion; its `Output` is the blessing."""
-        champion = self.find_champion(model_repository, model_name)
-        return self._place(self._evaluate(
-            model=trained.model, dataset=dataset, accuracy_threshold=accuracy_threshold,
-            champion_tolerance=champion_tolerance, champion_path=champion.outputs["path"],
-            champion_name=champion.outputs["name"], champion_model_uri=champion.outputs["model_uri"],
-        )).set_display_name("Evaluation gate")
 
     def register(self, trained: Trained, dataset, evaluation, model_repository, model_name, source_commit):
         """Publish the blessed model; returns the registered model's artifact channel (what `deploy` takes)."""
@@ -148,10 +196,11 @@ class SelfHostedOps:
         ).set_display_name("Batch prediction (local predictor)")
 
 
-class VertexOps(SelfHostedOps):
+class VertexOps(_SameEverywhere):
+    """The vertex target: GCPC ops and the Vertex AI API for the platform services."""
+
     def __init__(self, platform: Platform, pipeline_name: str):
         super().__init__(platform, pipeline_name)
-        self.platform = platform
         # labels of every Vertex resource and job: the runs' labels, the model labels, the pipeline's name
         self.labels = {**platform.labels, **platform.model_labels, "pipeline": pipeline_name}
         image = platform.components_image
@@ -387,7 +436,6 @@ class KubeflowOps(SelfHostedOps):
 
     def __init__(self, platform: Platform, pipeline_name: str):
         super().__init__(platform, pipeline_name)
-        self.platform = platform
         self.kubeflow = platform.kubeflow
         image = platform.components_image
         self._train_operator = _component(train_model_on_operator.train_model_on_operator, image)
@@ -470,5 +518,6 @@ class KubeflowOps(SelfHostedOps):
         return self._place(super().batch_predict(**inputs))
 
 
-def make_ops(target: str, platform: Platform, pipeline_name: str) -> SelfHostedOps:
-    return {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)(platform, pipeline_name)
+def make_ops(target: str, platform: Platform, pipeline_name: str) -> PlatformOps:
+    ops: type[VertexOps | SelfHostedOps] = {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)
+    return ops(platform, pipeline_name)

@@ -4,8 +4,8 @@ does not load or the smoke prediction fails."""
 import pytest
 
 from components.lib import kube
-from components.deploy_model_on_kserve import (ServingFailed, deploy_to_kserve, inference_service, predictor, served_url,
-                                      storage_uri)
+from components.deploy_model_on_kserve import (ServingFailed, deploy_to_kserve, inference_service, predictor,
+                                               served_url, storage_uri)
 from tests.kube_api import KubeAPI
 
 KSERVE = {"serving.kserve.io/v1beta1": {"inferenceservices": "InferenceService"},

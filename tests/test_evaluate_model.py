@@ -1,6 +1,6 @@
 """The evaluation gate (components/evaluate_model.py) and the champion look-ups it compares with
-(components/find_repository_champion.py): model repository locally, Model Registry alias on Vertex AI (GAPIC stubs, champion
-SavedModel on the GCS emulator)."""
+(components/find_repository_champion.py, components/find_registry_champion.py): model repository locally, Model
+Registry alias on Vertex AI (GAPIC stubs, champion SavedModel on the GCS emulator)."""
 import json
 import shutil
 import threading

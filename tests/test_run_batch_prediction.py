@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from components.run_batch_prediction import (BatchPredictionError, InstanceConfig, batch_predict, check_error_budget,
-                                      instance_config, resolve_model)
+                                             instance_config, resolve_model)
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
