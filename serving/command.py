@@ -39,12 +39,6 @@ from components.lib.storage import local_path
 def serve(model_base_path, model_name, latest_versions, versions, labels, enable_batching, max_batch_size,
           batch_timeout_ms, num_batch_threads, poll_seconds, version_policy, intra_op, inter_op, **options):
     """Serve the model repository with TF Serving's REST and gRPC APIs (a stand-in for tensorflow/serving)."""
-    import logging
-
-    from serving.batching import BatchingOptions
-    from serving.models import ModelManager, Policy
-    from serving.server import ModelServer, ServerOptions, run, set_tensorflow_threads
-
     try:
         specific = tuple(int(v) for v in versions.split(",") if v.strip())
         label_map = {k: int(v) for k, v in (item.split("=", 1) for item in labels)}
@@ -52,6 +46,13 @@ def serve(model_base_path, model_name, latest_versions, versions, labels, enable
         raise click.ClickException("--versions takes integers like 1,3 and --label takes LABEL=VERSION like stable=3")
     if version_policy == "specific" and not specific:
         raise click.ClickException("--version-policy specific needs --versions")
+
+    import logging
+
+    from serving.batching import BatchingOptions
+    from serving.models import ModelManager, Policy
+    from serving.server import ModelServer, ServerOptions, run, set_tensorflow_threads
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     manager = ModelManager(
         local_path(model_base_path), model_name, Policy(version_policy, latest_versions, specific), label_map,

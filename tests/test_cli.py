@@ -72,3 +72,24 @@ def test_batch_options_only_with_the_batch_pipeline(tmp_path):
     result = invoke("run", "--pipeline", "batch_prediction", "--instances", str(tmp_path / "a.csv"),
                     "--included-fields", "a", "--excluded-fields", "b", "--out", str(tmp_path / "o"))
     assert result.exit_code == 1 and "give included_fields or excluded_fields, not both" in result.output
+
+
+def test_the_servers_own_command_is_the_serve_verb():
+    """`python -m serving` takes what `python -m pipelines serve` takes, and checks it the same way (before it loads
+    TensorFlow)."""
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=120)
+
+    own, verb = run("serving", "--help"), run("pipelines", "serve", "--help")
+    assert own.returncode == verb.returncode == 0
+    assert own.stdout.startswith("Usage: python -m serving [OPTIONS]\n")
+    assert verb.stdout.startswith("Usage: python -m pipelines serve [OPTIONS]\n")
+    assert own.stdout.partition("\n")[2] == verb.stdout.partition("\n")[2]
+    for option in ("--model-base-path", "--rest-port", "--grpc-port", "--enable-batching", "--ready-file"):
+        assert option in own.stdout
+    bad = run("serving", "--model-base-path", "m", "--model-name", "n", "--versions", "x")
+    assert bad.returncode == 1 and "tensorflow" not in bad.stderr.lower()
+    assert bad.stderr == "Error: --versions takes integers like 1,3 and --label takes LABEL=VERSION like stable=3\n"
