@@ -30,9 +30,9 @@ def main(argv=None) -> None:
     p.add_argument("--output", type=Path, default=RESULTS)
     args = p.parse_args(argv)
 
+    from components.lib.study_spec import DEFAULT_STUDY
     from components.prepare_data import prepare
     from components.tune_hyperparameters import run_study
-    from components.lib.study_spec import DEFAULT_STUDY
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:

@@ -278,9 +278,9 @@ def deploy_model_on_kserve(
     import json
     from collections import namedtuple
 
-    from components.lib import kube
     from components.deploy_model import reference
     from components.deploy_model_on_kserve import ServingFailed, deploy_to_kserve, predictor, storage_uri
+    from components.lib import kube
     from components.lib.model_repository import remove_version
 
     version, path = int(published.metadata["version"]), published.metadata["path"]

@@ -36,8 +36,7 @@ def plan_batch_prediction(
     from components.lib.instance_formats import B64_FORMATS
     from components.lib.vertex_registry import find_model_version, resource_uri
     from components.plan_vertex_training import job_display_name
-    from components.run_batch_prediction import choose_signature, instance_config, model_feature_names, \
-        model_signatures
+    from components.run_batch_prediction import choose_signature, instance_config, model_feature_names, model_signatures
 
     uris = []
     for item in (i.strip() for i in instances.split(",")):

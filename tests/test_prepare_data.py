@@ -3,8 +3,8 @@ import json
 import pytest
 
 from components import prepare_data
-from components.prepare_data import assign_split, available_cpus, prepare, shard_count
 from components.lib.sources import DataError, default_image_size
+from components.prepare_data import assign_split, available_cpus, prepare, shard_count
 from tests.conftest import write_images
 from trainer import data
 

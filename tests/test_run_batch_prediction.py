@@ -391,8 +391,8 @@ def test_bad_arguments_are_rejected_before_any_output(strings_model, tmp_path):
 def test_model_resolution_and_kfp_step(strings_model, tmp_path):
     from kfp.dsl import Artifact
 
-    from components.run_batch_prediction import run_batch_prediction
     from components.lib.model_repository import publish
+    from components.run_batch_prediction import run_batch_prediction
 
     repo = str(tmp_path / "repo")
     with pytest.raises(FileNotFoundError, match="has no versions"):

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from components.tune_hyperparameters import StudyFailed, run_study
 from components.lib.study_spec import StudySpec
+from components.tune_hyperparameters import StudyFailed, run_study
 
 
 def spec(**overrides):

@@ -11,9 +11,9 @@ from datetime import datetime
 import pytest
 
 from components.lib import kube
+from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from components.tune_on_katib import (METRICS_FILE, StudyFailed, best_trial, experiment, run_experiment, search_space,
                                       tune_with_katib)
-from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from tests.kube_api import KubeAPI
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}

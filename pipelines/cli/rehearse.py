@@ -1,7 +1,6 @@
 """`rehearse`: run the compiled Vertex AI pipeline on this machine against a local Vertex AI API double."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
