@@ -247,7 +247,17 @@ def deploy_model(
     endpoint: Output[Artifact],
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (self-hosted): start (or reuse) the local server on the repository, wait for the new version,
-    smoke-test it, roll back on failure. `serving_url` set: check that server instead of starting one."""
+    smoke-test it, roll back on failure. `serving_url` set: check that server instead of starting one.
+
+    Args:
+        published: The published repository version.
+        dataset: The prepared data (examples for the smoke test).
+        model_repository: The versioned model repository the server watches.
+        model_name: The model's name in the repository and on the server.
+        serving_url: URL of a TF Serving watching the repository (empty: start or reuse the local server).
+        rest_port: The local server's REST port (0: any free port).
+        grpc_port: The local server's gRPC port (0: any free port).
+    """
     import json
     from collections import namedtuple
 
@@ -275,7 +285,15 @@ def deploy_model_at_url(
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (kubeflow, serving: url): check the TF Serving at `serving_url`, which watches the model repository:
     wait for the new version, smoke-test it, roll it back on failure. A pod starts no server of its own (it would
-    die with the pod), so an empty `serving_url` fails at once."""
+    die with the pod), so an empty `serving_url` fails at once.
+
+    Args:
+        published: The published repository version.
+        dataset: The prepared data (examples for the smoke test).
+        model_repository: The versioned model repository the server watches.
+        model_name: The model's name in the repository and on the server.
+        serving_url: URL of the TF Serving watching the repository.
+    """
     import json
     from collections import namedtuple
 

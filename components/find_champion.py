@@ -11,7 +11,12 @@ from typing import NamedTuple
 
 def find_repository_champion(model_repository: str, model_name: str) -> NamedTuple(
         "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
-    """KFP step (self-hosted): the model repository's newest version."""
+    """KFP step (self-hosted): the model repository's newest version.
+
+    Args:
+        model_repository: The versioned model repository.
+        model_name: The model's name in the repository.
+    """
     from collections import namedtuple
 
     from components.model_repository import champion
@@ -27,7 +32,14 @@ def find_repository_champion(model_repository: str, model_name: str) -> NamedTup
 
 def find_registry_champion(display_name: str, alias: str, project: str, location: str) -> NamedTuple(
         "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
-    """KFP step (Vertex): the registry model's version holding `alias`."""
+    """KFP step (Vertex): the registry model's version holding `alias`.
+
+    Args:
+        display_name: Display name of the Model Registry model.
+        alias: The version alias that marks the champion.
+        project: Google Cloud project of the registry.
+        location: Region of the registry.
+    """
     from collections import namedtuple
 
     from components.vertex_registry import champion_version

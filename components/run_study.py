@@ -347,7 +347,16 @@ def tune_hyperparameters(
     tuning: Output[Artifact],
 ) -> dict:
     """KFP step (self-hosted): run the study (when `enabled`) and return the hyperparameters for final training:
-    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values."""
+    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values.
+
+    Args:
+        dataset: The prepared data (shards per split, stats.json).
+        study_spec: The study: `StudySpec` as a dict (parameters, metric, goal, trial counts, algorithm).
+        enabled: Run the study; otherwise return the pipeline's values.
+        trial_epochs: Epochs of each trial.
+        batch_size: The pipeline's batch size per replica.
+        learning_rate: The pipeline's learning rate.
+    """
     import json
     import os
 

@@ -150,7 +150,13 @@ def batch_job_counts(gcp_resources: str) -> tuple[str, int, int]:
 
 def find_model(display_name: str, project: str, location: str) -> NamedTuple(
         "Outputs", [("resource_name", str), ("resource_uri", str)]):
-    """KFP step (Vertex): the registry model with this display name ("" when there is none)."""
+    """KFP step (Vertex): the registry model with this display name ("" when there is none).
+
+    Args:
+        display_name: Display name of the registry model.
+        project: Google Cloud project.
+        location: Region.
+    """
     from collections import namedtuple
 
     from components.vertex_registry import find_resource, resource_uri
@@ -161,7 +167,13 @@ def find_model(display_name: str, project: str, location: str) -> NamedTuple(
 
 def find_endpoint(display_name: str, project: str, location: str) -> NamedTuple(
         "Outputs", [("resource_name", str), ("resource_uri", str)]):
-    """KFP step (Vertex): the endpoint with this display name ("" when there is none)."""
+    """KFP step (Vertex): the endpoint with this display name ("" when there is none).
+
+    Args:
+        display_name: Display name of the endpoint.
+        project: Google Cloud project.
+        location: Region.
+    """
     from collections import namedtuple
 
     from components.vertex_registry import find_resource, resource_uri
@@ -172,7 +184,12 @@ def find_endpoint(display_name: str, project: str, location: str) -> NamedTuple(
 
 def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
     """KFP step (Vertex): ModelDeployOp's `traffic_split` for a rollout of `traffic_percentage` % to the new model
-    (`endpoint_name` "": a new endpoint, nothing else serves)."""
+    (`endpoint_name` "": a new endpoint, nothing else serves).
+
+    Args:
+        endpoint_name: The endpoint's resource name (empty: a new endpoint).
+        traffic_percentage: The new model's share of the traffic in %.
+    """
     from components.vertex_registry import endpoint_traffic, traffic_split
 
     current = endpoint_traffic(endpoint_name) if endpoint_name else {}
@@ -186,7 +203,12 @@ def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
 def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) -> NamedTuple(
         "Outputs", [("succeeded", int), ("failed", int)]):
     """KFP step (Vertex), after `ModelBatchPredictOp` (a Vertex job succeeds whatever its instances do): read the
-    job's success and error counts and fail when more than `max_error_fraction` of the instances failed."""
+    job's success and error counts and fail when more than `max_error_fraction` of the instances failed.
+
+    Args:
+        gcp_resources: The batch prediction job's resource record (GCPC's `gcp_resources`).
+        max_error_fraction: The step fails when a larger share of the instances failed.
+    """
     from collections import namedtuple
 
     from components.batch_predict import check_error_budget
@@ -223,7 +245,24 @@ def plan_batch_prediction(
     and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts), and the
     job's `model_parameters`: `{"signature_name": ...}` when the job must call another signature than
     `serving_default` (`signature_name`, or `components.batch_predict.choose_signature`'s: a file list of images
-    goes to an image model's `serving_image_bytes`), which this project's serving container honours."""
+    goes to an image model's `serving_image_bytes`), which this project's serving container honours.
+
+    Args:
+        model: The version: a version id, alias or resource name (empty: the champion alias's version).
+        display_name: Display name of the registry model.
+        alias: The version alias that marks the champion.
+        instances: The instances: comma-separated gs:// URIs or globs (or /gcs/ paths).
+        output_prefix: gs:// prefix of the output directory (empty: this step's artifact URI).
+        project: Google Cloud project.
+        location: Region.
+        run_name: The pipeline run's name, part of the job's display name.
+        instances_format: Format of the instances: jsonl, csv, tf-record, tf-record-gzip or file-list.
+        key_field: Field identifying an instance: never sent to the model.
+        included_fields: Fields sent to the model, in this order (empty: the model's feature columns).
+        excluded_fields: Fields not sent to the model.
+        instance_type: JSONL objects sent as objects or as arrays (empty: as given).
+        signature_name: The signature to call (empty: chosen from the model and the instances).
+    """
     from collections import namedtuple
 
     from components.batch_predict import B64_FORMATS, choose_signature, instance_config, model_feature_names, \

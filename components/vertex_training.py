@@ -55,7 +55,21 @@ def plan_vertex_training(
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
     """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
     display name (`<run_name>-<purpose>`). `tuned_parameters` are left out of the flags: a tuning job appends each
-    trial's values itself."""
+    trial's values itself.
+
+    Args:
+        dataset: The prepared data (shards per split, stats.json).
+        trainer_image: The trainer image the worker pools run.
+        machine_type: Machine type of every worker.
+        accelerator_type: Accelerator of every worker (empty: none).
+        accelerator_count: Accelerators per worker.
+        workers: Workers: pool 0 holds the chief, pool 1 the others.
+        epochs: Training epochs.
+        hyperparameters: Trainer flags by name with underscores.
+        tuned_parameters: Parameters a tuning job sets per trial (left out of the flags).
+        run_name: The pipeline run's name, part of the job's display name.
+        purpose: train or tune: the display name's suffix.
+    """
     from collections import namedtuple
 
     from components.vertex_training import job_display_name, worker_pool_specs
@@ -68,12 +82,22 @@ def plan_vertex_training(
 
 
 def default_hyperparameters(batch_size: int, learning_rate: float) -> dict:
-    """KFP step (Vertex): the pipeline's own hyperparameters (used as they are when tuning is off)."""
+    """KFP step (Vertex): the pipeline's own hyperparameters (used as they are when tuning is off).
+
+    Args:
+        batch_size: The pipeline's batch size per replica.
+        learning_rate: The pipeline's learning rate.
+    """
     return {"batch_size": batch_size, "learning_rate": learning_rate}
 
 
 def merge_hyperparameters(defaults: dict, best: dict) -> dict:
-    """KFP step (Vertex): the pipeline's hyperparameters overridden by the best trial's values."""
+    """KFP step (Vertex): the pipeline's hyperparameters overridden by the best trial's values.
+
+    Args:
+        defaults: The pipeline's hyperparameters.
+        best: The best trial's parameter values.
+    """
     return {**defaults, **best}
 
 
@@ -84,7 +108,12 @@ def import_trained_model(
     metrics: Output[Metrics],
     training: Output[Artifact],
 ) -> NamedTuple("Outputs", [("model_uri", str)]):
-    """KFP step (Vertex): expose the chief's SavedModel (`<job_dir>/model`) and its training metrics."""
+    """KFP step (Vertex): expose the chief's SavedModel (`<job_dir>/model`) and its training metrics.
+
+    Args:
+        job_dir: The training job's base output directory.
+        gcp_resources: The custom job's resource record (GCPC's `gcp_resources`).
+    """
     import json
     import os
     import shutil
