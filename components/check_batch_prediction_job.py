@@ -5,7 +5,12 @@ from typing import NamedTuple
 def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) -> NamedTuple(
         "Outputs", [("succeeded", int), ("failed", int)]):
     """KFP step (Vertex), after `ModelBatchPredictOp` (a Vertex job succeeds whatever its instances do): read the
-    job's success and error counts and fail when more than `max_error_fraction` of the instances failed."""
+    job's success and error counts and fail when more than `max_error_fraction` of the instances failed.
+
+    Args:
+        gcp_resources: The batch prediction job's resource record (GCPC's `gcp_resources`).
+        max_error_fraction: The step fails when a larger share of the instances failed.
+    """
     from collections import namedtuple
 
     from components.lib.vertex_registry import batch_job_counts

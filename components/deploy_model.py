@@ -247,7 +247,17 @@ def deploy_model(
     endpoint: Output[Artifact],
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (self-hosted): start (or reuse) the local server on the repository, wait for the new version,
-    smoke-test it, roll back on failure. `serving_url` set: check that server instead of starting one."""
+    smoke-test it, roll back on failure. `serving_url` set: check that server instead of starting one.
+
+    Args:
+        published: The published repository version.
+        dataset: The prepared data (examples for the smoke test).
+        model_repository: The versioned model repository the server watches.
+        model_name: The model's name in the repository and on the server.
+        serving_url: URL of a TF Serving watching the repository (empty: start or reuse the local server).
+        rest_port: The local server's REST port (0: any free port).
+        grpc_port: The local server's gRPC port (0: any free port).
+    """
     import json
     from collections import namedtuple
 

@@ -14,7 +14,15 @@ def deploy_model_at_url(
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (kubeflow, serving: url): check the TF Serving at `serving_url`, which watches the model repository:
     wait for the new version, smoke-test it, roll it back on failure. A pod starts no server of its own (it would
-    die with the pod), so an empty `serving_url` fails at once."""
+    die with the pod), so an empty `serving_url` fails at once.
+
+    Args:
+        published: The published repository version.
+        dataset: The prepared data (examples for the smoke test).
+        model_repository: The versioned model repository the server watches.
+        model_name: The model's name in the repository and on the server.
+        serving_url: URL of the TF Serving watching the repository.
+    """
     import json
     from collections import namedtuple
 

@@ -274,7 +274,30 @@ def deploy_model_on_kserve(
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (kubeflow, serving: kserve): serve the published version on the InferenceService
     `inference_service` ("" = `model_name`) with `traffic_percentage` % of the traffic, wait until it is Ready,
-    smoke-test it; on failure restore the previous predictor and remove the version from the repository."""
+    smoke-test it; on failure restore the previous predictor and remove the version from the repository.
+
+    Args:
+        published: The published repository version.
+        dataset: The prepared data (examples for the smoke test).
+        model_repository: The versioned model repository on the shared volume.
+        model_name: The model's name in the repository.
+        traffic_percentage: The new version's share of the traffic in % (< 100: a canary).
+        inference_service: The InferenceService's name (empty: `model_name`).
+        predictor_kind: serving_image (this project's serving image) or tensorflow (KServe's TensorFlow runtime).
+        serving_image: This project's serving image.
+        runtime_version: predictor tensorflow: the TF Serving image tag (empty: the runtime's).
+        namespace: Namespace of the created objects (empty: the run's namespace).
+        service_account: Service account of their pods (empty: the namespace's default).
+        claim_name: The shared PersistentVolumeClaim the pods mount (where the dataset and outputs live).
+        mount_path: Where the pods mount the claim (paths under it are the same in every pod).
+        resources: Kubernetes resources of the predictor (requests, limits).
+        min_replicas: Fewest predictor replicas.
+        max_replicas: Most predictor replicas.
+        keep_previous: Older revisions of the InferenceService kept after a full rollout.
+        poll_seconds: How often the step reads the objects' status, in seconds.
+        timeout_minutes: The step fails when the new revision is not Ready by then.
+        run_id: The pipeline run's name, part of the objects' names and labels.
+    """
     import json
     from collections import namedtuple
 

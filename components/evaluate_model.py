@@ -169,7 +169,17 @@ def evaluate_model(
 ) -> bool:
     """KFP step: evaluate on the test split against the champion (from the target's `find_champion` step), log
     Metrics/ClassificationMetrics; returns the blessing (the reason is in the `evaluation` artifact and its
-    metadata)."""
+    metadata).
+
+    Args:
+        model: The trained SavedModel.
+        dataset: The prepared data (shards per split, stats.json).
+        accuracy_threshold: The test accuracy the model must reach to be blessed.
+        champion_tolerance: How far below the champion's test accuracy the model may be.
+        champion_path: The champion's SavedModel (empty: no champion).
+        champion_name: The champion's name in the gate's reason.
+        champion_model_uri: The champion's model URI (a candidate with the same artifacts is not blessed).
+    """
     import json
 
     from components.evaluate_model import evaluate

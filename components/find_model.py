@@ -4,7 +4,13 @@ from typing import NamedTuple
 
 def find_model(display_name: str, project: str, location: str) -> NamedTuple(
         "Outputs", [("resource_name", str), ("resource_uri", str)]):
-    """KFP step (Vertex): the registry model with this display name ("" when there is none)."""
+    """KFP step (Vertex): the registry model with this display name ("" when there is none).
+
+    Args:
+        display_name: Display name of the registry model.
+        project: Google Cloud project.
+        location: Region.
+    """
     from collections import namedtuple
 
     from components.lib.vertex_registry import find_resource, resource_uri

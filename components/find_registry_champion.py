@@ -5,7 +5,14 @@ from typing import NamedTuple
 
 def find_registry_champion(display_name: str, alias: str, project: str, location: str) -> NamedTuple(
         "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
-    """KFP step (Vertex): the registry model's version holding `alias`."""
+    """KFP step (Vertex): the registry model's version holding `alias`.
+
+    Args:
+        display_name: Display name of the Model Registry model.
+        alias: The version alias that marks the champion.
+        project: Google Cloud project of the registry.
+        location: Region of the registry.
+    """
     from collections import namedtuple
 
     from components.lib.vertex_registry import champion_version

@@ -12,7 +12,12 @@ from typing import NamedTuple
 
 def find_repository_champion(model_repository: str, model_name: str) -> NamedTuple(
         "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
-    """KFP step (self-hosted): the model repository's newest version."""
+    """KFP step (self-hosted): the model repository's newest version.
+
+    Args:
+        model_repository: The versioned model repository.
+        model_name: The model's name in the repository.
+    """
     from collections import namedtuple
 
     from components.lib.model_repository import champion

@@ -71,7 +71,11 @@ def summary(result: dict) -> str:
 
 def fingerprint_data(data_source: str) -> str:
     """KFP step (run it with caching off): the digest of what data prep would read from `data_source`, for
-    prepare-data's `data_fingerprint` input."""
+    prepare-data's `data_fingerprint` input.
+
+    Args:
+        data_source: The data source, as given to data prep (a builtin name, a local path or a gs:// URI).
+    """
     from components.fingerprint_data import fingerprint, summary
 
     result = fingerprint(data_source)

@@ -11,7 +11,12 @@ def import_trained_model(
     metrics: Output[Metrics],
     training: Output[Artifact],
 ) -> NamedTuple("Outputs", [("model_uri", str)]):
-    """KFP step (Vertex): expose the chief's SavedModel (`<job_dir>/model`) and its training metrics."""
+    """KFP step (Vertex): expose the chief's SavedModel (`<job_dir>/model`) and its training metrics.
+
+    Args:
+        job_dir: The training job's base output directory.
+        gcp_resources: The custom job's resource record (GCPC's `gcp_resources`).
+    """
     import json
     import os
     import shutil

@@ -30,7 +30,24 @@ def plan_batch_prediction(
     and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts), and the
     job's `model_parameters`: `{"signature_name": ...}` when the job must call another signature than
     `serving_default` (`signature_name`, or `components.run_batch_prediction.choose_signature`'s: a file list of images
-    goes to an image model's `serving_image_bytes`), which this project's serving container honours."""
+    goes to an image model's `serving_image_bytes`), which this project's serving container honours.
+
+    Args:
+        model: The version: a version id, alias or resource name (empty: the champion alias's version).
+        display_name: Display name of the registry model.
+        alias: The version alias that marks the champion.
+        instances: The instances: comma-separated gs:// URIs or globs (or /gcs/ paths).
+        output_prefix: gs:// prefix of the output directory (empty: this step's artifact URI).
+        project: Google Cloud project.
+        location: Region.
+        run_name: The pipeline run's name, part of the job's display name.
+        instances_format: Format of the instances: jsonl, csv, tf-record, tf-record-gzip or file-list.
+        key_field: Field identifying an instance: never sent to the model.
+        included_fields: Fields sent to the model, in this order (empty: the model's feature columns).
+        excluded_fields: Fields not sent to the model.
+        instance_type: JSONL objects sent as objects or as arrays (empty: as given).
+        signature_name: The signature to call (empty: chosen from the model and the instances).
+    """
     from collections import namedtuple
 
     from components.lib.instance_formats import B64_FORMATS

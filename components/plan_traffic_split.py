@@ -3,7 +3,12 @@
 
 def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
     """KFP step (Vertex): ModelDeployOp's `traffic_split` for a rollout of `traffic_percentage` % to the new model
-    (`endpoint_name` "": a new endpoint, nothing else serves)."""
+    (`endpoint_name` "": a new endpoint, nothing else serves).
+
+    Args:
+        endpoint_name: The endpoint's resource name (empty: a new endpoint).
+        traffic_percentage: The new model's share of the traffic in %.
+    """
     from components.lib.vertex_registry import endpoint_traffic, traffic_split
 
     current = endpoint_traffic(endpoint_name) if endpoint_name else {}

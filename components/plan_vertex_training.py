@@ -56,7 +56,21 @@ def plan_vertex_training(
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
     """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
     display name (`<run_name>-<purpose>`). `tuned_parameters` are left out of the flags: a tuning job appends each
-    trial's values itself."""
+    trial's values itself.
+
+    Args:
+        dataset: The prepared data (shards per split, stats.json).
+        trainer_image: The trainer image the worker pools run.
+        machine_type: Machine type of every worker.
+        accelerator_type: Accelerator of every worker (empty: none).
+        accelerator_count: Accelerators per worker.
+        workers: Workers: pool 0 holds the chief, pool 1 the others.
+        epochs: Training epochs.
+        hyperparameters: Trainer flags by name with underscores.
+        tuned_parameters: Parameters a tuning job sets per trial (left out of the flags).
+        run_name: The pipeline run's name, part of the job's display name.
+        purpose: train or tune: the display name's suffix.
+    """
     from collections import namedtuple
 
     from components.plan_vertex_training import job_display_name, worker_pool_specs

@@ -257,7 +257,19 @@ def prepare_data(
     data_fingerprint: str = "",
 ):
     """KFP step: prepare the data into the `dataset` artifact (shards, stats.json, quarantine.jsonl).
-    `data_fingerprint` (the fingerprint step's digest) makes the cache key follow the data; recorded in stats.json."""
+    `data_fingerprint` (the fingerprint step's digest) makes the cache key follow the data; recorded in stats.json.
+
+    Args:
+        data_source: The data: builtin:digits, builtin:iris, an image folder or a CSV file; a local path or gs:// URI.
+        num_workers: Training workers: every split gets at least this many non-empty shards.
+        val_fraction: Share of the examples in the validation split.
+        test_fraction: Share of the examples in the test split.
+        image_size: Side in pixels of the prepared images (0: the data's own).
+        label_column: Label column of a CSV source.
+        max_corrupt_fraction: The step fails above this share of unreadable records.
+        split_salt: Salt of the deterministic split.
+        data_fingerprint: The fingerprint step's digest of the source (keys the cache on the data).
+    """
     import json
     import shutil
 

@@ -33,7 +33,18 @@ def publish_model(
     source_commit: str,
     published: Output[Model],
 ) -> NamedTuple("Outputs", [("version", int), ("version_path", str)]):
-    """KFP step (self-hosted): write the next repository version with its metadata."""
+    """KFP step (self-hosted): write the next repository version with its metadata.
+
+    Args:
+        model: The blessed SavedModel.
+        dataset: The prepared data (its stats and fingerprint go into the version's metadata).
+        training: The training step's output (metrics.json, history.jsonl).
+        evaluation: The evaluation gate's report.
+        model_repository: The versioned model repository.
+        model_name: The model's name in the repository.
+        run_id: The pipeline run's name, recorded with the version.
+        source_commit: Commit of the code that trained the model, recorded with the version.
+    """
     import json
     from collections import namedtuple
 

@@ -216,7 +216,17 @@ def quantize_model(
     table: Output[Markdown],
     quantization: Output[Artifact],
 ):
-    """KFP step: TFLite conversion, evaluation and gate; the `.tflite` is published only when it passes."""
+    """KFP step: TFLite conversion, evaluation and gate; the `.tflite` is published only when it passes.
+
+    Args:
+        model: The trained SavedModel.
+        dataset: The prepared data (shards per split, stats.json).
+        mode: TFLite mode to publish: float32, dynamic, float16 or int8.
+        max_accuracy_drop: Points of test accuracy the published .tflite may lose against the SavedModel.
+        compare_all_modes: Also convert and evaluate every other mode, for the report.
+        int8_io: int8 mode: int8 input and output tensors too.
+        allow_flex: Accept models that need Select TF (Flex) ops.
+    """
     import json
     import os
     import shutil

@@ -53,7 +53,13 @@ def fetch_best_trial(gcp_resources: str, metric_id: str, goal: str) -> dict:
 
 def read_best_trial(gcp_resources: str, metric_id: str, goal: str) -> NamedTuple(
         "Outputs", [("best_parameters", dict), ("best_metric", float), ("best_trial_id", str)]):
-    """KFP step (Vertex): the best trial's parameter values and metric, for the final training step."""
+    """KFP step (Vertex): the best trial's parameter values and metric, for the final training step.
+
+    Args:
+        gcp_resources: The tuning job's resource record (GCPC's `gcp_resources`).
+        metric_id: The metric the study optimizes.
+        goal: maximize or minimize.
+    """
     from collections import namedtuple
 
     from components.read_best_trial import fetch_best_trial

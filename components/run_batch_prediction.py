@@ -762,7 +762,22 @@ def run_batch_prediction(
     predictions: Output[Artifact],
 ) -> NamedTuple("Outputs", [("output_directory", str), ("succeeded", int), ("failed", int)]):
     """KFP step (self-hosted): batch prediction into Vertex's layout inside the `predictions` artifact folder; fails
-    (with the counts) when more than `max_error_fraction` of the instances failed."""
+    (with the counts) when more than `max_error_fraction` of the instances failed.
+
+    Args:
+        model_repository: The versioned model repository.
+        model_name: The model's name in the repository.
+        model: The version: a number or a SavedModel path (empty: the champion, the newest version).
+        instances: The instances: comma-separated paths or globs.
+        instances_format: Format of the instances: jsonl, csv, tf-record, tf-record-gzip or file-list.
+        batch_size: Instances per prediction call.
+        key_field: Field identifying an instance: never sent to the model; the output carries it as `key`.
+        included_fields: Fields sent to the model, in this order (empty: the model's feature columns).
+        excluded_fields: Fields not sent to the model.
+        instance_type: JSONL objects sent as objects or as arrays (empty: as given).
+        max_error_fraction: The step fails when a larger share of the instances failed.
+        signature_name: The signature to call (empty: chosen from the model and the instances).
+    """
     import os
     from collections import namedtuple
 

@@ -219,7 +219,15 @@ def train_model(
     training: Output[Artifact],
 ):
     """KFP step (self-hosted targets): train with `workers` local processes and the given hyperparameters (trainer
-    flag names with underscores, e.g. from the tuning step); the model goes to `model`."""
+    flag names with underscores, e.g. from the tuning step); the model goes to `model`.
+
+    Args:
+        dataset: The prepared data (shards per split, stats.json).
+        workers: Local worker processes (replicas of the multi-worker strategy).
+        epochs: Training epochs.
+        hyperparameters: Trainer flags by name with underscores (batch_size, learning_rate, tuned values).
+        max_restarts: Restarts of the worker group after a lost worker.
+    """
     import json
     import os
 

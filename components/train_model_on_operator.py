@@ -223,7 +223,24 @@ def train_model_on_operator(
     training: Output[Artifact],
 ):
     """KFP step (kubeflow, training: operator): train as a TFJob of 1 chief + `workers - 1` workers of the trainer
-    image on the shared volume, with the given hyperparameters; the model goes to `model`."""
+    image on the shared volume, with the given hyperparameters; the model goes to `model`.
+
+    Args:
+        dataset: The prepared data (shards per split, stats.json).
+        workers: TFJob replicas: 1 chief and `workers - 1` workers.
+        epochs: Training epochs.
+        hyperparameters: Trainer flags by name with underscores.
+        max_restarts: Restarts of each replica after a failure (the TFJob's backoff limit is this × workers).
+        trainer_image: The trainer image the replicas run.
+        namespace: Namespace of the created objects (empty: the run's namespace).
+        service_account: Service account of their pods (empty: the namespace's default).
+        claim_name: The shared PersistentVolumeClaim the pods mount (where the dataset and outputs live).
+        mount_path: Where the pods mount the claim (paths under it are the same in every pod).
+        resources: Kubernetes resources of every replica (requests, limits).
+        poll_seconds: How often the step reads the objects' status, in seconds.
+        timeout_minutes: The step fails when the TFJob has not finished by then.
+        run_id: The pipeline run's name, part of the objects' names and labels.
+    """
     from components.lib import kube
     from components.train_model_on_operator import train_with_operator
 

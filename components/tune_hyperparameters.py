@@ -325,10 +325,14 @@ def plot_trials(result: dict, path: str) -> None:
         ys.append(t["metric"])
         current = t["metric"] if current is None else (max if maximize else min)(current, t["metric"])
         best_so_far.append(current)
+    metric = result["spec"]["metric_id"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(xs, ys, "o", label=result["spec"]["metric_id"])
+    ax.plot(xs, ys, "o", label=metric)
     ax.step(xs, best_so_far, where="post", label="best so far")
+    ax.set_title(f"Hyperparameter study: {metric} per trial ({result['spec']['goal']})")
     ax.set_xlabel("trial")
+    ax.set_ylabel(metric)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -346,7 +350,16 @@ def tune_hyperparameters(
     tuning: Output[Artifact],
 ) -> dict:
     """KFP step (self-hosted): run the study (when `enabled`) and return the hyperparameters for final training:
-    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values."""
+    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values.
+
+    Args:
+        dataset: The prepared data (shards per split, stats.json).
+        study_spec: The study: `StudySpec` as a dict (parameters, metric, goal, trial counts, algorithm).
+        enabled: Run the study; otherwise return the pipeline's values.
+        trial_epochs: Epochs of each trial.
+        batch_size: The pipeline's batch size per replica.
+        learning_rate: The pipeline's learning rate.
+    """
     import json
     import os
 

@@ -242,7 +242,25 @@ def tune_on_katib(
 ) -> dict:
     """KFP step (kubeflow, tuning: katib): run the study as a Katib Experiment (when `enabled`) and return the
     hyperparameters for final training: the pipeline's `batch_size` and `learning_rate`, overridden by the best
-    trial's values."""
+    trial's values.
+
+    Args:
+        dataset: The prepared data (shards per split, stats.json).
+        study_spec: The study: `StudySpec` as a dict (parameters, metric, goal, trial counts, algorithm).
+        enabled: Run the study; otherwise return the pipeline's values.
+        trial_epochs: Epochs of each trial.
+        batch_size: The pipeline's batch size per replica.
+        learning_rate: The pipeline's learning rate.
+        trainer_image: The trainer image the trials run.
+        namespace: Namespace of the created objects (empty: the run's namespace).
+        service_account: Service account of their pods (empty: the namespace's default).
+        claim_name: The shared PersistentVolumeClaim the pods mount (where the dataset and outputs live).
+        mount_path: Where the pods mount the claim (paths under it are the same in every pod).
+        resources: Kubernetes resources of every trial (requests, limits).
+        poll_seconds: How often the step reads the objects' status, in seconds.
+        timeout_minutes: The step fails when the Experiment has not finished by then.
+        run_id: The pipeline run's name, part of the objects' names and labels.
+    """
     import json
     import os
 

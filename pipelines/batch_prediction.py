@@ -7,7 +7,7 @@ model repository version on kubeflow and local.
 from kfp import dsl
 
 from pipelines import targets
-from pipelines.config import PIPELINE_NAMES, TARGETS, BatchParameters, Platform
+from pipelines.config import PIPELINE_NAMES, TARGETS, BatchParameters, Platform, described_by
 
 PIPELINE_NAME = PIPELINE_NAMES["batch_prediction"]
 _D = BatchParameters()  # defaults of the typed pipeline inputs
@@ -20,6 +20,7 @@ def build_batch_pipeline(target: str, platform: Platform | None = None):
     ops = targets.make_ops(target, platform or Platform(), PIPELINE_NAME)
 
     @dsl.pipeline(name=PIPELINE_NAME, description="Batch predictions from a registered model version.")
+    @described_by(BatchParameters)
     def batch_prediction_pipeline(
         instances: str,
         instances_format: str = _D.instances_format,
@@ -35,6 +36,7 @@ def build_batch_pipeline(target: str, platform: Platform | None = None):
         signature_name: str = _D.signature_name,
         output_prefix: str = _D.output_prefix,
     ):
+        """The batch prediction DAG (inputs: `BatchParameters`)."""
         ops.batch_predict(
             instances=instances, instances_format=instances_format, model=model, model_repository=model_repository,
             model_name=model_name, batch_size=batch_size, key_field=key_field, included_fields=included_fields,

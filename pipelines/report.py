@@ -104,97 +104,181 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
     return summary
 
 
-def plot_training_curves(history: list[dict], path: Path) -> Path | None:
-    if not history:
-        return None
+def value(v) -> str:
+    """A parameter's value as people read it: floats to 3 significant digits (0.010093959 → 0.0101, 1.0 → 1.0),
+    lists comma-separated, dicts as `name=value` pairs."""
+    if isinstance(v, float):
+        text = f"{v:.3g}"
+        return text if any(c in text for c in ".en") else f"{text}.0"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(value(x) for x in v)
+    if isinstance(v, dict):
+        return assignments(v)
+    return str(v)
+
+
+def assignments(values: dict) -> str:
+    """`{"learning_rate": 0.010093959, "hidden_units": 64}` → `learning_rate=0.0101, hidden_units=64`."""
+    return ", ".join(f"{k}={value(v)}" for k, v in values.items())
+
+
+def fraction(v: float | None) -> str:
+    """Accuracies and losses to 4 decimals; a missing one as a dash."""
+    return "–" if v is None else f"{v:.4f}"
+
+
+def seconds(v: float | None) -> str:
+    """Seconds to 0.1 s; a missing one as a dash."""
+    return "–" if v is None else f"{v:.1f} s"
+
+
+def size(n: float) -> str:
+    """Bytes as B, KB, MB or GB (powers of 1000, one decimal)."""
+    for unit in ("B", "KB", "MB"):
+        if round(n, 1) < 1000:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def milliseconds(v: float) -> str:
+    """A latency given in ms: in µs below 1 ms."""
+    return f"{v * 1000:.1f} µs" if round(v * 1000, 1) < 1000 else f"{v:.2f} ms"
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def training_curves(history: list[dict]):
+    """Loss and accuracy per epoch, training and validation (a figure, or None without history)."""
+    if not history:
+        return None
+    plt = _pyplot()
     epochs = [h["epoch"] for h in history]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
+    units = {"loss": "loss (cross-entropy)", "accuracy": "accuracy (fraction correct)"}
     for key, ax in (("loss", ax_loss), ("accuracy", ax_acc)):
-        for prefix, style in (("", "-o"), ("val_", "--s")):
+        for prefix, style, split in (("", "-o", "training"), ("val_", "--s", "validation")):
             if prefix + key in history[0]:
-                ax.plot(epochs, [h[prefix + key] for h in history], style, label=(prefix + key), markersize=3)
+                ax.plot(epochs, [h[prefix + key] for h in history], style, label=split, markersize=3)
+        ax.set_title(f"{key.capitalize()} per epoch")
         ax.set_xlabel("epoch")
-        ax.set_title(key)
+        ax.set_ylabel(units[key])
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def plot_confusion_matrix(evaluation: dict | None, path: Path) -> Path | None:
+def confusion_matrix(evaluation: dict | None):
+    """The test split's confusion matrix, counts in the cells (a figure, or None without an evaluation)."""
     if not evaluation:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     import numpy as np
 
     matrix = np.array(evaluation["confusion_matrix"])
     labels = evaluation["labels"]
-    fig, ax = plt.subplots(figsize=(1.5 + 0.5 * len(labels), 1.2 + 0.5 * len(labels)))
-    ax.imshow(matrix, cmap="Blues")
+    fig, ax = plt.subplots(figsize=(max(5.0, 2.5 + 0.5 * len(labels)), 1.7 + 0.5 * len(labels)))
+    image = ax.imshow(matrix, cmap="Blues")
+    fig.colorbar(image, ax=ax, label="test examples")
     ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
     ax.set_yticks(range(len(labels)), labels)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
     for (i, j), v in np.ndenumerate(matrix):
         ax.text(j, i, str(v), ha="center", va="center", color="white" if v > matrix.max() / 2 else "black",
                 fontsize=8)
-    ax.set_title(f"test accuracy {evaluation['accuracy']:.4f}")
+    ax.set_title(f"Confusion matrix, test split (accuracy {evaluation['accuracy']:.4f})")
     fig.tight_layout()
+    return fig
+
+
+def _save(fig, path: Path) -> Path | None:
+    if fig is None:
+        return None
     fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 
-REPORT = jinja2.Template("""<!doctype html>
+def _trial_columns(trials: list[dict]) -> list[str]:
+    """The study's parameter names, in the order the trials first name them."""
+    return list(dict.fromkeys(name for t in trials for name in t["parameters"]))
+
+
+ENV = jinja2.Environment(autoescape=False)
+ENV.filters.update(value=value, fraction=fraction, seconds=seconds, size=size, milliseconds=milliseconds,
+                   percent=lambda v: f"{v:.0%}")
+ENV.globals.update(trial_columns=_trial_columns)
+REPORT = ENV.from_string("""<!doctype html>
 <html><head><meta charset="utf-8"><title>{{ s.pipeline }} run report</title>
-<style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}.SUCCEEDED{color:#080}.FAILED{color:#b00}
-.SKIPPED{color:#888}</style></head><body>
+<style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}td.n{text-align:right}.SUCCEEDED{color:#080}
+.FAILED{color:#b00}.SKIPPED{color:#888}tr.best{font-weight:bold}</style></head><body>
 <h1>{{ s.pipeline }}: <span class="{{ s.status }}">{{ s.status }}</span></h1>
-<p>{{ "%.1f"|format(s.seconds) }} s{% if s.error %} — error: {{ s.error }}{% endif %}</p>
-<h2>Steps</h2><table><tr><th>step</th><th>status</th><th>seconds</th><th>log</th></tr>
+<p>{{ s.seconds|seconds }}{% if s.error %} — error: {{ s.error }}{% endif %}</p>
+<h2>Steps</h2><table><tr><th>step</th><th>status</th><th>time</th><th>log</th></tr>
 {% for st in s.steps %}<tr><td>{{ st.name }}</td><td class="{{ st.status }}">{{ st.status }}</td>
-<td>{{ st.seconds }}</td><td>{% if st.log %}<a href="{{ st.log }}">log</a>{% endif %}</td></tr>{% endfor %}</table>
+<td class="n">{{ st.seconds|seconds }}</td><td>{% if st.log %}<a href="{{ st.log }}">log</a>{% endif %}</td></tr>
+{% endfor %}</table>
+{% if s.parameters %}<details><summary>Pipeline parameters</summary><table><tr><th>parameter</th><th>value</th></tr>
+{% for k, v in s.parameters.items() %}<tr><td>{{ k }}</td><td>{{ v|value }}</td></tr>
+{% endfor %}</table></details>{% endif %}
 {% if s.gate %}<h2>Evaluation gate</h2><p><b>{{ "blessed" if s.gate.blessed else "not blessed" }}</b>:
 {{ s.gate.reason }}</p>{% endif %}
-<h2>Metrics</h2><table>{% for k, v in s.metrics.items() %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>{% endfor %}
+<h2>Metrics</h2><table><tr><th>metric</th><th>value</th></tr>
+<tr><td>validation accuracy</td><td class="n">{{ s.metrics.val_accuracy|fraction }}</td></tr>
+<tr><td>test accuracy</td><td class="n">{{ s.metrics.test_accuracy|fraction }}</td></tr>
+<tr><td>test loss (cross-entropy)</td><td class="n">{{ s.metrics.test_loss|fraction }}</td></tr>
 </table>
-{% if s.dataset %}<h2>Dataset</h2><p>{{ s.dataset.source }} ({{ s.dataset.kind }}, input {{ s.dataset.input_shape }}):
-{{ s.dataset.examples }} examples, {{ s.dataset.quarantined }} quarantined
+{% if s.dataset %}<h2>Dataset</h2><p>{{ s.dataset.source }} ({{ s.dataset.kind }}, input
+{{ s.dataset.input_shape|join(" × ") }}): {{ s.dataset.examples }} examples, {{ s.dataset.quarantined }} quarantined
 (<a href="{{ s.dataset.quarantine_file }}">quarantine file</a>){% if s.dataset.image_size %}; image size
 {{ s.dataset.image_size.reason }}{% endif %}</p>
 <table><tr><th>class</th>{% for sp in s.dataset.splits %}<th>{{ sp }}</th>{% endfor %}</tr>
 {% for c in s.dataset.labels %}<tr><td>{{ c }}</td>{% for sp in s.dataset.splits.values() %}
-<td>{{ sp.per_class[c] }}</td>{% endfor %}</tr>{% endfor %}</table>{% endif %}
+<td class="n">{{ sp.per_class[c] }}</td>{% endfor %}</tr>
+{% endfor %}<tr><th>examples</th>{% for sp in s.dataset.splits.values() %}<th>{{ sp.examples }}</th>{% endfor %}</tr>
+<tr><th>size</th>{% for sp in s.dataset.splits.values() %}<th>{{ sp.bytes|size }}</th>{% endfor %}</tr></table>
+{% endif %}
 {% if s.training %}<h2>Training</h2><p>{{ s.training.strategy }}, {{ s.training.num_workers }} worker(s),
 {{ s.training.epochs }} epochs, global batch {{ s.training.global_batch_size }}, {{ s.training.attempts }} attempt(s),
-{{ s.training.seconds }} s</p>{% endif %}
-{% for name, path in s.plots.items() %}<h3>{{ name }}</h3><img src="{{ path }}" alt="{{ name }}">{% endfor %}
-{% if s.tuning and s.tuning.enabled %}<h2>Hyperparameter study</h2><p>{{ s.tuning.trials|length }} trials
-({{ s.tuning.failed_trials }} failed) in {{ s.tuning.seconds }} s; best trial {{ s.tuning.best.trial_id }}:
-{{ s.tuning.metric_id }} {{ "%.4f"|format(s.tuning.best.metric) }} with {{ s.tuning.best.parameters }}</p>
-<table><tr><th>trial</th><th>parameters</th><th>{{ s.tuning.metric_id }}</th><th>status</th><th>seconds</th></tr>
-{% for t in s.tuning.trials %}<tr><td>{{ t.trial_id }}</td><td>{{ t.parameters }}</td><td>{{ t.metric }}</td>
-<td>{{ t.status }}</td><td>{{ t.seconds }}</td></tr>{% endfor %}</table>
-<img src="{{ s.tuning.plot }}" alt="trials">{% endif %}
+{{ s.training.seconds|seconds }}</p>
+{% if s.training.hyperparameters %}<table><tr><th>hyperparameter</th><th>value</th></tr>
+{% for k, v in s.training.hyperparameters.items() %}<tr><td>{{ k }}</td><td class="n">{{ v|value }}</td></tr>
+{% endfor %}</table>{% endif %}{% endif %}
+{% for name, path in s.plots.items() %}<h3>{{ name|capitalize }}</h3><img src="{{ path }}" alt="{{ name }}">
+{% endfor %}
+{% if s.tuning and s.tuning.enabled %}{% set columns = trial_columns(s.tuning.trials) %}
+<h2>Hyperparameter study</h2><p>{{ s.tuning.trials|length }} trials ({{ s.tuning.failed_trials }} failed) in
+{{ s.tuning.seconds|seconds }}{% if s.tuning.best %}; best: trial {{ s.tuning.best.trial_id }},
+{{ s.tuning.metric_id }} {{ s.tuning.best.metric|fraction }} (in bold){% endif %}</p>
+<table><tr><th>trial</th>{% for c in columns %}<th>{{ c }}</th>{% endfor %}<th>{{ s.tuning.metric_id }}</th>
+<th>status</th><th>time</th></tr>
+{% for t in s.tuning.trials %}
+<tr{% if s.tuning.best and t.trial_id == s.tuning.best.trial_id %} class="best"{% endif %}>
+<td>{{ t.trial_id }}</td>{% for c in columns %}<td class="n">{{ t.parameters.get(c, "–")|value }}</td>{% endfor %}
+<td class="n">{{ t.metric|fraction }}</td><td class="{{ t.status }}"{% if t.error %} title="{{ t.error }}"{% endif %}>
+{{- t.status }}</td><td class="n">{{ t.seconds|seconds }}</td></tr>
+{% endfor %}</table>
+<img src="{{ s.tuning.plot }}" alt="study trials">{% endif %}
 {% if s.tflite %}<h2>TFLite</h2><p><b>{{ "published" if s.tflite.published else "not published" }}</b>:
-{{ s.tflite.reason }} (SavedModel test accuracy {{ "%.4f"|format(s.tflite.saved_model_accuracy) }})</p>
-<table><tr><th>mode</th><th>bytes</th><th>vs float32</th><th>accuracy</th><th>drop (points)</th>
-<th>latency mean / p95 (ms)</th><th>weight types</th></tr>
+{{ s.tflite.reason }} (SavedModel test accuracy {{ s.tflite.saved_model_accuracy|fraction }})</p>
+<table><tr><th>mode</th><th>size</th><th>size vs float32</th><th>test accuracy</th><th>drop (points)</th>
+<th>latency mean / p95</th><th>weight tensors by type</th></tr>
 {% for m in s.tflite.modes %}<tr><td>{{ m.mode }}</td>{% if m.error %}<td colspan="6">{{ m.error }}</td>{% else %}
-<td>{{ m.size_bytes }}</td><td>{{ m.size_ratio }}</td><td>{{ "%.4f"|format(m.accuracy) }}</td>
-<td>{{ m.accuracy_drop_points }}</td><td>{{ "%.3f"|format(m.latency_ms_mean) }} / {{ "%.3f"|format(m.latency_ms_p95) }}</td>
-<td>{{ m.weight_types }}</td>{% endif %}</tr>{% endfor %}</table>{% endif %}
+<td class="n">{{ m.size_bytes|size }}</td><td class="n">{{ m.size_ratio|percent }}</td>
+<td class="n">{{ m.accuracy|fraction }}</td><td class="n">{{ "%.2f"|format(m.accuracy_drop_points) }}</td>
+<td class="n">{{ m.latency_ms_mean|milliseconds }} / {{ m.latency_ms_p95|milliseconds }}</td>
+<td>{% for t, n in m.weight_types.items() %}{{ t }}: {{ n }}{{ ", " if not loop.last }}{% endfor %}</td>{% endif %}</tr>
+{% endfor %}</table>{% endif %}
 {% if s.model.artifact %}<h2>Model</h2><p>artifact: {{ s.model.artifact }}</p>{% endif %}
 {% if s.registry %}<h2>Registry</h2><p>{{ s.registry.model_name }} version {{ s.registry.version }} in
 {{ s.registry.repository }}: {{ s.registry.path }}</p>{% endif %}
@@ -205,7 +289,9 @@ gRPC <code>{{ s.endpoint.grpc_target }}</code>{% endif %}{% if s.endpoint.stop %
 {% if s.batch_prediction %}<h2>Batch prediction</h2><p>{{ s.batch_prediction.instances }} instances from
 {{ s.batch_prediction.files|length }} file(s): {{ s.batch_prediction.succeeded }} predicted,
 <b>{{ s.batch_prediction.failed }} failed</b> (see <code>prediction.errors_stats-*</code>) in
-{{ s.batch_prediction.seconds }} s; output <code>{{ s.batch_prediction.output_directory }}</code></p>{% endif %}
+{{ s.batch_prediction.seconds|seconds }}{% if s.batch_prediction.instances_per_second %}
+({{ "%.0f"|format(s.batch_prediction.instances_per_second) }} instances/s){% endif %}; output
+<code>{{ s.batch_prediction.output_directory }}</code></p>{% endif %}
 <p><a href="run_summary.json">run_summary.json</a></p>
 </body></html>
 """)
@@ -217,8 +303,8 @@ def write(summary: dict, out_dir: Path) -> None:
     history = _history(_output(root, "train-model", "training", "history.jsonl"))
     evaluation = _json(_output(root, "evaluate-model", "evaluation"))
     plots = {
-        "training curves": plot_training_curves(history, out_dir / "training_curves.png"),
-        "confusion matrix": plot_confusion_matrix(evaluation, out_dir / "confusion_matrix.png"),
+        "training curves": _save(training_curves(history), out_dir / "training_curves.png"),
+        "confusion matrix": _save(confusion_matrix(evaluation), out_dir / "confusion_matrix.png"),
     }
     summary["plots"] = {name: path.name for name, path in plots.items() if path}
     summary["report"] = str(out_dir / "report.html")

@@ -9,7 +9,7 @@ from kfp import dsl
 
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines import targets
-from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform
+from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform, described_by
 
 PIPELINE_NAME = PIPELINE_NAMES["training"]
 _D = PipelineParameters()  # defaults of the typed pipeline inputs
@@ -24,6 +24,7 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   description="Prepare data, train (multi-worker), gate, register, deploy and quantize the model.")
+    @described_by(PipelineParameters)
     def training_pipeline(
         data_source: str = _D.data_source,
         workers: int = _D.workers,
@@ -55,6 +56,7 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
         rest_port: int = _D.rest_port,
         grpc_port: int = _D.grpc_port,
     ):
+        """The training DAG (inputs: `PipelineParameters`)."""
         prep = ops.prepare_data(
             data_source=data_source, num_workers=workers, val_fraction=val_fraction, test_fraction=test_fraction,
             image_size=image_size, label_column=label_column, max_corrupt_fraction=max_corrupt_fraction,

@@ -55,6 +55,12 @@ def deps(tasks, name):
     return sorted(tasks[name].get("dependentTasks", []))
 
 
+def root_inputs(spec):
+    """The pipeline's parameter inputs: type, default, optional (their descriptions: test_input_descriptions)."""
+    return {name: {k: v for k, v in d.items() if k != "description"}
+            for name, d in spec["root"]["inputDefinitions"]["parameters"].items()}
+
+
 def images(spec):
     return {name: e["container"]["image"] for name, e in spec["deploymentSpec"]["executors"].items() if "container" in e}
 
@@ -256,7 +262,7 @@ def test_kubeflow_dag(tmp_path):
         name: {"componentInputParameter": f"pipelinechannel--{name}"}
         for name in ("model_repository", "model_name", "serving_url")}
     assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
-    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    inputs = root_inputs(spec)
     assert inputs["workers"] == {"defaultValue": 2, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
     assert inputs["accuracy_threshold"]["parameterType"] == "NUMBER_DOUBLE"
     assert inputs["tflite_mode"] == {"defaultValue": "dynamic", "isOptional": True, "parameterType": "STRING"}
@@ -401,7 +407,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     assert params(crown["crown-vertex-model"]) == {"aliases": ["champion", "blue"]}
     assert spec["components"]["comp-plan-traffic-split"]["outputDefinitions"]["parameters"]["Output"] == {
         "parameterType": "STRUCT"}
-    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    inputs = root_inputs(spec)
     assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
     assert inputs["deploy"] == {"defaultValue": True, "isOptional": True, "parameterType": "BOOLEAN"}
 
@@ -464,7 +470,7 @@ def test_vertex_batch_prediction(tmp_path):
         "max_error_fraction": {"componentInputParameter": "max_error_fraction"}}
     outputs = spec["components"]["comp-plan-batch-prediction"]["outputDefinitions"]["parameters"]
     assert outputs["gcs_source_uris"] == {"parameterType": "LIST"}
-    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    inputs = root_inputs(spec)
     assert inputs["instances"] == {"parameterType": "STRING"}  # required
     assert inputs["instances_format"] == {"defaultValue": "jsonl", "isOptional": True, "parameterType": "STRING"}
     assert inputs["model"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
@@ -512,7 +518,7 @@ def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"compiled vertex batch_prediction pipeline to {out}"
     spec = yaml.safe_load(out.read_text())
-    inputs = spec["root"]["inputDefinitions"]["parameters"]
+    inputs = root_inputs(spec)
     assert inputs["batch_size"]["defaultValue"] == 8 and inputs["instances_format"]["defaultValue"] == "csv"
     assert inputs["instances"] == {"parameterType": "STRING"}
     assert params(dag(spec)["model-batch-predict"])["machine_type"] == "n1-standard-16"

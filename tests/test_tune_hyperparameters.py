@@ -130,3 +130,18 @@ def test_trainer_trials_share_a_warm_runner(tmp_path, digits_data):
     for t in result["trials"]:
         assert 0 < t["metric"] <= 1 and (tmp_path / t["trial_id"] / "model" / "saved_model.pb").is_file()
         assert "val_accuracy" in (tmp_path / t["trial_id"] / "trial.log").read_text()
+
+
+def test_the_trials_plot_is_titled_with_labelled_axes(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from components.tune_hyperparameters import plot_trials
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path, **options: saved.append(fig))
+    trials = [{"trial_id": "1", "metric": 0.91}, {"trial_id": "2", "metric": None}, {"trial_id": "3", "metric": 0.94}]
+    plot_trials({"spec": {"metric_id": "accuracy", "goal": "maximize"}, "trials": trials}, str(tmp_path / "t.png"))
+    (ax,) = saved[0].axes
+    assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == (
+        "Hyperparameter study: accuracy per trial (maximize)", "trial", "accuracy")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["accuracy", "best so far"]

@@ -154,6 +154,8 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
 
 
 def _print_summary(s: dict) -> None:
+    from pipelines.report import assignments
+
     click.echo(f"\n{s['pipeline']}: {s['status']} in {s['seconds']:.1f}s")
     for step in s["steps"]:
         click.echo(f"  {step['name']:<22} {step['status']:<10} {step['seconds']:>7.1f}s")
@@ -169,7 +171,9 @@ def _print_summary(s: dict) -> None:
     if s["tuning"] and s["tuning"]["enabled"] and s["tuning"]["best"]:
         best = s["tuning"]["best"]
         click.echo(f"  tuning: {len(s['tuning']['trials'])} trials, best {s['tuning']['metric_id']} "
-                   f"{best['metric']:.4f} with {best['parameters']}")
+                   f"{best['metric']:.4f} with {assignments(best['parameters'])}")
+    if s["training"] and s["training"]["hyperparameters"]:
+        click.echo(f"  trained with {assignments(s['training']['hyperparameters'])}")
     if s["gate"]:
         click.echo(f"  gate: {'BLESSED' if s['gate']['blessed'] else 'NOT BLESSED'}: {s['gate']['reason']}")
     if s["tflite"]:
