@@ -136,7 +136,8 @@ def image_folder(root: str, image_size: int = 0, headers=map) -> Source:
     headers (data prep passes its process pool's)."""
     if not os.path.isdir(root):
         raise DataError(f"image folder not found: {root}")
-    files, ignored = [], []
+    files: list[str] = []
+    ignored: list[str] = []
     for rel in folder_files(root):
         (files if os.sep in rel else ignored).append(rel)
     images = [f for f in files if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS]

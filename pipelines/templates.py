@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from pydantic import BaseModel
+
 from pipelines.config import BatchParameters, Config, PipelineParameters
 
 PIPELINES = ("training", "batch_prediction")
@@ -164,7 +166,7 @@ def _convert(item: Input, text: str):
     raise TemplateError(f"--param {item.name}={text}: expected {_TYPE_NAMES.get(kind, kind)}")
 
 
-_MODELS = {"tfpipe-training": PipelineParameters, "tfpipe-batch-prediction": BatchParameters}
+_MODELS: dict[str, type[BaseModel]] = {"tfpipe-training": PipelineParameters, "tfpipe-batch-prediction": BatchParameters}
 
 
 def parse_params(assignments: Sequence[str], spec: dict) -> dict:
