@@ -79,8 +79,9 @@ def load_image(path: str, size: int, channels: int) -> np.ndarray:
     try:
         with Image.open(path) as img:
             img.load()
-            img = (img if img.mode == mode else img.convert(mode)).resize((size, size), Image.BILINEAR)
-            pixels = img.tobytes()
+            resized = (img if img.mode == mode else img.convert(mode)).resize((size, size),
+                                                                              Image.Resampling.BILINEAR)
+            pixels = resized.tobytes()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise BadRecord(f"unreadable image: {e}") from None
     return np.frombuffer(pixels, np.uint8).reshape(size, size, channels)

@@ -86,6 +86,7 @@ def check_tag(tag: str) -> str:
 def load_template(source: str, project: str | None = None, credentials=None) -> dict:
     """The pipeline spec of a compiled file or of a template URL (Artifact Registry, read with the caller's
     credentials exactly as aiplatform.PipelineJob reads it)."""
+    spec: Any
     try:
         if source.startswith(("https://", "http://", "gs://")):
             from google.cloud.aiplatform.constants.pipeline import _VALID_AR_URL

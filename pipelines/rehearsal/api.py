@@ -16,6 +16,7 @@ import time
 import urllib.request
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import grpc
 from google.cloud.aiplatform_v1.types import (batch_prediction_job, custom_job, endpoint as endpoint_pb,
@@ -345,7 +346,7 @@ class VertexDouble:
 
     # --- REST ----------------------------------------------------------------------------------------------------
 
-    REST = [  # (method, path pattern, request class, handler name)
+    REST: list[tuple[str, re.Pattern, Any, str]] = [  # (method, path pattern, request class, handler name)
         ("POST", re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/models:upload$"),
          model_service.UploadModelRequest, "_rest_upload"),
         ("POST", re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/endpoints$"), endpoint_pb.Endpoint,
