@@ -22,12 +22,12 @@ def find_repository_champion(model_repository: str, model_name: str) -> NamedTup
     from components.model_repository import champion
 
     found = champion(model_repository, model_name)
-    outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
+    Outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
     if found is None:
         print(f"no champion: {model_name!r} has no version in {model_repository or '(no repository)'}")
-        return outputs("", "", "")
+        return Outputs("", "", "")
     print(f"champion: {model_name} version {found.number} at {found.path}")
-    return outputs(found.path, f"champion v{found.number}", found.metadata.get("source_model_uri", ""))
+    return Outputs(found.path, f"champion v{found.number}", found.metadata.get("source_model_uri", ""))
 
 
 def find_registry_champion(display_name: str, alias: str, project: str, location: str) -> NamedTuple(
@@ -45,9 +45,9 @@ def find_registry_champion(display_name: str, alias: str, project: str, location
     from components.vertex_registry import champion_version
 
     name, artifact_uri = champion_version(display_name, alias, project, location)
-    outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
+    Outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
     if not name:
         print(f"no champion: no version of {display_name!r} holds the alias {alias!r}")
-        return outputs("", "", "")
+        return Outputs("", "", "")
     print(f"champion: {name} ({alias}) at {artifact_uri}")
-    return outputs(artifact_uri, f"champion {name}", artifact_uri)
+    return Outputs(artifact_uri, f"champion {name}", artifact_uri)

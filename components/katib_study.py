@@ -20,6 +20,7 @@ The best trial's values (`status.currentOptimalTrial`) override the pipeline's, 
 
 import json
 import os
+from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
@@ -89,7 +90,7 @@ def experiment(name: str, namespace: str, spec, image: str, fixed_args: list[str
     env = {"CLOUD_ML_HP_METRIC_FILE": METRICS_FILE, "CLOUD_ML_TRIAL_ID": "${trialParameters.trialName}",
            "AIP_MODEL_DIR": f"{trial_dir}/model", "AIP_CHECKPOINT_DIR": f"{trial_dir}/checkpoints",
            "AIP_TENSORBOARD_LOG_DIR": f"{trial_dir}/logs", "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
-    container = {"name": CONTAINER, "image": image, "args": args,
+    container: dict[str, Any] = {"name": CONTAINER, "image": image, "args": args,
                  "env": [{"name": k, "value": v} for k, v in env.items()]}
     if resources:
         container["resources"] = resources
@@ -163,7 +164,7 @@ def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seco
         f"{spec.parallel_trial_count} at a time")
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
-    progress = {}
+    progress: dict[str, Any] = {}
 
     def read():
         return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)

@@ -116,9 +116,11 @@ class TrialRunner:
     def run(self, argv: list[str], env: dict, log: str) -> int:
         """Run one trial; its exit code (the process's own when it died during the trial)."""
         try:
-            self.process.stdin.write(json.dumps({"argv": argv, "env": env, "log": log}) + "\n")
-            self.process.stdin.flush()
-            answer = self.process.stdout.readline()
+            stdin, stdout = self.process.stdin, self.process.stdout
+            assert stdin is not None and stdout is not None  # both are pipes
+            stdin.write(json.dumps({"argv": argv, "env": env, "log": log}) + "\n")
+            stdin.flush()
+            answer = stdout.readline()
         except (BrokenPipeError, OSError):
             answer = ""
         if not answer:
@@ -229,7 +231,7 @@ def best(trials: list[Trial], spec: StudySpec) -> Trial | None:
     done = [t for t in trials if t.status == "SUCCEEDED"]
     if not done:
         return None
-    return (max if spec.goal == "maximize" else min)(done, key=lambda t: t.metric)
+    return (max if spec.goal == "maximize" else min)(done, key=lambda t: t.metric or 0.0)  # SUCCEEDED: has one
 
 
 def run_study(spec: StudySpec, base_dir: str, fixed_args: list[str], module: str = "trainer.task",
@@ -252,7 +254,7 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started)
 
     designer = make_designer(spec, seed)
     trials: list[Trial] = []
-    running = {}
+    running: dict = {}
     failed = 0
     with ThreadPoolExecutor(spec.parallel_trial_count) as pool:
         while len(trials) < spec.max_trial_count or running:

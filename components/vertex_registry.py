@@ -9,7 +9,7 @@ Each is a plain function calling the Vertex AI API through the GAPIC clients of 
 thin KFP step. The steps take the project explicitly (the pipeline's project placeholder): inside a Vertex
 pipeline step `google.auth.default()` may name another project than the pipeline's.
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kfp.dsl import Artifact, Output
 
@@ -162,7 +162,8 @@ def find_model(display_name: str, project: str, location: str) -> NamedTuple(
     from components.vertex_registry import find_resource, resource_uri
 
     name = find_resource("model", display_name, project, location)
-    return namedtuple("Outputs", ["resource_name", "resource_uri"])(name, resource_uri(name))
+    Outputs = namedtuple("Outputs", ["resource_name", "resource_uri"])
+    return Outputs(name, resource_uri(name))
 
 
 def find_endpoint(display_name: str, project: str, location: str) -> NamedTuple(
@@ -179,7 +180,8 @@ def find_endpoint(display_name: str, project: str, location: str) -> NamedTuple(
     from components.vertex_registry import find_resource, resource_uri
 
     name = find_resource("endpoint", display_name, project, location)
-    return namedtuple("Outputs", ["resource_name", "resource_uri"])(name, resource_uri(name))
+    Outputs = namedtuple("Outputs", ["resource_name", "resource_uri"])
+    return Outputs(name, resource_uri(name))
 
 
 def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
@@ -216,7 +218,8 @@ def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) ->
 
     name, succeeded, failed = batch_job_counts(gcp_resources)
     print(f"{name}: {check_error_budget(succeeded, failed, max_error_fraction, f' (job {name})')}")
-    return namedtuple("Outputs", ["succeeded", "failed"])(succeeded, failed)
+    Outputs = namedtuple("Outputs", ["succeeded", "failed"])
+    return Outputs(succeeded, failed)
 
 
 def plan_batch_prediction(
@@ -231,8 +234,8 @@ def plan_batch_prediction(
     destination: Output[Artifact],
     instances_format: str = "jsonl",
     key_field: str = "",
-    included_fields: list = [],
-    excluded_fields: list = [],
+    included_fields: list = [],  # noqa: B006 (KFP compiles the default into the step's spec; never mutated)
+    excluded_fields: list = [],  # noqa: B006
     instance_type: str = "",
     signature_name: str = "",
 ) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
@@ -280,8 +283,8 @@ def plan_batch_prediction(
             uris.append(item)
     if not uris:
         raise ValueError("no instances given")
-    fields = dict(key_field=key_field, included_fields=included_fields, excluded_fields=excluded_fields,
-                  instance_type=instance_type)
+    fields: dict[str, Any] = dict(key_field=key_field, included_fields=included_fields,
+                                  excluded_fields=excluded_fields, instance_type=instance_type)
     instance_config(instances_format, **fields, feature_names=None)  # a mistake fails before any look-up
     name, artifact_uri = find_model_version(model, display_name, alias, project, location)
     features = model_feature_names(artifact_uri) if artifact_uri and instances_format in ("csv", "jsonl") else []
@@ -292,8 +295,8 @@ def plan_batch_prediction(
     parameters = {} if signature == "serving_default" else {"signature_name": signature}
     prefix = output_prefix or destination.uri
     print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}; signature {signature}")
-    outputs = ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name", "included_fields",
-               "excluded_fields", "instance_type", "model_parameters"]
-    return namedtuple("Outputs", outputs)(
+    Outputs = namedtuple("Outputs", ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name",
+                                     "included_fields", "excluded_fields", "instance_type", "model_parameters"])
+    return Outputs(
         name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"), list(config.included_fields),
         list(config.excluded_fields), config.instance_type, parameters)

@@ -16,7 +16,7 @@ def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str
     """CustomJob worker pools for `workers` training processes (chief + workers-1)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    machine_spec = {"machine_type": machine_type}
+    machine_spec: dict[str, str | int] = {"machine_type": machine_type}
     if accelerator_type and accelerator_count:
         machine_spec.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count)
     container = {
@@ -77,7 +77,8 @@ def plan_vertex_training(
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
     specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, {**fixed, "epochs": epochs},
                               accelerator_type, accelerator_count)
-    return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])(
+    Outputs = namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])
+    return Outputs(
         specs, job_dir.uri, job_display_name(run_name, purpose))
 
 
@@ -130,4 +131,5 @@ def import_trained_model(
     for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):
         metrics.log_metric(key, summary[key])
     model.metadata.update(framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"])
-    return namedtuple("Outputs", ["model_uri"])(model.uri)
+    Outputs = namedtuple("Outputs", ["model_uri"])
+    return Outputs(model.uri)

@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from pydantic import BaseModel
+
 from pipelines.config import BatchParameters, Config, PipelineParameters
 
 PIPELINES = ("training", "batch_prediction")
@@ -84,6 +86,7 @@ def check_tag(tag: str) -> str:
 def load_template(source: str, project: str | None = None, credentials=None) -> dict:
     """The pipeline spec of a compiled file or of a template URL (Artifact Registry, read with the caller's
     credentials exactly as aiplatform.PipelineJob reads it)."""
+    spec: Any
     try:
         if source.startswith(("https://", "http://", "gs://")):
             from google.cloud.aiplatform.constants.pipeline import _VALID_AR_URL
@@ -164,7 +167,7 @@ def _convert(item: Input, text: str):
     raise TemplateError(f"--param {item.name}={text}: expected {_TYPE_NAMES.get(kind, kind)}")
 
 
-_MODELS = {"tfpipe-training": PipelineParameters, "tfpipe-batch-prediction": BatchParameters}
+_MODELS: dict[str, type[BaseModel]] = {"tfpipe-training": PipelineParameters, "tfpipe-batch-prediction": BatchParameters}
 
 
 def parse_params(assignments: Sequence[str], spec: dict) -> dict:

@@ -45,7 +45,7 @@ def with_args(parser: DockerfileParser, build_args: dict | None = None) -> list[
             values[name] = (build_args or {}).get(name, default)
             out.append(item)
             continue
-        value = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m[1] or m[2], m[0]), item["value"])
+        value = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m, known=values: known.get(m[1] or m[2], m[0]), item["value"])
         out.append({**item, "value": value})
     return out
 

@@ -129,7 +129,7 @@ def main(argv=None) -> int:
         pixels = next(iter(val_ds))[0]
         examples = tf.cast(pixels, tf.float32).numpy()
         input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input
-        requests = [{input_name: examples[:n]} for n in (1, 8, len(examples))]
+        requests: list = [{input_name: examples[:n]} for n in (1, 8, len(examples))]
         if stats["kind"] == data.IMAGE:  # the encoded-image signature too, on PNGs of the same examples
             encoded = np.array([tf.io.encode_png(image).numpy() for image in pixels[:8]], dtype=object)
             requests += [(data.IMAGE_BYTES_SIGNATURE, {data.IMAGE_BYTES_INPUT: encoded[:n]}) for n in (1, 8)]

@@ -124,7 +124,8 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
         _fail("--instances is required with --pipeline batch_prediction")
     overrides = {"instances": instances, "instances_format": instances_format, "model": model,
                  **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size", *_BATCH_ONLY)}}
-    config = _load(*config_source, batch_overrides=overrides)
+    config_file, profile, sets = config_source
+    config = _load(config_file, profile, sets, batch_overrides=overrides)
     params = config.batch.pipeline_arguments()
     params["instances"] = _local_instances(params["instances"])
     params["model_repository"] = _local_path(params["model_repository"] or "runs/model_repository")
