@@ -350,10 +350,12 @@ def tune_hyperparameters(
     trial_epochs: int,
     batch_size: int,
     learning_rate: float,
+    model_builder: str,
     tuning: Output[Artifact],
 ) -> dict:
     """KFP step (self-hosted): run the study (when `enabled`) and return the hyperparameters for final training:
-    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values.
+    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values. Trials train
+    `model_builder`'s model.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -362,6 +364,7 @@ def tune_hyperparameters(
         trial_epochs: Epochs of each trial.
         batch_size: The pipeline's batch size per replica.
         learning_rate: The pipeline's learning rate.
+        model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     import json
     import os
@@ -376,7 +379,7 @@ def tune_hyperparameters(
             json.dump({"enabled": False, "trials": []}, f)
         return hyperparameters
     result = run_study(StudySpec.model_validate(study_spec), tuning.path,
-                       ["--data-dir", dataset.path, "--epochs", str(trial_epochs),
+                       ["--data-dir", dataset.path, "--model", model_builder, "--epochs", str(trial_epochs),
                         "--batch-size", str(batch_size)])
     hyperparameters.update(result["best"]["parameters"])
     tuning.metadata.update(best_metric=result["best"]["metric"], best_parameters=result["best"]["parameters"],

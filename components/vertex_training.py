@@ -49,13 +49,14 @@ def plan_vertex_training(
     epochs: int,
     hyperparameters: dict,
     tuned_parameters: list,
+    model_builder: str,
     run_name: str,
     purpose: str,
     job_dir: Output[Artifact],
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
     """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
-    display name (`<run_name>-<purpose>`). `tuned_parameters` are left out of the flags: a tuning job appends each
-    trial's values itself.
+    display name (`<run_name>-<purpose>`). The trainer trains `model_builder`'s model; `tuned_parameters` are left
+    out of the flags: a tuning job appends each trial's values itself.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -69,13 +70,15 @@ def plan_vertex_training(
         tuned_parameters: Parameters a tuning job sets per trial (left out of the flags).
         run_name: The pipeline run's name, part of the job's display name.
         purpose: train or tune: the display name's suffix.
+        model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from collections import namedtuple
 
     from components.vertex_training import job_display_name, worker_pool_specs
 
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
-    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, {**fixed, "epochs": epochs},
+    flags = {"model": model_builder, **fixed, "epochs": epochs}
+    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, flags,
                               accelerator_type, accelerator_count)
     Outputs = namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])
     return Outputs(

@@ -3,6 +3,8 @@
 # TensorFlow and tf-keras come from requirements.lock, the versions the tests ran with. That image is CPU only.
 # GPU trainer image (worker pools with platform.accelerator_type), the same versions plus TensorFlow's CUDA libraries:
 #   docker build -f containers/trainer.Dockerfile --build-arg LOCK=requirements-gpu.lock -t IMAGE .
+# Your own networks (config trainer.model: models.MODULE:FUNCTION) come from models/, installed with the other
+# packages (docs/model.md); a builder in another package needs its folder copied and installed the same way.
 # The build stage is identical to components.Dockerfile's and serving.Dockerfile's: concurrent or later builds share
 # its layers.
 
@@ -26,6 +28,7 @@ COPY pyproject.toml README.md ./
 COPY trainer/ trainer/
 COPY components/ components/
 COPY pipelines/ pipelines/
+COPY models/ models/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
 
 # ---- runtime: the environment only, no build tools, non-root ----

@@ -32,6 +32,7 @@ from components import (batch_predict, best_trial, deploy_model, evaluate_model,
                         katib_study, kserve_deploy, kubeflow_training, prepare_data, publish_model, quantize_model,
                         run_study, train_model, vertex_registry, vertex_rollout, vertex_training)
 from pipelines.config import Platform
+from trainer.builder import DEFAULT_BUILDER
 
 # the project of the running Vertex pipeline (what GCPC ops default `project` to)
 PROJECT = "{{$.pipeline_google_cloud_project_id}}"
@@ -56,10 +57,12 @@ def _uncached(task):
 
 
 class SelfHostedOps:
-    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training"):
+    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training",
+                 model_builder: str = DEFAULT_BUILDER):
         image = platform.components_image
         self.image = image
         self.pipeline_name = pipeline_name
+        self.model_builder = model_builder  # what every trial and the training train (trainer --model)
         self._fingerprint = _component(fingerprint_data.fingerprint_data, image)
         self._prepare = _component(prepare_data.prepare_data, image)
         self._evaluate = _component(evaluate_model.evaluate_model, image)
@@ -87,13 +90,15 @@ class SelfHostedOps:
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         """The final training's hyperparameters (a dict channel), from a local study when `enabled`."""
         task = self._place(self._tune(dataset=dataset, study_spec=study.model_dump(), enabled=enabled,
-                                      trial_epochs=trial_epochs, batch_size=batch_size, learning_rate=learning_rate))
+                                      trial_epochs=trial_epochs, batch_size=batch_size, learning_rate=learning_rate,
+                                      model_builder=self.model_builder))
         task.set_display_name("Hyperparameter study (local trials)")
         return task.outputs["Output"]
 
     def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
         task = self._place(self._train(dataset=dataset, workers=workers, epochs=epochs,
-                                       hyperparameters=hyperparameters, max_restarts=max_restarts))
+                                       hyperparameters=hyperparameters, model_builder=self.model_builder,
+                                       max_restarts=max_restarts))
         task.set_display_name("Train (local multi-worker)")
         return Trained(task.outputs["model"], task.outputs["training"])
 
@@ -145,8 +150,9 @@ class SelfHostedOps:
 
 
 class VertexOps(SelfHostedOps):
-    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training"):
-        super().__init__(platform, pipeline_name)
+    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training",
+                 model_builder: str = DEFAULT_BUILDER):
+        super().__init__(platform, pipeline_name, model_builder)
         self.platform = platform
         # labels of every Vertex resource and job: the runs' labels, the model labels, the pipeline's name
         self.labels = {**platform.labels, **platform.model_labels, "pipeline": pipeline_name}
@@ -185,7 +191,8 @@ class VertexOps(SelfHostedOps):
         return self._plan(dataset=dataset, trainer_image=p.training_image(), machine_type=p.machine_type,
                           accelerator_type=p.accelerator_type, accelerator_count=p.accelerator_count,
                           workers=workers, epochs=epochs, hyperparameters=hyperparameters,
-                          tuned_parameters=tuned_parameters, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                          tuned_parameters=tuned_parameters, model_builder=self.model_builder,
+                          run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
                           purpose=purpose)
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
@@ -381,8 +388,9 @@ class VertexOps(SelfHostedOps):
 class KubeflowOps(SelfHostedOps):
     """The kubeflow target: the self-hosted steps plus Kubeflow's engines, the shared volume and pod resources."""
 
-    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training"):
-        super().__init__(platform, pipeline_name)
+    def __init__(self, platform: Platform, pipeline_name: str = "tfpipe-training",
+                 model_builder: str = DEFAULT_BUILDER):
+        super().__init__(platform, pipeline_name, model_builder)
         self.platform = platform
         self.kubeflow = platform.kubeflow
         image = platform.components_image
@@ -420,7 +428,8 @@ class KubeflowOps(SelfHostedOps):
         k = self.kubeflow
         task = self._place(self._tune_katib(
             dataset=dataset, study_spec=study.model_dump(), enabled=enabled, trial_epochs=trial_epochs,
-            batch_size=batch_size, learning_rate=learning_rate, trainer_image=self.platform.kubeflow_trainer_image(),
+            batch_size=batch_size, learning_rate=learning_rate, model_builder=self.model_builder,
+            trainer_image=self.platform.kubeflow_trainer_image(),
             resources=k.worker_resources.requirements(), timeout_minutes=k.tuning_timeout_minutes,
             **self._engine_inputs()))
         task.set_display_name("Hyperparameter study (Katib experiment)")
@@ -432,7 +441,8 @@ class KubeflowOps(SelfHostedOps):
         k = self.kubeflow
         task = self._place(self._train_operator(
             dataset=dataset, workers=workers, epochs=epochs, hyperparameters=hyperparameters,
-            max_restarts=max_restarts, trainer_image=self.platform.kubeflow_trainer_image(),
+            model_builder=self.model_builder, max_restarts=max_restarts,
+            trainer_image=self.platform.kubeflow_trainer_image(),
             resources=k.worker_resources.requirements(), timeout_minutes=k.training_timeout_minutes,
             **self._engine_inputs()))
         task.set_display_name("Train (TFJob, MultiWorkerMirroredStrategy)")
@@ -466,5 +476,8 @@ class KubeflowOps(SelfHostedOps):
         return self._place(super().batch_predict(**inputs))
 
 
-def make_ops(target: str, platform: Platform, pipeline_name: str = "tfpipe-training") -> SelfHostedOps:
-    return {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)(platform, pipeline_name)
+def make_ops(target: str, platform: Platform, pipeline_name: str = "tfpipe-training",
+             model_builder: str = DEFAULT_BUILDER) -> SelfHostedOps:
+    """The target's ops; `model_builder` (`package.module:function`) is the model its trials and training train."""
+    ops = {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)
+    return ops(platform, pipeline_name, model_builder)

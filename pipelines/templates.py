@@ -14,7 +14,7 @@ import yaml
 
 from pydantic import BaseModel
 
-from pipelines.config import BatchParameters, Config, PipelineParameters
+from pipelines.config import BatchParameters, Config, ConfigError, PipelineParameters
 
 PIPELINES = ("training", "batch_prediction")
 _NO_DEFAULT = object()
@@ -41,7 +41,8 @@ def pipeline_name(pipeline: str) -> str:
 
 def compile_template(target: str, pipeline: str, config: Config, output: str | Path) -> str:
     """Compile `pipeline` for `target` (vertex | kubeflow) into `output`, with the config's parameters (training) or
-    batch section (batch prediction) as the pipeline's defaults and its platform section baked in."""
+    batch section (batch prediction) as the pipeline's defaults and its platform (and training: study and trainer)
+    sections baked in."""
     from kfp import compiler
 
     if pipeline == "batch_prediction":
@@ -51,7 +52,11 @@ def compile_template(target: str, pipeline: str, config: Config, output: str | P
     elif pipeline == "training":
         from pipelines.training import build_pipeline
 
-        func, defaults = build_pipeline(target, config.platform, config.study), config.parameters.model_dump()
+        try:
+            func = build_pipeline(target, config.platform, config.study, config.trainer)
+        except ConfigError as e:  # trainer.model names no function on this Python path
+            raise TemplateError(str(e)) from None
+        defaults = config.parameters.model_dump()
     else:
         raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
     volume = config.platform.kubeflow.volume
