@@ -108,7 +108,7 @@ def run(workdir: Path, instances: int, file_counts: list[int], batch_size: int, 
     load_before = [round(x, 2) for x in os.getloadavg()]
     for files in file_counts:
         pattern = write_jsonl(images, workdir / f"in-{files}", files)
-        runs = {mode: [] for mode in MODES}
+        runs: dict[str, list] = {mode: [] for mode in MODES}
         for r in range(repeats):
             for mode in (list(MODES) if r % 2 == 0 else list(MODES)[::-1]):
                 runs[mode].append(batch_predict_in_a_process(

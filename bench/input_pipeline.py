@@ -74,7 +74,7 @@ def _epochs(name: str, build, steps: int | None, epochs: int) -> dict:
     rows = []
     start = time.perf_counter()
     ds = build()
-    iterator = None if steps is None else iter(ds)
+    iterator = iter(ds) if steps is not None else None
     for epoch in range(1, epochs + 1):
         if epoch > 1:
             start = time.perf_counter()
@@ -83,6 +83,7 @@ def _epochs(name: str, build, steps: int | None, epochs: int) -> dict:
             for images, _ in ds:
                 examples += int(images.shape[0])
         else:
+            assert iterator is not None
             for _ in range(steps):
                 images, _ = next(iterator)
                 examples += int(images.shape[0])
@@ -159,7 +160,7 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
 
     # Each trial builds a fresh dataset (so its tf.data cache starts empty); the order alternates between
     # repeats so that drift in background load does not favour one side.
-    trials = {"baseline": [], "ours": []}
+    trials: dict[str, list] = {"baseline": [], "ours": []}
     for r in range(repeats):
         order = ("baseline", "ours") if r % 2 == 0 else ("ours", "baseline")
         for name in order:

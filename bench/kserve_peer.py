@@ -9,6 +9,7 @@ loggers are set to WARNING, as our server logs no requests.
 """
 import os
 import sys
+from typing import Any
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -29,7 +30,7 @@ def main() -> None:
         def __init__(self, name: str, path: str):
             super().__init__(name)
             self.path = path
-            self.signature = None
+            self.signature: Any = None
             self.input_name = ""
 
         def load(self) -> bool:
@@ -38,7 +39,7 @@ def main() -> None:
             self.ready = True
             return self.ready
 
-        def predict(self, payload: dict, headers: dict = None) -> dict:
+        def predict(self, payload: dict, headers: dict | None = None) -> dict:
             images = np.asarray(payload["instances"], dtype=np.float32)
             outputs = {k: v.numpy() for k, v in self.signature(**{self.input_name: tf.constant(images)}).items()}
             probabilities, class_ids = outputs["probabilities"].tolist(), outputs["class_id"].tolist()

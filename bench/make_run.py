@@ -43,6 +43,7 @@ def tensorflow_bytecode() -> dict:
     import importlib.util
 
     spec = importlib.util.find_spec("tensorflow")
+    assert spec is not None and spec.origin is not None, "TensorFlow is not installed"
     package = Path(spec.origin).parent
     compiled = (package / "__pycache__").is_dir() and any((package / "__pycache__").glob("__init__.*.pyc"))
 

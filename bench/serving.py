@@ -41,6 +41,7 @@ import threading
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Eve
         from urllib.parse import urlsplit
 
         url = urlsplit(target)
-        connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
         headers = {"Content-Type": "application/json"}
 
         def call(body):
@@ -128,7 +129,7 @@ def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Eve
 def _worker(kind, target, bodies, threads, first_client, warmup, duration, ready, go, start_at, results,
             http_client) -> None:
     """A load-generator process: `threads` clients; reports (latencies, errors, first error, CPU s in window)."""
-    out = {"latencies": [], "errors": 0, "first_error": "", "lock": threading.Lock(),
+    out: dict[str, Any] = {"latencies": [], "errors": 0, "first_error": "", "lock": threading.Lock(),
            "connected": threading.Semaphore(0)}
     go_local, window = threading.Event(), [0.0, 0.0]
     clients = [threading.Thread(target=_client, args=(kind, target, bodies, first_client + k, go_local, window, out,
@@ -383,7 +384,7 @@ def run(args, workdir: Path) -> dict:
     with contextlib.ExitStack() as stack:
         procs = {key: stack.enter_context(server_process(cmd, workdir / f"{key}.log", server[-1]))
                  for key, (cmd, *server) in servers.items()}  # all started at once, idle while another is measured
-        for key, (cmd, rest_url, grpc_port, ready, protocols, _) in servers.items():
+        for key, (_cmd, rest_url, grpc_port, ready, protocols, _) in servers.items():
             startup[key] = round(wait_ready(procs[key], ready, workdir / f"{key}.log", NAMES[key]), 1)
             for protocol in protocols:
                 target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"

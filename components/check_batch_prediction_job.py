@@ -18,4 +18,5 @@ def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) ->
 
     name, succeeded, failed = batch_job_counts(gcp_resources)
     print(f"{name}: {check_error_budget(succeeded, failed, max_error_fraction, f' (job {name})')}")
-    return namedtuple("Outputs", ["succeeded", "failed"])(succeeded, failed)
+    Outputs = namedtuple("Outputs", ["succeeded", "failed"])
+    return Outputs(succeeded, failed)

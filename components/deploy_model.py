@@ -183,7 +183,7 @@ def deploy(version: int, version_path: str, data_dir: str, base: str, model_name
     """Serve `version` (already published) and check it; roll it back and raise DeployError on failure."""
     from components.lib.model_repository import remove_version
 
-    server = None
+    server: dict | None = None
     try:
         launched = None
         if serving_url:
@@ -196,6 +196,7 @@ def deploy(version: int, version_path: str, data_dir: str, base: str, model_name
         checks = reference(version_path, data_dir)  # while a launched server starts
         if launched:
             server = {**wait_ready(*launched, timeout), "started": True}
+        assert server is not None  # one of the three branches above set it
         wait_available(server["rest_url"], model_name, version, timeout)
         smokes = [smoke_test(server["rest_url"], model_name, version, batch, expected, signature)
                   for signature, batch, expected in checks]
@@ -271,5 +272,6 @@ def deploy_model(
         json.dump(info, f, indent=2)
     print(f"serving {model_name} version {version}: REST {info['rest_url']}, gRPC {info['grpc_target'] or '-'}"
           + (f"; stop it with: {info['stop']}" if info["stop"] else ""))
-    return namedtuple("Outputs", ["rest_url", "grpc_target", "version"])(info["rest_url"], info["grpc_target"],
+    Outputs = namedtuple("Outputs", ["rest_url", "grpc_target", "version"])
+    return Outputs(info["rest_url"], info["grpc_target"],
                                                                         version)

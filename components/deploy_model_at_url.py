@@ -37,4 +37,5 @@ def deploy_model_at_url(
     with open(endpoint.path, "w") as f:
         json.dump(info, f, indent=2)
     print(f"serving {model_name} version {version} at {info['rest_url']}")
-    return namedtuple("Outputs", ["rest_url", "grpc_target", "version"])(info["rest_url"], "", version)
+    Outputs = namedtuple("Outputs", ["rest_url", "grpc_target", "version"])
+    return Outputs(info["rest_url"], "", version)

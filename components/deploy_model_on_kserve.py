@@ -18,7 +18,7 @@
 """
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
@@ -52,7 +52,7 @@ def storage_uri(version_path: str, claim_name: str, mount_path: str) -> str:
 def predictor(kind: str, uri: str, model_name: str, image: str, resources: dict, min_replicas: int,
               max_replicas: int, service_account: str = "", runtime_version: str = "") -> dict:
     """The InferenceService's `spec.predictor` (without canaryTrafficPercent)."""
-    spec = {"minReplicas": min_replicas, "maxReplicas": max_replicas}
+    spec: dict[str, Any] = {"minReplicas": min_replicas, "maxReplicas": max_replicas}
     if service_account:
         spec["serviceAccountName"] = service_account
     if kind == "tensorflow":
@@ -327,4 +327,5 @@ def deploy_model_on_kserve(
     with open(endpoint.path, "w") as f:
         json.dump(info, f, indent=2)
     print(f"serving {model_name} version {version} on {info['namespace']}/{name}: {info['url']}")
-    return namedtuple("Outputs", ["rest_url", "grpc_target", "version"])(info["url"], "", version)
+    Outputs = namedtuple("Outputs", ["rest_url", "grpc_target", "version"])
+    return Outputs(info["url"], "", version)

@@ -16,4 +16,5 @@ def find_model(display_name: str, project: str, location: str) -> NamedTuple(
     from components.lib.vertex_registry import find_resource, resource_uri
 
     name = find_resource("model", display_name, project, location)
-    return namedtuple("Outputs", ["resource_name", "resource_uri"])(name, resource_uri(name))
+    Outputs = namedtuple("Outputs", ["resource_name", "resource_uri"])
+    return Outputs(name, resource_uri(name))

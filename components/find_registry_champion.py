@@ -18,9 +18,9 @@ def find_registry_champion(display_name: str, alias: str, project: str, location
     from components.lib.vertex_registry import champion_version
 
     name, artifact_uri = champion_version(display_name, alias, project, location)
-    outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
+    Outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
     if not name:
         print(f"no champion: no version of {display_name!r} holds the alias {alias!r}")
-        return outputs("", "", "")
+        return Outputs("", "", "")
     print(f"champion: {name} ({alias}) at {artifact_uri}")
-    return outputs(artifact_uri, f"champion {name}", artifact_uri)
+    return Outputs(artifact_uri, f"champion {name}", artifact_uri)

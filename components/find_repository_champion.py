@@ -23,9 +23,9 @@ def find_repository_champion(model_repository: str, model_name: str) -> NamedTup
     from components.lib.model_repository import champion
 
     found = champion(model_repository, model_name)
-    outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
+    Outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
     if found is None:
         print(f"no champion: {model_name!r} has no version in {model_repository or '(no repository)'}")
-        return outputs("", "", "")
+        return Outputs("", "", "")
     print(f"champion: {model_name} version {found.number} at {found.path}")
-    return outputs(found.path, f"champion v{found.number}", found.metadata.get("source_model_uri", ""))
+    return Outputs(found.path, f"champion v{found.number}", found.metadata.get("source_model_uri", ""))

@@ -33,4 +33,5 @@ def import_trained_model(
     for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):
         metrics.log_metric(key, summary[key])
     model.metadata.update(framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"])
-    return namedtuple("Outputs", ["model_uri"])(model.uri)
+    Outputs = namedtuple("Outputs", ["model_uri"])
+    return Outputs(model.uri)

@@ -1,5 +1,5 @@
 """The model version, instances, output and instance config of a Vertex AI batch prediction job."""
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kfp.dsl import Artifact, Output
 
@@ -16,8 +16,8 @@ def plan_batch_prediction(
     destination: Output[Artifact],
     instances_format: str = "jsonl",
     key_field: str = "",
-    included_fields: list = [],
-    excluded_fields: list = [],
+    included_fields: list = [],  # noqa: B006 (KFP compiles the default into the step's spec; never mutated)
+    excluded_fields: list = [],  # noqa: B006
     instance_type: str = "",
     signature_name: str = "",
 ) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
@@ -65,8 +65,8 @@ def plan_batch_prediction(
             uris.append(item)
     if not uris:
         raise ValueError("no instances given")
-    fields = dict(key_field=key_field, included_fields=included_fields, excluded_fields=excluded_fields,
-                  instance_type=instance_type)
+    fields: dict[str, Any] = dict(key_field=key_field, included_fields=included_fields,
+                                  excluded_fields=excluded_fields, instance_type=instance_type)
     instance_config(instances_format, **fields, feature_names=None)  # a mistake fails before any look-up
     name, artifact_uri = find_model_version(model, display_name, alias, project, location)
     features = model_feature_names(artifact_uri) if artifact_uri and instances_format in ("csv", "jsonl") else []
@@ -77,8 +77,8 @@ def plan_batch_prediction(
     parameters = {} if signature == "serving_default" else {"signature_name": signature}
     prefix = output_prefix or destination.uri
     print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}; signature {signature}")
-    outputs = ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name", "included_fields",
-               "excluded_fields", "instance_type", "model_parameters"]
-    return namedtuple("Outputs", outputs)(
+    Outputs = namedtuple("Outputs", ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name",
+                                     "included_fields", "excluded_fields", "instance_type", "model_parameters"])
+    return Outputs(
         name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"), list(config.included_fields),
         list(config.excluded_fields), config.instance_type, parameters)

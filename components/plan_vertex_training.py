@@ -17,7 +17,7 @@ def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str
     """CustomJob worker pools for `workers` training processes (chief + workers-1)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    machine_spec = {"machine_type": machine_type}
+    machine_spec: dict[str, str | int] = {"machine_type": machine_type}
     if accelerator_type and accelerator_count:
         machine_spec.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count)
     container = {
@@ -50,13 +50,14 @@ def plan_vertex_training(
     epochs: int,
     hyperparameters: dict,
     tuned_parameters: list,
+    model_builder: str,
     run_name: str,
     purpose: str,
     job_dir: Output[Artifact],
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
     """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
-    display name (`<run_name>-<purpose>`). `tuned_parameters` are left out of the flags: a tuning job appends each
-    trial's values itself.
+    display name (`<run_name>-<purpose>`). The trainer trains `model_builder`'s model; `tuned_parameters` are left
+    out of the flags: a tuning job appends each trial's values itself.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -70,13 +71,16 @@ def plan_vertex_training(
         tuned_parameters: Parameters a tuning job sets per trial (left out of the flags).
         run_name: The pipeline run's name, part of the job's display name.
         purpose: train or tune: the display name's suffix.
+        model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from collections import namedtuple
 
     from components.plan_vertex_training import job_display_name, worker_pool_specs
 
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
-    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, {**fixed, "epochs": epochs},
+    flags = {"model": model_builder, **fixed, "epochs": epochs}
+    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, flags,
                               accelerator_type, accelerator_count)
-    return namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])(
+    Outputs = namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])
+    return Outputs(
         specs, job_dir.uri, job_display_name(run_name, purpose))

@@ -14,6 +14,7 @@ import multiprocessing
 import os
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Output
 
@@ -155,8 +156,8 @@ def prepare(
         shards = {s: shard_count(len(source.candidates) * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
         writers = {s: [TFRecordWriter(os.path.join(output_dir, shard_name(s, i, n))) for i in range(n)]
                    for s, n in shards.items()}
-        per_class = {s: Counter() for s in SPLITS}
-        sums = defaultdict(float)
+        per_class: dict[str, Counter] = {s: Counter() for s in SPLITS}
+        sums: defaultdict[str | tuple[str, int], float] = defaultdict(float)
         quarantine = []
         # records are written in hash order, so shards hold no class runs and a modest shuffle buffer mixes well
         ordered = sorted(source.candidates, key=lambda c: key_point(c[0], "order" + split_salt))
@@ -188,7 +189,7 @@ def prepare(
         f.writelines(json.dumps(q) + "\n" for q in quarantine)
     total = len(source.candidates)
     good = total - len(quarantine)
-    stats = {
+    stats: dict[str, Any] = {
         "source": data_source,
         "data_fingerprint": data_fingerprint,
         "kind": source.kind,
@@ -214,9 +215,9 @@ def prepare(
         },
     }
     if source.kind == TABULAR and sums["n"]:
-        n = sums["n"]
-        stats["feature_mean"] = [sums[("s", j)] / n for j in range(source.input_shape[0])]
-        stats["feature_variance"] = [max(sums[("q", j)] / n - (sums[("s", j)] / n) ** 2, 0.0)
+        count = sums["n"]
+        stats["feature_mean"] = [sums[("s", j)] / count for j in range(source.input_shape[0])]
+        stats["feature_variance"] = [max(sums[("q", j)] / count - (sums[("s", j)] / count) ** 2, 0.0)
                                      for j in range(source.input_shape[0])]
     with open(os.path.join(output_dir, "stats.json"), "w") as f:
         json.dump(stats, f, indent=2)

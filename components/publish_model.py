@@ -62,4 +62,5 @@ def publish_model(
     with open(published.path, "w") as f:
         json.dump({"version": version.number, "path": version.path, "metadata": version.metadata}, f, indent=2)
     print(f"published {model_name} version {version.number} at {version.path}")
-    return namedtuple("Outputs", ["version", "version_path"])(version.number, version.path)
+    Outputs = namedtuple("Outputs", ["version", "version_path"])
+    return Outputs(version.number, version.path)

@@ -10,6 +10,7 @@ calibrated on ~200 training examples; `int8_io` also makes the input/output tens
 """
 import os
 import time
+from typing import Any
 
 import numpy as np
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
@@ -165,7 +166,7 @@ def quantize(model_dir: str, data_dir: str, output_dir: str, publish_mode: str =
     labels = np.concatenate([y for _, y in test])
     representative = representative_inputs(data_dir, stats, representative_count) if "int8" in modes else None
     os.makedirs(output_dir, exist_ok=True)
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for mode in modes:
         try:
             model_bytes = convert(model_dir, stats["input_shape"], mode, representative, int8_io, allow_flex)

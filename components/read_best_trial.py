@@ -66,5 +66,6 @@ def read_best_trial(gcp_resources: str, metric_id: str, goal: str) -> NamedTuple
 
     best = fetch_best_trial(gcp_resources, metric_id, goal)
     print(f"best trial {best['trial_id']} of {best['trials']}: {metric_id}={best['metric']} {best['parameters']}")
-    return namedtuple("Outputs", ["best_parameters", "best_metric", "best_trial_id"])(
+    Outputs = namedtuple("Outputs", ["best_parameters", "best_metric", "best_trial_id"])
+    return Outputs(
         best["parameters"], best["metric"], best["trial_id"])

@@ -395,7 +395,7 @@ class _Job:
         if batch:
             yield from self.convert(batch, shard)
 
-    def convert(self, batch: list[Item], shard: _Shard) -> list[tuple[list[Item], dict]]:
+    def convert(self, batch: list[Item], shard: "_Shard | _Recorder") -> list[tuple[list[Item], dict]]:
         """Batched arrays; when the batch does not convert as a whole, instance by instance (bad ones become
         errors) grouped by shape."""
         try:
@@ -485,6 +485,7 @@ class _ParsePool:
         return self if self.processes else None
 
     def submit(self, job: "_Job", chunk: bytes):
+        assert self._pool is not None  # `active` hands out only pools with processes
         return self._pool.submit(_parse_chunk, job, chunk)
 
     def __enter__(self) -> "_ParsePool":
@@ -793,5 +794,6 @@ def run_batch_prediction(
     predictions.metadata.update(summary, output_directory=output_uri, model=model_path)
     print(f"{summary['succeeded']} predictions, {summary['failed']} errors in {output_uri}")
     print(check_error_budget(summary["succeeded"], summary["failed"], max_error_fraction, f" (in {output_uri})"))
-    return namedtuple("Outputs", ["output_directory", "succeeded", "failed"])(
+    Outputs = namedtuple("Outputs", ["output_directory", "succeeded", "failed"])
+    return Outputs(
         output_uri, summary["succeeded"], summary["failed"])

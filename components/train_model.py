@@ -213,13 +213,15 @@ def train_model(
     workers: int,
     epochs: int,
     hyperparameters: dict,
+    model_builder: str,
     max_restarts: int,
     model: Output[Model],
     metrics: Output[Metrics],
     training: Output[Artifact],
 ):
-    """KFP step (self-hosted targets): train with `workers` local processes and the given hyperparameters (trainer
-    flag names with underscores, e.g. from the tuning step); the model goes to `model`.
+    """KFP step (self-hosted targets): train `model_builder`'s model (`package.module:function`) with `workers`
+    local processes and the given hyperparameters (trainer flag names with underscores, e.g. from the tuning step);
+    the model goes to `model`.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -227,6 +229,7 @@ def train_model(
         epochs: Training epochs.
         hyperparameters: Trainer flags by name with underscores (batch_size, learning_rate, tuned values).
         max_restarts: Restarts of the worker group after a lost worker.
+        model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     import json
     import os
@@ -236,7 +239,7 @@ def train_model(
 
     job_dir = training.path
     os.makedirs(job_dir, exist_ok=True)
-    args = ["--data-dir", dataset.path, "--job-dir", job_dir,
+    args = ["--data-dir", dataset.path, "--job-dir", job_dir, "--model", model_builder,
             *trainer_flags({**hyperparameters, "epochs": epochs})]
     env = {  # what Vertex AI sets for a custom job
         **output_dirs(job_dir, model_dir=model.path),

@@ -178,9 +178,10 @@ def collect_outputs(job_dir: str, model_path: str, training_path: str) -> dict:
 
 
 def train_with_operator(api, data_path: str, model_path: str, training_path: str, *, workers: int, epochs: int,
-                        hyperparameters: dict, max_restarts: int, image: str, namespace: str, service_account: str,
-                        claim_name: str, mount_path: str, resources: dict, run_id: str, poll_seconds: float = 10,
-                        timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
+                        hyperparameters: dict, model_builder: str, max_restarts: int, image: str, namespace: str,
+                        service_account: str, claim_name: str, mount_path: str, resources: dict, run_id: str,
+                        poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print,
+                        sleep=None) -> dict:
     """Stage the data on the volume, run the TFJob, collect the model: the training summary (metrics.json)."""
     from components.lib import kube
     from components.train_model import trainer_flags
@@ -190,7 +191,8 @@ def train_with_operator(api, data_path: str, model_path: str, training_path: str
     job_dir = os.path.join(run_dir, "train-model")
     os.makedirs(job_dir, exist_ok=True)
     data_dir = stage_dataset(data_path, run_dir, mount_path)
-    args = ["--data-dir", data_dir, "--job-dir", job_dir, *trainer_flags({**hyperparameters, "epochs": epochs})]
+    args = ["--data-dir", data_dir, "--job-dir", job_dir, "--model", model_builder,
+            *trainer_flags({**hyperparameters, "epochs": epochs})]
     env = {**output_dirs(job_dir), "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
            **LEGACY_KERAS, "PYTHONUNBUFFERED": "1"}
     job = tfjob(name, namespace, image, workers, args, env, resources, claim_name, mount_path, service_account,
@@ -208,6 +210,7 @@ def train_model_on_operator(
     workers: int,
     epochs: int,
     hyperparameters: dict,
+    model_builder: str,
     max_restarts: int,
     trainer_image: str,
     namespace: str,
@@ -223,7 +226,8 @@ def train_model_on_operator(
     training: Output[Artifact],
 ):
     """KFP step (kubeflow, training: operator): train as a TFJob of 1 chief + `workers - 1` workers of the trainer
-    image on the shared volume, with the given hyperparameters; the model goes to `model`.
+    image on the shared volume, with the given hyperparameters and `model_builder`'s model; the model goes to
+    `model`.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -240,13 +244,14 @@ def train_model_on_operator(
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the TFJob has not finished by then.
         run_id: The pipeline run's name, part of the objects' names and labels.
+        model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from components.lib import kube
     from components.train_model_on_operator import train_with_operator
 
     summary = train_with_operator(
         kube.api_client(), dataset.path, model.path, training.path, workers=workers, epochs=epochs,
-        hyperparameters=hyperparameters, max_restarts=max_restarts, image=trainer_image,
+        hyperparameters=hyperparameters, model_builder=model_builder, max_restarts=max_restarts, image=trainer_image,
         namespace=namespace or kube.own_namespace(), service_account=service_account, claim_name=claim_name,
         mount_path=mount_path, resources=resources, run_id=run_id, poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)

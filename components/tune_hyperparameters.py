@@ -117,9 +117,11 @@ class TrialRunner:
     def run(self, argv: list[str], env: dict, log: str) -> int:
         """Run one trial; its exit code (the process's own when it died during the trial)."""
         try:
-            self.process.stdin.write(json.dumps({"argv": argv, "env": env, "log": log}) + "\n")
-            self.process.stdin.flush()
-            answer = self.process.stdout.readline()
+            stdin, stdout = self.process.stdin, self.process.stdout
+            assert stdin is not None and stdout is not None  # both are pipes
+            stdin.write(json.dumps({"argv": argv, "env": env, "log": log}) + "\n")
+            stdin.flush()
+            answer = stdout.readline()
         except (BrokenPipeError, OSError):
             answer = ""
         if not answer:
@@ -228,7 +230,7 @@ def best(trials: list[Trial], spec: StudySpec) -> Trial | None:
     done = [t for t in trials if t.status == "SUCCEEDED"]
     if not done:
         return None
-    return (max if spec.goal == "maximize" else min)(done, key=lambda t: t.metric)
+    return (max if spec.goal == "maximize" else min)(done, key=lambda t: t.metric or 0.0)  # SUCCEEDED: has one
 
 
 def run_study(spec: StudySpec, base_dir: str, fixed_args: list[str], module: str = "trainer.task",
@@ -251,7 +253,7 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started)
 
     designer = make_designer(spec, seed)
     trials: list[Trial] = []
-    running = {}
+    running: dict = {}
     failed = 0
     with ThreadPoolExecutor(spec.parallel_trial_count) as pool:
         while len(trials) < spec.max_trial_count or running:
@@ -347,10 +349,12 @@ def tune_hyperparameters(
     trial_epochs: int,
     batch_size: int,
     learning_rate: float,
+    model_builder: str,
     tuning: Output[Artifact],
 ) -> dict:
     """KFP step (self-hosted): run the study (when `enabled`) and return the hyperparameters for final training:
-    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values.
+    the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values. Trials train
+    `model_builder`'s model.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -359,6 +363,7 @@ def tune_hyperparameters(
         trial_epochs: Epochs of each trial.
         batch_size: The pipeline's batch size per replica.
         learning_rate: The pipeline's learning rate.
+        model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     import json
     import os
@@ -373,7 +378,7 @@ def tune_hyperparameters(
             json.dump({"enabled": False, "trials": []}, f)
         return hyperparameters
     result = run_study(StudySpec.model_validate(study_spec), tuning.path,
-                       ["--data-dir", dataset.path, "--epochs", str(trial_epochs),
+                       ["--data-dir", dataset.path, "--model", model_builder, "--epochs", str(trial_epochs),
                         "--batch-size", str(batch_size)])
     hyperparameters = with_best_trial(hyperparameters, result["best"]["parameters"])
     tuning.metadata.update(best_metric=result["best"]["metric"], best_parameters=result["best"]["parameters"],

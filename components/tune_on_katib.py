@@ -20,6 +20,7 @@ The best trial's values (`status.currentOptimalTrial`) override the pipeline's, 
 
 import json
 import os
+from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
@@ -90,7 +91,7 @@ def experiment(name: str, namespace: str, spec, image: str, fixed_args: list[str
               for p in spec.parameters)]
     env = {"CLOUD_ML_HP_METRIC_FILE": METRICS_FILE, "CLOUD_ML_TRIAL_ID": "${trialParameters.trialName}",
            **output_dirs(trial_dir), **LEGACY_KERAS, "PYTHONUNBUFFERED": "1"}
-    container = {"name": CONTAINER, "image": image, "args": args,
+    container: dict[str, Any] = {"name": CONTAINER, "image": image, "args": args,
                  "env": [{"name": k, "value": v} for k, v in env.items()]}
     if resources:
         container["resources"] = resources
@@ -164,7 +165,7 @@ def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seco
         f"{spec.parallel_trial_count} at a time")
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
-    progress = {}
+    progress: dict[str, Any] = {}
 
     def read():
         return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
@@ -197,9 +198,9 @@ def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seco
 
 
 def tune_with_katib(api, data_path: str, tuning_path: str, *, spec, trial_epochs: int, batch_size: int,
-                    image: str, namespace: str, service_account: str, claim_name: str, mount_path: str,
-                    resources: dict, run_id: str, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600,
-                    log=print, sleep=None) -> dict:
+                    model_builder: str, image: str, namespace: str, service_account: str, claim_name: str,
+                    mount_path: str, resources: dict, run_id: str, poll_seconds: float = 10,
+                    timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
     """Stage the data on the volume, run the experiment, record it: the best trial."""
     from components.lib import kube
     from components.train_model_on_operator import stage_dataset
@@ -210,7 +211,8 @@ def tune_with_katib(api, data_path: str, tuning_path: str, *, spec, trial_epochs
     trials_dir = os.path.join(run_dir, "tune-hyperparameters", "trials")
     os.makedirs(trials_dir, exist_ok=True)
     body = experiment(name, namespace, spec, image,
-                      ["--data-dir", data_dir, "--epochs", str(trial_epochs), "--batch-size", str(batch_size)],
+                      ["--data-dir", data_dir, "--model", model_builder, "--epochs", str(trial_epochs),
+                       "--batch-size", str(batch_size)],
                       trials_dir, resources, claim_name, mount_path, service_account,
                       kube.run_labels(run_id, "tune-hyperparameters"))
     best = run_experiment(api, body, spec, poll_seconds, timeout_seconds, log, sleep)
@@ -229,6 +231,7 @@ def tune_on_katib(
     trial_epochs: int,
     batch_size: int,
     learning_rate: float,
+    model_builder: str,
     trainer_image: str,
     namespace: str,
     service_account: str,
@@ -242,7 +245,7 @@ def tune_on_katib(
 ) -> dict:
     """KFP step (kubeflow, tuning: katib): run the study as a Katib Experiment (when `enabled`) and return the
     hyperparameters for final training: the pipeline's `batch_size` and `learning_rate`, overridden by the best
-    trial's values.
+    trial's values. Trials train `model_builder`'s model.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -260,6 +263,7 @@ def tune_on_katib(
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the Experiment has not finished by then.
         run_id: The pipeline run's name, part of the objects' names and labels.
+        model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     import json
     import os
@@ -276,7 +280,7 @@ def tune_on_katib(
         return hyperparameters
     best = tune_with_katib(
         kube.api_client(), dataset.path, tuning.path, spec=StudySpec.model_validate(study_spec),
-        trial_epochs=trial_epochs, batch_size=batch_size, image=trainer_image,
+        trial_epochs=trial_epochs, batch_size=batch_size, model_builder=model_builder, image=trainer_image,
         namespace=namespace or kube.own_namespace(), service_account=service_account, claim_name=claim_name,
         mount_path=mount_path, resources=resources, run_id=run_id, poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)

@@ -27,6 +27,7 @@ COPY pyproject.toml README.md ./
 COPY trainer/ trainer/
 COPY serving/ serving/
 COPY components/ components/
+COPY models/ models/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
 
 # ---- runtime: the environment only, no build tools, non-root ----

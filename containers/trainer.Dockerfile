@@ -3,6 +3,8 @@
 # TensorFlow and tf-keras come from requirements.lock, the versions the tests ran with. That image is CPU only.
 # GPU trainer image (worker pools with platform.accelerator_type), the same versions plus TensorFlow's CUDA libraries:
 #   docker build -f containers/trainer.Dockerfile --build-arg LOCK=requirements-gpu.lock -t IMAGE .
+# Your own networks (config trainer.model: models.MODULE:FUNCTION) come from models/, installed with the other
+# packages (docs/model.md); a builder in another package needs its folder copied and installed the same way.
 # The build stage is the same as components.Dockerfile's and serving.Dockerfile's up to the lock's install:
 # concurrent or later builds share those (large) layers; each image then installs only the packages it needs.
 
@@ -25,6 +27,7 @@ RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 COPY pyproject.toml README.md ./
 # The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
 COPY trainer/ trainer/
+COPY models/ models/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
 
 # ---- runtime: the environment only, no build tools, non-root ----

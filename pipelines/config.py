@@ -1,7 +1,7 @@
 """Run configuration: pipeline parameters (the ML knobs, typed pipeline inputs) and platform settings (project,
 images, machines, region, submission and schedule settings). Loaded from a YAML file with `parameters:` (training
-pipeline), `batch:` (batch prediction pipeline), `platform:` and `study:` sections, plus optional named
-`profiles:` deep-merged over them.
+pipeline), `batch:` (batch prediction pipeline), `platform:`, `study:` and `trainer:` sections, plus optional
+named `profiles:` deep-merged over them.
 
 Precedence, highest first: CLI (`--set section.field=value`, then the dedicated options) > environment
 (`TFPIPE_<SECTION>__<FIELD>[__<SUBFIELD>]`) > the selected profile (`--profile NAME` or `TFPIPE_PROFILE`) > the
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from components.lib.instance_formats import InstancesFormat
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines.cron import parse_cron
+from trainer import builder
 
 TARGETS = ("vertex", "kubeflow", "local")
 # the pipelines (`--pipeline`) and their compiled names (also their package names in a template registry)
@@ -41,7 +42,7 @@ _KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/keyRin
 _TENSORBOARD = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/tensorboards/[0-9]+$")
 PREBUILT_SERVING = "-docker.pkg.dev/vertex-ai/prediction/"  # Vertex's prebuilt prediction images live here
 SERVING_PORT = 8080  # the port this project's serving image listens on (AIP_HTTP_PORT)
-SECTIONS = ("parameters", "batch", "platform", "study")
+SECTIONS = ("parameters", "batch", "platform", "study", "trainer")
 ENV_PREFIX = "TFPIPE_"
 PROFILE_ENV = "TFPIPE_PROFILE"
 PLACEHOLDER_PROJECT = "/PROJECT/"  # in the default image URIs: replace with your project's images
@@ -541,6 +542,28 @@ class Platform(BaseModel):
         return [name for name in used if PLACEHOLDER_PROJECT in getattr(self, name)]
 
 
+class TrainerSettings(BaseModel):
+    """What the training application trains, baked into the compiled training pipeline: every trial and the final
+    training run `python -m trainer.task --model MODEL`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = builder.DEFAULT_BUILDER  # the model builder, package.module:function (docs/model.md)
+
+    @field_validator("model")
+    @classmethod
+    def _builder(cls, value: str) -> str:
+        builder.parse(value)
+        return value
+
+    def check_builder(self) -> None:
+        """ConfigError unless `model` names a function of a module on this Python path (read, not imported)."""
+        try:
+            builder.find(self.model)
+        except builder.BuilderError as e:
+            raise ConfigError(f"invalid configuration: trainer.model: {e}") from None
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -548,6 +571,7 @@ class Config(BaseModel):
     batch: BatchParameters = BatchParameters()
     platform: Platform = Platform()
     study: StudySpec = DEFAULT_STUDY
+    trainer: TrainerSettings = TrainerSettings()
 
 
 @dataclass(frozen=True)

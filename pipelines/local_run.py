@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import time
+import typing
 import warnings
 from contextlib import redirect_stdout
 from dataclasses import dataclass, field
@@ -36,11 +37,11 @@ class StepLog(io.TextIOBase):
     """A stdout replacement that records per-step status, seconds, logs and the last error line."""
 
     log_dir: Path
-    console: object
+    console: typing.TextIO
     verbose: bool = False
     steps: dict = field(default_factory=dict)
     current: Step | None = None
-    _file: object = None
+    _file: typing.TextIO | None = None
     _buffer: str = ""
 
     def write(self, text: str) -> int:
@@ -70,14 +71,15 @@ class StepLog(io.TextIOBase):
             step = self.current
             step.seconds = round(time.time() - step.started, 2)
             step.status = "SUCCEEDED" if m[2] == "SUCCESS" else "FAILED"
-            self._file.close()
+            if self._file:
+                self._file.close()
             self.current = None
             if not self.verbose:
                 mark = "✔" if step.status == "SUCCEEDED" else "✘"
                 self.console.write(f"{mark} {step.name} {step.status.lower()} in {step.seconds:.1f}s\n")
                 self.console.flush()
             return
-        if self.current:
+        if self.current and self._file:
             self._file.write(line + "\n")
             if m := ERROR_LINE.match(line):
                 self.current.error = f"{m[1]}: {m[2]}" if m[1] not in ("DataError", "ModelError", "BatchPredictionError") else m[2]

@@ -51,7 +51,9 @@ def _batch(run_root: Path | None) -> dict | None:
 
 def tuning(study_dir: Path | None) -> dict | None:
     """The study's section from the folder its results were written to (trials.json, trials.png)."""
-    study = _json(study_dir / "trials.json") if study_dir else None
+    if study_dir is None:
+        return None
+    study = _json(study_dir / "trials.json")
     return study and {"enabled": study.get("enabled", True), "trials": study["trials"],
                       "failed_trials": study.get("failed_trials", 0), "best": study.get("best"),
                       "seconds": study.get("seconds"), "metric_id": (study.get("spec") or {}).get("metric_id"),

@@ -121,7 +121,8 @@ def kfp_recurring_runs(client, display_name: str | None = None, namespace: str =
     if display_name:
         query["filter"] = json.dumps({"predicates": [
             {"operation": "EQUALS", "key": "display_name", "stringValue": display_name}]})
-    found, token = [], ""
+    found: list = []
+    token = ""
     while True:
         page = client.list_recurring_runs(page_token=token, page_size=100, namespace=namespace or None, **query)
         found += page.recurring_runs or []

@@ -40,6 +40,7 @@ from components import (check_batch_prediction_job, crown_vertex_model, default_
                         tune_on_katib)
 from components.lib.study_spec import StudySpec
 from pipelines.config import Platform
+from trainer.builder import DEFAULT_BUILDER
 
 # the project of the running Vertex pipeline (what GCPC ops default `project` to)
 PROJECT = "{{$.pipeline_google_cloud_project_id}}"
@@ -95,11 +96,12 @@ class _SameEverywhere(ABC):
     """The steps every target runs as the same lightweight components: data prep (keyed on the data's fingerprint),
     the evaluation gate (against the target's champion) and TFLite quantization."""
 
-    def __init__(self, platform: Platform, pipeline_name: str):
+    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
         image = platform.components_image
         self.platform = platform
         self.image = image
         self.pipeline_name = pipeline_name
+        self.model_builder = model_builder  # what every trial and the training train (trainer --model)
         self._fingerprint = _component(fingerprint_data.fingerprint_data, image)
         self._prepare = _component(prepare_data.prepare_data, image)
         self._evaluate = _component(evaluate_model.evaluate_model, image)
@@ -137,8 +139,8 @@ class _SameEverywhere(ABC):
 class SelfHostedOps(_SameEverywhere):
     """The local target (and the kubeflow target's `pod` engines): this project's own components."""
 
-    def __init__(self, platform: Platform, pipeline_name: str):
-        super().__init__(platform, pipeline_name)
+    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
+        super().__init__(platform, pipeline_name, model_builder)
         image = platform.components_image
         self._champion = _component(find_repository_champion.find_repository_champion, image)
         self._train = _component(train_model.train_model, image)
@@ -149,13 +151,15 @@ class SelfHostedOps(_SameEverywhere):
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         """The final training's hyperparameters (a dict channel), from a local study when `enabled`."""
         task = self._place(self._tune(dataset=dataset, study_spec=study.model_dump(), enabled=enabled,
-                                      trial_epochs=trial_epochs, batch_size=batch_size, learning_rate=learning_rate))
+                                      trial_epochs=trial_epochs, batch_size=batch_size, learning_rate=learning_rate,
+                                      model_builder=self.model_builder))
         task.set_display_name("Hyperparameter study (local trials)")
         return task.outputs["Output"]
 
     def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
         task = self._place(self._train(dataset=dataset, workers=workers, epochs=epochs,
-                                       hyperparameters=hyperparameters, max_restarts=max_restarts))
+                                       hyperparameters=hyperparameters, model_builder=self.model_builder,
+                                       max_restarts=max_restarts))
         task.set_display_name("Train (local multi-worker)")
         return Trained(task.outputs["model"], task.outputs["training"])
 
@@ -199,8 +203,8 @@ class SelfHostedOps(_SameEverywhere):
 class VertexOps(_SameEverywhere):
     """The vertex target: GCPC ops and the Vertex AI API for the platform services."""
 
-    def __init__(self, platform: Platform, pipeline_name: str):
-        super().__init__(platform, pipeline_name)
+    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
+        super().__init__(platform, pipeline_name, model_builder)
         # labels of every Vertex resource and job: the runs' labels, the model labels, the pipeline's name
         self.labels = {**platform.labels, **platform.model_labels, "pipeline": pipeline_name}
         image = platform.components_image
@@ -238,7 +242,8 @@ class VertexOps(_SameEverywhere):
         return self._plan(dataset=dataset, trainer_image=p.training_image(), machine_type=p.machine_type,
                           accelerator_type=p.accelerator_type, accelerator_count=p.accelerator_count,
                           workers=workers, epochs=epochs, hyperparameters=hyperparameters,
-                          tuned_parameters=tuned_parameters, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                          tuned_parameters=tuned_parameters, model_builder=self.model_builder,
+                          run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
                           purpose=purpose)
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
@@ -434,8 +439,8 @@ class VertexOps(_SameEverywhere):
 class KubeflowOps(SelfHostedOps):
     """The kubeflow target: the self-hosted steps plus Kubeflow's engines, the shared volume and pod resources."""
 
-    def __init__(self, platform: Platform, pipeline_name: str):
-        super().__init__(platform, pipeline_name)
+    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
+        super().__init__(platform, pipeline_name, model_builder)
         self.kubeflow = platform.kubeflow
         image = platform.components_image
         self._train_operator = _component(train_model_on_operator.train_model_on_operator, image)
@@ -472,7 +477,8 @@ class KubeflowOps(SelfHostedOps):
         k = self.kubeflow
         task = self._place(self._tune_katib(
             dataset=dataset, study_spec=study.model_dump(), enabled=enabled, trial_epochs=trial_epochs,
-            batch_size=batch_size, learning_rate=learning_rate, trainer_image=self.platform.kubeflow_trainer_image(),
+            batch_size=batch_size, learning_rate=learning_rate, model_builder=self.model_builder,
+            trainer_image=self.platform.kubeflow_trainer_image(),
             resources=k.worker_resources.requirements(), timeout_minutes=k.tuning_timeout_minutes,
             **self._engine_inputs()))
         task.set_display_name("Hyperparameter study (Katib experiment)")
@@ -484,7 +490,8 @@ class KubeflowOps(SelfHostedOps):
         k = self.kubeflow
         task = self._place(self._train_operator(
             dataset=dataset, workers=workers, epochs=epochs, hyperparameters=hyperparameters,
-            max_restarts=max_restarts, trainer_image=self.platform.kubeflow_trainer_image(),
+            model_builder=self.model_builder, max_restarts=max_restarts,
+            trainer_image=self.platform.kubeflow_trainer_image(),
             resources=k.worker_resources.requirements(), timeout_minutes=k.training_timeout_minutes,
             **self._engine_inputs()))
         task.set_display_name("Train (TFJob, MultiWorkerMirroredStrategy)")
@@ -518,6 +525,8 @@ class KubeflowOps(SelfHostedOps):
         return self._place(super().batch_predict(**inputs))
 
 
-def make_ops(target: str, platform: Platform, pipeline_name: str) -> PlatformOps:
+def make_ops(target: str, platform: Platform, pipeline_name: str,
+             model_builder: str = DEFAULT_BUILDER) -> PlatformOps:
+    """The target's ops; `model_builder` (`package.module:function`) is the model its trials and training train."""
     ops: type[VertexOps | SelfHostedOps] = {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)
-    return ops(platform, pipeline_name)
+    return ops(platform, pipeline_name, model_builder)

@@ -12,7 +12,9 @@ from typing import Any, Sequence
 
 import yaml
 
-from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, Config, PipelineParameters
+from pydantic import BaseModel
+
+from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, Config, ConfigError, PipelineParameters
 
 _NO_DEFAULT = object()
 _TYPE_NAMES = {"STRING": "a string", "NUMBER_INTEGER": "an integer", "NUMBER_DOUBLE": "a number",
@@ -34,7 +36,8 @@ def pipeline_name(pipeline: str) -> str:
 
 def compile_template(target: str, pipeline: str, config: Config, output: str | Path) -> str:
     """Compile `pipeline` for `target` (vertex | kubeflow) into `output`, with the config's parameters (training) or
-    batch section (batch prediction) as the pipeline's defaults and its platform section baked in."""
+    batch section (batch prediction) as the pipeline's defaults and its platform (and training: study and trainer)
+    sections baked in."""
     from kfp import compiler
 
     if pipeline == "batch_prediction":
@@ -44,7 +47,11 @@ def compile_template(target: str, pipeline: str, config: Config, output: str | P
     elif pipeline == "training":
         from pipelines.training import build_pipeline
 
-        func, defaults = build_pipeline(target, config.platform, config.study), config.parameters.model_dump()
+        try:
+            func = build_pipeline(target, config.platform, config.study, config.trainer)
+        except ConfigError as e:  # trainer.model names no function on this Python path
+            raise TemplateError(str(e)) from None
+        defaults = config.parameters.model_dump()
     else:
         raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
     volume = config.platform.kubeflow.volume
@@ -79,6 +86,7 @@ def check_tag(tag: str) -> str:
 def load_template(source: str, project: str | None = None, credentials=None) -> dict:
     """The pipeline spec of a compiled file or of a template URL (Artifact Registry, read with the caller's
     credentials exactly as aiplatform.PipelineJob reads it)."""
+    spec: Any
     try:
         if source.startswith(("https://", "http://", "gs://")):
             from google.cloud.aiplatform.constants.pipeline import _VALID_AR_URL
@@ -159,7 +167,8 @@ def _convert(item: Input, text: str):
     raise TemplateError(f"--param {item.name}={text}: expected {_TYPE_NAMES.get(kind, kind)}")
 
 
-_MODELS = {PIPELINE_NAMES["training"]: PipelineParameters, PIPELINE_NAMES["batch_prediction"]: BatchParameters}
+_MODELS: dict[str, type[BaseModel]] = {PIPELINE_NAMES["training"]: PipelineParameters,
+                                       PIPELINE_NAMES["batch_prediction"]: BatchParameters}
 
 
 def parse_params(assignments: Sequence[str], spec: dict) -> dict:

@@ -9,18 +9,22 @@ from kfp import dsl
 
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines import targets
-from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform, described_by
+from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform, TrainerSettings, described_by
 
 PIPELINE_NAME = PIPELINE_NAMES["training"]
 _D = PipelineParameters()  # defaults of the typed pipeline inputs
 
 
-def build_pipeline(target: str, platform: Platform | None = None, study: StudySpec = DEFAULT_STUDY):
-    """Return the `@dsl.pipeline` function of the training DAG for `target` (vertex | kubeflow | local)."""
+def build_pipeline(target: str, platform: Platform | None = None, study: StudySpec = DEFAULT_STUDY,
+                   trainer: TrainerSettings | None = None):
+    """Return the `@dsl.pipeline` function of the training DAG for `target` (vertex | kubeflow | local); its
+    trials and training run `trainer.model`'s builder, which must be found on this Python path."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     platform = platform or Platform()
-    ops = targets.make_ops(target, platform, PIPELINE_NAME)
+    trainer = trainer or TrainerSettings()
+    trainer.check_builder()
+    ops = targets.make_ops(target, platform, PIPELINE_NAME, trainer.model)
 
     @dsl.pipeline(name=PIPELINE_NAME,
                   description="Prepare data, train (multi-worker), gate, register, deploy and quantize the model.")

@@ -19,7 +19,7 @@ class RequestError(ValueError):
 class TensorInfo:
     name: str
     dtype: np.dtype  # numpy dtype; object for DT_STRING
-    shape: tuple  # None for unknown dimensions; () for unknown rank is not used by Keras exports
+    shape: tuple | None  # None for unknown rank; None inside for unknown dimensions
 
 
 def signature_inputs(fn) -> dict[str, TensorInfo]:
@@ -118,7 +118,8 @@ def parse_instances(instances, inputs: dict[str, TensorInfo]) -> dict[str, np.nd
         except RequestError:
             for value in values:  # name the instance that does not fit
                 to_array(value, inputs[name], batched=False)
-            raise RequestError(f"input '{name}': instances have different shapes; send them in separate requests")
+            raise RequestError(
+                f"input '{name}': instances have different shapes; send them in separate requests") from None
     return arrays
 
 

@@ -4,7 +4,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("components", "pipelines", "serving", "trainer")
+PACKAGES = ("components", "models", "pipelines", "serving", "trainer")
 
 
 def module_file(name: str) -> Path | None:

@@ -30,7 +30,7 @@ def compiled_specs():
 def embedded_steps():
     steps = {}
     for spec in compiled_specs():
-        for name, executor in spec["deploymentSpec"]["executors"].items():
+        for executor in spec["deploymentSpec"]["executors"].values():
             container = executor.get("container", {})
             if "ephemeral_component.py" in " ".join(container.get("command", [])):
                 function = container["args"][container["args"].index("--function_to_execute") + 1]

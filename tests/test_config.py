@@ -110,7 +110,8 @@ def test_unknown_profile_lists_the_available_ones(config_file):
 
 @pytest.mark.parametrize("yaml_text, message", [
     ("profiles:\n  prod:\n    platfrom: {project: p}\n",
-     "invalid configuration: profiles.prod.platfrom: not a section; use one of: parameters, batch, platform, study"),
+     "invalid configuration: profiles.prod.platfrom: not a section; use one of: parameters, batch, platform, study, "
+     "trainer"),
     ("profiles: [prod]\n", "invalid configuration: profiles: must map profile names to sections"),
     ("profiles:\n  prod:\n    platform: my-project\n",
      "invalid configuration: profiles.prod.platform: must be a mapping"),
@@ -231,7 +232,7 @@ def test_override_syntax_errors():
     with pytest.raises(ConfigError, match=r"^--set platform.trainer_image: expected SECTION.FIELD=VALUE"):
         parse_set("platform.trainer_image")
     with pytest.raises(ConfigError, match=r"^--set image=x: 'image' is not a section; use one of: parameters, "
-                                          r"batch, platform, study$"):
+                                          r"batch, platform, study, trainer$"):
         parse_set("image=x")
     with pytest.raises(ConfigError, match=r"^TFPIPE_PLATFORM_TRAINER_IMAGE: separate the section and the field "
                                           r"with two underscores, like TFPIPE_PLATFORM__TRAINER_IMAGE$"):
@@ -316,7 +317,7 @@ def test_run_takes_profiles_and_sets(config_file, tmp_path, monkeypatch):
                              "to 1 (got '0') (from --set parameters.workers)\n")
     result = CliRunner().invoke(cli, ["run", "--set", "workers=2", "--out", str(tmp_path / "o")])
     assert result.output == ("Error: --set workers=2: 'workers' is not a section; use one of: parameters, batch, "
-                             "platform, study\n")
+                             "platform, study, trainer\n")
 
 
 @pytest.mark.parametrize("profile", ["dev", "prod"])

@@ -11,7 +11,7 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.imports import module_name, needed_files
+from tests.imports import PACKAGES, module_name, needed_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
@@ -47,7 +47,7 @@ def with_args(parser: DockerfileParser, build_args: dict | None = None) -> list[
             values[name] = (build_args or {}).get(name, default)
             out.append(item)
             continue
-        value = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values.get(m[1] or m[2], m[0]), item["value"])
+        value = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m, known=values: known.get(m[1] or m[2], m[0]), item["value"])
         out.append({**item, "value": value})
     return out
 
@@ -173,11 +173,13 @@ def test_build_stages_share_the_lock_install():
     assert len({through_the_lock(p) for p in DOCKERFILES}) == 1
 
 
-# The modules each image runs: the trainer's and the server's entry points, every step of the components image.
+# The modules each image runs: the trainer's and the server's entry points, every step of the components image; the
+# images that train (the trainer's, and the components image's local launcher and study) also the networks of
+# `models`, which the trainer imports by the name the config gives (trainer.model).
 ENTRY_MODULES = {
-    "trainer.Dockerfile": ["trainer.task"],
+    "trainer.Dockerfile": ["trainer.task", "models"],
     "serving.Dockerfile": ["serving.vertex_container"],
-    "components.Dockerfile": [module_name(p) for p in sorted((ROOT / "components").rglob("*.py"))],
+    "components.Dockerfile": [module_name(p) for p in sorted((ROOT / "components").rglob("*.py"))] + ["models"],
 }
 
 
@@ -186,7 +188,7 @@ def test_each_image_ships_the_packages_it_runs_and_no_other(path):
     """Every first-party module the image's entry modules reach is copied, and every copied package holds one."""
     needed = {str(f.relative_to(ROOT)) for f in needed_files(ENTRY_MODULES[path.name])}
     packages = [source.rstrip("/") for source in copy_sources(parse(path))
-                if source.split("/")[0] in ("components", "pipelines", "serving", "trainer")]
+                if source.split("/")[0] in PACKAGES]
     assert sorted(f for f in needed if not any(within(f, p) for p in packages)) == []
     assert [p for p in packages if not any(within(f, p) for f in needed)] == []
 

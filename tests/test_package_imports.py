@@ -1,12 +1,12 @@
-"""The dependency direction between the packages: the steps, the trainer and the server never import the pipelines
-(the CLI, the DAG and the platform seam import them), so their images do not ship `pipelines/`."""
+"""The dependency direction between the packages: the steps, the trainer, the networks and the server never import
+the pipelines (the CLI, the DAG and the platform seam import them), so their images do not ship `pipelines/`."""
 import ast
 
 import pytest
 
 from tests.imports import ROOT, imported_modules, module_name, needed_files
 
-INDEPENDENT = ["components", "serving", "trainer"]
+INDEPENDENT = ["components", "models", "serving", "trainer"]
 MODULES = sorted(path for package in INDEPENDENT for path in (ROOT / package).rglob("*.py"))
 
 

@@ -12,7 +12,7 @@ from trainer import data
 def read_split(out, split):
     stats = data.load_stats(str(out))
     keys, labels = [], []
-    for inputs, y in data.make_dataset(str(out), split, stats, 64, training=False):
+    for _, y in data.make_dataset(str(out), split, stats, 64, training=False):
         labels.extend(y.numpy().tolist())
     for f in data.split_files(str(out), split):
         import tensorflow as tf

@@ -27,8 +27,8 @@ def repo(tmp_path):
     return base
 
 
-def start(base, policy=Policy(), labels=None, batching=None, **options) -> ModelServer:
-    manager = ModelManager(str(base), "toy", policy, labels or {}, poll_seconds=0.1, batching=batching)
+def start(base, policy=None, labels=None, batching=None, **options) -> ModelServer:
+    manager = ModelManager(str(base), "toy", policy or Policy(), labels or {}, poll_seconds=0.1, batching=batching)
     return ModelServer(manager, ServerOptions(rest_port=0, grpc_port=0, **options)).start()
 
 

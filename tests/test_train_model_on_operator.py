@@ -163,7 +163,8 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
     api_server.on_get["tfjobs"] = chief_writes_its_outputs
     summary = train_with_operator(
         kube.api_client(api_server.url), str(data), str(tmp_path / "out" / "model"), str(tmp_path / "out" / "t"),
-        workers=2, epochs=4, hyperparameters={"batch_size": 32.0, "learning_rate": 0.01}, max_restarts=1,
+        workers=2, epochs=4, hyperparameters={"batch_size": 32.0, "learning_rate": 0.01},
+        model_builder="tests.custom_model:build_small_cnn", max_restarts=1,
         image="example.com/trainer:1", namespace="ml", service_account="", claim_name="tfpipe",
         mount_path=str(mount), resources={}, run_id="tfpipe-training-x1", poll_seconds=0, log=lambda m: None,
         sleep=lambda s: None)
@@ -174,6 +175,7 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
     container = created["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
     job_dir = str(run_dir / "train-model")
     assert container["args"] == ["--data-dir", str(run_dir / "dataset"), "--job-dir", job_dir,
+                                 "--model", "tests.custom_model:build_small_cnn",
                                  "--batch-size", "32", "--learning-rate", "0.01", "--epochs", "4"]
     assert {e["name"]: e["value"] for e in container["env"]} == {
         "AIP_MODEL_DIR": f"{job_dir}/model", "AIP_CHECKPOINT_DIR": f"{job_dir}/checkpoints",

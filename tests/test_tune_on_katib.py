@@ -235,7 +235,8 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     (data / "stats.json").write_text("{}")
     api_server.scripts["experiments"] = [{"conditions": [SUCCEEDED], "currentOptimalTrial": OPTIMAL}]
     best = tune_with_katib(kube.api_client(api_server.url), str(data), str(tmp_path / "tuning"), spec=DEFAULT_STUDY,
-                           trial_epochs=2, batch_size=16, image="example.com/trainer:1", namespace="ml",
+                           trial_epochs=2, batch_size=16, model_builder="tests.custom_model:build_small_cnn",
+                           image="example.com/trainer:1", namespace="ml",
                            service_account="", claim_name="tfpipe", mount_path=str(mount), resources={},
                            run_id="tfpipe-training-x1", poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
     assert best["parameters"]["hidden_units"] == 96
@@ -243,7 +244,8 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     assert created["metadata"]["name"] == kube.object_name("tfpipe-tune", "tfpipe-training-x1", "tune-hyperparameters")
     args = created["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["args"]
     run_dir = mount / "runs" / "tfpipe-training-x1"
-    assert args[:6] == ["--data-dir", str(run_dir / "dataset"), "--epochs", "2", "--batch-size", "16"]
+    assert args[:8] == ["--data-dir", str(run_dir / "dataset"), "--model", "tests.custom_model:build_small_cnn",
+                        "--epochs", "2", "--batch-size", "16"]
     assert (run_dir / "dataset" / "stats.json").exists()
     record = json.loads((tmp_path / "tuning" / "trials.json").read_text())
     assert record["engine"] == "katib" and record["best"]["trial"] == "tfpipe-tune-abc-x7k2"

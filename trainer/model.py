@@ -47,6 +47,7 @@ def build_tabular_model(num_features, num_classes, mean, variance, hidden_units:
 
 
 def build_model(stats: dict, hparams) -> keras.Model:
+    """The default builder (`trainer.model:build_model`): the CNN for images, the MLP for tabular data."""
     num_classes = len(stats["labels"])
     if stats["kind"] == IMAGE:
         size = hparams.image_size or max(stats["input_shape"][:2])

@@ -1,4 +1,5 @@
-"""Trainer entry point: `python -m trainer.task --data-dir DIR [--job-dir DIR] [hyperparameters]`.
+"""Trainer entry point: `python -m trainer.task --data-dir DIR [--job-dir DIR] [--model MODULE:FUNCTION]
+[hyperparameters]`.
 
 Output locations follow Vertex AI: `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and `AIP_TENSORBOARD_LOG_DIR` when set,
 else `<job-dir>/model`, `<job-dir>/checkpoints`, `<job-dir>/logs`. The chief also writes `<job-dir>/metrics.json`
@@ -12,6 +13,7 @@ import os
 import sys
 import time
 
+from trainer import builder
 from trainer.environment import use_legacy_keras
 
 use_legacy_keras()
@@ -35,6 +37,7 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p.add_argument("--model-dir", default=environ.get("AIP_MODEL_DIR", ""))
     p.add_argument("--checkpoint-dir", default=environ.get("AIP_CHECKPOINT_DIR", ""))
     p.add_argument("--log-dir", default=environ.get("AIP_TENSORBOARD_LOG_DIR", ""))
+    p.add_argument("--model", default=builder.DEFAULT_BUILDER, help="the model builder, package.module:function")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32, help="per-replica batch size")
     p.add_argument("--learning-rate", type=float, default=1e-3)
@@ -54,6 +57,10 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
         p.error("--dropout must be in [0, 1)")
     if args.learning_rate <= 0:
         p.error("--learning-rate must be > 0")
+    try:
+        builder.parse(args.model)
+    except builder.BuilderError as e:
+        p.error(f"--model: {e}")
     if not args.job_dir:
         if not args.model_dir:
             p.error("give --job-dir or --model-dir (or set AIP_MODEL_DIR)")
@@ -75,6 +82,7 @@ def main(argv=None) -> int:
 
     from trainer import callbacks, data, model as models, warmup
 
+    build = builder.load(args.model)  # a missing builder fails before the cluster forms
     started = time.time()
     strategy = distribute.make_strategy(cluster)
     stats = data.load_stats(args.data_dir)
@@ -90,7 +98,8 @@ def main(argv=None) -> int:
 
     models.keras.utils.set_random_seed(args.seed)
     with strategy.scope():
-        model = models.build_model(stats, args)
+        model = build(stats, args)
+        builder.check(model, stats, args.model)
         model.compile(
             optimizer=models.keras.optimizers.Adam(args.learning_rate),
             loss=models.keras.losses.SparseCategoricalCrossentropy(),
@@ -131,7 +140,7 @@ def main(argv=None) -> int:
         pixels = next(iter(val_ds))[0]
         examples = tf.cast(pixels, tf.float32).numpy()
         input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input
-        requests = [{input_name: examples[:n]} for n in (1, 8, len(examples))]
+        requests: list = [{input_name: examples[:n]} for n in (1, 8, len(examples))]
         if stats["kind"] == data.IMAGE:  # the encoded-image signature too, on PNGs of the same examples
             encoded = np.array([tf.io.encode_png(image).numpy() for image in pixels[:8]], dtype=object)
             requests += [(data.IMAGE_BYTES_SIGNATURE, {data.IMAGE_BYTES_INPUT: encoded[:n]}) for n in (1, 8)]
@@ -147,6 +156,7 @@ def main(argv=None) -> int:
             "global_batch_size": global_batch,
             "num_workers": cluster.num_workers,
             "strategy": distribute.strategy_name(strategy),
+            "model": args.model,
             "seconds": round(time.time() - started, 2),
             "model_dir": args.model_dir,
             "hyperparameters": {k: getattr(args, k) for k in callbacks.HPARAMS},

@@ -76,11 +76,12 @@ def require(api, group: str, version: str, plural: str, kind: str, hint: str) ->
         raise EngineMissing(f"the cluster has no {kind} ({plural}.{group}/{version}): {hint}")
 
 
-def status_code(error: BaseException) -> int | None:
+def status_code(error: BaseException | None) -> int | None:
     """The HTTP status of an ApiException, also when a client library wrapped it."""
     while error is not None:
-        if getattr(error, "status", None) is not None:
-            return error.status
+        status = getattr(error, "status", None)
+        if status is not None:
+            return status
         error = error.__cause__
     return None
 
@@ -134,7 +135,8 @@ class Follower:
     """Prints every condition the first time it is seen (type, status, reason, message)."""
 
     def __init__(self, what: str, log=print):
-        self.what, self.log, self.seen = what, log, set()
+        self.what, self.log = what, log
+        self.seen: set[tuple] = set()
 
     def __call__(self, obj: dict) -> None:
         for c in conditions(obj):

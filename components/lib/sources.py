@@ -79,8 +79,9 @@ def load_image(path: str, size: int, channels: int) -> np.ndarray:
     try:
         with Image.open(path) as img:
             img.load()
-            img = (img if img.mode == mode else img.convert(mode)).resize((size, size), Image.BILINEAR)
-            pixels = img.tobytes()
+            resized = (img if img.mode == mode else img.convert(mode)).resize((size, size),
+                                                                              Image.Resampling.BILINEAR)
+            pixels = resized.tobytes()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise BadRecord(f"unreadable image: {e}") from None
     return np.frombuffer(pixels, np.uint8).reshape(size, size, channels)
@@ -136,7 +137,8 @@ def image_folder(root: str, image_size: int = 0, headers=map) -> Source:
     headers (data prep passes its process pool's)."""
     if not os.path.isdir(root):
         raise DataError(f"image folder not found: {root}")
-    files, ignored = [], []
+    files: list[str] = []
+    ignored: list[str] = []
     for rel in folder_files(root):
         (files if os.sep in rel else ignored).append(rel)
     images = [f for f in files if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS]

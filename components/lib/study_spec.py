@@ -127,7 +127,7 @@ class StudySpec(BaseModel):
         protos."""
         from google.cloud.aiplatform import hyperparameter_tuning as hpt
 
-        specs = {}
+        specs: dict[str, hpt._ParameterSpec] = {}
         for p in self.parameters:
             if p.type == "double":
                 specs[p.parameter_id] = hpt.DoubleParameterSpec(min=p.min, max=p.max, scale=p.scale)

@@ -20,7 +20,7 @@ def config_options(func):
                         help="override one config value (repeatable), e.g. platform.trainer_image=IMAGE")(func)
     func = click.option("--profile", help="config profile to apply over the base sections [$TFPIPE_PROFILE]")(func)
     return click.option("--config", "config_file", type=click.Path(),
-                        help="YAML config (parameters/batch/platform/study sections, profiles)")(func)
+                        help="YAML config (parameters/batch/platform/study/trainer sections, profiles)")(func)
 
 
 def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=None):

@@ -10,7 +10,7 @@ import click
 from components.lib.instance_formats import FORMATS
 from components.lib.storage import local_path
 from pipelines.cli import _fail, _load, _source_commit, cli, config_options
-from pipelines.config import PIPELINES
+from pipelines.config import PIPELINES, ConfigError
 from trainer.environment import use_legacy_keras
 
 
@@ -70,6 +70,12 @@ def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, insta
         _fail(f"data source not found: {params['data_source']}")
     params["model_repository"] = local_path(params["model_repository"] or "runs/model_repository")
     params["source_commit"] = params["source_commit"] or _source_commit()
+    from pipelines.training import PIPELINE_NAME, build_pipeline
+
+    try:
+        dag = build_pipeline("local", config.platform, config.study, config.trainer)
+    except ConfigError as e:  # trainer.model names no function on this Python path
+        _fail(str(e))
     out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -77,12 +83,11 @@ def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, insta
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from pipelines import report
     from pipelines.local_run import run_local
-    from pipelines.training import PIPELINE_NAME, build_pipeline
 
     click.echo(f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
                f"output in {out}")
     started = time.time()
-    steps, run_root = run_local(build_pipeline("local", config.platform, config.study), params, out, verbose)
+    steps, run_root = run_local(dag, params, out, verbose)
     _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
 
 
@@ -127,7 +132,8 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
         _fail("--instances is required with --pipeline batch_prediction")
     overrides = {"instances": instances, "instances_format": instances_format, "model": model,
                  **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size", *_BATCH_ONLY)}}
-    config = _load(*config_source, batch_overrides=overrides)
+    config_file, profile, sets = config_source
+    config = _load(config_file, profile, sets, batch_overrides=overrides)
     params = config.batch.pipeline_arguments()
     params["instances"] = _local_instances(params["instances"])
     params["model_repository"] = local_path(params["model_repository"] or "runs/model_repository")
@@ -200,10 +206,13 @@ def _print_summary(s: dict) -> None:
               help="which pipeline to compile")
 def compile_(target, output, config_file, profile, sets, pipeline):
     """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines."""
-    from pipelines.templates import compile_template
+    from pipelines.templates import TemplateError, compile_template
 
     config = _load(config_file, profile, sets)
     if not output.endswith((".yaml", ".yml", ".json")):
         _fail(f"--output must end in .yaml or .json, got {output}")
-    compile_template(target, pipeline, config, output)
+    try:
+        compile_template(target, pipeline, config, output)
+    except TemplateError as e:
+        _fail(str(e))
     click.echo(f"compiled {target} {pipeline} pipeline to {output}")

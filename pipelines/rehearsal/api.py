@@ -16,6 +16,7 @@ import time
 import urllib.request
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import grpc
 from google.cloud.aiplatform_v1.types import (batch_prediction_job, custom_job, endpoint as endpoint_pb,
@@ -64,15 +65,16 @@ class VertexDouble:
         self.operations: dict[str, operations_pb2.Operation] = {}
         self.containers: dict[str, tuple] = {}  # deployed model id → (process, url)
         self.errors: list[dict] = []  # every error answered or job failed: {"method", "message", "time"}
-        self._grpc = self._http = None
+        self._grpc: grpc.Server | None = None
+        self._http: ThreadingHTTPServer | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------------
 
     def start(self) -> "VertexDouble":
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(16))
-        self._grpc.add_generic_rpc_handlers(self._grpc_handlers())
-        self.grpc_port = self._grpc.add_insecure_port("127.0.0.1:0")
-        self._grpc.start()
+        self._grpc = server = grpc.server(futures.ThreadPoolExecutor(16))
+        server.add_generic_rpc_handlers(self._grpc_handlers())
+        self.grpc_port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
         double = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,8 +87,8 @@ class VertexDouble:
             def log_message(self, *args):
                 pass
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        self._http = http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=http.serve_forever, daemon=True).start()
         return self
 
     @property
@@ -95,6 +97,7 @@ class VertexDouble:
 
     @property
     def http_base(self) -> str:
+        assert self._http is not None, "the double is not started"
         return f"http://127.0.0.1:{self._http.server_address[1]}"
 
     def stop(self) -> None:
@@ -246,7 +249,8 @@ class VertexDouble:
             self.containers[deployed_id] = jobs.start_container(version["artifact_uri"],
                                                                 request.endpoint.rsplit("/", 1)[-1], deployed_id, log)
         except jobs.JobError as e:
-            raise ApiError("FAILED_PRECONDITION", f"deploying {version['name']}@{version['version_id']} failed: {e}")
+            raise ApiError("FAILED_PRECONDITION",
+                           f"deploying {version['name']}@{version['version_id']} failed: {e}") from e
         deployed = {**_dict(request.deployed_model), "id": deployed_id, "model": version["name"],
                     "model_version_id": version["version_id"], "create_time": time.time()}
         self.registry.add_deployed(request.endpoint, deployed, split)
@@ -342,7 +346,7 @@ class VertexDouble:
 
     # --- REST ----------------------------------------------------------------------------------------------------
 
-    REST = [  # (method, path pattern, request class, handler name)
+    REST: list[tuple[str, re.Pattern, Any, str]] = [  # (method, path pattern, request class, handler name)
         ("POST", re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/models:upload$"),
          model_service.UploadModelRequest, "_rest_upload"),
         ("POST", re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/endpoints$"), endpoint_pb.Endpoint,

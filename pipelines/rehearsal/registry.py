@@ -9,6 +9,7 @@ import json
 import os
 import threading
 import time
+from typing import Any
 
 
 class ApiError(Exception):
@@ -30,7 +31,7 @@ class Registry:
     def __init__(self, path: str, project: str, location: str):
         self.path, self.parent = path, f"projects/{project}/locations/{location}"
         self.lock = threading.RLock()
-        self.state = {"models": {}, "endpoints": {}, "next_id": 1}
+        self.state: dict[str, Any] = {"models": {}, "endpoints": {}, "next_id": 1}
         if os.path.exists(path):
             with open(path) as f:
                 self.state = json.load(f)

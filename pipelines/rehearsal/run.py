@@ -200,11 +200,11 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
         summary["batch_prediction"] = {"output_directory": batch["output_info"]["gcs_output_directory"],
                                        "model": batch["model"], "instances": ok + failed, "succeeded": ok,
                                        "failed": failed}
-    failed = next((s for s in steps if s.status == "FAILED"), None)
-    if failed and double.errors:
-        api_error = _error_during(double.errors, failed)
+    failed_step = next((s for s in steps if s.status == "FAILED"), None)
+    if failed_step and double.errors:
+        api_error = _error_during(double.errors, failed_step)
         if api_error:
-            summary["error"] = f"{failed.name}: Vertex AI: {api_error}"
+            summary["error"] = f"{failed_step.name}: Vertex AI: {api_error}"
     return summary
 
 
