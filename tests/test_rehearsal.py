@@ -153,6 +153,11 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["model-batch-predict"] == statuses["check-batch-prediction-job"] == "SUCCEEDED"
     assert summary["batch_prediction"]["succeeded"] == 4 and summary["batch_prediction"]["failed"] == 1
+    [staged] = summary["batch_prediction"]["files"]
+    assert staged.startswith("gs://") and staged.endswith("/instances.jsonl")
+    assert summary["batch_prediction"]["seconds"] > 0
+    assert "<h2>Batch prediction</h2><p>5 instances from\n1 file(s): 4 predicted" in (
+        tmp_path / "run3" / "report.html").read_text()
     [job] = recorded(tmp_path / "run3", "JobService.CreateBatchPredictionJob")
     expect.check_batch_job(job, platform)
     assert job["batch_prediction_job"]["model"] == f"{model['name']}@2"  # the promoted champion

@@ -199,7 +199,8 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
         ok, failed = (int(batch["completion_stats"].get(k, 0)) for k in ("successful_count", "failed_count"))
         summary["batch_prediction"] = {"output_directory": batch["output_info"]["gcs_output_directory"],
                                        "model": batch["model"], "instances": ok + failed, "succeeded": ok,
-                                       "failed": failed}
+                                       "failed": failed, "files": batch["input_config"]["gcs_source"]["uris"],
+                                       "seconds": round(batch["end_time"] - batch["start_time"], 2)}
     failed_step = next((s for s in steps if s.status == "FAILED"), None)
     if failed_step and double.errors:
         api_error = _error_during(double.errors, failed_step)
