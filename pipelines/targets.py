@@ -528,5 +528,5 @@ class KubeflowOps(SelfHostedOps):
 def make_ops(target: str, platform: Platform, pipeline_name: str,
              model_builder: str = DEFAULT_BUILDER) -> PlatformOps:
     """The target's ops; `model_builder` (`package.module:function`) is the model its trials and training train."""
-    ops: type[VertexOps | SelfHostedOps] = {"vertex": VertexOps, "kubeflow": KubeflowOps}.get(target, SelfHostedOps)
-    return ops(platform, pipeline_name, model_builder)
+    implementations: dict[str, type[VertexOps] | type[SelfHostedOps]] = {"vertex": VertexOps, "kubeflow": KubeflowOps}
+    return implementations.get(target, SelfHostedOps)(platform, pipeline_name, model_builder)

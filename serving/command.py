@@ -43,7 +43,8 @@ def serve(model_base_path, model_name, latest_versions, versions, labels, enable
         specific = tuple(int(v) for v in versions.split(",") if v.strip())
         label_map = {k: int(v) for k, v in (item.split("=", 1) for item in labels)}
     except ValueError:
-        raise click.ClickException("--versions takes integers like 1,3 and --label takes LABEL=VERSION like stable=3")
+        raise click.ClickException(
+            "--versions takes integers like 1,3 and --label takes LABEL=VERSION like stable=3") from None
     if version_policy == "specific" and not specific:
         raise click.ClickException("--version-policy specific needs --versions")
 
