@@ -7,7 +7,7 @@ export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run test test-fast bench lock clean
+.PHONY: run lint test test-fast bench lock clean
 
 # Bytecode is compiled at install (--compile-bytecode): uv does not compile by default, and where
 # PYTHONDONTWRITEBYTECODE is set (CI, containers) Python never caches it, so each of a run's ~12 processes (steps,
@@ -22,10 +22,15 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 run: $(VENV)/.installed
 	$(PY) -m pipelines run $(ARGS)
 
-test: $(VENV)/.installed
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: $(VENV)/.installed
+test-fast: lint
 	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed

@@ -1,4 +1,5 @@
 """Benchmarks, `python -m bench.<name>`; each prints its ratios and writes bench/results/<name>.json."""
+
 import json
 from pathlib import Path
 

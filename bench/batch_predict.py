@@ -13,6 +13,7 @@ baseline) and, in a fresh process, with one TensorFlow thread (what batch_predic
 too. Medians of `--repeats` runs, the modes alternating; class ids must agree. Results:
 bench/results/batch_predict.json.
 """
+
 import argparse
 import json
 import os
@@ -50,16 +51,28 @@ def write_jsonl(images: np.ndarray, folder: Path, files: int) -> str:
 
 
 def class_ids(output_directory: str) -> np.ndarray:
-    return np.array([json.loads(line)["prediction"]["class_id"] for path in sorted(Path(output_directory).glob(
-        "prediction.results-*")) for line in path.read_text().splitlines()])
+    return np.array(
+        [
+            json.loads(line)["prediction"]["class_id"]
+            for path in sorted(Path(output_directory).glob("prediction.results-*"))
+            for line in path.read_text().splitlines()
+        ]
+    )
 
 
 def batch_predict_in_a_process(**kwargs) -> dict:
     """`batch_predict(**kwargs)` in a fresh interpreter (its pool forks before TensorFlow runs, as in the step)."""
-    code = ("import json, sys; from components.run_batch_prediction import batch_predict; "
-            "print(json.dumps(batch_predict(**json.loads(sys.argv[1]))))")
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(kwargs)], check=True, capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent)
+    code = (
+        "import json, sys; from components.run_batch_prediction import batch_predict; "
+        "print(json.dumps(batch_predict(**json.loads(sys.argv[1]))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(kwargs)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -69,13 +82,20 @@ MODES = {"parse processes": None, "one process": 0}  # parse_processes: the defa
 def predict_one_thread(model_dir: str, images_file: str, batch_size: int, repeats: int) -> list[float]:
     """`model.predict` throughput (instances/s) with TensorFlow on one intra-op and one inter-op thread (what
     batch_predict gives the model on 2 CPUs), in a fresh process (the pools are fixed once TensorFlow starts)."""
-    code = ("import json, sys, numpy as np, tf_keras; from bench.batch_predict import predict_throughput; "
-            "m = tf_keras.models.load_model(sys.argv[1]); x = np.load(sys.argv[2]); "
-            "print(json.dumps([predict_throughput(m, x, int(sys.argv[3]))[0] for _ in range(int(sys.argv[4]))]))")
+    code = (
+        "import json, sys, numpy as np, tf_keras; from bench.batch_predict import predict_throughput; "
+        "m = tf_keras.models.load_model(sys.argv[1]); x = np.load(sys.argv[2]); "
+        "print(json.dumps([predict_throughput(m, x, int(sys.argv[3]))[0] for _ in range(int(sys.argv[4]))]))"
+    )
     env = dict(os.environ, TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
-    done = subprocess.run([sys.executable, "-c", code, model_dir, images_file, str(batch_size), str(repeats)],
-                          check=True, capture_output=True, text=True, env=env,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code, model_dir, images_file, str(batch_size), str(repeats)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -86,13 +106,28 @@ def run(workdir: Path, instances: int, file_counts: list[int], batch_size: int, 
     from trainer import data
 
     prepare("builtin:digits", str(workdir / "data"), num_workers=1)
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(workdir / "data"), "--job-dir",
-                    str(workdir / "job"), "--epochs", str(epochs), "--learning-rate", "0.003"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(workdir / "data"),
+            "--job-dir",
+            str(workdir / "job"),
+            "--epochs",
+            str(epochs),
+            "--learning-rate",
+            "0.003",
+        ],
+        check=True,
+        capture_output=True,
+    )
     model_dir = str(workdir / "job" / "model")
     stats = data.load_stats(str(workdir / "data"))
-    test = np.concatenate([x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256,
-                                                                   training=False)]).astype(np.float32)
+    test = np.concatenate(
+        [x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256, training=False)]
+    ).astype(np.float32)
     images = np.resize(test, (instances, *test.shape[1:]))
     start = time.perf_counter()
     tf.saved_model.load(model_dir)
@@ -110,48 +145,84 @@ def run(workdir: Path, instances: int, file_counts: list[int], batch_size: int, 
         pattern = write_jsonl(images, workdir / f"in-{files}", files)
         runs: dict[str, list] = {mode: [] for mode in MODES}
         for r in range(repeats):
-            for mode in (list(MODES) if r % 2 == 0 else list(MODES)[::-1]):
-                runs[mode].append(batch_predict_in_a_process(
-                    model_path=model_dir, instances=pattern, instances_format="jsonl", output_prefix=str(workdir / "out"),
-                    model_display_name="digits", batch_size=batch_size, parallelism=files,
-                    parse_processes=MODES[mode]))
+            for mode in list(MODES) if r % 2 == 0 else list(MODES)[::-1]:
+                runs[mode].append(
+                    batch_predict_in_a_process(
+                        model_path=model_dir,
+                        instances=pattern,
+                        instances_format="jsonl",
+                        output_prefix=str(workdir / "out"),
+                        model_display_name="digits",
+                        batch_size=batch_size,
+                        parallelism=files,
+                        parse_processes=MODES[mode],
+                    )
+                )
         for mode, done in runs.items():
             seconds = statistics.median(r["seconds"] for r in done)
             steady = instances / max(seconds - load_seconds, 1e-9)
-            rows.append({"files": files, "parallelism": files, "parsing": mode, "seconds_median": seconds,
-                         "seconds": [r["seconds"] for r in done],
-                         "instances_per_second": round(steady, 1), "ratio": round(steady / baseline, 3),
-                         "ratio_to_one_thread_predict": round(steady / statistics.median(one_thread), 3),
-                         "instances_per_second_with_load": round(instances / seconds, 1),
-                         "ratio_with_load": round(instances / seconds / baseline, 3),
-                         "failed": max(r["failed"] for r in done),
-                         "class_ids_match": bool(np.array_equal(class_ids(done[-1]["output_directory"]),
-                                                                baseline_runs[-1][1]))})
-    return {"benchmark": "batch_predict", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "dataset": "builtin:digits", "input_shape": list(images.shape[1:]), "instances": instances,
-            "instances_format": "jsonl", "batch_size": batch_size, "repeats": repeats, "cpu_count": os.cpu_count(),
-            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-            "model_load_seconds": round(load_seconds, 3), "model_predict_instances_per_second": round(baseline, 1),
-            "model_predict_instances_per_second_runs": [round(r, 1) for r, _ in baseline_runs],
-            "model_predict_one_tensorflow_thread_instances_per_second": round(statistics.median(one_thread), 1),
-            "model_predict_one_tensorflow_thread_runs": [round(r, 1) for r in one_thread],
-            "goal": "ratio >= 0.8", "batch_predict": rows}
+            rows.append(
+                {
+                    "files": files,
+                    "parallelism": files,
+                    "parsing": mode,
+                    "seconds_median": seconds,
+                    "seconds": [r["seconds"] for r in done],
+                    "instances_per_second": round(steady, 1),
+                    "ratio": round(steady / baseline, 3),
+                    "ratio_to_one_thread_predict": round(steady / statistics.median(one_thread), 3),
+                    "instances_per_second_with_load": round(instances / seconds, 1),
+                    "ratio_with_load": round(instances / seconds / baseline, 3),
+                    "failed": max(r["failed"] for r in done),
+                    "class_ids_match": bool(
+                        np.array_equal(class_ids(done[-1]["output_directory"]), baseline_runs[-1][1])
+                    ),
+                }
+            )
+    return {
+        "benchmark": "batch_predict",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "dataset": "builtin:digits",
+        "input_shape": list(images.shape[1:]),
+        "instances": instances,
+        "instances_format": "jsonl",
+        "batch_size": batch_size,
+        "repeats": repeats,
+        "cpu_count": os.cpu_count(),
+        "loadavg_before": load_before,
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "model_load_seconds": round(load_seconds, 3),
+        "model_predict_instances_per_second": round(baseline, 1),
+        "model_predict_instances_per_second_runs": [round(r, 1) for r, _ in baseline_runs],
+        "model_predict_one_tensorflow_thread_instances_per_second": round(statistics.median(one_thread), 1),
+        "model_predict_one_tensorflow_thread_runs": [round(r, 1) for r in one_thread],
+        "goal": "ratio >= 0.8",
+        "batch_predict": rows,
+    }
 
 
 def print_report(r: dict) -> None:
-    print(f"\nbatch_predict on {r['instances']:,} {r['dataset']} jsonl instances {r['input_shape']}, batch size "
-          f"{r['batch_size']}, {r['cpu_count']} CPUs, median of {r['repeats']}; model load {r['model_load_seconds']} s")
-    print(f"model.predict on the same in-memory arrays: {r['model_predict_instances_per_second']:,.0f} instances/s "
-          f"(TensorFlow's default threads), {r['model_predict_one_tensorflow_thread_instances_per_second']:,.0f} "
-          f"with one TensorFlow thread; load average {r['loadavg_before'][0]:.2f} before, "
-          f"{r['loadavg_after'][0]:.2f} after")
-    print(f"{'parsing':<16}{'files':>6}{'inst/s':>10}{'ratio':>8}{'vs 1 thr':>9}{'with load':>11}{'ratio':>8}"
-          f"{'seconds':>9}{'failed':>8}{'ids match':>11}")
+    print(
+        f"\nbatch_predict on {r['instances']:,} {r['dataset']} jsonl instances {r['input_shape']}, batch size "
+        f"{r['batch_size']}, {r['cpu_count']} CPUs, median of {r['repeats']}; model load {r['model_load_seconds']} s"
+    )
+    print(
+        f"model.predict on the same in-memory arrays: {r['model_predict_instances_per_second']:,.0f} instances/s "
+        f"(TensorFlow's default threads), {r['model_predict_one_tensorflow_thread_instances_per_second']:,.0f} "
+        f"with one TensorFlow thread; load average {r['loadavg_before'][0]:.2f} before, "
+        f"{r['loadavg_after'][0]:.2f} after"
+    )
+    print(
+        f"{'parsing':<16}{'files':>6}{'inst/s':>10}{'ratio':>8}{'vs 1 thr':>9}{'with load':>11}{'ratio':>8}"
+        f"{'seconds':>9}{'failed':>8}{'ids match':>11}"
+    )
     for row in r["batch_predict"]:
-        print(f"{row['parsing']:<16}{row['files']:>6}{row['instances_per_second']:>10,.0f}{row['ratio']:>8.3f}"
-              f"{row['ratio_to_one_thread_predict']:>9.3f}"
-              f"{row['instances_per_second_with_load']:>11,.0f}{row['ratio_with_load']:>8.3f}"
-              f"{row['seconds_median']:>9.2f}{row['failed']:>8}{str(row['class_ids_match']):>11}")
+        print(
+            f"{row['parsing']:<16}{row['files']:>6}{row['instances_per_second']:>10,.0f}{row['ratio']:>8.3f}"
+            f"{row['ratio_to_one_thread_predict']:>9.3f}"
+            f"{row['instances_per_second_with_load']:>11,.0f}{row['ratio_with_load']:>8.3f}"
+            f"{row['seconds_median']:>9.2f}{row['failed']:>8}{str(row['class_ids_match']):>11}"
+        )
     best = max(row["ratio"] for row in r["batch_predict"] if row["parsing"] == "parse processes")
     print(f"goal batch_predict (its defaults) >= 0.8x model.predict: {'PASS' if best >= 0.8 else 'FAIL'} ({best:.2f}x)")
 
@@ -167,8 +238,7 @@ def main(argv=None) -> None:
     p.add_argument("--output", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-batch-predict-") as tmp:
-        result = run(args.workdir or Path(tmp), args.instances, args.files, args.batch_size, args.epochs,
-                     args.repeats)
+        result = run(args.workdir or Path(tmp), args.instances, args.files, args.batch_size, args.epochs, args.repeats)
     print_report(result)
     save(result, args.output)
 

@@ -9,6 +9,7 @@ run's model input, the reason the report gives for it, test accuracy, gate decis
 time. Goal: the default reaches the explicit size's test accuracy, within one test example (the runs differ in the
 study, whose hyperparameters can move one example either way). Results: bench/results/image_size.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,20 @@ RESULTS = ROOT / "bench" / "results" / "image_size.json"
 
 def run_pipeline(name: str, data: Path, work: Path, extra: list[str]) -> dict:
     out = work / name
-    command = [sys.executable, "-m", "pipelines", "run", "--data-source", str(data), "--out", str(out),
-               "--model-repository", str(work / f"repo-{name}"), "--no-deploy", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines",
+        "run",
+        "--data-source",
+        str(data),
+        "--out",
+        str(out),
+        "--model-repository",
+        str(work / f"repo-{name}"),
+        "--no-deploy",
+        *extra,
+    ]
     print("$", " ".join(command), flush=True)
     load_before = [round(x, 2) for x in os.getloadavg()]
     started = time.perf_counter()
@@ -37,12 +50,21 @@ def run_pipeline(name: str, data: Path, work: Path, extra: list[str]) -> dict:
     wall = time.perf_counter() - started
     summary = json.loads((out / "run_summary.json").read_text())
     steps = {s["name"]: s["seconds"] for s in summary["steps"]}
-    return {"run": name, "options": extra, "returncode": done.returncode, "wall_seconds": round(wall, 1),
-            "input_shape": summary["dataset"]["input_shape"], "image_size": summary["dataset"].get("image_size"),
-            "test_accuracy": summary["metrics"]["test_accuracy"], "blessed": (summary["gate"] or {}).get("blessed"),
-            "test_examples": summary["dataset"]["splits"]["test"]["examples"],
-            "train_model_seconds": steps.get("train-model"), "tune_seconds": steps.get("tune-hyperparameters"),
-            "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "run": name,
+        "options": extra,
+        "returncode": done.returncode,
+        "wall_seconds": round(wall, 1),
+        "input_shape": summary["dataset"]["input_shape"],
+        "image_size": summary["dataset"].get("image_size"),
+        "test_accuracy": summary["metrics"]["test_accuracy"],
+        "blessed": (summary["gate"] or {}).get("blessed"),
+        "test_examples": summary["dataset"]["splits"]["test"]["examples"],
+        "train_model_seconds": steps.get("train-model"),
+        "tune_seconds": steps.get("tune-hyperparameters"),
+        "loadavg_before": load_before,
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def main(argv=None) -> int:
@@ -58,25 +80,36 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-image-size-") as tmp:
         work = args.workdir or Path(tmp)
         data = write_shapes(work / "shapes", per_class=args.per_class, size=args.size)
-        runs = [run_pipeline("default", data, work, []),
-                run_pipeline("explicit", data, work, ["--image-size", str(args.size), "--no-tune"])]
+        runs = [
+            run_pipeline("default", data, work, []),
+            run_pipeline("explicit", data, work, ["--image-size", str(args.size), "--no-tune"]),
+        ]
     default, explicit = runs
     one_example = 1 / explicit["test_examples"]  # the two runs' test splits are the same examples
     met = default["test_accuracy"] >= explicit["test_accuracy"] - one_example - 1e-9 and default["returncode"] == 0
-    result = {"benchmark": "image_size", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "data": {"classes": ["circle", "square", "triangle"], "per_class": args.per_class,
-                       "size_px": args.size},
-              "cpus": os.cpu_count(), "runs": runs,
-              "goal": {"default_reaches_explicit_accuracy_within_one_test_example": met,
-                       "one_test_example": round(one_example, 4)}}
+    result = {
+        "benchmark": "image_size",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "data": {"classes": ["circle", "square", "triangle"], "per_class": args.per_class, "size_px": args.size},
+        "cpus": os.cpu_count(),
+        "runs": runs,
+        "goal": {
+            "default_reaches_explicit_accuracy_within_one_test_example": met,
+            "one_test_example": round(one_example, 4),
+        },
+    }
     print()
     for r in runs:
-        print(f"{r['run']:<9} input {r['input_shape']} test accuracy {r['test_accuracy']:.4f} "
-              f"{'BLESSED' if r['blessed'] else 'NOT BLESSED'}; train-model {r['train_model_seconds']:.1f}s, wall "
-              f"{r['wall_seconds']:.1f}s; load average {r['loadavg_before'][0]:.2f}/{r['loadavg_after'][0]:.2f}")
+        print(
+            f"{r['run']:<9} input {r['input_shape']} test accuracy {r['test_accuracy']:.4f} "
+            f"{'BLESSED' if r['blessed'] else 'NOT BLESSED'}; train-model {r['train_model_seconds']:.1f}s, wall "
+            f"{r['wall_seconds']:.1f}s; load average {r['loadavg_before'][0]:.2f}/{r['loadavg_after'][0]:.2f}"
+        )
     print(f"image size (default run): {default['image_size']['reason'] if default['image_size'] else '?'}")
-    print(f"goal: the default reaches the explicit size's accuracy within one test example ({one_example:.4f}) ... "
-          f"{'MET' if met else 'NOT MET'}")
+    print(
+        f"goal: the default reaches the explicit size's accuracy within one test example ({one_example:.4f}) ... "
+        f"{'MET' if met else 'NOT MET'}"
+    )
     save(result, args.output)
     return 0 if all(r["returncode"] == 0 for r in runs) else 1
 

@@ -15,6 +15,7 @@ prep counted in (train examples / (prep + epoch 1)) vs the codelab's epoch 1, wh
 pipeline runs `--repeats` trials (fresh dataset each, order alternating) and the medians are compared. Only the
 input pipeline is measured (batches are pulled and dropped; no model). Results: bench/results/input_pipeline.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,10 +89,18 @@ def _epochs(name: str, build, steps: int | None, epochs: int) -> dict:
                 images, _ = next(iterator)
                 examples += int(images.shape[0])
         seconds = time.perf_counter() - start
-        rows.append({"epoch": epoch, "examples": examples, "seconds": round(seconds, 4),
-                     "examples_per_s": round(examples / seconds, 1)})
-        print(f"  {name:<9} epoch {epoch}: {examples} examples in {seconds:.3f}s = {examples / seconds:,.0f}/s",
-              flush=True)
+        rows.append(
+            {
+                "epoch": epoch,
+                "examples": examples,
+                "seconds": round(seconds, 4),
+                "examples_per_s": round(examples / seconds, 1),
+            }
+        )
+        print(
+            f"  {name:<9} epoch {epoch}: {examples} examples in {seconds:.3f}s = {examples / seconds:,.0f}/s",
+            flush=True,
+        )
     steady = rows[1:]
     return {
         "epochs": rows,
@@ -120,8 +129,11 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
     folder, prepared = workdir / "images", workdir / "prepared"
     t = time.perf_counter()
     written = make_images(folder, images)
-    print(f"generated {written} JPEGs ({SOURCE_SIZE}x{SOURCE_SIZE}, {len(CLASSES)} classes) in "
-          f"{time.perf_counter() - t:.1f}s under {folder}", flush=True)
+    print(
+        f"generated {written} JPEGs ({SOURCE_SIZE}x{SOURCE_SIZE}, {len(CLASSES)} classes) in "
+        f"{time.perf_counter() - t:.1f}s under {folder}",
+        flush=True,
+    )
 
     import tensorflow as tf
     import tf_keras as keras
@@ -136,27 +148,37 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
 
     prep_times: dict[str, list[float]] = {"all_cpus": [], "one_process": []}
     for r in range(repeats):  # the output is the same either way (tests/test_prepare_data.py)
-        for mode in (("all_cpus", "one_process") if r % 2 == 0 else ("one_process", "all_cpus")):
+        for mode in ("all_cpus", "one_process") if r % 2 == 0 else ("one_process", "all_cpus"):
             shutil.rmtree(prepared, ignore_errors=True)
             t = time.perf_counter()
-            stats = prepare(str(folder), str(prepared), num_workers=2, image_size=IMAGE_SIZE,
-                            processes=0 if mode == "all_cpus" else 1)
+            stats = prepare(
+                str(folder),
+                str(prepared),
+                num_workers=2,
+                image_size=IMAGE_SIZE,
+                processes=0 if mode == "all_cpus" else 1,
+            )
             prep_times[mode].append(time.perf_counter() - t)
     prepare_seconds = float(np.median(prep_times["all_cpus"]))
-    print(f"one-off prepare: {stats['examples']} examples in {prepare_seconds:.2f}s on {available_cpus()} CPUs "
-          f"({stats['examples'] / prepare_seconds:,.0f}/s; one process: {np.median(prep_times['one_process']):.2f}s); "
-          "splits " + ", ".join(f"{s} {stats['splits'][s]['examples']}" for s in stats["splits"]), flush=True)
+    print(
+        f"one-off prepare: {stats['examples']} examples in {prepare_seconds:.2f}s on {available_cpus()} CPUs "
+        f"({stats['examples'] / prepare_seconds:,.0f}/s; one process: {np.median(prep_times['one_process']):.2f}s); "
+        "splits " + ", ".join(f"{s} {stats['splits'][s]['examples']}" for s in stats["splits"]),
+        flush=True,
+    )
     train_examples = stats["splits"]["train"]["examples"]
     steps = data.steps_per_epoch(stats, "train", BATCH)
 
     def baseline():
-        ds = keras.utils.image_dataset_from_directory(str(folder), image_size=(IMAGE_SIZE, IMAGE_SIZE),
-                                                      batch_size=BATCH)
+        ds = keras.utils.image_dataset_from_directory(
+            str(folder), image_size=(IMAGE_SIZE, IMAGE_SIZE), batch_size=BATCH
+        )
         return ds.cache().shuffle(1000).prefetch(tf.data.AUTOTUNE)
 
     def ours():
-        return data.make_dataset(str(prepared), "train", data.load_stats(str(prepared)), BATCH, training=True,
-                                 cache=True)
+        return data.make_dataset(
+            str(prepared), "train", data.load_stats(str(prepared)), BATCH, training=True, cache=True
+        )
 
     # Each trial builds a fresh dataset (so its tf.data cache starts empty); the order alternates between
     # repeats so that drift in background load does not favour one side.
@@ -179,22 +201,36 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
             "examples_per_epoch": rows[0]["epochs"][0]["examples"],
             "batch_shape": rows[0]["batch_shape"],
             "batch_dtype": rows[0]["batch_dtype"],
-            "trials": [{"cold_examples_per_s": t["cold_examples_per_s"],
-                        "steady_examples_per_s": t["steady_examples_per_s"], "epochs": t["epochs"]} for t in rows],
+            "trials": [
+                {
+                    "cold_examples_per_s": t["cold_examples_per_s"],
+                    "steady_examples_per_s": t["steady_examples_per_s"],
+                    "epochs": t["epochs"],
+                }
+                for t in rows
+            ],
         }
 
     base, own = summary("baseline"), summary("ours")
     cold_seconds = train_examples / own["cold_examples_per_s"]
-    own.update({"prepare_seconds": round(prepare_seconds, 3), "prepare_processes": available_cpus(),
-                "prepare_seconds_trials": [round(x, 3) for x in prep_times["all_cpus"]],
-                "prepare_seconds_one_process": round(float(np.median(prep_times["one_process"])), 3),
-                "prepare_seconds_one_process_trials": [round(x, 3) for x in prep_times["one_process"]],
-                "prepared_examples": stats["examples"], "train_examples": train_examples, "steps_per_epoch": steps,
-                "train_bytes": stats["splits"]["train"]["bytes"],
-                "from_raw_seconds": round(prepare_seconds + cold_seconds, 3),
-                "from_raw_examples_per_s": round(train_examples / (prepare_seconds + cold_seconds), 1),
-                "from_raw_examples_per_s_one_process_prep": round(
-                    train_examples / (float(np.median(prep_times["one_process"])) + cold_seconds), 1)})
+    own.update(
+        {
+            "prepare_seconds": round(prepare_seconds, 3),
+            "prepare_processes": available_cpus(),
+            "prepare_seconds_trials": [round(x, 3) for x in prep_times["all_cpus"]],
+            "prepare_seconds_one_process": round(float(np.median(prep_times["one_process"])), 3),
+            "prepare_seconds_one_process_trials": [round(x, 3) for x in prep_times["one_process"]],
+            "prepared_examples": stats["examples"],
+            "train_examples": train_examples,
+            "steps_per_epoch": steps,
+            "train_bytes": stats["splits"]["train"]["bytes"],
+            "from_raw_seconds": round(prepare_seconds + cold_seconds, 3),
+            "from_raw_examples_per_s": round(train_examples / (prepare_seconds + cold_seconds), 1),
+            "from_raw_examples_per_s_one_process_prep": round(
+                train_examples / (float(np.median(prep_times["one_process"])) + cold_seconds), 1
+            ),
+        }
+    )
     base["from_raw_examples_per_s"] = base["cold_examples_per_s"]  # the codelab's first epoch decodes the JPEGs
     ratios = {k: round(own[f"{k}_examples_per_s"] / base[f"{k}_examples_per_s"], 3) for k in GOALS}
     return {
@@ -206,10 +242,14 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
         "batch_size": BATCH,
         "epochs": epochs,
         "repeats": repeats,
-        "environment": {"python": platform.python_version(), "tensorflow": tf.__version__,
-                        "machine": platform.machine(), "cpus": os.cpu_count(),
-                        "loadavg_before": [round(x, 2) for x in load_before],
-                        "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        "environment": {
+            "python": platform.python_version(),
+            "tensorflow": tf.__version__,
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        },
         "baseline": base,
         "ours": own,
         "ratios": ratios,
@@ -229,21 +269,31 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
 def print_report(r: dict) -> None:
     b, o = r["baseline"], r["ours"]
     env = r["environment"]
-    print(f"\ninput pipeline, {r['images']} images -> {r['image_size']}x{r['image_size']}, batch {r['batch_size']}, "
-          f"{env['cpus']} CPUs, TF {env['tensorflow']}, load avg {env['loadavg_before'][0]:.2f} before; "
-          f"median of {r['repeats']} trials")
+    print(
+        f"\ninput pipeline, {r['images']} images -> {r['image_size']}x{r['image_size']}, batch {r['batch_size']}, "
+        f"{env['cpus']} CPUs, TF {env['tensorflow']}, load avg {env['loadavg_before'][0]:.2f} before; "
+        f"median of {r['repeats']} trials"
+    )
     print(f"{'pipeline':<32}{'examples/epoch':>15}{'cold ex/s':>12}{'steady ex/s':>13}")
-    print(f"{'(a) image_dataset_from_directory':<32}{b['examples_per_epoch']:>15}"
-          f"{b['cold_examples_per_s']:>12,.0f}{b['steady_examples_per_s']:>13,.0f}")
-    print(f"{'(b) trainer.data.make_dataset':<32}{o['examples_per_epoch']:>15}"
-          f"{o['cold_examples_per_s']:>12,.0f}{o['steady_examples_per_s']:>13,.0f}")
+    print(
+        f"{'(a) image_dataset_from_directory':<32}{b['examples_per_epoch']:>15}"
+        f"{b['cold_examples_per_s']:>12,.0f}{b['steady_examples_per_s']:>13,.0f}"
+    )
+    print(
+        f"{'(b) trainer.data.make_dataset':<32}{o['examples_per_epoch']:>15}"
+        f"{o['cold_examples_per_s']:>12,.0f}{o['steady_examples_per_s']:>13,.0f}"
+    )
     print(f"{'ratio ours/baseline':<32}{'':>15}{r['ratios']['cold']:>11.2f}x{r['ratios']['steady']:>12.2f}x")
-    print(f"one-off prepare (not in the above): {o['prepare_seconds']:.2f}s for {o['prepared_examples']} images on "
-          f"{o['prepare_processes']} CPUs ({o['prepare_seconds_one_process']:.2f}s in one process)")
-    print(f"from raw JPEGs to the end of epoch 1: ours (prep + epoch 1) {o['from_raw_examples_per_s']:,.0f} ex/s "
-          f"({o['from_raw_seconds']:.2f}s for {o['train_examples']}), codelab {b['from_raw_examples_per_s']:,.0f} ex/s "
-          f"→ {r['ratios']['from_raw']:.2f}x (with a one-process prep: "
-          f"{o['from_raw_examples_per_s_one_process_prep'] / b['from_raw_examples_per_s']:.2f}x)")
+    print(
+        f"one-off prepare (not in the above): {o['prepare_seconds']:.2f}s for {o['prepared_examples']} images on "
+        f"{o['prepare_processes']} CPUs ({o['prepare_seconds_one_process']:.2f}s in one process)"
+    )
+    print(
+        f"from raw JPEGs to the end of epoch 1: ours (prep + epoch 1) {o['from_raw_examples_per_s']:,.0f} ex/s "
+        f"({o['from_raw_seconds']:.2f}s for {o['train_examples']}), codelab {b['from_raw_examples_per_s']:,.0f} ex/s "
+        f"→ {r['ratios']['from_raw']:.2f}x (with a one-process prep: "
+        f"{o['from_raw_examples_per_s_one_process_prep'] / b['from_raw_examples_per_s']:.2f}x)"
+    )
     for k, g in r["goals"].items():
         print(f"goal {k}: >= {g['min_ratio']:g}x ... {'MET' if g['met'] else 'NOT MET'} ({g['ratio']:.2f}x)")
 

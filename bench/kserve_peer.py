@@ -7,6 +7,7 @@ Serves `POST /v1/models/NAME:predict` with `{"instances": [...]}` → `{"predict
 request by default (uvicorn access log, kserve.trace timing and latency lines); without `--request-logs` those
 loggers are set to WARNING, as our server logs no requests.
 """
+
 import os
 import sys
 from typing import Any
@@ -22,9 +23,9 @@ def main() -> None:
 
     import logging
 
+    import kserve
     import numpy as np
     import tensorflow as tf
-    import kserve
 
     class SavedModelPredictor(kserve.Model):
         def __init__(self, name: str, path: str):
@@ -47,8 +48,9 @@ def main() -> None:
 
     model = SavedModelPredictor(name, model_dir)
     model.load()
-    server = kserve.ModelServer(http_port=int(http_port), grpc_port=int(grpc_port), workers=1,
-                                enable_latency_logging=request_logs)
+    server = kserve.ModelServer(
+        http_port=int(http_port), grpc_port=int(grpc_port), workers=1, enable_latency_logging=request_logs
+    )
     if not request_logs:  # the access log and kserve.trace (TimingMiddleware, latency lines) log every request
         for logger in ("uvicorn.access", "kserve.trace"):
             logging.getLogger(logger).setLevel(logging.WARNING)

@@ -13,6 +13,7 @@ Also recorded: whether this environment's TensorFlow has compiled bytecode (`mak
 `import tensorflow` takes here with it and without it (a fresh process whose bytecode cache is an empty folder and
 `PYTHONDONTWRITEBYTECODE=1`, as in an environment installed without it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,12 @@ def tensorflow_bytecode() -> dict:
     base = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     with tempfile.TemporaryDirectory(prefix="bench-no-bytecode-") as empty:
         without = import_seconds({**base, "PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"})
-    return {"compiled": compiled, "import_seconds": import_seconds(base), "import_seconds_without_bytecode": without,
-            "loadavg": _loadavg()}
+    return {
+        "compiled": compiled,
+        "import_seconds": import_seconds(base),
+        "import_seconds_without_bytecode": without,
+        "loadavg": _loadavg(),
+    }
 
 
 def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
@@ -65,8 +70,22 @@ def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1", TFPIPE_SERVING_STATE=f"{tmp}/serving")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = Path(tmp) / "run"
-    command = [sys.executable, "-m", "pipelines", "run", "--out", str(out), "--model-repository",
-               str(Path(tmp) / "repo"), "--rest-port", "0", "--grpc-port", "0", *VARIANTS.get(name, []), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines",
+        "run",
+        "--out",
+        str(out),
+        "--model-repository",
+        str(Path(tmp) / "repo"),
+        "--rest-port",
+        "0",
+        "--grpc-port",
+        "0",
+        *VARIANTS.get(name, []),
+        *extra,
+    ]
     print(f"$ {' '.join(command)}", flush=True)
     load_before = _loadavg()
     started = time.perf_counter()
@@ -98,15 +117,19 @@ def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
         "goal_seconds": goal,
         "goal_met": proc.returncode == 0 and wall <= goal,
     }
-    print(f"\nmake run ({name}): wall {wall:.1f}s (pipeline's own total {summary.get('seconds', float('nan')):.1f}s, "
-          f"status {summary.get('status')}, exit code {proc.returncode}); load average {load_before[0]:.2f} before, "
-          f"{load_after[0]:.2f} after")
+    print(
+        f"\nmake run ({name}): wall {wall:.1f}s (pipeline's own total {summary.get('seconds', float('nan')):.1f}s, "
+        f"status {summary.get('status')}, exit code {proc.returncode}); load average {load_before[0]:.2f} before, "
+        f"{load_after[0]:.2f} after"
+    )
     for s in steps:
         print(f"  {s['name']:<26} {s['status']:<10} {s['seconds']:>7.1f}s")
     if steps:
         accounted = sum(s["seconds"] or 0 for s in steps)
-        print(f"  {'(sum of steps)':<26} {'':<10} {accounted:>7.1f}s; start-up, orchestration and report: "
-              f"{wall - accounted:.1f}s")
+        print(
+            f"  {'(sum of steps)':<26} {'':<10} {accounted:>7.1f}s; start-up, orchestration and report: "
+            f"{wall - accounted:.1f}s"
+        )
     if keep:
         print(f"run directory kept: {tmp}")
     else:
@@ -117,16 +140,24 @@ def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.make_run", description=__doc__.splitlines()[0])
     p.add_argument("--goal", type=float, default=90.0, help="wall-time goal in seconds, default variant (90)")
-    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
-                   help="runs to time, one after the other (default: default no-tune)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=list(VARIANTS),
+        help="runs to time, one after the other (default: default no-tune)",
+    )
     p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results [{RESULTS}]")
     p.add_argument("--keep", action="store_true", help="keep the run directories (default: removed)")
     p.add_argument("extra", nargs="*", help="further `python -m pipelines run` options for every run (after --)")
     args = p.parse_args(argv)
 
     bytecode = tensorflow_bytecode()
-    print(f"TensorFlow bytecode compiled: {bytecode['compiled']}; import tensorflow {bytecode['import_seconds']}s "
-          f"(without bytecode: {bytecode['import_seconds_without_bytecode']}s)", flush=True)
+    print(
+        f"TensorFlow bytecode compiled: {bytecode['compiled']}; import tensorflow {bytecode['import_seconds']}s "
+        f"(without bytecode: {bytecode['import_seconds_without_bytecode']}s)",
+        flush=True,
+    )
     runs = [run_variant(name, args.extra, args.goal, args.keep) for name in args.variants]
     default = next((r for r in runs if r["variant"] == "default"), None)
     met = bool(default and default["goal_met"])
@@ -137,16 +168,24 @@ def main(argv=None) -> int:
         "goal_met": met,
         "runs": runs,
         "tensorflow_bytecode": bytecode,
-        "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                        "executable": sys.executable},
+        "environment": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "executable": sys.executable,
+        },
     }
     print()
     for r in runs:
-        print(f"{r['variant']:<8} wall {r['wall_seconds']:>6.1f}s  exit {r['returncode']}  load average "
-              f"{r['loadavg_before'][0]:.2f}/{r['loadavg_after'][0]:.2f}")
+        print(
+            f"{r['variant']:<8} wall {r['wall_seconds']:>6.1f}s  exit {r['returncode']}  load average "
+            f"{r['loadavg_before'][0]:.2f}/{r['loadavg_after'][0]:.2f}"
+        )
     if default:
-        print(f"goal: default run wall <= {args.goal:g}s ... {'MET' if met else 'NOT MET'} "
-              f"({default['wall_seconds']:.1f}s{'' if default['returncode'] == 0 else ', run failed'})")
+        print(
+            f"goal: default run wall <= {args.goal:g}s ... {'MET' if met else 'NOT MET'} "
+            f"({default['wall_seconds']:.1f}s{'' if default['returncode'] == 0 else ', run failed'})"
+        )
     save(result, args.output)
     return 0 if all(r["returncode"] == 0 for r in runs) else 1
 

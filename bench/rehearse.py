@@ -10,6 +10,7 @@ the API double, GCPC's launcher processes with their polling, a serving containe
 reuses nothing either. Prints the ratio rehearse / run and whether the goal (default ≤ 1.5) is met; writes
 bench/results/rehearse.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,17 @@ def _timed(command: list[str], env: dict, summary: Path) -> dict:
     code = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
     wall = time.perf_counter() - started
     data = json.loads(summary.read_text()) if summary.exists() else {}
-    return {"command": command, "returncode": code, "wall_seconds": round(wall, 2), "status": data.get("status"),
-            "steps": [{"name": s["name"], "status": s["status"], "seconds": s["seconds"]}
-                      for s in data.get("steps", []) if s["status"] != "SKIPPED"]}
+    return {
+        "command": command,
+        "returncode": code,
+        "wall_seconds": round(wall, 2),
+        "status": data.get("status"),
+        "steps": [
+            {"name": s["name"], "status": s["status"], "seconds": s["seconds"]}
+            for s in data.get("steps", [])
+            if s["status"] != "SKIPPED"
+        ],
+    }
 
 
 def main(argv=None) -> int:
@@ -51,30 +60,67 @@ def main(argv=None) -> int:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     load_before = os.getloadavg()
     try:
-        run = _timed([sys.executable, "-m", "pipelines", "run", "--out", str(tmp / "run"), "--model-repository",
-                      str(tmp / "repo"), "--rest-port", "0", "--grpc-port", "0"], env,
-                     tmp / "run" / "run_summary.json")
+        run = _timed(
+            [
+                sys.executable,
+                "-m",
+                "pipelines",
+                "run",
+                "--out",
+                str(tmp / "run"),
+                "--model-repository",
+                str(tmp / "repo"),
+                "--rest-port",
+                "0",
+                "--grpc-port",
+                "0",
+            ],
+            env,
+            tmp / "run" / "run_summary.json",
+        )
         os.environ["TFPIPE_SERVING_STATE"] = env["TFPIPE_SERVING_STATE"]
         from components.deploy_model import stop_server
 
         stop_server(str(tmp / "repo"), "tfpipe-model")
-        rehearsal = _timed([sys.executable, "-m", "pipelines", "rehearse", "--out", str(tmp / "rehearsal"),
-                            "--state", str(tmp / "state")], env, tmp / "rehearsal" / "run_summary.json")
+        rehearsal = _timed(
+            [
+                sys.executable,
+                "-m",
+                "pipelines",
+                "rehearse",
+                "--out",
+                str(tmp / "rehearsal"),
+                "--state",
+                str(tmp / "state"),
+            ],
+            env,
+            tmp / "rehearsal" / "run_summary.json",
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ratio = rehearsal["wall_seconds"] / run["wall_seconds"]
     succeeded = run["returncode"] == rehearsal["returncode"] == 0
     result = {
-        "benchmark": "rehearse", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "run": run, "rehearse": rehearsal, "ratio_rehearse_to_run": round(ratio, 3), "goal_ratio": args.goal,
+        "benchmark": "rehearse",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run": run,
+        "rehearse": rehearsal,
+        "ratio_rehearse_to_run": round(ratio, 3),
+        "goal_ratio": args.goal,
         "goal_met": succeeded and ratio <= args.goal,
-        "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                        "loadavg_before": [round(x, 2) for x in load_before],
-                        "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        "environment": {
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": [round(x, 2) for x in load_before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        },
     }
-    print(f"\nrun {run['wall_seconds']:.1f}s ({run['status']}), rehearse {rehearsal['wall_seconds']:.1f}s "
-          f"({rehearsal['status']}): ratio {ratio:.2f} (goal <= {args.goal:g}: "
-          f"{'MET' if result['goal_met'] else 'NOT MET'})")
+    print(
+        f"\nrun {run['wall_seconds']:.1f}s ({run['status']}), rehearse {rehearsal['wall_seconds']:.1f}s "
+        f"({rehearsal['status']}): ratio {ratio:.2f} (goal <= {args.goal:g}: "
+        f"{'MET' if result['goal_met'] else 'NOT MET'})"
+    )
     save(result, args.output)
     return 0 if succeeded else 1
 

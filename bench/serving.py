@@ -25,6 +25,7 @@ Goals: ours ≥ 1.5× KServe QPS at 16 REST clients (best of ours with/without b
 batching at either thread setting and with batching, is reported with its rounds); gRPC ≤ 0.3× REST bytes.
 Results: bench/results/serving.json.
 """
+
 import argparse
 import contextlib
 import json
@@ -59,8 +60,17 @@ PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
 # ---------------------------------------------------------------------------------------------------------------------
 # Load generator (runs in spawned worker processes; imports only requests / grpc, never TensorFlow)
 
-def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Event, window: list, out: dict,
-            http_client: str = "requests") -> None:
+
+def _client(
+    kind: str,
+    target: str,
+    bodies: list,
+    offset: int,
+    go: threading.Event,
+    window: list,
+    out: dict,
+    http_client: str = "requests",
+) -> None:
     """One closed-loop client: send requests back to back until window[1]; keep latencies of those in the window."""
     latencies, errors, first_error = [], 0, ""
     if kind == "rest" and http_client == "http.client":
@@ -96,6 +106,7 @@ def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Eve
         def call(body):
             if b"class_id" not in predict(body, timeout=30):
                 raise RuntimeError("the PredictResponse has no class_id output")
+
     try:
         call(bodies[offset % len(bodies)])  # connect before the clock starts
     except Exception as e:  # noqa: BLE001 (reported as an error of this run)
@@ -126,15 +137,26 @@ def _client(kind: str, target: str, bodies: list, offset: int, go: threading.Eve
         out["first_error"] = out["first_error"] or first_error
 
 
-def _worker(kind, target, bodies, threads, first_client, warmup, duration, ready, go, start_at, results,
-            http_client) -> None:
+def _worker(
+    kind, target, bodies, threads, first_client, warmup, duration, ready, go, start_at, results, http_client
+) -> None:
     """A load-generator process: `threads` clients; reports (latencies, errors, first error, CPU s in window)."""
-    out: dict[str, Any] = {"latencies": [], "errors": 0, "first_error": "", "lock": threading.Lock(),
-           "connected": threading.Semaphore(0)}
+    out: dict[str, Any] = {
+        "latencies": [],
+        "errors": 0,
+        "first_error": "",
+        "lock": threading.Lock(),
+        "connected": threading.Semaphore(0),
+    }
     go_local, window = threading.Event(), [0.0, 0.0]
-    clients = [threading.Thread(target=_client, args=(kind, target, bodies, first_client + k, go_local, window, out,
-                                                                   http_client),
-                                daemon=True) for k in range(threads)]
+    clients = [
+        threading.Thread(
+            target=_client,
+            args=(kind, target, bodies, first_client + k, go_local, window, out, http_client),
+            daemon=True,
+        )
+        for k in range(threads)
+    ]
     for c in clients:
         c.start()
     for _ in clients:
@@ -159,16 +181,43 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def load(kind: str, target: str, bodies: list, clients: int, processes: int, warmup: float, duration: float,
-         server_pid: int, http_client: str = "requests") -> dict:
+def load(
+    kind: str,
+    target: str,
+    bodies: list,
+    clients: int,
+    processes: int,
+    warmup: float,
+    duration: float,
+    server_pid: int,
+    http_client: str = "requests",
+) -> dict:
     """Run `clients` closed-loop clients in `processes` worker processes; QPS, latency percentiles, errors."""
     ctx = multiprocessing.get_context("spawn")
     processes = max(1, min(processes, clients))
     ready, results, go, start_at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     split = [clients // processes + (1 if k < clients % processes else 0) for k in range(processes)]
-    workers = [ctx.Process(target=_worker, args=(kind, target, bodies, n, sum(split[:k]) * 7, warmup, duration,
-                                                 ready, go, start_at, results, http_client), daemon=True)
-               for k, n in enumerate(split)]
+    workers = [
+        ctx.Process(
+            target=_worker,
+            args=(
+                kind,
+                target,
+                bodies,
+                n,
+                sum(split[:k]) * 7,
+                warmup,
+                duration,
+                ready,
+                go,
+                start_at,
+                results,
+                http_client,
+            ),
+            daemon=True,
+        )
+        for k, n in enumerate(split)
+    ]
     try:
         for w in workers:
             w.start()
@@ -188,10 +237,15 @@ def load(kind: str, target: str, bodies: list, clients: int, processes: int, war
             if w.is_alive():
                 w.terminate()
                 w.join(5)
-    return {"latencies_ms": np.array([x for p in parts for x in p[0]]) * 1000, "duration": duration,
-            "errors": sum(p[1] for p in parts), "first_error": next((p[2] for p in parts if p[2]), ""),
-            "server_cpu_s": server_cpu1 - server_cpu0, "client_cpu_s": sum(p[3] for p in parts),
-            "client_processes": processes}
+    return {
+        "latencies_ms": np.array([x for p in parts for x in p[0]]) * 1000,
+        "duration": duration,
+        "errors": sum(p[1] for p in parts),
+        "first_error": next((p[2] for p in parts if p[2]), ""),
+        "server_cpu_s": server_cpu1 - server_cpu0,
+        "client_cpu_s": sum(p[3] for p in parts),
+        "client_processes": processes,
+    }
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -204,18 +258,25 @@ def summarize(runs: list[dict]) -> dict:
     def pct(q):
         return round(float(np.percentile(latencies, q)), 3) if n else None
 
-    return {"qps": round(float(np.median(per_round)), 1), "qps_rounds": per_round, "requests": int(n),
-            "p50_ms": pct(50), "p99_ms": pct(99), "mean_ms": round(float(latencies.mean()), 3) if n else None,
-            "errors": int(sum(r["errors"] for r in runs)), "first_error": next((r["first_error"] for r in runs
-                                                                                if r["first_error"]), ""),
-            "server_cpu_ms_per_request": round(server_cpu * 1000 / n, 4) if n else None,
-            "server_cpu_cores": round(server_cpu / seconds, 3),
-            "client_cpu_ms_per_request": round(client_cpu * 1000 / n, 4) if n else None,
-            "client_processes": runs[0]["client_processes"]}
+    return {
+        "qps": round(float(np.median(per_round)), 1),
+        "qps_rounds": per_round,
+        "requests": int(n),
+        "p50_ms": pct(50),
+        "p99_ms": pct(99),
+        "mean_ms": round(float(latencies.mean()), 3) if n else None,
+        "errors": int(sum(r["errors"] for r in runs)),
+        "first_error": next((r["first_error"] for r in runs if r["first_error"]), ""),
+        "server_cpu_ms_per_request": round(server_cpu * 1000 / n, 4) if n else None,
+        "server_cpu_cores": round(server_cpu / seconds, 3),
+        "client_cpu_ms_per_request": round(client_cpu * 1000 / n, 4) if n else None,
+        "client_processes": runs[0]["client_processes"],
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Server processes
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -280,8 +341,12 @@ def check_rest(url: str, bodies: list, expected: np.ndarray) -> bool:
     import requests
 
     with requests.Session() as s:
-        got = [s.post(url, data=b, headers={"Content-Type": "application/json"}, timeout=30).json()
-               ["predictions"][0]["class_id"] for b in bodies]
+        got = [
+            s.post(url, data=b, headers={"Content-Type": "application/json"}, timeout=30).json()["predictions"][0][
+                "class_id"
+            ]
+            for b in bodies
+        ]
     return bool(np.array_equal(np.array(got), expected))
 
 
@@ -298,6 +363,7 @@ def check_grpc(target: str, bodies: list, expected: np.ndarray) -> bool:
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Requests
+
 
 def rest_body(instances: np.ndarray) -> bytes:
     return json.dumps({"instances": instances.tolist()}).encode()
@@ -318,11 +384,19 @@ def request_bytes(batch: int, size: int, seed: int = 0) -> dict:
     x = np.random.default_rng(seed).random((batch, size, size, 1), dtype=np.float32)
     rest = len(json.dumps({"signature_name": "serving_default", "instances": x.tolist()}))
     grpc_ = len(grpc_request(x).SerializeToString())
-    return {"images": batch, "shape": list(x.shape), "dtype": "float32", "rest_json_bytes": rest,
-            "grpc_bytes": grpc_, "raw_tensor_bytes": x.nbytes, "grpc_to_rest": round(grpc_ / rest, 4)}
+    return {
+        "images": batch,
+        "shape": list(x.shape),
+        "dtype": "float32",
+        "rest_json_bytes": rest,
+        "grpc_bytes": grpc_,
+        "raw_tensor_bytes": x.nbytes,
+        "grpc_to_rest": round(grpc_ / rest, 4),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+
 
 def prepare_model(workdir: Path, epochs: int) -> tuple[str, bool]:
     """Train the digits model into workdir (reused when workdir already holds it)."""
@@ -332,9 +406,24 @@ def prepare_model(workdir: Path, epochs: int) -> tuple[str, bool]:
     if (model_dir / "saved_model.pb").exists() and (workdir / "data" / "stats.json").exists():
         return str(model_dir), True
     prepare("builtin:digits", str(workdir / "data"), num_workers=1)
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(workdir / "data"), "--job-dir",
-                    str(workdir / "job"), "--epochs", str(epochs), "--learning-rate", "0.003"],
-                   check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(workdir / "data"),
+            "--job-dir",
+            str(workdir / "job"),
+            "--epochs",
+            str(epochs),
+            "--learning-rate",
+            "0.003",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+    )
     return str(model_dir), False
 
 
@@ -349,8 +438,9 @@ def run(args, workdir: Path) -> dict:
     shutil.rmtree(base, ignore_errors=True)
     shutil.copytree(model_dir, base / MODEL_NAME / "1")
     stats = data.load_stats(str(workdir / "data"))
-    test = np.concatenate([x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256,
-                                                                   training=False)]).astype(np.float32)
+    test = np.concatenate(
+        [x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256, training=False)]
+    ).astype(np.float32)
     images = test[:64]
     expected = tf.saved_model.load(model_dir).signatures["serving_default"](image=tf.constant(images))
     expected = expected["class_id"].numpy()
@@ -358,12 +448,24 @@ def run(args, workdir: Path) -> dict:
     grpc_bodies = [grpc_request(x[None]).SerializeToString() for x in images]
     setup_seconds = time.time() - started
 
-    batching = ["--enable-batching", "--max-batch-size", str(args.max_batch_size), "--batch-timeout-ms",
-                str(args.batch_timeout_ms), "--num-batch-threads", str(args.num_batch_threads)]
+    batching = [
+        "--enable-batching",
+        "--max-batch-size",
+        str(args.max_batch_size),
+        "--batch-timeout-ms",
+        str(args.batch_timeout_ms),
+        "--num-batch-threads",
+        str(args.num_batch_threads),
+    ]
     servers = {}  # key: (cmd, REST URL, gRPC port, readiness check, protocols, environment)
     one_thread = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}  # TensorFlow reads them at start
-    for key, protocols in (("kserve", ["rest"]), ("ours", ["rest", "grpc"]), ("ours_batching", ["rest", "grpc"]),
-                           ("kserve_1t", ["rest"]), ("ours_1t", ["rest"])):
+    for key, protocols in (
+        ("kserve", ["rest"]),
+        ("ours", ["rest", "grpc"]),
+        ("ours_batching", ["rest", "grpc"]),
+        ("kserve_1t", ["rest"]),
+        ("ours_1t", ["rest"]),
+    ):
         if args.only and key not in args.only:
             continue
         http, grpc_port = free_port(), free_port()
@@ -373,8 +475,20 @@ def run(args, workdir: Path) -> dict:
             cmd += ["--request-logs"] if args.kserve_request_logs else []
             ready = kserve_ready(rest_url)
         else:
-            cmd = [sys.executable, "-m", "pipelines", "serve", "--model-base-path", str(base), "--model-name",
-                   MODEL_NAME, "--rest-port", str(http), "--grpc-port", str(grpc_port)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pipelines",
+                "serve",
+                "--model-base-path",
+                str(base),
+                "--model-name",
+                MODEL_NAME,
+                "--rest-port",
+                str(http),
+                "--grpc-port",
+                str(grpc_port),
+            ]
             cmd += batching if key == "ours_batching" else []
             ready = ours_ready(rest_url)
         servers[key] = (cmd, rest_url, grpc_port, ready, protocols, one_thread if key.endswith("_1t") else {})
@@ -382,35 +496,62 @@ def run(args, workdir: Path) -> dict:
     raw: dict[tuple, list] = {(k, p, c): [] for k, p in configs for c in args.clients}
     correct, startup = {}, {}
     with contextlib.ExitStack() as stack:
-        procs = {key: stack.enter_context(server_process(cmd, workdir / f"{key}.log", server[-1]))
-                 for key, (cmd, *server) in servers.items()}  # all started at once, idle while another is measured
+        procs = {
+            key: stack.enter_context(server_process(cmd, workdir / f"{key}.log", server[-1]))
+            for key, (cmd, *server) in servers.items()
+        }  # all started at once, idle while another is measured
         for key, (_cmd, rest_url, grpc_port, ready, protocols, _) in servers.items():
             startup[key] = round(wait_ready(procs[key], ready, workdir / f"{key}.log", NAMES[key]), 1)
             for protocol in protocols:
                 target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
                 bodies = rest_bodies if protocol == "rest" else grpc_bodies
                 correct[key, protocol] = (check_rest if protocol == "rest" else check_grpc)(target, bodies, expected)
-        print(f"[bench] servers ready (s): {startup}; class ids match: "
-              f"{ {f'{k}/{p}': v for (k, p), v in correct.items()} }", flush=True)
+        print(
+            f"[bench] servers ready (s): {startup}; class ids match: "
+            f"{ {f'{k}/{p}': v for (k, p), v in correct.items()} }",
+            flush=True,
+        )
         for round_ in range(args.rounds):  # interleaved, so that drift in the machine's load hits every config
             for clients in args.clients:
                 for key, protocol in configs:
                     rest_url, grpc_port = servers[key][1], servers[key][2]
                     target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
-                    m = load(protocol, target, rest_bodies if protocol == "rest" else grpc_bodies, clients,
-                             args.client_processes, args.warmup, args.duration, procs[key].pid, args.http_client)
+                    m = load(
+                        protocol,
+                        target,
+                        rest_bodies if protocol == "rest" else grpc_bodies,
+                        clients,
+                        args.client_processes,
+                        args.warmup,
+                        args.duration,
+                        procs[key].pid,
+                        args.http_client,
+                    )
                     raw[key, protocol, clients].append(m)
-                    print(f"[bench] round {round_ + 1}/{args.rounds} {NAMES[key]:<17}{protocol:<5}{clients:>3} clients:"
-                          f" {len(m['latencies_ms']) / m['duration']:>8,.0f} QPS, errors {m['errors']}", flush=True)
-    rows = [{"server": k, "protocol": p, "clients": c, "batching": k == "ours_batching",
-             "tensorflow_threads": "1 intra-op, 1 inter-op" if k.endswith("_1t") else "default (one per CPU)",
-             "class_ids_match": correct[k, p], **summarize(raw[k, p, c])}
-            for c in args.clients for k, p in configs]
+                    print(
+                        f"[bench] round {round_ + 1}/{args.rounds} {NAMES[key]:<17}{protocol:<5}{clients:>3} clients:"
+                        f" {len(m['latencies_ms']) / m['duration']:>8,.0f} QPS, errors {m['errors']}",
+                        flush=True,
+                    )
+    rows = [
+        {
+            "server": k,
+            "protocol": p,
+            "clients": c,
+            "batching": k == "ours_batching",
+            "tensorflow_threads": "1 intra-op, 1 inter-op" if k.endswith("_1t") else "default (one per CPU)",
+            "class_ids_match": correct[k, p],
+            **summarize(raw[k, p, c]),
+        }
+        for c in args.clients
+        for k, p in configs
+    ]
     bytes_cmp = request_bytes(args.bytes_batch, args.bytes_size)
 
     def qps(server, protocol, clients):
-        return next((r["qps"] for r in rows if (r["server"], r["protocol"], r["clients"]) == (server, protocol,
-                                                                                            clients)), None)
+        return next(
+            (r["qps"] for r in rows if (r["server"], r["protocol"], r["clients"]) == (server, protocol, clients)), None
+        )
 
     top = max(args.clients)
     kserve_qps = qps("kserve", "rest", top)
@@ -423,49 +564,107 @@ def run(args, workdir: Path) -> dict:
         """Ours/KServe within each round (configurations measured minutes apart drift less there)."""
         if (ours_key, "rest", top) not in raw or (kserve_key, "rest", top) not in raw:
             return []
-        return [round(len(o["latencies_ms"]) / len(k["latencies_ms"]), 3) if len(k["latencies_ms"]) else None
-                for o, k in zip(raw[ours_key, "rest", top], raw[kserve_key, "rest", top])]
+        return [
+            round(len(o["latencies_ms"]) / len(k["latencies_ms"]), 3) if len(k["latencies_ms"]) else None
+            for o, k in zip(raw[ours_key, "rest", top], raw[kserve_key, "rest", top])
+        ]
 
     # like for like: each of ours against KServe with the same TensorFlow threads; batching is ours alone
-    pairs = {"no_batching": ("ours", "kserve"), "batching": ("ours_batching", "kserve"),
-             "no_batching_one_tf_thread": ("ours_1t", "kserve_1t")}
+    pairs = {
+        "no_batching": ("ours", "kserve"),
+        "batching": ("ours_batching", "kserve"),
+        "no_batching_one_tf_thread": ("ours_1t", "kserve_1t"),
+    }
     comparisons = {}
     for name, (ours_key, kserve_key) in pairs.items():
         o, k = qps(ours_key, "rest", top), qps(kserve_key, "rest", top)
         if o and k:
-            comparisons[name] = {"ours": ours_key, "kserve": kserve_key, "ours_qps": o, "kserve_qps": k,
-                                 "ratio": round(o / k, 3), "ratio_per_round": per_round(ours_key, kserve_key),
-                                 "met": o / k >= 1.5}
-    per_round_best = [max(x) for x in zip(*(c["ratio_per_round"] for n, c in comparisons.items()
-                                            if n in ("no_batching", "batching")))] if comparisons else []
+            comparisons[name] = {
+                "ours": ours_key,
+                "kserve": kserve_key,
+                "ours_qps": o,
+                "kserve_qps": k,
+                "ratio": round(o / k, 3),
+                "ratio_per_round": per_round(ours_key, kserve_key),
+                "met": o / k >= 1.5,
+            }
+    per_round_best = (
+        [
+            max(x)
+            for x in zip(*(c["ratio_per_round"] for n, c in comparisons.items() if n in ("no_batching", "batching")))
+        ]
+        if comparisons
+        else []
+    )
     return {
-        "benchmark": "serving", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dataset": "builtin:digits",
-        "epochs": args.epochs, "model_reused": reused, "model_input": [None, 8, 8, 1], "request_instances": 1,
-        "settings": {"duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
-                     "clients": args.clients,
-                     "client_processes": args.client_processes,
-                     "http_client": args.http_client,
-                     "client": "closed loop; requests.Session or http.client (REST) / grpc channel with pre-serialized "
-                               "PredictRequest (gRPC), one per client; bodies encoded once before the run",
-                     "ours_batching": {"max_batch_size": args.max_batch_size,
-                                       "batch_timeout_ms": args.batch_timeout_ms,
-                                       "num_batch_threads": args.num_batch_threads},
-                     "kserve": {"workers": 1, "request_logs": args.kserve_request_logs,
-                                "model": "kserve.Model, sync predict calling serving_default"}},
-        "machine": {"cpu_count": os.cpu_count(), "loadavg_at_start": args.loadavg, "platform": platform.platform(),
-                    "python": platform.python_version()},
-        "versions": {p: _version(p) for p in ("kserve", "tensorflow", "grpcio", "uvicorn", "starlette", "fastapi",
-                                              "requests", "orjson", "uvloop")},
-        "setup_seconds": round(setup_seconds, 1), "server_startup_seconds": startup,
+        "benchmark": "serving",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "dataset": "builtin:digits",
+        "epochs": args.epochs,
+        "model_reused": reused,
+        "model_input": [None, 8, 8, 1],
+        "request_instances": 1,
+        "settings": {
+            "duration_s": args.duration,
+            "warmup_s": args.warmup,
+            "rounds": args.rounds,
+            "clients": args.clients,
+            "client_processes": args.client_processes,
+            "http_client": args.http_client,
+            "client": "closed loop; requests.Session or http.client (REST) / grpc channel with pre-serialized "
+            "PredictRequest (gRPC), one per client; bodies encoded once before the run",
+            "ours_batching": {
+                "max_batch_size": args.max_batch_size,
+                "batch_timeout_ms": args.batch_timeout_ms,
+                "num_batch_threads": args.num_batch_threads,
+            },
+            "kserve": {
+                "workers": 1,
+                "request_logs": args.kserve_request_logs,
+                "model": "kserve.Model, sync predict calling serving_default",
+            },
+        },
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "loadavg_at_start": args.loadavg,
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "versions": {
+            p: _version(p)
+            for p in (
+                "kserve",
+                "tensorflow",
+                "grpcio",
+                "uvicorn",
+                "starlette",
+                "fastapi",
+                "requests",
+                "orjson",
+                "uvloop",
+            )
+        },
+        "setup_seconds": round(setup_seconds, 1),
+        "server_startup_seconds": startup,
         "seconds": round(time.time() - started, 1),
-        "runs": rows, "request_bytes": bytes_cmp,
-        "goal": {"qps_clients": top, "kserve_rest_qps": kserve_qps, "ours_rest_qps": ours_rest,
-                 "ours_best": best_key, "ours_to_kserve": ratio, "ours_to_kserve_per_round": per_round_best,
-                 "comparisons": comparisons, "qps_ratio_min": 1.5,
-                 "qps_met": ratio is not None and ratio >= 1.5,
-                 "grpc_to_rest_bytes": bytes_cmp["grpc_to_rest"], "bytes_ratio_max": 0.3,
-                 "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3, "errors": errors,
-                 "all_correct": all(r["class_ids_match"] for r in rows)},
+        "runs": rows,
+        "request_bytes": bytes_cmp,
+        "goal": {
+            "qps_clients": top,
+            "kserve_rest_qps": kserve_qps,
+            "ours_rest_qps": ours_rest,
+            "ours_best": best_key,
+            "ours_to_kserve": ratio,
+            "ours_to_kserve_per_round": per_round_best,
+            "comparisons": comparisons,
+            "qps_ratio_min": 1.5,
+            "qps_met": ratio is not None and ratio >= 1.5,
+            "grpc_to_rest_bytes": bytes_cmp["grpc_to_rest"],
+            "bytes_ratio_max": 0.3,
+            "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3,
+            "errors": errors,
+            "all_correct": all(r["class_ids_match"] for r in rows),
+        },
     }
 
 
@@ -476,48 +675,67 @@ def _version(package: str) -> str:
         return ""
 
 
-NAMES = {"kserve": "KServe", "ours": "ours", "ours_batching": "ours+batching", "kserve_1t": "KServe 1 TF thr",
-         "ours_1t": "ours 1 TF thr"}
+NAMES = {
+    "kserve": "KServe",
+    "ours": "ours",
+    "ours_batching": "ours+batching",
+    "kserve_1t": "KServe 1 TF thr",
+    "ours_1t": "ours 1 TF thr",
+}
 
 
 def print_report(r: dict) -> None:
     s = r["settings"]
     b = s["ours_batching"]
-    print(f"\nServing {r['dataset']} (1 instance/request), {r['machine']['cpu_count']} CPUs, "
-          f"{s['rounds']} interleaved rounds of {s['warmup_s']} s warm-up + {s['duration_s']} s measured (QPS: median "
-          f"of rounds, latency: pooled), client processes ≤ {s['client_processes']}, REST client "
-          f"{s['http_client']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
-          f"{b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, tensorflow "
-          f"{r['versions']['tensorflow']}")
-    print(f"{'server':<17}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'errors':>8}{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}")
+    print(
+        f"\nServing {r['dataset']} (1 instance/request), {r['machine']['cpu_count']} CPUs, "
+        f"{s['rounds']} interleaved rounds of {s['warmup_s']} s warm-up + {s['duration_s']} s measured (QPS: median "
+        f"of rounds, latency: pooled), client processes ≤ {s['client_processes']}, REST client "
+        f"{s['http_client']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
+        f"{b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, tensorflow "
+        f"{r['versions']['tensorflow']}"
+    )
+    print(
+        f"{'server':<17}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'errors':>8}{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}"
+    )
     for row in r["runs"]:
         spread = f"{min(row['qps_rounds']):,.0f}-{max(row['qps_rounds']):,.0f}"
-        print(f"{NAMES[row['server']]:<17}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
-              f"{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['errors']:>8}{row['server_cpu_ms_per_request']:>11.3f}"
-              f"{row['server_cpu_cores']:>10.2f}{row['client_cpu_ms_per_request']:>11.3f}"
-              f"{str(row['class_ids_match']):>9}")
+        print(
+            f"{NAMES[row['server']]:<17}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
+            f"{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['errors']:>8}{row['server_cpu_ms_per_request']:>11.3f}"
+            f"{row['server_cpu_cores']:>10.2f}{row['client_cpu_ms_per_request']:>11.3f}"
+            f"{str(row['class_ids_match']):>9}"
+        )
     for row in r["runs"]:
         if row["errors"]:
             print(f"errors in {NAMES[row['server']]} {row['protocol']} {row['clients']}: {row['first_error']}")
     q = r["request_bytes"]
-    print(f"request bytes, {q['images']} random {q['shape'][1]}×{q['shape'][2]} float32 images: REST JSON "
-          f"{q['rest_json_bytes']:,} B, gRPC PredictRequest {q['grpc_bytes']:,} B (raw tensor {q['raw_tensor_bytes']:,}"
-          f" B) → gRPC/REST {q['grpc_to_rest']:.3f}")
+    print(
+        f"request bytes, {q['images']} random {q['shape'][1]}×{q['shape'][2]} float32 images: REST JSON "
+        f"{q['rest_json_bytes']:,} B, gRPC PredictRequest {q['grpc_bytes']:,} B (raw tensor {q['raw_tensor_bytes']:,}"
+        f" B) → gRPC/REST {q['grpc_to_rest']:.3f}"
+    )
     g = r["goal"]
     ours = ", ".join(f"{NAMES[k]} {v:,.0f}" for k, v in g["ours_rest_qps"].items() if v)
     if g["ours_to_kserve"] is not None:
-        print(f"goal ours ≥ 1.5× KServe QPS at {g['qps_clients']} REST clients: KServe {g['kserve_rest_qps']:,.0f}, "
-              f"{ours}; best {NAMES[g['ours_best']]} {g['ours_to_kserve']:.2f}× (per round: "
-              f"{', '.join(f'{x:.2f}' for x in g['ours_to_kserve_per_round'])}) ... "
-              f"{'PASS' if g['qps_met'] else 'FAIL'}")
+        print(
+            f"goal ours ≥ 1.5× KServe QPS at {g['qps_clients']} REST clients: KServe {g['kserve_rest_qps']:,.0f}, "
+            f"{ours}; best {NAMES[g['ours_best']]} {g['ours_to_kserve']:.2f}× (per round: "
+            f"{', '.join(f'{x:.2f}' for x in g['ours_to_kserve_per_round'])}) ... "
+            f"{'PASS' if g['qps_met'] else 'FAIL'}"
+        )
     for name, c in g.get("comparisons", {}).items():
-        print(f"  {name.replace('_', ' ')}: {NAMES[c['ours']]} {c['ours_qps']:,.0f} / {NAMES[c['kserve']]} "
-              f"{c['kserve_qps']:,.0f} = {c['ratio']:.2f}× (per round: "
-              f"{', '.join(f'{x:.2f}' for x in c['ratio_per_round'])}) ... {'PASS' if c['met'] else 'FAIL'}")
+        print(
+            f"  {name.replace('_', ' ')}: {NAMES[c['ours']]} {c['ours_qps']:,.0f} / {NAMES[c['kserve']]} "
+            f"{c['kserve_qps']:,.0f} = {c['ratio']:.2f}× (per round: "
+            f"{', '.join(f'{x:.2f}' for x in c['ratio_per_round'])}) ... {'PASS' if c['met'] else 'FAIL'}"
+        )
     print(f"goal gRPC ≤ 0.3× REST bytes: {g['grpc_to_rest_bytes']:.3f}× ... {'PASS' if g['bytes_met'] else 'FAIL'}")
-    print(f"errors: {g['errors']} ({'PASS' if g['errors'] == 0 else 'FAIL'}); class ids match a direct call: "
-          f"{g['all_correct']}; run time {r['seconds']:.0f} s")
+    print(
+        f"errors: {g['errors']} ({'PASS' if g['errors'] == 0 else 'FAIL'}); class ids match a direct call: "
+        f"{g['all_correct']}; run time {r['seconds']:.0f} s"
+    )
 
 
 def main(argv=None) -> None:
@@ -527,16 +745,27 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds over all configurations (QPS: median)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 16])
     p.add_argument("--client-processes", type=int, default=4, help="load-generator processes (≤ clients)")
-    p.add_argument("--http-client", choices=["http.client", "requests"], default="http.client",
-                   help="REST client of the load generator; requests.Session costs ~1 ms of client CPU per request "
-                        "(about 4× http.client's, more than the servers' own), which on a small machine takes the CPU "
-                        "the servers would use and pulls every REST QPS towards the same value")
+    p.add_argument(
+        "--http-client",
+        choices=["http.client", "requests"],
+        default="http.client",
+        help="REST client of the load generator; requests.Session costs ~1 ms of client CPU per request "
+        "(about 4× http.client's, more than the servers' own), which on a small machine takes the CPU "
+        "the servers would use and pulls every REST QPS towards the same value",
+    )
     p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--batch-timeout-ms", type=float, default=0.0,
-                   help="0 (TF Serving's CPU starting point): a batch takes what is queued when the thread is free")
+    p.add_argument(
+        "--batch-timeout-ms",
+        type=float,
+        default=0.0,
+        help="0 (TF Serving's CPU starting point): a batch takes what is queued when the thread is free",
+    )
     p.add_argument("--num-batch-threads", type=int, default=1)
-    p.add_argument("--kserve-request-logs", action="store_true",
-                   help="keep KServe's per-request access/latency logs (its default; off here as on ours)")
+    p.add_argument(
+        "--kserve-request-logs",
+        action="store_true",
+        help="keep KServe's per-request access/latency logs (its default; off here as on ours)",
+    )
     p.add_argument("--only", nargs="+", choices=list(NAMES), help="servers to run")
     p.add_argument("--bytes-batch", type=int, default=32)
     p.add_argument("--bytes-size", type=int, default=28)

@@ -7,6 +7,7 @@ so a larger model can be measured too), converts it in every mode, and measures 
 (LiteRT, one thread) as a ratio to the float32 `.tflite` and to the SavedModel's `serving_default` called from
 Python one example at a time. Goal: int8 ≤ 0.3× size with ≤ 0.5 point drop. Results: bench/results/tflite.json.
 """
+
 import argparse
 import os
 import subprocess
@@ -53,53 +54,96 @@ def run(workdir: Path, epochs: int, image_size: int) -> dict:
     from trainer import data
 
     prepare("builtin:digits", str(workdir / "data"), num_workers=1)
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(workdir / "data"), "--job-dir",
-                    str(workdir / "job"), "--epochs", str(epochs), "--learning-rate", "0.003",
-                    "--image-size", str(image_size)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(workdir / "data"),
+            "--job-dir",
+            str(workdir / "job"),
+            "--epochs",
+            str(epochs),
+            "--learning-rate",
+            "0.003",
+            "--image-size",
+            str(image_size),
+        ],
+        check=True,
+        capture_output=True,
+    )
     model_dir = str(workdir / "job" / "model")
     report = quantize(model_dir, str(workdir / "data"), str(workdir / "tflite"))
     stats = data.load_stats(str(workdir / "data"))
-    inputs = np.concatenate([x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256,
-                                                                     training=False)]).astype(np.float32)
+    inputs = np.concatenate(
+        [x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256, training=False)]
+    ).astype(np.float32)
     saved_ms = saved_model_latency_ms(model_dir, inputs)
     float_ms = next(m for m in report["modes"] if m["mode"] == "float32")["latency_ms_mean"]
     weights = {m["mode"]: weight_bytes(m["path"]) for m in report["modes"]}
     rows = []
     for m in report["modes"]:
-        rows.append({"mode": m["mode"], "size_bytes": m["size_bytes"], "size_ratio": m["size_ratio"],
-                     "weight_bytes_ratio": round(weights[m["mode"]] / weights["float32"], 4),
-                     "accuracy": m["accuracy"], "accuracy_drop_points": m["accuracy_drop_points"],
-                     "latency_ms_mean": round(m["latency_ms_mean"], 4), "latency_ms_p95": round(m["latency_ms_p95"], 4),
-                     "latency_vs_float32_tflite": round(m["latency_ms_mean"] / float_ms, 3),
-                     "latency_vs_saved_model": round(m["latency_ms_mean"] / saved_ms, 4),
-                     "weight_types": m["weight_types"]})
+        rows.append(
+            {
+                "mode": m["mode"],
+                "size_bytes": m["size_bytes"],
+                "size_ratio": m["size_ratio"],
+                "weight_bytes_ratio": round(weights[m["mode"]] / weights["float32"], 4),
+                "accuracy": m["accuracy"],
+                "accuracy_drop_points": m["accuracy_drop_points"],
+                "latency_ms_mean": round(m["latency_ms_mean"], 4),
+                "latency_ms_p95": round(m["latency_ms_p95"], 4),
+                "latency_vs_float32_tflite": round(m["latency_ms_mean"] / float_ms, 3),
+                "latency_vs_saved_model": round(m["latency_ms_mean"] / saved_ms, 4),
+                "weight_types": m["weight_types"],
+            }
+        )
     int8 = next(r for r in rows if r["mode"] == "int8")
-    return {"benchmark": "tflite", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dataset": "builtin:digits",
-            "epochs": epochs, "model_input_size": image_size or 8, "test_examples": report["test_examples"],
-            "saved_model_accuracy": report["saved_model_accuracy"], "saved_model_latency_ms": round(saved_ms, 4),
-            "modes": rows,
-            "goal": {"int8_size_ratio_max": 0.3, "int8_drop_max_points": 0.5,
-                     "size_met": int8["size_ratio"] <= 0.3, "drop_met": int8["accuracy_drop_points"] <= 0.5}}
+    return {
+        "benchmark": "tflite",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "dataset": "builtin:digits",
+        "epochs": epochs,
+        "model_input_size": image_size or 8,
+        "test_examples": report["test_examples"],
+        "saved_model_accuracy": report["saved_model_accuracy"],
+        "saved_model_latency_ms": round(saved_ms, 4),
+        "modes": rows,
+        "goal": {
+            "int8_size_ratio_max": 0.3,
+            "int8_drop_max_points": 0.5,
+            "size_met": int8["size_ratio"] <= 0.3,
+            "drop_met": int8["accuracy_drop_points"] <= 0.5,
+        },
+    }
 
 
 def print_report(r: dict) -> None:
-    print(f"\nTFLite on {r['dataset']} (model input {r['model_input_size']}px, {r['test_examples']} test examples), "
-          f"SavedModel accuracy "
-          f"{r['saved_model_accuracy']:.4f}, SavedModel one-example call {r['saved_model_latency_ms']:.3f} ms")
-    print(f"{'mode':<9}{'bytes':>9}{'size×':>8}{'weights×':>9}{'drop pt':>9}{'ms mean':>9}{'ms p95':>9}{'vs f32':>8}"
-          f"{'vs SM':>8}")
+    print(
+        f"\nTFLite on {r['dataset']} (model input {r['model_input_size']}px, {r['test_examples']} test examples), "
+        f"SavedModel accuracy "
+        f"{r['saved_model_accuracy']:.4f}, SavedModel one-example call {r['saved_model_latency_ms']:.3f} ms"
+    )
+    print(
+        f"{'mode':<9}{'bytes':>9}{'size×':>8}{'weights×':>9}{'drop pt':>9}{'ms mean':>9}{'ms p95':>9}{'vs f32':>8}"
+        f"{'vs SM':>8}"
+    )
     for m in r["modes"]:
-        print(f"{m['mode']:<9}{m['size_bytes']:>9,}{m['size_ratio']:>8.3f}{m['weight_bytes_ratio']:>9.3f}"
-              f"{m['accuracy_drop_points']:>9.2f}"
-              f"{m['latency_ms_mean']:>9.4f}{m['latency_ms_p95']:>9.4f}{m['latency_vs_float32_tflite']:>8.2f}"
-              f"{m['latency_vs_saved_model']:>8.4f}")
+        print(
+            f"{m['mode']:<9}{m['size_bytes']:>9,}{m['size_ratio']:>8.3f}{m['weight_bytes_ratio']:>9.3f}"
+            f"{m['accuracy_drop_points']:>9.2f}"
+            f"{m['latency_ms_mean']:>9.4f}{m['latency_ms_p95']:>9.4f}{m['latency_vs_float32_tflite']:>8.2f}"
+            f"{m['latency_vs_saved_model']:>8.4f}"
+        )
     for m in r["modes"]:
         if m["latency_vs_float32_tflite"] > 1:
             print(f"note: {m['mode']} is slower than the float32 .tflite ({m['latency_vs_float32_tflite']:.2f}×)")
     g = r["goal"]
-    print(f"goal int8 size <= 0.3x ... {'MET' if g['size_met'] else 'NOT MET'}; "
-          f"int8 drop <= 0.5 pt ... {'MET' if g['drop_met'] else 'NOT MET'}")
+    print(
+        f"goal int8 size <= 0.3x ... {'MET' if g['size_met'] else 'NOT MET'}; "
+        f"int8 drop <= 0.5 pt ... {'MET' if g['drop_met'] else 'NOT MET'}"
+    )
 
 
 def main(argv=None) -> None:

@@ -8,6 +8,7 @@ Every trial is a real `python -m trainer.task` run (1 worker, `--epochs` epochs)
 method. A run that never reaches the target counts as `--trials + 1`. Goal: ratio ≤ 0.7. Results:
 bench/results/tuning.json.
 """
+
 import argparse
 import os
 import statistics
@@ -42,14 +43,26 @@ def main(argv=None) -> None:
         started = time.time()
         for algorithm in ("default", "random"):
             for seed in range(args.seeds):
-                spec = DEFAULT_STUDY.model_copy(update={"algorithm": algorithm, "max_trial_count": args.trials,
-                                                        "parallel_trial_count": args.parallel})
-                result = run_study(spec, str(work / f"{algorithm}-{seed}"),
-                                   ["--data-dir", str(work / "data"), "--epochs", str(args.epochs), "--seed", str(seed)],
-                                   seed=seed, log=lambda m: None)
+                spec = DEFAULT_STUDY.model_copy(
+                    update={
+                        "algorithm": algorithm,
+                        "max_trial_count": args.trials,
+                        "parallel_trial_count": args.parallel,
+                    }
+                )
+                result = run_study(
+                    spec,
+                    str(work / f"{algorithm}-{seed}"),
+                    ["--data-dir", str(work / "data"), "--epochs", str(args.epochs), "--seed", str(seed)],
+                    seed=seed,
+                    log=lambda m: None,
+                )
                 runs[f"{algorithm}-{seed}"] = [t["metric"] for t in result["trials"]]
-                print(f"{algorithm} seed {seed}: " + " ".join(f"{m:.3f}" if m is not None else "fail"
-                                                             for m in runs[f"{algorithm}-{seed}"]), flush=True)
+                print(
+                    f"{algorithm} seed {seed}: "
+                    + " ".join(f"{m:.3f}" if m is not None else "fail" for m in runs[f"{algorithm}-{seed}"]),
+                    flush=True,
+                )
     best_known = max(m for metrics in runs.values() for m in metrics if m is not None)
     target = best_known - 0.01
 
@@ -59,16 +72,31 @@ def main(argv=None) -> None:
     counts = {name: needed(metrics) for name, metrics in runs.items()}
     medians = {a: statistics.median(counts[f"{a}-{s}"] for s in range(args.seeds)) for a in ("default", "random")}
     ratio = medians["default"] / medians["random"]
-    result = {"benchmark": "tuning", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seeds": args.seeds,
-              "trials": args.trials, "parallel": args.parallel, "epochs": args.epochs, "best_known": best_known,
-              "target": target, "trials_needed": counts, "median_trials_needed": medians, "ratio": ratio,
-              "goal": {"max_ratio": 0.7, "met": ratio <= 0.7}, "runs": runs,
-              "seconds": round(time.time() - started, 1), "cpus": os.cpu_count(),
-              "loadavg_before": load_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    result = {
+        "benchmark": "tuning",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seeds": args.seeds,
+        "trials": args.trials,
+        "parallel": args.parallel,
+        "epochs": args.epochs,
+        "best_known": best_known,
+        "target": target,
+        "trials_needed": counts,
+        "median_trials_needed": medians,
+        "ratio": ratio,
+        "goal": {"max_ratio": 0.7, "met": ratio <= 0.7},
+        "runs": runs,
+        "seconds": round(time.time() - started, 1),
+        "cpus": os.cpu_count(),
+        "loadavg_before": load_before,
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    }
     print(f"\nbest-known val accuracy {best_known:.4f}; target {target:.4f}")
     print(f"trials needed: {counts}")
-    print(f"median: Vizier {medians['default']}, random {medians['random']}; ratio {ratio:.2f} "
-          f"(goal <= 0.7: {'MET' if ratio <= 0.7 else 'NOT MET'})")
+    print(
+        f"median: Vizier {medians['default']}, random {medians['random']}; ratio {ratio:.2f} "
+        f"(goal <= 0.7: {'MET' if ratio <= 0.7 else 'NOT MET'})"
+    )
     save(result, args.output)
 
 

@@ -1,9 +1,11 @@
 """The error budget of a Vertex AI batch prediction job, read from its counts."""
+
 from typing import NamedTuple
 
 
 def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) -> NamedTuple(
-        "Outputs", [("succeeded", int), ("failed", int)]):
+    "Outputs", [("succeeded", int), ("failed", int)]
+):
     """KFP step (Vertex), after `ModelBatchPredictOp` (a Vertex job succeeds whatever its instances do): read the
     job's success and error counts and fail when more than `max_error_fraction` of the instances failed.
 

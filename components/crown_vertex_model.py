@@ -1,4 +1,5 @@
 """The champion aliases moved to the uploaded Vertex AI model version when no deploy happens."""
+
 from kfp.dsl import Artifact, Input
 
 

@@ -6,6 +6,7 @@ prediction and compares it with the SavedModel's own answer; on any failure the 
 and the server falls back to the previous one. With `serving_url` (kubeflow: a TF Serving deployment on the same
 repository; the `deploy_model_at_url` step) the server is only checked, not started.
 """
+
 import hashlib
 import json
 import os
@@ -68,12 +69,35 @@ def launch_server(base: str, model_name: str, rest_port: int, grpc_port: int) ->
     ready = state_file(base, model_name)
     if os.path.exists(ready):
         os.remove(ready)
-    command = [sys.executable, "-m", "serving", "--model-base-path", base, "--model-name", model_name,
-               "--rest-port", str(rest_port), "--grpc-port", str(grpc_port), "--ready-file", ready,
-               "--enable-batching", "--max-batch-size", "32", "--batch-timeout-ms", "0"]  # bench/serving.py
+    command = [
+        sys.executable,
+        "-m",
+        "serving",
+        "--model-base-path",
+        base,
+        "--model-name",
+        model_name,
+        "--rest-port",
+        str(rest_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--ready-file",
+        ready,
+        "--enable-batching",
+        "--max-batch-size",
+        "32",
+        "--batch-timeout-ms",
+        "0",
+    ]  # bench/serving.py
     with open(_log_path(ready), "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
     return process, ready
 
 
@@ -84,8 +108,10 @@ def wait_ready(process: subprocess.Popen, ready: str, timeout: float = 180) -> d
         if process.poll() is not None or time.time() > deadline:
             if process.poll() is None:
                 process.kill()
-            raise DeployError(f"the model server did not start (exit code {process.poll()}); "
-                              f"last log lines:\n{_tail(_log_path(ready))}")
+            raise DeployError(
+                f"the model server did not start (exit code {process.poll()}); "
+                f"last log lines:\n{_tail(_log_path(ready))}"
+            )
         time.sleep(0.2)
     with open(ready) as f:
         return {**json.load(f), "log": _log_path(ready)}
@@ -149,8 +175,9 @@ def reference(version_path: str, data_dir: str) -> list[tuple]:
     return checks
 
 
-def smoke_test(rest_url: str, model_name: str, version: int, batch, expected,
-               signature_name: str = "serving_default") -> dict:
+def smoke_test(
+    rest_url: str, model_name: str, version: int, batch, expected, signature_name: str = "serving_default"
+) -> dict:
     """Predict the reference examples through the server; its class ids must equal the SavedModel's. Examples
     that are bytes are sent as `{"b64": ...}`."""
     import base64
@@ -162,24 +189,36 @@ def smoke_test(rest_url: str, model_name: str, version: int, batch, expected,
         instances = [{"b64": base64.b64encode(b).decode()} for b in batch]
     else:
         instances = batch.tolist()
-    response = requests.post(f"{rest_url}/v1/models/{model_name}/versions/{version}:predict",
-                             json={"signature_name": signature_name, "instances": instances}, timeout=30)
+    response = requests.post(
+        f"{rest_url}/v1/models/{model_name}/versions/{version}:predict",
+        json={"signature_name": signature_name, "instances": instances},
+        timeout=30,
+    )
     body = response.json()
     if response.status_code != 200:
-        raise DeployError(f"smoke prediction on {signature_name} failed ({response.status_code}): "
-                          f"{body.get('error')}")
+        raise DeployError(f"smoke prediction on {signature_name} failed ({response.status_code}): {body.get('error')}")
     try:
         served = np.array([p["class_id"] for p in body["predictions"]])
     except (KeyError, TypeError):
         raise DeployError(f"smoke prediction has no class_id: {str(body)[:200]}") from None
     if not np.array_equal(served, expected):
-        raise DeployError(f"smoke prediction on {signature_name} disagrees with the published model: {served} vs "
-                          f"{expected}")
+        raise DeployError(
+            f"smoke prediction on {signature_name} disagrees with the published model: {served} vs {expected}"
+        )
     return {"examples": len(served), "class_ids": served.tolist(), "signature_name": signature_name}
 
 
-def deploy(version: int, version_path: str, data_dir: str, base: str, model_name: str, serving_url: str = "",
-           rest_port: int = 8501, grpc_port: int = 8500, timeout: float = 180) -> dict:
+def deploy(
+    version: int,
+    version_path: str,
+    data_dir: str,
+    base: str,
+    model_name: str,
+    serving_url: str = "",
+    rest_port: int = 8501,
+    grpc_port: int = 8500,
+    timeout: float = 180,
+) -> dict:
     """Serve `version` (already published) and check it; roll it back and raise DeployError on failure."""
     from components.lib.model_repository import remove_version
 
@@ -187,8 +226,13 @@ def deploy(version: int, version_path: str, data_dir: str, base: str, model_name
     try:
         launched = None
         if serving_url:
-            server = {"rest_url": serving_url.rstrip("/"), "grpc_target": "", "pid": None, "log": None,
-                      "started": False}
+            server = {
+                "rest_url": serving_url.rstrip("/"),
+                "grpc_target": "",
+                "pid": None,
+                "log": None,
+                "started": False,
+            }
         elif (server := running_server(base, model_name)) is not None:
             server = {**server, "started": False}
         else:
@@ -198,16 +242,26 @@ def deploy(version: int, version_path: str, data_dir: str, base: str, model_name
             server = {**wait_ready(*launched, timeout), "started": True}
         assert server is not None  # one of the three branches above set it
         wait_available(server["rest_url"], model_name, version, timeout)
-        smokes = [smoke_test(server["rest_url"], model_name, version, batch, expected, signature)
-                  for signature, batch, expected in checks]
+        smokes = [
+            smoke_test(server["rest_url"], model_name, version, batch, expected, signature)
+            for signature, batch, expected in checks
+        ]
         smoke = {**smokes[0], "signatures": [s["signature_name"] for s in smokes]}
     except Exception as e:
         remove_version(base, model_name, version)
-        raise DeployError(f"deploying {model_name} version {version} failed, rolled back: {e}"
-                          + _restored(server, base, model_name)) from e
-    return {**server, "model_name": model_name, "version": version, "base_path": base, "smoke": smoke,
-            "stop": f"python -m pipelines stop-serving --model-base-path {base} --model-name {model_name}"
-            if server.get("pid") else ""}
+        raise DeployError(
+            f"deploying {model_name} version {version} failed, rolled back: {e}" + _restored(server, base, model_name)
+        ) from e
+    return {
+        **server,
+        "model_name": model_name,
+        "version": version,
+        "base_path": base,
+        "smoke": smoke,
+        "stop": f"python -m pipelines stop-serving --model-base-path {base} --model-name {model_name}"
+        if server.get("pid")
+        else "",
+    }
 
 
 def _restored(server: dict | None, base: str, model_name: str, timeout: float = 60) -> str:
@@ -270,8 +324,9 @@ def deploy_model(
     endpoint.metadata.update({k: info[k] for k in ("rest_url", "grpc_target", "version", "pid")})
     with open(endpoint.path, "w") as f:
         json.dump(info, f, indent=2)
-    print(f"serving {model_name} version {version}: REST {info['rest_url']}, gRPC {info['grpc_target'] or '-'}"
-          + (f"; stop it with: {info['stop']}" if info["stop"] else ""))
+    print(
+        f"serving {model_name} version {version}: REST {info['rest_url']}, gRPC {info['grpc_target'] or '-'}"
+        + (f"; stop it with: {info['stop']}" if info["stop"] else "")
+    )
     Outputs = namedtuple("Outputs", ["rest_url", "grpc_target", "version"])
-    return Outputs(info["rest_url"], info["grpc_target"],
-                                                                        version)
+    return Outputs(info["rest_url"], info["grpc_target"], version)

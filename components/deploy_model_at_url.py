@@ -1,4 +1,5 @@
 """Kubeflow deploy with `serving: url`: check the TF Serving at the URL (`components.deploy_model`)."""
+
 from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
@@ -29,8 +30,10 @@ def deploy_model_at_url(
     from components.deploy_model import DeployError, deploy
 
     if not serving_url:
-        raise DeployError("platform.kubeflow.serving is url but the serving_url parameter is empty: give the URL of "
-                          "a TF Serving watching model_repository, or use serving: kserve or none")
+        raise DeployError(
+            "platform.kubeflow.serving is url but the serving_url parameter is empty: give the URL of "
+            "a TF Serving watching model_repository, or use serving: kserve or none"
+        )
     version, path = int(published.metadata["version"]), published.metadata["path"]
     info = deploy(version, path, dataset.path, model_repository, model_name, serving_url)
     endpoint.metadata.update({k: info[k] for k in ("rest_url", "version")})

@@ -23,8 +23,7 @@ from typing import Any, NamedTuple
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
 GROUP, VERSION, PLURAL, KIND = "serving.kserve.io", "v1beta1", "inferenceservices", "InferenceService"
-MISSING_HINT = ("install KServe (v0.15 or later) or set platform.kubeflow.serving: url (a TF Serving you run) or "
-                "none")
+MISSING_HINT = "install KServe (v0.15 or later) or set platform.kubeflow.serving: url (a TF Serving you run) or none"
 CONTAINER = "kserve-container"
 MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts the storage URI
 PORT = 8080
@@ -45,12 +44,23 @@ def storage_uri(version_path: str, claim_name: str, mount_path: str) -> str:
         return version_path
     if claim_name and on_volume(version_path, mount_path):
         return f"pvc://{claim_name}/{os.path.relpath(version_path, mount_path)}"
-    raise ValueError(f"KServe cannot read the model repository version {version_path}: put the model repository "
-                     f"on the shared volume (under {mount_path}) or on gs://")
+    raise ValueError(
+        f"KServe cannot read the model repository version {version_path}: put the model repository "
+        f"on the shared volume (under {mount_path}) or on gs://"
+    )
 
 
-def predictor(kind: str, uri: str, model_name: str, image: str, resources: dict, min_replicas: int,
-              max_replicas: int, service_account: str = "", runtime_version: str = "") -> dict:
+def predictor(
+    kind: str,
+    uri: str,
+    model_name: str,
+    image: str,
+    resources: dict,
+    min_replicas: int,
+    max_replicas: int,
+    service_account: str = "",
+    runtime_version: str = "",
+) -> dict:
     """The InferenceService's `spec.predictor` (without canaryTrafficPercent)."""
     spec: dict[str, Any] = {"minReplicas": min_replicas, "maxReplicas": max_replicas}
     if service_account:
@@ -63,21 +73,37 @@ def predictor(kind: str, uri: str, model_name: str, image: str, resources: dict,
             model["resources"] = resources
         return {**spec, "model": model}
     route = f"/v1/models/{model_name}"
-    env = {"STORAGE_URI": uri, "AIP_STORAGE_URI": MODEL_DIR, "AIP_HTTP_PORT": str(PORT),
-           "AIP_HEALTH_ROUTE": route, "AIP_PREDICT_ROUTE": f"{route}:predict"}
-    container = {"name": CONTAINER, "image": image, "env": [{"name": k, "value": v} for k, v in env.items()],
-                 "ports": [{"containerPort": PORT, "protocol": "TCP"}],
-                 "readinessProbe": {"httpGet": {"path": route, "port": PORT}, "periodSeconds": 5}}
+    env = {
+        "STORAGE_URI": uri,
+        "AIP_STORAGE_URI": MODEL_DIR,
+        "AIP_HTTP_PORT": str(PORT),
+        "AIP_HEALTH_ROUTE": route,
+        "AIP_PREDICT_ROUTE": f"{route}:predict",
+    }
+    container = {
+        "name": CONTAINER,
+        "image": image,
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "ports": [{"containerPort": PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": route, "port": PORT}, "periodSeconds": 5},
+    }
     if resources:
         container["resources"] = resources
     return {**spec, "containers": [container]}
 
 
 def inference_service(name: str, namespace: str, spec_predictor: dict, labels: dict | None = None) -> dict:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}),
-                         "annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
-            "spec": {"predictor": spec_predictor}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(labels or {}),
+            "annotations": {"serving.kserve.io/enable-tag-routing": "true"},
+        },
+        "spec": {"predictor": spec_predictor},
+    }
 
 
 def _predictor_status(obj: dict) -> dict:
@@ -102,12 +128,23 @@ def ready(obj: dict, generation: int) -> bool | None:
     model = status.get("modelStatus") or {}
     if model.get("transitionStatus") in ("BlockedByFailedLoad", "InvalidSpec"):
         failure = model.get("lastFailureInfo") or {}
-        raise ServingFailed(f"the model did not load ({model['transitionStatus']}): "
-                            f"{failure.get('message') or failure.get('reason') or 'no message'}")
+        raise ServingFailed(
+            f"the model did not load ({model['transitionStatus']}): "
+            f"{failure.get('message') or failure.get('reason') or 'no message'}"
+        )
     for c in kube.conditions(obj):
-        if c.get("type") in ("Ready", "PredictorReady") and c.get("status") == "False" and \
-                c.get("reason") in ("RevisionFailed", "RevisionMissing", "ContainerHealthCheckFailed",
-                                    "ProgressDeadlineExceeded", "ExitCode"):
+        if (
+            c.get("type") in ("Ready", "PredictorReady")
+            and c.get("status") == "False"
+            and c.get("reason")
+            in (
+                "RevisionFailed",
+                "RevisionMissing",
+                "ContainerHealthCheckFailed",
+                "ProgressDeadlineExceeded",
+                "ExitCode",
+            )
+        ):
             raise ServingFailed(f"{c['type']}=False ({c['reason']}): {c.get('message', '')}")
     if not kube.condition(obj, "Ready") or status.get("observedGeneration", generation) < generation:
         return None
@@ -127,8 +164,7 @@ def smoke_test(url: str, model_name: str, batch, expected, post=None) -> dict:
         import requests
 
         post = requests.post
-    response = post(f"{url}/v1/models/{model_name}:predict", json={"instances": np.asarray(batch).tolist()},
-                    timeout=60)
+    response = post(f"{url}/v1/models/{model_name}:predict", json={"instances": np.asarray(batch).tolist()}, timeout=60)
     try:
         body = response.json()
     except ValueError:
@@ -154,16 +190,20 @@ def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=prin
     group, version, plural = REVISIONS
     objects = kube.custom(api)
     try:
-        listing = objects.list_namespaced_custom_object(group, version, namespace, plural,
-                                                        label_selector=f"{ISVC_LABEL}={name}")
+        listing = objects.list_namespaced_custom_object(
+            group, version, namespace, plural, label_selector=f"{ISVC_LABEL}={name}"
+        )
     except ApiException as e:
         if e.status == 404:
             return []
         raise
     isvc = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
     serving = _predictor_status(isvc).get("latestReadyRevision")
-    revisions = sorted(listing.get("items") or [], key=lambda r: int(
-        r["metadata"].get("labels", {}).get("serving.knative.dev/configurationGeneration", 0)), reverse=True)
+    revisions = sorted(
+        listing.get("items") or [],
+        key=lambda r: int(r["metadata"].get("labels", {}).get("serving.knative.dev/configurationGeneration", 0)),
+        reverse=True,
+    )
     older = [r["metadata"]["name"] for r in revisions if r["metadata"]["name"] != serving]
     removed = older[keep_previous:]
     for revision in removed:
@@ -172,10 +212,24 @@ def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=prin
     return removed
 
 
-def deploy_to_kserve(api, *, name: str, namespace: str, spec_predictor: dict, traffic_percentage: int,
-                     model_name: str, batch, expected, keep_previous: int = 0, labels: dict | None = None,
-                     poll_seconds: float = 5, timeout_seconds: float = 900, log=print, sleep=None,
-                     post=None) -> dict:
+def deploy_to_kserve(
+    api,
+    *,
+    name: str,
+    namespace: str,
+    spec_predictor: dict,
+    traffic_percentage: int,
+    model_name: str,
+    batch,
+    expected,
+    keep_previous: int = 0,
+    labels: dict | None = None,
+    poll_seconds: float = 5,
+    timeout_seconds: float = 900,
+    log=print,
+    sleep=None,
+    post=None,
+) -> dict:
     """Roll the predictor out on the InferenceService `name` and prove it serves; on failure put the previous
     predictor back (or delete a first deploy) and raise ServingFailed. Returns the endpoint's record."""
     import copy
@@ -204,8 +258,10 @@ def deploy_to_kserve(api, *, name: str, namespace: str, spec_predictor: dict, tr
         new = {**spec_predictor, "canaryTrafficPercent": traffic_percentage if canary else None}
         # merge patch: the predictor's keys are replaced (lists whole); keys the old predictor had and the new one
         # lacks (a model instead of containers) are removed
-        patch = {"spec": {"predictor": {**{k: None for k in previous}, **new}},
-                 "metadata": {"annotations": {"serving.kserve.io/enable-tag-routing": "true"}}}
+        patch = {
+            "spec": {"predictor": {**{k: None for k in previous}, **new}},
+            "metadata": {"annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
+        }
         applied = objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
         log(f"updated {what}: " + (f"canary at {traffic_percentage} %" if canary else "rolling out at 100 %"))
     generation = applied.get("metadata", {}).get("generation", 1)
@@ -222,15 +278,20 @@ def deploy_to_kserve(api, *, name: str, namespace: str, spec_predictor: dict, tr
         if existing is None:
             kube.delete(api, GROUP, VERSION, namespace, PLURAL, name)
             return f"deleted {what} (it served nothing before)"
-        objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": {"predictor": {
-            **{k: None for k in {**spec_predictor, "canaryTrafficPercent": 0}}, **previous}}})
+        objects.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"spec": {"predictor": {**{k: None for k in {**spec_predictor, "canaryTrafficPercent": 0}}, **previous}}},
+        )
         revision = _predictor_status(existing).get("latestReadyRevision")
         return f"restored the previous predictor of {what}" + (f" (revision {revision})" if revision else "")
 
     with kube.on_cancel(lambda: log(rollback("cancelled")), log):
         try:
-            obj = kube.poll(read, done, poll_seconds, timeout_seconds, f"{what}'s new revision",
-                            sleep or time.sleep)
+            obj = kube.poll(read, done, poll_seconds, timeout_seconds, f"{what}'s new revision", sleep or time.sleep)
             url = served_url(obj)
             if not url:
                 raise ServingFailed(f"{what} is Ready but has no URL")
@@ -239,14 +300,23 @@ def deploy_to_kserve(api, *, name: str, namespace: str, spec_predictor: dict, tr
             undone = rollback(str(e))
             raise ServingFailed(f"{what} did not serve the new version: {e}; {undone}") from e
     predictor_status = _predictor_status(obj)
-    log(f"{what} serves revision {predictor_status.get('latestReadyRevision', '?')} at {url}"
-        + (f" ({traffic_percentage} % canary)" if canary else ""))
+    log(
+        f"{what} serves revision {predictor_status.get('latestReadyRevision', '?')} at {url}"
+        + (f" ({traffic_percentage} % canary)" if canary else "")
+    )
     removed = [] if canary else prune_revisions(api, namespace, name, keep_previous, log)
-    return {"name": name, "namespace": namespace, "url": url, "service_url": (obj.get("status") or {}).get("url"),
-            "revision": predictor_status.get("latestReadyRevision", ""),
-            "previous_revision": predictor_status.get("previousRolledoutRevision", ""),
-            "traffic": predictor_status.get("traffic", []), "canary": canary, "smoke": smoke,
-            "deleted_revisions": removed}
+    return {
+        "name": name,
+        "namespace": namespace,
+        "url": url,
+        "service_url": (obj.get("status") or {}).get("url"),
+        "revision": predictor_status.get("latestReadyRevision", ""),
+        "previous_revision": predictor_status.get("previousRolledoutRevision", ""),
+        "traffic": predictor_status.get("traffic", []),
+        "canary": canary,
+        "smoke": smoke,
+        "deleted_revisions": removed,
+    }
 
 
 def deploy_model_on_kserve(
@@ -308,21 +378,42 @@ def deploy_model_on_kserve(
 
     version, path = int(published.metadata["version"]), published.metadata["path"]
     name = inference_service or model_name
-    spec = predictor(predictor_kind, storage_uri(path, claim_name, mount_path), name, serving_image, resources,
-                     min_replicas, max_replicas, service_account, runtime_version)
+    spec = predictor(
+        predictor_kind,
+        storage_uri(path, claim_name, mount_path),
+        name,
+        serving_image,
+        resources,
+        min_replicas,
+        max_replicas,
+        service_account,
+        runtime_version,
+    )
     batch, expected = reference(path, dataset.path)
     try:
         info = deploy_to_kserve(
-            kube.api_client(), name=name, namespace=namespace or kube.own_namespace(), spec_predictor=spec,
-            traffic_percentage=traffic_percentage, model_name=name, batch=batch, expected=expected,
-            keep_previous=keep_previous, labels={**kube.run_labels(run_id, "deploy-model"),
-                                                 "tfpipe/model-version": str(version)},
-            poll_seconds=poll_seconds, timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)
+            kube.api_client(),
+            name=name,
+            namespace=namespace or kube.own_namespace(),
+            spec_predictor=spec,
+            traffic_percentage=traffic_percentage,
+            model_name=name,
+            batch=batch,
+            expected=expected,
+            keep_previous=keep_previous,
+            labels={**kube.run_labels(run_id, "deploy-model"), "tfpipe/model-version": str(version)},
+            poll_seconds=poll_seconds,
+            timeout_seconds=timeout_minutes * 60,
+            log=kube.log_to_stdout,
+        )
     except ServingFailed as e:
         remove_version(model_repository, model_name, version)
         raise ServingFailed(f"{e}; removed version {version} from the model repository") from e
-    info.update(model_name=model_name, version=version, storage_uri=spec.get("model", {}).get("storageUri") or
-                spec["containers"][0]["env"][0]["value"])
+    info.update(
+        model_name=model_name,
+        version=version,
+        storage_uri=spec.get("model", {}).get("storageUri") or spec["containers"][0]["env"][0]["value"],
+    )
     endpoint.metadata.update({k: info[k] for k in ("url", "revision", "version", "canary")})
     with open(endpoint.path, "w") as f:
         json.dump(info, f, indent=2)

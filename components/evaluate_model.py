@@ -36,9 +36,12 @@ def _load_serving(model_dir: str):
     if tf.io.gfile.exists(f"{model_dir}/{LABELS_FILE}"):
         with tf.io.gfile.GFile(f"{model_dir}/{LABELS_FILE}") as f:
             labels = [line for line in f.read().splitlines() if line]
+
     def inputs(fn) -> dict:
-        return {name: f"{spec.dtype.name}{[d for d in spec.shape.as_list()]}"
-                for name, spec in fn.structured_input_signature[1].items()}
+        return {
+            name: f"{spec.dtype.name}{[d for d in spec.shape.as_list()]}"
+            for name, spec in fn.structured_input_signature[1].items()
+        }
 
     others = {name: inputs(fn) for name, fn in signatures.items() if name != "serving_default"}
     return signature, {"labels": labels, "inputs": inputs(signature), "signatures": others}
@@ -63,8 +66,10 @@ def _evaluate_signature(signature, data_dir: str, split: str, batch_size: int) -
         np.add.at(matrix, (labels, predicted), 1)
         loss_sum += float(-np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-12, 1.0)).sum())
         count += len(labels)
-    per_class = {label: float(matrix[i, i] / row) if (row := matrix[i].sum()) else None
-                 for i, label in enumerate(stats["labels"])}
+    per_class = {
+        label: float(matrix[i, i] / row) if (row := matrix[i].sum()) else None
+        for i, label in enumerate(stats["labels"])
+    }
     return {
         "split": split,
         "examples": count,
@@ -82,24 +87,34 @@ def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", bat
     return _evaluate_signature(signature, data_dir, split, batch_size)
 
 
-def decide(accuracy: float, threshold: float, champion_accuracy: float | None, tolerance: float,
-           champion_name: str = "champion") -> tuple[bool, str]:
+def decide(
+    accuracy: float,
+    threshold: float,
+    champion_accuracy: float | None,
+    tolerance: float,
+    champion_name: str = "champion",
+) -> tuple[bool, str]:
     if accuracy < threshold:
         return False, f"test accuracy {accuracy:.4f} is below the threshold {threshold:.4f}"
     if champion_accuracy is None:
         return True, f"test accuracy {accuracy:.4f} clears the threshold {threshold:.4f}; no champion yet"
     if accuracy < champion_accuracy - tolerance:
-        return False, (f"test accuracy {accuracy:.4f} is worse than {champion_name}'s {champion_accuracy:.4f} "
-                       f"minus the tolerance {tolerance:.4f}")
-    return True, (f"test accuracy {accuracy:.4f} clears the threshold {threshold:.4f} and {champion_name}'s "
-                  f"{champion_accuracy:.4f} minus the tolerance {tolerance:.4f}")
+        return False, (
+            f"test accuracy {accuracy:.4f} is worse than {champion_name}'s {champion_accuracy:.4f} "
+            f"minus the tolerance {tolerance:.4f}"
+        )
+    return True, (
+        f"test accuracy {accuracy:.4f} clears the threshold {threshold:.4f} and {champion_name}'s "
+        f"{champion_accuracy:.4f} minus the tolerance {tolerance:.4f}"
+    )
 
 
 def same_artifacts(a: str, b: str) -> bool:
     """Whether two model URIs name the same folder (`/gcs/BUCKET/...` is Vertex's FUSE path of `gs://BUCKET/...`)."""
+
     def norm(uri: str) -> str:
         uri = uri.rstrip("/")
-        return "gs://" + uri[len("/gcs/"):] if uri.startswith("/gcs/") else uri
+        return "gs://" + uri[len("/gcs/") :] if uri.startswith("/gcs/") else uri
 
     return bool(a and b) and norm(a) == norm(b)
 
@@ -107,26 +122,35 @@ def same_artifacts(a: str, b: str) -> bool:
 def check_compatible(candidate: dict, champion: dict, champion_name: str) -> None:
     """Fail when the champion answers with other labels or takes another serving input than the candidate."""
     problems = []
-    if champion["labels"] is not None and candidate["labels"] is not None and \
-            champion["labels"] != candidate["labels"]:
+    if champion["labels"] is not None and candidate["labels"] is not None and champion["labels"] != candidate["labels"]:
         problems.append(f"labels {champion['labels']} (this model: {candidate['labels']})")
     if champion["inputs"] != candidate["inputs"]:
         problems.append(f"serving input {champion['inputs']} (this model: {candidate['inputs']})")
     for name, inputs in champion.get("signatures", {}).items():  # extra signatures of the candidate are fine
         theirs = candidate.get("signatures", {}).get(name)
         if theirs != inputs:
-            problems.append(f"signature {name!r} with input {inputs} (this model: "
-                            f"{'no such signature' if theirs is None else theirs})")
+            problems.append(
+                f"signature {name!r} with input {inputs} (this model: "
+                f"{'no such signature' if theirs is None else theirs})"
+            )
     if problems:
         raise ModelError(
             f"{champion_name} is a different model: it has {' and '.join(problems)}. Publishing this model as its "
             "next version would change what its clients get: use another model name for this data (the model_name "
-            "parameter; on Vertex AI platform.model_display_name)")
+            "parameter; on Vertex AI platform.model_display_name)"
+        )
 
 
-def evaluate(model_dir: str, data_dir: str, accuracy_threshold: float, champion_path: str = "",
-             champion_name: str = "", champion_tolerance: float = 0.01, model_uri: str = "",
-             champion_model_uri: str = "") -> dict:
+def evaluate(
+    model_dir: str,
+    data_dir: str,
+    accuracy_threshold: float,
+    champion_path: str = "",
+    champion_name: str = "",
+    champion_tolerance: float = 0.01,
+    model_uri: str = "",
+    champion_model_uri: str = "",
+) -> dict:
     """Evaluate the candidate, compare with the champion (`champion_path`: its SavedModel, local or gs://; "" when
     there is none), return the report with `blessed` and `reason`. `model_uri` / `champion_model_uri`: the
     artifacts each was trained into; equal when the candidate already is the champion (a cached training)."""
@@ -143,15 +167,29 @@ def evaluate(model_dir: str, data_dir: str, accuracy_threshold: float, champion_
             champion_signature, champion_identity = _load_serving(local_copy)
             check_compatible(identity, champion_identity, name)
             champion_accuracy = _evaluate_signature(champion_signature, data_dir, "test", 256)["accuracy"]
-        champion_info = {"name": name, "path": champion_path, "accuracy": champion_accuracy,
-                         "source": "re-evaluated on this test split"}
+        champion_info = {
+            "name": name,
+            "path": champion_path,
+            "accuracy": champion_accuracy,
+            "source": "re-evaluated on this test split",
+        }
     if champion_path and same_artifacts(model_uri, champion_model_uri):
-        blessed, reason = False, (f"the candidate is {name} itself (same artifacts {model_uri}: the training was "
-                                  "a cache hit on unchanged data); nothing new to publish")
+        blessed, reason = (
+            False,
+            (
+                f"the candidate is {name} itself (same artifacts {model_uri}: the training was "
+                "a cache hit on unchanged data); nothing new to publish"
+            ),
+        )
     else:
         blessed, reason = decide(report["accuracy"], accuracy_threshold, champion_accuracy, champion_tolerance, name)
-    report.update(blessed=blessed, reason=reason, champion=champion_info, threshold=accuracy_threshold,
-                  tolerance=champion_tolerance)
+    report.update(
+        blessed=blessed,
+        reason=reason,
+        champion=champion_info,
+        threshold=accuracy_threshold,
+        tolerance=champion_tolerance,
+    )
     return report
 
 
@@ -184,8 +222,16 @@ def evaluate_model(
 
     from components.evaluate_model import evaluate
 
-    report = evaluate(model.path, dataset.path, accuracy_threshold, champion_path, champion_name, champion_tolerance,
-                      model.uri, champion_model_uri)
+    report = evaluate(
+        model.path,
+        dataset.path,
+        accuracy_threshold,
+        champion_path,
+        champion_name,
+        champion_tolerance,
+        model.uri,
+        champion_model_uri,
+    )
     metrics.log_metric("accuracy", report["accuracy"])
     metrics.log_metric("loss", report["loss"])
     metrics.log_metric("blessed", float(report["blessed"]))

@@ -1,9 +1,11 @@
 """The Vertex AI endpoint with a display name (the deploy reuses it)."""
+
 from typing import NamedTuple
 
 
 def find_endpoint(display_name: str, project: str, location: str) -> NamedTuple(
-        "Outputs", [("resource_name", str), ("resource_uri", str)]):
+    "Outputs", [("resource_name", str), ("resource_uri", str)]
+):
     """KFP step (Vertex): the endpoint with this display name ("" when there is none).
 
     Args:

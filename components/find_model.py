@@ -1,9 +1,11 @@
 """The Vertex AI Model Registry model with a display name (the upload makes a new version of it)."""
+
 from typing import NamedTuple
 
 
 def find_model(display_name: str, project: str, location: str) -> NamedTuple(
-        "Outputs", [("resource_name", str), ("resource_uri", str)]):
+    "Outputs", [("resource_name", str), ("resource_uri", str)]
+):
     """KFP step (Vertex): the registry model with this display name ("" when there is none).
 
     Args:

@@ -1,10 +1,12 @@
 """The champion the evaluation gate compares with on Vertex AI: the Model Registry version of the model with the
 configured display name that holds the champion alias (`find_repository_champion`'s outputs)."""
+
 from typing import NamedTuple
 
 
 def find_registry_champion(display_name: str, alias: str, project: str, location: str) -> NamedTuple(
-        "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
+    "Outputs", [("path", str), ("name", str), ("model_uri", str)]
+):
     """KFP step (Vertex): the registry model's version holding `alias`.
 
     Args:

@@ -7,11 +7,13 @@ Both steps answer the same three outputs: the champion's SavedModel (`path`, "" 
 messages, and the artifact URI it was trained into (`model_uri`: equal to the candidate's when a cached training
 produced the champion itself).
 """
+
 from typing import NamedTuple
 
 
 def find_repository_champion(model_repository: str, model_name: str) -> NamedTuple(
-        "Outputs", [("path", str), ("name", str), ("model_uri", str)]):
+    "Outputs", [("path", str), ("name", str), ("model_uri", str)]
+):
     """KFP step (self-hosted): the model repository's newest version.
 
     Args:

@@ -11,6 +11,7 @@ it is what prep reads):
 
 The digest is SHA-256 over a canonical, sorted JSON listing.
 """
+
 import hashlib
 import json
 import os
@@ -29,15 +30,18 @@ def _gcs_listing(data_source: str) -> tuple[str, list]:
         name = os.path.basename(blobs[0].name)
         file_kind(data_source, name)
         return "csv", [[name, int(blobs[0].size), int(blobs[0].generation)]]
-    return "folder", [[b.name[len(folder):], int(b.size), int(b.generation)] for b in blobs]
+    return "folder", [[b.name[len(folder) :], int(b.size), int(b.generation)] for b in blobs]
 
 
 def _local_listing(data_source: str) -> tuple[str, list]:
     """The kind and `[relative path, size, mtime_ns]` of each file."""
     path = data_source.removeprefix("file://")
     kind = source_kind(data_source, path)
-    files = ([(rel, os.path.join(path, rel)) for rel in folder_files(path)] if kind == "folder"
-             else [(os.path.basename(path), path)])
+    files = (
+        [(rel, os.path.join(path, rel)) for rel in folder_files(path)]
+        if kind == "folder"
+        else [(os.path.basename(path), path)]
+    )
     entries = []
     for rel, full in files:
         try:
@@ -59,8 +63,13 @@ def fingerprint(data_source: str) -> dict:
         kind, entries = (_gcs_listing if scheme == "gcs" else _local_listing)(data_source)
     canonical = json.dumps([scheme, kind, sorted(entries)], separators=(",", ":"))
     files = [] if kind == "builtin" else entries
-    return {"source": data_source, "kind": kind, "files": len(files), "bytes": sum(e[1] for e in files),
-            "digest": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
+    return {
+        "source": data_source,
+        "kind": kind,
+        "files": len(files),
+        "bytes": sum(e[1] for e in files),
+        "digest": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest(),
+    }
 
 
 def summary(result: dict) -> str:

@@ -1,4 +1,5 @@
 """The end of a Vertex AI rollout (`components.lib.vertex_rollout`): undeploy the previous models, move the aliases."""
+
 from kfp.dsl import Artifact, Input
 
 
@@ -21,5 +22,10 @@ def finish_vertex_rollout(
     """
     from components.lib.vertex_rollout import finish_rollout
 
-    return finish_rollout(endpoint.metadata["resourceName"], model.metadata["resourceName"], traffic_percentage,
-                          keep_previous, list(aliases))
+    return finish_rollout(
+        endpoint.metadata["resourceName"],
+        model.metadata["resourceName"],
+        traffic_percentage,
+        keep_previous,
+        list(aliases),
+    )

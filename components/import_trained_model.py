@@ -1,4 +1,5 @@
 """The Vertex custom job's trained model as a `Model` artifact, after GCPC's `CustomTrainingJobOp`."""
+
 from typing import NamedTuple
 
 from kfp.dsl import Artifact, Input, Metrics, Model, Output

@@ -1,4 +1,5 @@
 """The model version, instances, output and instance config of a Vertex AI batch prediction job."""
+
 from typing import Any, NamedTuple
 
 from kfp.dsl import Artifact, Output
@@ -20,9 +21,20 @@ def plan_batch_prediction(
     excluded_fields: list = [],  # noqa: B006
     instance_type: str = "",
     signature_name: str = "",
-) -> NamedTuple("Outputs", [("model_name", str), ("model_uri", str), ("gcs_source_uris", list),
-                            ("output_prefix", str), ("job_display_name", str), ("included_fields", list),
-                            ("excluded_fields", list), ("instance_type", str), ("model_parameters", dict)]):
+) -> NamedTuple(
+    "Outputs",
+    [
+        ("model_name", str),
+        ("model_uri", str),
+        ("gcs_source_uris", list),
+        ("output_prefix", str),
+        ("job_display_name", str),
+        ("included_fields", list),
+        ("excluded_fields", list),
+        ("instance_type", str),
+        ("model_parameters", dict),
+    ],
+):
     """KFP step (Vertex): the model version, the instances as gs:// URIs (comma-separated; `/gcs/` FUSE paths are
     turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run), the
     display name (`<run_name>-batch`) of a batch job, and its instance config: the field options checked and
@@ -58,27 +70,52 @@ def plan_batch_prediction(
     uris = []
     for item in (i.strip() for i in instances.split(",")):
         if item.startswith("/gcs/"):
-            item = "gs://" + item[len("/gcs/"):]
+            item = "gs://" + item[len("/gcs/") :]
         if item:
             if not item.startswith("gs://"):
                 raise ValueError(f"Vertex batch prediction reads instances from gs:// URIs, got {item!r}")
             uris.append(item)
     if not uris:
         raise ValueError("no instances given")
-    fields: dict[str, Any] = dict(key_field=key_field, included_fields=included_fields,
-                                  excluded_fields=excluded_fields, instance_type=instance_type)
+    fields: dict[str, Any] = dict(
+        key_field=key_field,
+        included_fields=included_fields,
+        excluded_fields=excluded_fields,
+        instance_type=instance_type,
+    )
     instance_config(instances_format, **fields, feature_names=None)  # a mistake fails before any look-up
     name, artifact_uri = find_model_version(model, display_name, alias, project, location)
     features = model_feature_names(artifact_uri) if artifact_uri and instances_format in ("csv", "jsonl") else []
     config = instance_config(instances_format, **fields, feature_names=features)
-    signatures = model_signatures(artifact_uri) if artifact_uri and (
-        signature_name or instances_format in B64_FORMATS) else {}
+    signatures = (
+        model_signatures(artifact_uri) if artifact_uri and (signature_name or instances_format in B64_FORMATS) else {}
+    )
     signature = choose_signature(signatures, signature_name, instances_format)
     parameters = {} if signature == "serving_default" else {"signature_name": signature}
     prefix = output_prefix or destination.uri
     print(f"model {name}; instances {uris}; output under {prefix}; instance config {config}; signature {signature}")
-    Outputs = namedtuple("Outputs", ["model_name", "model_uri", "gcs_source_uris", "output_prefix", "job_display_name",
-                                     "included_fields", "excluded_fields", "instance_type", "model_parameters"])
+    Outputs = namedtuple(
+        "Outputs",
+        [
+            "model_name",
+            "model_uri",
+            "gcs_source_uris",
+            "output_prefix",
+            "job_display_name",
+            "included_fields",
+            "excluded_fields",
+            "instance_type",
+            "model_parameters",
+        ],
+    )
     return Outputs(
-        name, resource_uri(name), uris, prefix, job_display_name(run_name, "batch"), list(config.included_fields),
-        list(config.excluded_fields), config.instance_type, parameters)
+        name,
+        resource_uri(name),
+        uris,
+        prefix,
+        job_display_name(run_name, "batch"),
+        list(config.included_fields),
+        list(config.excluded_fields),
+        config.instance_type,
+        parameters,
+    )

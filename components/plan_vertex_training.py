@@ -4,6 +4,7 @@
 all running `python -m trainer.task` from the trainer image) and a base output directory; after the job,
 the `import_trained_model` step checks the chief's SavedModel and exposes it as a `Model` artifact.
 """
+
 from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Output
@@ -12,8 +13,15 @@ from components.train_model import trainer_flags
 from trainer.environment import LEGACY_KERAS
 
 
-def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str, hyperparameters: dict,
-                      accelerator_type: str = "", accelerator_count: int = 0) -> list[dict]:
+def worker_pool_specs(
+    image: str,
+    data_uri: str,
+    workers: int,
+    machine_type: str,
+    hyperparameters: dict,
+    accelerator_type: str = "",
+    accelerator_count: int = 0,
+) -> list[dict]:
     """CustomJob worker pools for `workers` training processes (chief + workers-1)."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -26,8 +34,11 @@ def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str
         "args": ["--data-dir", data_uri, *trainer_flags(hyperparameters)],
         "env": [{"name": name, "value": value} for name, value in LEGACY_KERAS.items()],
     }
-    pool = {"machine_spec": machine_spec, "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
-            "container_spec": container}
+    pool = {
+        "machine_spec": machine_spec,
+        "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
+        "container_spec": container,
+    }
     specs = [{**pool, "replica_count": 1}]
     if workers > 1:
         specs.append({**pool, "replica_count": workers - 1})
@@ -37,7 +48,7 @@ def worker_pool_specs(image: str, data_uri: str, workers: int, machine_type: str
 def job_display_name(run_name: str, purpose: str) -> str:
     """`<run_name>-<purpose>`, the run's name shortened to fit Vertex's 128-character display names."""
     suffix = f"-{purpose}"
-    return run_name[:128 - len(suffix)] + suffix
+    return run_name[: 128 - len(suffix)] + suffix
 
 
 def plan_vertex_training(
@@ -79,8 +90,8 @@ def plan_vertex_training(
 
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
     flags = {"model": model_builder, **fixed, "epochs": epochs}
-    specs = worker_pool_specs(trainer_image, dataset.uri, workers, machine_type, flags,
-                              accelerator_type, accelerator_count)
+    specs = worker_pool_specs(
+        trainer_image, dataset.uri, workers, machine_type, flags, accelerator_type, accelerator_count
+    )
     Outputs = namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])
-    return Outputs(
-        specs, job_dir.uri, job_display_name(run_name, purpose))
+    return Outputs(specs, job_dir.uri, job_display_name(run_name, purpose))

@@ -7,6 +7,7 @@ Images are decoded and resized on every core the step may use (a process pool; `
 written by this process in one fixed order, so the output is byte for byte the same as a single-process run's.
 Records are written without TensorFlow (`components.lib.records`): the step does not pay its start-up.
 """
+
 import hashlib
 import json
 import math
@@ -44,8 +45,9 @@ def assign_split(key: str, val_fraction: float, test_fraction: float, salt: str 
 def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> int:
     """A multiple of the worker count, at most `examples_per_shard` examples each, and up to 4 files per worker
     (for parallel reads) while each file still gets at least 100 examples."""
-    per_worker = max(math.ceil(expected / (num_workers * examples_per_shard)),
-                     min(4, int(expected // (num_workers * 100))), 1)
+    per_worker = max(
+        math.ceil(expected / (num_workers * examples_per_shard)), min(4, int(expected // (num_workers * 100))), 1
+    )
     return num_workers * per_worker
 
 
@@ -115,8 +117,10 @@ def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fractio
     if num_workers < 1:
         raise DataError(f"num_workers must be >= 1, got {num_workers}")
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise DataError(f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be in (0, 1) "
-                        "and leave room for training data")
+        raise DataError(
+            f"val_fraction ({val_fraction}) and test_fraction ({test_fraction}) must be in (0, 1) "
+            "and leave room for training data"
+        )
     if not 0 <= max_corrupt_fraction <= 1:
         raise DataError(f"max_corrupt_fraction must be in [0, 1], got {max_corrupt_fraction}")
     if examples_per_shard < 1:
@@ -153,9 +157,13 @@ def prepare(
             raise DataError(f"need at least two classes, found {len(source.labels)}: {source.labels}")
         label_index = {name: i for i, name in enumerate(source.labels)}
         fractions = {"train": 1 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
-        shards = {s: shard_count(len(source.candidates) * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
-        writers = {s: [TFRecordWriter(os.path.join(output_dir, shard_name(s, i, n))) for i in range(n)]
-                   for s, n in shards.items()}
+        shards = {
+            s: shard_count(len(source.candidates) * fractions[s], num_workers, examples_per_shard) for s in SPLITS
+        }
+        writers = {
+            s: [TFRecordWriter(os.path.join(output_dir, shard_name(s, i, n))) for i in range(n)]
+            for s, n in shards.items()
+        }
         per_class: dict[str, Counter] = {s: Counter() for s in SPLITS}
         sums: defaultdict[str | tuple[str, int], float] = defaultdict(float)
         quarantine = []
@@ -173,7 +181,8 @@ def prepare(
                 split = assign_split(key, val_fraction, test_fraction, split_salt)
                 n = sum(per_class[split].values())
                 writers[split][n % shards[split]].write(
-                    value if source.parallel else encode_example(key, label_index[label], value, source.kind))
+                    value if source.parallel else encode_example(key, label_index[label], value, source.kind)
+                )
                 per_class[split][label] += 1
                 if source.kind == TABULAR and split == "train":
                     sums["n"] += 1
@@ -208,8 +217,9 @@ def prepare(
                 "examples": sum(per_class[s].values()),
                 "per_class": {label: per_class[s][label] for label in source.labels},
                 "shards": shards[s],
-                "bytes": sum(os.path.getsize(os.path.join(output_dir, shard_name(s, i, shards[s])))
-                             for i in range(shards[s])),
+                "bytes": sum(
+                    os.path.getsize(os.path.join(output_dir, shard_name(s, i, shards[s]))) for i in range(shards[s])
+                ),
             }
             for s in SPLITS
         },
@@ -217,8 +227,9 @@ def prepare(
     if source.kind == TABULAR and sums["n"]:
         count = sums["n"]
         stats["feature_mean"] = [sums[("s", j)] / count for j in range(source.input_shape[0])]
-        stats["feature_variance"] = [max(sums[("q", j)] / count - (sums[("s", j)] / count) ** 2, 0.0)
-                                     for j in range(source.input_shape[0])]
+        stats["feature_variance"] = [
+            max(sums[("q", j)] / count - (sums[("s", j)] / count) ** 2, 0.0) for j in range(source.input_shape[0])
+        ]
     with open(os.path.join(output_dir, "stats.json"), "w") as f:
         json.dump(stats, f, indent=2)
     _check(stats, output_dir, max_corrupt_fraction)
@@ -232,7 +243,8 @@ def _check(stats: dict, output_dir: str, max_corrupt_fraction: float) -> None:
     if stats["corrupt_fraction"] > max_corrupt_fraction:
         raise DataError(
             f"{stats['quarantined']} of {stats['records']} records ({stats['corrupt_fraction']:.1%}) are unreadable "
-            f"or malformed, above max_corrupt_fraction={max_corrupt_fraction:.1%}; see {quarantine}")
+            f"or malformed, above max_corrupt_fraction={max_corrupt_fraction:.1%}; see {quarantine}"
+        )
     present = [c for c in stats["labels"] if sum(stats["splits"][s]["per_class"][c] for s in SPLITS)]
     if len(present) < 2:
         raise DataError(f"need at least two classes with readable examples, found {present}")
@@ -241,7 +253,8 @@ def _check(stats: dict, output_dir: str, max_corrupt_fraction: float) -> None:
         if info["examples"] < info["shards"]:
             raise DataError(
                 f"the {split} split has {info['examples']} examples, fewer than its {info['shards']} shards "
-                f"(one per worker at least): use more data, fewer workers or a larger {split} fraction")
+                f"(one per worker at least): use more data, fewer workers or a larger {split} fraction"
+            )
 
 
 def prepare_data(
@@ -276,8 +289,18 @@ def prepare_data(
 
     from components.prepare_data import prepare
 
-    result = prepare(data_source, dataset.path, num_workers, val_fraction, test_fraction, image_size,
-                     label_column, max_corrupt_fraction, split_salt, data_fingerprint=data_fingerprint)
+    result = prepare(
+        data_source,
+        dataset.path,
+        num_workers,
+        val_fraction,
+        test_fraction,
+        image_size,
+        label_column,
+        max_corrupt_fraction,
+        split_salt,
+        data_fingerprint=data_fingerprint,
+    )
     shutil.copy(f"{dataset.path}/stats.json", stats.path)
     dataset.metadata.update({k: result[k] for k in ("kind", "input_shape", "examples", "quarantined")})
     dataset.metadata["labels"] = result["labels"]

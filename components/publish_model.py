@@ -1,20 +1,29 @@
 """Self-hosted model upload: publish the blessed SavedModel as the next version of the model repository."""
+
 from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
 
-def version_metadata(evaluation: dict, stats: dict, training: dict, run_id: str, source_commit: str,
-                     source_model_uri: str = "") -> dict:
+def version_metadata(
+    evaluation: dict, stats: dict, training: dict, run_id: str, source_commit: str, source_model_uri: str = ""
+) -> dict:
     """What is recorded beside a version: metrics, data stats, parameters, pipeline run id, source commit and the
     artifact the version was copied from (the gate recognises a cached training of the champion by it)."""
     return {
-        "metrics": {"test_accuracy": evaluation["accuracy"], "test_loss": evaluation["loss"],
-                    "val_accuracy": training.get("val_accuracy")},
+        "metrics": {
+            "test_accuracy": evaluation["accuracy"],
+            "test_loss": evaluation["loss"],
+            "val_accuracy": training.get("val_accuracy"),
+        },
         "gate": {"blessed": evaluation["blessed"], "reason": evaluation["reason"]},
-        "data": {"source": stats["source"], "examples": stats["examples"], "labels": stats["labels"],
-                 "input_shape": stats["input_shape"],
-                 "splits": {s: v["examples"] for s, v in stats["splits"].items()}},
+        "data": {
+            "source": stats["source"],
+            "examples": stats["examples"],
+            "labels": stats["labels"],
+            "input_shape": stats["input_shape"],
+            "splits": {s: v["examples"] for s, v in stats["splits"].items()},
+        },
         "parameters": training.get("hyperparameters", {}),
         "pipeline_run_id": run_id,
         "source_commit": source_commit,
@@ -55,8 +64,14 @@ def publish_model(
         with open(path) as f:
             return json.load(f)
 
-    metadata = version_metadata(load(evaluation.path), load(f"{dataset.path}/stats.json"),
-                                load(f"{training.path}/metrics.json"), run_id, source_commit, model.uri)
+    metadata = version_metadata(
+        load(evaluation.path),
+        load(f"{dataset.path}/stats.json"),
+        load(f"{training.path}/metrics.json"),
+        run_id,
+        source_commit,
+        model.uri,
+    )
     version = publish(model.path, model_repository, model_name, metadata)
     published.metadata.update(version=version.number, path=version.path, model_name=model_name)
     with open(published.path, "w") as f:

@@ -8,6 +8,7 @@ within `max_accuracy_drop` points and it needs no Select TF (Flex) ops (unless a
 Modes: `float32` (no optimization), `dynamic` (int8 weights), `float16` (float16 weights), `int8` (full integer,
 calibrated on ~200 training examples; `int8_io` also makes the input/output tensors int8).
 """
+
 import os
 import time
 from typing import Any
@@ -58,8 +59,14 @@ def _edge_function(model_dir: str, input_shape):
     return loaded, edge.get_concrete_function()
 
 
-def convert(model_dir: str, input_shape, mode: str, representative: np.ndarray | None = None,
-            int8_io: bool = False, allow_flex: bool = False) -> bytes:
+def convert(
+    model_dir: str,
+    input_shape,
+    mode: str,
+    representative: np.ndarray | None = None,
+    int8_io: bool = False,
+    allow_flex: bool = False,
+) -> bytes:
     """The `.tflite` bytes of the SavedModel in `mode`; raises QuantizationError when Flex ops would be needed."""
     import tensorflow as tf
 
@@ -91,8 +98,11 @@ def inspect_tflite(model_bytes: bytes) -> dict:
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
-    custom = [c.customCode.decode() if isinstance(c.customCode, bytes) else c.customCode
-              for c in model.operatorCodes if c.customCode]
+    custom = [
+        c.customCode.decode() if isinstance(c.customCode, bytes) else c.customCode
+        for c in model.operatorCodes
+        if c.customCode
+    ]
     weights: dict[str, int] = {}
     for subgraph in model.subgraphs:
         for tensor in subgraph.tensors:
@@ -142,15 +152,27 @@ def publish_decision(result: dict, max_accuracy_drop: float, allow_flex: bool) -
     if result["flex_ops"] and not allow_flex:
         return False, f"{mode}: needs Select TF (Flex) ops {result['flex_ops']}"
     if result["accuracy_drop_points"] > max_accuracy_drop:
-        return False, (f"{mode}: accuracy drop {result['accuracy_drop_points']:.2f} points exceeds "
-                       f"max_accuracy_drop {max_accuracy_drop:.2f}")
-    return True, (f"{mode}: accuracy drop {result['accuracy_drop_points']:.2f} points within "
-                  f"{max_accuracy_drop:.2f}, {result['size_bytes']} bytes")
+        return False, (
+            f"{mode}: accuracy drop {result['accuracy_drop_points']:.2f} points exceeds "
+            f"max_accuracy_drop {max_accuracy_drop:.2f}"
+        )
+    return True, (
+        f"{mode}: accuracy drop {result['accuracy_drop_points']:.2f} points within "
+        f"{max_accuracy_drop:.2f}, {result['size_bytes']} bytes"
+    )
 
 
-def quantize(model_dir: str, data_dir: str, output_dir: str, publish_mode: str = "dynamic",
-             evaluate_modes=MODES, max_accuracy_drop: float = 1.0, int8_io: bool = False,
-             allow_flex: bool = False, representative_count: int = 200) -> dict:
+def quantize(
+    model_dir: str,
+    data_dir: str,
+    output_dir: str,
+    publish_mode: str = "dynamic",
+    evaluate_modes=MODES,
+    max_accuracy_drop: float = 1.0,
+    int8_io: bool = False,
+    allow_flex: bool = False,
+    representative_count: int = 200,
+) -> dict:
     """Convert and evaluate `evaluate_modes` (+ float32, the reference, + `publish_mode`), write every `.tflite` to
     `output_dir`, and decide whether `publish_mode` is published. Returns the report."""
     from components.evaluate_model import evaluate_saved_model
@@ -176,33 +198,50 @@ def quantize(model_dir: str, data_dir: str, output_dir: str, publish_mode: str =
         path = os.path.join(output_dir, f"model_{mode}.tflite")
         with open(path, "wb") as f:
             f.write(model_bytes)
-        results[mode] = {"mode": mode, "path": path, "size_bytes": len(model_bytes),
-                         **inspect_tflite(model_bytes), **evaluate_tflite(model_bytes, inputs, labels)}
+        results[mode] = {
+            "mode": mode,
+            "path": path,
+            "size_bytes": len(model_bytes),
+            **inspect_tflite(model_bytes),
+            **evaluate_tflite(model_bytes, inputs, labels),
+        }
         results[mode]["accuracy_drop_points"] = round((reference["accuracy"] - results[mode]["accuracy"]) * 100, 4)
     float_size = results["float32"].get("size_bytes")
     for r in results.values():
         if "size_bytes" in r and float_size:
             r["size_ratio"] = round(r["size_bytes"] / float_size, 4)
     published, reason = publish_decision(results[publish_mode], max_accuracy_drop, allow_flex)
-    return {"publish_mode": publish_mode, "published": published, "reason": reason,
-            "saved_model_accuracy": reference["accuracy"], "test_examples": int(len(labels)),
-            "max_accuracy_drop": max_accuracy_drop, "modes": [results[m] for m in modes]}
+    return {
+        "publish_mode": publish_mode,
+        "published": published,
+        "reason": reason,
+        "saved_model_accuracy": reference["accuracy"],
+        "test_examples": int(len(labels)),
+        "max_accuracy_drop": max_accuracy_drop,
+        "modes": [results[m] for m in modes],
+    }
 
 
 def markdown_table(report: dict) -> str:
-    rows = ["| mode | size (bytes) | size vs float32 | accuracy | drop (points) | latency mean / p95 (ms) | "
-            "weight types |", "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| mode | size (bytes) | size vs float32 | accuracy | drop (points) | latency mean / p95 (ms) | weight types |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in report["modes"]:
         if "error" in r:
             rows.append(f"| {r['mode']} | — | — | — | — | — | {r['error']} |")
             continue
         types = ", ".join(f"{k}×{v}" for k, v in sorted(r["weight_types"].items()))
-        rows.append(f"| {r['mode']} | {r['size_bytes']:,} | {r.get('size_ratio', 0):.3f} | {r['accuracy']:.4f} | "
-                    f"{r['accuracy_drop_points']:.2f} | {r['latency_ms_mean']:.3f} / {r['latency_ms_p95']:.3f} | "
-                    f"{types} |")
+        rows.append(
+            f"| {r['mode']} | {r['size_bytes']:,} | {r.get('size_ratio', 0):.3f} | {r['accuracy']:.4f} | "
+            f"{r['accuracy_drop_points']:.2f} | {r['latency_ms_mean']:.3f} / {r['latency_ms_p95']:.3f} | "
+            f"{types} |"
+        )
     verdict = "published" if report["published"] else "not published"
-    return (f"### TFLite ({verdict})\n\n{report['reason']}. SavedModel test accuracy "
-            f"{report['saved_model_accuracy']:.4f} on {report['test_examples']} examples.\n\n" + "\n".join(rows) + "\n")
+    return (
+        f"### TFLite ({verdict})\n\n{report['reason']}. SavedModel test accuracy "
+        f"{report['saved_model_accuracy']:.4f} on {report['test_examples']} examples.\n\n" + "\n".join(rows) + "\n"
+    )
 
 
 def quantize_model(
@@ -236,15 +275,28 @@ def quantize_model(
     from components.quantize_model import MODES, markdown_table, quantize
 
     work = tempfile.mkdtemp(prefix="tflite-")
-    report = quantize(model.path, dataset.path, work, mode, MODES if compare_all_modes else [mode],
-                      max_accuracy_drop, int8_io, allow_flex)
+    report = quantize(
+        model.path,
+        dataset.path,
+        work,
+        mode,
+        MODES if compare_all_modes else [mode],
+        max_accuracy_drop,
+        int8_io,
+        allow_flex,
+    )
     chosen = next(r for r in report["modes"] if r["mode"] == mode)
     if report["published"]:
         os.makedirs(tflite_model.path, exist_ok=True)
         shutil.copy(chosen["path"], os.path.join(tflite_model.path, "model.tflite"))
-        tflite_model.metadata.update(mode=mode, size_bytes=chosen["size_bytes"], accuracy=chosen["accuracy"],
-                                     accuracy_drop_points=chosen["accuracy_drop_points"],
-                                     input=chosen["input"], output=chosen["output"])
+        tflite_model.metadata.update(
+            mode=mode,
+            size_bytes=chosen["size_bytes"],
+            accuracy=chosen["accuracy"],
+            accuracy_drop_points=chosen["accuracy_drop_points"],
+            input=chosen["input"],
+            output=chosen["output"],
+        )
     tflite_model.metadata.update(published=report["published"], reason=report["reason"])
     for r in report["modes"]:
         r.pop("path", None)

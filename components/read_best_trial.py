@@ -3,6 +3,7 @@
 `read_best_trial` takes the `gcp_resources` output of `HyperparameterTuningJobRunOp`, fetches the job with the
 Vertex AI API and picks the best succeeded, feasible trial by the study metric's goal.
 """
+
 import json
 from typing import NamedTuple
 
@@ -28,8 +29,7 @@ def best_trial(trials, metric_id: str, goal: str) -> dict:
     if not scored:
         raise NoFeasibleTrial(f"no succeeded, feasible trial reported {metric_id!r} (of {len(trials)} trials)")
     value, trial = (max if goal == "maximize" else min)(scored, key=lambda item: item[0])
-    return {"trial_id": trial.id, "metric": value,
-            "parameters": {p.parameter_id: p.value for p in trial.parameters}}
+    return {"trial_id": trial.id, "metric": value, "parameters": {p.parameter_id: p.value for p in trial.parameters}}
 
 
 def tuning_job_name(gcp_resources: str) -> str:
@@ -52,7 +52,8 @@ def fetch_best_trial(gcp_resources: str, metric_id: str, goal: str) -> dict:
 
 
 def read_best_trial(gcp_resources: str, metric_id: str, goal: str) -> NamedTuple(
-        "Outputs", [("best_parameters", dict), ("best_metric", float), ("best_trial_id", str)]):
+    "Outputs", [("best_parameters", dict), ("best_metric", float), ("best_trial_id", str)]
+):
     """KFP step (Vertex): the best trial's parameter values and metric, for the final training step.
 
     Args:
@@ -67,5 +68,4 @@ def read_best_trial(gcp_resources: str, metric_id: str, goal: str) -> NamedTuple
     best = fetch_best_trial(gcp_resources, metric_id, goal)
     print(f"best trial {best['trial_id']} of {best['trials']}: {metric_id}={best['metric']} {best['parameters']}")
     Outputs = namedtuple("Outputs", ["best_parameters", "best_metric", "best_trial_id"])
-    return Outputs(
-        best["parameters"], best["metric"], best["trial_id"])
+    return Outputs(best["parameters"], best["metric"], best["trial_id"])

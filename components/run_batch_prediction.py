@@ -9,6 +9,7 @@ pair per input file. Every instance becomes exactly one results or errors line. 
 parallel, one batch per worker in memory. JSONL lines are parsed and converted in worker processes (see
 `_ParsePool`), so parsing runs beside the model instead of sharing its process's interpreter lock.
 """
+
 import base64
 import collections
 import contextlib
@@ -27,9 +28,10 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -67,12 +69,14 @@ def check_error_budget(succeeded: int, failed: int, max_error_fraction: float, w
     if failed / total > max_error_fraction:
         raise BatchPredictionError(
             f"{counts} ({failed / total:.1%}), above max_error_fraction {max_error_fraction:.1%}{where}; each "
-            "failure's reason is in prediction.errors_stats-*")
+            "failure's reason is in prediction.errors_stats-*"
+        )
     return f"{counts} ({failed / total:.1%}; max_error_fraction {max_error_fraction:.1%})"
 
 
 class Item(NamedTuple):
     """One input instance: as given (for the output lines), its key, what the model gets, or why it is invalid."""
+
     given: Any
     key: Any = None
     instance: Any = None
@@ -102,8 +106,11 @@ def expand_inputs(instances: str) -> list[str]:
     """The files matched by comma-separated paths or globs (local or gs://), in order, without duplicates."""
     files = []
     for pattern in filter(None, (p.strip() for p in instances.split(","))):
-        matched = _match_gcs(pattern) if storage.is_gcs(pattern) else sorted(
-            p for p in glob.glob(pattern) if os.path.isfile(p))
+        matched = (
+            _match_gcs(pattern)
+            if storage.is_gcs(pattern)
+            else sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+        )
         if not matched:
             raise FileNotFoundError(f"no input files match {pattern!r}")
         files += matched
@@ -119,8 +126,11 @@ def _match_gcs(pattern: str) -> list[str]:
     if not wildcard:
         return [pattern] if client.bucket(bucket).get_blob(name) is not None else []
     parts = name.split("/")  # wildcards match within one path segment, as local globs do
-    return sorted(f"gs://{bucket}/{blob.name}" for blob in client.list_blobs(bucket, prefix=name[:wildcard.start()])
-                  if _segments_match(blob.name.split("/"), parts))
+    return sorted(
+        f"gs://{bucket}/{blob.name}"
+        for blob in client.list_blobs(bucket, prefix=name[: wildcard.start()])
+        if _segments_match(blob.name.split("/"), parts)
+    )
 
 
 def _segments_match(segments: list[str], parts: list[str]) -> bool:
@@ -150,8 +160,14 @@ def _names(value) -> tuple[str, ...]:
     return tuple(n for n in (str(i).strip() for i in items) if n)
 
 
-def instance_config(instances_format: str, key_field: str = "", included_fields=(), excluded_fields=(),
-                    instance_type: str = "", feature_names=()) -> InstanceConfig:
+def instance_config(
+    instances_format: str,
+    key_field: str = "",
+    included_fields=(),
+    excluded_fields=(),
+    instance_type: str = "",
+    feature_names=(),
+) -> InstanceConfig:
     """The instance config of a batch job, the same on every target (the Vertex job receives its fields).
 
     - `included_fields` (in that order) or `excluded_fields` (not both) pick the fields of CSV rows and JSONL
@@ -169,12 +185,22 @@ def instance_config(instances_format: str, key_field: str = "", included_fields=
     if instance_type not in INSTANCE_TYPES:
         raise ValueError(f"unknown instance_type {instance_type!r}; allowed: object, array (or empty)")
     if instances_format not in KEYED_FORMATS:
-        given = [name for name, value in (("key_field", key_field), ("included_fields", included),
-                                          ("excluded_fields", excluded), ("instance_type", instance_type)) if value]
+        given = [
+            name
+            for name, value in (
+                ("key_field", key_field),
+                ("included_fields", included),
+                ("excluded_fields", excluded),
+                ("instance_type", instance_type),
+            )
+            if value
+        ]
         if given:
-            raise ValueError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                             f"{' and '.join(KEYED_FORMATS)} instances, not "
-                             f"{instances_format} (whose records reach the model as {{\"b64\": ...}})")
+            raise ValueError(
+                f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
+                f"{' and '.join(KEYED_FORMATS)} instances, not "
+                f'{instances_format} (whose records reach the model as {{"b64": ...}})'
+            )
         return InstanceConfig()
     if included and excluded:
         raise ValueError("give included_fields or excluded_fields, not both (Vertex refuses both)")
@@ -186,12 +212,16 @@ def instance_config(instances_format: str, key_field: str = "", included_fields=
     if features and not included and (instances_format == "csv" or instance_type == "array"):
         clash = [f for f in features if f in excluded or f == key_field]
         if clash:
-            raise ValueError(f"{'excluded_fields' if set(clash) & set(excluded) else 'key_field'} names the model's "
-                             f"feature column(s) {clash}; the model takes {list(features)}")
+            raise ValueError(
+                f"{'excluded_fields' if set(clash) & set(excluded) else 'key_field'} names the model's "
+                f"feature column(s) {clash}; the model takes {list(features)}"
+            )
         included, excluded, by_features = features, (), True
     if instances_format == "jsonl" and instance_type == "array" and not included and feature_names is not None:
-        raise ValueError("instance_type 'array' turns JSONL objects into arrays in the order of included_fields: "
-                         "give included_fields (the model does not name its feature columns)")
+        raise ValueError(
+            "instance_type 'array' turns JSONL objects into arrays in the order of included_fields: "
+            "give included_fields (the model does not name its feature columns)"
+        )
     return InstanceConfig(instance_type, key_field, included, excluded, by_features)
 
 
@@ -215,8 +245,11 @@ def _read_jsonl(stream, config: InstanceConfig) -> Iterator[Item]:
             elif config.key_field:
                 yield Item(given, error=f"key_field '{config.key_field}' needs an object instance with that field")
             else:
-                yield Item(given, error="included_fields, excluded_fields and instance_type 'object' pick fields of "
-                                        "object instances; this line is not a JSON object")
+                yield Item(
+                    given,
+                    error="included_fields, excluded_fields and instance_type 'object' pick fields of "
+                    "object instances; this line is not a JSON object",
+                )
             continue
         if config.key_field and config.key_field not in value:
             yield Item(given, error=f"key_field '{config.key_field}' needs an object instance with that field")
@@ -253,7 +286,8 @@ def csv_columns(header: list[str], config: InstanceConfig, name: str = "the CSV"
                 raise ValueError(
                     f"the header of {name} lacks the model's feature column(s) {missing}; the model takes "
                     f"{list(config.included_fields)} (matched by name, in any order), the header has {header}. "
-                    "Rename the columns, or name the ones to send, in the model's order, with included_fields")
+                    "Rename the columns, or name the ones to send, in the model's order, with included_fields"
+                )
             raise ValueError(f"included_fields {missing} are not columns of the header of {name}: {header}")
         return [header.index(f) for f in config.included_fields]
     return [i for i, h in enumerate(header) if h != config.key_field and h not in config.excluded_fields]
@@ -269,8 +303,11 @@ def _read_csv(stream, config: InstanceConfig, name: str = "the CSV") -> Iterator
     header = [h.strip() for h in header]
     columns = csv_columns(header, config, name)
     left_out = [h for i, h in enumerate(header) if i not in columns and h != config.key_field]
-    print(f"{name}: instances from columns {[header[i] for i in columns]}"
-          + (f"; not sent: {left_out}" if left_out else ""), flush=True)
+    print(
+        f"{name}: instances from columns {[header[i] for i in columns]}"
+        + (f"; not sent: {left_out}" if left_out else ""),
+        flush=True,
+    )
     key = header.index(config.key_field) if config.key_field else None
     whole = columns == [i for i in range(len(header)) if i != key]
     while True:
@@ -284,8 +321,10 @@ def _read_csv(stream, config: InstanceConfig, name: str = "the CSV") -> Iterator
         if not row:
             continue
         if any(_SURROGATE.search(v) for v in row):
-            yield Item([v.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in row],
-                       error="the row is not valid UTF-8")
+            yield Item(
+                [v.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in row],
+                error="the row is not valid UTF-8",
+            )
         elif len(row) != len(header):
             yield Item(row, error=f"the row has {len(row)} fields; the header has {len(header)}")
         else:
@@ -371,12 +410,17 @@ class _Job:
         """Predict one input file into its shard pair; returns (succeeded, failed). A reader thread parses and
         converts the next batches while this one runs the model (which releases the GIL)."""
         files = _Files()
-        with files.open(self.shard_uri("results", index), "wb") as results, \
-                files.open(self.shard_uri("errors_stats", index), "wb") as errors, files.open(path, "rb") as stream:
+        with (
+            files.open(self.shard_uri("results", index), "wb") as results,
+            files.open(self.shard_uri("errors_stats", index), "wb") as errors,
+            files.open(path, "rb") as stream,
+        ):
             shard = _Shard(results, errors, bool(self.config.key_field))
-            batches = (_pooled_batches(self, stream, shard, self.parse_pool)
-                       if self.parse_pool and self.instances_format in POOLED_FORMATS
-                       else _prefetched(self.batches(stream, files, shard, path), depth=2))
+            batches = (
+                _pooled_batches(self, stream, shard, self.parse_pool)
+                if self.parse_pool and self.instances_format in POOLED_FORMATS
+                else _prefetched(self.batches(stream, files, shard, path), depth=2)
+            )
             for items, arrays in batches:
                 self.run(items, arrays, shard)
         return shard.succeeded, shard.failed
@@ -410,8 +454,13 @@ class _Job:
                 shard.error(item, INVALID_ARGUMENT, str(e))
                 continue
             groups.setdefault(tuple(a.shape for a in arrays.values()), []).append((item, arrays))
-        return [([item for item, _ in group], {name: np.concatenate([arrays[name] for _, arrays in group])
-                                                for name in self.inputs}) for group in groups.values()]
+        return [
+            (
+                [item for item, _ in group],
+                {name: np.concatenate([arrays[name] for _, arrays in group]) for name in self.inputs},
+            )
+            for group in groups.values()
+        ]
 
     def run(self, items: list[Item], arrays: dict, shard: _Shard) -> None:
         """Predict a batch; when the model fails on it, instance by instance, so that only the instances it fails
@@ -424,7 +473,7 @@ class _Job:
         except (tf.errors.OpError, ValueError, TypeError) as e:
             if len(items) > 1:
                 for i, item in enumerate(items):
-                    self.run([item], {name: array[i:i + 1] for name, array in arrays.items()}, shard)
+                    self.run([item], {name: array[i : i + 1] for name, array in arrays.items()}, shard)
                 return
             shard.error(items[0], INTERNAL, f"model execution failed: {_error_line(e)}")
             return
@@ -446,8 +495,9 @@ class _ParsePool:
     def __init__(self, processes: int):
         self._pool = None
         if processes >= 1 and "fork" in multiprocessing.get_all_start_methods():
-            self._pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"),
-                                             initializer=gc.disable)
+            self._pool = ProcessPoolExecutor(
+                processes, mp_context=multiprocessing.get_context("fork"), initializer=gc.disable
+            )
             self._pool.submit(int).result()  # fork them all now, before this process starts TensorFlow's runtime
         self.processes = processes if self._pool else 0
 
@@ -587,14 +637,19 @@ def _prefetched(items: Iterator, depth: int) -> Iterator:
 
 def _error_line(error: Exception) -> str:
     """The informative line of a TF error, without the graph-execution preamble and stack trace."""
-    lines = [line for line in str(error).splitlines() if line.strip() and not line[0].isspace()
-             and not line.startswith(("Graph execution error", "Detected at node", "<stack traces"))]
+    lines = [
+        line
+        for line in str(error).splitlines()
+        if line.strip()
+        and not line[0].isspace()
+        and not line.startswith(("Graph execution error", "Detected at node", "<stack traces"))
+    ]
     return (lines[-1] if lines else str(error).strip())[:500]
 
 
 def vertex_timestamp() -> str:
     """Vertex's output directory timestamp, e.g. 2026_11_22T13_05_43_681Z (UTC, milliseconds)."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y_%m_%dT%H_%M_%S_") + f"{now.microsecond // 1000:03d}Z"
 
 
@@ -644,8 +699,11 @@ def choose_signature(signatures: dict[str, dict[str, bool]], signature_name: str
         if signatures and signature_name not in signatures:
             raise ValueError(f"the model has no signature {signature_name!r}; available: {sorted(signatures)}")
         return signature_name
-    if (instances_format in B64_FORMATS and IMAGE_BYTES_SIGNATURE in signatures
-            and not _takes_strings(signatures.get("serving_default", {}))):
+    if (
+        instances_format in B64_FORMATS
+        and IMAGE_BYTES_SIGNATURE in signatures
+        and not _takes_strings(signatures.get("serving_default", {}))
+    ):
         return IMAGE_BYTES_SIGNATURE
     return "serving_default"
 
@@ -663,8 +721,10 @@ def model_signatures(model_uri: str) -> dict[str, dict[str, bool]]:
         return {}
     if not proto.meta_graphs:
         return {}
-    return {name: {key: info.dtype == types_pb2.DT_STRING for key, info in signature.inputs.items()}
-            for name, signature in proto.meta_graphs[0].signature_def.items()}
+    return {
+        name: {key: info.dtype == types_pb2.DT_STRING for key, info in signature.inputs.items()}
+        for name, signature in proto.meta_graphs[0].signature_def.items()
+    }
 
 
 def model_feature_names(model_uri: str) -> list[str]:
@@ -684,10 +744,21 @@ def model_feature_names(model_uri: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def batch_predict(model_path: str, instances: str, instances_format: str, output_prefix: str,
-                  model_display_name: str, batch_size: int = 64, parallelism: int = 4, key_field: str = "",
-                  signature_name: str = "", included_fields=(), excluded_fields=(),
-                  instance_type: str = "", parse_processes: int | None = None) -> dict:
+def batch_predict(
+    model_path: str,
+    instances: str,
+    instances_format: str,
+    output_prefix: str,
+    model_display_name: str,
+    batch_size: int = 64,
+    parallelism: int = 4,
+    key_field: str = "",
+    signature_name: str = "",
+    included_fields=(),
+    excluded_fields=(),
+    instance_type: str = "",
+    parse_processes: int | None = None,
+) -> dict:
     """Predict every instance of `instances` with the SavedModel at `model_path` (local or gs://) into Vertex's
     layout under `output_prefix`; returns a summary (output_directory, counts, input files, throughput, the
     signature used). The field options make instances of records as `instance_config` says; the signature is
@@ -696,8 +767,12 @@ def batch_predict(model_path: str, instances: str, instances_format: str, output
     import tensorflow as tf
 
     start = time.perf_counter()
-    fields = dict(key_field=key_field, included_fields=included_fields, excluded_fields=excluded_fields,
-                  instance_type=instance_type)
+    fields = dict(
+        key_field=key_field,
+        included_fields=included_fields,
+        excluded_fields=excluded_fields,
+        instance_type=instance_type,
+    )
     _check_arguments(instances_format, batch_size, parallelism, **fields)
     files = expand_inputs(instances)
     with storage.staged(model_path) as local_model, _ParsePool.for_format(instances_format, parse_processes) as parse:
@@ -708,23 +783,41 @@ def batch_predict(model_path: str, instances: str, instances_format: str, output
         try:
             signature_name = choose_signature(
                 {name: {k: i.dtype == object for k, i in spec.items()} for name, spec in inputs.items()},
-                signature_name, instances_format)
+                signature_name,
+                instances_format,
+            )
         except ValueError as e:
             raise ValueError(f"{e} (model {model_path})") from None
         if signature_name not in loaded.signatures:
-            raise ValueError(f"the model at {model_path} has no signature {signature_name!r}; "
-                             f"available: {sorted(loaded.signatures)}")
+            raise ValueError(
+                f"the model at {model_path} has no signature {signature_name!r}; available: {sorted(loaded.signatures)}"
+            )
         print(f"signature {signature_name}: inputs {sorted(inputs[signature_name])}", flush=True)
         signature = loaded.signatures[signature_name]
-        job = _Job(signature, codec.signature_inputs(signature), instances_format, config, batch_size,
-                   _output_directory(output_prefix, model_display_name), len(files), parse_pool=parse.active)
+        job = _Job(
+            signature,
+            codec.signature_inputs(signature),
+            instances_format,
+            config,
+            batch_size,
+            _output_directory(output_prefix, model_display_name),
+            len(files),
+            parse_pool=parse.active,
+        )
         with _collector_paused(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
             counts = list(pool.map(job.run_file, range(len(files)), files))
     seconds = time.perf_counter() - start
     succeeded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
-    return {"output_directory": job.output_directory, "instances": succeeded + failed, "succeeded": succeeded,
-            "failed": failed, "files": files, "seconds": round(seconds, 3),
-            "instances_per_second": round((succeeded + failed) / seconds, 1), "signature_name": signature_name}
+    return {
+        "output_directory": job.output_directory,
+        "instances": succeeded + failed,
+        "succeeded": succeeded,
+        "failed": failed,
+        "files": files,
+        "seconds": round(seconds, 3),
+        "instances_per_second": round((succeeded + failed) / seconds, 1),
+        "signature_name": signature_name,
+    }
 
 
 def resolve_model(model_repository: str, model_name: str, model: str) -> str:
@@ -786,14 +879,22 @@ def run_batch_prediction(
 
     model_path = resolve_model(model_repository, model_name, model)
     os.makedirs(predictions.path, exist_ok=True)
-    summary = batch_predict(model_path, instances, instances_format, predictions.path, model_name or "model",
-                            batch_size=batch_size, key_field=key_field, included_fields=included_fields,
-                            excluded_fields=excluded_fields, instance_type=instance_type,
-                            signature_name=signature_name)
+    summary = batch_predict(
+        model_path,
+        instances,
+        instances_format,
+        predictions.path,
+        model_name or "model",
+        batch_size=batch_size,
+        key_field=key_field,
+        included_fields=included_fields,
+        excluded_fields=excluded_fields,
+        instance_type=instance_type,
+        signature_name=signature_name,
+    )
     output_uri = f"{predictions.uri.rstrip('/')}/{os.path.basename(summary['output_directory'])}"
     predictions.metadata.update(summary, output_directory=output_uri, model=model_path)
     print(f"{summary['succeeded']} predictions, {summary['failed']} errors in {output_uri}")
     print(check_error_budget(summary["succeeded"], summary["failed"], max_error_fraction, f" (in {output_uri})"))
     Outputs = namedtuple("Outputs", ["output_directory", "succeeded", "failed"])
-    return Outputs(
-        output_uri, summary["succeeded"], summary["failed"])
+    return Outputs(output_uri, summary["succeeded"], summary["failed"])

@@ -7,6 +7,7 @@ and restarts the whole group (bounded), which resumes from the `BackupAndRestore
 its own with an error (a Python exception: the same input fails the same way on every attempt) it stops the
 others and fails at once with that worker's error.
 """
+
 import json
 import os
 import re
@@ -75,11 +76,11 @@ def error_summary(log_path: str, limit: int = 600) -> str:
     except OSError:
         return ""
     starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
-    tail = lines[starts[-1] + 1:] if starts else lines
+    tail = lines[starts[-1] + 1 :] if starts else lines
     candidates = [line for line in tail if line.strip() and not line[0].isspace()]
     text = candidates[0] if starts and candidates else (next((x for x in reversed(lines) if x.strip()), ""))
     text = re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=\w+:)", "", text)  # tensorflow.python...errors_impl.NotFoundError
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _pump(stream, prefix: str, sink, log_file) -> None:
@@ -94,8 +95,9 @@ def _tf_config_env(ports: list[int], index: int) -> dict:
     return {"TF_CONFIG": json.dumps(tf_config(ports, index))} if len(ports) > 1 else {}
 
 
-def _start_group(num_workers: int, trainer_args: list[str], env: dict, log_dir: str, attempt: int, sink,
-                 cluster_env=_tf_config_env):
+def _start_group(
+    num_workers: int, trainer_args: list[str], env: dict, log_dir: str, attempt: int, sink, cluster_env=_tf_config_env
+):
     ports = free_ports(num_workers) if num_workers > 1 else []
     procs, threads = [], []
     for index in range(num_workers):
@@ -104,7 +106,11 @@ def _start_group(num_workers: int, trainer_args: list[str], env: dict, log_dir: 
         log_file = open(os.path.join(log_dir, f"{name}.attempt-{attempt}.log"), "w")
         proc = subprocess.Popen(
             [sys.executable, "-u", "-m", "trainer.task", *trainer_args],
-            env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            env=worker_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
         )
         thread = threading.Thread(target=_pump, args=(proc.stdout, name, sink, log_file), daemon=True)
         thread.start()
@@ -169,8 +175,10 @@ def launch(
         # signal, that is the cause, whatever the others exited with
         lost_workers = [i for i, code in failed.items() if lost(code)]
         for i, code in failed.items():
-            sink.write(f"[launcher] {task_name(i)} exited with code {code}"
-                       f"{' (killed by a signal: lost)' if lost(code) else ''}; stopping the group\n")
+            sink.write(
+                f"[launcher] {task_name(i)} exited with code {code}"
+                f"{' (killed by a signal: lost)' if lost(code) else ''}; stopping the group\n"
+            )
         _stop(procs)
         for thread in threads:
             thread.join(5)
@@ -185,16 +193,21 @@ def launch(
             first = min(failed)
             log = os.path.join(log_dir, f"{task_name(first)}.attempt-{attempt}.log")
             error = error_summary(log) or f"exit code {failed[first]}"
-            sink.write(f"[launcher] {task_name(first)} failed with an error: not restarting (it would fail the "
-                       "same way)\n")
-            raise TrainingError(f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} "
-                                f"(log: {log})")
+            sink.write(
+                f"[launcher] {task_name(first)} failed with an error: not restarting (it would fail the same way)\n"
+            )
+            raise TrainingError(
+                f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} (log: {log})"
+            )
         if attempt <= max_restarts:
-            sink.write(f"[launcher] {', '.join(task_name(i) for i in lost_workers)} lost; restarting the group "
-                       f"({attempt}/{max_restarts}); training resumes from backup\n")
+            sink.write(
+                f"[launcher] {', '.join(task_name(i) for i in lost_workers)} lost; restarting the group "
+                f"({attempt}/{max_restarts}); training resumes from backup\n"
+            )
     raise TrainingError(
         f"training failed after {result.attempts} attempt(s): workers were lost every time; exit codes "
-        f"{result.exit_codes}; logs in {log_dir}")
+        f"{result.exit_codes}; logs in {log_dir}"
+    )
 
 
 def trainer_flags(hyperparameters: dict) -> list[str]:
@@ -202,6 +215,7 @@ def trainer_flags(hyperparameters: dict) -> list[str]:
 
     Integral floats are written as integers: KFP passes dict parameters through JSON/protobuf numbers, which turn
     every int into a float, and the trainer's integer flags reject "32.0"."""
+
     def text(value):
         return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
@@ -239,8 +253,15 @@ def train_model(
 
     job_dir = training.path
     os.makedirs(job_dir, exist_ok=True)
-    args = ["--data-dir", dataset.path, "--job-dir", job_dir, "--model", model_builder,
-            *trainer_flags({**hyperparameters, "epochs": epochs})]
+    args = [
+        "--data-dir",
+        dataset.path,
+        "--job-dir",
+        job_dir,
+        "--model",
+        model_builder,
+        *trainer_flags({**hyperparameters, "epochs": epochs}),
+    ]
     env = {  # what Vertex AI sets for a custom job
         **output_dirs(job_dir, model_dir=model.path),
         "CLOUD_ML_HP_METRIC_FILE": os.path.join(job_dir, "hypertune", "output.metrics"),

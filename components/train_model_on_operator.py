@@ -21,8 +21,10 @@ from trainer.environment import LEGACY_KERAS, output_dirs
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
 CONTAINER = "tensorflow"  # the container name the training operator expects (it adds the tfjob-port there)
-MISSING_HINT = ("install the Kubeflow training operator (v1.9) or set platform.kubeflow.training: pod (N processes "
-                "in the step's pod)")
+MISSING_HINT = (
+    "install the Kubeflow training operator (v1.9) or set platform.kubeflow.training: pod (N processes "
+    "in the step's pod)"
+)
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # a job's pods must be able to finish (Kubeflow's mesh)
 
 
@@ -30,26 +32,48 @@ class TrainingJobFailed(RuntimeError):
     """The TFJob failed (its own message)."""
 
 
-def tfjob(name: str, namespace: str, image: str, workers: int, args: list[str], env: dict, resources: dict,
-          claim_name: str, mount_path: str, service_account: str = "", max_restarts: int = 2,
-          timeout_seconds: int = 0, labels: dict | None = None):
+def tfjob(
+    name: str,
+    namespace: str,
+    image: str,
+    workers: int,
+    args: list[str],
+    env: dict,
+    resources: dict,
+    claim_name: str,
+    mount_path: str,
+    service_account: str = "",
+    max_restarts: int = 2,
+    timeout_seconds: int = 0,
+    labels: dict | None = None,
+):
     """The TFJob, a `KubeflowOrgV1TFJob` of the training operator's SDK (kubeflow-training); `as_dict()` is what
     the API server receives."""
-    from kubeflow.training import (KubeflowOrgV1ReplicaSpec, KubeflowOrgV1RunPolicy, KubeflowOrgV1TFJob,
-                                   KubeflowOrgV1TFJobSpec)
+    from kubeflow.training import (
+        KubeflowOrgV1ReplicaSpec,
+        KubeflowOrgV1RunPolicy,
+        KubeflowOrgV1TFJob,
+        KubeflowOrgV1TFJobSpec,
+    )
     from kubernetes import client
 
     from components.lib.kube import volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     container = client.V1Container(
-        name=CONTAINER, image=image, args=list(args),
+        name=CONTAINER,
+        image=image,
+        args=list(args),
         env=[client.V1EnvVar(name=k, value=str(v)) for k, v in env.items()],
-        resources=resources or None, volume_mounts=mounts or None)
+        resources=resources or None,
+        volume_mounts=mounts or None,
+    )
     template = client.V1PodTemplateSpec(
         metadata=client.V1ObjectMeta(labels=dict(labels or {}), annotations=dict(NO_ISTIO)),
-        spec=client.V1PodSpec(containers=[container], volumes=volumes or None,
-                              service_account_name=service_account or None))
+        spec=client.V1PodSpec(
+            containers=[container], volumes=volumes or None, service_account_name=service_account or None
+        ),
+    )
 
     def replicas(count):
         return KubeflowOrgV1ReplicaSpec(replicas=count, restart_policy="OnFailure", template=template)
@@ -58,7 +82,8 @@ def tfjob(name: str, namespace: str, image: str, workers: int, args: list[str], 
     if workers > 1:
         specs["Worker"] = replicas(workers - 1)
     job = KubeflowOrgV1TFJob(
-        api_version=f"{GROUP}/{VERSION}", kind=KIND,
+        api_version=f"{GROUP}/{VERSION}",
+        kind=KIND,
         metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=dict(labels or {})),
         spec=KubeflowOrgV1TFJobSpec(
             tf_replica_specs=specs,
@@ -66,7 +91,10 @@ def tfjob(name: str, namespace: str, image: str, workers: int, args: list[str], 
                 backoff_limit=max_restarts * workers,  # a group restart restarts every replica once
                 clean_pod_policy="Running",  # stop what still runs once the chief is done; keep pods for logs
                 ttl_seconds_after_finished=7 * 24 * 3600,  # then the operator deletes the job
-                active_deadline_seconds=timeout_seconds or None)))
+                active_deadline_seconds=timeout_seconds or None,
+            ),
+        ),
+    )
     return job
 
 
@@ -82,18 +110,19 @@ def _chief_log_tail(api, namespace: str, name: str, lines: int = 20) -> str:
 
     try:
         core = client.CoreV1Api(api)
-        pods = core.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={name},"
-                                                                  "training.kubeflow.org/replica-type=chief").items
+        pods = core.list_namespaced_pod(
+            namespace, label_selector=f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type=chief"
+        ).items
         if not pods:
             return ""
-        return core.read_namespaced_pod_log(pods[0].metadata.name, namespace, container=CONTAINER,
-                                            tail_lines=lines) or ""
+        return (
+            core.read_namespaced_pod_log(pods[0].metadata.name, namespace, container=CONTAINER, tail_lines=lines) or ""
+        )
     except Exception:  # noqa: BLE001 (best effort: the job's message is the error)
         return ""
 
 
-def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print,
-              sleep=None) -> dict:
+def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
     """Create (or, on a retry, adopt) the TFJob and wait for it: returns the succeeded job; raises
     TrainingJobFailed with the job's message, TimeoutError (job deleted), or kube.Cancelled (job deleted)."""
     import time
@@ -109,8 +138,10 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
     try:
         TrainingClient(client_configuration=api.configuration, namespace=namespace, job_kind=KIND).create_job(job)
         specs = body["spec"]["tfReplicaSpecs"]
-        log(f"created {what}: 1 chief + {specs.get('Worker', {}).get('replicas', 0)} worker(s) of "
-            f"{specs['Chief']['template']['spec']['containers'][0]['image']}")
+        log(
+            f"created {what}: 1 chief + {specs.get('Worker', {}).get('replicas', 0)} worker(s) of "
+            f"{specs['Chief']['template']['spec']['containers'][0]['image']}"
+        )
     except RuntimeError as e:
         if kube.status_code(e) != 409:
             raise
@@ -127,8 +158,10 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
             return obj
         if failed := kube.condition(obj, "Failed"):
             tail = _chief_log_tail(api, namespace, name)
-            raise TrainingJobFailed(f"{what} failed: {failed.get('message') or failed.get('reason')}"
-                                    + (f"\nchief's last log lines:\n{tail}" if tail else ""))
+            raise TrainingJobFailed(
+                f"{what} failed: {failed.get('message') or failed.get('reason')}"
+                + (f"\nchief's last log lines:\n{tail}" if tail else "")
+            )
         return None
 
     def remove():
@@ -177,11 +210,29 @@ def collect_outputs(job_dir: str, model_path: str, training_path: str) -> dict:
         return json.load(f)
 
 
-def train_with_operator(api, data_path: str, model_path: str, training_path: str, *, workers: int, epochs: int,
-                        hyperparameters: dict, model_builder: str, max_restarts: int, image: str, namespace: str,
-                        service_account: str, claim_name: str, mount_path: str, resources: dict, run_id: str,
-                        poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print,
-                        sleep=None) -> dict:
+def train_with_operator(
+    api,
+    data_path: str,
+    model_path: str,
+    training_path: str,
+    *,
+    workers: int,
+    epochs: int,
+    hyperparameters: dict,
+    model_builder: str,
+    max_restarts: int,
+    image: str,
+    namespace: str,
+    service_account: str,
+    claim_name: str,
+    mount_path: str,
+    resources: dict,
+    run_id: str,
+    poll_seconds: float = 10,
+    timeout_seconds: float = 24 * 3600,
+    log=print,
+    sleep=None,
+) -> dict:
     """Stage the data on the volume, run the TFJob, collect the model: the training summary (metrics.json)."""
     from components.lib import kube
     from components.train_model import trainer_flags
@@ -191,12 +242,36 @@ def train_with_operator(api, data_path: str, model_path: str, training_path: str
     job_dir = os.path.join(run_dir, "train-model")
     os.makedirs(job_dir, exist_ok=True)
     data_dir = stage_dataset(data_path, run_dir, mount_path)
-    args = ["--data-dir", data_dir, "--job-dir", job_dir, "--model", model_builder,
-            *trainer_flags({**hyperparameters, "epochs": epochs})]
-    env = {**output_dirs(job_dir), "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
-           **LEGACY_KERAS, "PYTHONUNBUFFERED": "1"}
-    job = tfjob(name, namespace, image, workers, args, env, resources, claim_name, mount_path, service_account,
-                max_restarts, int(timeout_seconds), kube.run_labels(run_id, "train-model"))
+    args = [
+        "--data-dir",
+        data_dir,
+        "--job-dir",
+        job_dir,
+        "--model",
+        model_builder,
+        *trainer_flags({**hyperparameters, "epochs": epochs}),
+    ]
+    env = {
+        **output_dirs(job_dir),
+        "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
+        **LEGACY_KERAS,
+        "PYTHONUNBUFFERED": "1",
+    }
+    job = tfjob(
+        name,
+        namespace,
+        image,
+        workers,
+        args,
+        env,
+        resources,
+        claim_name,
+        mount_path,
+        service_account,
+        max_restarts,
+        int(timeout_seconds),
+        kube.run_labels(run_id, "train-model"),
+    )
     run_tfjob(api, job, poll_seconds, timeout_seconds, log, sleep)
     summary = collect_outputs(job_dir, model_path, training_path)
     summary.update(tfjob=f"{namespace}/{name}")
@@ -250,12 +325,28 @@ def train_model_on_operator(
     from components.train_model_on_operator import train_with_operator
 
     summary = train_with_operator(
-        kube.api_client(), dataset.path, model.path, training.path, workers=workers, epochs=epochs,
-        hyperparameters=hyperparameters, model_builder=model_builder, max_restarts=max_restarts, image=trainer_image,
-        namespace=namespace or kube.own_namespace(), service_account=service_account, claim_name=claim_name,
-        mount_path=mount_path, resources=resources, run_id=run_id, poll_seconds=poll_seconds,
-        timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)
+        kube.api_client(),
+        dataset.path,
+        model.path,
+        training.path,
+        workers=workers,
+        epochs=epochs,
+        hyperparameters=hyperparameters,
+        model_builder=model_builder,
+        max_restarts=max_restarts,
+        image=trainer_image,
+        namespace=namespace or kube.own_namespace(),
+        service_account=service_account,
+        claim_name=claim_name,
+        mount_path=mount_path,
+        resources=resources,
+        run_id=run_id,
+        poll_seconds=poll_seconds,
+        timeout_seconds=timeout_minutes * 60,
+        log=kube.log_to_stdout,
+    )
     for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):
         metrics.log_metric(key, summary[key])
-    model.metadata.update(framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"],
-                          tfjob=summary["tfjob"])
+    model.metadata.update(
+        framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"], tfjob=summary["tfjob"]
+    )

@@ -10,6 +10,7 @@ Trials run in warm runner processes (`components.lib.trial_runner`): `parallel_t
 study and import TensorFlow while Vizier loads and suggests, then each runs trials one after another (a runner
 whose trial fails is replaced), so the study starts P TensorFlow processes instead of one per trial.
 """
+
 import csv
 import json
 import os
@@ -90,17 +91,32 @@ def make_designer(spec: StudySpec, seed: int = 0):
     from vizier.pyvizier.converters import padding
 
     factory = vectorized_base.VectorizedOptimizerFactory(
-        strategy_factory=eagle_strategy.VectorizedEagleStrategyFactory(), max_evaluations=2000,
-        suggestion_batch_size=25)
-    return VizierGPBandit(problem, acquisition_optimizer_factory=factory, ard_random_restarts=2,
-                          rng=jax.random.PRNGKey(seed),
-                          padding_schedule=padding.PaddingSchedule(num_trials=padding.PaddingType.MULTIPLES_OF_10))
+        strategy_factory=eagle_strategy.VectorizedEagleStrategyFactory(), max_evaluations=2000, suggestion_batch_size=25
+    )
+    return VizierGPBandit(
+        problem,
+        acquisition_optimizer_factory=factory,
+        ard_random_restarts=2,
+        rng=jax.random.PRNGKey(seed),
+        padding_schedule=padding.PaddingSchedule(num_trials=padding.PaddingType.MULTIPLES_OF_10),
+    )
 
 
 # What a trial of `trainer.task` imports: a runner loads it before it has a trial (trainer.task first: it sets
 # TF_USE_LEGACY_KERAS before tf-keras is imported)
-PRELOAD = {"trainer.task": ["trainer.task", "tensorflow", "tf_keras", "hypertune", "trainer.callbacks",
-                            "trainer.data", "trainer.model", "trainer.warmup", "trainer.distribute"]}
+PRELOAD = {
+    "trainer.task": [
+        "trainer.task",
+        "tensorflow",
+        "tf_keras",
+        "hypertune",
+        "trainer.callbacks",
+        "trainer.data",
+        "trainer.model",
+        "trainer.warmup",
+        "trainer.distribute",
+    ]
+}
 
 
 class TrialRunner:
@@ -111,8 +127,21 @@ class TrialRunner:
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         with open(log_path, "w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "components.lib.trial_runner", "--preload", ",".join(PRELOAD.get(module, [])),
-                 module], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
+                [
+                    sys.executable,
+                    "-m",
+                    "components.lib.trial_runner",
+                    "--preload",
+                    ",".join(PRELOAD.get(module, [])),
+                    module,
+                ],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                bufsize=1,
+            )
 
     def run(self, argv: list[str], env: dict, log: str) -> int:
         """Run one trial; its exit code (the process's own when it died during the trial)."""
@@ -185,8 +214,15 @@ def _runner_env(env: dict | None) -> dict:
     return base
 
 
-def run_trial(trial: Trial, spec: StudySpec, base_dir: str, module: str, fixed_args: list[str], env: dict,
-              runners: RunnerPool | None = None) -> Trial:
+def run_trial(
+    trial: Trial,
+    spec: StudySpec,
+    base_dir: str,
+    module: str,
+    fixed_args: list[str],
+    env: dict,
+    runners: RunnerPool | None = None,
+) -> Trial:
     """Run one trial to completion (in a warm runner of `runners`, else a fresh `python -m module` process);
     never raises for a failing trainer (the trial is marked FAILED)."""
     out = os.path.join(base_dir, trial.trial_id)
@@ -200,8 +236,12 @@ def run_trial(trial: Trial, spec: StudySpec, base_dir: str, module: str, fixed_a
         code = runners.run(argv, trial_vars, log_path)
     else:
         with open(log_path, "w") as log:
-            code = subprocess.run([sys.executable, "-m", module, *argv], env={**_runner_env(env), **trial_vars},
-                                  stdout=log, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(
+                [sys.executable, "-m", module, *argv],
+                env={**_runner_env(env), **trial_vars},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            ).returncode
     trial.ended = time.time()
     trial.seconds = round(trial.ended - trial.started, 2)
     trial.metric = trial_metric(metric_file, spec.metric_id, spec.measurement, spec.goal)
@@ -233,15 +273,26 @@ def best(trials: list[Trial], spec: StudySpec) -> Trial | None:
     return (max if spec.goal == "maximize" else min)(done, key=lambda t: t.metric or 0.0)  # SUCCEEDED: has one
 
 
-def run_study(spec: StudySpec, base_dir: str, fixed_args: list[str], module: str = "trainer.task",
-              env: dict | None = None, seed: int = 0, log=print) -> dict:
+def run_study(
+    spec: StudySpec,
+    base_dir: str,
+    fixed_args: list[str],
+    module: str = "trainer.task",
+    env: dict | None = None,
+    seed: int = 0,
+    log=print,
+) -> dict:
     """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files.
     Raises StudyFailed (after writing them) once `max_failed_trial_count` trials have failed (Vertex's definition:
     no trial starts after that; those running finish)."""
     started = time.time()
     # the runners import TensorFlow while Vizier loads (seconds of its own) and makes the first suggestions
-    runners = RunnerPool(min(spec.parallel_trial_count, spec.max_trial_count), module, _runner_env(env),
-                         os.path.join(base_dir, "runners"))
+    runners = RunnerPool(
+        min(spec.parallel_trial_count, spec.max_trial_count),
+        module,
+        _runner_env(env),
+        os.path.join(base_dir, "runners"),
+    )
     try:
         return _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started)
     finally:
@@ -264,8 +315,9 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started)
                     trial = Trial(str(len(trials) + 1), parameters)
                     trials.append(trial)
                     log(f"[study] trial {trial.trial_id} started: {parameters}")
-                    running[pool.submit(run_trial, trial, spec, base_dir, module, fixed_args, env or {},
-                                        runners)] = trial
+                    running[pool.submit(run_trial, trial, spec, base_dir, module, fixed_args, env or {}, runners)] = (
+                        trial
+                    )
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -275,18 +327,28 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started)
                 completed.append(future.result())  # re-raises an unexpected error of the runner itself
             for trial in completed:
                 failed += trial.status == "FAILED"
-                log(f"[study] trial {trial.trial_id} {trial.status.lower()} in {trial.seconds}s: "
-                    f"{spec.metric_id}={trial.metric}" + (f" ({trial.error})" if trial.error else ""))
-            designer.update(vza.CompletedTrials([_to_vizier(t, spec, int(t.trial_id)) for t in completed]),
-                            vza.ActiveTrials())
-    result = {"spec": spec.model_dump(), "trials": [asdict(t) for t in trials], "failed_trials": failed,
-              "best": asdict(b) if (b := best(trials, spec)) else None, "seconds": round(time.time() - started, 2),
-              "trial_processes": runners.started}
+                log(
+                    f"[study] trial {trial.trial_id} {trial.status.lower()} in {trial.seconds}s: "
+                    f"{spec.metric_id}={trial.metric}" + (f" ({trial.error})" if trial.error else "")
+                )
+            designer.update(
+                vza.CompletedTrials([_to_vizier(t, spec, int(t.trial_id)) for t in completed]), vza.ActiveTrials()
+            )
+    result = {
+        "spec": spec.model_dump(),
+        "trials": [asdict(t) for t in trials],
+        "failed_trials": failed,
+        "best": asdict(b) if (b := best(trials, spec)) else None,
+        "seconds": round(time.time() - started, 2),
+        "trial_processes": runners.started,
+    }
     write_results(result, base_dir)
     if failed >= spec.max_failed_trial_count:
-        raise StudyFailed(f"{failed} trial(s) failed: the study fails once max_failed_trial_count="
-                          f"{spec.max_failed_trial_count} trials have failed; "
-                          f"see {os.path.join(base_dir, 'trials.json')}")
+        raise StudyFailed(
+            f"{failed} trial(s) failed: the study fails once max_failed_trial_count="
+            f"{spec.max_failed_trial_count} trials have failed; "
+            f"see {os.path.join(base_dir, 'trials.json')}"
+        )
     if result["best"] is None:
         raise StudyFailed(f"no trial succeeded; see {os.path.join(base_dir, 'trials.json')}")
     return result
@@ -307,8 +369,9 @@ def write_results(result: dict, out_dir: str) -> None:
         writer = csv.writer(f)
         writer.writerow(["trial_id", *names, result["spec"]["metric_id"], "status", "seconds"])
         for t in result["trials"]:
-            writer.writerow([t["trial_id"], *(t["parameters"].get(n) for n in names), t["metric"], t["status"],
-                             t["seconds"]])
+            writer.writerow(
+                [t["trial_id"], *(t["parameters"].get(n) for n in names), t["metric"], t["status"], t["seconds"]]
+            )
     plot_trials(result, os.path.join(out_dir, "trials.png"))
 
 
@@ -377,12 +440,29 @@ def tune_hyperparameters(
         with open(os.path.join(tuning.path, "trials.json"), "w") as f:
             json.dump({"enabled": False, "trials": []}, f)
         return hyperparameters
-    result = run_study(StudySpec.model_validate(study_spec), tuning.path,
-                       ["--data-dir", dataset.path, "--model", model_builder, "--epochs", str(trial_epochs),
-                        "--batch-size", str(batch_size)])
+    result = run_study(
+        StudySpec.model_validate(study_spec),
+        tuning.path,
+        [
+            "--data-dir",
+            dataset.path,
+            "--model",
+            model_builder,
+            "--epochs",
+            str(trial_epochs),
+            "--batch-size",
+            str(batch_size),
+        ],
+    )
     hyperparameters = with_best_trial(hyperparameters, result["best"]["parameters"])
-    tuning.metadata.update(best_metric=result["best"]["metric"], best_parameters=result["best"]["parameters"],
-                           trials=len(result["trials"]), seconds=result["seconds"])
-    print(f"best trial {result['best']['trial_id']}: {study_spec['metric_id']}={result['best']['metric']}; "
-          f"training with {hyperparameters}")
+    tuning.metadata.update(
+        best_metric=result["best"]["metric"],
+        best_parameters=result["best"]["parameters"],
+        trials=len(result["trials"]),
+        seconds=result["seconds"],
+    )
+    print(
+        f"best trial {result['best']['trial_id']}: {study_spec['metric_id']}={result['best']['metric']}; "
+        f"training with {hyperparameters}"
+    )
     return hyperparameters

@@ -53,46 +53,88 @@ def search_space(spec) -> list[dict]:
     out = []
     for p in spec.parameters:
         if getattr(p, "scale", "linear") == "reverse_log" and p.type in ("double", "integer"):
-            raise ValueError(f"study parameter {p.parameter_id}: Katib has no reverse_log distribution; use linear "
-                             "or log, or platform.kubeflow.tuning: pod")
+            raise ValueError(
+                f"study parameter {p.parameter_id}: Katib has no reverse_log distribution; use linear "
+                "or log, or platform.kubeflow.tuning: pod"
+            )
         if p.type == "double":
-            feasible = {"min": _number(p.min), "max": _number(p.max),
-                        "distribution": "logUniform" if p.scale == "log" else "uniform"}
+            feasible = {
+                "min": _number(p.min),
+                "max": _number(p.max),
+                "distribution": "logUniform" if p.scale == "log" else "uniform",
+            }
             out.append({"name": p.parameter_id, "parameterType": "double", "feasibleSpace": feasible})
         elif p.type == "integer":
-            feasible = {"min": str(p.min), "max": str(p.max),
-                        "distribution": "logUniform" if p.scale == "log" else "uniform"}
+            feasible = {
+                "min": str(p.min),
+                "max": str(p.max),
+                "distribution": "logUniform" if p.scale == "log" else "uniform",
+            }
             out.append({"name": p.parameter_id, "parameterType": "int", "feasibleSpace": feasible})
         elif p.type == "categorical":
-            out.append({"name": p.parameter_id, "parameterType": "categorical",
-                        "feasibleSpace": {"list": list(p.values)}})
+            out.append(
+                {"name": p.parameter_id, "parameterType": "categorical", "feasibleSpace": {"list": list(p.values)}}
+            )
         else:
-            out.append({"name": p.parameter_id, "parameterType": "discrete",
-                        "feasibleSpace": {"list": [_number(v) for v in p.values]}})
+            out.append(
+                {
+                    "name": p.parameter_id,
+                    "parameterType": "discrete",
+                    "feasibleSpace": {"list": [_number(v) for v in p.values]},
+                }
+            )
     return out
 
 
 def objective(spec) -> dict:
     strategy = "latest" if spec.measurement == "last" else ("max" if spec.goal == "maximize" else "min")
-    return {"type": spec.goal, "objectiveMetricName": spec.metric_id,
-            "metricStrategies": [{"name": spec.metric_id, "value": strategy}]}
+    return {
+        "type": spec.goal,
+        "objectiveMetricName": spec.metric_id,
+        "metricStrategies": [{"name": spec.metric_id, "value": strategy}],
+    }
 
 
-def experiment(name: str, namespace: str, spec, image: str, fixed_args: list[str], trials_dir: str,
-               resources: dict, claim_name: str, mount_path: str, service_account: str = "",
-               labels: dict | None = None) -> dict:
+def experiment(
+    name: str,
+    namespace: str,
+    spec,
+    image: str,
+    fixed_args: list[str],
+    trials_dir: str,
+    resources: dict,
+    claim_name: str,
+    mount_path: str,
+    service_account: str = "",
+    labels: dict | None = None,
+) -> dict:
     """The Katib Experiment (kubeflow.org/v1beta1) for `spec` (a StudySpec)."""
     from components.lib.kube import volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     trial_dir = f"{trials_dir}/${{trialParameters.trialName}}"
-    args = [*fixed_args, "--job-dir", trial_dir,
-            *(f"--{p.parameter_id.replace('_', '-')}=${{trialParameters.{trial_parameter_name(p.parameter_id)}}}"
-              for p in spec.parameters)]
-    env = {"CLOUD_ML_HP_METRIC_FILE": METRICS_FILE, "CLOUD_ML_TRIAL_ID": "${trialParameters.trialName}",
-           **output_dirs(trial_dir), **LEGACY_KERAS, "PYTHONUNBUFFERED": "1"}
-    container: dict[str, Any] = {"name": CONTAINER, "image": image, "args": args,
-                 "env": [{"name": k, "value": v} for k, v in env.items()]}
+    args = [
+        *fixed_args,
+        "--job-dir",
+        trial_dir,
+        *(
+            f"--{p.parameter_id.replace('_', '-')}=${{trialParameters.{trial_parameter_name(p.parameter_id)}}}"
+            for p in spec.parameters
+        ),
+    ]
+    env = {
+        "CLOUD_ML_HP_METRIC_FILE": METRICS_FILE,
+        "CLOUD_ML_TRIAL_ID": "${trialParameters.trialName}",
+        **output_dirs(trial_dir),
+        **LEGACY_KERAS,
+        "PYTHONUNBUFFERED": "1",
+    }
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "args": args,
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+    }
     if resources:
         container["resources"] = resources
     if mounts:
@@ -102,12 +144,20 @@ def experiment(name: str, namespace: str, spec, image: str, fixed_args: list[str
         pod["volumes"] = volumes
     if service_account:
         pod["serviceAccountName"] = service_account
-    trial_parameters = [{"name": trial_parameter_name(p.parameter_id), "description": f"--{p.parameter_id}",
-                         "reference": p.parameter_id} for p in spec.parameters]
-    trial_parameters.append({"name": "trialName", "description": "the trial's name (its output folder)",
-                             "reference": "${trialSpec.Name}"})
+    trial_parameters = [
+        {
+            "name": trial_parameter_name(p.parameter_id),
+            "description": f"--{p.parameter_id}",
+            "reference": p.parameter_id,
+        }
+        for p in spec.parameters
+    ]
+    trial_parameters.append(
+        {"name": "trialName", "description": "the trial's name (its output folder)", "reference": "${trialSpec.Name}"}
+    )
     return {
-        "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
         "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
         "spec": {
             "objective": objective(spec),
@@ -115,17 +165,25 @@ def experiment(name: str, namespace: str, spec, image: str, fixed_args: list[str
             "parallelTrialCount": spec.parallel_trial_count,
             "maxTrialCount": spec.max_trial_count,
             "maxFailedTrialCount": spec.max_failed_trial_count,
-            "metricsCollectorSpec": {"collector": {"kind": "File"},
-                                     "source": {"fileSystemPath": {"path": METRICS_FILE, "kind": "File",
-                                                                   "format": "JSON"}}},
+            "metricsCollectorSpec": {
+                "collector": {"kind": "File"},
+                "source": {"fileSystemPath": {"path": METRICS_FILE, "kind": "File", "format": "JSON"}},
+            },
             "parameters": search_space(spec),
             "trialTemplate": {
                 "primaryContainerName": CONTAINER,
                 "trialParameters": trial_parameters,
-                "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {
-                    "backoffLimit": 0,  # a failed trial is a result, not something to retry
-                    "template": {"metadata": {"labels": dict(labels or {}), "annotations": dict(NO_ISTIO)},
-                                 "spec": pod}}},
+                "trialSpec": {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "spec": {
+                        "backoffLimit": 0,  # a failed trial is a result, not something to retry
+                        "template": {
+                            "metadata": {"labels": dict(labels or {}), "annotations": dict(NO_ISTIO)},
+                            "spec": pod,
+                        },
+                    },
+                },
             },
         },
     }
@@ -140,17 +198,28 @@ def best_trial(obj: dict, spec) -> dict | None:
     parameters = {}
     for assignment in optimal.get("parameterAssignments") or []:
         kind, value = kinds.get(assignment["name"]), assignment["value"]
-        parameters[assignment["name"]] = (int(float(value)) if kind == "integer" else
-                                          value if kind == "categorical" else float(value))
+        parameters[assignment["name"]] = (
+            int(float(value)) if kind == "integer" else value if kind == "categorical" else float(value)
+        )
     key = "latest" if spec.measurement == "last" else ("max" if spec.goal == "maximize" else "min")
-    metric = next((m.get(key) for m in (optimal.get("observation") or {}).get("metrics") or []
-                   if m.get("name") == spec.metric_id), None)
-    return {"trial": optimal["bestTrialName"], "parameters": parameters,
-            "metric": float(metric) if metric not in (None, "") else None}
+    metric = next(
+        (
+            m.get(key)
+            for m in (optimal.get("observation") or {}).get("metrics") or []
+            if m.get("name") == spec.metric_id
+        ),
+        None,
+    )
+    return {
+        "trial": optimal["bestTrialName"],
+        "parameters": parameters,
+        "metric": float(metric) if metric not in (None, "") else None,
+    }
 
 
-def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600,
-                   log=print, sleep=None) -> dict:
+def run_experiment(
+    api, body: dict, spec, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print, sleep=None
+) -> dict:
     """Create (or adopt) the Experiment and wait: returns `best_trial(...)` once it has succeeded; raises
     StudyFailed with Katib's message, TimeoutError (experiment deleted) or kube.Cancelled (experiment deleted)."""
     import time
@@ -161,8 +230,10 @@ def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seco
     what = f"{KIND} {namespace}/{name}"
     kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
     kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log)
-    log(f"created {what}: {body['spec']['algorithm']['algorithmName']}, up to {spec.max_trial_count} trials, "
-        f"{spec.parallel_trial_count} at a time")
+    log(
+        f"created {what}: {body['spec']['algorithm']['algorithmName']}, up to {spec.max_trial_count} trials, "
+        f"{spec.parallel_trial_count} at a time"
+    )
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
     progress: dict[str, Any] = {}
@@ -177,13 +248,17 @@ def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seco
         best = best_trial(obj, spec)
         if counts != progress.get("counts") or best != progress.get("best"):
             progress.update(counts=counts, best=best)
-            log(f"{what}: {counts['trials']} trial(s): {counts['trialsSucceeded']} succeeded, "
+            log(
+                f"{what}: {counts['trials']} trial(s): {counts['trialsSucceeded']} succeeded, "
                 f"{counts['trialsFailed']} failed, {counts['trialsRunning']} running"
-                + (f"; best {best['trial']}: {spec.metric_id}={best['metric']} {best['parameters']}" if best else ""))
+                + (f"; best {best['trial']}: {spec.metric_id}={best['metric']} {best['parameters']}" if best else "")
+            )
         if failed := kube.condition(obj, "Failed"):
-            raise StudyFailed(f"{what} failed: {failed.get('message') or failed.get('reason')} "
-                              f"({counts['trialsFailed']} failed trial(s); max_failed_trial_count="
-                              f"{spec.max_failed_trial_count})")
+            raise StudyFailed(
+                f"{what} failed: {failed.get('message') or failed.get('reason')} "
+                f"({counts['trialsFailed']} failed trial(s); max_failed_trial_count="
+                f"{spec.max_failed_trial_count})"
+            )
         if kube.condition(obj, "Succeeded"):
             if best is None:
                 raise StudyFailed(f"{what} ended without a best trial: no trial reported {spec.metric_id!r}")
@@ -197,10 +272,27 @@ def run_experiment(api, body: dict, spec, poll_seconds: float = 10, timeout_seco
     return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
 
 
-def tune_with_katib(api, data_path: str, tuning_path: str, *, spec, trial_epochs: int, batch_size: int,
-                    model_builder: str, image: str, namespace: str, service_account: str, claim_name: str,
-                    mount_path: str, resources: dict, run_id: str, poll_seconds: float = 10,
-                    timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
+def tune_with_katib(
+    api,
+    data_path: str,
+    tuning_path: str,
+    *,
+    spec,
+    trial_epochs: int,
+    batch_size: int,
+    model_builder: str,
+    image: str,
+    namespace: str,
+    service_account: str,
+    claim_name: str,
+    mount_path: str,
+    resources: dict,
+    run_id: str,
+    poll_seconds: float = 10,
+    timeout_seconds: float = 24 * 3600,
+    log=print,
+    sleep=None,
+) -> dict:
     """Stage the data on the volume, run the experiment, record it: the best trial."""
     from components.lib import kube
     from components.train_model_on_operator import stage_dataset
@@ -210,17 +302,42 @@ def tune_with_katib(api, data_path: str, tuning_path: str, *, spec, trial_epochs
     data_dir = stage_dataset(data_path, run_dir, mount_path)
     trials_dir = os.path.join(run_dir, "tune-hyperparameters", "trials")
     os.makedirs(trials_dir, exist_ok=True)
-    body = experiment(name, namespace, spec, image,
-                      ["--data-dir", data_dir, "--model", model_builder, "--epochs", str(trial_epochs),
-                       "--batch-size", str(batch_size)],
-                      trials_dir, resources, claim_name, mount_path, service_account,
-                      kube.run_labels(run_id, "tune-hyperparameters"))
+    body = experiment(
+        name,
+        namespace,
+        spec,
+        image,
+        [
+            "--data-dir",
+            data_dir,
+            "--model",
+            model_builder,
+            "--epochs",
+            str(trial_epochs),
+            "--batch-size",
+            str(batch_size),
+        ],
+        trials_dir,
+        resources,
+        claim_name,
+        mount_path,
+        service_account,
+        kube.run_labels(run_id, "tune-hyperparameters"),
+    )
     best = run_experiment(api, body, spec, poll_seconds, timeout_seconds, log, sleep)
     os.makedirs(tuning_path, exist_ok=True)
     with open(os.path.join(tuning_path, "trials.json"), "w") as f:
-        json.dump({"engine": "katib", "experiment": f"{namespace}/{name}", "spec": spec.model_dump(),
-                   "best": {k: best[k] for k in ("trial", "parameters", "metric")}, "status": best["status"]},
-                  f, indent=2)
+        json.dump(
+            {
+                "engine": "katib",
+                "experiment": f"{namespace}/{name}",
+                "spec": spec.model_dump(),
+                "best": {k: best[k] for k in ("trial", "parameters", "metric")},
+                "status": best["status"],
+            },
+            f,
+            indent=2,
+        )
     return best
 
 
@@ -279,11 +396,24 @@ def tune_on_katib(
             json.dump({"enabled": False, "trials": []}, f)
         return hyperparameters
     best = tune_with_katib(
-        kube.api_client(), dataset.path, tuning.path, spec=StudySpec.model_validate(study_spec),
-        trial_epochs=trial_epochs, batch_size=batch_size, model_builder=model_builder, image=trainer_image,
-        namespace=namespace or kube.own_namespace(), service_account=service_account, claim_name=claim_name,
-        mount_path=mount_path, resources=resources, run_id=run_id, poll_seconds=poll_seconds,
-        timeout_seconds=timeout_minutes * 60, log=kube.log_to_stdout)
+        kube.api_client(),
+        dataset.path,
+        tuning.path,
+        spec=StudySpec.model_validate(study_spec),
+        trial_epochs=trial_epochs,
+        batch_size=batch_size,
+        model_builder=model_builder,
+        image=trainer_image,
+        namespace=namespace or kube.own_namespace(),
+        service_account=service_account,
+        claim_name=claim_name,
+        mount_path=mount_path,
+        resources=resources,
+        run_id=run_id,
+        poll_seconds=poll_seconds,
+        timeout_seconds=timeout_minutes * 60,
+        log=kube.log_to_stdout,
+    )
     hyperparameters = with_best_trial(hyperparameters, best["parameters"])
     tuning.metadata.update(best_metric=best["metric"], best_parameters=best["parameters"], best_trial=best["trial"])
     print(f"best trial {best['trial']}: {study_spec['metric_id']}={best['metric']}; training with {hyperparameters}")

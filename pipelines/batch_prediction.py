@@ -38,10 +38,19 @@ def build_batch_pipeline(target: str, platform: Platform | None = None):
     ):
         """The batch prediction DAG (inputs: `BatchParameters`)."""
         ops.batch_predict(
-            instances=instances, instances_format=instances_format, model=model, model_repository=model_repository,
-            model_name=model_name, batch_size=batch_size, key_field=key_field, included_fields=included_fields,
-            excluded_fields=excluded_fields, instance_type=instance_type, max_error_fraction=max_error_fraction,
-            signature_name=signature_name, output_prefix=output_prefix,
+            instances=instances,
+            instances_format=instances_format,
+            model=model,
+            model_repository=model_repository,
+            model_name=model_name,
+            batch_size=batch_size,
+            key_field=key_field,
+            included_fields=included_fields,
+            excluded_fields=excluded_fields,
+            instance_type=instance_type,
+            max_error_fraction=max_error_fraction,
+            signature_name=signature_name,
+            output_prefix=output_prefix,
         )
 
     return batch_prediction_pipeline

@@ -7,15 +7,17 @@ Precedence, highest first: CLI (`--set section.field=value`, then the dedicated 
 (`TFPIPE_<SECTION>__<FIELD>[__<SUBFIELD>]`) > the selected profile (`--profile NAME` or `TFPIPE_PROFILE`) > the
 file's base sections > defaults.
 """
+
 from __future__ import annotations
 
 import copy
 import inspect
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -58,49 +60,83 @@ class PipelineParameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data_source: str = Field("builtin:digits", description=(
-        "The data: builtin:digits, builtin:iris, an image folder (one subfolder per class) or a CSV file with a "
-        "label column; a local path or gs:// URI."))
+    data_source: str = Field(
+        "builtin:digits",
+        description=(
+            "The data: builtin:digits, builtin:iris, an image folder (one subfolder per class) or a CSV file with a "
+            "label column; a local path or gs:// URI."
+        ),
+    )
     workers: int = Field(2, ge=1, le=64, description="Training workers (replicas of the multi-worker strategy).")
     epochs: int = Field(15, ge=1, description="Epochs of the final training.")
     batch_size: int = Field(32, ge=1, description="Batch size per replica (global batch = batch_size × replicas).")
     learning_rate: float = Field(0.003, gt=0, description="Learning rate (the study's best trial overrides it).")
     val_fraction: float = Field(0.1, gt=0, lt=1, description="Share of the examples in the validation split.")
     test_fraction: float = Field(0.1, gt=0, lt=1, description="Share of the examples in the test split.")
-    image_size: int = Field(0, ge=0, description=(
-        "Side in pixels of the prepared images; 0: the data's own (8 for digits; an image folder's smallest "
-        "image side, capped at 180, never upsampled)."))
+    image_size: int = Field(
+        0,
+        ge=0,
+        description=(
+            "Side in pixels of the prepared images; 0: the data's own (8 for digits; an image folder's smallest "
+            "image side, capped at 180, never upsampled)."
+        ),
+    )
     label_column: str = Field("label", description="Label column of a CSV source.")
-    max_corrupt_fraction: float = Field(0.05, ge=0, le=1, description=(
-        "Data prep fails above this share of unreadable records."))
+    max_corrupt_fraction: float = Field(
+        0.05, ge=0, le=1, description=("Data prep fails above this share of unreadable records.")
+    )
     split_salt: str = Field("", description="Salt of the deterministic split; change it to draw a different split.")
-    max_restarts: int = Field(2, ge=0, description=(
-        "Local launcher: restarts of the worker group after a lost worker (a worker's error is not retried)."))
-    accuracy_threshold: float = Field(0.9, ge=0, le=1, description=(
-        "Evaluation gate: the test accuracy the model must reach to be blessed."))
-    champion_tolerance: float = Field(0.01, ge=0, description=(
-        "Evaluation gate: how far below the champion's test accuracy the model may be."))
-    model_repository: str = Field("", description=(
-        "Self-hosted: the versioned model repository (empty: runs/model_repository for local runs, "
-        "<volume mount path>/model-repository for compiled kubeflow templates)."))
+    max_restarts: int = Field(
+        2,
+        ge=0,
+        description=(
+            "Local launcher: restarts of the worker group after a lost worker (a worker's error is not retried)."
+        ),
+    )
+    accuracy_threshold: float = Field(
+        0.9, ge=0, le=1, description=("Evaluation gate: the test accuracy the model must reach to be blessed.")
+    )
+    champion_tolerance: float = Field(
+        0.01, ge=0, description=("Evaluation gate: how far below the champion's test accuracy the model may be.")
+    )
+    model_repository: str = Field(
+        "",
+        description=(
+            "Self-hosted: the versioned model repository (empty: runs/model_repository for local runs, "
+            "<volume mount path>/model-repository for compiled kubeflow templates)."
+        ),
+    )
     model_name: str = Field("tfpipe-model", description="Self-hosted: the model's name in the repository.")
     source_commit: str = Field("", description="Commit recorded with the published version (local runs: git HEAD).")
     tune: bool = Field(True, description="Run the hyperparameter study before the final training.")
     tuning_trial_epochs: int = Field(2, ge=1, description="Epochs of each study trial.")
-    tflite_mode: Literal["float32", "dynamic", "float16", "int8"] = Field("dynamic", description=(
-        "TFLite mode to publish: float32, dynamic, float16 or int8."))
-    tflite_max_accuracy_drop: float = Field(1.0, ge=0, description=(
-        "Points of test accuracy the published .tflite may lose against the SavedModel."))
-    tflite_compare_all_modes: bool = Field(True, description=(
-        "Also convert and evaluate every other TFLite mode, for the report."))
+    tflite_mode: Literal["float32", "dynamic", "float16", "int8"] = Field(
+        "dynamic", description=("TFLite mode to publish: float32, dynamic, float16 or int8.")
+    )
+    tflite_max_accuracy_drop: float = Field(
+        1.0, ge=0, description=("Points of test accuracy the published .tflite may lose against the SavedModel.")
+    )
+    tflite_compare_all_modes: bool = Field(
+        True, description=("Also convert and evaluate every other TFLite mode, for the report.")
+    )
     tflite_int8_io: bool = Field(False, description="int8 mode: int8 input and output tensors too.")
     tflite_allow_flex: bool = Field(False, description="Accept models that need Select TF (Flex) ops.")
     deploy: bool = Field(True, description="Deploy the registered model (Vertex endpoint, KServe or TF Serving).")
-    traffic_percentage: int = Field(100, ge=1, le=100, description=(
-        "Vertex and KServe: the new model's share of the endpoint's traffic in % (< 100: a canary; the current "
-        "models keep the rest)."))
-    serving_url: str = Field("", description=(
-        "Self-hosted: URL of a TF Serving watching model_repository (empty: local runs start the local server)."))
+    traffic_percentage: int = Field(
+        100,
+        ge=1,
+        le=100,
+        description=(
+            "Vertex and KServe: the new model's share of the endpoint's traffic in % (< 100: a canary; the current "
+            "models keep the rest)."
+        ),
+    )
+    serving_url: str = Field(
+        "",
+        description=(
+            "Self-hosted: URL of a TF Serving watching model_repository (empty: local runs start the local server)."
+        ),
+    )
     rest_port: int = Field(8501, ge=0, le=65535, description="Local server's REST port (0: any free port).")
     grpc_port: int = Field(8500, ge=0, le=65535, description="Local server's gRPC port (0: any free port).")
 
@@ -122,30 +158,51 @@ class BatchParameters(BaseModel):
 
     instances: str = Field("", description="The instances: comma-separated paths or globs (Vertex: gs:// URIs).")
     instances_format: InstancesFormat = Field(
-        "jsonl", description="Format of the instances: jsonl, csv, tf-record, tf-record-gzip or file-list.")
-    model: str = Field("", description=(
-        "The model version (empty: the champion); self-hosted: a version number or SavedModel path; Vertex: a version "
-        "id, alias or projects/.../models/ID[@VERSION] resource name."))
-    model_repository: str = Field("", description=(
-        "Self-hosted: the model repository (empty: runs/model_repository for local runs)."))
+        "jsonl", description="Format of the instances: jsonl, csv, tf-record, tf-record-gzip or file-list."
+    )
+    model: str = Field(
+        "",
+        description=(
+            "The model version (empty: the champion); self-hosted: a version number or SavedModel path; Vertex: a version "
+            "id, alias or projects/.../models/ID[@VERSION] resource name."
+        ),
+    )
+    model_repository: str = Field(
+        "", description=("Self-hosted: the model repository (empty: runs/model_repository for local runs).")
+    )
     model_name: str = Field("tfpipe-model", description="Self-hosted: the model's name in the repository.")
     batch_size: int = Field(64, ge=1, description="Instances per prediction call.")
-    key_field: str = Field("", description=(
-        "Field identifying an instance: never sent to the model; the output carries it as `key`."))
+    key_field: str = Field(
+        "", description=("Field identifying an instance: never sent to the model; the output carries it as `key`.")
+    )
     # which fields of a CSV row / JSONL object form the instance (Vertex's InstanceConfig)
-    included_fields: list[str] = Field([], description=(
-        "Fields sent to the model, in this order (not with excluded_fields); []: the model's feature columns, "
-        "matched by name, else every field but the key."))
+    included_fields: list[str] = Field(
+        [],
+        description=(
+            "Fields sent to the model, in this order (not with excluded_fields); []: the model's feature columns, "
+            "matched by name, else every field but the key."
+        ),
+    )
     excluded_fields: list[str] = Field([], description="Fields not sent to the model: every field but these.")
-    instance_type: Literal["", "object", "array"] = Field("", description=(
-        "JSONL objects sent as objects or as arrays (in included_fields' order); empty: as given."))
-    max_error_fraction: float = Field(0.1, ge=0, le=1, description=(
-        "The run fails when a larger share of its instances failed (a run with no instance fails too)."))
-    signature_name: str = Field("", description=(
-        "The signature to call (empty: serving_default, or serving_image_bytes for file lists and TFRecords of an "
-        "image model)."))
-    output_prefix: str = Field("", description=(
-        "Vertex: gs:// prefix of the output directory (empty: under the pipeline root)."))
+    instance_type: Literal["", "object", "array"] = Field(
+        "", description=("JSONL objects sent as objects or as arrays (in included_fields' order); empty: as given.")
+    )
+    max_error_fraction: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description=("The run fails when a larger share of its instances failed (a run with no instance fails too)."),
+    )
+    signature_name: str = Field(
+        "",
+        description=(
+            "The signature to call (empty: serving_default, or serving_image_bytes for file lists and TFRecords of an "
+            "image model)."
+        ),
+    )
+    output_prefix: str = Field(
+        "", description=("Vertex: gs:// prefix of the output directory (empty: under the pipeline root).")
+    )
 
     @field_validator("included_fields", "excluded_fields", mode="before")
     @classmethod
@@ -296,10 +353,12 @@ class Volume(BaseModel):
 
 
 def _default_step_resources() -> dict:
-    return {DEFAULT_STEP: Resources(cpu_request="500m", memory_request="1Gi", memory_limit="4Gi"),
-            # training: pod runs `workers` TensorFlow processes in this one pod; tuning: pod its parallel trials
-            "train-model": Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi"),
-            "tune-hyperparameters": Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi")}
+    return {
+        DEFAULT_STEP: Resources(cpu_request="500m", memory_request="1Gi", memory_limit="4Gi"),
+        # training: pod runs `workers` TensorFlow processes in this one pod; tuning: pod its parallel trials
+        "train-model": Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi"),
+        "tune-hyperparameters": Resources(cpu_request="2", memory_request="4Gi", memory_limit="8Gi"),
+    }
 
 
 class KubeflowSettings(BaseModel):
@@ -346,12 +405,16 @@ class KubeflowSettings(BaseModel):
 
     @model_validator(mode="after")
     def _engines_need_the_volume(self):
-        needs = [f"{field}: {getattr(self, field)}" for field, engine in
-                 (("training", "operator"), ("tuning", "katib"), ("serving", "kserve"))
-                 if getattr(self, field) == engine]
+        needs = [
+            f"{field}: {getattr(self, field)}"
+            for field, engine in (("training", "operator"), ("tuning", "katib"), ("serving", "kserve"))
+            if getattr(self, field) == engine
+        ]
         if needs and not self.volume.claim_name:
-            raise ValueError(f"{', '.join(needs)} need volume.claim_name: the engines' pods read the data and the "
-                             "models from that PersistentVolumeClaim (or choose pod / url / none)")
+            raise ValueError(
+                f"{', '.join(needs)} need volume.claim_name: the engines' pods read the data and the "
+                "models from that PersistentVolumeClaim (or choose pod / url / none)"
+            )
         return self
 
     def resources_of(self, step: str) -> Resources:
@@ -445,9 +508,11 @@ class Platform(BaseModel):
     @classmethod
     def _caching(cls, value: bool | None) -> bool | None:
         if value:
-            raise ValueError("true would cache every step of a run, the champion, registry and endpoint look-ups too "
-                             "(a run-level setting overrides each step's): leave it null for the compiled settings "
-                             "(look-ups never cached, the rest keyed on the data's fingerprint) or set false")
+            raise ValueError(
+                "true would cache every step of a run, the champion, registry and endpoint look-ups too "
+                "(a run-level setting overrides each step's): leave it null for the compiled settings "
+                "(look-ups never cached, the rest keyed on the data's fingerprint) or set false"
+            )
         return value
 
     @field_validator("step_limits")
@@ -480,32 +545,43 @@ class Platform(BaseModel):
             raise ValueError("model_version_aliases must be distinct")
         for key, value in self.model_labels.items():
             if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
-                raise ValueError(f"model_labels: {key}={value!r}: keys must match {_LABEL_KEY.pattern} and values "
-                                 f"{_LABEL_VALUE.pattern}")
+                raise ValueError(
+                    f"model_labels: {key}={value!r}: keys must match {_LABEL_KEY.pattern} and values "
+                    f"{_LABEL_VALUE.pattern}"
+                )
         if self.serving_max_replicas < self.serving_min_replicas:
-            raise ValueError(f"serving_max_replicas ({self.serving_max_replicas}) must be >= serving_min_replicas "
-                             f"({self.serving_min_replicas})")
+            raise ValueError(
+                f"serving_max_replicas ({self.serving_max_replicas}) must be >= serving_min_replicas "
+                f"({self.serving_min_replicas})"
+            )
         if self.batch_max_replicas < self.batch_starting_replicas:
-            raise ValueError(f"batch_max_replicas ({self.batch_max_replicas}) must be >= batch_starting_replicas "
-                             f"({self.batch_starting_replicas})")
+            raise ValueError(
+                f"batch_max_replicas ({self.batch_max_replicas}) must be >= batch_starting_replicas "
+                f"({self.batch_starting_replicas})"
+            )
         if bool(self.serving_accelerator_type) != bool(self.serving_accelerator_count):
             raise ValueError("serving_accelerator_type and serving_accelerator_count must be set together")
         if bool(self.accelerator_type) != bool(self.accelerator_count):
             raise ValueError("accelerator_type and accelerator_count must be set together")
         if not self.model_version_aliases:
             raise ValueError("model_version_aliases: give at least one alias (the first one marks the champion)")
-        for field, pattern, what in (("encryption_spec_key_name", _KMS_KEY,
-                                      "projects/P/locations/L/keyRings/R/cryptoKeys/K"),
-                                     ("tensorboard", _TENSORBOARD, "projects/P/locations/L/tensorboards/ID")):
+        for field, pattern, what in (
+            ("encryption_spec_key_name", _KMS_KEY, "projects/P/locations/L/keyRings/R/cryptoKeys/K"),
+            ("tensorboard", _TENSORBOARD, "projects/P/locations/L/tensorboards/ID"),
+        ):
             value = getattr(self, field)
             if value and not (m := pattern.match(value)):
                 raise ValueError(f"{field}: {value!r} must look like {what}")
             if value and m["location"] != self.location:
-                raise ValueError(f"{field}: {value!r} is in {m['location']}; Vertex AI needs it in the runs' "
-                                 f"location {self.location}")
+                raise ValueError(
+                    f"{field}: {value!r} is in {m['location']}; Vertex AI needs it in the runs' "
+                    f"location {self.location}"
+                )
         if self.tensorboard and not self.service_account:
-            raise ValueError("tensorboard needs service_account: Vertex AI writes to a TensorBoard instance only from "
-                             "a training job that runs as a service account")
+            raise ValueError(
+                "tensorboard needs service_account: Vertex AI writes to a TensorBoard instance only from "
+                "a training job that runs as a service account"
+            )
         return self
 
     @property
@@ -616,12 +692,14 @@ def env_overrides(environ: Mapping[str, str]) -> list[Override]:
     for name in sorted(environ):
         if not name.startswith(ENV_PREFIX) or name == PROFILE_ENV:
             continue
-        section, sep, field = name[len(ENV_PREFIX):].partition("__")
+        section, sep, field = name[len(ENV_PREFIX) :].partition("__")
         if section.lower() not in SECTIONS:
             typo = next((s for s in SECTIONS if section.lower().startswith(s + "_")), None)
             if typo:
-                raise ConfigError(f"{name}: separate the section and the field with two underscores, like "
-                                  f"{ENV_PREFIX}{typo.upper()}__{section[len(typo) + 1:]}")
+                raise ConfigError(
+                    f"{name}: separate the section and the field with two underscores, like "
+                    f"{ENV_PREFIX}{typo.upper()}__{section[len(typo) + 1 :]}"
+                )
             continue  # another tfpipe variable (TFPIPE_SERVING_STATE, ...)
         parts = field.split("__")
         if not sep or not all(parts):
@@ -647,7 +725,7 @@ def _assign(raw: dict, override: Override, sources: dict) -> None:
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"{override.source}: {'.'.join(override.path[:i + 1])} is not a mapping")
+            raise ConfigError(f"{override.source}: {'.'.join(override.path[: i + 1])} is not a mapping")
         node = child
     node[override.path[-1]] = copy.deepcopy(override.value)
     sources[override.path] = override.source
@@ -661,8 +739,9 @@ def _describe(error: ValidationError, sources: Mapping[tuple, str] | None = None
         message = e["msg"].removeprefix("Value error, ")
         if e["type"] != "value_error" and isinstance(e.get("input"), (str, int, float, bool)):
             message += f" (got {e['input']!r})"
-        source = next(((sources or {}).get(loc[:n]) for n in range(len(loc), 0, -1)
-                       if (sources or {}).get(loc[:n])), None)
+        source = next(
+            ((sources or {}).get(loc[:n]) for n in range(len(loc), 0, -1) if (sources or {}).get(loc[:n])), None
+        )
         if source:
             message += f" (from {source})"
         messages.append(f"{prefix}{'.'.join(loc) or 'config'}: {message}")
@@ -707,8 +786,9 @@ def _profiles(raw: Mapping) -> dict:
             raise ConfigError(f"invalid configuration: profiles.{name}: must be a mapping of sections")
         for key, value in body.items():
             if key not in SECTIONS:
-                raise ConfigError(f"invalid configuration: profiles.{name}.{key}: not a section; use one of: "
-                                  f"{', '.join(SECTIONS)}")
+                raise ConfigError(
+                    f"invalid configuration: profiles.{name}.{key}: not a section; use one of: {', '.join(SECTIONS)}"
+                )
             if value is not None and not isinstance(value, dict):
                 raise ConfigError(f"invalid configuration: profiles.{name}.{key}: must be a mapping")
     return profiles
@@ -718,9 +798,15 @@ def profile_names(path: str | Path | None) -> list[str]:
     return sorted(_profiles(_read(path)))
 
 
-def load_config(path: str | Path | None = None, overrides: dict | None = None,
-                batch_overrides: dict | None = None, *, profile: str | None = None, sets: Sequence[str] = (),
-                environ: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    path: str | Path | None = None,
+    overrides: dict | None = None,
+    batch_overrides: dict | None = None,
+    *,
+    profile: str | None = None,
+    sets: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Config:
     """Read `path` (YAML) if given; deep-merge the selected profile (`profile`, else `$TFPIPE_PROFILE`) over its
     sections; apply the `TFPIPE_<SECTION>__<FIELD>` variables of `environ` (default: os.environ), then the
     `sets` (`section.field=value`), then parameter `overrides` and batch-pipeline `batch_overrides` (None values

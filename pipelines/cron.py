@@ -4,6 +4,7 @@ Vertex AI schedules take a standard five-field cron expression with an optional 
 `TZ=<IANA zone> ` or `CRON_TZ=<IANA zone> ` (without one, Vertex evaluates it in UTC). The fields are validated
 with croniter and the zone with zoneinfo.
 """
+
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@
 kfp.local streams every step's output to stdout; `StepLog` splits that stream into one log file per step,
 times the steps and shows a one-line progress per step instead (everything with `verbose=True`).
 """
+
 from __future__ import annotations
 
 import io
@@ -82,7 +83,9 @@ class StepLog(io.TextIOBase):
         if self.current and self._file:
             self._file.write(line + "\n")
             if m := ERROR_LINE.match(line):
-                self.current.error = f"{m[1]}: {m[2]}" if m[1] not in ("DataError", "ModelError", "BatchPredictionError") else m[2]
+                self.current.error = (
+                    f"{m[1]}: {m[2]}" if m[1] not in ("DataError", "ModelError", "BatchPredictionError") else m[2]
+                )
 
 
 def step_names(pipeline) -> list[str]:
@@ -114,8 +117,9 @@ def run_local(pipeline, arguments: dict, out_dir: Path, verbose: bool = False) -
     artifacts.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
     before = set(os.listdir(artifacts))
-    kfp.local.init(runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(artifacts),
-                   raise_on_error=False)
+    kfp.local.init(
+        runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(artifacts), raise_on_error=False
+    )
     tracker = StepLog(log_dir, sys.stdout, verbose)
     with redirect_stdout(tracker), warnings.catch_warnings():
         # kfp.local notes that display names and the components image do not apply to local subprocesses

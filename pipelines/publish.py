@@ -2,10 +2,11 @@
 with `kfp.registry.RegistryClient`: one multipart upload of the YAML with its tags. The registry names the package
 after the pipeline (`tfpipe-training`) and the version after the file's sha256; a tag points at a version, so
 `REGISTRY/tfpipe-training/TAG` is what `submit --template-tag TAG` and `schedule --template-tag TAG` run."""
+
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from pipelines.templates import check_tag
 
@@ -19,11 +20,13 @@ class PublishError(ValueError):
 def check_registry(registry: str) -> str:
     registry = (registry or "").rstrip("/")
     if not registry:
-        raise PublishError("no registry: pass --registry https://REGION-kfp.pkg.dev/PROJECT/REPO or set "
-                           "platform.template_registry")
+        raise PublishError(
+            "no registry: pass --registry https://REGION-kfp.pkg.dev/PROJECT/REPO or set platform.template_registry"
+        )
     if not registry.startswith(("https://", "http://")):
-        raise PublishError(f"--registry {registry}: expected an https:// URL like "
-                           "https://REGION-kfp.pkg.dev/PROJECT/REPO")
+        raise PublishError(
+            f"--registry {registry}: expected an https:// URL like https://REGION-kfp.pkg.dev/PROJECT/REPO"
+        )
     return registry
 
 

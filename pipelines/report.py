@@ -1,4 +1,5 @@
 """Run output: `run_summary.json`, PNG plots (training curves, confusion matrix) and `report.html`."""
+
 from __future__ import annotations
 
 import json
@@ -35,18 +36,35 @@ def _endpoint(deployed: dict | None) -> dict | None:
     if not deployed:
         return None
     version = deployed.get("version")
-    return {"rest_url": deployed["rest_url"], "grpc_target": deployed.get("grpc_target") or None,
-            "served_version": int(version) if version is not None else None,
-            "model_name": deployed.get("model_name"), "started_by_this_run": bool(deployed.get("started")),
-            "pid": deployed.get("pid"), "log": deployed.get("log"), "stop": deployed.get("stop") or None}
+    return {
+        "rest_url": deployed["rest_url"],
+        "grpc_target": deployed.get("grpc_target") or None,
+        "served_version": int(version) if version is not None else None,
+        "model_name": deployed.get("model_name"),
+        "started_by_this_run": bool(deployed.get("started")),
+        "pid": deployed.get("pid"),
+        "log": deployed.get("log"),
+        "stop": deployed.get("stop") or None,
+    }
 
 
 def _batch(run_root: Path | None) -> dict | None:
     metadata = _artifact_metadata(run_root, "run-batch-prediction", "predictions")
     if not metadata:
         return None
-    return {k: metadata.get(k) for k in ("output_directory", "model", "instances", "succeeded", "failed", "files",
-                                         "seconds", "instances_per_second")}
+    return {
+        k: metadata.get(k)
+        for k in (
+            "output_directory",
+            "model",
+            "instances",
+            "succeeded",
+            "failed",
+            "files",
+            "seconds",
+            "instances_per_second",
+        )
+    }
 
 
 def tuning(study_dir: Path | None) -> dict | None:
@@ -54,10 +72,15 @@ def tuning(study_dir: Path | None) -> dict | None:
     if study_dir is None:
         return None
     study = _json(study_dir / "trials.json")
-    return study and {"enabled": study.get("enabled", True), "trials": study["trials"],
-                      "failed_trials": study.get("failed_trials", 0), "best": study.get("best"),
-                      "seconds": study.get("seconds"), "metric_id": (study.get("spec") or {}).get("metric_id"),
-                      "plot": str(study_dir / "trials.png")}
+    return study and {
+        "enabled": study.get("enabled", True),
+        "trials": study["trials"],
+        "failed_trials": study.get("failed_trials", 0),
+        "best": study.get("best"),
+        "seconds": study.get("seconds"),
+        "metric_id": (study.get("spec") or {}).get("metric_id"),
+        "plot": str(study_dir / "trials.png"),
+    }
 
 
 def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, seconds: float) -> dict:
@@ -79,12 +102,28 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
         "artifacts": str(run_root) if run_root else None,
         "parameters": parameters,
         "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "log": s.log or None} for s in steps],
-        "dataset": stats and {k: stats[k] for k in ("source", "kind", "input_shape", "labels", "records", "examples",
-                                                    "quarantined", "splits")}
-        | {"image_size": stats.get("image_size"),
-           "quarantine_file": str(_output(run_root, "prepare-data", "dataset", "quarantine.jsonl"))},
-        "training": training and {k: training.get(k) for k in ("epochs", "num_workers", "strategy", "global_batch_size",
-                                                               "attempts", "seconds", "hyperparameters")},
+        "dataset": stats
+        and {
+            k: stats[k]
+            for k in ("source", "kind", "input_shape", "labels", "records", "examples", "quarantined", "splits")
+        }
+        | {
+            "image_size": stats.get("image_size"),
+            "quarantine_file": str(_output(run_root, "prepare-data", "dataset", "quarantine.jsonl")),
+        },
+        "training": training
+        and {
+            k: training.get(k)
+            for k in (
+                "epochs",
+                "num_workers",
+                "strategy",
+                "global_batch_size",
+                "attempts",
+                "seconds",
+                "hyperparameters",
+            )
+        },
         "metrics": {
             "val_accuracy": training and training.get("val_accuracy"),
             "test_accuracy": evaluation and evaluation["accuracy"],
@@ -98,8 +137,13 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
             "published_version": published.get("version"),
             "published_path": published.get("path"),
         },
-        "registry": published and {"model_name": parameters.get("model_name"), "version": published["version"],
-                                   "repository": parameters.get("model_repository"), "path": published["path"]},
+        "registry": published
+        and {
+            "model_name": parameters.get("model_name"),
+            "version": published["version"],
+            "repository": parameters.get("model_repository"),
+            "path": published["path"],
+        },
         "endpoint": _endpoint(_json(_output(run_root, "deploy-model", "endpoint"))),
         "batch_prediction": _batch(run_root),
     }
@@ -195,8 +239,7 @@ def confusion_matrix(evaluation: dict | None):
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
     for (i, j), v in np.ndenumerate(matrix):
-        ax.text(j, i, str(v), ha="center", va="center", color="white" if v > matrix.max() / 2 else "black",
-                fontsize=8)
+        ax.text(j, i, str(v), ha="center", va="center", color="white" if v > matrix.max() / 2 else "black", fontsize=8)
     ax.set_title(f"Confusion matrix, test split (accuracy {evaluation['accuracy']:.4f})")
     fig.tight_layout()
     return fig
@@ -216,8 +259,9 @@ def _trial_columns(trials: list[dict]) -> list[str]:
 
 
 ENV = jinja2.Environment(autoescape=False)
-ENV.filters.update(value=value, fraction=fraction, seconds=seconds, size=size, milliseconds=milliseconds,
-                   percent=lambda v: f"{v:.0%}")
+ENV.filters.update(
+    value=value, fraction=fraction, seconds=seconds, size=size, milliseconds=milliseconds, percent=lambda v: f"{v:.0%}"
+)
 ENV.globals.update(trial_columns=_trial_columns)
 REPORT = ENV.from_string("""<!doctype html>
 <html><head><meta charset="utf-8"><title>{{ s.pipeline }} run report</title>

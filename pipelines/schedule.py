@@ -8,15 +8,15 @@ not the pipeline spec, parameters, service account or network of the scheduled r
 creation leaves the old schedule untouched. (Between the two calls both exist; a run due in that instant could
 start twice.) Kubeflow recurring runs cannot be updated through `kfp.Client` at all: same approach.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from pipelines.config import Platform, ScheduleSettings
 from pipelines.cron import Cron
 from pipelines.submit import quiet_aiplatform
-
 
 _DONE = {"pause": "paused", "resume": "resumed", "delete": "deleted"}
 
@@ -26,11 +26,14 @@ class ScheduleError(ValueError):
 
 
 def schedule_console_url(project: str, location: str, schedule_id: str) -> str:
-    return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/pipelines/schedules/{schedule_id}"
-            f"?project={project}")
+    return (
+        f"https://console.cloud.google.com/vertex-ai/locations/{location}/pipelines/schedules/{schedule_id}"
+        f"?project={project}"
+    )
 
 
 # --- Vertex AI ---------------------------------------------------------------------------------------------------
+
 
 def vertex_schedules(platform: Platform, display_name: str | None = None, credentials=None) -> list:
     """The schedules of the project and location (`display_name`: only those named so), oldest first."""
@@ -40,32 +43,58 @@ def vertex_schedules(platform: Platform, display_name: str | None = None, creden
 
     with quiet_aiplatform():
         found = aiplatform.PipelineJobSchedule.list(
-            filter=display_name_filter(display_name) if display_name else None, project=platform.project,
-            location=platform.location, credentials=credentials)
+            filter=display_name_filter(display_name) if display_name else None,
+            project=platform.project,
+            location=platform.location,
+            credentials=credentials,
+        )
     if display_name:
         found = [s for s in found if s.display_name == display_name]
-    return sorted(found, key=lambda s: (s.gca_resource.create_time.timestamp() if s.gca_resource.create_time else 0,
-                                        s.resource_name))
+    return sorted(
+        found,
+        key=lambda s: (s.gca_resource.create_time.timestamp() if s.gca_resource.create_time else 0, s.resource_name),
+    )
 
 
-def replace_vertex_schedule(job, platform: Platform, cron: Cron, settings: ScheduleSettings, display_name: str,
-                            credentials=None, echo: Callable[[str], None] = print):
+def replace_vertex_schedule(
+    job,
+    platform: Platform,
+    cron: Cron,
+    settings: ScheduleSettings,
+    display_name: str,
+    credentials=None,
+    echo: Callable[[str], None] = print,
+):
     """Create a schedule of `job` (an unsubmitted `aiplatform.PipelineJob`) named `display_name`, then delete the
     schedules that had that name; return the new schedule."""
     existing = vertex_schedules(platform, display_name, credentials)
     with quiet_aiplatform():
         created = job.create_schedule(
-            cron=str(cron), display_name=display_name, start_time=settings.start_time or None,
-            end_time=settings.end_time or None, allow_queueing=settings.allow_queueing,
-            max_run_count=settings.max_run_count, max_concurrent_run_count=settings.max_concurrent_runs,
-            service_account=platform.service_account or None, network=platform.network or None)
+            cron=str(cron),
+            display_name=display_name,
+            start_time=settings.start_time or None,
+            end_time=settings.end_time or None,
+            allow_queueing=settings.allow_queueing,
+            max_run_count=settings.max_run_count,
+            max_concurrent_run_count=settings.max_concurrent_runs,
+            service_account=platform.service_account or None,
+            network=platform.network or None,
+        )
     echo(f"created schedule {display_name!r}: {created.resource_name}")
+
     def delete(old):
         with quiet_aiplatform():
             old.delete()  # DeleteSchedule, waits for the operation
 
-    _delete_replaced(existing, delete, lambda old: old.resource_name, created.resource_name, "schedule",
-                     "RESOURCE_NAME --target vertex", echo)
+    _delete_replaced(
+        existing,
+        delete,
+        lambda old: old.resource_name,
+        created.resource_name,
+        "schedule",
+        "RESOURCE_NAME --target vertex",
+        echo,
+    )
     return created
 
 
@@ -76,16 +105,20 @@ def _named(platform: Platform, name: str, credentials) -> list:
 
     if name.startswith("projects/") and "/schedules/" in name:
         with quiet_aiplatform():
-            return [aiplatform.PipelineJobSchedule.get(name, project=platform.project, location=platform.location,
-                                                       credentials=credentials)]
+            return [
+                aiplatform.PipelineJobSchedule.get(
+                    name, project=platform.project, location=platform.location, credentials=credentials
+                )
+            ]
     found = vertex_schedules(platform, name, credentials)
     if not found:
         raise ScheduleError(f"no schedule named {name!r} in projects/{platform.project}/locations/{platform.location}")
     return found
 
 
-def change_vertex_schedule(action: str, platform: Platform, name: str, credentials=None,
-                           echo: Callable[[str], None] = print) -> list:
+def change_vertex_schedule(
+    action: str, platform: Platform, name: str, credentials=None, echo: Callable[[str], None] = print
+) -> list:
     """`pause`, `resume` or `delete` the schedules `name` designates; return them."""
     if action not in ("pause", "resume", "delete"):
         raise ValueError(f"unknown action {action!r}")
@@ -99,19 +132,27 @@ def change_vertex_schedule(action: str, platform: Platform, name: str, credentia
 
 def describe_vertex(schedule) -> dict:
     s = schedule.gca_resource
-    return {"display_name": s.display_name, "state": s.state.name, "cron": s.cron,
-            "next_run": s.next_run_time.isoformat() if s.next_run_time else "",
-            "started_runs": s.started_run_count, "name": s.name}
+    return {
+        "display_name": s.display_name,
+        "state": s.state.name,
+        "cron": s.cron,
+        "next_run": s.next_run_time.isoformat() if s.next_run_time else "",
+        "started_runs": s.started_run_count,
+        "name": s.name,
+    }
 
 
 # --- Kubeflow Pipelines ------------------------------------------------------------------------------------------
+
 
 def kfp_cron(cron: Cron) -> str:
     """KFP's cron format has a leading seconds field (`0 0 3 * * 1`) and no time zone prefix: the scheduled
     workflow controller evaluates it in its own time zone."""
     if cron.zone:
-        raise ScheduleError(f"Kubeflow recurring runs take no time zone prefix ({cron.prefix}={cron.zone}): KFP "
-                            "evaluates cron in its scheduled-workflow controller's time zone; give the times in it")
+        raise ScheduleError(
+            f"Kubeflow recurring runs take no time zone prefix ({cron.prefix}={cron.zone}): KFP "
+            "evaluates cron in its scheduled-workflow controller's time zone; give the times in it"
+        )
     return f"0 {cron.fields}"
 
 
@@ -119,8 +160,9 @@ def kfp_recurring_runs(client, display_name: str | None = None, namespace: str =
     """The recurring runs (`display_name`: only those named so), following every page."""
     query = {}
     if display_name:
-        query["filter"] = json.dumps({"predicates": [
-            {"operation": "EQUALS", "key": "display_name", "stringValue": display_name}]})
+        query["filter"] = json.dumps(
+            {"predicates": [{"operation": "EQUALS", "key": "display_name", "stringValue": display_name}]}
+        )
     found: list = []
     token = ""
     while True:
@@ -132,32 +174,59 @@ def kfp_recurring_runs(client, display_name: str | None = None, namespace: str =
     return [r for r in found if display_name is None or r.display_name == display_name]
 
 
-def replace_kfp_recurring_run(client, template_path: str, params: dict, platform: Platform, cron: Cron,
-                              settings: ScheduleSettings, display_name: str, experiment: str, namespace: str = "",
-                              enable_caching: bool | None = None, echo: Callable[[str], None] = print):
+def replace_kfp_recurring_run(
+    client,
+    template_path: str,
+    params: dict,
+    platform: Platform,
+    cron: Cron,
+    settings: ScheduleSettings,
+    display_name: str,
+    experiment: str,
+    namespace: str = "",
+    enable_caching: bool | None = None,
+    echo: Callable[[str], None] = print,
+):
     """Create a recurring run named `display_name` of the compiled file, then delete the ones that had that name;
     return the new recurring run."""
     expression = kfp_cron(cron)
     existing = kfp_recurring_runs(client, display_name, namespace)
     experiment_id = client.create_experiment(name=experiment, namespace=namespace or None).experiment_id
     created = client.create_recurring_run(
-        experiment_id=experiment_id, job_name=display_name, cron_expression=expression,
-        max_concurrency=settings.max_concurrent_runs, no_catchup=True, params=params,
-        pipeline_package_path=template_path, enabled=True, start_time=settings.start_time or None,
-        end_time=settings.end_time or None, pipeline_root=platform.pipeline_root or None,
-        enable_caching=enable_caching, service_account=platform.kfp_service_account or None)
+        experiment_id=experiment_id,
+        job_name=display_name,
+        cron_expression=expression,
+        max_concurrency=settings.max_concurrent_runs,
+        no_catchup=True,
+        params=params,
+        pipeline_package_path=template_path,
+        enabled=True,
+        start_time=settings.start_time or None,
+        end_time=settings.end_time or None,
+        pipeline_root=platform.pipeline_root or None,
+        enable_caching=enable_caching,
+        service_account=platform.kfp_service_account or None,
+    )
     echo(f"created recurring run {display_name!r}: {created.recurring_run_id}")
-    _delete_replaced(existing, lambda old: client.delete_recurring_run(old.recurring_run_id),
-                     lambda old: old.recurring_run_id, created.recurring_run_id, "recurring run",
-                     "RECURRING_RUN_ID --target kubeflow", echo)
+    _delete_replaced(
+        existing,
+        lambda old: client.delete_recurring_run(old.recurring_run_id),
+        lambda old: old.recurring_run_id,
+        created.recurring_run_id,
+        "recurring run",
+        "RECURRING_RUN_ID --target kubeflow",
+        echo,
+    )
     return created
 
 
-def change_kfp_recurring_run(action: str, client, name: str, namespace: str = "",
-                             echo: Callable[[str], None] = print) -> list:
+def change_kfp_recurring_run(
+    action: str, client, name: str, namespace: str = "", echo: Callable[[str], None] = print
+) -> list:
     """`pause` (disable), `resume` (enable) or `delete` the recurring runs named `name` (or with that id)."""
-    method = {"pause": "disable_recurring_run", "resume": "enable_recurring_run",
-              "delete": "delete_recurring_run"}[action]
+    method = {"pause": "disable_recurring_run", "resume": "enable_recurring_run", "delete": "delete_recurring_run"}[
+        action
+    ]
     runs = kfp_recurring_runs(client, name, namespace)
     if not runs:
         runs = [r for r in kfp_recurring_runs(client, None, namespace) if r.recurring_run_id == name]
@@ -171,8 +240,13 @@ def change_kfp_recurring_run(action: str, client, name: str, namespace: str = ""
 
 def describe_kfp(run) -> dict:
     trigger = run.trigger.cron_schedule.cron if run.trigger and run.trigger.cron_schedule else ""
-    return {"display_name": run.display_name, "state": str(run.status or run.mode or ""), "cron": trigger,
-            "next_run": "", "name": run.recurring_run_id}
+    return {
+        "display_name": run.display_name,
+        "state": str(run.status or run.mode or ""),
+        "cron": trigger,
+        "next_run": "",
+        "name": run.recurring_run_id,
+    }
 
 
 def _delete_replaced(existing, delete, name_of, created: str, kind: str, delete_args: str, echo) -> None:
@@ -185,5 +259,7 @@ def _delete_replaced(existing, delete, name_of, created: str, kind: str, delete_
         except Exception as e:  # noqa: BLE001 (report every leftover, then fail)
             failed.append(f"{name_of(old)} ({str(e).strip().splitlines()[0]})")
     if failed:
-        raise ScheduleError(f"created {created} but could not delete the {kind}(s) it replaces: "
-                            f"{'; '.join(failed)}; delete them with: python -m pipelines schedule delete {delete_args}")
+        raise ScheduleError(
+            f"created {created} but could not delete the {kind}(s) it replaces: "
+            f"{'; '.join(failed)}; delete them with: python -m pipelines schedule delete {delete_args}"
+        )

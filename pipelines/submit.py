@@ -4,19 +4,19 @@ Pipelines deployment (`kfp.Client`), and follow it until it ends.
 Everything that can be checked locally (the platform settings a submission needs, the run's parameters against the
 template's inputs) is checked by the callers before any of these functions talks to an API.
 """
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from pipelines.config import Platform
 
 # Vertex AI PipelineState names: the run has ended
-VERTEX_DONE = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED",
-               "PIPELINE_STATE_PAUSED"}
+VERTEX_DONE = {"PIPELINE_STATE_SUCCEEDED", "PIPELINE_STATE_FAILED", "PIPELINE_STATE_CANCELLED", "PIPELINE_STATE_PAUSED"}
 # KFP v2beta1 RuntimeState values: the run has ended
 KFP_DONE = {"SUCCEEDED", "SKIPPED", "FAILED", "CANCELED"}
 
@@ -29,24 +29,29 @@ def check_vertex(platform: Platform, compiled_here: bool) -> None:
     """What a Vertex submission needs from the platform settings; `compiled_here`: the template is compiled now
     from these settings, so its images must be real ones."""
     if not platform.project:
-        raise SubmitError("platform.project is required on Vertex AI: set it in the config (profile), "
-                          "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT")
+        raise SubmitError(
+            "platform.project is required on Vertex AI: set it in the config (profile), "
+            "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT"
+        )
     if not platform.pipeline_root.startswith("gs://"):
-        raise SubmitError(f"platform.pipeline_root must be a gs:// URI on Vertex AI (gs://BUCKET/pipeline-root), "
-                          f"got {platform.pipeline_root!r}")
+        raise SubmitError(
+            f"platform.pipeline_root must be a gs:// URI on Vertex AI (gs://BUCKET/pipeline-root), "
+            f"got {platform.pipeline_root!r}"
+        )
     if compiled_here:
         check_images(platform, "vertex")
 
 
 def check_images(platform: Platform, target: str) -> None:
     for field in platform.placeholder_images(target):
-        raise SubmitError(f"platform.{field} is still the placeholder {getattr(platform, field)}: set it to the "
-                          f"image you pushed (--set platform.{field}=REGION-docker.pkg.dev/PROJECT/REPO/...)")
+        raise SubmitError(
+            f"platform.{field} is still the placeholder {getattr(platform, field)}: set it to the "
+            f"image you pushed (--set platform.{field}=REGION-docker.pkg.dev/PROJECT/REPO/...)"
+        )
 
 
 def console_url(project: str, location: str, job_id: str) -> str:
-    return (f"https://console.cloud.google.com/vertex-ai/locations/{location}/pipelines/runs/{job_id}"
-            f"?project={project}")
+    return f"https://console.cloud.google.com/vertex-ai/locations/{location}/pipelines/runs/{job_id}?project={project}"
 
 
 @contextlib.contextmanager
@@ -61,26 +66,42 @@ def quiet_aiplatform():
         logger.setLevel(level)
 
 
-def vertex_job(template: str, platform: Platform, params: dict, display_name: str,
-               enable_caching: bool | None = None, credentials=None):
+def vertex_job(
+    template: str,
+    platform: Platform,
+    params: dict,
+    display_name: str,
+    enable_caching: bool | None = None,
+    credentials=None,
+):
     """An `aiplatform.PipelineJob` for `template` (a compiled file or a registry URL), with the platform's pipeline
     root, labels, project and location (no API call yet)."""
     from google.cloud import aiplatform
 
     with quiet_aiplatform():
         return aiplatform.PipelineJob(
-            display_name=display_name, template_path=template, pipeline_root=platform.pipeline_root,
-            parameter_values=params, enable_caching=enable_caching, labels=dict(platform.labels) or None,
-            encryption_spec_key_name=platform.encryption_spec_key_name or None, project=platform.project,
-            location=platform.location, credentials=credentials)
+            display_name=display_name,
+            template_path=template,
+            pipeline_root=platform.pipeline_root,
+            parameter_values=params,
+            enable_caching=enable_caching,
+            labels=dict(platform.labels) or None,
+            encryption_spec_key_name=platform.encryption_spec_key_name or None,
+            project=platform.project,
+            location=platform.location,
+            credentials=credentials,
+        )
 
 
 def submit_vertex(job, platform: Platform, experiment: str = "") -> str:
     """Create the pipeline job (service account and network from the platform) and, with `experiment`, add it to
     that Vertex AI Experiment (created when missing); return its console URL."""
     with quiet_aiplatform():
-        job.submit(service_account=platform.service_account or None, network=platform.network or None,
-                   experiment=experiment or None)
+        job.submit(
+            service_account=platform.service_account or None,
+            network=platform.network or None,
+            experiment=experiment or None,
+        )
     return console_url(platform.project, platform.location, job.resource_name.rsplit("/", 1)[-1])
 
 
@@ -109,18 +130,33 @@ def kfp_client(host: str, namespace: str = ""):
         return kfp.Client(host=host, namespace=namespace or "kubeflow")
 
 
-def submit_kubeflow(client, template_path: str, params: dict, run_name: str, platform: Platform,
-                    experiment: str, namespace: str = "", enable_caching: bool | None = None) -> str:
+def submit_kubeflow(
+    client,
+    template_path: str,
+    params: dict,
+    run_name: str,
+    platform: Platform,
+    experiment: str,
+    namespace: str = "",
+    enable_caching: bool | None = None,
+) -> str:
     """Create a run of the compiled file in `experiment` (created when missing); return the run id."""
     result = client.create_run_from_pipeline_package(
-        pipeline_file=template_path, arguments=params, run_name=run_name, experiment_name=experiment,
-        namespace=namespace or None, pipeline_root=platform.pipeline_root or None, enable_caching=enable_caching,
-        service_account=platform.kfp_service_account or None)
+        pipeline_file=template_path,
+        arguments=params,
+        run_name=run_name,
+        experiment_name=experiment,
+        namespace=namespace or None,
+        pipeline_root=platform.pipeline_root or None,
+        enable_caching=enable_caching,
+        service_account=platform.kfp_service_account or None,
+    )
     return result.run_id
 
 
-def wait_kubeflow(client, run_id: str, poll_seconds: float = 30.0,
-                  echo: Callable[[str], None] = print) -> tuple[str, str]:
+def wait_kubeflow(
+    client, run_id: str, poll_seconds: float = 30.0, echo: Callable[[str], None] = print
+) -> tuple[str, str]:
     """Poll the run until it ends; return its final state and error message ("" when none)."""
     last = None
     while True:

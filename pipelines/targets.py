@@ -23,6 +23,7 @@ on the data's fingerprint.
 Every other step (data prep, evaluation gate, TFLite quantization) is the same lightweight component on all targets
 (base image: the components image).
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -31,13 +32,35 @@ from typing import Any, Protocol
 
 from kfp import dsl
 
-from components import (check_batch_prediction_job, crown_vertex_model, default_hyperparameters, deploy_model,
-                        deploy_model_at_url, deploy_model_on_kserve, evaluate_model, find_endpoint, find_model,
-                        find_registry_champion, find_repository_champion, fingerprint_data, finish_vertex_rollout,
-                        import_trained_model, merge_hyperparameters, plan_batch_prediction, plan_traffic_split,
-                        plan_vertex_training, prepare_data, publish_model, quantize_model, read_best_trial,
-                        run_batch_prediction, train_model, train_model_on_operator, tune_hyperparameters,
-                        tune_on_katib)
+from components import (
+    check_batch_prediction_job,
+    crown_vertex_model,
+    default_hyperparameters,
+    deploy_model,
+    deploy_model_at_url,
+    deploy_model_on_kserve,
+    evaluate_model,
+    find_endpoint,
+    find_model,
+    find_registry_champion,
+    find_repository_champion,
+    fingerprint_data,
+    finish_vertex_rollout,
+    import_trained_model,
+    merge_hyperparameters,
+    plan_batch_prediction,
+    plan_traffic_split,
+    plan_vertex_training,
+    prepare_data,
+    publish_model,
+    quantize_model,
+    read_best_trial,
+    run_batch_prediction,
+    train_model,
+    train_model_on_operator,
+    tune_hyperparameters,
+    tune_on_katib,
+)
 from components.lib.study_spec import StudySpec
 from pipelines.config import Platform
 from trainer.builder import DEFAULT_BUILDER
@@ -70,26 +93,67 @@ class PlatformOps(Protocol):
 
     def prepare_data(self, *, data_source: Any, **options: Any) -> dsl.PipelineTask: ...
 
-    def tune(self, *, dataset: Any, study: StudySpec, enabled: Any, trial_epochs: Any, batch_size: Any,
-             learning_rate: Any) -> Any: ...
+    def tune(
+        self, *, dataset: Any, study: StudySpec, enabled: Any, trial_epochs: Any, batch_size: Any, learning_rate: Any
+    ) -> Any: ...
 
     def train(self, *, dataset: Any, workers: Any, epochs: Any, hyperparameters: Any, max_restarts: Any) -> Trained: ...
 
-    def evaluate(self, *, trained: Trained, dataset: Any, accuracy_threshold: Any, champion_tolerance: Any,
-                 model_repository: Any, model_name: Any) -> dsl.PipelineTask: ...
+    def evaluate(
+        self,
+        *,
+        trained: Trained,
+        dataset: Any,
+        accuracy_threshold: Any,
+        champion_tolerance: Any,
+        model_repository: Any,
+        model_name: Any,
+    ) -> dsl.PipelineTask: ...
 
-    def register(self, *, trained: Trained, dataset: Any, evaluation: Any, model_repository: Any, model_name: Any,
-                 source_commit: Any) -> Any: ...
+    def register(
+        self,
+        *,
+        trained: Trained,
+        dataset: Any,
+        evaluation: Any,
+        model_repository: Any,
+        model_name: Any,
+        source_commit: Any,
+    ) -> Any: ...
 
-    def deploy(self, *, enabled: Any, registered: Any, dataset: Any, traffic_percentage: Any, model_repository: Any,
-               model_name: Any, serving_url: Any, rest_port: Any, grpc_port: Any) -> None: ...
+    def deploy(
+        self,
+        *,
+        enabled: Any,
+        registered: Any,
+        dataset: Any,
+        traffic_percentage: Any,
+        model_repository: Any,
+        model_name: Any,
+        serving_url: Any,
+        rest_port: Any,
+        grpc_port: Any,
+    ) -> None: ...
 
     def quantize_model(self, **inputs: Any) -> dsl.PipelineTask: ...
 
-    def batch_predict(self, *, instances: Any, instances_format: Any, model: Any, model_repository: Any,
-                      model_name: Any, batch_size: Any, key_field: Any, included_fields: Any, excluded_fields: Any,
-                      instance_type: Any, max_error_fraction: Any, signature_name: Any,
-                      output_prefix: Any) -> dsl.PipelineTask: ...
+    def batch_predict(
+        self,
+        *,
+        instances: Any,
+        instances_format: Any,
+        model: Any,
+        model_repository: Any,
+        model_name: Any,
+        batch_size: Any,
+        key_field: Any,
+        included_fields: Any,
+        excluded_fields: Any,
+        instance_type: Any,
+        max_error_fraction: Any,
+        signature_name: Any,
+        output_prefix: Any,
+    ) -> dsl.PipelineTask: ...
 
 
 class _SameEverywhere(ABC):
@@ -125,15 +189,20 @@ class _SameEverywhere(ABC):
     def quantize_model(self, **inputs):
         return self._place(self._quantize(**inputs))
 
-    def evaluate(self, trained: Trained, dataset, accuracy_threshold, champion_tolerance, model_repository,
-                 model_name):
+    def evaluate(self, trained: Trained, dataset, accuracy_threshold, champion_tolerance, model_repository, model_name):
         """The evaluation gate against the target's champion; its `Output` is the blessing."""
         champion = self.find_champion(model_repository, model_name)
-        return self._place(self._evaluate(
-            model=trained.model, dataset=dataset, accuracy_threshold=accuracy_threshold,
-            champion_tolerance=champion_tolerance, champion_path=champion.outputs["path"],
-            champion_name=champion.outputs["name"], champion_model_uri=champion.outputs["model_uri"],
-        )).set_display_name("Evaluation gate")
+        return self._place(
+            self._evaluate(
+                model=trained.model,
+                dataset=dataset,
+                accuracy_threshold=accuracy_threshold,
+                champion_tolerance=champion_tolerance,
+                champion_path=champion.outputs["path"],
+                champion_name=champion.outputs["name"],
+                champion_model_uri=champion.outputs["model_uri"],
+            )
+        ).set_display_name("Evaluation gate")
 
 
 class SelfHostedOps(_SameEverywhere):
@@ -150,16 +219,31 @@ class SelfHostedOps(_SameEverywhere):
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         """The final training's hyperparameters (a dict channel), from a local study when `enabled`."""
-        task = self._place(self._tune(dataset=dataset, study_spec=study.model_dump(), enabled=enabled,
-                                      trial_epochs=trial_epochs, batch_size=batch_size, learning_rate=learning_rate,
-                                      model_builder=self.model_builder))
+        task = self._place(
+            self._tune(
+                dataset=dataset,
+                study_spec=study.model_dump(),
+                enabled=enabled,
+                trial_epochs=trial_epochs,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+                model_builder=self.model_builder,
+            )
+        )
         task.set_display_name("Hyperparameter study (local trials)")
         return task.outputs["Output"]
 
     def train(self, dataset, workers, epochs, hyperparameters, max_restarts) -> Trained:
-        task = self._place(self._train(dataset=dataset, workers=workers, epochs=epochs,
-                                       hyperparameters=hyperparameters, model_builder=self.model_builder,
-                                       max_restarts=max_restarts))
+        task = self._place(
+            self._train(
+                dataset=dataset,
+                workers=workers,
+                epochs=epochs,
+                hyperparameters=hyperparameters,
+                model_builder=self.model_builder,
+                max_restarts=max_restarts,
+            )
+        )
         task.set_display_name("Train (local multi-worker)")
         return Trained(task.outputs["model"], task.outputs["training"])
 
@@ -170,33 +254,80 @@ class SelfHostedOps(_SameEverywhere):
 
     def register(self, trained: Trained, dataset, evaluation, model_repository, model_name, source_commit):
         """Publish the blessed model; returns the registered model's artifact channel (what `deploy` takes)."""
-        task = _uncached(self._place(self._publish(
-            model=trained.model, dataset=dataset, training=trained.training, evaluation=evaluation,
-            model_repository=model_repository, model_name=model_name, run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-            source_commit=source_commit,
-        )).set_display_name("Publish to model repository"))
+        task = _uncached(
+            self._place(
+                self._publish(
+                    model=trained.model,
+                    dataset=dataset,
+                    training=trained.training,
+                    evaluation=evaluation,
+                    model_repository=model_repository,
+                    model_name=model_name,
+                    run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+                    source_commit=source_commit,
+                )
+            ).set_display_name("Publish to model repository")
+        )
         return task.outputs["published"]
 
-    def deploy(self, enabled, registered, dataset, traffic_percentage, model_repository, model_name, serving_url,
-               rest_port, grpc_port):
+    def deploy(
+        self,
+        enabled,
+        registered,
+        dataset,
+        traffic_percentage,
+        model_repository,
+        model_name,
+        serving_url,
+        rest_port,
+        grpc_port,
+    ):
         """When `enabled`, serve the published version (TF Serving layout; the server switches to the newest
         version, so `traffic_percentage` does not apply). The published version is the champion either way."""
         with dsl.If(enabled == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
-            _uncached(self._deploy(
-                published=registered, dataset=dataset, model_repository=model_repository, model_name=model_name,
-                serving_url=serving_url, rest_port=rest_port, grpc_port=grpc_port,
-            ).set_display_name("Deploy (TF Serving endpoint)"))
+            _uncached(
+                self._deploy(
+                    published=registered,
+                    dataset=dataset,
+                    model_repository=model_repository,
+                    model_name=model_name,
+                    serving_url=serving_url,
+                    rest_port=rest_port,
+                    grpc_port=grpc_port,
+                ).set_display_name("Deploy (TF Serving endpoint)")
+            )
 
-    def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      included_fields, excluded_fields, instance_type, max_error_fraction, signature_name,
-                      output_prefix):
+    def batch_predict(
+        self,
+        instances,
+        instances_format,
+        model,
+        model_repository,
+        model_name,
+        batch_size,
+        key_field,
+        included_fields,
+        excluded_fields,
+        instance_type,
+        max_error_fraction,
+        signature_name,
+        output_prefix,
+    ):
         """The local batch predictor on a repository version (predictions in its `predictions` artifact, so
         `output_prefix` does not apply); it fails when more than `max_error_fraction` of the instances failed."""
         return _component(run_batch_prediction.run_batch_prediction, self.image)(
-            model_repository=model_repository, model_name=model_name, model=model, instances=instances,
-            instances_format=instances_format, batch_size=batch_size, key_field=key_field,
-            included_fields=included_fields, excluded_fields=excluded_fields, instance_type=instance_type,
-            max_error_fraction=max_error_fraction, signature_name=signature_name,
+            model_repository=model_repository,
+            model_name=model_name,
+            model=model,
+            instances=instances,
+            instances_format=instances_format,
+            batch_size=batch_size,
+            key_field=key_field,
+            included_fields=included_fields,
+            excluded_fields=excluded_fields,
+            instance_type=instance_type,
+            max_error_fraction=max_error_fraction,
+            signature_name=signature_name,
         ).set_display_name("Batch prediction (local predictor)")
 
 
@@ -234,17 +365,26 @@ class VertexOps(_SameEverywhere):
     def identity(self) -> dict:
         """The run's identity for the jobs that take it: service account, VPC network, CMEK key."""
         p = self.platform
-        return dict(service_account=p.service_account, network=p.network,
-                    encryption_spec_key_name=p.encryption_spec_key_name)
+        return dict(
+            service_account=p.service_account, network=p.network, encryption_spec_key_name=p.encryption_spec_key_name
+        )
 
     def _plan_pools(self, dataset, workers, epochs, hyperparameters, tuned_parameters, purpose):
         p = self.platform
-        return self._plan(dataset=dataset, trainer_image=p.training_image(), machine_type=p.machine_type,
-                          accelerator_type=p.accelerator_type, accelerator_count=p.accelerator_count,
-                          workers=workers, epochs=epochs, hyperparameters=hyperparameters,
-                          tuned_parameters=tuned_parameters, model_builder=self.model_builder,
-                          run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-                          purpose=purpose)
+        return self._plan(
+            dataset=dataset,
+            trainer_image=p.training_image(),
+            machine_type=p.machine_type,
+            accelerator_type=p.accelerator_type,
+            accelerator_count=p.accelerator_count,
+            workers=workers,
+            epochs=epochs,
+            hyperparameters=hyperparameters,
+            tuned_parameters=tuned_parameters,
+            model_builder=self.model_builder,
+            run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+            purpose=purpose,
+        )
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         """Vertex AI tuning job when `enabled` (trials run the trainer image; the best trial's values override the
@@ -255,8 +395,9 @@ class VertexOps(_SameEverywhere):
         with dsl.If(enabled == True, name="tuning-enabled"):  # noqa: E712 (KFP condition)
             defaults = self._defaults(batch_size=batch_size, learning_rate=learning_rate)
             defaults.set_display_name("Hyperparameters (fixed part)")
-            plan = self._plan_pools(dataset, 1, trial_epochs, defaults.output,
-                                    [q.parameter_id for q in study.parameters], "tune")
+            plan = self._plan_pools(
+                dataset, 1, trial_epochs, defaults.output, [q.parameter_id for q in study.parameters], "tune"
+            )
             plan.set_display_name("Plan trial worker pool")
             job = HyperparameterTuningJobRunOp(
                 display_name=plan.outputs["display_name"],
@@ -305,8 +446,9 @@ class VertexOps(_SameEverywhere):
     def find_champion(self, model_repository, model_name):
         """The never-cached look-up of the registry version holding the champion alias."""
         p = self.platform
-        task = self._champion(display_name=p.model_display_name, alias=p.champion_alias, project=PROJECT,
-                              location=p.location)
+        task = self._champion(
+            display_name=p.model_display_name, alias=p.champion_alias, project=PROJECT, location=p.location
+        )
         return _uncached(task.set_display_name("Find champion (Model Registry)"))
 
     def register(self, trained: Trained, dataset, evaluation, model_repository, model_name, source_commit):
@@ -322,14 +464,19 @@ class VertexOps(_SameEverywhere):
             artifact_class=UnmanagedContainerModel,
             metadata={"containerSpec": p.serving_container_spec()},
         ).set_display_name("Serving container spec")
-        upload = dict(display_name=p.model_display_name, location=p.location,
-                      unmanaged_container_model=unmanaged.outputs["artifact"], labels=self.labels,
-                      encryption_spec_key_name=p.encryption_spec_key_name)
+        upload = dict(
+            display_name=p.model_display_name,
+            location=p.location,
+            unmanaged_container_model=unmanaged.outputs["artifact"],
+            labels=self.labels,
+            encryption_spec_key_name=p.encryption_spec_key_name,
+        )
         found = _uncached(self._find_model(display_name=p.model_display_name, project=PROJECT, location=p.location))
         found.set_display_name("Find registry model")
         with dsl.If(found.outputs["resource_name"] != "", name="model-exists"):
             parent = dsl.importer(
-                artifact_uri=found.outputs["resource_uri"], artifact_class=VertexModel,
+                artifact_uri=found.outputs["resource_uri"],
+                artifact_class=VertexModel,
                 metadata={"resourceName": found.outputs["resource_name"]},
             ).set_display_name("Registry model")
             version = _uncached(ModelUploadOp(parent_model=parent.outputs["artifact"], **upload))
@@ -338,8 +485,18 @@ class VertexOps(_SameEverywhere):
             first = _uncached(ModelUploadOp(**upload)).set_display_name("Upload to Vertex Model Registry")
         return dsl.OneOf(version.outputs["model"], first.outputs["model"])
 
-    def deploy(self, enabled, registered, dataset, traffic_percentage, model_repository, model_name, serving_url,
-               rest_port, grpc_port):
+    def deploy(
+        self,
+        enabled,
+        registered,
+        dataset,
+        traffic_percentage,
+        model_repository,
+        model_name,
+        serving_url,
+        rest_port,
+        grpc_port,
+    ):
         """When `enabled`: deploy the uploaded version on the endpoint with the configured display name (created
         when missing), on dedicated resources, with `traffic_percentage` % of the traffic (the rest stays on the
         endpoint's current models), then finish the rollout (at 100 %: undeploy the others but `keep_previous`,
@@ -350,46 +507,75 @@ class VertexOps(_SameEverywhere):
         p = self.platform
         aliases = list(p.model_version_aliases)
         with dsl.If(enabled == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
-            found = _uncached(self._find_endpoint(display_name=p.endpoint_display_name, project=PROJECT,
-                                                  location=p.location))
+            found = _uncached(
+                self._find_endpoint(display_name=p.endpoint_display_name, project=PROJECT, location=p.location)
+            )
             found.set_display_name("Find endpoint")
             with dsl.If(found.outputs["resource_name"] != "", name="endpoint-exists"):
                 existing = dsl.importer(
-                    artifact_uri=found.outputs["resource_uri"], artifact_class=VertexEndpoint,
+                    artifact_uri=found.outputs["resource_uri"],
+                    artifact_class=VertexEndpoint,
                     metadata={"resourceName": found.outputs["resource_name"]},
                 ).set_display_name("Existing endpoint")
             with dsl.Else(name="endpoint-missing"):
-                created = _uncached(EndpointCreateOp(display_name=p.endpoint_display_name, location=p.location,
-                                                     labels=self.labels,
-                                                     encryption_spec_key_name=p.encryption_spec_key_name))
+                created = _uncached(
+                    EndpointCreateOp(
+                        display_name=p.endpoint_display_name,
+                        location=p.location,
+                        labels=self.labels,
+                        encryption_spec_key_name=p.encryption_spec_key_name,
+                    )
+                )
                 created.set_display_name("Create endpoint")
             endpoint = dsl.OneOf(existing.outputs["artifact"], created.outputs["endpoint"])
-            split = _uncached(self._split(endpoint_name=found.outputs["resource_name"],
-                                          traffic_percentage=traffic_percentage))
+            split = _uncached(
+                self._split(endpoint_name=found.outputs["resource_name"], traffic_percentage=traffic_percentage)
+            )
             split.set_display_name("Traffic split")
-            deployed = _uncached(ModelDeployOp(
-                model=registered,
-                endpoint=endpoint,
-                deployed_model_display_name=p.model_display_name,
-                traffic_split=split.output,
-                dedicated_resources_machine_type=p.serving_machine_type,
-                dedicated_resources_min_replica_count=p.serving_min_replicas,
-                dedicated_resources_max_replica_count=p.serving_max_replicas,
-                dedicated_resources_accelerator_type=p.serving_accelerator_type,
-                dedicated_resources_accelerator_count=p.serving_accelerator_count,
-                service_account=p.service_account,
-            )).set_display_name("Deploy to endpoint")
-            finish = _uncached(self._finish(endpoint=endpoint, model=registered,
-                                            traffic_percentage=traffic_percentage, keep_previous=p.keep_previous,
-                                            aliases=aliases).after(deployed))
+            deployed = _uncached(
+                ModelDeployOp(
+                    model=registered,
+                    endpoint=endpoint,
+                    deployed_model_display_name=p.model_display_name,
+                    traffic_split=split.output,
+                    dedicated_resources_machine_type=p.serving_machine_type,
+                    dedicated_resources_min_replica_count=p.serving_min_replicas,
+                    dedicated_resources_max_replica_count=p.serving_max_replicas,
+                    dedicated_resources_accelerator_type=p.serving_accelerator_type,
+                    dedicated_resources_accelerator_count=p.serving_accelerator_count,
+                    service_account=p.service_account,
+                )
+            ).set_display_name("Deploy to endpoint")
+            finish = _uncached(
+                self._finish(
+                    endpoint=endpoint,
+                    model=registered,
+                    traffic_percentage=traffic_percentage,
+                    keep_previous=p.keep_previous,
+                    aliases=aliases,
+                ).after(deployed)
+            )
             finish.set_display_name("Finish rollout (undeploy previous, move champion alias)")
         with dsl.Else(name="deploy-disabled"):
             crown = _uncached(self._crown(model=registered, aliases=aliases))
             crown.set_display_name("Move champion alias")
 
-    def batch_predict(self, instances, instances_format, model, model_repository, model_name, batch_size, key_field,
-                      included_fields, excluded_fields, instance_type, max_error_fraction, signature_name,
-                      output_prefix):
+    def batch_predict(
+        self,
+        instances,
+        instances_format,
+        model,
+        model_repository,
+        model_name,
+        batch_size,
+        key_field,
+        included_fields,
+        excluded_fields,
+        instance_type,
+        max_error_fraction,
+        signature_name,
+        output_prefix,
+    ):
         """A Vertex batch prediction job on a registry model version (`model` "": the champion alias), with the
         instance config the plan step derives from the options and the model's feature columns and the signature
         it picks (as `model_parameters`, honoured by this project's serving container), then a step that
@@ -400,38 +586,54 @@ class VertexOps(_SameEverywhere):
         from google_cloud_pipeline_components.v1.batch_predict_job import ModelBatchPredictOp
 
         p = self.platform
-        plan = self._plan_batch(model=model, display_name=p.model_display_name, alias=p.champion_alias,
-                                instances=instances, output_prefix=output_prefix, project=PROJECT,
-                                location=p.location, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-                                instances_format=instances_format, key_field=key_field,
-                                included_fields=included_fields, excluded_fields=excluded_fields,
-                                instance_type=instance_type, signature_name=signature_name)
-        _uncached(plan).set_display_name("Resolve model version and inputs")
-        version = dsl.importer(artifact_uri=plan.outputs["model_uri"], artifact_class=VertexModel,
-                               metadata={"resourceName": plan.outputs["model_name"]}).set_display_name("Model version")
-        job = _uncached(ModelBatchPredictOp(
-            job_display_name=plan.outputs["job_display_name"],
+        plan = self._plan_batch(
+            model=model,
+            display_name=p.model_display_name,
+            alias=p.champion_alias,
+            instances=instances,
+            output_prefix=output_prefix,
+            project=PROJECT,
             location=p.location,
-            model=version.outputs["artifact"],
-            gcs_source_uris=plan.outputs["gcs_source_uris"],
+            run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
             instances_format=instances_format,
-            predictions_format="jsonl",
-            gcs_destination_output_uri_prefix=plan.outputs["output_prefix"],
             key_field=key_field,
-            included_fields=plan.outputs["included_fields"],
-            excluded_fields=plan.outputs["excluded_fields"],
-            instance_type=plan.outputs["instance_type"],
-            model_parameters=plan.outputs["model_parameters"],
-            manual_batch_tuning_parameters_batch_size=batch_size,
-            machine_type=p.batch_machine_type,
-            starting_replica_count=p.batch_starting_replicas,
-            max_replica_count=p.batch_max_replicas,
-            service_account=p.service_account,
-            encryption_spec_key_name=p.encryption_spec_key_name,
-            labels=self.labels,
-        )).set_display_name("Vertex batch prediction job")
+            included_fields=included_fields,
+            excluded_fields=excluded_fields,
+            instance_type=instance_type,
+            signature_name=signature_name,
+        )
+        _uncached(plan).set_display_name("Resolve model version and inputs")
+        version = dsl.importer(
+            artifact_uri=plan.outputs["model_uri"],
+            artifact_class=VertexModel,
+            metadata={"resourceName": plan.outputs["model_name"]},
+        ).set_display_name("Model version")
+        job = _uncached(
+            ModelBatchPredictOp(
+                job_display_name=plan.outputs["job_display_name"],
+                location=p.location,
+                model=version.outputs["artifact"],
+                gcs_source_uris=plan.outputs["gcs_source_uris"],
+                instances_format=instances_format,
+                predictions_format="jsonl",
+                gcs_destination_output_uri_prefix=plan.outputs["output_prefix"],
+                key_field=key_field,
+                included_fields=plan.outputs["included_fields"],
+                excluded_fields=plan.outputs["excluded_fields"],
+                instance_type=plan.outputs["instance_type"],
+                model_parameters=plan.outputs["model_parameters"],
+                manual_batch_tuning_parameters_batch_size=batch_size,
+                machine_type=p.batch_machine_type,
+                starting_replica_count=p.batch_starting_replicas,
+                max_replica_count=p.batch_max_replicas,
+                service_account=p.service_account,
+                encryption_spec_key_name=p.encryption_spec_key_name,
+                labels=self.labels,
+            )
+        ).set_display_name("Vertex batch prediction job")
         check = _component(check_batch_prediction_job.check_batch_prediction_job, self.image)(
-            gcp_resources=job.outputs["gcp_resources"], max_error_fraction=max_error_fraction)
+            gcp_resources=job.outputs["gcp_resources"], max_error_fraction=max_error_fraction
+        )
         _uncached(check).set_display_name("Check the job's error budget")
         return job
 
@@ -453,8 +655,12 @@ class KubeflowOps(SelfHostedOps):
         from kfp import kubernetes
 
         r = self.kubeflow.resources_of(task.component_spec.name)
-        for value, setter in ((r.cpu_request, task.set_cpu_request), (r.cpu_limit, task.set_cpu_limit),
-                              (r.memory_request, task.set_memory_request), (r.memory_limit, task.set_memory_limit)):
+        for value, setter in (
+            (r.cpu_request, task.set_cpu_request),
+            (r.cpu_limit, task.set_cpu_limit),
+            (r.memory_request, task.set_memory_request),
+            (r.memory_limit, task.set_memory_limit),
+        ):
             if value:
                 setter(value)
         if r.gpus:
@@ -466,21 +672,35 @@ class KubeflowOps(SelfHostedOps):
 
     def _engine_inputs(self) -> dict:
         k = self.kubeflow
-        return dict(namespace=k.namespace, service_account=k.service_account, claim_name=k.volume.claim_name,
-                    mount_path=k.volume.mount_path, poll_seconds=float(k.poll_seconds),
-                    run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        return dict(
+            namespace=k.namespace,
+            service_account=k.service_account,
+            claim_name=k.volume.claim_name,
+            mount_path=k.volume.mount_path,
+            poll_seconds=float(k.poll_seconds),
+            run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+        )
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         if self.kubeflow.tuning == "pod":
             return super().tune(dataset, study, enabled, trial_epochs, batch_size, learning_rate)
         tune_on_katib.search_space(study)  # a study Katib cannot express fails at compile time
         k = self.kubeflow
-        task = self._place(self._tune_katib(
-            dataset=dataset, study_spec=study.model_dump(), enabled=enabled, trial_epochs=trial_epochs,
-            batch_size=batch_size, learning_rate=learning_rate, model_builder=self.model_builder,
-            trainer_image=self.platform.kubeflow_trainer_image(),
-            resources=k.worker_resources.requirements(), timeout_minutes=k.tuning_timeout_minutes,
-            **self._engine_inputs()))
+        task = self._place(
+            self._tune_katib(
+                dataset=dataset,
+                study_spec=study.model_dump(),
+                enabled=enabled,
+                trial_epochs=trial_epochs,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+                model_builder=self.model_builder,
+                trainer_image=self.platform.kubeflow_trainer_image(),
+                resources=k.worker_resources.requirements(),
+                timeout_minutes=k.tuning_timeout_minutes,
+                **self._engine_inputs(),
+            )
+        )
         task.set_display_name("Hyperparameter study (Katib experiment)")
         return task.outputs["Output"]
 
@@ -488,17 +708,35 @@ class KubeflowOps(SelfHostedOps):
         if self.kubeflow.training == "pod":
             return super().train(dataset, workers, epochs, hyperparameters, max_restarts)
         k = self.kubeflow
-        task = self._place(self._train_operator(
-            dataset=dataset, workers=workers, epochs=epochs, hyperparameters=hyperparameters,
-            model_builder=self.model_builder, max_restarts=max_restarts,
-            trainer_image=self.platform.kubeflow_trainer_image(),
-            resources=k.worker_resources.requirements(), timeout_minutes=k.training_timeout_minutes,
-            **self._engine_inputs()))
+        task = self._place(
+            self._train_operator(
+                dataset=dataset,
+                workers=workers,
+                epochs=epochs,
+                hyperparameters=hyperparameters,
+                model_builder=self.model_builder,
+                max_restarts=max_restarts,
+                trainer_image=self.platform.kubeflow_trainer_image(),
+                resources=k.worker_resources.requirements(),
+                timeout_minutes=k.training_timeout_minutes,
+                **self._engine_inputs(),
+            )
+        )
         task.set_display_name("Train (TFJob, MultiWorkerMirroredStrategy)")
         return Trained(task.outputs["model"], task.outputs["training"])
 
-    def deploy(self, enabled, registered, dataset, traffic_percentage, model_repository, model_name, serving_url,
-               rest_port, grpc_port):
+    def deploy(
+        self,
+        enabled,
+        registered,
+        dataset,
+        traffic_percentage,
+        model_repository,
+        model_name,
+        serving_url,
+        rest_port,
+        grpc_port,
+    ):
         """`serving: kserve`: an InferenceService with `traffic_percentage` % of the traffic; `url`: check the TF
         Serving at `serving_url`; `none`: no deploy step (the published version is the champion)."""
         k, p = self.kubeflow, self.platform
@@ -506,18 +744,33 @@ class KubeflowOps(SelfHostedOps):
             return
         with dsl.If(enabled == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
             if k.serving == "url":
-                task = self._deploy_url(published=registered, dataset=dataset, model_repository=model_repository,
-                                        model_name=model_name, serving_url=serving_url)
+                task = self._deploy_url(
+                    published=registered,
+                    dataset=dataset,
+                    model_repository=model_repository,
+                    model_name=model_name,
+                    serving_url=serving_url,
+                )
                 name = "Deploy (TF Serving at serving_url)"
             else:
                 inputs = self._engine_inputs()
                 task = self._deploy_kserve(
-                    published=registered, dataset=dataset, model_repository=model_repository, model_name=model_name,
-                    traffic_percentage=traffic_percentage, inference_service=k.inference_service,
-                    predictor_kind=k.predictor, serving_image=p.serving_image,
-                    runtime_version=k.tensorflow_runtime_version, resources=k.serving_resources.requirements(),
-                    min_replicas=p.serving_min_replicas, max_replicas=p.serving_max_replicas,
-                    keep_previous=p.keep_previous, timeout_minutes=k.serving_timeout_minutes, **inputs)
+                    published=registered,
+                    dataset=dataset,
+                    model_repository=model_repository,
+                    model_name=model_name,
+                    traffic_percentage=traffic_percentage,
+                    inference_service=k.inference_service,
+                    predictor_kind=k.predictor,
+                    serving_image=p.serving_image,
+                    runtime_version=k.tensorflow_runtime_version,
+                    resources=k.serving_resources.requirements(),
+                    min_replicas=p.serving_min_replicas,
+                    max_replicas=p.serving_max_replicas,
+                    keep_previous=p.keep_previous,
+                    timeout_minutes=k.serving_timeout_minutes,
+                    **inputs,
+                )
                 name = "Deploy (KServe InferenceService)"
             _uncached(self._place(task)).set_display_name(name)
 
@@ -525,8 +778,7 @@ class KubeflowOps(SelfHostedOps):
         return self._place(super().batch_predict(**inputs))
 
 
-def make_ops(target: str, platform: Platform, pipeline_name: str,
-             model_builder: str = DEFAULT_BUILDER) -> PlatformOps:
+def make_ops(target: str, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER) -> PlatformOps:
     """The target's ops; `model_builder` (`package.module:function`) is the model its trials and training train."""
     implementations: dict[str, type[VertexOps] | type[SelfHostedOps]] = {"vertex": VertexOps, "kubeflow": KubeflowOps}
     return implementations.get(target, SelfHostedOps)(platform, pipeline_name, model_builder)

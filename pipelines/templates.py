@@ -1,25 +1,33 @@
 """Pipeline templates: compile one into a file, load a compiled or published one (Artifact Registry:
 `https://REGION-kfp.pkg.dev/PROJECT/REPO/PIPELINE/TAG`), and check run parameters (`--param name=value`) against
 its inputs, with the names and types of the compiled spec, before anything is submitted."""
+
 from __future__ import annotations
 
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
-
 from pydantic import BaseModel
 
 from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, Config, ConfigError, PipelineParameters
 
 _NO_DEFAULT = object()
-_TYPE_NAMES = {"STRING": "a string", "NUMBER_INTEGER": "an integer", "NUMBER_DOUBLE": "a number",
-               "BOOLEAN": "true or false", "LIST": "a JSON list", "STRUCT": "a JSON object",
-               "INT": "an integer", "DOUBLE": "a number"}  # INT/DOUBLE: pre-2.1 schema types
+_TYPE_NAMES = {
+    "STRING": "a string",
+    "NUMBER_INTEGER": "an integer",
+    "NUMBER_DOUBLE": "a number",
+    "BOOLEAN": "true or false",
+    "LIST": "a JSON list",
+    "STRUCT": "a JSON object",
+    "INT": "an integer",
+    "DOUBLE": "a number",
+}  # INT/DOUBLE: pre-2.1 schema types
 _TRUE, _FALSE = {"true", "1", "yes", "y", "on"}, {"false", "0", "no", "n", "off"}
 
 
@@ -71,8 +79,10 @@ def kubeflow_model_repository(platform) -> str:
 def published_url(registry: str, pipeline: str, tag: str) -> str:
     """The URL of a published template version: `REGISTRY/PIPELINE_NAME/TAG`."""
     if not registry:
-        raise TemplateError("a template tag needs the registry: set platform.template_registry "
-                            "(https://REGION-kfp.pkg.dev/PROJECT/REPO) or pass --registry")
+        raise TemplateError(
+            "a template tag needs the registry: set platform.template_registry "
+            "(https://REGION-kfp.pkg.dev/PROJECT/REPO) or pass --registry"
+        )
     check_tag(tag)
     return f"{registry.rstrip('/')}/{pipeline_name(pipeline)}/{tag}"
 
@@ -167,8 +177,10 @@ def _convert(item: Input, text: str):
     raise TemplateError(f"--param {item.name}={text}: expected {_TYPE_NAMES.get(kind, kind)}")
 
 
-_MODELS: dict[str, type[BaseModel]] = {PIPELINE_NAMES["training"]: PipelineParameters,
-                                       PIPELINE_NAMES["batch_prediction"]: BatchParameters}
+_MODELS: dict[str, type[BaseModel]] = {
+    PIPELINE_NAMES["training"]: PipelineParameters,
+    PIPELINE_NAMES["batch_prediction"]: BatchParameters,
+}
 
 
 def parse_params(assignments: Sequence[str], spec: dict) -> dict:
@@ -190,8 +202,9 @@ def parse_params(assignments: Sequence[str], spec: dict) -> dict:
         values[key] = _convert(inputs[key], text)
     missing = [i.name for i in inputs.values() if i.required and i.name not in values]
     if missing:
-        raise TemplateError(f"{name} needs a value for {', '.join(missing)}: pass "
-                            + " ".join(f"--param {m}=VALUE" for m in missing))
+        raise TemplateError(
+            f"{name} needs a value for {', '.join(missing)}: pass " + " ".join(f"--param {m}=VALUE" for m in missing)
+        )
     model = _MODELS.get(name)
     if model is not None and values:
         from pydantic import ValidationError

@@ -15,8 +15,12 @@ PIPELINE_NAME = PIPELINE_NAMES["training"]
 _D = PipelineParameters()  # defaults of the typed pipeline inputs
 
 
-def build_pipeline(target: str, platform: Platform | None = None, study: StudySpec = DEFAULT_STUDY,
-                   trainer: TrainerSettings | None = None):
+def build_pipeline(
+    target: str,
+    platform: Platform | None = None,
+    study: StudySpec = DEFAULT_STUDY,
+    trainer: TrainerSettings | None = None,
+):
     """Return the `@dsl.pipeline` function of the training DAG for `target` (vertex | kubeflow | local); its
     trials and training run `trainer.model`'s builder, which must be found on this Python path."""
     if target not in TARGETS:
@@ -26,8 +30,10 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
     trainer.check_builder()
     ops = targets.make_ops(target, platform, PIPELINE_NAME, trainer.model)
 
-    @dsl.pipeline(name=PIPELINE_NAME,
-                  description="Prepare data, train (multi-worker), gate, register, deploy and quantize the model.")
+    @dsl.pipeline(
+        name=PIPELINE_NAME,
+        description="Prepare data, train (multi-worker), gate, register, deploy and quantize the model.",
+    )
     @described_by(PipelineParameters)
     def training_pipeline(
         data_source: str = _D.data_source,
@@ -62,36 +68,66 @@ def build_pipeline(target: str, platform: Platform | None = None, study: StudySp
     ):
         """The training DAG (inputs: `PipelineParameters`)."""
         prep = ops.prepare_data(
-            data_source=data_source, num_workers=workers, val_fraction=val_fraction, test_fraction=test_fraction,
-            image_size=image_size, label_column=label_column, max_corrupt_fraction=max_corrupt_fraction,
+            data_source=data_source,
+            num_workers=workers,
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            image_size=image_size,
+            label_column=label_column,
+            max_corrupt_fraction=max_corrupt_fraction,
             split_salt=split_salt,
         ).set_display_name("Prepare data")
         hyperparameters = ops.tune(
-            dataset=prep.outputs["dataset"], study=study, enabled=tune, trial_epochs=tuning_trial_epochs,
-            batch_size=batch_size, learning_rate=learning_rate,
+            dataset=prep.outputs["dataset"],
+            study=study,
+            enabled=tune,
+            trial_epochs=tuning_trial_epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
         )
         trained = ops.train(
-            dataset=prep.outputs["dataset"], workers=workers, epochs=epochs, hyperparameters=hyperparameters,
+            dataset=prep.outputs["dataset"],
+            workers=workers,
+            epochs=epochs,
+            hyperparameters=hyperparameters,
             max_restarts=max_restarts,
         )
         gate = ops.evaluate(
-            trained=trained, dataset=prep.outputs["dataset"], accuracy_threshold=accuracy_threshold,
-            champion_tolerance=champion_tolerance, model_repository=model_repository, model_name=model_name,
+            trained=trained,
+            dataset=prep.outputs["dataset"],
+            accuracy_threshold=accuracy_threshold,
+            champion_tolerance=champion_tolerance,
+            model_repository=model_repository,
+            model_name=model_name,
         )
         with dsl.If(gate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712 (KFP condition)
             registered = ops.register(
-                trained=trained, dataset=prep.outputs["dataset"], evaluation=gate.outputs["evaluation"],
-                model_repository=model_repository, model_name=model_name, source_commit=source_commit,
+                trained=trained,
+                dataset=prep.outputs["dataset"],
+                evaluation=gate.outputs["evaluation"],
+                model_repository=model_repository,
+                model_name=model_name,
+                source_commit=source_commit,
             )
             ops.deploy(
-                enabled=deploy, registered=registered, dataset=prep.outputs["dataset"],
-                traffic_percentage=traffic_percentage, model_repository=model_repository, model_name=model_name,
-                serving_url=serving_url, rest_port=rest_port, grpc_port=grpc_port,
+                enabled=deploy,
+                registered=registered,
+                dataset=prep.outputs["dataset"],
+                traffic_percentage=traffic_percentage,
+                model_repository=model_repository,
+                model_name=model_name,
+                serving_url=serving_url,
+                rest_port=rest_port,
+                grpc_port=grpc_port,
             )
             ops.quantize_model(
-                model=trained.model, dataset=prep.outputs["dataset"], mode=tflite_mode,
-                max_accuracy_drop=tflite_max_accuracy_drop, compare_all_modes=tflite_compare_all_modes,
-                int8_io=tflite_int8_io, allow_flex=tflite_allow_flex,
+                model=trained.model,
+                dataset=prep.outputs["dataset"],
+                mode=tflite_mode,
+                max_accuracy_drop=tflite_max_accuracy_drop,
+                compare_all_modes=tflite_compare_all_modes,
+                int8_io=tflite_int8_io,
+                allow_flex=tflite_allow_flex,
             ).set_display_name("TFLite quantization")
 
     return training_pipeline

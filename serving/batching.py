@@ -1,6 +1,7 @@
 """Request batching (TF Serving's `--enable_batching`): concurrent requests for one signature are concatenated along
 the batch dimension, run once, and split back. A batch closes at `max_batch_size` rows or `timeout_s` after its first
 request (0: take whatever is queued); requests whose non-batch shapes differ run in separate batches."""
+
 from __future__ import annotations
 
 import queue
@@ -35,8 +36,9 @@ class Batcher:
         self._queue: queue.Queue = queue.Queue()
         self._closed = False
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._loop, daemon=True, name="batcher")
-                         for _ in range(options.num_threads)]
+        self._threads = [
+            threading.Thread(target=self._loop, daemon=True, name="batcher") for _ in range(options.num_threads)
+        ]
         for t in self._threads:
             t.start()
 
@@ -89,7 +91,7 @@ def _resolve(batch: list, run) -> None:
         start = 0
         for arrays, future in batch:
             size = _rows(arrays)
-            future.set_result({n: o[start:start + size] for n, o in outputs.items()})
+            future.set_result({n: o[start : start + size] for n, o in outputs.items()})
             start += size
     except Exception as e:  # noqa: BLE001 (delivered to every waiting request)
         for _, future in batch:

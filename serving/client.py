@@ -1,5 +1,6 @@
 """A small client for TF Serving's REST and gRPC APIs (this project's server or `tensorflow/serving`), returning
 numpy arrays. Errors raise `PredictionError` with the server's message."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,12 @@ class ServingClient:
     def __init__(self, rest_url: str = "", grpc_target: str = "", model_name: str = "", timeout: float = 30.0):
         import requests
 
-        self.rest_url, self.grpc_target, self.model_name, self.timeout = rest_url.rstrip("/"), grpc_target, model_name, timeout
+        self.rest_url, self.grpc_target, self.model_name, self.timeout = (
+            rest_url.rstrip("/"),
+            grpc_target,
+            model_name,
+            timeout,
+        )
         self._session = requests.Session()
         self._channel = None
         self._outputs: dict[tuple, list[str]] = {}
@@ -60,8 +66,15 @@ class ServingClient:
     def metadata(self, version: int | None = None, label: str | None = None) -> dict:
         return self._rest("GET", self._path(version, label) + "/metadata")
 
-    def predict(self, inputs, *, version: int | None = None, label: str | None = None,
-                signature_name: str = "serving_default", protocol: str = "rest") -> dict[str, np.ndarray]:
+    def predict(
+        self,
+        inputs,
+        *,
+        version: int | None = None,
+        label: str | None = None,
+        signature_name: str = "serving_default",
+        protocol: str = "rest",
+    ) -> dict[str, np.ndarray]:
         """Predict on a batch: `inputs` is an array (one-input signatures) or {input name: array}."""
         if protocol == "grpc":
             return self._predict_grpc(inputs, version, label, signature_name)
@@ -71,8 +84,9 @@ class ServingClient:
             payload = {k: _json_value(v) for k, v in inputs.items()}
         else:
             payload = _json_value(inputs)
-        body = self._rest("POST", self._path(version, label) + ":predict",
-                          json={"signature_name": signature_name, "inputs": payload})
+        body = self._rest(
+            "POST", self._path(version, label) + ":predict", json={"signature_name": signature_name, "inputs": payload}
+        )
         outputs = body["outputs"]
         if not isinstance(outputs, dict):
             outputs = {self._output_names(version, label, signature_name)[0]: outputs}
@@ -91,9 +105,13 @@ class ServingClient:
         from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
         if self._channel is None:
-            self._channel = grpc.insecure_channel(self.grpc_target, options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+            self._channel = grpc.insecure_channel(
+                self.grpc_target,
+                options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ],
+            )
             self._stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         request = predict_pb2.PredictRequest()
         self._spec(request.model_spec, version, label)

@@ -3,6 +3,7 @@
 Row format: `"instances"` is a list of examples, each a value (one-input signatures) or an object of named inputs;
 columnar format: `"inputs"` is a value or an object of named batched tensors. Binary strings are `{"b64": "..."}`.
 """
+
 from __future__ import annotations
 
 import base64
@@ -25,19 +26,24 @@ class TensorInfo:
 def signature_inputs(fn) -> dict[str, TensorInfo]:
     """Input names, dtypes and shapes of a concrete function (a loaded SavedModel signature)."""
     _, kwargs = fn.structured_input_signature
-    return {name: TensorInfo(name, np.dtype(object if spec.dtype.name == "string" else spec.dtype.as_numpy_dtype),
-                             tuple(spec.shape.as_list()) if spec.shape.rank is not None else None)
-            for name, spec in kwargs.items()}
+    return {
+        name: TensorInfo(
+            name,
+            np.dtype(object if spec.dtype.name == "string" else spec.dtype.as_numpy_dtype),
+            tuple(spec.shape.as_list()) if spec.shape.rank is not None else None,
+        )
+        for name, spec in kwargs.items()
+    }
 
 
 def _unb64(value):
     if isinstance(value, dict):
         if set(value) != {"b64"}:
-            raise RequestError(f"unexpected object {sorted(value)} in a tensor value; only {{\"b64\": ...}} is allowed")
+            raise RequestError(f'unexpected object {sorted(value)} in a tensor value; only {{"b64": ...}} is allowed')
         try:
             return base64.b64decode(value["b64"], validate=True)
         except (ValueError, TypeError):
-            raise RequestError("invalid base64 in a \"b64\" value") from None
+            raise RequestError('invalid base64 in a "b64" value') from None
     if isinstance(value, list):
         return [_unb64(v) for v in value]
     if isinstance(value, str):
@@ -64,8 +70,10 @@ def to_array(value, info: TensorInfo, batched: bool = True) -> np.ndarray:
         expected = info.shape if batched else info.shape[1:]
         if array.ndim != len(expected) or any(e is not None and e != a for e, a in zip(expected, array.shape)):
             want = "[" + ",".join("?" if d is None else str(d) for d in expected) + "]"
-            raise RequestError(f"input '{info.name}' expects shape {want}{' per instance' if not batched else ''}, "
-                               f"got {list(array.shape)}")
+            raise RequestError(
+                f"input '{info.name}' expects shape {want}{' per instance' if not batched else ''}, "
+                f"got {list(array.shape)}"
+            )
     return array
 
 
@@ -77,8 +85,9 @@ def check_arrays(arrays: dict, inputs: dict[str, TensorInfo]) -> None:
         want = inputs[name]
         if array.dtype != want.dtype and not (want.dtype == object and array.dtype.kind in "OS"):
             raise RequestError(f"input '{name}' expects {want.dtype.name} but {array.dtype.name} is provided")
-        if want.shape is not None and (array.ndim != len(want.shape) or any(
-                e is not None and e != a for e, a in zip(want.shape, array.shape))):
+        if want.shape is not None and (
+            array.ndim != len(want.shape) or any(e is not None and e != a for e, a in zip(want.shape, array.shape))
+        ):
             raise RequestError(f"input '{name}' expects shape {list(want.shape)}, got {list(array.shape)}")
 
 
@@ -102,15 +111,20 @@ def parse_instances(instances, inputs: dict[str, TensorInfo]) -> dict[str, np.nd
         for row in instances:
             if row.keys() != inputs.keys():
                 missing, extra = set(names) - set(row), set(row) - set(names)
-                raise RequestError(f"instance inputs do not match the signature {names}"
-                                   + (f"; missing {sorted(missing)}" if missing else "")
-                                   + (f"; unknown {sorted(extra)}" if extra else ""))
+                raise RequestError(
+                    f"instance inputs do not match the signature {names}"
+                    + (f"; missing {sorted(missing)}" if missing else "")
+                    + (f"; unknown {sorted(extra)}" if extra else "")
+                )
         columns = {n: [row[n] for row in instances] for n in names}
     elif len(names) == 1 and not any(isinstance(i, dict) and "b64" not in i for i in instances):
         columns = {names[0]: instances}
     else:
-        raise RequestError(f"every instance must be an object with the inputs {names}" if len(names) > 1 else
-                           "instances must all be values or all be objects")
+        raise RequestError(
+            f"every instance must be an object with the inputs {names}"
+            if len(names) > 1
+            else "instances must all be values or all be objects"
+        )
     arrays = {}
     for name, values in columns.items():
         try:
@@ -119,7 +133,8 @@ def parse_instances(instances, inputs: dict[str, TensorInfo]) -> dict[str, np.nd
             for value in values:  # name the instance that does not fit
                 to_array(value, inputs[name], batched=False)
             raise RequestError(
-                f"input '{name}': instances have different shapes; send them in separate requests") from None
+                f"input '{name}': instances have different shapes; send them in separate requests"
+            ) from None
     return arrays
 
 
@@ -155,8 +170,11 @@ def parse_request(body: dict, inputs: dict[str, TensorInfo]) -> tuple[dict[str, 
 
 def _jsonable(array: np.ndarray, name: str):
     if array.dtype == object or array.dtype.kind == "S":
-        encode = ((lambda b: {"b64": base64.b64encode(b).decode()}) if name.endswith("_bytes")
-                  else (lambda b: b.decode("utf-8", "replace")))
+        encode = (
+            (lambda b: {"b64": base64.b64encode(b).decode()})
+            if name.endswith("_bytes")
+            else (lambda b: b.decode("utf-8", "replace"))
+        )
         return np.vectorize(encode, otypes=[object])(array).tolist() if array.size else array.tolist()
     return array
 
@@ -164,7 +182,7 @@ def _jsonable(array: np.ndarray, name: str):
 def rows(outputs: dict[str, np.ndarray]) -> list:
     """Outputs → row-format predictions: values for a single output, else one object per example."""
     if len(outputs) == 1:
-        (name, array), = outputs.items()
+        ((name, array),) = outputs.items()
         value = _jsonable(array, name)
         return list(value) if isinstance(value, np.ndarray) else value
     converted = {n: _jsonable(a, n) for n, a in outputs.items()}
@@ -175,6 +193,6 @@ def rows(outputs: dict[str, np.ndarray]) -> list:
 def columns(outputs: dict[str, np.ndarray]):
     """Outputs → columnar `outputs`: the value for a single output, else an object."""
     if len(outputs) == 1:
-        (name, array), = outputs.items()
+        ((name, array),) = outputs.items()
         return _jsonable(array, name)
     return {n: _jsonable(a, n) for n, a in outputs.items()}

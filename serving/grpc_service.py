@@ -1,12 +1,18 @@
 """TF Serving's gRPC API on the tensorflow-serving-api servicer classes: `PredictionService.Predict`,
 `GetModelMetadata` and `ModelService.GetModelStatus` (grpc.aio)."""
+
 from __future__ import annotations
 
 import asyncio
 
 import grpc
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
-                                     predict_pb2, prediction_service_pb2_grpc)
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
 from serving import codec
 from serving.models import DEFAULT_SIGNATURE, ModelManager, NotFound
@@ -53,8 +59,10 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     async def GetModelMetadata(self, request, context):
         if list(request.metadata_field) != ["signature_def"]:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                "Metadata field signature_def is the only one supported; ask for it alone")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "Metadata field signature_def is the only one supported; ask for it alone",
+            )
         version, label = _spec(request.model_spec)
         try:
             servable = self.manager.resolve(request.model_spec.name, version, label)
@@ -92,8 +100,12 @@ _ERROR_CODES = {"OK": 0, "UNKNOWN": 2}
 
 def create_server(manager: ModelManager, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server with both services, bound to host:port (0: any free port); returns it and the port."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+    )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(manager), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)
     bound = server.add_insecure_port(f"{host}:{port}")

@@ -5,6 +5,7 @@ A new version is loaded and warmed up before it is published; the versions the p
 only after that, and requests that already hold a version finish on it. Rolling back = deleting the newest version
 directory: the previous one loads again and takes over the same way.
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,7 +52,7 @@ class Policy:
             return set(available)
         if self.kind == "specific":
             return set(available) & set(self.versions)
-        return set(sorted(available)[-self.latest:])
+        return set(sorted(available)[-self.latest :])
 
 
 def flat_call(fn):
@@ -98,8 +99,9 @@ class Servable:
     def signature(self, name: str) -> dict[str, codec.TensorInfo]:
         name = name or DEFAULT_SIGNATURE
         if name not in self.signatures:
-            raise NotFound(f"Serving signature name: \"{name}\" not found in signature def "
-                           f"(available: {sorted(self.signatures)})")
+            raise NotFound(
+                f'Serving signature name: "{name}" not found in signature def (available: {sorted(self.signatures)})'
+            )
         return self.inputs[name]
 
     def predict_future(self, arrays: dict[str, np.ndarray], signature: str = "") -> Future:
@@ -152,8 +154,11 @@ class ModelManager:
             entries = [e.rstrip("/") for e in tf.io.gfile.listdir(self.root)]
         except tf.errors.NotFoundError:
             return {}
-        return {int(e): f"{self.root}/{e}" for e in sorted(entries)
-                if e.isdigit() and tf.io.gfile.exists(f"{self.root}/{e}/saved_model.pb")}
+        return {
+            int(e): f"{self.root}/{e}"
+            for e in sorted(entries)
+            if e.isdigit() and tf.io.gfile.exists(f"{self.root}/{e}/saved_model.pb")
+        }
 
     def poll(self) -> None:
         """Load the versions the policy wants, then unload the others (never serving nothing in between)."""
@@ -181,7 +186,9 @@ class ModelManager:
         with self._lock:
             self._servables[version] = servable
         status.state = "AVAILABLE"
-        log.info("loaded %s version %d in %.1fs (%d warmup requests)", self.name, version, time.time() - started, warmed)
+        log.info(
+            "loaded %s version %d in %.1fs (%d warmup requests)", self.name, version, time.time() - started, warmed
+        )
 
     def _unload(self, version: int) -> None:
         self._status[version].state = "UNLOADING"

@@ -1,5 +1,6 @@
 """TF Serving's REST API (g3doc/api_rest.md) plus Vertex AI's custom-container health and predict routes, as a
 Starlette ASGI app. Every error is `{"error": "<message>"}` with a 4xx status for client errors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +15,10 @@ from starlette.routing import Route
 from serving import codec
 from serving.models import ModelManager, NotFound, VersionStatus
 
-MODEL_PATH = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
-                        r"(?P<action>:predict|:classify|:regress|/metadata)?$")
+MODEL_PATH = re.compile(
+    r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?P<action>:predict|:classify|:regress|/metadata)?$"
+)
 
 
 class ClientError(Exception):
@@ -33,9 +36,16 @@ def _error(status: int, message: str) -> Response:
 
 
 def status_json(statuses: list[VersionStatus]) -> dict:
-    return {"model_version_status": [
-        {"version": str(s.version), "state": s.state,
-         "status": {"error_code": s.error_code, "error_message": s.error_message}} for s in statuses]}
+    return {
+        "model_version_status": [
+            {
+                "version": str(s.version),
+                "state": s.state,
+                "status": {"error_code": s.error_code, "error_message": s.error_message},
+            }
+            for s in statuses
+        ]
+    }
 
 
 async def read_json(request: Request, max_bytes: int):
@@ -54,8 +64,13 @@ async def read_json(request: Request, max_bytes: int):
         raise ClientError(400, f"JSON Parse error: {e}") from None
 
 
-def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health_route: str = "/health",
-               predict_route: str = "/predict", deployed_model_id: str = "") -> Starlette:
+def create_app(
+    manager: ModelManager,
+    max_request_bytes: int = 1_500_000,
+    health_route: str = "/health",
+    predict_route: str = "/predict",
+    deployed_model_id: str = "",
+) -> Starlette:
     async def predict(servable, body: dict, how: str = '"signature_name": "{}"') -> tuple[dict, bool]:
         inputs = servable.signature(body.get("signature_name", ""))
         try:
@@ -81,6 +96,7 @@ def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health
         if request.method == "GET" and action == "/metadata":
             return await _answer(lambda: metadata_json(manager.resolve(name, version, label), name))
         if request.method == "POST" and action == ":predict":
+
             async def respond():
                 body = await read_json(request, max_request_bytes)
                 if not isinstance(body, dict):
@@ -104,19 +120,26 @@ def create_app(manager: ModelManager, max_request_bytes: int = 1_500_000, health
             parameters = body.get("parameters") or {}  # Vertex passes a batch job's model_parameters here
             if not isinstance(parameters, dict) or not isinstance(parameters.get("signature_name", ""), str):
                 raise codec.RequestError("'parameters' must be an object; its 'signature_name' a string")
-            outputs, _ = await predict(manager.resolve(manager.name), {
-                "instances": body["instances"], "signature_name": parameters.get("signature_name", "")},
-                how='"parameters": {{"signature_name": "{}"}}')
+            outputs, _ = await predict(
+                manager.resolve(manager.name),
+                {"instances": body["instances"], "signature_name": parameters.get("signature_name", "")},
+                how='"parameters": {{"signature_name": "{}"}}',
+            )
             return {"predictions": codec.rows(outputs), "deployedModelId": deployed_model_id}
 
         return await _answer(respond, not_found=503)  # Vertex: no model loaded yet = unavailable
 
-    return Starlette(routes=[
-        Route("/v1/models/{path:path}", models, methods=["GET", "POST"]),
-        Route(health_route, health, methods=["GET"]),
-        Route(predict_route, vertex_predict, methods=["POST"]),
-    ], exception_handlers={404: lambda r, e: _error(404, f"Not found: {r.url.path}"),
-                           405: lambda r, e: _error(405, f"Method {r.method} not allowed for {r.url.path}")})
+    return Starlette(
+        routes=[
+            Route("/v1/models/{path:path}", models, methods=["GET", "POST"]),
+            Route(health_route, health, methods=["GET"]),
+            Route(predict_route, vertex_predict, methods=["POST"]),
+        ],
+        exception_handlers={
+            404: lambda r, e: _error(404, f"Not found: {r.url.path}"),
+            405: lambda r, e: _error(405, f"Method {r.method} not allowed for {r.url.path}"),
+        },
+    )
 
 
 def _with_signature_hint(error: codec.RequestError, servable, how: str) -> codec.RequestError:
@@ -124,12 +147,14 @@ def _with_signature_hint(error: codec.RequestError, servable, how: str) -> codec
     (e.g. encoded images sent to an image model's `serving_default`, which takes pixel arrays)."""
     if "b64 objects need a string input" not in str(error):
         return error
-    names = sorted(n for n, inputs in servable.inputs.items() if inputs and all(
-        i.dtype == object for i in inputs.values()))
+    names = sorted(
+        n for n, inputs in servable.inputs.items() if inputs and all(i.dtype == object for i in inputs.values())
+    )
     if not names:
         return error
-    return codec.RequestError(f"{error}; this model takes encoded bytes on signature {names[0]!r}: send "
-                              + how.format(names[0]))
+    return codec.RequestError(
+        f"{error}; this model takes encoded bytes on signature {names[0]!r}: send " + how.format(names[0])
+    )
 
 
 async def _answer(handler, not_found: int = 404) -> Response:
@@ -157,5 +182,7 @@ def metadata_json(servable, name: str) -> dict:
     from google.protobuf import json_format
 
     signature_def = json_format.MessageToDict(servable.signature_defs, preserving_proto_field_name=True)
-    return {"model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
-            "metadata": {"signature_def": signature_def}}
+    return {
+        "model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
+        "metadata": {"signature_def": signature_def},
+    }

@@ -1,4 +1,5 @@
 """The model server: REST (Starlette on uvicorn) and gRPC (grpc.aio) on one event loop, over one ModelManager."""
+
 from __future__ import annotations
 
 import asyncio
@@ -82,8 +83,15 @@ class ModelServer:
             grpc_server, self.grpc_port = grpc_service.create_server(self.manager, o.host, o.grpc_port)
             await grpc_server.start()
         app = rest.create_app(self.manager, o.max_request_bytes, o.health_route, o.predict_route, o.deployed_model_id)
-        config = uvicorn.Config(app, host=o.host, port=o.rest_port, log_level="warning", access_log=False,
-                                lifespan="off", timeout_graceful_shutdown=10)
+        config = uvicorn.Config(
+            app,
+            host=o.host,
+            port=o.rest_port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=10,
+        )
         self._uvicorn = uvicorn.Server(config)
         serving = asyncio.create_task(self._uvicorn.serve())
         while not self._uvicorn.started and not serving.done():
@@ -100,10 +108,20 @@ class ModelServer:
             self._started.set()
 
     def _announce(self) -> None:
-        info = {"pid": os.getpid(), "model_name": self.manager.name, "base_path": self.manager.base_path,
-                "rest_url": self.rest_url, "grpc_target": self.grpc_target}
-        log.info("serving %s from %s: REST %s, gRPC %s", self.manager.name, self.manager.root, self.rest_url,
-                 self.grpc_target or "off")
+        info = {
+            "pid": os.getpid(),
+            "model_name": self.manager.name,
+            "base_path": self.manager.base_path,
+            "rest_url": self.rest_url,
+            "grpc_target": self.grpc_target,
+        }
+        log.info(
+            "serving %s from %s: REST %s, gRPC %s",
+            self.manager.name,
+            self.manager.root,
+            self.rest_url,
+            self.grpc_target or "off",
+        )
         if self.options.ready_file:
             tmp = f"{self.options.ready_file}.tmp"
             with open(tmp, "w") as f:
@@ -111,7 +129,7 @@ class ModelServer:
             os.replace(tmp, self.options.ready_file)
         self._started.set()
 
-    def start(self, timeout: float = 120) -> "ModelServer":
+    def start(self, timeout: float = 120) -> ModelServer:
         """Serve from a background thread (tests, benchmarks); returns once both ports are bound."""
 
         def serve_in_thread():

@@ -17,6 +17,7 @@ within about 40 seconds) while the SavedModel is copied into a local model repos
 HTTP only); batching is on, with the options of the local deploy step. The process exits non-zero, with the reason
 on stderr, when AIP_STORAGE_URI is unset or holds no saved_model.pb, or when the download or the load fails.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,8 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from components.lib.storage import _download, gcs_client, is_gcs, split_gcs
 
@@ -52,22 +53,27 @@ class Settings:
     deployed_model_id: str
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> "Settings":
+    def from_environ(cls, environ: Mapping[str, str]) -> Settings:
         """Vertex's variables (read by hand, not with pydantic-settings: the routes' defaults depend on two ids)."""
         uri = environ.get("AIP_STORAGE_URI", "").strip()
         if not uri:
-            raise ContainerError("AIP_STORAGE_URI is not set: it must name the SavedModel's directory "
-                                 "(gs://BUCKET/PATH or a local path holding saved_model.pb)")
+            raise ContainerError(
+                "AIP_STORAGE_URI is not set: it must name the SavedModel's directory "
+                "(gs://BUCKET/PATH or a local path holding saved_model.pb)"
+            )
         try:
             port = int(environ.get("AIP_HTTP_PORT") or DEFAULT_PORT)
         except ValueError:
             raise ContainerError(f"AIP_HTTP_PORT must be a port number, got {environ['AIP_HTTP_PORT']!r}") from None
         endpoint, deployed = environ.get("AIP_ENDPOINT_ID", ""), environ.get("AIP_DEPLOYED_MODEL_ID", "")
         vertex_route = f"/v1/endpoints/{endpoint}/deployedModels/{deployed}" if endpoint and deployed else ""
-        return cls(uri.removeprefix("file://"), port,
-                   environ.get("AIP_HEALTH_ROUTE") or vertex_route or "/health",
-                   environ.get("AIP_PREDICT_ROUTE") or (f"{vertex_route}:predict" if vertex_route else "/predict"),
-                   deployed)
+        return cls(
+            uri.removeprefix("file://"),
+            port,
+            environ.get("AIP_HEALTH_ROUTE") or vertex_route or "/health",
+            environ.get("AIP_PREDICT_ROUTE") or (f"{vertex_route}:predict" if vertex_route else "/predict"),
+            deployed,
+        )
 
 
 def check_model(uri: str) -> None:
@@ -82,8 +88,10 @@ def check_model(uri: str) -> None:
     else:
         found = os.path.isfile(os.path.join(uri, "saved_model.pb"))
     if not found:
-        raise ContainerError(f"AIP_STORAGE_URI {uri} holds no saved_model.pb: it must be the SavedModel's "
-                             "directory (saved_model.pb, variables/, assets.extra/ directly under it)")
+        raise ContainerError(
+            f"AIP_STORAGE_URI {uri} holds no saved_model.pb: it must be the SavedModel's "
+            "directory (saved_model.pb, variables/, assets.extra/ directly under it)"
+        )
 
 
 def place_model(uri: str, version_dir: str) -> None:
@@ -118,8 +126,11 @@ async def _run(server, manager, uri: str, version_dir: str) -> int:
         log.info("copied %s to %s", uri, version_dir)
         await _wait_loaded(manager, serving)
     except Exception as e:  # noqa: BLE001 (download or load failure: the container must not sit unhealthy)
-        print(f"error: {e if isinstance(e, ContainerError) else f'cannot copy {uri}: {type(e).__name__}: {e}'}",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: {e if isinstance(e, ContainerError) else f'cannot copy {uri}: {type(e).__name__}: {e}'}",
+            file=sys.stderr,
+            flush=True,
+        )
         while not server.rest_port and not serving.done():  # stop() needs the HTTP server created
             await asyncio.sleep(0.05)
         server.stop()
@@ -153,11 +164,20 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
     try:
         os.makedirs(os.path.join(repository, MODEL_NAME))
         manager = ModelManager(repository, MODEL_NAME, batching=BatchingOptions(max_batch_size=32, timeout_s=0.0))
-        server = ModelServer(manager, ServerOptions(
-            host="0.0.0.0", rest_port=settings.port, grpc_port=-1, health_route=settings.health_route,
-            predict_route=settings.predict_route, deployed_model_id=settings.deployed_model_id))
-        log.info("health %s, predict %s; copying %s", settings.health_route, settings.predict_route,
-                 settings.storage_uri)
+        server = ModelServer(
+            manager,
+            ServerOptions(
+                host="0.0.0.0",
+                rest_port=settings.port,
+                grpc_port=-1,
+                health_route=settings.health_route,
+                predict_route=settings.predict_route,
+                deployed_model_id=settings.deployed_model_id,
+            ),
+        )
+        log.info(
+            "health %s, predict %s; copying %s", settings.health_route, settings.predict_route, settings.storage_uri
+        )
         return run(_run(server, manager, settings.storage_uri, os.path.join(repository, MODEL_NAME, str(VERSION))))
     finally:
         shutil.rmtree(repository, ignore_errors=True)

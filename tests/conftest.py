@@ -66,8 +66,24 @@ def trained_model(digits_data, tmp_path_factory):
 
     job = tmp_path_factory.mktemp("job")
     env = {**os.environ, "CLOUD_ML_HP_METRIC_FILE": str(job / "hypertune" / "output.metrics"), "CLOUD_ML_TRIAL_ID": "7"}
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(digits_data), "--job-dir", str(job),
-                    "--epochs", "8", "--learning-rate", "0.003"], check=True, capture_output=True, env=env)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(digits_data),
+            "--job-dir",
+            str(job),
+            "--epochs",
+            "8",
+            "--learning-rate",
+            "0.003",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
     return job
 
 
@@ -81,9 +97,25 @@ def iris_model(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("iris")
     prepare("builtin:iris", str(root / "data"), num_workers=1, val_fraction=0.2, test_fraction=0.2)
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(root / "data"), "--job-dir",
-                    str(root / "job"), "--epochs", "30", "--batch-size", "16", "--learning-rate", "0.01"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(root / "data"),
+            "--job-dir",
+            str(root / "job"),
+            "--epochs",
+            "30",
+            "--batch-size",
+            "16",
+            "--learning-rate",
+            "0.01",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return root / "job"
 
 
@@ -98,11 +130,26 @@ def image_folder_model(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("folder")
     write_images(root / "images", per_class=16, size=(20, 16))
-    prepare(str(root / "images"), str(root / "data"), num_workers=1, image_size=12, val_fraction=0.2,
-            test_fraction=0.2)
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(root / "data"), "--job-dir",
-                    str(root / "job"), "--epochs", "8", "--batch-size", "8", "--learning-rate", "0.01"],
-                   check=True, capture_output=True)
+    prepare(str(root / "images"), str(root / "data"), num_workers=1, image_size=12, val_fraction=0.2, test_fraction=0.2)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(root / "data"),
+            "--job-dir",
+            str(root / "job"),
+            "--epochs",
+            "8",
+            "--batch-size",
+            "8",
+            "--learning-rate",
+            "0.01",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return root / "images", root / "data", root / "job"
 
 

@@ -1,5 +1,6 @@
 """A model builder outside the trainer package, for the tests of `trainer.model: tests.custom_model:build_small_cnn`
 (the contract: docs/model.md)."""
+
 import tf_keras as keras
 
 

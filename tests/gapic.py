@@ -1,6 +1,7 @@
 """The Vertex AI GAPIC clients at their gRPC stubs: the clients run for real (request coercion, routing headers,
 regional endpoint, pagination, long-running operations); only the stub of one RPC is replaced, recording every
 request and answering with real aiplatform_v1 messages."""
+
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
 
@@ -51,9 +52,10 @@ class RegistryDouble:
         self.split = dict(split)
         self.aliases = dict(aliases)  # {alias: version id}
         self.calls = []
-        for transport, rpcs in ((EndpointServiceGrpcTransport, ("get_endpoint", "update_endpoint", "undeploy_model",
-                                                                 "list_endpoints")),
-                                (ModelServiceGrpcTransport, ("merge_version_aliases", "get_model"))):
+        for transport, rpcs in (
+            (EndpointServiceGrpcTransport, ("get_endpoint", "update_endpoint", "undeploy_model", "list_endpoints")),
+            (ModelServiceGrpcTransport, ("merge_version_aliases", "get_model")),
+        ):
             for rpc in rpcs:
                 FakeStub(self._recorded(rpc, getattr(self, f"_{rpc}"))).bind(transport, rpc, monkeypatch)
 
@@ -61,6 +63,7 @@ class RegistryDouble:
         def call(request):
             self.calls.append((rpc, request))
             return answer(request)
+
         return call
 
     def _endpoint(self):
@@ -68,10 +71,15 @@ class RegistryDouble:
         from google.protobuf import timestamp_pb2
 
         return endpoint_pb.Endpoint(
-            name=self.endpoint_name, traffic_split=self.split,
-            deployed_models=[endpoint_pb.DeployedModel(id=i, model=self.model_name, model_version_id=v,
-                                                       create_time=timestamp_pb2.Timestamp(seconds=t))
-                             for i, v, t in self.deployed])
+            name=self.endpoint_name,
+            traffic_split=self.split,
+            deployed_models=[
+                endpoint_pb.DeployedModel(
+                    id=i, model=self.model_name, model_version_id=v, create_time=timestamp_pb2.Timestamp(seconds=t)
+                )
+                for i, v, t in self.deployed
+            ],
+        )
 
     def _get_endpoint(self, request):
         return self._endpoint()

@@ -3,6 +3,7 @@ module its container runs) on a task of a compiled pipeline, as the KFP backend 
 their placeholders resolved from the task's inputs (constants from the compiled spec, the component's defaults,
 and the values of upstream outputs a test gives), `Concat`/`IfPresent` expanded, and an executor input for `{{$}}`.
 """
+
 import importlib
 import json
 import re
@@ -48,24 +49,49 @@ class Launch:
         self.artifacts = artifacts  # {input name: {"uri", "metadata", "type"}}
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.outputs = {name: str(self.workdir / name)
-                        for name in self.component.get("outputDefinitions", {}).get("parameters", {})}
+        self.outputs = {
+            name: str(self.workdir / name) for name in self.component.get("outputDefinitions", {}).get("parameters", {})
+        }
         self.executor_output = str(self.workdir / "executor_output.json")
         self.args = [a for arg in executor["args"] for a in self._resolve(arg)]
 
     def executor_input(self) -> dict:
         outputs = self.component.get("outputDefinitions", {})
         return {
-            "inputs": {"parameterValues": self.parameters,
-                       "artifacts": {name: {"artifacts": [{"name": name, "uri": a["uri"], "metadata": a["metadata"],
-                                                            "type": {"schemaTitle": a["type"]}}]}
-                                     for name, a in self.artifacts.items()}},
-            "outputs": {"parameters": {name: {"outputFile": path} for name, path in self.outputs.items()},
-                        "artifacts": {name: {"artifacts": [{"name": name, "uri": str(self.workdir / name),
-                                                            "type": definition["artifactType"],
-                                                            "metadata": {}}]}
-                                      for name, definition in outputs.get("artifacts", {}).items()},
-                        "outputFile": self.executor_output}}
+            "inputs": {
+                "parameterValues": self.parameters,
+                "artifacts": {
+                    name: {
+                        "artifacts": [
+                            {
+                                "name": name,
+                                "uri": a["uri"],
+                                "metadata": a["metadata"],
+                                "type": {"schemaTitle": a["type"]},
+                            }
+                        ]
+                    }
+                    for name, a in self.artifacts.items()
+                },
+            },
+            "outputs": {
+                "parameters": {name: {"outputFile": path} for name, path in self.outputs.items()},
+                "artifacts": {
+                    name: {
+                        "artifacts": [
+                            {
+                                "name": name,
+                                "uri": str(self.workdir / name),
+                                "type": definition["artifactType"],
+                                "metadata": {},
+                            }
+                        ]
+                    }
+                    for name, definition in outputs.get("artifacts", {}).items()
+                },
+                "outputFile": self.executor_output,
+            },
+        }
 
     def _substitute(self, text: str) -> str:
         if text == "{{$}}":

@@ -1,5 +1,6 @@
 """The project's own imports, read from the source (ast): which first-party modules a module imports or starts
 (`[sys.executable, "-m", MODULE, ...]`), and the files a set of entry modules needs."""
+
 import ast
 from pathlib import Path
 
@@ -29,12 +30,14 @@ def imported_modules(path: Path) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names
-                      if module_file(f"{node.module}.{alias.name}")}
+            found |= {
+                f"{node.module}.{alias.name}" for alias in node.names if module_file(f"{node.module}.{alias.name}")
+            }
         elif isinstance(node, ast.List):
             words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
-            found |= {words[i + 1] for i, word in enumerate(words[:-1])
-                      if word == "-m" and isinstance(words[i + 1], str)}
+            found |= {
+                words[i + 1] for i, word in enumerate(words[:-1]) if word == "-m" and isinstance(words[i + 1], str)
+            }
     return {name for name in found if name.split(".")[0] in PACKAGES and module_file(name)}
 
 

@@ -7,6 +7,7 @@ request with its body, and answers each GET of an object with the next status of
 transitions an operator would make: running → succeeded, failed with a message, Ready / not Ready). Core pods and
 their logs, and any extra route (a model server's predict), can be answered too.
 """
+
 from __future__ import annotations
 
 import copy
@@ -18,8 +19,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-CUSTOM = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
-                    r"(?:/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?)?$")
+CUSTOM = re.compile(
+    r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
+    r"(?:/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?)?$"
+)
 PODS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?:/(?P<sub>log))?)?$")
 
 
@@ -112,8 +115,11 @@ class KubeAPI:
 
     # what the tests read
     def calls(self, method=None, plural=None) -> list[Request]:
-        return [r for r in self.requests if (method is None or r.method == method)
-                and (plural is None or f"/{plural}" in r.path)]
+        return [
+            r
+            for r in self.requests
+            if (method is None or r.method == method) and (plural is None or f"/{plural}" in r.path)
+        ]
 
     def created(self, plural) -> list[dict]:
         return [r.body for r in self.calls("POST", plural)]
@@ -131,8 +137,14 @@ class KubeAPI:
     # the server
     @staticmethod
     def _status(code, reason, message):
-        return code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
-                      "message": message, "code": code}
+        return code, {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "reason": reason,
+            "message": message,
+            "code": code,
+        }
 
     def answer(self, r: Request):
         if (r.method, r.path) in self.routes:
@@ -151,10 +163,21 @@ class KubeAPI:
         if m["plural"] is None and not m["ns"]:
             if kinds is None:
                 return self._status(404, "NotFound", "the server could not find the requested resource")
-            return 200, {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-                         "resources": [{"name": plural, "singularName": kind.lower(), "namespaced": True,
-                                        "kind": kind, "verbs": ["create", "delete", "get", "list", "patch"]}
-                                       for plural, kind in kinds.items()]}
+            return 200, {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": gv,
+                "resources": [
+                    {
+                        "name": plural,
+                        "singularName": kind.lower(),
+                        "namespaced": True,
+                        "kind": kind,
+                        "verbs": ["create", "delete", "get", "list", "patch"],
+                    }
+                    for plural, kind in kinds.items()
+                ],
+            }
         if kinds is None or m["plural"] not in kinds:
             return self._status(404, "NotFound", "the server could not find the requested resource")
         ns, plural, name = m["ns"], m["plural"], m["name"]
@@ -165,14 +188,18 @@ class KubeAPI:
             if key in self.objects:
                 return self._status(409, "AlreadyExists", f'{plural}.{m["group"]} "{name}" already exists')
             obj = copy.deepcopy(r.body)
-            obj["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp="2026-01-05T03:00:00Z",
-                                   generation=1)
+            obj["metadata"].update(
+                namespace=ns, uid=str(uuid.uuid4()), creationTimestamp="2026-01-05T03:00:00Z", generation=1
+            )
             self.objects[key] = obj
             return 201, obj
         if name is None:  # list
             selector = dict(part.split("=", 1) for part in r.query.get("labelSelector", [""])[0].split(",") if part)
-            items = [o for (g, n, p, _), o in self.objects.items() if g == gv and n == ns and p == plural
-                     and selector.items() <= o["metadata"].get("labels", {}).items()]
+            items = [
+                o
+                for (g, n, p, _), o in self.objects.items()
+                if g == gv and n == ns and p == plural and selector.items() <= o["metadata"].get("labels", {}).items()
+            ]
             return 200, {"kind": "List", "apiVersion": gv, "metadata": {}, "items": items}
         if key not in self.objects:
             return self._status(404, "NotFound", f'{plural}.{m["group"]} "{name}" not found')

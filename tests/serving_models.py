@@ -1,4 +1,5 @@
 """Small SavedModels for the serving tests (built in a second, unlike a trained model)."""
+
 from __future__ import annotations
 
 import os

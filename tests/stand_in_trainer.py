@@ -3,6 +3,7 @@
 accuracy = 1 − (log10(learning_rate) + 2)² / 4 − ((hidden_units − 100) / 200)²  → best at lr=0.01, units=100.
 `--mode crash` exits 3 before reporting; `--mode silent` exits 0 without reporting.
 """
+
 import argparse
 import math
 import os
@@ -25,7 +26,9 @@ if args.mode == "crash":
 if args.mode != "silent":
     accuracy = 1 - (math.log10(args.learning_rate) + 2) ** 2 / 4 - ((args.hidden_units - 100) / 200) ** 2
     reporter = hypertune.HyperTune()
-    reporter.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="accuracy", metric_value=accuracy - 0.1,
-                                                 global_step=1)
-    reporter.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="accuracy", metric_value=accuracy,
-                                                 global_step=2)
+    reporter.report_hyperparameter_tuning_metric(
+        hyperparameter_metric_tag="accuracy", metric_value=accuracy - 0.1, global_step=1
+    )
+    reporter.report_hyperparameter_tuning_metric(
+        hyperparameter_metric_tag="accuracy", metric_value=accuracy, global_step=2
+    )

@@ -1,4 +1,5 @@
 """Request batching: concurrent requests share model calls, each gets its own rows back."""
+
 import threading
 
 import numpy as np

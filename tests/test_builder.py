@@ -1,5 +1,6 @@
 """Your own model: `trainer.model: package.module:function` (trainer/builder.py), from the config through every
 target's trainer arguments to a trained, served model."""
+
 import json
 import os
 import subprocess
@@ -25,8 +26,10 @@ def test_specs_parse_and_malformed_ones_are_refused():
     for bad in ("tests/custom_model.py", "tests.custom_model", "tests.custom_model:", ":build", "a.b:c.d", "1a:b"):
         with pytest.raises(builder.BuilderError) as e:
             builder.parse(bad)
-        assert str(e.value) == (f"{bad!r} is not a builder like package.module:function (a module on the Python "
-                                "path, a colon, a function of that module), e.g. trainer.model:build_model")
+        assert str(e.value) == (
+            f"{bad!r} is not a builder like package.module:function (a module on the Python "
+            "path, a colon, a function of that module), e.g. trainer.model:build_model"
+        )
 
 
 def test_find_reads_the_module_without_running_it(tmp_path, monkeypatch):
@@ -38,20 +41,29 @@ def test_find_reads_the_module_without_running_it(tmp_path, monkeypatch):
         "from functools import partial\n"
         "def build(stats, hparams):\n    pass\n"
         "wide = partial(build)\n"
-        "try:\n    from os.path import join as joined\nexcept ImportError:\n    pass\n")
+        "try:\n    from os.path import join as joined\nexcept ImportError:\n    pass\n"
+    )
     (tmp_path / "broken.py").write_text("def build(stats, hparams)\n    pass\n")
     for name in ("build", "wide", "joined", "partial"):
         assert builder.find(f"mynets.cnn:{name}") == str(tmp_path / "mynets" / "cnn.py")
     assert builder.find(builder.DEFAULT_BUILDER) == str(ROOT / "trainer" / "model.py")
     assert builder.find(CUSTOM) == str(ROOT / "tests" / "custom_model.py")
     for spec, message in [
-        ("mynets.cnn:deep", f"builder mynets.cnn:deep: module mynets.cnn ({tmp_path}/mynets/cnn.py) has no function "
-                            "'deep'"),
-        ("mynets.rnn:build", "builder mynets.rnn:build: no module named 'mynets.rnn' on the Python path (the "
-                             "repository's root, or an installed package)"),
-        ("nowhere.cnn:build", "builder nowhere.cnn:build: cannot import module 'nowhere.cnn' (No module named "
-                              "'nowhere'); put it on the Python path (the repository's root, or an installed "
-                              "package)"),
+        (
+            "mynets.cnn:deep",
+            f"builder mynets.cnn:deep: module mynets.cnn ({tmp_path}/mynets/cnn.py) has no function 'deep'",
+        ),
+        (
+            "mynets.rnn:build",
+            "builder mynets.rnn:build: no module named 'mynets.rnn' on the Python path (the "
+            "repository's root, or an installed package)",
+        ),
+        (
+            "nowhere.cnn:build",
+            "builder nowhere.cnn:build: cannot import module 'nowhere.cnn' (No module named "
+            "'nowhere'); put it on the Python path (the repository's root, or an installed "
+            "package)",
+        ),
         ("broken:build", f"builder broken:build: {tmp_path}/broken.py line 1: expected ':'"),
     ]:
         with pytest.raises(builder.BuilderError) as e:
@@ -67,10 +79,15 @@ def test_load_imports_the_builder_or_names_what_is_missing(tmp_path, monkeypatch
     (tmp_path / "constants.py").write_text("WIDTH = 3\n")
     assert builder.load(CUSTOM) is custom_model.build_small_cnn
     for spec, message in [
-        ("tests.custom_model:build_large_cnn", "builder tests.custom_model:build_large_cnn: module tests.custom_model "
-                                               "has no function 'build_large_cnn'"),
-        ("needs_more:build", "builder needs_more:build: cannot import module 'needs_more' (it imports "
-                             "'tfpipe_not_installed', which is not installed)"),
+        (
+            "tests.custom_model:build_large_cnn",
+            "builder tests.custom_model:build_large_cnn: module tests.custom_model has no function 'build_large_cnn'",
+        ),
+        (
+            "needs_more:build",
+            "builder needs_more:build: cannot import module 'needs_more' (it imports "
+            "'tfpipe_not_installed', which is not installed)",
+        ),
         ("tfpipe_missing:build", "builder tfpipe_missing:build: cannot import module 'tfpipe_missing'"),
         ("constants:WIDTH", "builder constants:WIDTH: constants.WIDTH is not callable"),
     ]:
@@ -93,18 +110,29 @@ def test_check_names_what_a_built_model_lacks():
     wide, ints = keras.Input((28, 28, 1)), keras.Input((8, 8, 1), dtype="int32")
     cast = keras.layers.Rescaling(1.0)(ints)
     for model, message in [
-        ({"probabilities": None}, "returned a builtins.dict, not a tf-keras Model (build it with `import tf_keras as "
-                                  "keras`: Keras 3 models cannot train under MultiWorkerMirroredStrategy)"),
-        (keras.Model([pixels, other], dense(keras.layers.Concatenate()([pixels, other]))),
-         "returned a model with 2 inputs; the serving signature takes one (the pixel array or feature vector)"),
-        (keras.Model(pixels, [dense(pixels), dense(pixels)]),
-         "returned a model with 2 outputs; the serving signature needs one (the class probabilities)"),
+        (
+            {"probabilities": None},
+            "returned a builtins.dict, not a tf-keras Model (build it with `import tf_keras as "
+            "keras`: Keras 3 models cannot train under MultiWorkerMirroredStrategy)",
+        ),
+        (
+            keras.Model([pixels, other], dense(keras.layers.Concatenate()([pixels, other]))),
+            "returned a model with 2 inputs; the serving signature takes one (the pixel array or feature vector)",
+        ),
+        (
+            keras.Model(pixels, [dense(pixels), dense(pixels)]),
+            "returned a model with 2 outputs; the serving signature needs one (the class probabilities)",
+        ),
         (keras.Model(ints, dense(cast)), "returned a model whose input is int32; the serving signature sends float32"),
-        (keras.Model(wide, dense(wide)),
-         "returned a model whose input takes [28, 28, 1] per example; the data gives [8, 8, 1] (None: any size)"),
-        (keras.Model(pixels, dense(pixels, 3)),
-         "returned a model whose output is [3] per example; the serving signature's probabilities need [10] (one "
-         "per class, softmax)"),
+        (
+            keras.Model(wide, dense(wide)),
+            "returned a model whose input takes [28, 28, 1] per example; the data gives [8, 8, 1] (None: any size)",
+        ),
+        (
+            keras.Model(pixels, dense(pixels, 3)),
+            "returned a model whose output is [3] per example; the serving signature's probabilities need [10] (one "
+            "per class, softmax)",
+        ),
     ]:
         with pytest.raises(builder.BuilderError) as e:
             builder.check(model, DIGITS, CUSTOM)
@@ -120,7 +148,8 @@ def test_trainer_flag(capsys):
         parse_args(["--data-dir", "d", "--job-dir", "j", "--model", "custom_model.py"], {})
     assert capsys.readouterr().err.splitlines()[-1] == (
         "python -m trainer.task: error: --model: 'custom_model.py' is not a builder like package.module:function (a "
-        "module on the Python path, a colon, a function of that module), e.g. trainer.model:build_model")
+        "module on the Python path, a colon, a function of that module), e.g. trainer.model:build_model"
+    )
 
 
 def test_config_section_default_overrides_and_errors():
@@ -132,12 +161,15 @@ def test_config_section_default_overrides_and_errors():
     assert str(e.value) == (
         "invalid configuration: trainer.model: 'tests/custom_model.py' is not a builder like package.module:function "
         "(a module on the Python path, a colon, a function of that module), e.g. trainer.model:build_model (from "
-        "--set trainer.model)")
+        "--set trainer.model)"
+    )
     with pytest.raises(ConfigError) as e:
         TrainerSettings(model="tests.custom_model:build_large_cnn").check_builder()
-    assert str(e.value) == (f"invalid configuration: trainer.model: builder tests.custom_model:build_large_cnn: "
-                            f"module tests.custom_model ({ROOT}/tests/custom_model.py) has no function "
-                            "'build_large_cnn'")
+    assert str(e.value) == (
+        f"invalid configuration: trainer.model: builder tests.custom_model:build_large_cnn: "
+        f"module tests.custom_model ({ROOT}/tests/custom_model.py) has no function "
+        "'build_large_cnn'"
+    )
 
 
 @pytest.fixture
@@ -147,14 +179,26 @@ def no_tfpipe_env(monkeypatch):
 
 
 def test_compile_and_run_fail_early_naming_the_missing_builder(tmp_path, no_tfpipe_env):
-    message = ("Error: invalid configuration: trainer.model: builder tests.custom_model:build_large_cnn: module "
-               f"tests.custom_model ({ROOT}/tests/custom_model.py) has no function 'build_large_cnn'\n")
-    result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--set",
-                                      "trainer.model=tests.custom_model:build_large_cnn",
-                                      "--output", str(tmp_path / "training.yaml")])
+    message = (
+        "Error: invalid configuration: trainer.model: builder tests.custom_model:build_large_cnn: module "
+        f"tests.custom_model ({ROOT}/tests/custom_model.py) has no function 'build_large_cnn'\n"
+    )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compile",
+            "--target",
+            "vertex",
+            "--set",
+            "trainer.model=tests.custom_model:build_large_cnn",
+            "--output",
+            str(tmp_path / "training.yaml"),
+        ],
+    )
     assert (result.exit_code, result.output) == (1, message)
-    result = CliRunner().invoke(cli, ["run", "--set", "trainer.model=tests.custom_model:build_large_cnn",
-                                      "--out", str(tmp_path / "run")])
+    result = CliRunner().invoke(
+        cli, ["run", "--set", "trainer.model=tests.custom_model:build_large_cnn", "--out", str(tmp_path / "run")]
+    )
     assert (result.exit_code, result.output) == (1, message)
     assert not (tmp_path / "run").exists()
 
@@ -167,8 +211,12 @@ def _compiled_tasks(target, tmp_path, *sets):
     assert result.exit_code == 0, result.output
     spec = next(yaml.safe_load_all(out.read_text()))  # the pipeline spec (kubeflow: then the platform spec)
     dags = [spec["root"]["dag"], *(c["dag"] for c in spec["components"].values() if "dag" in c)]
-    return {name: {k: v.get("runtimeValue", {}).get("constant", v) for k, v in task["inputs"]["parameters"].items()}
-            for d in dags for name, task in d["tasks"].items() if "parameters" in task.get("inputs", {})}
+    return {
+        name: {k: v.get("runtimeValue", {}).get("constant", v) for k, v in task["inputs"]["parameters"].items()}
+        for d in dags
+        for name, task in d["tasks"].items()
+        if "parameters" in task.get("inputs", {})
+    }
 
 
 def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe_env):
@@ -180,28 +228,45 @@ def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe
     plans = {name: inputs for name, inputs in vertex.items() if name.startswith("plan-vertex-training")}
     assert sorted(plans) == ["plan-vertex-training", "plan-vertex-training-2"]  # the tuning job's, the custom job's
     assert {inputs["model_builder"] for inputs in plans.values()} == {CUSTOM}
-    for tuned, expected in (([], ["--batch-size", "32", "--learning-rate", "0.003"]), (["learning_rate"],
-                                                                                       ["--batch-size", "32"])):
+    for tuned, expected in (
+        ([], ["--batch-size", "32", "--learning-rate", "0.003"]),
+        (["learning_rate"], ["--batch-size", "32"]),
+    ):
         specs, _, _ = plan_vertex_training(
-            Dataset(uri="gs://b/root/prepare-data/dataset"), "trainer:1", "n1-standard-4", "", 0, 2, 3,
-            {"batch_size": 32.0, "learning_rate": 0.003}, tuned, CUSTOM, "run-1", "train",
-            Artifact(uri="gs://b/root/plan/job_dir"))
+            Dataset(uri="gs://b/root/prepare-data/dataset"),
+            "trainer:1",
+            "n1-standard-4",
+            "",
+            0,
+            2,
+            3,
+            {"batch_size": 32.0, "learning_rate": 0.003},
+            tuned,
+            CUSTOM,
+            "run-1",
+            "train",
+            Artifact(uri="gs://b/root/plan/job_dir"),
+        )
         assert [s["container_spec"]["args"] for s in specs] == [
-            ["--data-dir", "gs://b/root/prepare-data/dataset", "--model", CUSTOM, *expected, "--epochs", "3"]] * 2
+            ["--data-dir", "gs://b/root/prepare-data/dataset", "--model", CUSTOM, *expected, "--epochs", "3"]
+        ] * 2
     kubeflow = _compiled_tasks("kubeflow", tmp_path)
-    assert (kubeflow["tune-on-katib"]["model_builder"], kubeflow["train-model-on-operator"]["model_builder"]) == \
-        (CUSTOM, CUSTOM)
+    assert (kubeflow["tune-on-katib"]["model_builder"], kubeflow["train-model-on-operator"]["model_builder"]) == (
+        CUSTOM,
+        CUSTOM,
+    )
     in_pod = _compiled_tasks("kubeflow", tmp_path, "platform.kubeflow.training=pod", "platform.kubeflow.tuning=pod")
-    assert (in_pod["tune-hyperparameters"]["model_builder"], in_pod["train-model"]["model_builder"]) == \
-        (CUSTOM, CUSTOM)
+    assert (in_pod["tune-hyperparameters"]["model_builder"], in_pod["train-model"]["model_builder"]) == (CUSTOM, CUSTOM)
 
 
 def test_default_builder_goes_the_same_way(tmp_path, no_tfpipe_env):
     out = tmp_path / "kubeflow.yaml"
     assert CliRunner().invoke(cli, ["compile", "--target", "kubeflow", "--output", str(out)]).exit_code == 0
     tasks = next(yaml.safe_load_all(out.read_text()))["root"]["dag"]["tasks"]
-    assert {tasks[name]["inputs"]["parameters"]["model_builder"]["runtimeValue"]["constant"]
-            for name in ("tune-on-katib", "train-model-on-operator")} == {"trainer.model:build_model"}
+    assert {
+        tasks[name]["inputs"]["parameters"]["model_builder"]["runtimeValue"]["constant"]
+        for name in ("tune-on-katib", "train-model-on-operator")
+    } == {"trainer.model:build_model"}
 
 
 def test_trainer_trains_exports_and_serves_a_custom_builders_model(digits_data, tmp_path):
@@ -212,16 +277,40 @@ def test_trainer_trains_exports_and_serves_a_custom_builders_model(digits_data, 
     from trainer import data
 
     job = tmp_path / "job"
-    subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(digits_data), "--job-dir", str(job),
-                    "--epochs", "5", "--filters", "8", "--model", CUSTOM],
-                   check=True, capture_output=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(digits_data),
+            "--job-dir",
+            str(job),
+            "--epochs",
+            "5",
+            "--filters",
+            "8",
+            "--model",
+            CUSTOM,
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["model"] == CUSTOM and metrics["hyperparameters"]["filters"] == 8
     assert metrics["val_accuracy"] > 0.7
     trained = keras.models.load_model(str(job / "model"), compile=False)
     assert trained.name == "custom_cnn"
-    assert [layer.name for layer in trained.layers] == ["pixels", "custom_rescale", "custom_conv", "custom_flatten",
-                                                        "custom_dropout", "custom_probabilities"]
+    assert [layer.name for layer in trained.layers] == [
+        "pixels",
+        "custom_rescale",
+        "custom_conv",
+        "custom_flatten",
+        "custom_dropout",
+        "custom_probabilities",
+    ]
     loaded = tf.saved_model.load(str(job / "model"))
     assert sorted(loaded.signatures) == ["serving_default", "serving_image_bytes"]
     serve = loaded.signatures["serving_default"]

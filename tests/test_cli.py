@@ -69,8 +69,19 @@ def test_batch_options_only_with_the_batch_pipeline(tmp_path):
     result = invoke("run", "--excluded-fields", "label", "--key-field", "id", "--out", str(tmp_path / "o"))
     assert result.exit_code == 1
     assert result.output.strip() == "Error: --key-field, --excluded-fields: only with --pipeline batch_prediction"
-    result = invoke("run", "--pipeline", "batch_prediction", "--instances", str(tmp_path / "a.csv"),
-                    "--included-fields", "a", "--excluded-fields", "b", "--out", str(tmp_path / "o"))
+    result = invoke(
+        "run",
+        "--pipeline",
+        "batch_prediction",
+        "--instances",
+        str(tmp_path / "a.csv"),
+        "--included-fields",
+        "a",
+        "--excluded-fields",
+        "b",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert result.exit_code == 1 and "give included_fields or excluded_fields, not both" in result.output
 
 

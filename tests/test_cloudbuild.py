@@ -1,5 +1,6 @@
 """cloudbuild.yaml: the step graph, the substitutions, and its steps' own commands run here (docker faked, the
 compile steps for real, publish/submit/schedule parsed by the real CLI without calling Google Cloud)."""
+
 import json
 import os
 import re
@@ -41,8 +42,12 @@ IMAGES = {
     "trainer-gpu": ("containers/trainer.Dockerfile", ["--build-arg", "LOCK=requirements-gpu.lock"]),
 }
 # platform fields of the training template's images, set by compile-training from build/<image>.image
-TRAINING_IMAGES = {"trainer": "trainer_image", "components": "components_image", "serving": "serving_image",
-                   "trainer-gpu": "trainer_gpu_image"}
+TRAINING_IMAGES = {
+    "trainer": "trainer_image",
+    "components": "components_image",
+    "serving": "serving_image",
+    "trainer-gpu": "trainer_gpu_image",
+}
 # A user's config as the trigger would find it at _CONFIG: the prod profile is what CI compiles and runs with.
 CONFIG = """\
 parameters: {epochs: 15}
@@ -81,8 +86,9 @@ with open(os.environ["CLI_LOG"], "a") as log:
 
 def substitute(text: str, values: dict) -> str:
     """Cloud Build's substitution: $NAME and ${NAME}; $$ is a literal $."""
-    return re.sub(r"\$\$|\$\{(\w+)\}|\$(\w+)",
-                  lambda m: "$" if m.group(0) == "$$" else values[m.group(1) or m.group(2)], text)
+    return re.sub(
+        r"\$\$|\$\{(\w+)\}|\$(\w+)", lambda m: "$" if m.group(0) == "$$" else values[m.group(1) or m.group(2)], text
+    )
 
 
 def used_names() -> set[str]:
@@ -153,6 +159,7 @@ def parsed(tmp_path, pushed, env):
         calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         log.unlink(missing_ok=True)
         return result, calls
+
     return run
 
 
@@ -183,12 +190,12 @@ def test_substitutions_declared_documented_and_used():
 
 
 def test_images_tagged_short_sha_and_latest():
-    assert {s[len("build-"):] for s in STEPS if s.startswith("build-")} == set(IMAGES)
+    assert {s[len("build-") :] for s in STEPS if s.startswith("build-")} == set(IMAGES)
     for name, (dockerfile, build_args) in IMAGES.items():
         args = STEPS[f"build-{name}"]["args"]
         assert args[:3] == ["build", "-f", dockerfile] and args[-1] == "."
         assert (ROOT / args[2]).is_file()
-        assert [a for i, a in enumerate(args) if "--build-arg" in args[i - 1:i + 1]] == build_args
+        assert [a for i, a in enumerate(args) if "--build-arg" in args[i - 1 : i + 1]] == build_args
         tags = [args[i + 1] for i, a in enumerate(args) if a == "-t"]
         assert tags == [f"{image_name(name)}:$SHORT_SHA", f"{image_name(name)}:latest"]
         assert len(args) == 3 + len(build_args) + 2 * len(tags) + 1
@@ -206,8 +213,9 @@ def test_gpu_trainer_is_the_trainer_built_from_the_gpu_lock():
 
 
 def test_python_steps_match_the_images_python():
-    base = re.search(r"^ARG PYTHON_IMAGE=python:(\S+?)-slim", (ROOT / "containers/trainer.Dockerfile").read_text(),
-                     re.M).group(1)
+    base = re.search(
+        r"^ARG PYTHON_IMAGE=python:(\S+?)-slim", (ROOT / "containers/trainer.Dockerfile").read_text(), re.M
+    ).group(1)
     python_steps = [s for s in BUILD["steps"] if s["name"].startswith("python:")]
     assert {s["id"] for s in python_steps} == {s for s in WAIT_FOR if not s.startswith(("build-", "push-"))}
     assert {s["name"] for s in python_steps} == {f"python:{base}-bookworm"}
@@ -242,7 +250,9 @@ def test_compile_training_sets_every_image_by_digest(parsed, pushed):
     assert result.returncode == 0, result.stdout + result.stderr
     (call,) = calls
     assert [s for s in call["sets"] if s.split("=", 1)[0].endswith("_image")] == [
-        f"platform.trainer_image={digests['trainer']}", f"platform.components_image={digests['components']}"]
+        f"platform.trainer_image={digests['trainer']}",
+        f"platform.components_image={digests['components']}",
+    ]
 
 
 def test_compile_steps_run_locally(pushed, env):
@@ -251,8 +261,9 @@ def test_compile_steps_run_locally(pushed, env):
     procs = {}
     for step_id in steps:
         command = ["bash", *(substitute(arg, VALUES) for arg in STEPS[step_id]["args"])]
-        procs[step_id] = subprocess.Popen(command, cwd=pushed, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True)
+        procs[step_id] = subprocess.Popen(
+            command, cwd=pushed, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     for step_id, proc in procs.items():
         output = proc.communicate(timeout=600)[0]
         assert proc.returncode == 0, f"{step_id} failed:\n{output}"
@@ -286,8 +297,10 @@ def test_publish_publishes_what_compile_wrote(parsed):
     assert {(c["registry"], tuple(c["tags"])) for c in calls} == {(REGISTRY, ("abc1234",))}
 
 
-@pytest.mark.parametrize("step_id, substitution, command", [("submit-run", "_SUBMIT_RUN", "submit"),
-                                                            ("update-schedule", "_UPDATE_SCHEDULE", "schedule")])
+@pytest.mark.parametrize(
+    "step_id, substitution, command",
+    [("submit-run", "_SUBMIT_RUN", "submit"), ("update-schedule", "_UPDATE_SCHEDULE", "schedule")],
+)
 def test_submit_and_schedule_are_guarded(parsed, step_id, substitution, command):
     assert BUILD["substitutions"][substitution] == "false"
     result, calls = parsed(step_id)

@@ -2,6 +2,7 @@
 after `from kfp.dsl import *` and `from typing import *`), not as the module it was written in: that source must
 define the function and every global name the function uses must exist there (names of the module, such as a
 NamedTuple alias or a helper, do not). Catches on every target what only a Vertex run would otherwise find."""
+
 import builtins
 import dis
 
@@ -50,9 +51,19 @@ def global_names(code) -> set[str]:
 
 
 def test_the_compiled_pipelines_embed_every_step():
-    assert {"find_repository_champion", "find_registry_champion", "fingerprint_data", "prepare_data",
-            "evaluate_model", "finish_vertex_rollout", "crown_vertex_model", "plan_vertex_training",
-            "plan_batch_prediction", "publish_model", "deploy_model"} <= set(STEPS)
+    assert {
+        "find_repository_champion",
+        "find_registry_champion",
+        "fingerprint_data",
+        "prepare_data",
+        "evaluate_model",
+        "finish_vertex_rollout",
+        "crown_vertex_model",
+        "plan_vertex_training",
+        "plan_batch_prediction",
+        "publish_model",
+        "deploy_model",
+    } <= set(STEPS)
 
 
 @pytest.mark.parametrize("function", sorted(STEPS))

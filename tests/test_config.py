@@ -1,8 +1,9 @@
 """Configuration: profiles, environment and --set overrides, precedence, validation messages
 (pipelines/config.py, pipelines/cron.py) and the compile command Cloud Build runs."""
+
 import os
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -65,8 +66,7 @@ def test_profile_deep_merges_over_the_base_sections(config_file):
     assert prod.platform.schedule.max_concurrent_runs == 2  # from the base's schedule mapping
     assert prod.platform.model_version_aliases == ["prod-champion"]
     assert prod.platform.labels == {"team": "ml"}
-    assert (prod.platform.network, prod.platform.location) == ("projects/123456789/global/networks/vpc",
-                                                               "europe-west4")
+    assert (prod.platform.network, prod.platform.location) == ("projects/123456789/global/networks/vpc", "europe-west4")
     # a partial study section keeps the default search space
     assert prod.study.max_trial_count == 6
     assert [p.parameter_id for p in prod.study.parameters] == ["learning_rate", "hidden_units", "dropout"]
@@ -74,15 +74,25 @@ def test_profile_deep_merges_over_the_base_sections(config_file):
 
 
 def test_precedence_cli_over_env_over_profile_over_base_over_defaults(config_file):
-    environ = {"TFPIPE_PROFILE": "dev",
-               "TFPIPE_PARAMETERS__EPOCHS": "4",               # env beats the profile (2) and the base (7)
-               "TFPIPE_PARAMETERS__WORKERS": "5",              # env beats the base (3); --set beats env below
-               "TFPIPE_PLATFORM__SCHEDULE__CRON": "0 4 * * *",
-               "TFPIPE_PLATFORM__LABELS": "{owner: me}",       # YAML mapping: replaces the merged labels
-               "TFPIPE_SERVING_STATE": "/tmp/elsewhere"}       # another tfpipe variable: ignored
-    config = load_config(config_file, {"batch_size": 16, "epochs": None}, environ=environ,
-                         sets=["parameters.workers=6", "platform.trainer_image=r/trainer:1234567",
-                               "parameters.source_commit=1234567", "platform.labels.cost-center=42"])
+    environ = {
+        "TFPIPE_PROFILE": "dev",
+        "TFPIPE_PARAMETERS__EPOCHS": "4",  # env beats the profile (2) and the base (7)
+        "TFPIPE_PARAMETERS__WORKERS": "5",  # env beats the base (3); --set beats env below
+        "TFPIPE_PLATFORM__SCHEDULE__CRON": "0 4 * * *",
+        "TFPIPE_PLATFORM__LABELS": "{owner: me}",  # YAML mapping: replaces the merged labels
+        "TFPIPE_SERVING_STATE": "/tmp/elsewhere",
+    }  # another tfpipe variable: ignored
+    config = load_config(
+        config_file,
+        {"batch_size": 16, "epochs": None},
+        environ=environ,
+        sets=[
+            "parameters.workers=6",
+            "platform.trainer_image=r/trainer:1234567",
+            "parameters.source_commit=1234567",
+            "platform.labels.cost-center=42",
+        ],
+    )
     p = config.parameters
     assert (p.epochs, p.workers, p.batch_size, p.learning_rate) == (4, 6, 16, 0.003)  # ... > defaults
     assert config.platform.project == "my-dev-project"  # profile (TFPIPE_PROFILE)
@@ -108,18 +118,27 @@ def test_unknown_profile_lists_the_available_ones(config_file):
     assert str(e.value) == "profile 'dev': profiles are defined in a config file; pass --config FILE"
 
 
-@pytest.mark.parametrize("yaml_text, message", [
-    ("profiles:\n  prod:\n    platfrom: {project: p}\n",
-     "invalid configuration: profiles.prod.platfrom: not a section; use one of: parameters, batch, platform, study, "
-     "trainer"),
-    ("profiles: [prod]\n", "invalid configuration: profiles: must map profile names to sections"),
-    ("profiles:\n  prod:\n    platform: my-project\n",
-     "invalid configuration: profiles.prod.platform: must be a mapping"),
-    # a broken profile fails every load, not only the day it is selected
-    ("profiles:\n  prod:\n    platform: {location: Europe West}\n",
-     "invalid configuration: profiles.prod.platform.location: 'Europe West' is not a Google Cloud region like "
-     "us-central1 or europe-west4"),
-])
+@pytest.mark.parametrize(
+    "yaml_text, message",
+    [
+        (
+            "profiles:\n  prod:\n    platfrom: {project: p}\n",
+            "invalid configuration: profiles.prod.platfrom: not a section; use one of: parameters, batch, platform, study, "
+            "trainer",
+        ),
+        ("profiles: [prod]\n", "invalid configuration: profiles: must map profile names to sections"),
+        (
+            "profiles:\n  prod:\n    platform: my-project\n",
+            "invalid configuration: profiles.prod.platform: must be a mapping",
+        ),
+        # a broken profile fails every load, not only the day it is selected
+        (
+            "profiles:\n  prod:\n    platform: {location: Europe West}\n",
+            "invalid configuration: profiles.prod.platform.location: 'Europe West' is not a Google Cloud region like "
+            "us-central1 or europe-west4",
+        ),
+    ],
+)
 def test_profile_structure_errors(tmp_path, yaml_text, message):
     (tmp_path / "c.yaml").write_text(yaml_text)
     with pytest.raises(ConfigError) as e:
@@ -127,46 +146,95 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
     assert str(e.value) == message
 
 
-@pytest.mark.parametrize("setting, field, message", [
-    ("location: us central1", "platform.location",
-     "'us central1' is not a Google Cloud region like us-central1 or europe-west4"),
-    ("project: My_Project", "platform.project",
-     "'My_Project' is not a project id (6-30 lowercase letters, digits and hyphens)"),
-    ("service_account: runner", "platform.service_account",
-     "'runner' is not a service account e-mail like NAME@PROJECT.iam.gserviceaccount.com"),
-    ("network: vpc", "platform.network", "'vpc' must look like projects/PROJECT_NUMBER/global/networks/NAME"),
-    ("pipeline_root: bucket/root", "platform.pipeline_root", "'bucket/root' is not a URI (scheme://...)"),
-    ("labels: {Team: ml}", "platform.labels",
-     "Team='ml': keys must match ^[a-z][a-z0-9_-]{0,62}$ and values ^[a-z0-9_-]{0,63}$"),
-    ("trainer_image: ''", "platform.trainer_image", "'' is not an image URI"),
-    ("schedule: {cron: '0 3 * *'}", "platform.schedule.cron",
-     "'0 3 * *' has 4 field(s); a cron expression has 5 (minute hour day-of-month month day-of-week)"),
-    ("schedule: {cron: 'TZ=Europe/Pariss 0 3 * * 1'}", "platform.schedule.cron",
-     "unknown time zone 'Europe/Pariss' in 'TZ=Europe/Pariss 0 3 * * 1': use an IANA name like Europe/Paris"),
-    ("schedule: {start_time: tomorrow}", "platform.schedule.start_time",
-     "'tomorrow' is not an RFC 3339 time like 2026-01-01T00:00:00Z"),
-    ("schedule: {max_concurrent_runs: 0}", "platform.schedule.max_concurrent_runs",
-     "Input should be greater than or equal to 1 (got 0)"),
-    ("schedule: {crontab: '0 3 * * 1'}", "platform.schedule.crontab",
-     "Extra inputs are not permitted (got '0 3 * * 1')"),
-    ("accelerator_type: NVIDIA_TESLA_T4", "platform", "accelerator_type and accelerator_count must be set together"),
-    ("enable_caching: true", "platform.enable_caching",
-     "true would cache every step of a run, the champion, registry and endpoint look-ups too (a run-level setting "
-     "overrides each step's): leave it null for the compiled settings (look-ups never cached, the rest keyed on the "
-     "data's fingerprint) or set false"),
-    ("encryption_spec_key_name: my-key", "platform",
-     "encryption_spec_key_name: 'my-key' must look like projects/P/locations/L/keyRings/R/cryptoKeys/K"),
-    ("encryption_spec_key_name: projects/p/locations/us-east1/keyRings/r/cryptoKeys/k", "platform",
-     "encryption_spec_key_name: 'projects/p/locations/us-east1/keyRings/r/cryptoKeys/k' is in us-east1; Vertex AI "
-     "needs it in the runs' location us-central1"),
-    ("tensorboard: projects/p/locations/us-central1/tensorboards/7", "platform",
-     "tensorboard needs service_account: Vertex AI writes to a TensorBoard instance only from a training job that "
-     "runs as a service account"),
-    ("tensorboard: tb-1", "platform", "tensorboard: 'tb-1' must look like projects/P/locations/L/tensorboards/ID"),
-    ("model_version_aliases: []", "platform",
-     "model_version_aliases: give at least one alias (the first one marks the champion)"),
-    ("keep_previous: -1", "platform.keep_previous", "Input should be greater than or equal to 0 (got -1)"),
-])
+@pytest.mark.parametrize(
+    "setting, field, message",
+    [
+        (
+            "location: us central1",
+            "platform.location",
+            "'us central1' is not a Google Cloud region like us-central1 or europe-west4",
+        ),
+        (
+            "project: My_Project",
+            "platform.project",
+            "'My_Project' is not a project id (6-30 lowercase letters, digits and hyphens)",
+        ),
+        (
+            "service_account: runner",
+            "platform.service_account",
+            "'runner' is not a service account e-mail like NAME@PROJECT.iam.gserviceaccount.com",
+        ),
+        ("network: vpc", "platform.network", "'vpc' must look like projects/PROJECT_NUMBER/global/networks/NAME"),
+        ("pipeline_root: bucket/root", "platform.pipeline_root", "'bucket/root' is not a URI (scheme://...)"),
+        (
+            "labels: {Team: ml}",
+            "platform.labels",
+            "Team='ml': keys must match ^[a-z][a-z0-9_-]{0,62}$ and values ^[a-z0-9_-]{0,63}$",
+        ),
+        ("trainer_image: ''", "platform.trainer_image", "'' is not an image URI"),
+        (
+            "schedule: {cron: '0 3 * *'}",
+            "platform.schedule.cron",
+            "'0 3 * *' has 4 field(s); a cron expression has 5 (minute hour day-of-month month day-of-week)",
+        ),
+        (
+            "schedule: {cron: 'TZ=Europe/Pariss 0 3 * * 1'}",
+            "platform.schedule.cron",
+            "unknown time zone 'Europe/Pariss' in 'TZ=Europe/Pariss 0 3 * * 1': use an IANA name like Europe/Paris",
+        ),
+        (
+            "schedule: {start_time: tomorrow}",
+            "platform.schedule.start_time",
+            "'tomorrow' is not an RFC 3339 time like 2026-01-01T00:00:00Z",
+        ),
+        (
+            "schedule: {max_concurrent_runs: 0}",
+            "platform.schedule.max_concurrent_runs",
+            "Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            "schedule: {crontab: '0 3 * * 1'}",
+            "platform.schedule.crontab",
+            "Extra inputs are not permitted (got '0 3 * * 1')",
+        ),
+        (
+            "accelerator_type: NVIDIA_TESLA_T4",
+            "platform",
+            "accelerator_type and accelerator_count must be set together",
+        ),
+        (
+            "enable_caching: true",
+            "platform.enable_caching",
+            "true would cache every step of a run, the champion, registry and endpoint look-ups too (a run-level setting "
+            "overrides each step's): leave it null for the compiled settings (look-ups never cached, the rest keyed on the "
+            "data's fingerprint) or set false",
+        ),
+        (
+            "encryption_spec_key_name: my-key",
+            "platform",
+            "encryption_spec_key_name: 'my-key' must look like projects/P/locations/L/keyRings/R/cryptoKeys/K",
+        ),
+        (
+            "encryption_spec_key_name: projects/p/locations/us-east1/keyRings/r/cryptoKeys/k",
+            "platform",
+            "encryption_spec_key_name: 'projects/p/locations/us-east1/keyRings/r/cryptoKeys/k' is in us-east1; Vertex AI "
+            "needs it in the runs' location us-central1",
+        ),
+        (
+            "tensorboard: projects/p/locations/us-central1/tensorboards/7",
+            "platform",
+            "tensorboard needs service_account: Vertex AI writes to a TensorBoard instance only from a training job that "
+            "runs as a service account",
+        ),
+        ("tensorboard: tb-1", "platform", "tensorboard: 'tb-1' must look like projects/P/locations/L/tensorboards/ID"),
+        (
+            "model_version_aliases: []",
+            "platform",
+            "model_version_aliases: give at least one alias (the first one marks the champion)",
+        ),
+        ("keep_previous: -1", "platform.keep_previous", "Input should be greater than or equal to 0 (got -1)"),
+    ],
+)
 def test_platform_validation_names_the_field(tmp_path, setting, field, message):
     (tmp_path / "c.yaml").write_text(f"platform:\n  {setting}\n")
     with pytest.raises(ConfigError) as e:
@@ -193,15 +261,24 @@ def test_images_a_run_uses_must_be_real_ones():
     assert default.champion_alias == "champion"
 
 
-@pytest.mark.parametrize("setting, field, message", [
-    ("max_failed_trial_count: 0", "study.max_failed_trial_count",
-     "must be at least 1 (the study fails once this many trials have failed), got 0; 0 (Vertex decides) has no "
-     "self-hosted equivalent"),
-    # the default search space has a double range (learning_rate)
-    ("algorithm: grid", "study",
-     "algorithm grid takes integer, categorical and discrete parameters only (Vertex's GRID_SEARCH refuses double "
-     "ranges); double: learning_rate (list their values as type: discrete)"),
-])
+@pytest.mark.parametrize(
+    "setting, field, message",
+    [
+        (
+            "max_failed_trial_count: 0",
+            "study.max_failed_trial_count",
+            "must be at least 1 (the study fails once this many trials have failed), got 0; 0 (Vertex decides) has no "
+            "self-hosted equivalent",
+        ),
+        # the default search space has a double range (learning_rate)
+        (
+            "algorithm: grid",
+            "study",
+            "algorithm grid takes integer, categorical and discrete parameters only (Vertex's GRID_SEARCH refuses double "
+            "ranges); double: learning_rate (list their values as type: discrete)",
+        ),
+    ],
+)
 def test_study_validation_names_the_field(tmp_path, setting, field, message):
     (tmp_path / "c.yaml").write_text(f"study:\n  {setting}\n")
     with pytest.raises(ConfigError) as e:
@@ -213,39 +290,57 @@ def test_study_validation_names_the_field(tmp_path, setting, field, message):
 def test_errors_say_where_an_override_came_from(config_file):
     with pytest.raises(ConfigError) as e:
         load_config(config_file, environ={"TFPIPE_PLATFORM__LOCATION": "mars"})
-    assert str(e.value) == ("invalid configuration: platform.location: 'mars' is not a Google Cloud region like "
-                            "us-central1 or europe-west4 (from TFPIPE_PLATFORM__LOCATION)")
+    assert str(e.value) == (
+        "invalid configuration: platform.location: 'mars' is not a Google Cloud region like "
+        "us-central1 or europe-west4 (from TFPIPE_PLATFORM__LOCATION)"
+    )
     with pytest.raises(ConfigError) as e:
         load_config(config_file, sets=["parameters.epochs=many", "platform.regoin=x"], environ={})
     assert str(e.value) == (
         "invalid configuration: parameters.epochs: Input should be a valid integer, unable to parse string as an "
         "integer (got 'many') (from --set parameters.epochs); platform.regoin: Extra inputs are not permitted "
-        "(got 'x') (from --set platform.regoin)")
+        "(got 'x') (from --set platform.regoin)"
+    )
     (config_file.parent / "p.yaml").write_text("profiles:\n  dev:\n    parameters: {workers: 0}\n")
     with pytest.raises(ConfigError) as e:
         load_config(config_file.parent / "p.yaml", profile="dev", environ={})
-    assert str(e.value) == ("invalid configuration: parameters.workers: Input should be greater than or equal to 1 "
-                            "(got 0) (from profile dev)")
+    assert str(e.value) == (
+        "invalid configuration: parameters.workers: Input should be greater than or equal to 1 "
+        "(got 0) (from profile dev)"
+    )
 
 
 def test_override_syntax_errors():
     with pytest.raises(ConfigError, match=r"^--set platform.trainer_image: expected SECTION.FIELD=VALUE"):
         parse_set("platform.trainer_image")
-    with pytest.raises(ConfigError, match=r"^--set image=x: 'image' is not a section; use one of: parameters, "
-                                          r"batch, platform, study, trainer$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--set image=x: 'image' is not a section; use one of: parameters, "
+        r"batch, platform, study, trainer$",
+    ):
         parse_set("image=x")
-    with pytest.raises(ConfigError, match=r"^TFPIPE_PLATFORM_TRAINER_IMAGE: separate the section and the field "
-                                          r"with two underscores, like TFPIPE_PLATFORM__TRAINER_IMAGE$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^TFPIPE_PLATFORM_TRAINER_IMAGE: separate the section and the field "
+        r"with two underscores, like TFPIPE_PLATFORM__TRAINER_IMAGE$",
+    ):
         env_overrides({"TFPIPE_PLATFORM_TRAINER_IMAGE": "x"})
     with pytest.raises(ConfigError, match=r"^TFPIPE_PLATFORM__: name a field after the section"):
         env_overrides({"TFPIPE_PLATFORM__": "x"})
     with pytest.raises(ConfigError, match=r"^--set platform.project.id: platform.project is not a mapping$"):
         load_config(None, sets=["platform.project=abcdef", "platform.project.id=x"], environ={})
-    found = env_overrides({"TFPIPE_PLATFORM__SCHEDULE__CRON": "0 3 * * 1", "TFPIPE_STUDY__MAX_TRIAL_COUNT": "8",
-                           "TFPIPE_PROFILE": "dev", "OTHER": "1"})
+    found = env_overrides(
+        {
+            "TFPIPE_PLATFORM__SCHEDULE__CRON": "0 3 * * 1",
+            "TFPIPE_STUDY__MAX_TRIAL_COUNT": "8",
+            "TFPIPE_PROFILE": "dev",
+            "OTHER": "1",
+        }
+    )
     assert [(o.path, o.value, o.source) for o in found] == [
         (("platform", "schedule", "cron"), "0 3 * * 1", "TFPIPE_PLATFORM__SCHEDULE__CRON"),
-        (("study", "max_trial_count"), "8", "TFPIPE_STUDY__MAX_TRIAL_COUNT")]
+        (("study", "max_trial_count"), "8", "TFPIPE_STUDY__MAX_TRIAL_COUNT"),
+    ]
     assert parse_set("platform.model_version_aliases=[champion, blue]").value == ["champion", "blue"]
     assert parse_set("platform.labels={team: ml}").value == {"team": "ml"}
     assert parse_set("parameters.data_source=gs://b/x=y").value == "gs://b/x=y"
@@ -253,20 +348,29 @@ def test_override_syntax_errors():
 
 def test_cron_expressions():
     cron = parse_cron("  TZ=Europe/Paris   0 3 * * 1 ")
-    assert (str(cron), cron.fields, cron.zone, cron.prefix) == ("TZ=Europe/Paris 0 3 * * 1", "0 3 * * 1",
-                                                                 "Europe/Paris", "TZ")
+    assert (str(cron), cron.fields, cron.zone, cron.prefix) == (
+        "TZ=Europe/Paris 0 3 * * 1",
+        "0 3 * * 1",
+        "Europe/Paris",
+        "TZ",
+    )
     assert str(parse_cron("CRON_TZ=America/New_York 30 2 1 * *")) == "CRON_TZ=America/New_York 30 2 1 * *"
     assert str(parse_cron("*/15 * * * *")) == "*/15 * * * *"
     # Monday 03:00 in Paris: 02:00 UTC in winter (CET), 01:00 UTC in summer (CEST)
-    after = datetime(2026, 3, 20, tzinfo=timezone.utc)
+    after = datetime(2026, 3, 20, tzinfo=UTC)
     assert [t.isoformat() for t in cron.next_runs(3, after)] == [
-        "2026-03-23T03:00:00+01:00", "2026-03-30T03:00:00+02:00", "2026-04-06T03:00:00+02:00"]
-    for bad, message in [("", "a cron expression is required"),
-                         ("0 3 * * 1 2026", "has 6 field(s); a cron expression has 5"),
-                         ("61 3 * * 1", "'61 3 * * 1' is not a valid cron expression"),
-                         ("@daily", "'@daily' has 1 field(s)"),
-                         ("TZ=Europe/Paris", "the time zone prefix must be followed by the five cron fields"),
-                         ("TZ=Nowhere/City 0 3 * * 1", "unknown time zone 'Nowhere/City'")]:
+        "2026-03-23T03:00:00+01:00",
+        "2026-03-30T03:00:00+02:00",
+        "2026-04-06T03:00:00+02:00",
+    ]
+    for bad, message in [
+        ("", "a cron expression is required"),
+        ("0 3 * * 1 2026", "has 6 field(s); a cron expression has 5"),
+        ("61 3 * * 1", "'61 3 * * 1' is not a valid cron expression"),
+        ("@daily", "'@daily' has 1 field(s)"),
+        ("TZ=Europe/Paris", "the time zone prefix must be followed by the five cron fields"),
+        ("TZ=Nowhere/City 0 3 * * 1", "unknown time zone 'Nowhere/City'"),
+    ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             parse_cron(bad)
 
@@ -279,45 +383,99 @@ def test_cloud_build_compile_command(config_file, tmp_path, monkeypatch):
     out = tmp_path / "build" / "training.yaml"
     trainer = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/trainer:abc1234"
     components = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/components:abc1234"
-    result = CliRunner().invoke(cli, [
-        "compile", "--target", "vertex", "--pipeline", "training", "--config", str(config_file), "--profile", "prod",
-        "--set", f"platform.trainer_image={trainer}", "--set", f"platform.components_image={components}",
-        "--output", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compile",
+            "--target",
+            "vertex",
+            "--pipeline",
+            "training",
+            "--config",
+            str(config_file),
+            "--profile",
+            "prod",
+            "--set",
+            f"platform.trainer_image={trainer}",
+            "--set",
+            f"platform.components_image={components}",
+            "--output",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert result.output == f"compiled vertex training pipeline to {out}\n"
     spec = yaml.safe_load(out.read_text())
     inputs = spec["root"]["inputDefinitions"]["parameters"]
-    assert (inputs["epochs"]["defaultValue"], inputs["workers"]["defaultValue"], inputs["tune"]["defaultValue"]) == \
-        (7, 3, False)
+    assert (inputs["epochs"]["defaultValue"], inputs["workers"]["defaultValue"], inputs["tune"]["defaultValue"]) == (
+        7,
+        3,
+        False,
+    )
     executors = spec["deploymentSpec"]["executors"]
     assert executors["exec-prepare-data"]["container"]["image"] == components
     plan = spec["root"]["dag"]["tasks"]["plan-vertex-training-2"]["inputs"]["parameters"]
     assert plan["trainer_image"]["runtimeValue"]["constant"] == trainer
-    assert spec["root"]["dag"]["tasks"]["custom-training-job"]["inputs"]["parameters"]["location"][
-        "runtimeValue"]["constant"] == "europe-west4"
+    assert (
+        spec["root"]["dag"]["tasks"]["custom-training-job"]["inputs"]["parameters"]["location"]["runtimeValue"][
+            "constant"
+        ]
+        == "europe-west4"
+    )
     # errors are one line naming the field
-    result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--config", str(config_file), "--profile",
-                                      "prod", "--set", "platform.location=eu", "--output", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compile",
+            "--target",
+            "vertex",
+            "--config",
+            str(config_file),
+            "--profile",
+            "prod",
+            "--set",
+            "platform.location=eu",
+            "--output",
+            str(out),
+        ],
+    )
     assert result.exit_code == 1
-    assert result.output == ("Error: invalid configuration: platform.location: 'eu' is not a Google Cloud region "
-                             "like us-central1 or europe-west4 (from --set platform.location)\n")
-    result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--config", str(config_file), "--profile",
-                                      "stage", "--output", str(out)])
-    assert result.output == (f"Error: unknown profile 'stage': config file {config_file} defines profiles: "
-                             "dev, prod\n")
+    assert result.output == (
+        "Error: invalid configuration: platform.location: 'eu' is not a Google Cloud region "
+        "like us-central1 or europe-west4 (from --set platform.location)\n"
+    )
+    result = CliRunner().invoke(
+        cli, ["compile", "--target", "vertex", "--config", str(config_file), "--profile", "stage", "--output", str(out)]
+    )
+    assert result.output == (f"Error: unknown profile 'stage': config file {config_file} defines profiles: dev, prod\n")
 
 
 def test_run_takes_profiles_and_sets(config_file, tmp_path, monkeypatch):
     for name in [n for n in os.environ if n.startswith("TFPIPE_")]:
         monkeypatch.delenv(name)
-    result = CliRunner().invoke(cli, ["run", "--config", str(config_file), "--profile", "dev",
-                                      "--set", "parameters.workers=0", "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--config",
+            str(config_file),
+            "--profile",
+            "dev",
+            "--set",
+            "parameters.workers=0",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 1
-    assert result.output == ("Error: invalid configuration: parameters.workers: Input should be greater than or equal "
-                             "to 1 (got '0') (from --set parameters.workers)\n")
+    assert result.output == (
+        "Error: invalid configuration: parameters.workers: Input should be greater than or equal "
+        "to 1 (got '0') (from --set parameters.workers)\n"
+    )
     result = CliRunner().invoke(cli, ["run", "--set", "workers=2", "--out", str(tmp_path / "o")])
-    assert result.output == ("Error: --set workers=2: 'workers' is not a section; use one of: parameters, batch, "
-                             "platform, study, trainer\n")
+    assert result.output == (
+        "Error: --set workers=2: 'workers' is not a section; use one of: parameters, batch, platform, study, trainer\n"
+    )
 
 
 @pytest.mark.parametrize("profile", ["dev", "prod"])
@@ -327,8 +485,20 @@ def test_shipped_config_loads_and_compiles_for_every_profile(profile, tmp_path):
     config = load_config(shipped, profile=profile)
     assert config.platform.project == {"dev": "my-dev-project", "prod": "my-project"}[profile]
     assert config.platform.labels == {"team": "ml", "env": profile}
-    result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--config", shipped, "--profile", profile,
-                                      "--output", str(tmp_path / "training.yaml")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compile",
+            "--target",
+            "vertex",
+            "--config",
+            shipped,
+            "--profile",
+            profile,
+            "--output",
+            str(tmp_path / "training.yaml"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     spec = yaml.safe_load((tmp_path / "training.yaml").read_text())
     assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == {"dev": 3, "prod": 40}[profile]

@@ -1,4 +1,5 @@
 """Static checks of containers/*.Dockerfile, .dockerignore and the locks they install (no Docker engine needed)."""
+
 import importlib.metadata
 import importlib.util
 import json
@@ -70,8 +71,10 @@ def dockerignore_rules(lines: list[str] | None = None) -> list[tuple[bool, re.Pa
         if not line or line.startswith("#"):
             continue
         negated, pattern = line.startswith("!"), line.lstrip("!").strip("/")
-        regex = "".join({"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(token, re.escape(token))
-                        for token in re.findall(r"\*\*/|\*\*|\*|\?|[^*?]+", pattern))
+        regex = "".join(
+            {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(token, re.escape(token))
+            for token in re.findall(r"\*\*/|\*\*|\*|\?|[^*?]+", pattern)
+        )
         rules.append((negated, re.compile(regex)))
     return rules
 
@@ -118,8 +121,9 @@ def test_base_images_are_pinned_python_311(path):
             continue
         name, _, digest = image.partition("@")
         tag = name.rpartition(":")[2] if ":" in name.rpartition("/")[2] else ""
-        assert digest and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) or re.match(r"\d+\.\d+\.\d+", tag), \
+        assert digest and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) or re.match(r"\d+\.\d+\.\d+", tag), (
             f"{path.name}: base image {image} is not pinned to a version tag or digest"
+        )
         assert tag != "latest"
         if name.startswith("python:"):
             assert tag.startswith("3.11."), f"pyproject.toml requires Python 3.11, {path.name} uses {image}"
@@ -144,8 +148,9 @@ def test_installs_exactly_the_lock_then_the_package_without_deps(path):
         copies = [i["value"] for i in with_args(parse(path), {"LOCK": lock}) if i["instruction"] == "COPY"]
         assert f"{lock} requirements.lock" in copies, f"{path.name} with LOCK={lock} does not install {lock}"
     assert copy_sources(parse(path))[0] == "requirements.lock"  # the default: the tested versions
-    assert any(re.search(r"uv pip sync .*requirements\.lock|pip install .*--no-deps .*-r requirements\.lock", r)
-               for r in runs), f"{path.name} does not install requirements.lock"
+    assert any(
+        re.search(r"uv pip sync .*requirements\.lock|pip install .*--no-deps .*-r requirements\.lock", r) for r in runs
+    ), f"{path.name} does not install requirements.lock"
     assert any(re.search(r"pip install .*--no-deps.* \.$", r) for r in runs), "package not installed with --no-deps"
     make_uv = re.search(r"^UV_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
     assert f"UV_VERSION={make_uv}" in parse(path).content, "uv differs from the Makefile's (which made .venv)"
@@ -163,12 +168,25 @@ def test_bytecode_is_compiled_at_install():
     assert len(installs) == 2 and all("--compile-bytecode" in line for line in installs), installs
 
 
+def test_make_test_runs_the_linters_first():
+    """`make test` (what CI runs) depends on `make lint`: ruff's checks, ruff's format check and mypy."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: lint$", makefile, re.M) and re.search(r"^test-fast: lint$", makefile, re.M)
+    recipe = re.search(r"^lint:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert [line.strip() for line in recipe.splitlines()] == [
+        "$(PY) -m ruff check .",
+        "$(PY) -m ruff format --check .",
+        "$(PY) -m mypy",
+    ]
+
+
 def test_build_stages_share_the_lock_install():
     """Same instructions up to the lock's install, so the three builds share those (large) layers."""
+
     def through_the_lock(path):
         build = [(i["instruction"], i["value"]) for i in stages(parse(path))[0]]
         end = next(n for n, (instruction, value) in enumerate(build) if "uv pip sync" in value)
-        return json.dumps(build[:end + 1])
+        return json.dumps(build[: end + 1])
 
     assert len({through_the_lock(p) for p in DOCKERFILES}) == 1
 
@@ -187,8 +205,7 @@ ENTRY_MODULES = {
 def test_each_image_ships_the_packages_it_runs_and_no_other(path):
     """Every first-party module the image's entry modules reach is copied, and every copied package holds one."""
     needed = {str(f.relative_to(ROOT)) for f in needed_files(ENTRY_MODULES[path.name])}
-    packages = [source.rstrip("/") for source in copy_sources(parse(path))
-                if source.split("/")[0] in PACKAGES]
+    packages = [source.rstrip("/") for source in copy_sources(parse(path)) if source.split("/")[0] in PACKAGES]
     assert sorted(f for f in needed if not any(within(f, p) for p in packages)) == []
     assert [p for p in packages if not any(within(f, p) for f in needed)] == []
 
@@ -232,9 +249,13 @@ def test_gpu_lock_is_requirements_lock_plus_tensorflows_cuda_libraries():
     of requirements.lock; the only additions are what tensorflow[and-cuda] requires, within its bounds."""
     cpu, gpu = lock_pins("requirements.lock"), lock_pins("requirements-gpu.lock")
     assert {name: gpu.get(name) for name in cpu} == cpu
-    cuda = [Requirement(r) for r in importlib.metadata.requires("tensorflow")
-            if Requirement(r).marker and Requirement(r).marker.evaluate({"extra": "and-cuda"})
-            and not Requirement(r).marker.evaluate({"extra": ""})]
+    cuda = [
+        Requirement(r)
+        for r in importlib.metadata.requires("tensorflow")
+        if Requirement(r).marker
+        and Requirement(r).marker.evaluate({"extra": "and-cuda"})
+        and not Requirement(r).marker.evaluate({"extra": ""})
+    ]
     assert {canonicalize_name(r.name) for r in cuda} == set(gpu) - set(cpu)
     assert len(cuda) >= 10 and "nvidia-cudnn-cu12" in gpu
     for requirement in cuda:
@@ -266,14 +287,30 @@ def test_copy_sources_exist_and_reach_the_context(path, lock):
         assert not left_out, f".dockerignore leaves out files {path.name} needs: {left_out[:5]}"
 
 
-@pytest.mark.parametrize("path", [".venv/bin/python", ".git/HEAD", "runs/20250101-000000/summary.json",
-                                  "runs/model_repository/tfpipe-model/1/saved_model.pb", "build/training.yaml",
-                                  "tests/test_cli.py", "bench/results/tflite.json", ".pytest_cache/v/cache",
-                                  ".ruff_cache/x", "tfpipe.egg-info/PKG-INFO", "components/x.pyc",
-                                  "trainer/__pycache__/task.cpython-311.pyc",
-                                  "serving/__pycache__/rest.cpython-311.pyc", "pipelines/cli/local.py",
-                                  "cloudbuild.yaml", "containers/trainer.Dockerfile",
-                                  "containers/serving.Dockerfile", "Makefile", ".env"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".venv/bin/python",
+        ".git/HEAD",
+        "runs/20250101-000000/summary.json",
+        "runs/model_repository/tfpipe-model/1/saved_model.pb",
+        "build/training.yaml",
+        "tests/test_cli.py",
+        "bench/results/tflite.json",
+        ".pytest_cache/v/cache",
+        ".ruff_cache/x",
+        "tfpipe.egg-info/PKG-INFO",
+        "components/x.pyc",
+        "trainer/__pycache__/task.cpython-311.pyc",
+        "serving/__pycache__/rest.cpython-311.pyc",
+        "pipelines/cli/local.py",
+        "cloudbuild.yaml",
+        "containers/trainer.Dockerfile",
+        "containers/serving.Dockerfile",
+        "Makefile",
+        ".env",
+    ],
+)
 def test_dockerignore_leaves_out(path):
     assert ignored(path)
 

@@ -1,4 +1,5 @@
 """Every declared dependency is imported by the project's code, or says here why it is declared anyway."""
+
 import ast
 import importlib.metadata
 import tomllib
@@ -11,11 +12,12 @@ from tests.imports import PACKAGES, ROOT
 # Declared without an import of their own, and why.
 NOT_IMPORTED = {
     "tensorboard": "tf.summary.scalar & co. (the trainer's TensorBoard callback) import it; tensorflow does not "
-                   "require it",
+    "require it",
     "jaxlib": "pinned with jax for google-vizier (see pyproject.toml)",
 }
-DEPENDENCIES = [Requirement(r).name for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-                ["dependencies"]]
+DEPENDENCIES = [
+    Requirement(r).name for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+]
 
 
 def imported_names() -> set[str]:
@@ -49,8 +51,9 @@ def test_declared_dependency_is_used(distribution):
     if distribution in NOT_IMPORTED:
         assert not provided_modules(distribution) & IMPORTED, f"{distribution} is imported: drop its exemption"
         return
-    assert provided_modules(distribution) & IMPORTED, \
+    assert provided_modules(distribution) & IMPORTED, (
         f"nothing imports {distribution}: use it, drop it from pyproject.toml (then `make lock`), or say why here"
+    )
 
 
 def test_the_check_tells_a_used_dependency_from_an_unused_one():

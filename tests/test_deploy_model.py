@@ -1,4 +1,5 @@
 """Local endpoint deploy: a detached server on the repository, version checks, smoke test, rollback."""
+
 import json
 import os
 
@@ -34,8 +35,11 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
         broken = tmp_path / "broken"
         toy_model(str(broken), k=1)  # loads fine, but its signature does not classify images
         third = publish(str(broken), base, "digits", {"run": 3})
-        with pytest.raises(deploy_model.DeployError, match=r"version 3 failed, rolled back: the published model's "
-                           r"serving_default has no class_id output \(\['version', 'y'\]\) \(serving version 2 again\)"):
+        with pytest.raises(
+            deploy_model.DeployError,
+            match=r"version 3 failed, rolled back: the published model's "
+            r"serving_default has no class_id output \(\['version', 'y'\]\) \(serving version 2 again\)",
+        ):
             deploy_model.deploy(third.number, third.path, str(digits_data), base, "digits")
         assert versions(base, "digits") == [1, 2]
         status = requests.get(f"{info['rest_url']}/v1/models/digits/versions/2").json()
@@ -49,7 +53,9 @@ def test_server_that_cannot_start_is_reported_with_its_log(trained_model, digits
     monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
     base = str(tmp_path / "repo")
     version = publish(str(trained_model / "model"), base, "digits", {})
-    with pytest.raises(deploy_model.DeployError, match="did not start .*rolled back|rolled back: the model server did not start"):
+    with pytest.raises(
+        deploy_model.DeployError, match="did not start .*rolled back|rolled back: the model server did not start"
+    ):
         deploy_model.deploy(version.number, version.path, str(digits_data), base, "digits", rest_port=-5, grpc_port=0)
     assert versions(base, "digits") == []
     assert os.path.getsize(deploy_model.state_file(base, "digits").removesuffix(".json") + ".log") > 0
@@ -62,12 +68,16 @@ def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
     from serving.server import ModelServer, ServerOptions
 
     toy_model(str(tmp_path / "toy" / "1"), k=1)
-    server = ModelServer(ModelManager(str(tmp_path), "toy", poll_seconds=0.1),
-                         ServerOptions(rest_port=0, grpc_port=-1)).start()
+    server = ModelServer(
+        ModelManager(str(tmp_path), "toy", poll_seconds=0.1), ServerOptions(rest_port=0, grpc_port=-1)
+    ).start()
     try:
         images = np.zeros((2, 8, 8, 1), np.float32)
-        with pytest.raises(deploy_model.DeployError, match=r"smoke prediction on serving_default failed \(400\): "
-                                                     r"input 'x' expects"):
+        with pytest.raises(
+            deploy_model.DeployError,
+            match=r"smoke prediction on serving_default failed \(400\): "
+            r"input 'x' expects",
+        ):
             deploy_model.smoke_test(server.rest_url, "toy", 1, images, np.array([0, 0]))
         rows = np.ones((2, 3), np.float32)
         with pytest.raises(deploy_model.DeployError, match="smoke prediction has no class_id"):

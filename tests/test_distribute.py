@@ -15,12 +15,17 @@ def test_plain_tf_config_worker_zero_is_chief():
 
 
 def test_vertex_cluster_spec_becomes_tf_config_with_chief():
-    spec = {"cluster": {"workerpool0": ["c:1"], "workerpool1": ["w0:1", "w1:1"]},
-            "task": {"type": "workerpool1", "index": 0, "trial": "3"}, "environment": "cloud"}
+    spec = {
+        "cluster": {"workerpool0": ["c:1"], "workerpool1": ["w0:1", "w1:1"]},
+        "task": {"type": "workerpool1", "index": 0, "trial": "3"},
+        "environment": "cloud",
+    }
     env = {"CLUSTER_SPEC": json.dumps(spec)}
     cluster = distribute.cluster_from_env(env)
-    assert json.loads(env["TF_CONFIG"]) == {"cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"]},
-                                            "task": {"type": "worker", "index": 0}}
+    assert json.loads(env["TF_CONFIG"]) == {
+        "cluster": {"chief": ["c:1"], "worker": ["w0:1", "w1:1"]},
+        "task": {"type": "worker", "index": 0},
+    }
     assert cluster.num_workers == 3 and not cluster.is_chief  # worker 0 is not chief when a chief exists
     assert cluster.rank == 1
     spec["task"] = {"type": "workerpool0", "index": 0}
@@ -45,11 +50,18 @@ def test_write_location_is_final_for_chief_and_temporary_for_workers(tmp_path):
 
 
 def test_aip_environment_sets_output_locations():
-    env = {"AIP_MODEL_DIR": "gs://b/job/model/", "AIP_CHECKPOINT_DIR": "gs://b/job/checkpoints/",
-           "AIP_TENSORBOARD_LOG_DIR": "gs://b/job/logs/"}
+    env = {
+        "AIP_MODEL_DIR": "gs://b/job/model/",
+        "AIP_CHECKPOINT_DIR": "gs://b/job/checkpoints/",
+        "AIP_TENSORBOARD_LOG_DIR": "gs://b/job/logs/",
+    }
     args = parse_args(["--data-dir", "gs://b/data"], env)
     assert (args.job_dir, args.model_dir, args.checkpoint_dir, args.log_dir) == (
-        "gs://b/job", "gs://b/job/model", "gs://b/job/checkpoints", "gs://b/job/logs")
+        "gs://b/job",
+        "gs://b/job/model",
+        "gs://b/job/checkpoints",
+        "gs://b/job/logs",
+    )
     args = parse_args(["--data-dir", "d", "--job-dir", "/tmp/j/"], {})
     assert (args.model_dir, args.checkpoint_dir) == ("/tmp/j/model", "/tmp/j/checkpoints")
 
@@ -59,12 +71,15 @@ def test_vertex_tuning_style_flags():
     assert args.learning_rate == 0.02 and args.hidden_units == 64
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--data-dir", "d"], "give --job-dir or --model-dir"),
-    (["--data-dir", "d", "--job-dir", "j", "--epochs", "0"], "--epochs must be >= 1"),
-    (["--data-dir", "d", "--job-dir", "j", "--dropout", "1.5"], "--dropout must be in"),
-    (["--data-dir", "d", "--job-dir", "j", "--batch-size", "x"], "invalid int value"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--data-dir", "d"], "give --job-dir or --model-dir"),
+        (["--data-dir", "d", "--job-dir", "j", "--epochs", "0"], "--epochs must be >= 1"),
+        (["--data-dir", "d", "--job-dir", "j", "--dropout", "1.5"], "--dropout must be in"),
+        (["--data-dir", "d", "--job-dir", "j", "--batch-size", "x"], "invalid int value"),
+    ],
+)
 def test_bad_trainer_flags(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(argv, {})

@@ -1,6 +1,7 @@
 """The evaluation gate (components/evaluate_model.py) and the champion look-ups it compares with
 (components/find_repository_champion.py, components/find_registry_champion.py): model repository locally, Model
 Registry alias on Vertex AI (GAPIC stubs, champion SavedModel on the GCS emulator)."""
+
 import json
 import shutil
 import threading
@@ -84,10 +85,16 @@ def test_gate_against_the_repository_champion(trained_model, weak_model, digits_
     # a worse candidate is rejected, naming the champion and both accuracies
     worse = evaluate(weak, str(digits_data), 0.0, *champion[:2], 0.01, "gs://bucket/run-2/model", champion[2])
     assert not worse["blessed"]
-    assert worse["reason"] == (f"test accuracy {worse['accuracy']:.4f} is worse than champion v1's "
-                               f"{first['accuracy']:.4f} minus the tolerance 0.0100")
-    assert worse["champion"] == {"name": "champion v1", "path": f"{repo}/digits/1", "accuracy": first["accuracy"],
-                                 "source": "re-evaluated on this test split"}
+    assert worse["reason"] == (
+        f"test accuracy {worse['accuracy']:.4f} is worse than champion v1's "
+        f"{first['accuracy']:.4f} minus the tolerance 0.0100"
+    )
+    assert worse["champion"] == {
+        "name": "champion v1",
+        "path": f"{repo}/digits/1",
+        "accuracy": first["accuracy"],
+        "source": "re-evaluated on this test split",
+    }
     # an equal one clears it (re-evaluated with the same code: the same number)
     again = evaluate(good, str(digits_data), 0.5, *champion[:2], 0.0, "gs://bucket/run-3/model", champion[2])
     assert again["blessed"] and again["champion"]["accuracy"] == pytest.approx(first["accuracy"])
@@ -108,18 +115,25 @@ def test_a_champion_with_other_labels_or_inputs_stops_the_gate(trained_model, ta
     assert str(error.value) == (
         f"champion v4 is a different model: it has labels {[f'c{i}' for i in range(10)]} (this model: {digits}). "
         "Publishing this model as its next version would change what its clients get: use another model name for "
-        "this data (the model_name parameter; on Vertex AI platform.model_display_name)")
-    with pytest.raises(ModelError, match=r"champion v2 is a different model: it has serving input "
-                       r"\{'features': 'float32\[None, 4\]'\} \(this model: \{'image': 'float32\[None, None, "
-                       r"None, 1\]'\}\)"):
+        "this data (the model_name parameter; on Vertex AI platform.model_display_name)"
+    )
+    with pytest.raises(
+        ModelError,
+        match=r"champion v2 is a different model: it has serving input "
+        r"\{'features': 'float32\[None, 4\]'\} \(this model: \{'image': 'float32\[None, None, "
+        r"None, 1\]'\}\)",
+    ):
         evaluate(good, str(digits_data), 0.5, str(tabular_model), "champion v2")
     # a candidate without a signature the champion's clients may call (the encoded-image one)
     pixels_only = tmp_path / "pixels-only"
     loaded = tf.saved_model.load(good)
     tf.saved_model.save(loaded, str(pixels_only), signatures={"serving_default": loaded.signatures["serving_default"]})
     shutil.copytree(trained_model / "model" / "assets.extra", pixels_only / "assets.extra")
-    with pytest.raises(ModelError, match=r"champion v5 is a different model: it has signature 'serving_image_bytes' "
-                       r"with input \{'image_bytes': 'string\[None\]'\} \(this model: no such signature\)"):
+    with pytest.raises(
+        ModelError,
+        match=r"champion v5 is a different model: it has signature 'serving_image_bytes' "
+        r"with input \{'image_bytes': 'string\[None\]'\} \(this model: no such signature\)",
+    ):
         evaluate(str(pixels_only), str(digits_data), 0.5, good, "champion v5")
     assert evaluate(good, str(digits_data), 0.5, str(pixels_only), "champion v6")["champion"]  # a superset: fine
 
@@ -144,12 +158,16 @@ def registry(monkeypatch):
     """ModelService's ListModels / GetModel: one registry model whose `champion` alias is on version 3 (artifacts on
     the emulator), or no model at all (`registry.models = []`)."""
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "other-project"))
-    state = SimpleNamespace(models=[REGISTRY_MODEL], aliases={"champion": "3"},
-                            artifact_uri="gs://test-bucket/runs/run-1/custom-training-job/model")
+    state = SimpleNamespace(
+        models=[REGISTRY_MODEL],
+        aliases={"champion": "3"},
+        artifact_uri="gs://test-bucket/runs/run-1/custom-training-job/model",
+    )
 
     def list_models(request):
         return model_service.ListModelsResponse(
-            models=[model_pb.Model(name=n, display_name="digits") for n in state.models])
+            models=[model_pb.Model(name=n, display_name="digits") for n in state.models]
+        )
 
     def get_model(request):
         from google.api_core.exceptions import NotFound
@@ -157,8 +175,12 @@ def registry(monkeypatch):
         name, _, version = request.name.partition("@")
         if version not in state.aliases:
             raise NotFound(f"model {request.name} not found")
-        return model_pb.Model(name=name, version_id=state.aliases[version], artifact_uri=state.artifact_uri,
-                              version_aliases=[version, "default"])
+        return model_pb.Model(
+            name=name,
+            version_id=state.aliases[version],
+            artifact_uri=state.artifact_uri,
+            version_aliases=[version, "default"],
+        )
 
     state.list = FakeStub(list_models).bind(ModelServiceGrpcTransport, "list_models", monkeypatch)
     state.get = FakeStub(get_model).bind(ModelServiceGrpcTransport, "get_model", monkeypatch)
@@ -176,26 +198,49 @@ def test_vertex_gate_against_the_registry_champion(registry, trained_model, weak
     worse candidate is rejected, a better one blessed."""
     upload_folder(gcs_emulator, weak_model, "runs/run-1/custom-training-job/model")
     champion = find_registry_champion("digits", "champion", "my-project", "europe-west4")
-    assert champion == ("gs://test-bucket/runs/run-1/custom-training-job/model", f"champion {REGISTRY_MODEL}@3",
-                        "gs://test-bucket/runs/run-1/custom-training-job/model")
-    assert [(c[0], c[1]) for c in registry.list.calls] == [("ListModelsRequest", model_service.ListModelsRequest(
-        parent=PARENT, filter='display_name="digits"', order_by="create_time"))]
+    assert champion == (
+        "gs://test-bucket/runs/run-1/custom-training-job/model",
+        f"champion {REGISTRY_MODEL}@3",
+        "gs://test-bucket/runs/run-1/custom-training-job/model",
+    )
+    assert [(c[0], c[1]) for c in registry.list.calls] == [
+        (
+            "ListModelsRequest",
+            model_service.ListModelsRequest(parent=PARENT, filter='display_name="digits"', order_by="create_time"),
+        )
+    ]
     assert [(c[0], c[1].name, c[2]) for c in registry.get.calls] == [
-        ("GetModelRequest", f"{REGISTRY_MODEL}@champion", "europe-west4-aiplatform.googleapis.com:443")]
+        ("GetModelRequest", f"{REGISTRY_MODEL}@champion", "europe-west4-aiplatform.googleapis.com:443")
+    ]
     weak_accuracy = evaluate_saved_model(str(weak_model), str(digits_data))["accuracy"]
-    better = evaluate(str(trained_model / "model"), str(digits_data), 0.5, *champion[:2], 0.01,
-                      "gs://test-bucket/runs/run-2/custom-training-job/model", champion[2])
+    better = evaluate(
+        str(trained_model / "model"),
+        str(digits_data),
+        0.5,
+        *champion[:2],
+        0.01,
+        "gs://test-bucket/runs/run-2/custom-training-job/model",
+        champion[2],
+    )
     assert better["blessed"] and better["champion"]["accuracy"] == pytest.approx(weak_accuracy)
     assert f"champion {REGISTRY_MODEL}@3's {weak_accuracy:.4f}" in better["reason"]
     # the better model becomes the champion; the weak one comes back as a candidate and is rejected
     upload_folder(gcs_emulator, trained_model / "model", "runs/run-2/custom-training-job/model")
     registry.aliases["champion"], registry.artifact_uri = "4", "gs://test-bucket/runs/run-2/custom-training-job/model"
     champion = find_registry_champion("digits", "champion", "my-project", "europe-west4")
-    worse = evaluate(str(weak_model), str(digits_data), 0.0, *champion[:2], 0.01,
-                     "gs://test-bucket/runs/run-3/custom-training-job/model", champion[2])
+    worse = evaluate(
+        str(weak_model),
+        str(digits_data),
+        0.0,
+        *champion[:2],
+        0.01,
+        "gs://test-bucket/runs/run-3/custom-training-job/model",
+        champion[2],
+    )
     assert not worse["blessed"]
-    assert worse["reason"].startswith(f"test accuracy {worse['accuracy']:.4f} is worse than champion "
-                                      f"{REGISTRY_MODEL}@4's {better['accuracy']:.4f}")
+    assert worse["reason"].startswith(
+        f"test accuracy {worse['accuracy']:.4f} is worse than champion {REGISTRY_MODEL}@4's {better['accuracy']:.4f}"
+    )
 
 
 def test_vertex_no_champion_without_the_model_or_the_alias(registry):
@@ -210,8 +255,10 @@ def test_repository_versions_increase_and_never_overwrite(trained_model, tmp_pat
     repo = str(tmp_path / "repo")
     model = str(trained_model / "model")
     versions = []
-    threads = [threading.Thread(target=lambda: versions.append(model_repository.publish(model, repo, "m", {})))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: versions.append(model_repository.publish(model, repo, "m", {})))
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

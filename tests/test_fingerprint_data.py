@@ -75,11 +75,14 @@ def _same_error_as_prep(data_source, tmp_path):
     return str(fp_error.value)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("missing", "data source not found: "),
-    ("missing.csv", "CSV file not found: "),
-    ("notes.txt", "unsupported data source "),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("missing", "data source not found: "),
+        ("missing.csv", "CSV file not found: "),
+        ("notes.txt", "unsupported data source "),
+    ],
+)
 def test_missing_or_unsupported_local_source_gives_preps_error(tmp_path, name, message):
     (tmp_path / "notes.txt").write_text("not data")
     assert _same_error_as_prep(str(tmp_path / name), tmp_path).startswith(message)
@@ -123,7 +126,8 @@ def test_gcs_folder_added_rewritten_or_unchanged(tmp_path, gcs_emulator, monkeyp
     assert fingerprint(uri) == added
 
     gcs_emulator.blob("flowers/dogs/dogs_001.png").upload_from_filename(
-        str(tmp_path / "src" / "dogs" / "dogs_001.png"))  # same name, same bytes: a new generation
+        str(tmp_path / "src" / "dogs" / "dogs_001.png")
+    )  # same name, same bytes: a new generation
     rewritten = fingerprint(uri)
     assert rewritten["digest"] not in (first["digest"], added["digest"])
     assert (rewritten["files"], rewritten["bytes"]) == (added["files"], added["bytes"])
@@ -156,7 +160,7 @@ def paged_listing(gcs_emulator, monkeypatch):
         body = json.loads(response._content)
         start = int(request.query.get("pageToken", ["0"])[0])
         items = body.get("items", [])
-        body["items"] = items[start:start + 2]
+        body["items"] = items[start : start + 2]
         if start + 2 < len(items):
             body["nextPageToken"] = str(start + 2)
         asked.append(request.query.get("fields", [None])[0])
@@ -191,8 +195,9 @@ def test_prepare_records_the_fingerprint_in_stats(tmp_path):
     stats = prepare("builtin:iris", str(tmp_path / "plain"), num_workers=1, val_fraction=0.2, test_fraction=0.2)
     assert stats["data_fingerprint"] == ""
     dataset, stats_artifact = Dataset(uri=str(tmp_path / "step")), Artifact(uri=str(tmp_path / "stats.json"))
-    prepare_data("builtin:iris", 1, 0.2, 0.2, 0, "label", 0.05, "", dataset, stats_artifact,
-                 data_fingerprint="sha256:abc")
+    prepare_data(
+        "builtin:iris", 1, 0.2, 0.2, 0, "label", 0.05, "", dataset, stats_artifact, data_fingerprint="sha256:abc"
+    )
     assert json.loads((tmp_path / "step" / "stats.json").read_text())["data_fingerprint"] == "sha256:abc"
     assert json.loads((tmp_path / "stats.json").read_text())["data_fingerprint"] == "sha256:abc"
     assert dataset.metadata["data_fingerprint"] == "sha256:abc"
@@ -209,8 +214,17 @@ def test_compiled_pipeline_never_caches_the_fingerprint_and_feeds_prepare_data(t
     @dsl.pipeline(name="fingerprint-check")
     def pipeline(data_source: str = "gs://bucket/flowers"):
         fp = fingerprint_op(data_source=data_source).set_caching_options(False)
-        prepare_op(data_source=data_source, num_workers=1, val_fraction=0.1, test_fraction=0.1, image_size=0,
-                   label_column="label", max_corrupt_fraction=0.05, split_salt="", data_fingerprint=fp.output)
+        prepare_op(
+            data_source=data_source,
+            num_workers=1,
+            val_fraction=0.1,
+            test_fraction=0.1,
+            image_size=0,
+            label_column="label",
+            max_corrupt_fraction=0.05,
+            split_salt="",
+            data_fingerprint=fp.output,
+        )
 
     path = tmp_path / "p.yaml"
     compiler.Compiler().compile(pipeline, str(path))
@@ -219,11 +233,15 @@ def test_compiled_pipeline_never_caches_the_fingerprint_and_feeds_prepare_data(t
     assert tasks["fingerprint-data"]["cachingOptions"] == {}  # never served from the cache
     assert tasks["prepare-data"]["cachingOptions"] == {"enableCache": True}
     assert tasks["prepare-data"]["inputs"]["parameters"]["data_fingerprint"] == {
-        "taskOutputParameter": {"producerTask": "fingerprint-data", "outputParameterKey": "Output"}}
+        "taskOutputParameter": {"producerTask": "fingerprint-data", "outputParameterKey": "Output"}
+    }
     assert tasks["fingerprint-data"]["inputs"]["parameters"]["data_source"] == {
-        "componentInputParameter": "data_source"}
-    assert spec["components"]["comp-fingerprint-data"]["outputDefinitions"]["parameters"]["Output"][
-        "parameterType"] == "STRING"
+        "componentInputParameter": "data_source"
+    }
+    assert (
+        spec["components"]["comp-fingerprint-data"]["outputDefinitions"]["parameters"]["Output"]["parameterType"]
+        == "STRING"
+    )
     optional = spec["components"]["comp-prepare-data"]["inputDefinitions"]["parameters"]["data_fingerprint"]
     assert optional["isOptional"] is True and optional["defaultValue"] == ""
     assert spec["deploymentSpec"]["executors"]["exec-fingerprint-data"]["container"]["image"] == IMAGE

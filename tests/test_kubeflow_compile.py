@@ -1,5 +1,6 @@
 """The compiled Kubeflow YAML with Kubeflow's engines: the engine steps and their inputs, the shared volume on every
 step (kfp-kubernetes platform spec), each step's CPU and memory, the images; and each engine as a config choice."""
+
 import pytest
 import yaml
 
@@ -7,11 +8,18 @@ from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import ConfigError, KubeflowSettings, Platform, Resources, load_config
 from pipelines.training import build_pipeline
 
-PLATFORM = Platform(components_image="example.com/tfpipe/components:abc", trainer_image="example.com/tfpipe/trainer:abc",
-                    trainer_gpu_image="example.com/tfpipe/trainer-gpu:abc", serving_image="example.com/serving:2",
-                    serving_min_replicas=2, serving_max_replicas=4, keep_previous=1,
-                    kubeflow=KubeflowSettings(namespace="ml", service_account="tfpipe-runner",
-                                              inference_service="digits", poll_seconds=15))
+PLATFORM = Platform(
+    components_image="example.com/tfpipe/components:abc",
+    trainer_image="example.com/tfpipe/trainer:abc",
+    trainer_gpu_image="example.com/tfpipe/trainer-gpu:abc",
+    serving_image="example.com/serving:2",
+    serving_min_replicas=2,
+    serving_max_replicas=4,
+    keep_previous=1,
+    kubeflow=KubeflowSettings(
+        namespace="ml", service_account="tfpipe-runner", inference_service="digits", poll_seconds=15
+    ),
+)
 RUN = "{{$.pipeline_job_name}}"
 
 
@@ -26,8 +34,10 @@ def compile_docs(tmp_path, platform=PLATFORM, pipeline="training"):
 
 
 def params(task):
-    return {k: v["runtimeValue"]["constant"] if "runtimeValue" in v else v
-            for k, v in task["inputs"].get("parameters", {}).items()}
+    return {
+        k: v["runtimeValue"]["constant"] if "runtimeValue" in v else v
+        for k, v in task["inputs"].get("parameters", {}).items()
+    }
 
 
 def tasks(spec, component=None):
@@ -37,72 +47,147 @@ def tasks(spec, component=None):
 def test_engine_steps_and_their_inputs(tmp_path):
     spec, _ = compile_docs(tmp_path)
     root = tasks(spec)
-    assert set(root) == {"fingerprint-data", "prepare-data", "tune-on-katib", "train-model-on-operator",
-                         "find-repository-champion", "evaluate-model", "condition-1"}
-    engine = {"namespace": "ml", "service_account": "tfpipe-runner", "claim_name": "tfpipe",
-              "mount_path": "/mnt/tfpipe", "poll_seconds": 15.0, "run_id": RUN}
+    assert set(root) == {
+        "fingerprint-data",
+        "prepare-data",
+        "tune-on-katib",
+        "train-model-on-operator",
+        "find-repository-champion",
+        "evaluate-model",
+        "condition-1",
+    }
+    engine = {
+        "namespace": "ml",
+        "service_account": "tfpipe-runner",
+        "claim_name": "tfpipe",
+        "mount_path": "/mnt/tfpipe",
+        "poll_seconds": 15.0,
+        "run_id": RUN,
+    }
     workers = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
     tune = params(root["tune-on-katib"])
     assert tune["study_spec"]["algorithm"] == "default" and tune["enabled"] == {"componentInputParameter": "tune"}
     assert {k: tune[k] for k in (*engine, "trainer_image", "resources", "timeout_minutes")} == {
-        **engine, "trainer_image": "example.com/tfpipe/trainer:abc", "resources": workers, "timeout_minutes": 1440}
+        **engine,
+        "trainer_image": "example.com/tfpipe/trainer:abc",
+        "resources": workers,
+        "timeout_minutes": 1440,
+    }
     train = params(root["train-model-on-operator"])
-    assert train["hyperparameters"] == {"taskOutputParameter": {"outputParameterKey": "Output",
-                                                                "producerTask": "tune-on-katib"}}
+    assert train["hyperparameters"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "tune-on-katib"}
+    }
     assert {k: train[k] for k in ("workers", "epochs", "max_restarts")} == {
-        k: {"componentInputParameter": k} for k in ("workers", "epochs", "max_restarts")}
+        k: {"componentInputParameter": k} for k in ("workers", "epochs", "max_restarts")
+    }
     assert {k: train[k] for k in (*engine, "trainer_image", "resources", "timeout_minutes")} == {
-        **engine, "trainer_image": "example.com/tfpipe/trainer:abc", "resources": workers, "timeout_minutes": 1440}
+        **engine,
+        "trainer_image": "example.com/tfpipe/trainer:abc",
+        "resources": workers,
+        "timeout_minutes": 1440,
+    }
     assert params(root["evaluate-model"])["champion_path"] == {
-        "taskOutputParameter": {"outputParameterKey": "path", "producerTask": "find-repository-champion"}}
+        "taskOutputParameter": {"outputParameterKey": "path", "producerTask": "find-repository-champion"}
+    }
     deploy = tasks(spec, "comp-condition-2")["deploy-model-on-kserve"]
     assert deploy["cachingOptions"] == {}
     assert params(deploy) == {
-        **{k: {"componentInputParameter": f"pipelinechannel--{k}"}
-           for k in ("model_repository", "model_name", "traffic_percentage")},
-        **engine, "inference_service": "digits", "predictor_kind": "serving_image",
-        "serving_image": "example.com/serving:2", "runtime_version": "",
+        **{
+            k: {"componentInputParameter": f"pipelinechannel--{k}"}
+            for k in ("model_repository", "model_name", "traffic_percentage")
+        },
+        **engine,
+        "inference_service": "digits",
+        "predictor_kind": "serving_image",
+        "serving_image": "example.com/serving:2",
+        "runtime_version": "",
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
-        "min_replicas": 2, "max_replicas": 4, "keep_previous": 1, "timeout_minutes": 15}
+        "min_replicas": 2,
+        "max_replicas": 4,
+        "keep_previous": 1,
+        "timeout_minutes": 15,
+    }
 
 
 def test_every_step_mounts_the_volume_and_gets_its_resources_on_the_components_image(tmp_path):
-    platform = PLATFORM.model_copy(update={"kubeflow": PLATFORM.kubeflow.model_copy(update={"step_resources": {
-        "default": Resources(cpu_request="250m", memory_request="512Mi", memory_limit="2Gi"),
-        "prepare-data": Resources(cpu_request="2", cpu_limit="4", memory_request="8Gi", memory_limit="16Gi")}})})
+    platform = PLATFORM.model_copy(
+        update={
+            "kubeflow": PLATFORM.kubeflow.model_copy(
+                update={
+                    "step_resources": {
+                        "default": Resources(cpu_request="250m", memory_request="512Mi", memory_limit="2Gi"),
+                        "prepare-data": Resources(
+                            cpu_request="2", cpu_limit="4", memory_request="8Gi", memory_limit="16Gi"
+                        ),
+                    }
+                }
+            )
+        }
+    )
     spec, k8s = compile_docs(tmp_path, platform)
     executors = spec["deploymentSpec"]["executors"]
-    steps = {"fingerprint-data", "prepare-data", "tune-on-katib", "train-model-on-operator",
-             "find-repository-champion", "evaluate-model", "publish-model", "deploy-model-on-kserve",
-             "quantize-model"}
+    steps = {
+        "fingerprint-data",
+        "prepare-data",
+        "tune-on-katib",
+        "train-model-on-operator",
+        "find-repository-champion",
+        "evaluate-model",
+        "publish-model",
+        "deploy-model-on-kserve",
+        "quantize-model",
+    }
     assert set(executors) == {f"exec-{s}" for s in steps} == set(k8s)
     for name, executor in executors.items():
         assert executor["container"]["image"] == "example.com/tfpipe/components:abc"
-        assert k8s[name] == {"pvcMount": [{"constant": "tfpipe", "mountPath": "/mnt/tfpipe",
-                                           "pvcNameParameter": {"runtimeValue": {"constant": "tfpipe"}}}]}
+        assert k8s[name] == {
+            "pvcMount": [
+                {
+                    "constant": "tfpipe",
+                    "mountPath": "/mnt/tfpipe",
+                    "pvcNameParameter": {"runtimeValue": {"constant": "tfpipe"}},
+                }
+            ]
+        }
         resources = executor["container"]["resources"]
         if name == "exec-prepare-data":
             assert {k: v for k, v in resources.items() if k.startswith("resource")} == {
-                "resourceCpuRequest": "2", "resourceCpuLimit": "4", "resourceMemoryRequest": "8Gi",
-                "resourceMemoryLimit": "16Gi"}
+                "resourceCpuRequest": "2",
+                "resourceCpuLimit": "4",
+                "resourceMemoryRequest": "8Gi",
+                "resourceMemoryLimit": "16Gi",
+            }
         else:
             assert {k: v for k, v in resources.items() if k.startswith("resource")} == {
-                "resourceCpuRequest": "250m", "resourceMemoryRequest": "512Mi", "resourceMemoryLimit": "2Gi"}
+                "resourceCpuRequest": "250m",
+                "resourceMemoryRequest": "512Mi",
+                "resourceMemoryLimit": "2Gi",
+            }
 
 
 def test_gpu_workers_use_the_gpu_trainer_image(tmp_path):
-    platform = PLATFORM.model_copy(update={"kubeflow": PLATFORM.kubeflow.model_copy(update={
-        "worker_resources": Resources(cpu_request="4", memory_request="16Gi", gpus=1)})})
+    platform = PLATFORM.model_copy(
+        update={
+            "kubeflow": PLATFORM.kubeflow.model_copy(
+                update={"worker_resources": Resources(cpu_request="4", memory_request="16Gi", gpus=1)}
+            )
+        }
+    )
     spec, _ = compile_docs(tmp_path, platform)
     for step in ("tune-on-katib", "train-model-on-operator"):
         assert params(tasks(spec)[step])["trainer_image"] == "example.com/tfpipe/trainer-gpu:abc"
-        assert params(tasks(spec)[step])["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
-                                                          "limits": {"nvidia.com/gpu": "1"}}
+        assert params(tasks(spec)[step])["resources"] == {
+            "requests": {"cpu": "4", "memory": "16Gi"},
+            "limits": {"nvidia.com/gpu": "1"},
+        }
 
 
 def test_in_pod_engines_keep_todays_steps_with_their_resources(tmp_path):
-    platform = PLATFORM.model_copy(update={"kubeflow": PLATFORM.kubeflow.model_copy(update={
-        "training": "pod", "tuning": "pod", "serving": "none"})})
+    platform = PLATFORM.model_copy(
+        update={
+            "kubeflow": PLATFORM.kubeflow.model_copy(update={"training": "pod", "tuning": "pod", "serving": "none"})
+        }
+    )
     spec, k8s = compile_docs(tmp_path, platform)
     assert {"tune-hyperparameters", "train-model"} <= set(tasks(spec))
     assert set(tasks(spec, "comp-condition-1")) == {"publish-model", "quantize-model"}  # serving: none
@@ -112,8 +197,9 @@ def test_in_pod_engines_keep_todays_steps_with_their_resources(tmp_path):
 
 
 def test_no_volume_no_platform_spec(tmp_path):
-    platform = PLATFORM.model_copy(update={"kubeflow": KubeflowSettings(
-        training="pod", tuning="pod", serving="url", volume={"claim_name": ""})})
+    platform = PLATFORM.model_copy(
+        update={"kubeflow": KubeflowSettings(training="pod", tuning="pod", serving="url", volume={"claim_name": ""})}
+    )
     spec, k8s = compile_docs(tmp_path, platform)
     assert k8s == {} and "deploy-model-at-url" in tasks(spec, "comp-condition-2")
 
@@ -141,21 +227,28 @@ def test_compiled_kubeflow_template_defaults_the_model_repository_to_the_volume(
 def test_a_study_katib_cannot_express_fails_at_compile_time():
     from components.lib.study_spec import StudySpec
 
-    study = StudySpec(parameters=[{"type": "double", "parameter_id": "momentum", "min": 0.5, "max": 0.99,
-                                   "scale": "reverse_log"}])
+    study = StudySpec(
+        parameters=[{"type": "double", "parameter_id": "momentum", "min": 0.5, "max": 0.99, "scale": "reverse_log"}]
+    )
     with pytest.raises(ValueError, match="Katib has no reverse_log distribution"):
         build_pipeline("kubeflow", PLATFORM, study)
 
 
-@pytest.mark.parametrize("settings, message", [
-    ("training: tfjob", r"platform.kubeflow.training: Input should be 'operator' or 'pod'"),
-    ("serving: seldon", r"platform.kubeflow.serving: Input should be 'kserve', 'url' or 'none'"),
-    ("volume: {claim_name: ''}", r"platform.kubeflow: training: operator, tuning: katib, serving: kserve need "
-                                 r"volume.claim_name"),
-    ("worker_resources: {memory_limit: 8GB}", r"'8GB' is not a Kubernetes quantity"),
-    ("step_resources: {Train_Model: {cpu_request: '1'}}", r"'Train_Model': keys are step names"),
-    ("namespace: My_NS", r"'My_NS' is not a Kubernetes name"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ("training: tfjob", r"platform.kubeflow.training: Input should be 'operator' or 'pod'"),
+        ("serving: seldon", r"platform.kubeflow.serving: Input should be 'kserve', 'url' or 'none'"),
+        (
+            "volume: {claim_name: ''}",
+            r"platform.kubeflow: training: operator, tuning: katib, serving: kserve need "
+            r"volume.claim_name",
+        ),
+        ("worker_resources: {memory_limit: 8GB}", r"'8GB' is not a Kubernetes quantity"),
+        ("step_resources: {Train_Model: {cpu_request: '1'}}", r"'Train_Model': keys are step names"),
+        ("namespace: My_NS", r"'My_NS' is not a Kubernetes name"),
+    ],
+)
 def test_kubeflow_config_validation(tmp_path, settings, message):
     (tmp_path / "c.yaml").write_text(f"platform:\n  kubeflow: {{{settings}}}\n")
     with pytest.raises(ConfigError, match=message):
@@ -164,9 +257,17 @@ def test_kubeflow_config_validation(tmp_path, settings, message):
 
 def test_kubeflow_config_from_file_env_and_set(tmp_path):
     (tmp_path / "c.yaml").write_text("platform:\n  kubeflow:\n    tuning: pod\n    volume: {claim_name: data}\n")
-    config = load_config(tmp_path / "c.yaml", sets=["platform.kubeflow.serving=url"],
-                         environ={"TFPIPE_PLATFORM__KUBEFLOW__TRAINING": "pod"})
+    config = load_config(
+        tmp_path / "c.yaml",
+        sets=["platform.kubeflow.serving=url"],
+        environ={"TFPIPE_PLATFORM__KUBEFLOW__TRAINING": "pod"},
+    )
     k = config.platform.kubeflow
     assert (k.training, k.tuning, k.serving, k.volume.claim_name, k.volume.mount_path) == (
-        "pod", "pod", "url", "data", "/mnt/tfpipe")
+        "pod",
+        "pod",
+        "url",
+        "data",
+        "/mnt/tfpipe",
+    )
     assert k.resources_of("train-model").cpu_request == "2" and k.resources_of("evaluate-model").cpu_request == "500m"

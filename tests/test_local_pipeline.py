@@ -1,4 +1,5 @@
 """The whole pipeline through kfp.local, as `make run` runs it (slow)."""
+
 import json
 import subprocess
 import sys
@@ -14,8 +15,9 @@ pytestmark = pytest.mark.e2e
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, cwd=cwd, timeout=900
+    )
 
 
 @pytest.fixture
@@ -30,17 +32,29 @@ def serving_state(tmp_path, monkeypatch):
 
 def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_path, serving_state):
     repo = tmp_path / "repo"
-    first = run_cli("run", "--out", str(tmp_path / "run1"), "--model-repository", str(repo),
-                    "--rest-port", "0", "--grpc-port", "0")
+    first = run_cli(
+        "run", "--out", str(tmp_path / "run1"), "--model-repository", str(repo), "--rest-port", "0", "--grpc-port", "0"
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
     assert summary["status"] == "SUCCEEDED" and summary["pipeline"] == "tfpipe-training"
     assert [(s["name"], s["status"]) for s in summary["steps"]] == [
-        ("find-repository-champion", "SUCCEEDED"), ("fingerprint-data", "SUCCEEDED"), ("prepare-data", "SUCCEEDED"),
-        ("tune-hyperparameters", "SUCCEEDED"), ("train-model", "SUCCEEDED"), ("evaluate-model", "SUCCEEDED"),
-        ("publish-model", "SUCCEEDED"), ("quantize-model", "SUCCEEDED"), ("deploy-model", "SUCCEEDED")]
-    assert summary["registry"] == {"model_name": "tfpipe-model", "version": 1, "repository": str(repo),
-                                   "path": str(repo / "tfpipe-model" / "1")}
+        ("find-repository-champion", "SUCCEEDED"),
+        ("fingerprint-data", "SUCCEEDED"),
+        ("prepare-data", "SUCCEEDED"),
+        ("tune-hyperparameters", "SUCCEEDED"),
+        ("train-model", "SUCCEEDED"),
+        ("evaluate-model", "SUCCEEDED"),
+        ("publish-model", "SUCCEEDED"),
+        ("quantize-model", "SUCCEEDED"),
+        ("deploy-model", "SUCCEEDED"),
+    ]
+    assert summary["registry"] == {
+        "model_name": "tfpipe-model",
+        "version": 1,
+        "repository": str(repo),
+        "path": str(repo / "tfpipe-model" / "1"),
+    }
     endpoint = summary["endpoint"]
     assert endpoint["served_version"] == 1 and endpoint["started_by_this_run"]
     assert endpoint["stop"] == f"python -m pipelines stop-serving --model-base-path {repo} --model-name tfpipe-model"
@@ -74,8 +88,18 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     assert (Path(run_root) / "quantize-model" / "tflite_model" / "model.tflite").stat().st_size > 1000
     assert "| dynamic |" in (Path(run_root) / "quantize-model" / "table").read_text()
 
-    second = run_cli("run", "--out", str(tmp_path / "run2"), "--model-repository", str(repo),
-                     "--accuracy-threshold", "1.0", "--epochs", "2", "--no-tune")
+    second = run_cli(
+        "run",
+        "--out",
+        str(tmp_path / "run2"),
+        "--model-repository",
+        str(repo),
+        "--accuracy-threshold",
+        "1.0",
+        "--epochs",
+        "2",
+        "--no-tune",
+    )
     assert second.returncode == 0, second.stdout + second.stderr
     summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
     assert summary["status"] == "SUCCEEDED"
@@ -90,13 +114,32 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     assert statuses["deploy-model"] == "SKIPPED" and summary["endpoint"] is None
     assert sorted(p.name for p in (repo / "tfpipe-model").iterdir() if p.name.isdigit()) == ["1"]
     assert "NOT BLESSED" in second.stdout
-    assert client.status()[0] == {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    assert client.status()[0] == {
+        "version": "1",
+        "state": "AVAILABLE",
+        "status": {"error_code": "OK", "error_message": ""},
+    }
 
     instances = tmp_path / "instances.jsonl"
-    instances.write_text("".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(5))
-                         + "not json\n" + json.dumps([[1.0]]) + "\n")
-    third = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(instances), "--out",
-                    str(tmp_path / "run3"), "--model-repository", str(repo), "--max-error-fraction", "0.5")
+    instances.write_text(
+        "".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(5))
+        + "not json\n"
+        + json.dumps([[1.0]])
+        + "\n"
+    )
+    third = run_cli(
+        "run",
+        "--pipeline",
+        "batch_prediction",
+        "--instances",
+        str(instances),
+        "--out",
+        str(tmp_path / "run3"),
+        "--model-repository",
+        str(repo),
+        "--max-error-fraction",
+        "0.5",
+    )
     assert third.returncode == 0, third.stdout + third.stderr
     batch = json.loads((tmp_path / "run3" / "run_summary.json").read_text())["batch_prediction"]
     assert (batch["instances"], batch["succeeded"], batch["failed"]) == (7, 5, 2)
@@ -119,17 +162,44 @@ def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same
     from tests.test_train_model import wine_csv
 
     data, repo = wine_csv(tmp_path / "wine.csv"), tmp_path / "repo"
-    trained = run_cli("run", "--data-source", str(data), "--workers", "3", "--no-tune", "--no-deploy",
-                      "--accuracy-threshold", "0.5", "--model-repository", str(repo), "--model-name", "wine",
-                      "--out", str(tmp_path / "run1"))
+    trained = run_cli(
+        "run",
+        "--data-source",
+        str(data),
+        "--workers",
+        "3",
+        "--no-tune",
+        "--no-deploy",
+        "--accuracy-threshold",
+        "0.5",
+        "--model-repository",
+        str(repo),
+        "--model-name",
+        "wine",
+        "--out",
+        str(tmp_path / "run1"),
+    )
     assert trained.returncode == 0, trained.stdout + trained.stderr
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
     assert summary["training"]["num_workers"] == 3 and summary["training"]["attempts"] == 1
     assert summary["dataset"]["quarantined"] == 1 and summary["metrics"]["test_accuracy"] > 0.8
     assert summary["registry"]["version"] == 1
 
-    batch = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(data), "--instances-format", "csv",
-                    "--model-repository", str(repo), "--model-name", "wine", "--out", str(tmp_path / "run2"))
+    batch = run_cli(
+        "run",
+        "--pipeline",
+        "batch_prediction",
+        "--instances",
+        str(data),
+        "--instances-format",
+        "csv",
+        "--model-repository",
+        str(repo),
+        "--model-name",
+        "wine",
+        "--out",
+        str(tmp_path / "run2"),
+    )
     assert batch.returncode == 0, batch.stdout + batch.stderr
     assert "batch prediction: 177 ok, 1 failed of 178 instances" in batch.stdout  # the bad value
 
@@ -140,26 +210,59 @@ def test_batch_prediction_on_a_users_csv_and_an_all_failing_run(tmp_path, iris_m
     from tests.test_run_batch_prediction import IRIS_FEATURES, iris_csv
 
     path, _ = iris_csv(tmp_path / "iris.csv", ["label", *reversed(IRIS_FEATURES)])
-    ok = run_cli("run", "--pipeline", "batch_prediction", "--instances", path, "--instances-format", "csv",
-                 "--model", str(iris_model / "model"), "--model-name", "iris", "--out", str(tmp_path / "run1"))
+    ok = run_cli(
+        "run",
+        "--pipeline",
+        "batch_prediction",
+        "--instances",
+        path,
+        "--instances-format",
+        "csv",
+        "--model",
+        str(iris_model / "model"),
+        "--model-name",
+        "iris",
+        "--out",
+        str(tmp_path / "run1"),
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "batch prediction: 150 ok, 0 failed of 150 instances" in ok.stdout
     log = (tmp_path / "run1" / "logs" / "run-batch-prediction.log").read_text()
     assert f"instances from columns {IRIS_FEATURES}; not sent: ['label']" in log
 
     (tmp_path / "words.jsonl").write_text('"a"\n"b"\n"c"\n')
-    failed = run_cli("run", "--pipeline", "batch_prediction", "--instances", str(tmp_path / "words.jsonl"),
-                     "--model", str(iris_model / "model"), "--model-name", "iris", "--out", str(tmp_path / "run2"))
+    failed = run_cli(
+        "run",
+        "--pipeline",
+        "batch_prediction",
+        "--instances",
+        str(tmp_path / "words.jsonl"),
+        "--model",
+        str(iris_model / "model"),
+        "--model-name",
+        "iris",
+        "--out",
+        str(tmp_path / "run2"),
+    )
     assert failed.returncode == 1
-    assert ("Error: run-batch-prediction: 3 of 3 instances failed, 0 succeeded (100.0%), above max_error_fraction "
-            "10.0% (in ") in failed.stderr
+    assert (
+        "Error: run-batch-prediction: 3 of 3 instances failed, 0 succeeded (100.0%), above max_error_fraction "
+        "10.0% (in "
+    ) in failed.stderr
     assert json.loads((tmp_path / "run2" / "run_summary.json").read_text())["status"] == "FAILED"
 
 
 def test_failing_step_is_one_clear_line(tmp_path):
     write_images(tmp_path / "one", classes=("only",), per_class=4)
-    result = run_cli("run", "--out", str(tmp_path / "run"), "--data-source", str(tmp_path / "one"),
-                     "--model-repository", str(tmp_path / "repo"))
+    result = run_cli(
+        "run",
+        "--out",
+        str(tmp_path / "run"),
+        "--data-source",
+        str(tmp_path / "one"),
+        "--model-repository",
+        str(tmp_path / "repo"),
+    )
     assert result.returncode == 1
     assert "Error: prepare-data: need at least two classes, found 1: ['only']" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
@@ -168,7 +271,13 @@ def test_failing_step_is_one_clear_line(tmp_path):
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["fingerprint-data"] == "SUCCEEDED" and statuses["prepare-data"] == "FAILED"
     assert {name for name, status in statuses.items() if status == "SKIPPED"} >= {
-        "tune-hyperparameters", "train-model", "evaluate-model", "publish-model", "quantize-model", "deploy-model"}
+        "tune-hyperparameters",
+        "train-model",
+        "evaluate-model",
+        "publish-model",
+        "quantize-model",
+        "deploy-model",
+    }
     assert "need at least two classes" in (tmp_path / "run" / "logs" / "prepare-data.log").read_text()
 
 
@@ -180,8 +289,21 @@ def test_runs_in_a_row_reuse_the_live_server_and_survive_a_killed_one(tmp_path, 
     import time
 
     repo = tmp_path / "repo"
-    common = ["--model-repository", str(repo), "--no-tune", "--epochs", "3", "--rest-port", "0", "--grpc-port", "0",
-              "--accuracy-threshold", "0", "--set", "parameters.champion_tolerance=1"]
+    common = [
+        "--model-repository",
+        str(repo),
+        "--no-tune",
+        "--epochs",
+        "3",
+        "--rest-port",
+        "0",
+        "--grpc-port",
+        "0",
+        "--accuracy-threshold",
+        "0",
+        "--set",
+        "parameters.champion_tolerance=1",
+    ]
     summaries, outputs = [], []
     for run in range(1, 4):
         if run == 3:  # the live server dies without a word

@@ -23,9 +23,17 @@ def test_step_log_times_steps_splits_logs_and_keeps_the_error(tmp_path):
 
 
 def test_step_names_in_dependency_order_with_condition_flattened():
-    assert step_names(build_pipeline("local")) == ["find-repository-champion", "fingerprint-data", "prepare-data",
-                                                  "tune-hyperparameters", "train-model", "evaluate-model",
-                                                  "publish-model", "quantize-model", "deploy-model"]
+    assert step_names(build_pipeline("local")) == [
+        "find-repository-champion",
+        "fingerprint-data",
+        "prepare-data",
+        "tune-hyperparameters",
+        "train-model",
+        "evaluate-model",
+        "publish-model",
+        "quantize-model",
+        "deploy-model",
+    ]
 
 
 def test_summary_of_a_run_that_produced_nothing(tmp_path):
@@ -45,14 +53,31 @@ def test_summary_of_a_deploy_that_reused_a_server(tmp_path):
     float; the summary is whole either way and the version an integer."""
     root = tmp_path / "root"
     (root / "deploy-model").mkdir(parents=True)
-    (root / "deploy-model" / "endpoint").write_text(json.dumps(
-        {"rest_url": "http://127.0.0.1:8501", "grpc_target": "127.0.0.1:8500", "pid": 4242, "started": False,
-         "model_name": "tfpipe-model", "version": 3.0, "stop": "python -m pipelines stop-serving ..."}))
+    (root / "deploy-model" / "endpoint").write_text(
+        json.dumps(
+            {
+                "rest_url": "http://127.0.0.1:8501",
+                "grpc_target": "127.0.0.1:8500",
+                "pid": 4242,
+                "started": False,
+                "model_name": "tfpipe-model",
+                "version": 3.0,
+                "stop": "python -m pipelines stop-serving ...",
+            }
+        )
+    )
     steps = [Step("deploy-model", "SUCCEEDED", 1.0)]
     summary = report.collect(root, steps, "tfpipe-training", {}, 2.0)
-    assert summary["endpoint"] == {"rest_url": "http://127.0.0.1:8501", "grpc_target": "127.0.0.1:8500",
-                                   "served_version": 3, "model_name": "tfpipe-model", "started_by_this_run": False,
-                                   "pid": 4242, "log": None, "stop": "python -m pipelines stop-serving ..."}
+    assert summary["endpoint"] == {
+        "rest_url": "http://127.0.0.1:8501",
+        "grpc_target": "127.0.0.1:8500",
+        "served_version": 3,
+        "model_name": "tfpipe-model",
+        "started_by_this_run": False,
+        "pid": 4242,
+        "log": None,
+        "stop": "python -m pipelines stop-serving ...",
+    }
     report.write(summary, tmp_path)
     assert "version 3:" in (tmp_path / "report.html").read_text()
 
@@ -85,44 +110,116 @@ class Tables(HTMLParser):
 
 
 def trial(trial_id, metric, seconds, status="SUCCEEDED", error="", **parameters):
-    return {"trial_id": trial_id, "parameters": parameters, "metric": metric, "status": status, "seconds": seconds,
-            "error": error}
+    return {
+        "trial_id": trial_id,
+        "parameters": parameters,
+        "metric": metric,
+        "status": status,
+        "seconds": seconds,
+        "error": error,
+    }
 
 
 def a_run_summary(tmp_path) -> dict:
     best = trial("2", 0.9397590160369873, 9.123, learning_rate=0.010093959208585444, hidden_units=64, dropout=0.0)
     return {
-        "pipeline": "tfpipe-training", "status": "SUCCEEDED", "error": None, "seconds": 68.39, "artifacts": None,
-        "parameters": {"epochs": 15, "learning_rate": 0.003, "tflite_max_accuracy_drop": 1.0, "tune": True,
-                       "split_salt": ""},
-        "steps": [{"name": "prepare-data", "status": "SUCCEEDED", "seconds": 1.43, "log": None},
-                  {"name": "train-model", "status": "SUCCEEDED", "seconds": 17.17, "log": None}],
-        "dataset": {"source": "builtin:digits", "kind": "image", "input_shape": [8, 8, 1], "labels": ["0", "1"],
-                    "records": 100, "examples": 100, "quarantined": 0, "image_size": None,
-                    "quarantine_file": str(tmp_path / "quarantine.jsonl"),
-                    "splits": {"train": {"examples": 80, "bytes": 199198, "per_class": {"0": 40, "1": 40}},
-                               "test": {"examples": 20, "bytes": 999, "per_class": {"0": 9, "1": 11}}}},
-        "training": {"epochs": 15, "num_workers": 2, "strategy": "MultiWorkerMirroredStrategy",
-                     "global_batch_size": 64, "attempts": 1, "seconds": 13.0234,
-                     "hyperparameters": {"learning_rate": 0.010093959208585444, "batch_size": 32, "dropout": 0.0}},
+        "pipeline": "tfpipe-training",
+        "status": "SUCCEEDED",
+        "error": None,
+        "seconds": 68.39,
+        "artifacts": None,
+        "parameters": {
+            "epochs": 15,
+            "learning_rate": 0.003,
+            "tflite_max_accuracy_drop": 1.0,
+            "tune": True,
+            "split_salt": "",
+        },
+        "steps": [
+            {"name": "prepare-data", "status": "SUCCEEDED", "seconds": 1.43, "log": None},
+            {"name": "train-model", "status": "SUCCEEDED", "seconds": 17.17, "log": None},
+        ],
+        "dataset": {
+            "source": "builtin:digits",
+            "kind": "image",
+            "input_shape": [8, 8, 1],
+            "labels": ["0", "1"],
+            "records": 100,
+            "examples": 100,
+            "quarantined": 0,
+            "image_size": None,
+            "quarantine_file": str(tmp_path / "quarantine.jsonl"),
+            "splits": {
+                "train": {"examples": 80, "bytes": 199198, "per_class": {"0": 40, "1": 40}},
+                "test": {"examples": 20, "bytes": 999, "per_class": {"0": 9, "1": 11}},
+            },
+        },
+        "training": {
+            "epochs": 15,
+            "num_workers": 2,
+            "strategy": "MultiWorkerMirroredStrategy",
+            "global_batch_size": 64,
+            "attempts": 1,
+            "seconds": 13.0234,
+            "hyperparameters": {"learning_rate": 0.010093959208585444, "batch_size": 32, "dropout": 0.0},
+        },
         "metrics": {"val_accuracy": 0.9939758777618408, "test_accuracy": 1.0, "test_loss": 0.003991579942110568},
         "gate": None,
-        "tflite": {"published": True, "reason": "dynamic: within budget", "saved_model_accuracy": 1.0,
-                   "modes": [{"mode": "float32", "size_bytes": 58336, "size_ratio": 1.0, "accuracy": 0.994356,
-                              "accuracy_drop_points": 0.0, "latency_ms_mean": 0.003622796627450182,
-                              "latency_ms_p95": 0.003839999590127263, "weight_types": {"float32": 8, "int32": 2}},
-                             {"mode": "int8", "size_bytes": 1523400, "size_ratio": 0.3655, "accuracy": 0.9830508,
-                              "accuracy_drop_points": 1.1299435, "latency_ms_mean": 1.5,
-                              "latency_ms_p95": 2.25, "weight_types": {"int8": 4}}]},
-        "tuning": {"enabled": True, "failed_trials": 1, "best": best, "seconds": 24.8249, "metric_id": "accuracy",
-                   "plot": str(tmp_path / "trials.png"),
-                   "trials": [trial("1", 0.9156626462936401, 10.46, learning_rate=0.0017320509068667889,
-                                    hidden_units=91, dropout=0.2),
-                              best,
-                              trial("3", None, 0.52, "FAILED", "no 'accuracy' reported", learning_rate=0.03,
-                                    hidden_units=40, dropout=0.1)]},
+        "tflite": {
+            "published": True,
+            "reason": "dynamic: within budget",
+            "saved_model_accuracy": 1.0,
+            "modes": [
+                {
+                    "mode": "float32",
+                    "size_bytes": 58336,
+                    "size_ratio": 1.0,
+                    "accuracy": 0.994356,
+                    "accuracy_drop_points": 0.0,
+                    "latency_ms_mean": 0.003622796627450182,
+                    "latency_ms_p95": 0.003839999590127263,
+                    "weight_types": {"float32": 8, "int32": 2},
+                },
+                {
+                    "mode": "int8",
+                    "size_bytes": 1523400,
+                    "size_ratio": 0.3655,
+                    "accuracy": 0.9830508,
+                    "accuracy_drop_points": 1.1299435,
+                    "latency_ms_mean": 1.5,
+                    "latency_ms_p95": 2.25,
+                    "weight_types": {"int8": 4},
+                },
+            ],
+        },
+        "tuning": {
+            "enabled": True,
+            "failed_trials": 1,
+            "best": best,
+            "seconds": 24.8249,
+            "metric_id": "accuracy",
+            "plot": str(tmp_path / "trials.png"),
+            "trials": [
+                trial(
+                    "1", 0.9156626462936401, 10.46, learning_rate=0.0017320509068667889, hidden_units=91, dropout=0.2
+                ),
+                best,
+                trial(
+                    "3",
+                    None,
+                    0.52,
+                    "FAILED",
+                    "no 'accuracy' reported",
+                    learning_rate=0.03,
+                    hidden_units=40,
+                    dropout=0.1,
+                ),
+            ],
+        },
         "model": {"artifact": None, "published_version": None, "published_path": None},
-        "registry": None, "endpoint": None, "batch_prediction": None,
+        "registry": None,
+        "endpoint": None,
+        "batch_prediction": None,
     }
 
 
@@ -130,24 +227,57 @@ def test_the_report_rounds_numbers_and_tabulates_parameters_and_trials(tmp_path)
     report.write(a_run_summary(tmp_path), tmp_path)
     html = (tmp_path / "report.html").read_text()
     steps, parameters, metrics, dataset, hyperparameters, trials, tflite = Tables(html).tables
-    assert steps == [["step", "status", "time", "log"], ["prepare-data", "SUCCEEDED", "1.4 s", ""],
-                     ["train-model", "SUCCEEDED", "17.2 s", ""]]
-    assert parameters == [["parameter", "value"], ["epochs", "15"], ["learning_rate", "0.003"],
-                          ["tflite_max_accuracy_drop", "1.0"], ["tune", "True"], ["split_salt", ""]]
-    assert metrics == [["metric", "value"], ["validation accuracy", "0.9940"], ["test accuracy", "1.0000"],
-                       ["test loss (cross-entropy)", "0.0040"]]
-    assert dataset == [["class", "train", "test"], ["0", "40", "9"], ["1", "40", "11"], ["examples", "80", "20"],
-                       ["size", "199.2 KB", "999 B"]]
-    assert hyperparameters == [["hyperparameter", "value"], ["learning_rate", "0.0101"], ["batch_size", "32"],
-                               ["dropout", "0.0"]]
-    assert trials == [["trial", "learning_rate", "hidden_units", "dropout", "accuracy", "status", "time"],
-                      ["1", "0.00173", "91", "0.2", "0.9157", "SUCCEEDED", "10.5 s"],
-                      ["2", "0.0101", "64", "0.0", "0.9398", "SUCCEEDED", "9.1 s"],
-                      ["3", "0.03", "40", "0.1", "–", "FAILED", "0.5 s"]]
-    assert tflite == [["mode", "size", "size vs float32", "test accuracy", "drop (points)", "latency mean / p95",
-                       "weight tensors by type"],
-                      ["float32", "58.3 KB", "100%", "0.9944", "0.00", "3.6 µs / 3.8 µs", "float32: 8, int32: 2"],
-                      ["int8", "1.5 MB", "37%", "0.9831", "1.13", "1.50 ms / 2.25 ms", "int8: 4"]]
+    assert steps == [
+        ["step", "status", "time", "log"],
+        ["prepare-data", "SUCCEEDED", "1.4 s", ""],
+        ["train-model", "SUCCEEDED", "17.2 s", ""],
+    ]
+    assert parameters == [
+        ["parameter", "value"],
+        ["epochs", "15"],
+        ["learning_rate", "0.003"],
+        ["tflite_max_accuracy_drop", "1.0"],
+        ["tune", "True"],
+        ["split_salt", ""],
+    ]
+    assert metrics == [
+        ["metric", "value"],
+        ["validation accuracy", "0.9940"],
+        ["test accuracy", "1.0000"],
+        ["test loss (cross-entropy)", "0.0040"],
+    ]
+    assert dataset == [
+        ["class", "train", "test"],
+        ["0", "40", "9"],
+        ["1", "40", "11"],
+        ["examples", "80", "20"],
+        ["size", "199.2 KB", "999 B"],
+    ]
+    assert hyperparameters == [
+        ["hyperparameter", "value"],
+        ["learning_rate", "0.0101"],
+        ["batch_size", "32"],
+        ["dropout", "0.0"],
+    ]
+    assert trials == [
+        ["trial", "learning_rate", "hidden_units", "dropout", "accuracy", "status", "time"],
+        ["1", "0.00173", "91", "0.2", "0.9157", "SUCCEEDED", "10.5 s"],
+        ["2", "0.0101", "64", "0.0", "0.9398", "SUCCEEDED", "9.1 s"],
+        ["3", "0.03", "40", "0.1", "–", "FAILED", "0.5 s"],
+    ]
+    assert tflite == [
+        [
+            "mode",
+            "size",
+            "size vs float32",
+            "test accuracy",
+            "drop (points)",
+            "latency mean / p95",
+            "weight tensors by type",
+        ],
+        ["float32", "58.3 KB", "100%", "0.9944", "0.00", "3.6 µs / 3.8 µs", "float32: 8, int32: 2"],
+        ["int8", "1.5 MB", "37%", "0.9831", "1.13", "1.50 ms / 2.25 ms", "int8: 4"],
+    ]
     assert '<tr class="best">\n<td>2</td>' in html and "title=\"no 'accuracy' reported\"" in html
     assert "3 trials (1 failed) in\n24.8 s; best: trial 2,\naccuracy 0.9398" in html
     assert "global batch 64, 1 attempt(s),\n13.0 s" in html and "input\n8 × 8 × 1)" in html
@@ -159,38 +289,67 @@ def test_the_terminal_summary_prints_hyperparameters_rounded(tmp_path, capsys):
     summary["report"] = str(tmp_path / "report.html")
     _print_summary(summary)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[lines.index("  val accuracy 0.9940, test accuracy 1.0000") + 1:][:2] == [
+    assert lines[lines.index("  val accuracy 0.9940, test accuracy 1.0000") + 1 :][:2] == [
         "  tuning: 3 trials, best accuracy 0.9398 with learning_rate=0.0101, hidden_units=64, dropout=0.0",
-        "  trained with learning_rate=0.0101, batch_size=32, dropout=0.0"]
+        "  trained with learning_rate=0.0101, batch_size=32, dropout=0.0",
+    ]
 
 
 def test_plots_are_titled_with_labelled_axes():
-    history = [{"epoch": 1, "loss": 1.8, "accuracy": 0.4, "val_loss": 0.7, "val_accuracy": 0.8},
-               {"epoch": 2, "loss": 0.5, "accuracy": 0.9, "val_loss": 0.3, "val_accuracy": 0.9}]
+    history = [
+        {"epoch": 1, "loss": 1.8, "accuracy": 0.4, "val_loss": 0.7, "val_accuracy": 0.8},
+        {"epoch": 2, "loss": 0.5, "accuracy": 0.9, "val_loss": 0.3, "val_accuracy": 0.9},
+    ]
     curves = report.training_curves(history)
-    assert [(ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), [t.get_text() for t in ax.get_legend().get_texts()])
-            for ax in curves.axes] == [
+    assert [
+        (ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), [t.get_text() for t in ax.get_legend().get_texts()])
+        for ax in curves.axes
+    ] == [
         ("Loss per epoch", "epoch", "loss (cross-entropy)", ["training", "validation"]),
-        ("Accuracy per epoch", "epoch", "accuracy (fraction correct)", ["training", "validation"])]
-    matrix = report.confusion_matrix({"confusion_matrix": [[9, 1], [0, 10]], "labels": ["cat", "dog"],
-                                      "accuracy": 0.95})
+        ("Accuracy per epoch", "epoch", "accuracy (fraction correct)", ["training", "validation"]),
+    ]
+    matrix = report.confusion_matrix(
+        {"confusion_matrix": [[9, 1], [0, 10]], "labels": ["cat", "dog"], "accuracy": 0.95}
+    )
     assert [(ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) for ax in matrix.axes] == [
         ("Confusion matrix, test split (accuracy 0.9500)", "predicted class", "true class"),
-        ("", "", "test examples")]  # the colour bar
+        ("", "", "test examples"),
+    ]  # the colour bar
     assert report.training_curves([]) is None and report.confusion_matrix(None) is None
 
 
-@pytest.mark.parametrize("v, text", [(0.010093959208585444, "0.0101"), (0.0, "0.0"), (1.0, "1.0"), (1e-5, "1e-05"),
-                                     (64, "64"), (True, "True"), ("relu", "relu"), (["label", "id"], "label, id"),
-                                     ({"a": 0.5, "b": 2}, "a=0.5, b=2")])
+@pytest.mark.parametrize(
+    "v, text",
+    [
+        (0.010093959208585444, "0.0101"),
+        (0.0, "0.0"),
+        (1.0, "1.0"),
+        (1e-5, "1e-05"),
+        (64, "64"),
+        (True, "True"),
+        ("relu", "relu"),
+        (["label", "id"], "label, id"),
+        ({"a": 0.5, "b": 2}, "a=0.5, b=2"),
+    ],
+)
 def test_values_read_as_people_write_them(v, text):
     assert report.value(v) == text
 
 
 def test_units():
     assert [report.size(n) for n in (999, 1000, 21160, 999_999, 1_500_000, 2_000_000_000)] == [
-        "999 B", "1.0 KB", "21.2 KB", "1.0 MB", "1.5 MB", "2.0 GB"]
-    assert [report.milliseconds(v) for v in (0.0036, 0.9999, 1.0, 12.345)] == ["3.6 µs", "999.9 µs", "1.00 ms",
-                                                                                "12.35 ms"]
+        "999 B",
+        "1.0 KB",
+        "21.2 KB",
+        "1.0 MB",
+        "1.5 MB",
+        "2.0 GB",
+    ]
+    assert [report.milliseconds(v) for v in (0.0036, 0.9999, 1.0, 12.345)] == [
+        "3.6 µs",
+        "999.9 µs",
+        "1.00 ms",
+        "12.35 ms",
+    ]
     assert [report.seconds(v) for v in (0.07, 68.39, None)] == ["0.1 s", "68.4 s", "–"]
     assert [report.fraction(v) for v in (0.9939758777618408, 1.0, None)] == ["0.9940", "1.0000", "–"]

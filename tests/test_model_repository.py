@@ -56,7 +56,7 @@ def gcs_repo(gcs_emulator, monkeypatch):
 
 
 def names(bucket, prefix):
-    return sorted(b.name[len(prefix):] for b in bucket.list_blobs(prefix=prefix))
+    return sorted(b.name[len(prefix) :] for b in bucket.list_blobs(prefix=prefix))
 
 
 def model_files(model):
@@ -65,8 +65,10 @@ def model_files(model):
 
 def publish_concurrently(model, base, count):
     published = []
-    threads = [threading.Thread(target=lambda i=i: published.append(publish(str(model), base, "m", {"run": i})))
-               for i in range(count)]
+    threads = [
+        threading.Thread(target=lambda i=i: published.append(publish(str(model), base, "m", {"run": i})))
+        for i in range(count)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -131,8 +133,12 @@ def test_local_remove_version_never_reuses_its_number(small_model, tmp_path):
 
 def test_errors(small_model, tmp_path):
     repo = str(tmp_path / "repo")
-    for call in (lambda: publish(str(small_model), "", "m", {}), lambda: versions("", "m"),
-                 lambda: read_version("", "m", 1), lambda: remove_version("", "m", 1)):
+    for call in (
+        lambda: publish(str(small_model), "", "m", {}),
+        lambda: versions("", "m"),
+        lambda: read_version("", "m", 1),
+        lambda: remove_version("", "m", 1),
+    ):
         with pytest.raises(ValueError, match="no model repository configured"):
             call()
     assert champion("", "m") is None
@@ -161,9 +167,13 @@ def test_gcs_publish_read_champion_and_remove(small_model, gcs_repo, monkeypatch
     assert (first.number, second.number) == (1, 2)
     assert versions(base, "m") == [1, 2]
     assert read_version(base, "m", 1) == model_repository.Version(
-        1, f"{base}/m/1", {"run": "a", "version": 1, "model_name": "m"})
-    assert champion(base, "m") == second == model_repository.Version(
-        2, f"{base}/m/2", {"run": "b", "version": 2, "model_name": "m"})
+        1, f"{base}/m/1", {"run": "a", "version": 1, "model_name": "m"}
+    )
+    assert (
+        champion(base, "m")
+        == second
+        == model_repository.Version(2, f"{base}/m/2", {"run": "b", "version": 2, "model_name": "m"})
+    )
     assert names(gcs_repo, "repo/m/2/") == sorted(model_files(small_model) + [model_repository.METADATA_FILE])
     assert gcs_repo.blob("repo/m/2/saved_model.pb").download_as_bytes() == (small_model / "saved_model.pb").read_bytes()
     blobs = {b.name: int(b.generation) for b in gcs_repo.list_blobs(prefix="repo/m/2/")}

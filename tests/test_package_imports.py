@@ -1,5 +1,6 @@
 """The dependency direction between the packages: the steps, the trainer, the networks and the server never import
 the pipelines (the CLI, the DAG and the platform seam import them), so their images do not ship `pipelines/`."""
+
 import ast
 
 import pytest
@@ -19,8 +20,12 @@ def test_module_does_not_import_pipelines(path):
 def test_the_import_reader_sees_every_kind_of_import():
     """Imports inside functions, `from package import module`, and `python -m` commands all count."""
     run_batch_prediction = imported_modules(ROOT / "components" / "run_batch_prediction.py")
-    assert {"serving.codec", "components.lib.storage", "components.lib.model_repository",
-            "trainer.schema"} <= run_batch_prediction
+    assert {
+        "serving.codec",
+        "components.lib.storage",
+        "components.lib.model_repository",
+        "trainer.schema",
+    } <= run_batch_prediction
     assert "serving" in imported_modules(ROOT / "components" / "deploy_model.py")  # python -m serving
     assert "components.lib.trial_runner" in imported_modules(ROOT / "components" / "tune_hyperparameters.py")
     assert "pipelines.cli" in imported_modules(ROOT / "pipelines" / "__main__.py")
@@ -29,7 +34,12 @@ def test_the_import_reader_sees_every_kind_of_import():
 def test_the_server_needs_the_storage_library_and_the_trainers_warmup_only():
     files = {module_name(path) for path in needed_files(["serving.vertex_container", "serving.command"])}
     assert {name for name in files if not name.startswith("serving")} == {
-        "components", "components.lib", "components.lib.storage", "trainer", "trainer.warmup"}
+        "components",
+        "components.lib",
+        "components.lib.storage",
+        "trainer",
+        "trainer.warmup",
+    }
 
 
 STEP_MODULES = sorted(p for p in (ROOT / "components").glob("*.py") if p.name != "__init__.py")
@@ -38,8 +48,11 @@ STEP_MODULES = sorted(p for p in (ROOT / "components").glob("*.py") if p.name !=
 def component_calls() -> list[tuple[str, str]]:
     """(module, function) of every `_component(module.function, ...)` of the platform seam."""
     tree = ast.parse((ROOT / "pipelines" / "targets.py").read_text())
-    return [(call.args[0].value.id, call.args[0].attr) for call in ast.walk(tree)
-            if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "_component"]
+    return [
+        (call.args[0].value.id, call.args[0].attr)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "_component"
+    ]
 
 
 def test_every_step_of_the_seam_lives_in_the_module_named_like_it():

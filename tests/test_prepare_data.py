@@ -55,16 +55,23 @@ def test_shard_count_is_a_multiple_of_workers():
 def test_image_folder_rgb_and_grayscale_any_size(tmp_path):
     write_images(tmp_path / "rgb", per_class=15, size=(30, 20))
     write_images(tmp_path / "rgb", classes=("birds",), per_class=15, size=(17, 40), fmt="JPEG")
-    stats = prepare(str(tmp_path / "rgb"), str(tmp_path / "out"), num_workers=1, image_size=12,
-                    val_fraction=0.2, test_fraction=0.2)
+    stats = prepare(
+        str(tmp_path / "rgb"), str(tmp_path / "out"), num_workers=1, image_size=12, val_fraction=0.2, test_fraction=0.2
+    )
     assert stats["input_shape"] == [12, 12, 3] and stats["labels"] == ["birds", "cats", "dogs"]
     assert stats["examples"] == 45
     inputs, _ = next(iter(data.make_dataset(str(tmp_path / "out"), "train", stats, 4, training=True)))
     assert inputs.shape == (4, 12, 12, 3) and inputs.dtype.name == "uint8"
 
     write_images(tmp_path / "gray", per_class=10, mode="L")
-    stats = prepare(str(tmp_path / "gray"), str(tmp_path / "out-gray"), num_workers=1, image_size=8,
-                    val_fraction=0.2, test_fraction=0.2)
+    stats = prepare(
+        str(tmp_path / "gray"),
+        str(tmp_path / "out-gray"),
+        num_workers=1,
+        image_size=8,
+        val_fraction=0.2,
+        test_fraction=0.2,
+    )
     assert stats["input_shape"] == [8, 8, 1]
 
 
@@ -73,8 +80,15 @@ def test_corrupt_images_are_quarantined_and_counted(tmp_path):
     (tmp_path / "src" / "cats" / "broken.png").write_bytes(b"\x89PNG not really")
     (tmp_path / "src" / "dogs" / "notes.txt").write_text("hello")
     (tmp_path / "src" / "LICENSE.txt").write_text("outside any class")
-    stats = prepare(str(tmp_path / "src"), str(tmp_path / "out"), num_workers=1, image_size=8,
-                    max_corrupt_fraction=0.1, val_fraction=0.2, test_fraction=0.2)
+    stats = prepare(
+        str(tmp_path / "src"),
+        str(tmp_path / "out"),
+        num_workers=1,
+        image_size=8,
+        max_corrupt_fraction=0.1,
+        val_fraction=0.2,
+        test_fraction=0.2,
+    )
     assert stats["quarantined"] == 2 and stats["examples"] == 40 and stats["records"] == 42
     assert stats["ignored_files"] == ["LICENSE.txt"]
     quarantine = [json.loads(line) for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
@@ -92,11 +106,14 @@ def test_corrupt_fraction_limit(tmp_path):
     assert len((tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()) == 3
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda p: p.mkdir(), "no PNG or JPEG images"),
-    (lambda p: write_images(p, classes=("only",)), "need at least two classes"),
-    (lambda p: None, "image folder not found|data source not found"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: p.mkdir(), "no PNG or JPEG images"),
+        (lambda p: write_images(p, classes=("only",)), "need at least two classes"),
+        (lambda p: None, "image folder not found|data source not found"),
+    ],
+)
 def test_bad_image_folders(tmp_path, setup, message):
     setup(tmp_path / "src")
     with pytest.raises(DataError, match=message):
@@ -107,8 +124,15 @@ def test_csv_source_and_malformed_rows(tmp_path):
     rows = ["a,b,species"] + [f"{i % 7},{(i * 3) % 5},{'x' if i % 2 else 'y'}" for i in range(60)]
     rows += ["1,oops,x", "1,2", "3,4,"]
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
-    stats = prepare(str(tmp_path / "d.csv"), str(tmp_path / "out"), num_workers=1, label_column="species",
-                    max_corrupt_fraction=0.1, val_fraction=0.2, test_fraction=0.2)
+    stats = prepare(
+        str(tmp_path / "d.csv"),
+        str(tmp_path / "out"),
+        num_workers=1,
+        label_column="species",
+        max_corrupt_fraction=0.1,
+        val_fraction=0.2,
+        test_fraction=0.2,
+    )
     assert stats["kind"] == "tabular" and stats["input_shape"] == [2] and stats["feature_names"] == ["a", "b"]
     assert stats["labels"] == ["x", "y"] and stats["quarantined"] == 3
     reasons = [json.loads(line)["reason"] for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
@@ -124,11 +148,14 @@ def test_csv_unknown_label_column(tmp_path):
         prepare(str(tmp_path / "d.csv"), str(tmp_path / "out"), num_workers=1)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"num_workers": 0}, "num_workers must be >= 1"),
-    ({"val_fraction": 0.6, "test_fraction": 0.5}, "leave room for training data"),
-    ({"max_corrupt_fraction": 2}, "max_corrupt_fraction must be in"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_workers": 0}, "num_workers must be >= 1"),
+        ({"val_fraction": 0.6, "test_fraction": 0.5}, "leave room for training data"),
+        ({"max_corrupt_fraction": 2}, "max_corrupt_fraction must be in"),
+    ],
+)
 def test_bad_parameters(tmp_path, kwargs, message):
     with pytest.raises(DataError, match=message):
         prepare("builtin:digits", str(tmp_path / "out"), **kwargs)
@@ -146,15 +173,24 @@ def test_gcs_image_folder_and_csv(tmp_path, gcs_emulator):
     for path in sorted((tmp_path / "src").rglob("*.png")):
         gcs_emulator.blob(f"flowers/{path.relative_to(tmp_path / 'src')}").upload_from_filename(str(path))
     gcs_emulator.blob("flowers/cats/corrupt.png").upload_from_string(b"nope")
-    stats = prepare("gs://test-bucket/flowers", str(tmp_path / "out"), num_workers=1, image_size=8,
-                    val_fraction=0.2, test_fraction=0.2, max_corrupt_fraction=0.1)
+    stats = prepare(
+        "gs://test-bucket/flowers",
+        str(tmp_path / "out"),
+        num_workers=1,
+        image_size=8,
+        val_fraction=0.2,
+        test_fraction=0.2,
+        max_corrupt_fraction=0.1,
+    )
     assert stats["examples"] == 20 and stats["quarantined"] == 1 and stats["labels"] == ["cats", "dogs"]
     assert stats["source"] == "gs://test-bucket/flowers"
 
     gcs_emulator.blob("tables/d.csv").upload_from_string(
-        "f1,f2,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40)))
-    stats = prepare("gs://test-bucket/tables/d.csv", str(tmp_path / "csv"), num_workers=1,
-                    val_fraction=0.2, test_fraction=0.2)
+        "f1,f2,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40))
+    )
+    stats = prepare(
+        "gs://test-bucket/tables/d.csv", str(tmp_path / "csv"), num_workers=1, val_fraction=0.2, test_fraction=0.2
+    )
     assert stats["kind"] == "tabular" and stats["examples"] == 40
     with pytest.raises(FileNotFoundError, match="nothing found at gs://test-bucket/missing"):
         prepare("gs://test-bucket/missing", str(tmp_path / "m"), num_workers=1)
@@ -178,16 +214,27 @@ def test_parallel_prep_writes_what_one_process_writes(tmp_path):
 
 def test_image_folders_default_to_their_own_size_never_upsampled(tmp_path):
     write_images(tmp_path / "small", per_class=10, size=(40, 40))
-    stats = prepare(str(tmp_path / "small"), str(tmp_path / "out-small"), num_workers=1, val_fraction=0.2,
-                    test_fraction=0.2)
+    stats = prepare(
+        str(tmp_path / "small"), str(tmp_path / "out-small"), num_workers=1, val_fraction=0.2, test_fraction=0.2
+    )
     assert stats["input_shape"] == [40, 40, 3]
-    assert stats["image_size"] == {"pixels": 40, "reason": "40 px: the images' own size (shorter sides 40 px; the "
-                                   "smallest sets the size, so no image is upsampled; the cap is 180 px)"}
-    explicit = prepare(str(tmp_path / "small"), str(tmp_path / "out-40"), num_workers=1, val_fraction=0.2,
-                       test_fraction=0.2, image_size=40)
+    assert stats["image_size"] == {
+        "pixels": 40,
+        "reason": "40 px: the images' own size (shorter sides 40 px; the "
+        "smallest sets the size, so no image is upsampled; the cap is 180 px)",
+    }
+    explicit = prepare(
+        str(tmp_path / "small"),
+        str(tmp_path / "out-40"),
+        num_workers=1,
+        val_fraction=0.2,
+        test_fraction=0.2,
+        image_size=40,
+    )
     assert explicit["image_size"]["reason"] == "40 px: set by image_size"
-    assert {n: b for n, b in _files(tmp_path / "out-small").items() if n.endswith(".tfrecord")} == \
-        {n: b for n, b in _files(tmp_path / "out-40").items() if n.endswith(".tfrecord")}
+    assert {n: b for n, b in _files(tmp_path / "out-small").items() if n.endswith(".tfrecord")} == {
+        n: b for n, b in _files(tmp_path / "out-40").items() if n.endswith(".tfrecord")
+    }
 
     write_images(tmp_path / "mixed", per_class=10, size=(64, 30))
     write_images(tmp_path / "mixed", classes=("owls",), per_class=10, size=(50, 60))
@@ -200,21 +247,27 @@ def test_image_folders_default_to_their_own_size_never_upsampled(tmp_path):
 
 
 def test_default_image_size_rule():
-    assert default_image_size([40, 40, 40]) == (40, "40 px: the images' own size (shorter sides 40 px; the smallest "
-                                                    "sets the size, so no image is upsampled; the cap is 180 px)")
+    assert default_image_size([40, 40, 40]) == (
+        40,
+        "40 px: the images' own size (shorter sides 40 px; the smallest "
+        "sets the size, so no image is upsampled; the cap is 180 px)",
+    )
     assert default_image_size([32, 500])[0] == 32
     assert default_image_size([240, 333, 500])[0] == 180
     assert default_image_size([])[0] == 180
 
 
-@pytest.mark.parametrize("files, expected", [
-    ({}, 2),
-    ({"/sys/fs/cgroup/cpu.max": "max 100000\n"}, 2),
-    ({"/sys/fs/cgroup/cpu.max": "50000 100000\n"}, 1),
-    ({"/sys/fs/cgroup/cpu.max": "150000 100000\n"}, 2),
-    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 1),
-    ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n"}, 2),
-])
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ({}, 2),
+        ({"/sys/fs/cgroup/cpu.max": "max 100000\n"}, 2),
+        ({"/sys/fs/cgroup/cpu.max": "50000 100000\n"}, 1),
+        ({"/sys/fs/cgroup/cpu.max": "150000 100000\n"}, 2),
+        ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 1),
+        ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n"}, 2),
+    ],
+)
 def test_available_cpus_follows_the_cgroup_limit(monkeypatch, files, expected):
     monkeypatch.setattr(prepare_data.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(prepare_data, "_read", lambda path: files.get(path, ""))
@@ -234,12 +287,32 @@ def test_small_images_default_size_trains_as_well_as_the_right_explicit_size(tmp
     write_shapes(tmp_path / "shapes", per_class=60)
     accuracy = {}
     for name, size in (("default", 0), ("explicit", 40)):
-        stats = prepare(str(tmp_path / "shapes"), str(tmp_path / name), num_workers=1, image_size=size,
-                        val_fraction=0.2, test_fraction=0.2)
+        stats = prepare(
+            str(tmp_path / "shapes"),
+            str(tmp_path / name),
+            num_workers=1,
+            image_size=size,
+            val_fraction=0.2,
+            test_fraction=0.2,
+        )
         assert stats["input_shape"] == [40, 40, 3]
-        subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(tmp_path / name), "--job-dir",
-                        str(tmp_path / f"{name}-job"), "--epochs", "12", "--learning-rate", "0.003"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer.task",
+                "--data-dir",
+                str(tmp_path / name),
+                "--job-dir",
+                str(tmp_path / f"{name}-job"),
+                "--epochs",
+                "12",
+                "--learning-rate",
+                "0.003",
+            ],
+            check=True,
+            capture_output=True,
+        )
         accuracy[name] = evaluate_saved_model(str(tmp_path / f"{name}-job" / "model"), str(tmp_path / name))["accuracy"]
     assert accuracy["default"] >= accuracy["explicit"] - 0.02 and accuracy["default"] >= 0.9, accuracy
 

@@ -3,8 +3,15 @@ import json
 import numpy as np
 import pytest
 
-from components.quantize_model import (MODES, QuantizationError, convert, evaluate_tflite, inspect_tflite,
-                                       markdown_table, publish_decision, quantize)
+from components.quantize_model import (
+    MODES,
+    QuantizationError,
+    convert,
+    evaluate_tflite,
+    inspect_tflite,
+    publish_decision,
+    quantize,
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +50,14 @@ def test_tight_limit_rejects_a_real_accuracy_loss(report, trained_model, digits_
     stats = data.load_stats(str(digits_data))
     model = convert(str(trained_model / "model"), stats["input_shape"], "int8", np.zeros((20, 8, 8, 1), np.float32))
     test = [(x.numpy(), y.numpy()) for x, y in data.make_dataset(str(digits_data), "test", stats, 256, training=False)]
-    result = evaluate_tflite(model, np.concatenate([x for x, _ in test]).astype(np.float32),
-                             np.concatenate([y for _, y in test]))
+    result = evaluate_tflite(
+        model, np.concatenate([x for x, _ in test]).astype(np.float32), np.concatenate([y for _, y in test])
+    )
     drop = round((report["saved_model_accuracy"] - result["accuracy"]) * 100, 4)
     assert drop > 5
     published, reason = publish_decision(
-        {"mode": "int8", "flex_ops": [], "accuracy_drop_points": drop, "size_bytes": len(model)}, 1.0, False)
+        {"mode": "int8", "flex_ops": [], "accuracy_drop_points": drop, "size_bytes": len(model)}, 1.0, False
+    )
     assert not published and reason == f"int8: accuracy drop {drop:.2f} points exceeds max_accuracy_drop 1.00"
 
 
@@ -56,7 +65,9 @@ def test_publish_decision():
     ok = {"mode": "dynamic", "flex_ops": [], "accuracy_drop_points": 0.4, "size_bytes": 10}
     assert publish_decision(ok, 0.5, False) == (True, "dynamic: accuracy drop 0.40 points within 0.50, 10 bytes")
     assert publish_decision({**ok, "accuracy_drop_points": 0.6}, 0.5, False) == (
-        False, "dynamic: accuracy drop 0.60 points exceeds max_accuracy_drop 0.50")
+        False,
+        "dynamic: accuracy drop 0.60 points exceeds max_accuracy_drop 0.50",
+    )
     flex = {**ok, "flex_ops": ["FlexErf"]}
     assert publish_decision(flex, 1.0, False) == (False, "dynamic: needs Select TF (Flex) ops ['FlexErf']")
     assert publish_decision(flex, 1.0, True)[0]
@@ -68,10 +79,20 @@ def test_kfp_step_publishes_the_tflite_artifact(trained_model, digits_data, tmp_
 
     from components.quantize_model import quantize_model
 
-    out = {name: cls(uri=str(tmp_path / name)) for name, cls in
-           (("tflite_model", Model), ("table", Markdown), ("quantization", Artifact))}
-    quantize_model(Model(uri=str(trained_model / "model")), Dataset(uri=str(digits_data)), "float16", 1.0,
-                   False, False, False, **out)
+    out = {
+        name: cls(uri=str(tmp_path / name))
+        for name, cls in (("tflite_model", Model), ("table", Markdown), ("quantization", Artifact))
+    }
+    quantize_model(
+        Model(uri=str(trained_model / "model")),
+        Dataset(uri=str(digits_data)),
+        "float16",
+        1.0,
+        False,
+        False,
+        False,
+        **out,
+    )
     assert (tmp_path / "tflite_model" / "model.tflite").stat().st_size > 1000
     assert out["tflite_model"].metadata["published"] and out["tflite_model"].metadata["mode"] == "float16"
     assert out["tflite_model"].metadata["input"] == {"dtype": "float32", "shape": [1, 8, 8, 1]}

@@ -1,4 +1,5 @@
 """TFRecord files of Examples written without TensorFlow: the bytes TensorFlow itself writes, and read back."""
+
 import io
 
 import numpy as np
@@ -9,17 +10,26 @@ from components.lib.records import TFRecordWriter, encode_example, read_records
 from trainer.data import serialize_example
 
 
-@pytest.mark.parametrize("key, label, value, kind", [
-    ("flowers/roses/1.jpg", 3, np.arange(40 * 40 * 3, dtype=np.uint32).astype(np.uint8).reshape(40, 40, 3), "image"),
-    ("digits/0001", 0, np.zeros((8, 8, 1), np.uint8), "image"),
-    ("iris/0007", 2, np.array([5.1, 3.5, -1.4, 0.2], np.float32), "tabular"),
-    ("wine.csv:1,2#1", 200, np.array([1e30, -0.0, 7.25], np.float32), "tabular"),
-    ("empty", 1, np.array([], np.float32), "tabular"),
-])
+@pytest.mark.parametrize(
+    "key, label, value, kind",
+    [
+        (
+            "flowers/roses/1.jpg",
+            3,
+            np.arange(40 * 40 * 3, dtype=np.uint32).astype(np.uint8).reshape(40, 40, 3),
+            "image",
+        ),
+        ("digits/0001", 0, np.zeros((8, 8, 1), np.uint8), "image"),
+        ("iris/0007", 2, np.array([5.1, 3.5, -1.4, 0.2], np.float32), "tabular"),
+        ("wine.csv:1,2#1", 200, np.array([1e30, -0.0, 7.25], np.float32), "tabular"),
+        ("empty", 1, np.array([], np.float32), "tabular"),
+    ],
+)
 def test_encode_example_is_tensorflows_deterministic_serialization(key, label, value, kind):
     ours = encode_example(key, label, value, kind)
     assert ours == tf.train.Example.FromString(serialize_example(key, label, value, kind)).SerializeToString(
-        deterministic=True)
+        deterministic=True
+    )
     parsed = tf.train.Example.FromString(ours).features.feature
     assert parsed["key"].bytes_list.value == [key.encode()] and parsed["label"].int64_list.value == [label]
 
@@ -45,10 +55,10 @@ def test_reader_reads_tensorflows_records_and_names_each_corruption(tmp_path):
     assert list(read_records(io.BytesIO(data))) == [b"first", b"", b"third"]
     flipped = bytearray(data)
     flipped[12] ^= 1  # the first record's data: that record fails, the next ones are read
-    assert list(read_records(io.BytesIO(bytes(flipped)))) == [
-        "corrupted TFRecord: bad data checksum", b"", b"third"]
+    assert list(read_records(io.BytesIO(bytes(flipped)))) == ["corrupted TFRecord: bad data checksum", b"", b"third"]
     assert list(read_records(io.BytesIO(data[:-2]))) == [b"first", b"", "corrupted TFRecord: truncated record"]
     flipped = bytearray(data)
     flipped[0] ^= 1  # the first length: nothing after it can be framed
     assert list(read_records(io.BytesIO(bytes(flipped)))) == [
-        "corrupted TFRecord: truncated or bad length checksum; the rest of the file is unreadable"]
+        "corrupted TFRecord: truncated or bad length checksum; the rest of the file is unreadable"
+    ]

@@ -1,6 +1,7 @@
 """`python -m pipelines rehearse`: the compiled Vertex template run here against the Vertex AI API double
 (pipelines/rehearsal/). The end-to-end tests run the CLI in subprocesses, as a user would; the recorded requests
 are checked with the same expectations as the GAPIC-boundary tests (tests/vertex_expectations.py)."""
+
 import json
 import os
 import subprocess
@@ -20,15 +21,19 @@ IDENTITY = [
     "platform.network=projects/123456789/global/networks/vpc",
     "platform.encryption_spec_key_name=projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/tfpipe",
     "platform.tensorboard=projects/my-project/locations/us-central1/tensorboards/42",
-    "platform.labels={env: test}", "platform.model_labels={team: ml}", "platform.keep_previous=0",
-    "study.max_trial_count=2", "study.parallel_trial_count=2",
+    "platform.labels={env: test}",
+    "platform.model_labels={team: ml}",
+    "platform.keep_previous=0",
+    "study.max_trial_count=2",
+    "study.parallel_trial_count=2",
 ]
 SETS = [arg for item in IDENTITY for arg in ("--set", item)]
 
 
 def cli(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "pipelines", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def recorded(out: Path, method: str) -> list[dict]:
@@ -37,6 +42,7 @@ def recorded(out: Path, method: str) -> list[dict]:
 
 
 # --- the double's registry (no TF, fast) ------------------------------------------------------------------------
+
 
 def test_registry_versions_aliases_and_deploy_rules(tmp_path):
     registry = Registry(str(tmp_path / "state.json"), "p-rehearsal", "us-central1")
@@ -78,10 +84,12 @@ def test_a_subprocess_talks_to_the_double(tmp_path):
 
     double = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "europe-west4").start()
     try:
-        code = ("from google.cloud import aiplatform_v1\n"
-                "client = aiplatform_v1.ModelServiceClient(client_options={'api_endpoint': "
-                "'europe-west4-aiplatform.googleapis.com'})\n"
-                "print(list(client.list_models(parent='projects/p-rehearsal/locations/europe-west4')))\n")
+        code = (
+            "from google.cloud import aiplatform_v1\n"
+            "client = aiplatform_v1.ModelServiceClient(client_options={'api_endpoint': "
+            "'europe-west4-aiplatform.googleapis.com'})\n"
+            "print(list(client.list_models(parent='projects/p-rehearsal/locations/europe-west4')))\n"
+        )
         env = {**os.environ, **redirect.environment(double.grpc_target, double.http_base, "p-rehearsal")}
         result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     finally:
@@ -94,14 +102,16 @@ def test_a_subprocess_talks_to_the_double(tmp_path):
 
 # --- end to end --------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.e2e
 def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     state = tmp_path / "state"
     platform = load_config(sets=IDENTITY, environ={}).platform
     study = load_config(sets=IDENTITY, environ={}).study
     # 1: the fixed-hyperparameter branch, a new registry model and a new endpoint
-    first = cli("rehearse", "--out", tmp_path / "run1", "--state", state, *SETS, "--param", "tune=false",
-                "--param", "epochs=3")
+    first = cli(
+        "rehearse", "--out", tmp_path / "run1", "--state", state, *SETS, "--param", "tune=false", "--param", "epochs=3"
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
@@ -116,9 +126,22 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)
 
     # 2: the tuning branch, compared with the first run's version, deployed as a 50 % canary
-    second = cli("rehearse", "--out", tmp_path / "run2", "--state", state, *SETS, "--param", "epochs=3",
-                 "--param", "tuning_trial_epochs=1", "--param", "traffic_percentage=50",
-                 "--param", "champion_tolerance=1.0")
+    second = cli(
+        "rehearse",
+        "--out",
+        tmp_path / "run2",
+        "--state",
+        state,
+        *SETS,
+        "--param",
+        "epochs=3",
+        "--param",
+        "tuning_trial_epochs=1",
+        "--param",
+        "traffic_percentage=50",
+        "--param",
+        "champion_tolerance=1.0",
+    )
     assert second.returncode == 0, second.stdout + second.stderr
     summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
@@ -127,8 +150,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     assert statuses["model-upload"] == "SUCCEEDED" and statuses["endpoint-create"] == "SKIPPED"
     assert summary["gate"]["champion"]["name"] == f"champion {model['name']}@1"
     assert f"champion {model['name']}@1's" in summary["gate"]["reason"]
-    expect.check_tuning_job(recorded(tmp_path / "run2", "JobService.CreateHyperparameterTuningJob")[0], platform,
-                            study)
+    expect.check_tuning_job(recorded(tmp_path / "run2", "JobService.CreateHyperparameterTuningJob")[0], platform, study)
     [endpoint] = summary["vertex"]["endpoints"]
     assert sorted(endpoint["traffic_split"].values()) == [50, 50] and len(endpoint["deployed_models"]) == 2
     [model] = summary["vertex"]["models"]
@@ -140,14 +162,29 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     [endpoint] = saved["endpoints"].values()
     assert list(endpoint["traffic_split"].values()) == [100] and len(endpoint["deployed_models"]) == 1
     assert [set(v["version_aliases"]) for v in next(iter(saved["models"].values()))["versions"]] == [
-        set(), {"champion", "default"}]
+        set(),
+        {"champion", "default"},
+    ]
 
     # 3: a batch prediction job on the champion, local instances staged into the GCS emulator
     instances = tmp_path / "instances.jsonl"
-    instances.write_text("".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(4))
-                         + "not json\n")
-    batch = cli("rehearse", "--pipeline", "batch_prediction", "--out", tmp_path / "run3", "--state", state, *SETS,
-                "--param", f"instances={instances}", "--param", "max_error_fraction=0.5")
+    instances.write_text(
+        "".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(4)) + "not json\n"
+    )
+    batch = cli(
+        "rehearse",
+        "--pipeline",
+        "batch_prediction",
+        "--out",
+        tmp_path / "run3",
+        "--state",
+        state,
+        *SETS,
+        "--param",
+        f"instances={instances}",
+        "--param",
+        "max_error_fraction=0.5",
+    )
     assert batch.returncode == 0, batch.stdout + batch.stderr
     summary = json.loads((tmp_path / "run3" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
@@ -156,8 +193,10 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     [staged] = summary["batch_prediction"]["files"]
     assert staged.startswith("gs://") and staged.endswith("/instances.jsonl")
     assert summary["batch_prediction"]["seconds"] > 0
-    assert "<h2>Batch prediction</h2><p>5 instances from\n1 file(s): 4 predicted" in (
-        tmp_path / "run3" / "report.html").read_text()
+    assert (
+        "<h2>Batch prediction</h2><p>5 instances from\n1 file(s): 4 predicted"
+        in (tmp_path / "run3" / "report.html").read_text()
+    )
     [job] = recorded(tmp_path / "run3", "JobService.CreateBatchPredictionJob")
     expect.check_batch_job(job, platform)
     assert job["batch_prediction_job"]["model"] == f"{model['name']}@2"  # the promoted champion
@@ -181,13 +220,25 @@ def test_a_wrong_wire_fails_with_the_step_and_the_apis_message(tmp_path):
     wire["taskOutputParameter"]["outputParameterKey"] = "display_name"
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump(spec, sort_keys=False))
-    result = cli("rehearse", "--template", broken, "--out", tmp_path / "run", "--state", tmp_path / "state",
-                 "--param", "tune=false", "--param", "epochs=1")
+    result = cli(
+        "rehearse",
+        "--template",
+        broken,
+        "--out",
+        tmp_path / "run",
+        "--state",
+        tmp_path / "state",
+        "--param",
+        "tune=false",
+        "--param",
+        "epochs=1",
+    )
     assert result.returncode == 1
     error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("Error: custom-training-job: Vertex AI: job_spec.base_output_directory.output_uri_prefix "
-                            "'tfpipe-training-") and error.endswith("-train' is not a Cloud Storage URI "
-                                                                    "(gs://BUCKET/PATH)")
-    statuses = {s["name"]: s["status"] for s in
-                json.loads((tmp_path / "run" / "run_summary.json").read_text())["steps"]}
+    assert error.startswith(
+        "Error: custom-training-job: Vertex AI: job_spec.base_output_directory.output_uri_prefix 'tfpipe-training-"
+    ) and error.endswith("-train' is not a Cloud Storage URI (gs://BUCKET/PATH)")
+    statuses = {
+        s["name"]: s["status"] for s in json.loads((tmp_path / "run" / "run_summary.json").read_text())["steps"]
+    }
     assert statuses["custom-training-job"] == "FAILED" and statuses["evaluate-model"] == "SKIPPED"

@@ -7,8 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.run_batch_prediction import (BatchPredictionError, InstanceConfig, batch_predict, check_error_budget,
-                                             instance_config, resolve_model)
+from components.run_batch_prediction import (
+    BatchPredictionError,
+    InstanceConfig,
+    batch_predict,
+    check_error_budget,
+    instance_config,
+    resolve_model,
+)
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
@@ -52,12 +58,18 @@ def read_output(directory, name: str, shards: int) -> tuple[list, list]:
     """(results, errors) lines of a local output directory, after checking its layout."""
     directory = Path(directory)
     assert re.fullmatch(rf"prediction-{name}-\d{{4}}_\d{{2}}_\d{{2}}T\d{{2}}_\d{{2}}_\d{{2}}_\d{{3}}Z", directory.name)
-    expected = {f"prediction.{kind}-{k:05d}-of-{shards:05d}" for kind in ("results", "errors_stats")
-                for k in range(shards)}
+    expected = {
+        f"prediction.{kind}-{k:05d}-of-{shards:05d}" for kind in ("results", "errors_stats") for k in range(shards)
+    }
     assert {p.name for p in directory.iterdir()} == expected
-    lines = {kind: [json.loads(line) for k in range(shards)
-                    for line in (directory / f"prediction.{kind}-{k:05d}-of-{shards:05d}").read_text().splitlines()]
-             for kind in ("results", "errors_stats")}
+    lines = {
+        kind: [
+            json.loads(line)
+            for k in range(shards)
+            for line in (directory / f"prediction.{kind}-{k:05d}-of-{shards:05d}").read_text().splitlines()
+        ]
+        for kind in ("results", "errors_stats")
+    }
     return lines["results"], lines["errors_stats"]
 
 
@@ -76,26 +88,36 @@ def test_jsonl_digits_match_the_signature_and_bad_lines_become_errors(trained_mo
     from trainer import data
 
     stats = data.load_stats(str(digits_data))
-    images = np.concatenate([x.numpy() for x, _ in data.make_dataset(str(digits_data), "test", stats, 256,
-                                                                     training=False)])[:40].astype(np.float32)
+    images = np.concatenate(
+        [x.numpy() for x, _ in data.make_dataset(str(digits_data), "test", stats, 256, training=False)]
+    )[:40].astype(np.float32)
     small = images[0, :6, :6]  # another valid shape: the model resizes
     dumps = [json.dumps(x.tolist()) for x in images]
     first = write_lines(tmp_path / "a.jsonl", dumps[:20] + ["{not json", json.dumps(np.zeros((8, 8, 3)).tolist()), ""])
     write_lines(tmp_path / "b.jsonl", dumps[20:] + [json.dumps({"image": small.tolist()}), '"hello"'])
 
-    summary = batch_predict(str(trained_model / "model"), f"{first},{tmp_path}/b*.jsonl", "jsonl",
-                            str(tmp_path / "out"), "digits", batch_size=16)
+    summary = batch_predict(
+        str(trained_model / "model"),
+        f"{first},{tmp_path}/b*.jsonl",
+        "jsonl",
+        str(tmp_path / "out"),
+        "digits",
+        batch_size=16,
+    )
     results, errors = read_output(summary["output_directory"], "digits", 2)
     assert (summary["instances"], summary["succeeded"], summary["failed"]) == (44, 41, 3)
     assert len(results) == 41 and len(errors) == 3 and summary["files"] == [first, str(tmp_path / "b.jsonl")]
-    assert all(set(r) == {"instance", "prediction"} and set(r["prediction"]) == {"probabilities", "class_id"}
-               for r in results)
+    assert all(
+        set(r) == {"instance", "prediction"} and set(r["prediction"]) == {"probabilities", "class_id"} for r in results
+    )
     signature = tf.saved_model.load(str(trained_model / "model")).signatures["serving_default"]
     expected = signature(image=tf.constant(images))["class_id"].numpy()
     by_instance = {json.dumps(r["instance"]): r["prediction"] for r in results}
     assert [by_instance[d]["class_id"] for d in dumps] == expected.tolist()
-    assert by_instance[json.dumps({"image": small.tolist()})]["class_id"] == \
-        signature(image=tf.constant(small[None]))["class_id"].numpy()[0]
+    assert (
+        by_instance[json.dumps({"image": small.tolist()})]["class_id"]
+        == signature(image=tf.constant(small[None]))["class_id"].numpy()[0]
+    )
     assert {e["error"]["code"] for e in errors} == {3}
     messages = {json.dumps(e["instance"]): e["error"]["message"] for e in errors}
     assert messages['"{not json"'].startswith("invalid JSON")
@@ -109,8 +131,9 @@ def test_csv_rows_become_lists_and_wrong_field_counts_become_errors(tabular_mode
         csv.writer(f).writerows([["a", "b", "c"], *rows, [1, 2], ["x", 1, 2]])
     write_lines(tmp_path / "b.csv", ["a,b,c", "4,4,5", "", "7,1,1,1"])
 
-    summary = batch_predict(tabular_model, str(tmp_path / "*.csv"), "csv", str(tmp_path / "out"), "tab",
-                            batch_size=2, parallelism=2)
+    summary = batch_predict(
+        tabular_model, str(tmp_path / "*.csv"), "csv", str(tmp_path / "out"), "tab", batch_size=2, parallelism=2
+    )
     results, errors = read_output(summary["output_directory"], "tab", 2)
     assert (len(results), len(errors)) == (4, 3) and summary["instances"] == 7
     assert [r["instance"] for r in results] == [*rows, [4, 4, 5]]
@@ -156,14 +179,22 @@ def test_csv_shaped_like_the_training_csv_is_matched_to_the_models_feature_colum
     assert results[0]["instance"][0] == "setosa" and len(results[0]["instance"]) == 6  # the row as given
 
     # the same with a key column: the output carries the key; named exclusions are checked against the features
-    keyed = batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "keyed"), "iris", key_field="id",
-                          excluded_fields=["label"])
+    keyed = batch_predict(
+        str(iris_model / "model"),
+        path,
+        "csv",
+        str(tmp_path / "keyed"),
+        "iris",
+        key_field="id",
+        excluded_fields=["label"],
+    )
     results, _ = read_output(keyed["output_directory"], "iris", 1)
     assert results[3] == {"key": "r3", "prediction": results[3]["prediction"]}
     assert [r["prediction"]["class_id"] for r in results] == expected
     with pytest.raises(ValueError, match=r"excluded_fields names the model's feature column\(s\) \['petal width"):
-        batch_predict(str(iris_model / "model"), path, "csv", str(tmp_path / "x"), "iris",
-                      excluded_fields=["petal width (cm)"])
+        batch_predict(
+            str(iris_model / "model"), path, "csv", str(tmp_path / "x"), "iris", excluded_fields=["petal width (cm)"]
+        )
 
     short, _ = iris_csv(tmp_path / "short.csv", ["label", *IRIS_FEATURES[:3]])
     with pytest.raises(ValueError, match=r"lacks the model's feature column\(s\) \['petal width \(cm\)'\]"):
@@ -171,44 +202,67 @@ def test_csv_shaped_like_the_training_csv_is_matched_to_the_models_feature_colum
 
 
 def test_jsonl_objects_as_arrays_of_the_models_feature_columns(iris_model, tmp_path):
-    lines = [json.dumps({"label": "x", **{f: 1.0 + i for i, f in enumerate(reversed(IRIS_FEATURES))}}),
-             json.dumps({IRIS_FEATURES[0]: 5.0}), json.dumps([5.1, 3.5, 1.4, 0.2])]
-    summary = batch_predict(str(iris_model / "model"), write_lines(tmp_path / "a.jsonl", lines), "jsonl",
-                            str(tmp_path / "out"), "iris", instance_type="array")
+    lines = [
+        json.dumps({"label": "x", **{f: 1.0 + i for i, f in enumerate(reversed(IRIS_FEATURES))}}),
+        json.dumps({IRIS_FEATURES[0]: 5.0}),
+        json.dumps([5.1, 3.5, 1.4, 0.2]),
+    ]
+    summary = batch_predict(
+        str(iris_model / "model"),
+        write_lines(tmp_path / "a.jsonl", lines),
+        "jsonl",
+        str(tmp_path / "out"),
+        "iris",
+        instance_type="array",
+    )
     results, errors = read_output(summary["output_directory"], "iris", 1)
     assert len(results) == 2 and [e["error"]["message"] for e in errors] == [
-        f"the object lacks the model's feature field(s) {IRIS_FEATURES[1:]}"]
+        f"the object lacks the model's feature field(s) {IRIS_FEATURES[1:]}"
+    ]
 
 
 def test_included_and_excluded_fields_without_feature_names(tabular_model, tmp_path):
     """A model that does not name its features gets what the options select, in the order they say."""
     write_lines(tmp_path / "a.csv", ["c,label,a,b", "1,x,7,2", "3,y,1,1"])
-    out = batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "i"), "tab",
-                        included_fields=["a", "b", "c"])
+    out = batch_predict(
+        tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "i"), "tab", included_fields=["a", "b", "c"]
+    )
     assert [r["prediction"]["class_id"] for r in read_output(out["output_directory"], "tab", 1)[0]] == [0, 2]
-    out = batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "e"), "tab",
-                        excluded_fields="label")  # file order: c, a, b
+    out = batch_predict(
+        tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "e"), "tab", excluded_fields="label"
+    )  # file order: c, a, b
     assert [r["prediction"]["class_id"] for r in read_output(out["output_directory"], "tab", 1)[0]] == [1, 0]
-    write_lines(tmp_path / "b.jsonl", ['{"a": 1, "b": 9, "c": 2, "id": 7}', '{"a": 1}', '[1, 2, 3]'])
-    out = batch_predict(tabular_model, str(tmp_path / "b.jsonl"), "jsonl", str(tmp_path / "j"), "tab",
-                        included_fields=["a", "b", "c"], instance_type="array")
+    write_lines(tmp_path / "b.jsonl", ['{"a": 1, "b": 9, "c": 2, "id": 7}', '{"a": 1}', "[1, 2, 3]"])
+    out = batch_predict(
+        tabular_model,
+        str(tmp_path / "b.jsonl"),
+        "jsonl",
+        str(tmp_path / "j"),
+        "tab",
+        included_fields=["a", "b", "c"],
+        instance_type="array",
+    )
     results, errors = read_output(out["output_directory"], "tab", 1)
     assert [r["prediction"]["class_id"] for r in results] == [1, 2]  # the array line passes unchanged
     assert [e["error"]["message"] for e in errors] == ["the object lacks included field(s) ['b', 'c']"]
     with pytest.raises(ValueError, match="included_fields \\['d'\\] are not columns of the header"):
-        batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "x"), "tab",
-                      included_fields=["a", "d"])
+        batch_predict(
+            tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "x"), "tab", included_fields=["a", "d"]
+        )
 
 
-@pytest.mark.parametrize("instances_format, options, message", [
-    ("csv", {"included_fields": ["a"], "excluded_fields": ["b"]}, "not both"),
-    ("csv", {"instance_type": "object"}, "CSV rows reach the model as arrays"),
-    ("jsonl", {"instance_type": "array"}, "give included_fields"),
-    ("jsonl", {"instance_type": "table"}, "unknown instance_type 'table'"),
-    ("jsonl", {"key_field": "id", "included_fields": ["id", "a"]}, "key_field 'id' is never sent"),
-    ("file-list", {"excluded_fields": ["a"]}, "excluded_fields applies to jsonl and csv instances, not file-list"),
-    ("tf-record", {"key_field": "k", "instance_type": "array"}, "key_field, instance_type apply to jsonl and csv"),
-])
+@pytest.mark.parametrize(
+    "instances_format, options, message",
+    [
+        ("csv", {"included_fields": ["a"], "excluded_fields": ["b"]}, "not both"),
+        ("csv", {"instance_type": "object"}, "CSV rows reach the model as arrays"),
+        ("jsonl", {"instance_type": "array"}, "give included_fields"),
+        ("jsonl", {"instance_type": "table"}, "unknown instance_type 'table'"),
+        ("jsonl", {"key_field": "id", "included_fields": ["id", "a"]}, "key_field 'id' is never sent"),
+        ("file-list", {"excluded_fields": ["a"]}, "excluded_fields applies to jsonl and csv instances, not file-list"),
+        ("tf-record", {"key_field": "k", "instance_type": "array"}, "key_field, instance_type apply to jsonl and csv"),
+    ],
+)
 def test_instance_config_refuses_what_could_not_work(instances_format, options, message):
     with pytest.raises(ValueError, match=message):
         instance_config(instances_format, **options)
@@ -216,15 +270,17 @@ def test_instance_config_refuses_what_could_not_work(instances_format, options, 
 
 def test_instance_config_defaults_to_the_models_feature_columns():
     features = ("a", "b")
-    assert instance_config("csv", feature_names=features) == InstanceConfig(
-        included_fields=features, by_features=True)
-    assert instance_config("csv", key_field="id", excluded_fields="label, id", feature_names=features) == \
-        InstanceConfig(key_field="id", included_fields=features, by_features=True)
+    assert instance_config("csv", feature_names=features) == InstanceConfig(included_fields=features, by_features=True)
+    assert instance_config(
+        "csv", key_field="id", excluded_fields="label, id", feature_names=features
+    ) == InstanceConfig(key_field="id", included_fields=features, by_features=True)
     assert instance_config("csv", included_fields=["b", "a"], feature_names=features) == InstanceConfig(
-        included_fields=("b", "a"))  # named by the user: as given
+        included_fields=("b", "a")
+    )  # named by the user: as given
     assert instance_config("jsonl", feature_names=features) == InstanceConfig()  # objects stay objects
     assert instance_config("jsonl", instance_type="array", feature_names=features) == InstanceConfig(
-        "array", included_fields=features, by_features=True)
+        "array", included_fields=features, by_features=True
+    )
     assert instance_config("csv") == InstanceConfig()  # no names known: every column but the key
 
 
@@ -232,16 +288,31 @@ def test_key_field_replaces_the_instance_by_its_key(tabular_model, tmp_path):
     write_lines(tmp_path / "a.csv", ["id,a,b,c", "k1,1,7,2", "k2,3,1,1"])
     write_lines(tmp_path / "b.jsonl", ['{"id": 5, "features": [0, 0, 1]}', '{"features": [1, 0, 0]}'])
 
-    csv_results, _ = read_output(batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "c"),
-                                               "tab", key_field="id")["output_directory"], "tab", 1)
-    assert csv_results == [{"key": "k1", "prediction": {"class_id": 1, "total": 10.0}},
-                           {"key": "k2", "prediction": {"class_id": 0, "total": 5.0}}]
-    results, errors = read_output(batch_predict(tabular_model, str(tmp_path / "b.jsonl"), "jsonl",
-                                                str(tmp_path / "j"), "tab", key_field="id")["output_directory"],
-                                  "tab", 1)
+    csv_results, _ = read_output(
+        batch_predict(tabular_model, str(tmp_path / "a.csv"), "csv", str(tmp_path / "c"), "tab", key_field="id")[
+            "output_directory"
+        ],
+        "tab",
+        1,
+    )
+    assert csv_results == [
+        {"key": "k1", "prediction": {"class_id": 1, "total": 10.0}},
+        {"key": "k2", "prediction": {"class_id": 0, "total": 5.0}},
+    ]
+    results, errors = read_output(
+        batch_predict(tabular_model, str(tmp_path / "b.jsonl"), "jsonl", str(tmp_path / "j"), "tab", key_field="id")[
+            "output_directory"
+        ],
+        "tab",
+        1,
+    )
     assert results == [{"key": 5, "prediction": {"class_id": 2, "total": 1.0}}]
-    assert errors == [{"instance": {"features": [1, 0, 0]}, "error": {
-        "code": 3, "message": "key_field 'id' needs an object instance with that field"}}]
+    assert errors == [
+        {
+            "instance": {"features": [1, 0, 0]},
+            "error": {"code": 3, "message": "key_field 'id' needs an object instance with that field"},
+        }
+    ]
 
 
 @pytest.mark.parametrize("instances_format", ["tf-record", "tf-record-gzip"])
@@ -255,8 +326,9 @@ def test_tf_records_reach_the_model_as_b64(strings_model, tmp_path, instances_fo
             for record in items:
                 writer.write(record)
 
-    summary = batch_predict(strings_model, str(tmp_path / "*.tfrecord"), instances_format, str(tmp_path / "out"),
-                            "strings", batch_size=3)
+    summary = batch_predict(
+        strings_model, str(tmp_path / "*.tfrecord"), instances_format, str(tmp_path / "out"), "strings", batch_size=3
+    )
     results, errors = read_output(summary["output_directory"], "strings", 2)
     assert summary["signature_name"] == "serving_default"  # it takes strings: the records as they are
     # the batch the model fails on is retried instance by instance: only the failing instance is an error
@@ -307,7 +379,8 @@ def prepared_class_ids(model_dir, data_dir) -> dict[str, int]:
                 example = tf.train.Example.FromString(record.numpy()).features.feature
                 pixels = np.frombuffer(example["image"].bytes_list.value[0], np.uint8).reshape(stats["input_shape"])
                 answers[example["key"].bytes_list.value[0].decode()] = int(
-                    signature(image=tf.constant(pixels[None], tf.float32))["class_id"][0])
+                    signature(image=tf.constant(pixels[None], tf.float32))["class_id"][0]
+                )
     return answers
 
 
@@ -325,17 +398,22 @@ def test_a_file_list_of_images_is_predicted_from_the_files_bytes(image_folder_mo
     assert (summary["succeeded"], summary["failed"]) == (len(paths), 1)
     expected = prepared_class_ids(job / "model", data_dir)
     assert {r["instance"]: r["prediction"]["class_id"] for r in results} == {
-        p: expected[str(Path(p).relative_to(folder))] for p in paths}
+        p: expected[str(Path(p).relative_to(folder))] for p in paths
+    }
     [error] = errors
     assert error["instance"] == str(tmp_path / "notes.png") and error["error"]["code"] == 13
     assert "model execution failed" in error["error"]["message"]
 
     # serving_default by name: the bytes do not fit its pixel input (every instance is an error line)
-    named = batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "named"), "pets",
-                          signature_name="serving_default")
+    named = batch_predict(
+        str(job / "model"), listing, "file-list", str(tmp_path / "named"), "pets", signature_name="serving_default"
+    )
     assert (named["signature_name"], named["succeeded"]) == ("serving_default", 0)
-    with pytest.raises(ValueError, match=r"no signature 'nope'; available: \['serving_default', "
-                                         r"'serving_image_bytes'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"no signature 'nope'; available: \['serving_default', "
+        r"'serving_image_bytes'\]",
+    ):
         batch_predict(str(job / "model"), listing, "file-list", str(tmp_path / "x"), "pets", signature_name="nope")
 
 
@@ -361,15 +439,22 @@ def test_gcs_model_inputs_and_output(strings_model, gcs_emulator, tmp_path):
         gcs_emulator.blob(f"in/{name}").upload_from_string("".join(json.dumps(b64(v)) + "\n" for v in values))
     gcs_emulator.blob("in/other.txt").upload_from_string("not an input")
 
-    summary = batch_predict("gs://test-bucket/models/s", "gs://test-bucket/in/part-*.jsonl", "jsonl",
-                            "gs://test-bucket/out/", "s")
+    summary = batch_predict(
+        "gs://test-bucket/models/s", "gs://test-bucket/in/part-*.jsonl", "jsonl", "gs://test-bucket/out/", "s"
+    )
     assert summary["files"] == ["gs://test-bucket/in/part-1.jsonl", "gs://test-bucket/in/part-2.jsonl"]
     assert re.fullmatch(r"gs://test-bucket/out/prediction-s-[\dT_]+Z", summary["output_directory"])
-    folder = summary["output_directory"][len("gs://test-bucket/"):]
-    blobs = {b.name[len(folder) + 1:]: b.download_as_bytes() for b in gcs_emulator.client.list_blobs(
-        "test-bucket", prefix=folder + "/")}
-    assert sorted(blobs) == ["prediction.errors_stats-00000-of-00002", "prediction.errors_stats-00001-of-00002",
-                             "prediction.results-00000-of-00002", "prediction.results-00001-of-00002"]
+    folder = summary["output_directory"][len("gs://test-bucket/") :]
+    blobs = {
+        b.name[len(folder) + 1 :]: b.download_as_bytes()
+        for b in gcs_emulator.client.list_blobs("test-bucket", prefix=folder + "/")
+    }
+    assert sorted(blobs) == [
+        "prediction.errors_stats-00000-of-00002",
+        "prediction.errors_stats-00001-of-00002",
+        "prediction.results-00000-of-00002",
+        "prediction.results-00001-of-00002",
+    ]
     results = blobs["prediction.results-00000-of-00002"].splitlines()
     assert [json.loads(line)["prediction"] for line in results] == [2, 3]
     assert blobs["prediction.errors_stats-00001-of-00002"] == b""
@@ -408,8 +493,9 @@ def test_model_resolution_and_kfp_step(strings_model, tmp_path):
 
     write_lines(tmp_path / "a.jsonl", [json.dumps(b64(b"abc")), "[1]"])
     predictions = Artifact(uri=str(tmp_path / "predictions"))
-    outputs = run_batch_prediction(repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", 0.5, "",
-                                   predictions)
+    outputs = run_batch_prediction(
+        repo, "s", "1", str(tmp_path / "a.jsonl"), "jsonl", 8, "", [], [], "", 0.5, "", predictions
+    )
     assert (outputs.succeeded, outputs.failed) == (1, 1)
     assert outputs.output_directory.startswith(str(tmp_path / "predictions" / "prediction-s-"))
     assert predictions.metadata["model"] == first.path and predictions.metadata["instances"] == 2
@@ -425,22 +511,42 @@ def test_a_run_with_more_failed_instances_than_its_budget_fails_the_step(tabular
 
     write_lines(tmp_path / "a.csv", ["a,b,c,label", "1,2,3,x", "4,5,6,y", "7,8,9,z"])
     predictions = Artifact(uri=str(tmp_path / "predictions"))
-    with pytest.raises(BatchPredictionError, match=r"^3 of 3 instances failed, 0 succeeded \(100\.0%\), above "
-                                                   r"max_error_fraction 10\.0% \(in .*/predictions/prediction-t-"):
-        run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], [], "", 0.1, "",
-                             predictions)
+    with pytest.raises(
+        BatchPredictionError,
+        match=r"^3 of 3 instances failed, 0 succeeded \(100\.0%\), above "
+        r"max_error_fraction 10\.0% \(in .*/predictions/prediction-t-",
+    ):
+        run_batch_prediction(
+            "", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], [], "", 0.1, "", predictions
+        )
     [output] = (tmp_path / "predictions").iterdir()
     assert len(read_output(output, "t", 1)[1]) == 3
-    outputs = run_batch_prediction("", "t", tabular_model, str(tmp_path / "a.csv"), "csv", 8, "", [], ["label"], "",
-                                   0.1, "", Artifact(uri=str(tmp_path / "p2")))
+    outputs = run_batch_prediction(
+        "",
+        "t",
+        tabular_model,
+        str(tmp_path / "a.csv"),
+        "csv",
+        8,
+        "",
+        [],
+        ["label"],
+        "",
+        0.1,
+        "",
+        Artifact(uri=str(tmp_path / "p2")),
+    )
     assert (outputs.succeeded, outputs.failed) == (3, 0)
 
 
 def test_error_budget():
     assert check_error_budget(9, 1, 0.1) == "1 of 10 instances failed, 9 succeeded (10.0%; max_error_fraction 10.0%)"
     assert check_error_budget(0, 5, 1.0).startswith("5 of 5 instances failed")  # the user accepts any share
-    with pytest.raises(BatchPredictionError, match=r"^1 of 10 instances failed, 9 succeeded \(10\.0%\), above "
-                                                   r"max_error_fraction 0\.0% \(job j\);"):
+    with pytest.raises(
+        BatchPredictionError,
+        match=r"^1 of 10 instances failed, 9 succeeded \(10\.0%\), above "
+        r"max_error_fraction 0\.0% \(job j\);",
+    ):
         check_error_budget(9, 1, 0.0, " (job j)")
     with pytest.raises(BatchPredictionError, match="no instances were predicted: the input holds none"):
         check_error_budget(0, 0, 0.5)
@@ -455,17 +561,30 @@ def test_kfp_component_interface():
 
     spec = dsl.component(run_batch_prediction, base_image="python:3.11", install_kfp_package=False).component_spec
     assert {name: i.type for name, i in spec.inputs.items()} == {
-        "model_repository": "String", "model_name": "String", "model": "String", "instances": "String",
-        "instances_format": "String", "batch_size": "Integer", "key_field": "String", "included_fields": "List",
-        "excluded_fields": "List", "instance_type": "String", "max_error_fraction": "Float",
-        "signature_name": "String"}
+        "model_repository": "String",
+        "model_name": "String",
+        "model": "String",
+        "instances": "String",
+        "instances_format": "String",
+        "batch_size": "Integer",
+        "key_field": "String",
+        "included_fields": "List",
+        "excluded_fields": "List",
+        "instance_type": "String",
+        "max_error_fraction": "Float",
+        "signature_name": "String",
+    }
     assert {name: o.type for name, o in spec.outputs.items()} == {
-        "predictions": "system.Artifact@0.0.1", "output_directory": "String", "succeeded": "Integer",
-        "failed": "Integer"}
+        "predictions": "system.Artifact@0.0.1",
+        "output_directory": "String",
+        "succeeded": "Integer",
+        "failed": "Integer",
+    }
 
 
-@pytest.mark.parametrize("options", [{}, {"key_field": "id"},
-                                     {"key_field": "id", "included_fields": "a,b,c", "instance_type": "array"}])
+@pytest.mark.parametrize(
+    "options", [{}, {"key_field": "id"}, {"key_field": "id", "included_fields": "a,b,c", "instance_type": "array"}]
+)
 def test_jsonl_parsed_in_other_processes_writes_what_one_process_writes(tabular_model, tmp_path, options):
     """Chunks of lines parsed in worker processes and replayed in order: the same results lines in the same order,
     and the same errors lines, as parsing in the predicting process, across chunk boundaries (4 × 8 lines a chunk
@@ -494,11 +613,25 @@ def test_jsonl_parsed_in_other_processes_writes_what_one_process_writes(tabular_
     write_lines(tmp_path / "b.jsonl", lines[::-1])
     outputs = {}
     for processes in (0, 1, 2):
-        summary = batch_predict(tabular_model, str(tmp_path / "*.jsonl"), "jsonl", str(tmp_path / f"out{processes}"),
-                                "tab", batch_size=4, parallelism=2, parse_processes=processes, **options)
+        summary = batch_predict(
+            tabular_model,
+            str(tmp_path / "*.jsonl"),
+            "jsonl",
+            str(tmp_path / f"out{processes}"),
+            "tab",
+            batch_size=4,
+            parallelism=2,
+            parse_processes=processes,
+            **options,
+        )
         directory = Path(summary["output_directory"])
-        outputs[processes] = ({p.name: p.read_bytes() if "results" in p.name else sorted(p.read_bytes().splitlines())
-                               for p in directory.iterdir()}, (summary["succeeded"], summary["failed"]))
+        outputs[processes] = (
+            {
+                p.name: p.read_bytes() if "results" in p.name else sorted(p.read_bytes().splitlines())
+                for p in directory.iterdir()
+            },
+            (summary["succeeded"], summary["failed"]),
+        )
     assert outputs[0] == outputs[1] == outputs[2]
     files, (succeeded, failed) = outputs[0]
     assert succeeded == 300 and failed > 20

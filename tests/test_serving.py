@@ -1,4 +1,5 @@
 """The TF-Serving-compatible server: REST and gRPC contract, errors, versions, labels, warmup, hot swap."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,13 @@ import numpy as np
 import pytest
 import requests
 import tensorflow as tf
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
-                                     predict_pb2, prediction_service_pb2_grpc)
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
 from serving.batching import BatchingOptions
 from serving.client import PredictionError, ServingClient
@@ -47,7 +53,9 @@ def test_rest_row_and_columnar(server):
     row = post(server, "toy:predict", {"instances": [[1, 2, 3], [4, 5, 6]]})
     assert row.status_code == 200
     assert row.json() == {"predictions": [{"y": [1.0, 2.0, 3.0], "version": 1}, {"y": [4.0, 5.0, 6.0], "version": 1}]}
-    named = post(server, "toy/versions/1:predict", {"instances": [{"x": [1, 2, 3]}], "signature_name": "serving_default"})
+    named = post(
+        server, "toy/versions/1:predict", {"instances": [{"x": [1, 2, 3]}], "signature_name": "serving_default"}
+    )
     assert named.json() == {"predictions": [{"y": [1.0, 2.0, 3.0], "version": 1}]}
     columnar = post(server, "toy/labels/stable:predict", {"inputs": {"x": [[1, 1, 1], [2, 2, 2]]}})
     assert columnar.json() == {"outputs": {"y": [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]], "version": [1, 1]}}
@@ -65,21 +73,24 @@ def test_single_output_is_returned_without_its_name(tmp_path):
         s.stop()
 
 
-@pytest.mark.parametrize("path,kwargs,status,message", [
-    ("toy:predict", {"data": "{not json"}, 400, "JSON Parse error"),
-    ("toy:predict", {"body": {"instances": [[1, 2, 3]], "inputs": [[1, 2, 3]]}}, 400, "either 'instances'"),
-    ("toy:predict", {"body": {"examples": []}}, 400, "missing 'instances' or 'inputs'"),
-    ("toy:predict", {"body": {"instances": [[1, 2]]}}, 400, "input 'x' expects shape [3] per instance, got [2]"),
-    ("toy:predict", {"body": {"instances": [[1, 2, 3], [1, 2]]}}, 400, "input 'x'"),
-    ("toy:predict", {"body": {"inputs": [["a", "b", "c"]]}}, 400, "cannot convert to float32"),
-    ("toy:predict", {"body": {"instances": [[1, 2, 3]], "signature_name": "nope"}}, 404, "\"nope\" not found"),
-    ("other:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "Servable not found for request: Latest(other)"),
-    ("toy/versions/7:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "Specific(toy, 7)"),
-    ("toy/versions/x:predict", {"body": {"instances": [[1, 2, 3]]}}, 400, "Failed to convert version"),
-    ("toy/labels/nope:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "Unrecognized servable version label"),
-    ("toy/labels/canary:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "points at version 9"),
-    ("toy:predict", {"data": json.dumps({"instances": [[1.5, 2, 3]] * 400})}, 413, "exceeds the 4096-byte limit"),
-])
+@pytest.mark.parametrize(
+    "path,kwargs,status,message",
+    [
+        ("toy:predict", {"data": "{not json"}, 400, "JSON Parse error"),
+        ("toy:predict", {"body": {"instances": [[1, 2, 3]], "inputs": [[1, 2, 3]]}}, 400, "either 'instances'"),
+        ("toy:predict", {"body": {"examples": []}}, 400, "missing 'instances' or 'inputs'"),
+        ("toy:predict", {"body": {"instances": [[1, 2]]}}, 400, "input 'x' expects shape [3] per instance, got [2]"),
+        ("toy:predict", {"body": {"instances": [[1, 2, 3], [1, 2]]}}, 400, "input 'x'"),
+        ("toy:predict", {"body": {"inputs": [["a", "b", "c"]]}}, 400, "cannot convert to float32"),
+        ("toy:predict", {"body": {"instances": [[1, 2, 3]], "signature_name": "nope"}}, 404, '"nope" not found'),
+        ("other:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "Servable not found for request: Latest(other)"),
+        ("toy/versions/7:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "Specific(toy, 7)"),
+        ("toy/versions/x:predict", {"body": {"instances": [[1, 2, 3]]}}, 400, "Failed to convert version"),
+        ("toy/labels/nope:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "Unrecognized servable version label"),
+        ("toy/labels/canary:predict", {"body": {"instances": [[1, 2, 3]]}}, 404, "points at version 9"),
+        ("toy:predict", {"data": json.dumps({"instances": [[1.5, 2, 3]] * 400})}, 413, "exceeds the 4096-byte limit"),
+    ],
+)
 def test_rest_errors(server, path, kwargs, status, message):
     response = post(server, path, kwargs.get("body"), kwargs.get("data"))
     assert response.status_code == status
@@ -87,8 +98,11 @@ def test_rest_errors(server, path, kwargs, status, message):
 
 
 def test_rest_status_and_metadata(server):
-    expected = {"model_version_status": [
-        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]}
+    expected = {
+        "model_version_status": [
+            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ]
+    }
     for path in ("toy", "toy/versions/1", "toy/labels/stable"):
         assert requests.get(f"{server.rest_url}/v1/models/{path}").json() == expected
     assert requests.get(f"{server.rest_url}/v1/models/toy/versions/5").status_code == 404
@@ -141,7 +155,11 @@ def test_grpc_predict_status_metadata(server):
     status_request.model_spec.name = "toy"
     status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(status_request, 10)
     (entry,) = status.model_version_status
-    assert (entry.version, entry.state, entry.status.error_code) == (1, get_model_status_pb2.ModelVersionStatus.AVAILABLE, 0)
+    assert (entry.version, entry.state, entry.status.error_code) == (
+        1,
+        get_model_status_pb2.ModelVersionStatus.AVAILABLE,
+        0,
+    )
 
     meta_request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     meta_request.model_spec.name = "toy"
@@ -183,12 +201,14 @@ def test_seed_rest_and_grpc_clients_work_unchanged(tmp_path):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tf_keras
 
-    model = tf_keras.Sequential([
-        tf_keras.layers.Flatten(input_shape=[28, 28], dtype=tf.uint8),
-        tf_keras.layers.Rescaling(scale=1 / 255),
-        tf_keras.layers.Dense(100, activation="relu"),
-        tf_keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = tf_keras.Sequential(
+        [
+            tf_keras.layers.Flatten(input_shape=[28, 28], dtype=tf.uint8),
+            tf_keras.layers.Rescaling(scale=1 / 255),
+            tf_keras.layers.Dense(100, activation="relu"),
+            tf_keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
     model_name = "my_mnist_model"
     model.save(str(tmp_path / model_name / "0001"), save_format="tf")
     X_new = np.random.default_rng(0).integers(0, 255, (3, 28, 28), dtype=np.uint8)
@@ -231,7 +251,9 @@ def load_clients(server, stop, n=16):
         session = requests.Session()
         while not stop.is_set():
             try:
-                r = session.post(f"{server.rest_url}/v1/models/toy:predict", json={"instances": [[1, 1, 1]]}, timeout=30)
+                r = session.post(
+                    f"{server.rest_url}/v1/models/toy:predict", json={"instances": [[1, 1, 1]]}, timeout=30
+                )
                 if r.status_code != 200:
                     failures.append(r.text)
                 else:
@@ -260,7 +282,9 @@ def test_hot_swap_and_rollback_under_load(repo, tmp_path):
         wait_for(lambda: all(len(v) >= 3 for v in seen))
         publish(toy_model(str(tmp_path / "staging2"), k=2), str(repo), "toy", "2")
         wait_for(lambda: all(v and v[-1] == 2 for v in seen))
-        statuses = {e["version"]: e["state"] for e in requests.get(f"{s.rest_url}/v1/models/toy").json()["model_version_status"]}
+        statuses = {
+            e["version"]: e["state"] for e in requests.get(f"{s.rest_url}/v1/models/toy").json()["model_version_status"]
+        }
         assert statuses == {"2": "AVAILABLE", "1": "END"}
         marks = [len(v) for v in seen]
         remove(str(repo / "toy" / "2"))  # roll back: the previous version takes over again
@@ -281,11 +305,17 @@ def test_version_policies_and_labels(tmp_path):
         toy_model(str(tmp_path / "toy" / str(v)), k=v)
 
     def versions_served(server):
-        return sorted(int(e["version"]) for e in requests.get(f"{server.rest_url}/v1/models/toy").json()
-                      ["model_version_status"] if e["state"] == "AVAILABLE")
+        return sorted(
+            int(e["version"])
+            for e in requests.get(f"{server.rest_url}/v1/models/toy").json()["model_version_status"]
+            if e["state"] == "AVAILABLE"
+        )
 
-    for policy, expected in [(Policy("latest", 2), [2, 3]), (Policy("all"), [1, 2, 3]),
-                             (Policy("specific", versions=(1, 3)), [1, 3])]:
+    for policy, expected in [
+        (Policy("latest", 2), [2, 3]),
+        (Policy("all"), [1, 2, 3]),
+        (Policy("specific", versions=(1, 3)), [1, 3]),
+    ]:
         s = start(tmp_path, policy, labels={"stable": 1})
         try:
             assert versions_served(s) == expected
@@ -353,8 +383,10 @@ def test_an_image_model_answers_encoded_images_on_rest_grpc_and_the_vertex_route
         want = [expected[str(p.relative_to(folder))] for p in paths]
         images = [{"b64": base64.b64encode(p.read_bytes()).decode()} for p in paths]
 
-        rest = requests.post(f"{server.rest_url}/v1/models/pets:predict",
-                             json={"signature_name": "serving_image_bytes", "instances": images}).json()
+        rest = requests.post(
+            f"{server.rest_url}/v1/models/pets:predict",
+            json={"signature_name": "serving_image_bytes", "instances": images},
+        ).json()
         assert [p["class_id"] for p in rest["predictions"]] == want
         client = ServingClient(server.rest_url, server.grpc_target, "pets")
         encoded = np.array([p.read_bytes() for p in paths], dtype=object)
@@ -362,17 +394,21 @@ def test_an_image_model_answers_encoded_images_on_rest_grpc_and_the_vertex_route
             out = client.predict(encoded, signature_name="serving_image_bytes", protocol=protocol)
             assert out["class_id"].tolist() == want and out["probabilities"].shape == (len(paths), 2)
         client.close()
-        vertex = requests.post(f"{server.rest_url}/predict", json={
-            "instances": images, "parameters": {"signature_name": "serving_image_bytes"}}).json()
+        vertex = requests.post(
+            f"{server.rest_url}/predict",
+            json={"instances": images, "parameters": {"signature_name": "serving_image_bytes"}},
+        ).json()
         assert [p["class_id"] for p in vertex["predictions"]] == want
 
         wrong = requests.post(f"{server.rest_url}/v1/models/pets:predict", json={"instances": images[:1]})
         assert wrong.status_code == 400 and wrong.json()["error"] == (
             "input 'image' has dtype float32; b64 objects need a string input; this model takes encoded bytes on "
-            "signature 'serving_image_bytes': send \"signature_name\": \"serving_image_bytes\"")
+            'signature \'serving_image_bytes\': send "signature_name": "serving_image_bytes"'
+        )
         wrong = requests.post(f"{server.rest_url}/predict", json={"instances": images[:1]})
         assert wrong.status_code == 400 and wrong.json()["error"].endswith(
-            "send \"parameters\": {\"signature_name\": \"serving_image_bytes\"}")
+            'send "parameters": {"signature_name": "serving_image_bytes"}'
+        )
     finally:
         server.stop()
 
@@ -390,9 +426,11 @@ def test_event_loop_is_uvloop_and_tensorflow_threads_are_settable():
         return type(asyncio.get_running_loop()).__module__
 
     assert run(loop_module()).startswith("uvloop")
-    code = ("from serving.server import set_tensorflow_threads; set_tensorflow_threads(1, 2); "
-            "import tensorflow as tf; print(tf.config.threading.get_intra_op_parallelism_threads(), "
-            "tf.config.threading.get_inter_op_parallelism_threads())")
+    code = (
+        "from serving.server import set_tensorflow_threads; set_tensorflow_threads(1, 2); "
+        "import tensorflow as tf; print(tf.config.threading.get_intra_op_parallelism_threads(), "
+        "tf.config.threading.get_inter_op_parallelism_threads())"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["1", "2"], done.stderr[-500:]
 

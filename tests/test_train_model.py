@@ -1,5 +1,6 @@
 """The local launcher: real MultiWorkerMirroredStrategy training (slow, `e2e`: separate TF processes), lost workers
 restarting the group, failing workers ending the step at once."""
+
 import io
 import json
 import os
@@ -23,13 +24,16 @@ def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     job = tmp_path / "job"
     sink = io.StringIO()
     before = set(os.listdir("/tmp"))
-    result = launch(2, ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "2"],
-                    str(tmp_path / "logs"), sink=sink)
+    result = launch(
+        2, ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "2"], str(tmp_path / "logs"), sink=sink
+    )
     assert result.attempts == 1 and result.exit_codes == [[0, 0]]
     out = sink.getvalue()
     # both workers ran the same number of steps per epoch (printed by Keras as "N/N")
-    steps = {w: [line.split()[1] for line in out.splitlines() if line.startswith(f"[{w}] ") and "/epoch" in line]
-             for w in ("chief", "worker-0")}
+    steps = {
+        w: [line.split()[1] for line in out.splitlines() if line.startswith(f"[{w}] ") and "/epoch" in line]
+        for w in ("chief", "worker-0")
+    }
     assert steps["chief"] == steps["worker-0"] and len(steps["chief"]) == 2
     assert (job / "model" / "saved_model.pb").exists()
     metrics = json.loads((job / "metrics.json").read_text())
@@ -65,8 +69,13 @@ def test_small_csv_trains_with_three_workers(tmp_path):
     stats = prepare(str(wine_csv(tmp_path / "wine.csv")), str(tmp_path / "data"), num_workers=3)
     assert stats["splits"]["train"]["shards"] == 3 and stats["splits"]["train"]["examples"] / 3 < 96
     job = tmp_path / "job"
-    result = launch(3, ["--data-dir", str(tmp_path / "data"), "--job-dir", str(job), "--epochs", "8",
-                        "--learning-rate", "0.01"], str(tmp_path / "logs"), max_restarts=0, sink=io.StringIO())
+    result = launch(
+        3,
+        ["--data-dir", str(tmp_path / "data"), "--job-dir", str(job), "--epochs", "8", "--learning-rate", "0.01"],
+        str(tmp_path / "logs"),
+        max_restarts=0,
+        sink=io.StringIO(),
+    )
     assert result.attempts == 1 and result.exit_codes == [[0, 0, 0]]
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["num_workers"] == 3 and metrics["global_batch_size"] == 96
@@ -92,9 +101,14 @@ def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_p
         threading.Thread(target=watch, daemon=True).start()
 
     sink = io.StringIO()
-    result = launch(2, ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "6",
-                        "--steps-per-epoch", "60"], str(tmp_path / "logs"), max_restarts=2, sink=sink,
-                    on_start=kill_worker_after_two_epochs)
+    result = launch(
+        2,
+        ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "6", "--steps-per-epoch", "60"],
+        str(tmp_path / "logs"),
+        max_restarts=2,
+        sink=sink,
+        on_start=kill_worker_after_two_epochs,
+    )
     assert result.attempts == 2 and result.exit_codes[0][1] == -signal.SIGKILL and result.exit_codes[1] == [0, 0]
     epochs = [h["epoch"] for h in history(job)]
     assert epochs == list(range(1, 7)), epochs  # continued from the backup, not restarted from epoch 1
@@ -108,13 +122,20 @@ def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_p
 
 def test_restart_budget_is_bounded(tmp_path):
     """A worker lost on every attempt: the group restarts `max_restarts` times, then the step fails."""
+
     def kill_at_once(attempt, pids):
         os.kill(pids[1], signal.SIGKILL)
 
     sink = io.StringIO()
     with pytest.raises(TrainingError, match=r"training failed after 2 attempt\(s\): workers were lost every time"):
-        launch(2, ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
-               str(tmp_path / "logs"), max_restarts=1, sink=sink, on_start=kill_at_once)
+        launch(
+            2,
+            ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
+            str(tmp_path / "logs"),
+            max_restarts=1,
+            sink=sink,
+            on_start=kill_at_once,
+        )
     assert sink.getvalue().count("worker-0 exited with code -9 (killed by a signal: lost)") == 2
     assert "restarting the group (1/1)" in sink.getvalue()
 
@@ -124,11 +145,17 @@ def test_a_worker_failing_with_an_error_ends_the_step_at_once(tmp_path):
     sink = io.StringIO()
     started = time.time()
     with pytest.raises(TrainingError) as failure:
-        launch(2, ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
-               str(tmp_path / "logs"), max_restarts=2, sink=sink)
+        launch(
+            2,
+            ["--data-dir", str(tmp_path / "missing"), "--job-dir", str(tmp_path / "j")],
+            str(tmp_path / "logs"),
+            max_restarts=2,
+            sink=sink,
+        )
     message = str(failure.value)
-    first = re.match(r"(chief|worker-0) failed \(exit code 1, attempt 1\): NotFoundError: .*missing/stats\.json",
-                     message)  # the first worker to fail (both do, at about the same time)
+    first = re.match(
+        r"(chief|worker-0) failed \(exit code 1, attempt 1\): NotFoundError: .*missing/stats\.json", message
+    )  # the first worker to fail (both do, at about the same time)
     assert first and f"{first[1]}.attempt-1.log" in message
     assert "attempt 2:" not in sink.getvalue() and "restarting the group" not in sink.getvalue()
     assert f"{first[1]} failed with an error: not restarting" in sink.getvalue()
@@ -139,8 +166,10 @@ def test_a_worker_failing_with_an_error_ends_the_step_at_once(tmp_path):
 def test_lost_and_error_summary(tmp_path):
     assert [lost(code) for code in (-9, -15, 137, 143, 0, 1, 2, 128)] == [True] * 4 + [False] * 4
     log = tmp_path / "w.log"
-    log.write_text("Epoch 1/2\nTraceback (most recent call last):\n  File \"x.py\", line 1\n    fit()\n"
-                   "ValueError: Unexpected result of `train_function` (Empty logs).\nmore details\n")
+    log.write_text(
+        'Epoch 1/2\nTraceback (most recent call last):\n  File "x.py", line 1\n    fit()\n'
+        "ValueError: Unexpected result of `train_function` (Empty logs).\nmore details\n"
+    )
     assert error_summary(str(log)) == "ValueError: Unexpected result of `train_function` (Empty logs)."
     log.write_text("python -m trainer.task: error: --epochs must be >= 1\n\n")
     assert error_summary(str(log)) == "python -m trainer.task: error: --epochs must be >= 1"
@@ -150,11 +179,20 @@ def test_lost_and_error_summary(tmp_path):
 def test_tf_config_for_local_workers_uses_vertex_layout():
     assert tf_config([1000, 1001, 1002], 0) == {
         "cluster": {"chief": ["localhost:1000"], "worker": ["localhost:1001", "localhost:1002"]},
-        "task": {"type": "chief", "index": 0}}
+        "task": {"type": "chief", "index": 0},
+    }
     assert tf_config([1000, 1001, 1002], 2)["task"] == {"type": "worker", "index": 1}
     assert tf_config([1000], 0) == {"cluster": {"chief": ["localhost:1000"]}, "task": {"type": "chief", "index": 0}}
 
 
 def test_trainer_flags_from_kfp_dicts():
     assert trainer_flags({"batch_size": 32.0, "learning_rate": 0.003, "dropout": 0.0, "epochs": 5}) == [
-        "--batch-size", "32", "--learning-rate", "0.003", "--dropout", "0", "--epochs", "5"]
+        "--batch-size",
+        "32",
+        "--learning-rate",
+        "0.003",
+        "--dropout",
+        "0",
+        "--epochs",
+        "5",
+    ]

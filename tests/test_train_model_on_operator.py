@@ -1,5 +1,6 @@
 """The kubeflow training step against a Kubernetes API double: the exact TFJob, and the step's behaviour on each
 status transition (running → succeeded, failed with a message, cancelled, missing operator, a retried step)."""
+
 import json
 import os
 import signal
@@ -14,10 +15,18 @@ from tests.kube_api import KubeAPI
 TFJOBS = {"kubeflow.org/v1": {"tfjobs": "TFJob"}}
 CREATED = {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "TFJob ml/x is created."}
 RUNNING = {"type": "Running", "status": "True", "reason": "TFJobRunning", "message": "TFJob ml/x is running."}
-SUCCEEDED = {"type": "Succeeded", "status": "True", "reason": "TFJobSucceeded",
-             "message": "TFJob ml/x successfully completed."}
-FAILED = {"type": "Failed", "status": "True", "reason": "TFJobFailed",
-          "message": "TFJob ml/x has failed because 1 Chief replica(s) failed."}
+SUCCEEDED = {
+    "type": "Succeeded",
+    "status": "True",
+    "reason": "TFJobSucceeded",
+    "message": "TFJob ml/x successfully completed.",
+}
+FAILED = {
+    "type": "Failed",
+    "status": "True",
+    "reason": "TFJobFailed",
+    "message": "TFJob ml/x has failed because 1 Chief replica(s) failed.",
+}
 
 
 @pytest.fixture
@@ -28,11 +37,21 @@ def api_server():
 
 
 def job(**overrides):
-    values = dict(name="tfpipe-train-abc", namespace="ml", image="example.com/trainer:1", workers=3,
-                  args=["--data-dir", "/mnt/tfpipe/d", "--epochs", "5"], env={"AIP_MODEL_DIR": "/mnt/tfpipe/m"},
-                  resources={"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-                  claim_name="tfpipe", mount_path="/mnt/tfpipe", service_account="trainer", max_restarts=2,
-                  timeout_seconds=3600, labels={"tfpipe/run-id": "run-1"})
+    values = dict(
+        name="tfpipe-train-abc",
+        namespace="ml",
+        image="example.com/trainer:1",
+        workers=3,
+        args=["--data-dir", "/mnt/tfpipe/d", "--epochs", "5"],
+        env={"AIP_MODEL_DIR": "/mnt/tfpipe/m"},
+        resources={"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+        claim_name="tfpipe",
+        mount_path="/mnt/tfpipe",
+        service_account="trainer",
+        max_restarts=2,
+        timeout_seconds=3600,
+        labels={"tfpipe/run-id": "run-1"},
+    )
     return tfjob(**{**values, **overrides})
 
 
@@ -40,55 +59,91 @@ def test_tfjob_one_chief_and_n_minus_one_workers_of_the_trainer_image():
     template = {
         "metadata": {"labels": {"tfpipe/run-id": "run-1"}, "annotations": {"sidecar.istio.io/inject": "false"}},
         "spec": {
-            "containers": [{"name": "tensorflow", "image": "example.com/trainer:1",
-                            "args": ["--data-dir", "/mnt/tfpipe/d", "--epochs", "5"],
-                            "env": [{"name": "AIP_MODEL_DIR", "value": "/mnt/tfpipe/m"}],
-                            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-                            "volumeMounts": [{"name": "tfpipe-data", "mountPath": "/mnt/tfpipe"}]}],
+            "containers": [
+                {
+                    "name": "tensorflow",
+                    "image": "example.com/trainer:1",
+                    "args": ["--data-dir", "/mnt/tfpipe/d", "--epochs", "5"],
+                    "env": [{"name": "AIP_MODEL_DIR", "value": "/mnt/tfpipe/m"}],
+                    "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+                    "volumeMounts": [{"name": "tfpipe-data", "mountPath": "/mnt/tfpipe"}],
+                }
+            ],
             "volumes": [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "tfpipe"}}],
-            "serviceAccountName": "trainer"}}
+            "serviceAccountName": "trainer",
+        },
+    }
     assert as_dict(job()) == {
-        "apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
         "metadata": {"name": "tfpipe-train-abc", "namespace": "ml", "labels": {"tfpipe/run-id": "run-1"}},
-        "spec": {"tfReplicaSpecs": {"Chief": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
-                                    "Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": template}},
-                 "runPolicy": {"backoffLimit": 6, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 604800,
-                               "activeDeadlineSeconds": 3600}}}
+        "spec": {
+            "tfReplicaSpecs": {
+                "Chief": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
+                "Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": template},
+            },
+            "runPolicy": {
+                "backoffLimit": 6,
+                "cleanPodPolicy": "Running",
+                "ttlSecondsAfterFinished": 604800,
+                "activeDeadlineSeconds": 3600,
+            },
+        },
+    }
     single = as_dict(job(workers=1, claim_name="", service_account="", resources={}, timeout_seconds=0))
     assert set(single["spec"]["tfReplicaSpecs"]) == {"Chief"}
-    assert single["spec"]["runPolicy"] == {"backoffLimit": 2, "cleanPodPolicy": "Running",
-                                           "ttlSecondsAfterFinished": 604800}
+    assert single["spec"]["runPolicy"] == {
+        "backoffLimit": 2,
+        "cleanPodPolicy": "Running",
+        "ttlSecondsAfterFinished": 604800,
+    }
     pod = single["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
     assert "volumes" not in pod and "serviceAccountName" not in pod
     assert set(pod["containers"][0]) == {"name", "image", "args", "env"}
 
 
 def test_succeeds_streaming_each_condition_once(api_server):
-    api_server.scripts["tfjobs"] = [{"conditions": [CREATED]}, {"conditions": [CREATED, RUNNING]},
-                                    {"conditions": [CREATED, RUNNING]},
-                                    {"conditions": [CREATED, RUNNING, SUCCEEDED]}]
+    api_server.scripts["tfjobs"] = [
+        {"conditions": [CREATED]},
+        {"conditions": [CREATED, RUNNING]},
+        {"conditions": [CREATED, RUNNING]},
+        {"conditions": [CREATED, RUNNING, SUCCEEDED]},
+    ]
     lines = []
     done = run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lines.append, sleep=lambda s: None)
     assert kube.condition(done, "Succeeded")
     (created,) = api_server.created("tfjobs")
     assert created == as_dict(job())
     assert api_server.calls("POST")[0].path == "/apis/kubeflow.org/v1/namespaces/ml/tfjobs"
-    assert lines == ["created TFJob ml/tfpipe-train-abc: 1 chief + 2 worker(s) of example.com/trainer:1",
-                     "TFJob ml/tfpipe-train-abc: Created=True (TFJobCreated): TFJob ml/x is created.",
-                     "TFJob ml/tfpipe-train-abc: Running=True (TFJobRunning): TFJob ml/x is running.",
-                     "TFJob ml/tfpipe-train-abc: Succeeded=True (TFJobSucceeded): TFJob ml/x successfully completed."]
+    assert lines == [
+        "created TFJob ml/tfpipe-train-abc: 1 chief + 2 worker(s) of example.com/trainer:1",
+        "TFJob ml/tfpipe-train-abc: Created=True (TFJobCreated): TFJob ml/x is created.",
+        "TFJob ml/tfpipe-train-abc: Running=True (TFJobRunning): TFJob ml/x is running.",
+        "TFJob ml/tfpipe-train-abc: Succeeded=True (TFJobSucceeded): TFJob ml/x successfully completed.",
+    ]
     assert not api_server.calls("DELETE")  # kept (ttlSecondsAfterFinished) for its logs
 
 
 def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
     api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}, {"conditions": [CREATED, FAILED]}]
-    api_server.pods = [{"metadata": {"name": "tfpipe-train-abc-chief-0", "labels": {
-        "training.kubeflow.org/job-name": "tfpipe-train-abc", "training.kubeflow.org/replica-type": "chief"}}}]
+    api_server.pods = [
+        {
+            "metadata": {
+                "name": "tfpipe-train-abc-chief-0",
+                "labels": {
+                    "training.kubeflow.org/job-name": "tfpipe-train-abc",
+                    "training.kubeflow.org/replica-type": "chief",
+                },
+            }
+        }
+    ]
     api_server.logs["tfpipe-train-abc-chief-0"] = "Epoch 1/5\nValueError: bad shape\n"
     with pytest.raises(TrainingJobFailed) as e:
         run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
-    assert str(e.value) == ("TFJob ml/tfpipe-train-abc failed: TFJob ml/x has failed because 1 Chief replica(s) "
-                            "failed.\nchief's last log lines:\nEpoch 1/5\nValueError: bad shape\n")
+    assert str(e.value) == (
+        "TFJob ml/tfpipe-train-abc failed: TFJob ml/x has failed because 1 Chief replica(s) "
+        "failed.\nchief's last log lines:\nEpoch 1/5\nValueError: bad shape\n"
+    )
     log_call = api_server.calls("GET", "log")[0]
     assert log_call.query == {"container": ["tensorflow"], "tailLines": ["20"]}
 
@@ -96,8 +151,11 @@ def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
 def test_missing_training_operator_fails_at_once_naming_the_kind():
     server = KubeAPI(installed={})
     try:
-        with pytest.raises(kube.EngineMissing, match=r"^the cluster has no TFJob \(tfjobs.kubeflow.org/v1\): install "
-                                                      r"the Kubeflow training operator"):
+        with pytest.raises(
+            kube.EngineMissing,
+            match=r"^the cluster has no TFJob \(tfjobs.kubeflow.org/v1\): install "
+            r"the Kubeflow training operator",
+        ):
             run_tfjob(kube.api_client(server.url), job(), poll_seconds=0, log=lambda m: None)
         assert [r.method for r in server.requests] == ["GET"]  # discovery only: nothing created
     finally:
@@ -139,8 +197,14 @@ def test_a_cancelled_run_deletes_the_job(api_server):
 def test_a_job_past_its_timeout_is_deleted(api_server):
     api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}]
     with pytest.raises(TimeoutError, match="did not finish"):
-        run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, timeout_seconds=0, log=lambda m: None,
-                  sleep=lambda s: None)
+        run_tfjob(
+            kube.api_client(api_server.url),
+            job(),
+            poll_seconds=0,
+            timeout_seconds=0,
+            log=lambda m: None,
+            sleep=lambda s: None,
+        )
     assert [r.path.rsplit("/", 1)[1] for r in api_server.calls("DELETE")] == ["tfpipe-train-abc"]
 
 
@@ -155,34 +219,72 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
         job_dir = run_dir / "train-model"
         (job_dir / "model").mkdir(parents=True, exist_ok=True)
         (job_dir / "model" / "saved_model.pb").write_text("pb")
-        (job_dir / "metrics.json").write_text(json.dumps({"val_accuracy": 0.95, "val_loss": 0.2,
-                                                          "train_accuracy": 0.97, "train_loss": 0.1}))
+        (job_dir / "metrics.json").write_text(
+            json.dumps({"val_accuracy": 0.95, "val_loss": 0.2, "train_accuracy": 0.97, "train_loss": 0.1})
+        )
         (job_dir / "history.jsonl").write_text("{}\n")
         obj["status"] = {"conditions": [SUCCEEDED]}
 
     api_server.on_get["tfjobs"] = chief_writes_its_outputs
     summary = train_with_operator(
-        kube.api_client(api_server.url), str(data), str(tmp_path / "out" / "model"), str(tmp_path / "out" / "t"),
-        workers=2, epochs=4, hyperparameters={"batch_size": 32.0, "learning_rate": 0.01},
-        model_builder="tests.custom_model:build_small_cnn", max_restarts=1,
-        image="example.com/trainer:1", namespace="ml", service_account="", claim_name="tfpipe",
-        mount_path=str(mount), resources={}, run_id="tfpipe-training-x1", poll_seconds=0, log=lambda m: None,
-        sleep=lambda s: None)
+        kube.api_client(api_server.url),
+        str(data),
+        str(tmp_path / "out" / "model"),
+        str(tmp_path / "out" / "t"),
+        workers=2,
+        epochs=4,
+        hyperparameters={"batch_size": 32.0, "learning_rate": 0.01},
+        model_builder="tests.custom_model:build_small_cnn",
+        max_restarts=1,
+        image="example.com/trainer:1",
+        namespace="ml",
+        service_account="",
+        claim_name="tfpipe",
+        mount_path=str(mount),
+        resources={},
+        run_id="tfpipe-training-x1",
+        poll_seconds=0,
+        log=lambda m: None,
+        sleep=lambda s: None,
+    )
     name = kube.object_name("tfpipe-train", "tfpipe-training-x1", "train-model")
-    assert summary == {"val_accuracy": 0.95, "val_loss": 0.2, "train_accuracy": 0.97, "train_loss": 0.1,
-                       "tfjob": f"ml/{name}"}
+    assert summary == {
+        "val_accuracy": 0.95,
+        "val_loss": 0.2,
+        "train_accuracy": 0.97,
+        "train_loss": 0.1,
+        "tfjob": f"ml/{name}",
+    }
     (created,) = api_server.created("tfjobs")
     container = created["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
     job_dir = str(run_dir / "train-model")
-    assert container["args"] == ["--data-dir", str(run_dir / "dataset"), "--job-dir", job_dir,
-                                 "--model", "tests.custom_model:build_small_cnn",
-                                 "--batch-size", "32", "--learning-rate", "0.01", "--epochs", "4"]
+    assert container["args"] == [
+        "--data-dir",
+        str(run_dir / "dataset"),
+        "--job-dir",
+        job_dir,
+        "--model",
+        "tests.custom_model:build_small_cnn",
+        "--batch-size",
+        "32",
+        "--learning-rate",
+        "0.01",
+        "--epochs",
+        "4",
+    ]
     assert {e["name"]: e["value"] for e in container["env"]} == {
-        "AIP_MODEL_DIR": f"{job_dir}/model", "AIP_CHECKPOINT_DIR": f"{job_dir}/checkpoints",
-        "AIP_TENSORBOARD_LOG_DIR": f"{job_dir}/logs", "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
-        "TF_USE_LEGACY_KERAS": "1", "PYTHONUNBUFFERED": "1"}
-    assert created["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "tfpipe",
-                                             "tfpipe/run-id": "tfpipe-training-x1", "tfpipe/step": "train-model"}
+        "AIP_MODEL_DIR": f"{job_dir}/model",
+        "AIP_CHECKPOINT_DIR": f"{job_dir}/checkpoints",
+        "AIP_TENSORBOARD_LOG_DIR": f"{job_dir}/logs",
+        "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
+        "TF_USE_LEGACY_KERAS": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    assert created["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "tfpipe",
+        "tfpipe/run-id": "tfpipe-training-x1",
+        "tfpipe/step": "train-model",
+    }
     assert (run_dir / "dataset" / "stats.json").read_text() == "{}"  # staged on the volume
     assert (tmp_path / "out" / "model" / "saved_model.pb").read_text() == "pb"
     assert json.loads((tmp_path / "out" / "t" / "metrics.json").read_text())["tfjob"] == f"ml/{name}"
@@ -191,8 +293,11 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
 
 def test_object_names_are_dns_labels_stable_per_run_and_task():
     a = kube.object_name("tfpipe-train", "run-1", "train-model")
-    assert a == kube.object_name("tfpipe-train", "run-1", "train-model") != kube.object_name("tfpipe-train", "run-2",
-                                                                                           "train-model")
+    assert (
+        a
+        == kube.object_name("tfpipe-train", "run-1", "train-model")
+        != kube.object_name("tfpipe-train", "run-2", "train-model")
+    )
     assert a.startswith("tfpipe-train-") and len(a) == len("tfpipe-train-") + 10
     long = kube.object_name("My_Model.Name" * 10, "r")
     assert len(long) <= 50 and long[0].isalpha() and long == long.lower()

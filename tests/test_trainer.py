@@ -81,7 +81,11 @@ def test_tabular_mlp_on_iris(iris_model):
     assert json.loads((iris_model / "metrics.json").read_text())["val_accuracy"] > 0.8
     # the feature columns, in input order, for batch prediction to match CSV headers and object fields by name
     assert (iris_model / "model" / "assets.extra" / "features.txt").read_text().splitlines() == [
-        "sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
+        "sepal length (cm)",
+        "sepal width (cm)",
+        "petal length (cm)",
+        "petal width (cm)",
+    ]
 
 
 def test_conv_blocks_keep_feature_maps():

@@ -1,5 +1,6 @@
 """Warm trial runners: trials one after another in one process, each with its own environment, argv and log
 (file descriptors 1 and 2), a failing trial retiring its runner."""
+
 import json
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import pytest
 
 from components.tune_hyperparameters import RunnerPool, TrialRunner
 
-TRIAL = '''
+TRIAL = """
 import os, sys
 print("argv", sys.argv[1:], "trial", os.environ.get("CLOUD_ML_TRIAL_ID"), "leak", os.environ.get("LEAK"), flush=True)
 os.write(2, b"c-level stderr\\n")
@@ -20,7 +21,7 @@ if mode == "raise":
     raise ValueError("boom")
 if mode == "die":
     os._exit(9)
-'''
+"""
 
 
 @pytest.fixture
@@ -55,12 +56,21 @@ def test_a_raising_or_dying_trial_is_a_failure_and_its_runner_is_replaced(tmp_pa
     finally:
         pool.close()
     assert pool.started == 3 and sorted(p.name for p in (tmp_path / "runners").iterdir()) == [
-        "runner-1.log", "runner-2.log", "runner-3.log"]
+        "runner-1.log",
+        "runner-2.log",
+        "runner-3.log",
+    ]
 
 
 def test_runner_protocol_from_the_command_line(tmp_path, module):
     job = json.dumps({"argv": ["ok"], "env": {"CLOUD_ML_TRIAL_ID": "7"}, "log": str(tmp_path / "t.log")})
-    done = subprocess.run([sys.executable, "-m", "components.lib.trial_runner", "--preload", "json", "fake_trial"],
-                          input=job + "\n", capture_output=True, text=True, env={**module}, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "components.lib.trial_runner", "--preload", "json", "fake_trial"],
+        input=job + "\n",
+        capture_output=True,
+        text=True,
+        env={**module},
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout == '{"exit": 0}\n'
     assert "trial 7" in (tmp_path / "t.log").read_text()

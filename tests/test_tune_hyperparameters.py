@@ -1,4 +1,5 @@
 """The self-hosted study over a cheap stand-in trainer (real subprocesses, real hypertune files, real Vizier)."""
+
 import csv
 import json
 import math
@@ -10,11 +11,15 @@ from components.tune_hyperparameters import StudyFailed, run_study
 
 
 def spec(**overrides):
-    return StudySpec.model_validate({
-        "parameters": [
-            {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 1.0, "scale": "log"},
-            {"type": "integer", "parameter_id": "hidden_units", "min": 10, "max": 300},
-        ], **overrides})
+    return StudySpec.model_validate(
+        {
+            "parameters": [
+                {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 1.0, "scale": "log"},
+                {"type": "integer", "parameter_id": "hidden_units", "min": 10, "max": 300},
+            ],
+            **overrides,
+        }
+    )
 
 
 def test_study_finds_the_known_optimum_with_bounded_parallelism(tmp_path):
@@ -48,15 +53,23 @@ def test_study_finds_the_known_optimum_with_bounded_parallelism(tmp_path):
 
 
 def failing_spec(mode, **overrides):
-    return spec(parameters=[{"type": "categorical", "parameter_id": "mode", "values": [mode]},
-                            {"type": "double", "parameter_id": "learning_rate", "min": 0.001, "max": 0.1}],
-                algorithm="random", **overrides)
+    return spec(
+        parameters=[
+            {"type": "categorical", "parameter_id": "mode", "values": [mode]},
+            {"type": "double", "parameter_id": "learning_rate", "min": 0.001, "max": 0.1},
+        ],
+        algorithm="random",
+        **overrides,
+    )
 
 
 def test_failed_trials_are_recorded_and_the_limit_enforced(tmp_path):
     s = failing_spec("crash", max_trial_count=6, parallel_trial_count=2, max_failed_trial_count=2)
-    with pytest.raises(StudyFailed, match=r"[23] trial\(s\) failed: the study fails once max_failed_trial_count=2 "
-                                          r"trials have failed; see .*trials.json"):
+    with pytest.raises(
+        StudyFailed,
+        match=r"[23] trial\(s\) failed: the study fails once max_failed_trial_count=2 "
+        r"trials have failed; see .*trials.json",
+    ):
         run_study(s, str(tmp_path), ["--sleep", "0"], module="tests.stand_in_trainer", log=lambda m: None)
     recorded = json.loads((tmp_path / "trials.json").read_text())
     # trials already running finish, but none starts once the limit is reached (at most limit + parallel - 1)
@@ -70,22 +83,39 @@ def test_failed_trials_are_recorded_and_the_limit_enforced(tmp_path):
 
 def crash_then_ok(**overrides):
     """Grid order: trial 1 crashes, trial 2 succeeds."""
-    return spec(parameters=[{"type": "categorical", "parameter_id": "mode", "values": ["crash", "ok"]},
-                            {"type": "discrete", "parameter_id": "learning_rate", "values": [0.01]}],
-                algorithm="grid", max_trial_count=2, parallel_trial_count=1, **overrides)
+    return spec(
+        parameters=[
+            {"type": "categorical", "parameter_id": "mode", "values": ["crash", "ok"]},
+            {"type": "discrete", "parameter_id": "learning_rate", "values": [0.01]},
+        ],
+        algorithm="grid",
+        max_trial_count=2,
+        parallel_trial_count=1,
+        **overrides,
+    )
 
 
 def test_max_failed_trial_count_is_the_number_of_failures_that_fails_the_study(tmp_path):
     """Vertex's definition: "the number of failed Trials that need to be seen before failing" the job."""
     # 1 (the default): the first failed trial fails the study, and no trial starts after it
     with pytest.raises(StudyFailed, match=r"1 trial\(s\) failed: the study fails once max_failed_trial_count=1 "):
-        run_study(crash_then_ok(max_failed_trial_count=1), str(tmp_path / "one"), ["--sleep", "0"],
-                  module="tests.stand_in_trainer", log=lambda m: None)
+        run_study(
+            crash_then_ok(max_failed_trial_count=1),
+            str(tmp_path / "one"),
+            ["--sleep", "0"],
+            module="tests.stand_in_trainer",
+            log=lambda m: None,
+        )
     recorded = json.loads((tmp_path / "one" / "trials.json").read_text())
     assert [(t["parameters"]["mode"], t["status"]) for t in recorded["trials"]] == [("crash", "FAILED")]
     # 2: one failure is tolerated
-    result = run_study(crash_then_ok(max_failed_trial_count=2), str(tmp_path / "two"), ["--sleep", "0"],
-                       module="tests.stand_in_trainer", log=lambda m: None)
+    result = run_study(
+        crash_then_ok(max_failed_trial_count=2),
+        str(tmp_path / "two"),
+        ["--sleep", "0"],
+        module="tests.stand_in_trainer",
+        log=lambda m: None,
+    )
     assert [t["status"] for t in result["trials"]] == ["FAILED", "SUCCEEDED"] and result["failed_trials"] == 1
     assert result["best"]["trial_id"] == "2"
 
@@ -95,12 +125,17 @@ def test_local_grid_enumerates_every_integer_of_a_range():
     integer of the range a grid point, whatever the scale, crossed with the categorical and discrete values."""
     from components.tune_hyperparameters import _python_values, make_designer
 
-    s = spec(algorithm="grid", parameters=[
-        {"type": "integer", "parameter_id": "hidden_units", "min": 30, "max": 33, "scale": "log"},
-        {"type": "categorical", "parameter_id": "mode", "values": ["ok", "silent"]}])
+    s = spec(
+        algorithm="grid",
+        parameters=[
+            {"type": "integer", "parameter_id": "hidden_units", "min": 30, "max": 33, "scale": "log"},
+            {"type": "categorical", "parameter_id": "mode", "values": ["ok", "silent"]},
+        ],
+    )
     points = [_python_values(t.parameters.as_dict(), s) for t in make_designer(s).suggest(8)]
     assert sorted((p["hidden_units"], p["mode"]) for p in points) == [
-        (u, m) for u in (30, 31, 32, 33) for m in ("ok", "silent")]
+        (u, m) for u in (30, 31, 32, 33) for m in ("ok", "silent")
+    ]
 
 
 def test_a_trial_that_reports_nothing_fails(tmp_path):
@@ -112,8 +147,14 @@ def test_a_trial_that_reports_nothing_fails(tmp_path):
 
 
 def test_random_search_respects_the_budget(tmp_path):
-    result = run_study(spec(algorithm="random", max_trial_count=3, parallel_trial_count=1), str(tmp_path),
-                       ["--sleep", "0"], module="tests.stand_in_trainer", seed=3, log=lambda m: None)
+    result = run_study(
+        spec(algorithm="random", max_trial_count=3, parallel_trial_count=1),
+        str(tmp_path),
+        ["--sleep", "0"],
+        module="tests.stand_in_trainer",
+        seed=3,
+        log=lambda m: None,
+    )
     assert [t["trial_id"] for t in result["trials"]] == ["1", "2", "3"]
     assert all(1e-4 <= t["parameters"]["learning_rate"] <= 1.0 for t in result["trials"])
 
@@ -122,9 +163,14 @@ def test_random_search_respects_the_budget(tmp_path):
 def test_trainer_trials_share_a_warm_runner(tmp_path, digits_data):
     """Real trainer trials, one at a time: one TensorFlow process runs them all, each with its own metric file,
     SavedModel and log."""
-    s = StudySpec.model_validate({"parameters": [{"type": "discrete", "parameter_id": "learning_rate",
-                                                  "values": [0.003, 0.01, 0.03]}],
-                                  "algorithm": "grid", "max_trial_count": 3, "parallel_trial_count": 1})
+    s = StudySpec.model_validate(
+        {
+            "parameters": [{"type": "discrete", "parameter_id": "learning_rate", "values": [0.003, 0.01, 0.03]}],
+            "algorithm": "grid",
+            "max_trial_count": 3,
+            "parallel_trial_count": 1,
+        }
+    )
     result = run_study(s, str(tmp_path), ["--data-dir", str(digits_data), "--epochs", "1"], log=lambda m: None)
     assert [t["status"] for t in result["trials"]] == ["SUCCEEDED"] * 3 and result["trial_processes"] == 1
     for t in result["trials"]:
@@ -143,5 +189,8 @@ def test_the_trials_plot_is_titled_with_labelled_axes(tmp_path, monkeypatch):
     plot_trials({"spec": {"metric_id": "accuracy", "goal": "maximize"}, "trials": trials}, str(tmp_path / "t.png"))
     (ax,) = saved[0].axes
     assert (ax.get_title(), ax.get_xlabel(), ax.get_ylabel()) == (
-        "Hyperparameter study: accuracy per trial (maximize)", "trial", "accuracy")
+        "Hyperparameter study: accuracy per trial (maximize)",
+        "trial",
+        "accuracy",
+    )
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["accuracy", "best so far"]

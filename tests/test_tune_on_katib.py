@@ -1,6 +1,7 @@
 """The kubeflow tuning step against a Kubernetes API double: the exact Katib Experiment from the study spec, the
 metric format Katib's File collector parses, and the step on each transition (succeeded with a best trial, failed
 trials, cancelled, Katib missing)."""
+
 import json
 import os
 import signal
@@ -12,21 +13,41 @@ import pytest
 
 from components.lib import kube
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
-from components.tune_on_katib import (METRICS_FILE, StudyFailed, best_trial, experiment, run_experiment, search_space,
-                                      tune_with_katib)
+from components.tune_on_katib import (
+    METRICS_FILE,
+    StudyFailed,
+    best_trial,
+    experiment,
+    run_experiment,
+    search_space,
+    tune_with_katib,
+)
 from tests.kube_api import KubeAPI
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
 CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}
 RUNNING = {"type": "Running", "status": "True", "reason": "ExperimentRunning", "message": "Experiment is running"}
-SUCCEEDED = {"type": "Succeeded", "status": "True", "reason": "ExperimentMaxTrialsReached",
-             "message": "Experiment has succeeded because max trial count has reached"}
-FAILED = {"type": "Failed", "status": "True", "reason": "ExperimentFailed",
-          "message": "Experiment has failed because max failed count has reached"}
-OPTIMAL = {"bestTrialName": "tfpipe-tune-abc-x7k2",
-           "parameterAssignments": [{"name": "learning_rate", "value": "0.0042"},
-                                    {"name": "hidden_units", "value": "96"}, {"name": "dropout", "value": "0.1"}],
-           "observation": {"metrics": [{"name": "accuracy", "latest": "0.93", "max": "0.95", "min": "0.61"}]}}
+SUCCEEDED = {
+    "type": "Succeeded",
+    "status": "True",
+    "reason": "ExperimentMaxTrialsReached",
+    "message": "Experiment has succeeded because max trial count has reached",
+}
+FAILED = {
+    "type": "Failed",
+    "status": "True",
+    "reason": "ExperimentFailed",
+    "message": "Experiment has failed because max failed count has reached",
+}
+OPTIMAL = {
+    "bestTrialName": "tfpipe-tune-abc-x7k2",
+    "parameterAssignments": [
+        {"name": "learning_rate", "value": "0.0042"},
+        {"name": "hidden_units", "value": "96"},
+        {"name": "dropout", "value": "0.1"},
+    ],
+    "observation": {"metrics": [{"name": "accuracy", "latest": "0.93", "max": "0.95", "min": "0.61"}]},
+}
 
 
 @pytest.fixture
@@ -37,32 +58,60 @@ def api_server():
 
 
 def build(spec=DEFAULT_STUDY, **overrides):
-    values = dict(name="tfpipe-tune-abc", namespace="ml", spec=spec, image="example.com/trainer:1",
-                  fixed_args=["--data-dir", "/mnt/tfpipe/runs/r/dataset", "--epochs", "2", "--batch-size", "32"],
-                  trials_dir="/mnt/tfpipe/runs/r/tune-hyperparameters/trials",
-                  resources={"requests": {"cpu": "2"}}, claim_name="tfpipe", mount_path="/mnt/tfpipe",
-                  service_account="trainer", labels={"tfpipe/run-id": "r"})
+    values = dict(
+        name="tfpipe-tune-abc",
+        namespace="ml",
+        spec=spec,
+        image="example.com/trainer:1",
+        fixed_args=["--data-dir", "/mnt/tfpipe/runs/r/dataset", "--epochs", "2", "--batch-size", "32"],
+        trials_dir="/mnt/tfpipe/runs/r/tune-hyperparameters/trials",
+        resources={"requests": {"cpu": "2"}},
+        claim_name="tfpipe",
+        mount_path="/mnt/tfpipe",
+        service_account="trainer",
+        labels={"tfpipe/run-id": "r"},
+    )
     return experiment(**{**values, **overrides})
 
 
 def test_experiment_from_the_study_spec():
     trial = "/mnt/tfpipe/runs/r/tune-hyperparameters/trials/${trialParameters.trialName}"
     assert build() == {
-        "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment",
+        "apiVersion": "kubeflow.org/v1beta1",
+        "kind": "Experiment",
         "metadata": {"name": "tfpipe-tune-abc", "namespace": "ml", "labels": {"tfpipe/run-id": "r"}},
         "spec": {
-            "objective": {"type": "maximize", "objectiveMetricName": "accuracy",
-                          "metricStrategies": [{"name": "accuracy", "value": "latest"}]},
+            "objective": {
+                "type": "maximize",
+                "objectiveMetricName": "accuracy",
+                "metricStrategies": [{"name": "accuracy", "value": "latest"}],
+            },
             "algorithm": {"algorithmName": "bayesianoptimization"},
-            "parallelTrialCount": 2, "maxTrialCount": 4, "maxFailedTrialCount": 1,
-            "metricsCollectorSpec": {"collector": {"kind": "File"}, "source": {"fileSystemPath": {
-                "path": "/var/log/katib/tfpipe/output.metrics", "kind": "File", "format": "JSON"}}},
+            "parallelTrialCount": 2,
+            "maxTrialCount": 4,
+            "maxFailedTrialCount": 1,
+            "metricsCollectorSpec": {
+                "collector": {"kind": "File"},
+                "source": {
+                    "fileSystemPath": {"path": "/var/log/katib/tfpipe/output.metrics", "kind": "File", "format": "JSON"}
+                },
+            },
             "parameters": [
-                {"name": "learning_rate", "parameterType": "double",
-                 "feasibleSpace": {"min": "0.0001", "max": "0.03", "distribution": "logUniform"}},
-                {"name": "hidden_units", "parameterType": "int",
-                 "feasibleSpace": {"min": "32", "max": "256", "distribution": "logUniform"}},
-                {"name": "dropout", "parameterType": "discrete", "feasibleSpace": {"list": ["0.0", "0.1", "0.2", "0.3"]}},
+                {
+                    "name": "learning_rate",
+                    "parameterType": "double",
+                    "feasibleSpace": {"min": "0.0001", "max": "0.03", "distribution": "logUniform"},
+                },
+                {
+                    "name": "hidden_units",
+                    "parameterType": "int",
+                    "feasibleSpace": {"min": "32", "max": "256", "distribution": "logUniform"},
+                },
+                {
+                    "name": "dropout",
+                    "parameterType": "discrete",
+                    "feasibleSpace": {"list": ["0.0", "0.1", "0.2", "0.3"]},
+                },
             ],
             "trialTemplate": {
                 "primaryContainerName": "training-container",
@@ -70,42 +119,87 @@ def test_experiment_from_the_study_spec():
                     {"name": "learningRate", "description": "--learning_rate", "reference": "learning_rate"},
                     {"name": "hiddenUnits", "description": "--hidden_units", "reference": "hidden_units"},
                     {"name": "dropout", "description": "--dropout", "reference": "dropout"},
-                    {"name": "trialName", "description": "the trial's name (its output folder)",
-                     "reference": "${trialSpec.Name}"}],
-                "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"backoffLimit": 0, "template": {
-                    "metadata": {"labels": {"tfpipe/run-id": "r"}, "annotations": {"sidecar.istio.io/inject": "false"}},
+                    {
+                        "name": "trialName",
+                        "description": "the trial's name (its output folder)",
+                        "reference": "${trialSpec.Name}",
+                    },
+                ],
+                "trialSpec": {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
                     "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{
-                            "name": "training-container", "image": "example.com/trainer:1",
-                            "args": ["--data-dir", "/mnt/tfpipe/runs/r/dataset", "--epochs", "2", "--batch-size", "32",
-                                     "--job-dir", trial, "--learning-rate=${trialParameters.learningRate}",
-                                     "--hidden-units=${trialParameters.hiddenUnits}",
-                                     "--dropout=${trialParameters.dropout}"],
-                            "env": [{"name": "CLOUD_ML_HP_METRIC_FILE", "value": "/var/log/katib/tfpipe/output.metrics"},
-                                    {"name": "CLOUD_ML_TRIAL_ID", "value": "${trialParameters.trialName}"},
-                                    {"name": "AIP_MODEL_DIR", "value": f"{trial}/model"},
-                                    {"name": "AIP_CHECKPOINT_DIR", "value": f"{trial}/checkpoints"},
-                                    {"name": "AIP_TENSORBOARD_LOG_DIR", "value": f"{trial}/logs"},
-                                    {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
-                                    {"name": "PYTHONUNBUFFERED", "value": "1"}],
-                            "resources": {"requests": {"cpu": "2"}},
-                            "volumeMounts": [{"name": "tfpipe-data", "mountPath": "/mnt/tfpipe"}]}],
-                        "volumes": [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "tfpipe"}}],
-                        "serviceAccountName": "trainer"}}}},
+                        "backoffLimit": 0,
+                        "template": {
+                            "metadata": {
+                                "labels": {"tfpipe/run-id": "r"},
+                                "annotations": {"sidecar.istio.io/inject": "false"},
+                            },
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [
+                                    {
+                                        "name": "training-container",
+                                        "image": "example.com/trainer:1",
+                                        "args": [
+                                            "--data-dir",
+                                            "/mnt/tfpipe/runs/r/dataset",
+                                            "--epochs",
+                                            "2",
+                                            "--batch-size",
+                                            "32",
+                                            "--job-dir",
+                                            trial,
+                                            "--learning-rate=${trialParameters.learningRate}",
+                                            "--hidden-units=${trialParameters.hiddenUnits}",
+                                            "--dropout=${trialParameters.dropout}",
+                                        ],
+                                        "env": [
+                                            {
+                                                "name": "CLOUD_ML_HP_METRIC_FILE",
+                                                "value": "/var/log/katib/tfpipe/output.metrics",
+                                            },
+                                            {"name": "CLOUD_ML_TRIAL_ID", "value": "${trialParameters.trialName}"},
+                                            {"name": "AIP_MODEL_DIR", "value": f"{trial}/model"},
+                                            {"name": "AIP_CHECKPOINT_DIR", "value": f"{trial}/checkpoints"},
+                                            {"name": "AIP_TENSORBOARD_LOG_DIR", "value": f"{trial}/logs"},
+                                            {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
+                                            {"name": "PYTHONUNBUFFERED", "value": "1"},
+                                        ],
+                                        "resources": {"requests": {"cpu": "2"}},
+                                        "volumeMounts": [{"name": "tfpipe-data", "mountPath": "/mnt/tfpipe"}],
+                                    }
+                                ],
+                                "volumes": [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "tfpipe"}}],
+                                "serviceAccountName": "trainer",
+                            },
+                        },
+                    },
+                },
             },
         },
     }
 
 
-@pytest.mark.parametrize("changes, algorithm, strategy", [
-    ({"algorithm": "random"}, "random", "latest"),
-    ({"algorithm": "grid", "parameters": [{"type": "integer", "parameter_id": "hidden_units", "min": 32, "max": 64},
-                                          {"type": "categorical", "parameter_id": "activation",
-                                           "values": ["relu", "gelu"]}]}, "grid", "latest"),
-    ({"measurement": "best"}, "bayesianoptimization", "max"),
-    ({"measurement": "best", "goal": "minimize", "metric_id": "loss"}, "bayesianoptimization", "min"),
-])
+@pytest.mark.parametrize(
+    "changes, algorithm, strategy",
+    [
+        ({"algorithm": "random"}, "random", "latest"),
+        (
+            {
+                "algorithm": "grid",
+                "parameters": [
+                    {"type": "integer", "parameter_id": "hidden_units", "min": 32, "max": 64},
+                    {"type": "categorical", "parameter_id": "activation", "values": ["relu", "gelu"]},
+                ],
+            },
+            "grid",
+            "latest",
+        ),
+        ({"measurement": "best"}, "bayesianoptimization", "max"),
+        ({"measurement": "best", "goal": "minimize", "metric_id": "loss"}, "bayesianoptimization", "min"),
+    ],
+)
 def test_algorithm_and_metric_strategy_mapping(changes, algorithm, strategy):
     spec = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), **changes})
     body = build(spec)["spec"]
@@ -114,14 +208,19 @@ def test_algorithm_and_metric_strategy_mapping(changes, algorithm, strategy):
     assert body["objective"]["type"] == spec.goal
     if changes.get("algorithm") == "grid":
         assert body["parameters"] == [
-            {"name": "hidden_units", "parameterType": "int",
-             "feasibleSpace": {"min": "32", "max": "64", "distribution": "uniform"}},
-            {"name": "activation", "parameterType": "categorical", "feasibleSpace": {"list": ["relu", "gelu"]}}]
+            {
+                "name": "hidden_units",
+                "parameterType": "int",
+                "feasibleSpace": {"min": "32", "max": "64", "distribution": "uniform"},
+            },
+            {"name": "activation", "parameterType": "categorical", "feasibleSpace": {"list": ["relu", "gelu"]}},
+        ]
 
 
 def test_reverse_log_has_no_katib_distribution():
-    spec = StudySpec(parameters=[{"type": "double", "parameter_id": "momentum", "min": 0.5, "max": 0.99,
-                                  "scale": "reverse_log"}])
+    spec = StudySpec(
+        parameters=[{"type": "double", "parameter_id": "momentum", "min": 0.5, "max": 0.99, "scale": "reverse_log"}]
+    )
     with pytest.raises(ValueError, match="momentum: Katib has no reverse_log distribution"):
         search_space(spec)
 
@@ -153,8 +252,9 @@ def test_hypertune_reports_are_what_katibs_json_file_collector_parses(tmp_path, 
     monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "tfpipe-tune-abc-x7k2")
     reporter = hypertune.HyperTune()
     for step, value in enumerate([0.61, 0.88, 0.93], start=1):
-        reporter.report_hyperparameter_tuning_metric(hyperparameter_metric_tag="accuracy", metric_value=value,
-                                                     global_step=step)
+        reporter.report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag="accuracy", metric_value=value, global_step=step
+        )
         time.sleep(0.001)
     reports = katib_json_collector(path.read_text(), ["accuracy"])
     assert [(m, v) for m, v, _ in reports] == [("accuracy", "0.61"), ("accuracy", "0.88"), ("accuracy", "0.93")]
@@ -165,25 +265,42 @@ def test_succeeds_with_the_best_trials_values(api_server):
     api_server.scripts["experiments"] = [
         {"conditions": [CREATED]},
         {"conditions": [CREATED, RUNNING], "trials": 2, "trialsRunning": 2},
-        {"conditions": [CREATED, RUNNING], "trials": 4, "trialsSucceeded": 3, "trialsRunning": 1,
-         "currentOptimalTrial": OPTIMAL},
-        {"conditions": [CREATED, RUNNING, SUCCEEDED], "trials": 4, "trialsSucceeded": 4,
-         "currentOptimalTrial": OPTIMAL}]
+        {
+            "conditions": [CREATED, RUNNING],
+            "trials": 4,
+            "trialsSucceeded": 3,
+            "trialsRunning": 1,
+            "currentOptimalTrial": OPTIMAL,
+        },
+        {
+            "conditions": [CREATED, RUNNING, SUCCEEDED],
+            "trials": 4,
+            "trialsSucceeded": 4,
+            "currentOptimalTrial": OPTIMAL,
+        },
+    ]
     lines = []
-    best = run_experiment(kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0,
-                          log=lines.append, sleep=lambda s: None)
+    best = run_experiment(
+        kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lines.append, sleep=lambda s: None
+    )
     assert {k: best[k] for k in ("trial", "parameters", "metric")} == {
-        "trial": "tfpipe-tune-abc-x7k2", "parameters": {"learning_rate": 0.0042, "hidden_units": 96, "dropout": 0.1},
-        "metric": 0.93}
+        "trial": "tfpipe-tune-abc-x7k2",
+        "parameters": {"learning_rate": 0.0042, "hidden_units": 96, "dropout": 0.1},
+        "metric": 0.93,
+    }
     assert api_server.created("experiments") == [build()]
     assert lines[0] == "created Experiment ml/tfpipe-tune-abc: bayesianoptimization, up to 4 trials, 2 at a time"
-    assert "Experiment ml/tfpipe-tune-abc: 4 trial(s): 3 succeeded, 0 failed, 1 running; best tfpipe-tune-abc-x7k2: " \
-           "accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, 'dropout': 0.1}" in lines
-    assert lines[-2:] == ["Experiment ml/tfpipe-tune-abc: Succeeded=True (ExperimentMaxTrialsReached): Experiment has "
-                          "succeeded because max trial count has reached",
-                          "Experiment ml/tfpipe-tune-abc: 4 trial(s): 4 succeeded, 0 failed, 0 running; best "
-                          "tfpipe-tune-abc-x7k2: accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, "
-                          "'dropout': 0.1}"]
+    assert (
+        "Experiment ml/tfpipe-tune-abc: 4 trial(s): 3 succeeded, 0 failed, 1 running; best tfpipe-tune-abc-x7k2: "
+        "accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, 'dropout': 0.1}" in lines
+    )
+    assert lines[-2:] == [
+        "Experiment ml/tfpipe-tune-abc: Succeeded=True (ExperimentMaxTrialsReached): Experiment has "
+        "succeeded because max trial count has reached",
+        "Experiment ml/tfpipe-tune-abc: 4 trial(s): 4 succeeded, 0 failed, 0 running; best "
+        "tfpipe-tune-abc-x7k2: accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, "
+        "'dropout': 0.1}",
+    ]
 
 
 def test_best_trial_by_measurement():
@@ -194,24 +311,42 @@ def test_best_trial_by_measurement():
 
 def test_failed_trials_fail_the_step_with_katibs_message(api_server):
     api_server.scripts["experiments"] = [{"conditions": [CREATED, RUNNING, FAILED], "trials": 1, "trialsFailed": 1}]
-    with pytest.raises(StudyFailed, match=r"^Experiment ml/tfpipe-tune-abc failed: Experiment has failed because max "
-                                          r"failed count has reached \(1 failed trial\(s\); max_failed_trial_count=1\)"):
-        run_experiment(kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lambda m: None,
-                       sleep=lambda s: None)
+    with pytest.raises(
+        StudyFailed,
+        match=r"^Experiment ml/tfpipe-tune-abc failed: Experiment has failed because max "
+        r"failed count has reached \(1 failed trial\(s\); max_failed_trial_count=1\)",
+    ):
+        run_experiment(
+            kube.api_client(api_server.url),
+            build(),
+            DEFAULT_STUDY,
+            poll_seconds=0,
+            log=lambda m: None,
+            sleep=lambda s: None,
+        )
 
 
 def test_success_without_a_reported_metric_fails(api_server):
     api_server.scripts["experiments"] = [{"conditions": [CREATED, SUCCEEDED], "trials": 4, "trialsSucceeded": 4}]
     with pytest.raises(StudyFailed, match="without a best trial: no trial reported 'accuracy'"):
-        run_experiment(kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lambda m: None,
-                       sleep=lambda s: None)
+        run_experiment(
+            kube.api_client(api_server.url),
+            build(),
+            DEFAULT_STUDY,
+            poll_seconds=0,
+            log=lambda m: None,
+            sleep=lambda s: None,
+        )
 
 
 def test_katib_missing_fails_at_once_naming_the_kind():
     server = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}})
     try:
-        with pytest.raises(kube.EngineMissing, match=r"^the cluster has no Experiment "
-                                                      r"\(experiments.kubeflow.org/v1beta1\): install Katib"):
+        with pytest.raises(
+            kube.EngineMissing,
+            match=r"^the cluster has no Experiment "
+            r"\(experiments.kubeflow.org/v1beta1\): install Katib",
+        ):
             run_experiment(kube.api_client(server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lambda m: None)
         assert not server.calls("POST")
     finally:
@@ -220,13 +355,15 @@ def test_katib_missing_fails_at_once_naming_the_kind():
 
 def test_a_cancelled_run_deletes_the_experiment(api_server):
     api_server.scripts["experiments"] = [{"conditions": [CREATED, RUNNING]}]
-    api_server.on_get["experiments"] = lambda obj: sent or (sent.append(1), threading.Timer(
-        0.05, os.kill, (os.getpid(), signal.SIGTERM)).start())
+    api_server.on_get["experiments"] = lambda obj: (
+        sent or (sent.append(1), threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start())
+    )
     sent = []
     with pytest.raises(kube.Cancelled):
         run_experiment(kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0.02, log=lambda m: None)
     assert [r.path for r in api_server.calls("DELETE")] == [
-        "/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/tfpipe-tune-abc"]
+        "/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/tfpipe-tune-abc"
+    ]
 
 
 def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, tmp_path):
@@ -234,18 +371,40 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     data.mkdir(parents=True)
     (data / "stats.json").write_text("{}")
     api_server.scripts["experiments"] = [{"conditions": [SUCCEEDED], "currentOptimalTrial": OPTIMAL}]
-    best = tune_with_katib(kube.api_client(api_server.url), str(data), str(tmp_path / "tuning"), spec=DEFAULT_STUDY,
-                           trial_epochs=2, batch_size=16, model_builder="tests.custom_model:build_small_cnn",
-                           image="example.com/trainer:1", namespace="ml",
-                           service_account="", claim_name="tfpipe", mount_path=str(mount), resources={},
-                           run_id="tfpipe-training-x1", poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
+    best = tune_with_katib(
+        kube.api_client(api_server.url),
+        str(data),
+        str(tmp_path / "tuning"),
+        spec=DEFAULT_STUDY,
+        trial_epochs=2,
+        batch_size=16,
+        model_builder="tests.custom_model:build_small_cnn",
+        image="example.com/trainer:1",
+        namespace="ml",
+        service_account="",
+        claim_name="tfpipe",
+        mount_path=str(mount),
+        resources={},
+        run_id="tfpipe-training-x1",
+        poll_seconds=0,
+        log=lambda m: None,
+        sleep=lambda s: None,
+    )
     assert best["parameters"]["hidden_units"] == 96
     (created,) = api_server.created("experiments")
     assert created["metadata"]["name"] == kube.object_name("tfpipe-tune", "tfpipe-training-x1", "tune-hyperparameters")
     args = created["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["args"]
     run_dir = mount / "runs" / "tfpipe-training-x1"
-    assert args[:8] == ["--data-dir", str(run_dir / "dataset"), "--model", "tests.custom_model:build_small_cnn",
-                        "--epochs", "2", "--batch-size", "16"]
+    assert args[:8] == [
+        "--data-dir",
+        str(run_dir / "dataset"),
+        "--model",
+        "tests.custom_model:build_small_cnn",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+    ]
     assert (run_dir / "dataset" / "stats.json").exists()
     record = json.loads((tmp_path / "tuning" / "trials.json").read_text())
     assert record["engine"] == "katib" and record["best"]["trial"] == "tfpipe-tune-abc-x7k2"

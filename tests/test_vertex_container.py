@@ -1,5 +1,6 @@
 """The serving image's entry point (serving/vertex_container.py) under Vertex AI's custom-container
 contract: started as the image starts it, with AIP_* variables and AIP_STORAGE_URI on the GCS emulator."""
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,13 @@ def container_env(tmp_path: Path, **aip) -> dict:
 @pytest.fixture(scope="module")
 def saved_model(tmp_path_factory):
     """The toy SavedModel (k=3) with one warmup request in assets.extra/, as the trainer exports them."""
-    return Path(toy_model(str(tmp_path_factory.mktemp("export") / "model"), k=3,
-                          warmup_inputs={"x": np.array([[1, 2, 3]], np.float32)}))
+    return Path(
+        toy_model(
+            str(tmp_path_factory.mktemp("export") / "model"),
+            k=3,
+            warmup_inputs={"x": np.array([[1, 2, 3]], np.float32)},
+        )
+    )
 
 
 def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gcs_emulator, tmp_path):
@@ -60,9 +66,15 @@ def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gc
     assert "aiplatform/model-99/artifacts/assets.extra/tf_serving_warmup_requests" in uploaded
     gcs_emulator.blob("aiplatform/model-99/artifacts-old/saved_model.pb").upload_from_string(b"not this one")
     port = free_port()
-    env = container_env(tmp_path, AIP_HTTP_PORT=str(port), AIP_HEALTH_ROUTE=ROUTE, AIP_PREDICT_ROUTE=f"{ROUTE}:predict",
-                        AIP_STORAGE_URI="gs://test-bucket/aiplatform/model-99/artifacts",
-                        AIP_ENDPOINT_ID="1234", AIP_DEPLOYED_MODEL_ID="5678")
+    env = container_env(
+        tmp_path,
+        AIP_HTTP_PORT=str(port),
+        AIP_HEALTH_ROUTE=ROUTE,
+        AIP_PREDICT_ROUTE=f"{ROUTE}:predict",
+        AIP_STORAGE_URI="gs://test-bucket/aiplatform/model-99/artifacts",
+        AIP_ENDPOINT_ID="1234",
+        AIP_DEPLOYED_MODEL_ID="5678",
+    )
     log = tmp_path / "container.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(ENTRYPOINT, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -80,14 +92,17 @@ def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gc
 
         instances = [[0.5, -1.25, 2.0], [3.0, 0.0, -0.75], [1e-3, 7.0, 1.0 / 3]]
         reference = tf.saved_model.load(str(saved_model)).signatures["serving_default"](
-            x=tf.constant(instances, tf.float32))
+            x=tf.constant(instances, tf.float32)
+        )
         answer = requests.post(f"{url}{ROUTE}:predict", json={"instances": instances, "parameters": {}}, timeout=30)
         assert answer.status_code == 200, answer.text
         assert answer.headers["content-type"] == "application/json"
         body = answer.json()
         assert list(body) == ["predictions", "deployedModelId"] and body["deployedModelId"] == "5678"
-        assert body["predictions"][:2] == [{"y": [1.5, -3.75, 6.0], "version": 3},
-                                           {"y": [9.0, 0.0, -2.25], "version": 3}]
+        assert body["predictions"][:2] == [
+            {"y": [1.5, -3.75, 6.0], "version": 3},
+            {"y": [9.0, 0.0, -2.25], "version": 3},
+        ]
         # float32 outputs are written in float32's shortest form (0.003, not 0.003000000026077032): compare as float32
         y = np.array([p["y"] for p in body["predictions"]], np.float32)
         assert y.tobytes() == reference["y"].numpy().tobytes()
@@ -116,30 +131,43 @@ def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gc
 
 
 def run_container(tmp_path, **aip) -> subprocess.CompletedProcess:
-    return subprocess.run(ENTRYPOINT, cwd=tmp_path, env=container_env(tmp_path, AIP_HTTP_PORT=str(free_port()), **aip),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ENTRYPOINT,
+        cwd=tmp_path,
+        env=container_env(tmp_path, AIP_HTTP_PORT=str(free_port()), **aip),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_missing_storage_uri_exits_non_zero(tmp_path):
     result = run_container(tmp_path)
     assert result.returncode == 1
-    assert result.stderr == ("error: AIP_STORAGE_URI is not set: it must name the SavedModel's directory "
-                             "(gs://BUCKET/PATH or a local path holding saved_model.pb)\n")
+    assert result.stderr == (
+        "error: AIP_STORAGE_URI is not set: it must name the SavedModel's directory "
+        "(gs://BUCKET/PATH or a local path holding saved_model.pb)\n"
+    )
 
 
-@pytest.mark.parametrize("objects, uri", [
-    (["m/variables/variables.index"], "gs://test-bucket/m"),  # a model without its graph
-    (["m/run/saved_model.pb"], "gs://test-bucket/m"),  # the SavedModel is deeper: not the artifact root
-    (["m/saved_model.pb"], "gs://test-bucket/m/run"),  # nothing at all there
-    ([], "gs://no-such-bucket/m"),
-])
+@pytest.mark.parametrize(
+    "objects, uri",
+    [
+        (["m/variables/variables.index"], "gs://test-bucket/m"),  # a model without its graph
+        (["m/run/saved_model.pb"], "gs://test-bucket/m"),  # the SavedModel is deeper: not the artifact root
+        (["m/saved_model.pb"], "gs://test-bucket/m/run"),  # nothing at all there
+        ([], "gs://no-such-bucket/m"),
+    ],
+)
 def test_gcs_uri_without_saved_model_pb_exits_non_zero(gcs_emulator, tmp_path, objects, uri):
     for name in objects:
         gcs_emulator.blob(name).upload_from_string(b"x")
     result = run_container(tmp_path, AIP_STORAGE_URI=uri)
     assert result.returncode == 1
-    assert result.stderr == (f"error: AIP_STORAGE_URI {uri} holds no saved_model.pb: it must be the SavedModel's "
-                             "directory (saved_model.pb, variables/, assets.extra/ directly under it)\n")
+    assert result.stderr == (
+        f"error: AIP_STORAGE_URI {uri} holds no saved_model.pb: it must be the SavedModel's "
+        "directory (saved_model.pb, variables/, assets.extra/ directly under it)\n"
+    )
     assert os.listdir(tmp_path / "tmp") == []  # it stopped before making its repository
 
 
@@ -174,15 +202,29 @@ def test_place_model_links_a_local_directory_and_downloads_a_gcs_one(saved_model
     assert os.listdir(remote.parent) == ["1"]  # the partial download was renamed into place
 
 
-@pytest.mark.parametrize("environ, expected", [
-    ({"AIP_STORAGE_URI": "gs://b/m", "AIP_HTTP_PORT": "8081", "AIP_HEALTH_ROUTE": "/h", "AIP_PREDICT_ROUTE": "/p",
-      "AIP_DEPLOYED_MODEL_ID": "42"}, Settings("gs://b/m", 8081, "/h", "/p", "42")),
-    # Vertex's defaults for routes left unset (the ids are always set there)
-    ({"AIP_STORAGE_URI": "gs://b/m", "AIP_ENDPOINT_ID": "7", "AIP_DEPLOYED_MODEL_ID": "42"},
-     Settings("gs://b/m", 8080, "/v1/endpoints/7/deployedModels/42", "/v1/endpoints/7/deployedModels/42:predict",
-              "42")),
-    # outside Vertex: the `serve` command's routes
-    ({"AIP_STORAGE_URI": "file:///models/m"}, Settings("/models/m", 8080, "/health", "/predict", "")),
-])
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        (
+            {
+                "AIP_STORAGE_URI": "gs://b/m",
+                "AIP_HTTP_PORT": "8081",
+                "AIP_HEALTH_ROUTE": "/h",
+                "AIP_PREDICT_ROUTE": "/p",
+                "AIP_DEPLOYED_MODEL_ID": "42",
+            },
+            Settings("gs://b/m", 8081, "/h", "/p", "42"),
+        ),
+        # Vertex's defaults for routes left unset (the ids are always set there)
+        (
+            {"AIP_STORAGE_URI": "gs://b/m", "AIP_ENDPOINT_ID": "7", "AIP_DEPLOYED_MODEL_ID": "42"},
+            Settings(
+                "gs://b/m", 8080, "/v1/endpoints/7/deployedModels/42", "/v1/endpoints/7/deployedModels/42:predict", "42"
+            ),
+        ),
+        # outside Vertex: the `serve` command's routes
+        ({"AIP_STORAGE_URI": "file:///models/m"}, Settings("/models/m", 8080, "/health", "/predict", "")),
+    ],
+)
 def test_settings_from_the_environment(environ, expected):
     assert Settings.from_environ(environ) == expected

@@ -2,14 +2,20 @@
 launcher (tests/gcpc.py) on the task's compiled inputs, and the request it sends is asserted field by field at the
 API client boundary: the JobService gRPC stubs (custom, tuning and batch prediction jobs; tests/gapic.py) and
 `requests` for the launchers that call the REST API (model upload, endpoint creation, deploy)."""
+
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 from google.cloud.aiplatform_v1.services.job_service.transports.grpc import JobServiceGrpcTransport
-from google.cloud.aiplatform_v1.types import (batch_prediction_job, completion_stats, custom_job,
-                                              hyperparameter_tuning_job, job_state)
+from google.cloud.aiplatform_v1.types import (
+    batch_prediction_job,
+    completion_stats,
+    custom_job,
+    hyperparameter_tuning_job,
+    job_state,
+)
 from google.oauth2.credentials import Credentials
 
 from components.lib.study_spec import DEFAULT_STUDY
@@ -23,9 +29,17 @@ LOCATION = "europe-west4"
 PARENT = f"projects/my-project/locations/{LOCATION}"
 MODEL = f"{PARENT}/models/111"
 ENDPOINT = f"{PARENT}/endpoints/777"
-POOLS = [{"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 1,
-          "container_spec": {"image_uri": "example.com/tfpipe/trainer:abc", "command": ["python", "-m", "trainer.task"],
-                             "args": ["--data-dir", "gs://b/root/prepare-data/dataset"]}}]
+POOLS = [
+    {
+        "machine_spec": {"machine_type": "n1-standard-8"},
+        "replica_count": 1,
+        "container_spec": {
+            "image_uri": "example.com/tfpipe/trainer:abc",
+            "command": ["python", "-m", "trainer.task"],
+            "args": ["--data-dir", "gs://b/root/prepare-data/dataset"],
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +50,10 @@ def specs(tmp_path_factory):
     from pipelines.training import build_pipeline
 
     out = {}
-    for name, func in (("training", build_pipeline("vertex", PLATFORM)),
-                       ("batch", build_batch_pipeline("vertex", PLATFORM))):
+    for name, func in (
+        ("training", build_pipeline("vertex", PLATFORM)),
+        ("batch", build_batch_pipeline("vertex", PLATFORM)),
+    ):
         path = tmp_path_factory.mktemp("spec") / f"{name}.yaml"
         compiler.Compiler().compile(func, str(path))
         out[name] = yaml.safe_load(path.read_text())
@@ -75,9 +91,18 @@ def job_stubs(monkeypatch, kind, message_class, stats=None):
 
 def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(specs, monkeypatch, tmp_path):
     created = job_stubs(monkeypatch, "custom_job", custom_job.CustomJob)
-    Launch(specs["training"], dag(specs["training"])["custom-training-job"],
-           {"worker_pool_specs": POOLS, "base_output_directory": "gs://b/root/plan/job_dir",
-            "display_name": "tfpipe-training-20261123-train", "project": "my-project"}, {}, tmp_path).run()
+    Launch(
+        specs["training"],
+        dag(specs["training"])["custom-training-job"],
+        {
+            "worker_pool_specs": POOLS,
+            "base_output_directory": "gs://b/root/plan/job_dir",
+            "display_name": "tfpipe-training-20261123-train",
+            "project": "my-project",
+        },
+        {},
+        tmp_path,
+    ).run()
     [request] = created
     expect.check_custom_job(_dict(request), PLATFORM, workers=1)
     assert request.parent == PARENT
@@ -89,15 +114,25 @@ def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(s
     assert (spec.service_account, spec.network, spec.tensorboard) == (SA, NETWORK, PLATFORM.tensorboard)
     assert spec.base_output_directory.output_uri_prefix == "gs://b/root/plan/job_dir"
     assert spec.scheduling.restart_job_on_worker_restart
-    assert [(p.machine_spec.machine_type, p.replica_count, p.container_spec.image_uri)
-            for p in spec.worker_pool_specs] == [("n1-standard-8", 1, "example.com/tfpipe/trainer:abc")]
+    assert [
+        (p.machine_spec.machine_type, p.replica_count, p.container_spec.image_uri) for p in spec.worker_pool_specs
+    ] == [("n1-standard-8", 1, "example.com/tfpipe/trainer:abc")]
 
 
 def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch, tmp_path):
     created = job_stubs(monkeypatch, "hyperparameter_tuning_job", hyperparameter_tuning_job.HyperparameterTuningJob)
-    Launch(specs["training"], dag(specs["training"], "comp-condition-2")["hyperparameter-tuning-job"],
-           {"worker_pool_specs": POOLS, "base_output_directory": "gs://b/root/plan/job_dir",
-            "display_name": "tfpipe-training-20261123-tune", "project": "my-project"}, {}, tmp_path).run()
+    Launch(
+        specs["training"],
+        dag(specs["training"], "comp-condition-2")["hyperparameter-tuning-job"],
+        {
+            "worker_pool_specs": POOLS,
+            "base_output_directory": "gs://b/root/plan/job_dir",
+            "display_name": "tfpipe-training-20261123-tune",
+            "project": "my-project",
+        },
+        {},
+        tmp_path,
+    ).run()
     [request] = created
     expect.check_tuning_job(_dict(request), PLATFORM, DEFAULT_STUDY)
     job = request.hyperparameter_tuning_job
@@ -108,20 +143,36 @@ def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch,
     assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == (4, 2, 1)
     assert [(m.metric_id, m.goal.name) for m in job.study_spec.metrics] == [("accuracy", "MAXIMIZE")]
     assert [(p.parameter_id, p.scale_type.name) for p in job.study_spec.parameters] == [
-        ("learning_rate", "UNIT_LOG_SCALE"), ("hidden_units", "UNIT_LOG_SCALE"), ("dropout", "UNIT_LINEAR_SCALE")]
+        ("learning_rate", "UNIT_LOG_SCALE"),
+        ("hidden_units", "UNIT_LOG_SCALE"),
+        ("dropout", "UNIT_LINEAR_SCALE"),
+    ]
     assert job.study_spec.parameters[1].integer_value_spec.max_value == 256
     assert job.study_spec.measurement_selection_type.name == "LAST_MEASUREMENT"
 
 
 def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_path):
     created = job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob)
-    model = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}@3",
-             "metadata": {"resourceName": f"{MODEL}@3"}, "type": "google.VertexModel"}
-    Launch(specs["batch"], dag(specs["batch"])["model-batch-predict"],
-           {"job_display_name": "tfpipe-batch-prediction-20261123-batch", "gcs_source_uris": ["gs://b/in/a.jsonl"],
+    model = {
+        "uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}@3",
+        "metadata": {"resourceName": f"{MODEL}@3"},
+        "type": "google.VertexModel",
+    }
+    Launch(
+        specs["batch"],
+        dag(specs["batch"])["model-batch-predict"],
+        {
+            "job_display_name": "tfpipe-batch-prediction-20261123-batch",
+            "gcs_source_uris": ["gs://b/in/a.jsonl"],
             "gcs_destination_output_uri_prefix": "gs://b/root/run-7/plan-batch-prediction/destination",
-            "instances_format": "jsonl", "key_field": "", "manual_batch_tuning_parameters_batch_size": 64,
-            "project": "my-project"}, {"model": model}, tmp_path).run()
+            "instances_format": "jsonl",
+            "key_field": "",
+            "manual_batch_tuning_parameters_batch_size": 64,
+            "project": "my-project",
+        },
+        {"model": model},
+        tmp_path,
+    ).run()
     [request] = created
     expect.check_batch_job(_dict(request), PLATFORM)
     job = request.batch_prediction_job
@@ -130,8 +181,11 @@ def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_
     assert job.service_account == SA and job.encryption_spec.kms_key_name == KEY
     assert dict(job.labels) == {**LABELS, "pipeline": "tfpipe-batch-prediction"}
     assert job.output_config.gcs_destination.output_uri_prefix == "gs://b/root/run-7/plan-batch-prediction/destination"
-    assert (job.dedicated_resources.machine_spec.machine_type, job.dedicated_resources.starting_replica_count,
-            job.dedicated_resources.max_replica_count) == ("n1-highmem-8", 3, 7)
+    assert (
+        job.dedicated_resources.machine_spec.machine_type,
+        job.dedicated_resources.starting_replica_count,
+        job.dedicated_resources.max_replica_count,
+    ) == ("n1-highmem-8", 3, 7)
 
 
 def registry_version_on_gcs(monkeypatch, bucket, model_dir, version="3") -> str:
@@ -145,9 +199,11 @@ def registry_version_on_gcs(monkeypatch, bucket, model_dir, version="3") -> str:
             bucket.blob(f"models/m/{path.relative_to(model_dir)}").upload_from_filename(str(path))
     uri = f"gs://{bucket.name}/models/m"
     FakeStub(lambda r: model_service.ListModelsResponse(models=[model_pb.Model(name=MODEL)])).bind(
-        ModelServiceGrpcTransport, "list_models", monkeypatch)
+        ModelServiceGrpcTransport, "list_models", monkeypatch
+    )
     FakeStub(lambda r: model_pb.Model(name=MODEL, version_id=version, artifact_uri=uri)).bind(
-        ModelServiceGrpcTransport, "get_model", monkeypatch)
+        ModelServiceGrpcTransport, "get_model", monkeypatch
+    )
     return uri
 
 
@@ -160,19 +216,35 @@ def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format,
     from components.plan_batch_prediction import plan_batch_prediction
 
     destination = dsl.Artifact(name="destination", uri="gs://b/root/run-7/plan-batch-prediction/destination")
-    plan = plan_batch_prediction("", "digits", "champion", instances, "", "my-project", LOCATION,
-                                 "tfpipe-batch-prediction-20261123", destination, instances_format=instances_format,
-                                 **options)
+    plan = plan_batch_prediction(
+        "",
+        "digits",
+        "champion",
+        instances,
+        "",
+        "my-project",
+        LOCATION,
+        "tfpipe-batch-prediction-20261123",
+        destination,
+        instances_format=instances_format,
+        **options,
+    )
     created = job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob, stats)
     model = {"uri": plan.model_uri, "metadata": {"resourceName": plan.model_name}, "type": "google.VertexModel"}
-    given = {"job_display_name": plan.job_display_name, "gcs_source_uris": plan.gcs_source_uris,
-             "gcs_destination_output_uri_prefix": plan.output_prefix, "instances_format": instances_format,
-             "key_field": options.get("key_field", ""), "manual_batch_tuning_parameters_batch_size": 64,
-             "project": "my-project", "included_fields": plan.included_fields,
-             "excluded_fields": plan.excluded_fields, "instance_type": plan.instance_type,
-             "model_parameters": plan.model_parameters}
-    launch = Launch(specs["batch"], dag(specs["batch"])["model-batch-predict"], given, {"model": model},
-                    tmp_path).run()
+    given = {
+        "job_display_name": plan.job_display_name,
+        "gcs_source_uris": plan.gcs_source_uris,
+        "gcs_destination_output_uri_prefix": plan.output_prefix,
+        "instances_format": instances_format,
+        "key_field": options.get("key_field", ""),
+        "manual_batch_tuning_parameters_batch_size": 64,
+        "project": "my-project",
+        "included_fields": plan.included_fields,
+        "excluded_fields": plan.excluded_fields,
+        "instance_type": plan.instance_type,
+        "model_parameters": plan.model_parameters,
+    }
+    launch = Launch(specs["batch"], dag(specs["batch"])["model-batch-predict"], given, {"model": model}, tmp_path).run()
     [request] = created
     return request.batch_prediction_job, launch
 
@@ -182,14 +254,19 @@ def test_csv_batch_job_sends_the_models_feature_columns(specs, monkeypatch, tmp_
     names the model's feature columns, read from the version's artifacts, so Vertex sends those, by name, in the
     model's order."""
     registry_version_on_gcs(monkeypatch, gcs_emulator, iris_model / "model")
-    job, _ = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/iris.csv", "csv", key_field="id",
-                               excluded_fields=["label"])
+    job, _ = planned_batch_job(
+        specs, monkeypatch, tmp_path, "gs://b/in/iris.csv", "csv", key_field="id", excluded_fields=["label"]
+    )
     assert job.model == f"{MODEL}@3"
     assert job.input_config.instances_format == "csv"
     assert list(job.input_config.gcs_source.uris) == ["gs://b/in/iris.csv"]
     config = job.instance_config
     assert list(config.included_fields) == [
-        "sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
+        "sepal length (cm)",
+        "sepal width (cm)",
+        "petal length (cm)",
+        "petal width (cm)",
+    ]
     assert (list(config.excluded_fields), config.key_field, config.instance_type) == ([], "id", "")
 
 
@@ -198,16 +275,19 @@ def test_jsonl_batch_job_with_named_fields_as_arrays(specs, monkeypatch, tmp_pat
     model_dir = tmp_path_factory.mktemp("plain")
     (model_dir / "saved_model.pb").write_bytes(b"")
     registry_version_on_gcs(monkeypatch, gcs_emulator, model_dir)
-    job, _ = planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl",
-                               included_fields=["b", "a"], instance_type="array")
+    job, _ = planned_batch_job(
+        specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl", included_fields=["b", "a"], instance_type="array"
+    )
     assert (list(job.instance_config.included_fields), job.instance_config.instance_type) == (["b", "a"], "array")
     with pytest.raises(ValueError, match="give included_fields or excluded_fields, not both"):
-        planned_batch_job(specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl", included_fields=["a"],
-                          excluded_fields=["b"])
+        planned_batch_job(
+            specs, monkeypatch, tmp_path, "gs://b/in/a.jsonl", "jsonl", included_fields=["a"], excluded_fields=["b"]
+        )
 
 
 def test_a_file_list_batch_job_of_an_image_model_names_its_encoded_image_signature(
-        specs, monkeypatch, tmp_path, gcs_emulator, image_folder_model):
+    specs, monkeypatch, tmp_path, gcs_emulator, image_folder_model
+):
     """Vertex sends each listed file as {"b64": ...}: the plan reads the version's signatures from its
     saved_model.pb and asks for `serving_image_bytes` in the job's model parameters (this project's serving
     container passes `parameters.signature_name` on); a tabular model's CSV job carries none."""
@@ -217,8 +297,9 @@ def test_a_file_list_batch_job_of_an_image_model_names_its_encoded_image_signatu
     assert job.input_config.instances_format == "file-list"
     assert dict(job.model_parameters) == {"signature_name": "serving_image_bytes"}
     assert not job.instance_config.included_fields and not job.instance_config.instance_type
-    job, _ = planned_batch_job(specs, monkeypatch, tmp_path / "named", "gs://b/in/images.jsonl", "jsonl",
-                               signature_name="serving_image_bytes")
+    job, _ = planned_batch_job(
+        specs, monkeypatch, tmp_path / "named", "gs://b/in/images.jsonl", "jsonl", signature_name="serving_image_bytes"
+    )
     assert dict(job.model_parameters) == {"signature_name": "serving_image_bytes"}
     job, _ = planned_batch_job(specs, monkeypatch, tmp_path / "pixels", "gs://b/in/pixels.jsonl", "jsonl")
     assert not job.model_parameters
@@ -234,12 +315,21 @@ def test_a_batch_job_whose_instances_all_failed_fails_the_check_step(specs, monk
     model_dir.mkdir()
     (model_dir / "saved_model.pb").write_bytes(b"")
     registry_version_on_gcs(monkeypatch, gcs_emulator, model_dir)
-    job, launch = planned_batch_job(specs, monkeypatch, tmp_path / "job", "gs://b/in/wine.csv", "csv",
-                                    stats={"successful_count": 0, "failed_count": 178})
+    job, launch = planned_batch_job(
+        specs,
+        monkeypatch,
+        tmp_path / "job",
+        "gs://b/in/wine.csv",
+        "csv",
+        stats={"successful_count": 0, "failed_count": 178},
+    )
     name = f"{PARENT}/batchPredictionJobs/42"
     assert json.loads(launch.output("gcp_resources"))["resources"][0]["resourceUri"].endswith(f"/v1/{name}")
-    with pytest.raises(BatchPredictionError, match=r"^178 of 178 instances failed, 0 succeeded \(100\.0%\), above "
-                                                   rf"max_error_fraction 10\.0% \(job {name}\)"):
+    with pytest.raises(
+        BatchPredictionError,
+        match=r"^178 of 178 instances failed, 0 succeeded \(100\.0%\), above "
+        rf"max_error_fraction 10\.0% \(job {name}\)",
+    ):
         check_batch_prediction_job(launch.output("gcp_resources"), 0.1)
 
 
@@ -247,17 +337,31 @@ def test_the_check_step_reads_the_jobs_completion_stats(monkeypatch):
     from components.check_batch_prediction_job import check_batch_prediction_job
 
     name = f"{PARENT}/batchPredictionJobs/42"
+
     def get(request):
         return batch_prediction_job.BatchPredictionJob(
-            name=request.name, completion_stats=completion_stats.CompletionStats(successful_count=95, failed_count=5))
+            name=request.name, completion_stats=completion_stats.CompletionStats(successful_count=95, failed_count=5)
+        )
 
     stub = FakeStub(get).bind(JobServiceGrpcTransport, "get_batch_prediction_job", monkeypatch)
-    resources = json.dumps({"resources": [{"resourceType": "BatchPredictionJob",
-                                           "resourceUri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{name}"}]})
+    resources = json.dumps(
+        {
+            "resources": [
+                {
+                    "resourceType": "BatchPredictionJob",
+                    "resourceUri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{name}",
+                }
+            ]
+        }
+    )
     assert check_batch_prediction_job(resources, 0.1) == (95, 5)
     [(rpc, request, host, routing)] = stub.calls
-    assert (rpc, request.name, host, routing) == ("GetBatchPredictionJobRequest", name,
-                                                  f"{LOCATION}-aiplatform.googleapis.com:443", f"name={name}")
+    assert (rpc, request.name, host, routing) == (
+        "GetBatchPredictionJobRequest",
+        name,
+        f"{LOCATION}-aiplatform.googleapis.com:443",
+        f"name={name}",
+    )
     with pytest.raises(Exception, match="above max_error_fraction 1.0%"):
         check_batch_prediction_job(resources, 0.01)
 
@@ -281,21 +385,41 @@ class Rest:
 def test_model_upload_request_carries_cmek_labels_and_the_serving_container(specs, monkeypatch, tmp_path):
     rest = Rest(monkeypatch, {"model": MODEL, "modelVersionId": "4"})
     branch = dag(specs["training"], "comp-condition-6")["model-upload"]
-    parent = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}", "metadata": {"resourceName": MODEL},
-              "type": "google.VertexModel"}
-    unmanaged = {"uri": "gs://b/root/import-trained-model/job_dir/model", "type": "google.UnmanagedContainerModel",
-                 "metadata": {"containerSpec": PLATFORM.serving_container_spec()}}
-    launch = Launch(specs["training"], branch, {"project": "my-project"},
-                    {"parent_model": parent, "unmanaged_container_model": unmanaged}, tmp_path).run()
+    parent = {
+        "uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}",
+        "metadata": {"resourceName": MODEL},
+        "type": "google.VertexModel",
+    }
+    unmanaged = {
+        "uri": "gs://b/root/import-trained-model/job_dir/model",
+        "type": "google.UnmanagedContainerModel",
+        "metadata": {"containerSpec": PLATFORM.serving_container_spec()},
+    }
+    launch = Launch(
+        specs["training"],
+        branch,
+        {"project": "my-project"},
+        {"parent_model": parent, "unmanaged_container_model": unmanaged},
+        tmp_path,
+    ).run()
     [(method, url, body, auth)] = rest.calls
     expect.check_upload(body, PLATFORM)
-    assert (method, url, auth) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/models:upload",
-                                   "Bearer test-token")
-    assert body == {"parent_model": MODEL, "model": {
-        "display_name": "digits", "encryption_spec": {"kms_key_name": KEY}, "labels": LABELS,
-        "pipeline_job": f"{PARENT}/pipelineJobs/run-uuid-1",
-        "artifact_uri": "gs://b/root/import-trained-model/job_dir/model",
-        "container_spec": {"image_uri": "example.com/serving:2", "ports": [{"container_port": 8080}]}}}
+    assert (method, url, auth) == (
+        "POST",
+        f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/models:upload",
+        "Bearer test-token",
+    )
+    assert body == {
+        "parent_model": MODEL,
+        "model": {
+            "display_name": "digits",
+            "encryption_spec": {"kms_key_name": KEY},
+            "labels": LABELS,
+            "pipeline_job": f"{PARENT}/pipelineJobs/run-uuid-1",
+            "artifact_uri": "gs://b/root/import-trained-model/job_dir/model",
+            "container_spec": {"image_uri": "example.com/serving:2", "ports": [{"container_port": 8080}]},
+        },
+    }
     assert "version_aliases" not in body["model"]  # the alias moves only once the version serves
     output = json.loads(launch.workdir.joinpath("executor_output.json").read_text())
     assert output["artifacts"]["model"]["artifacts"][0]["metadata"]["resourceName"] == f"{MODEL}@4"
@@ -303,8 +427,13 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
 
 def test_endpoint_creation_carries_cmek_and_labels(specs, monkeypatch, tmp_path):
     rest = Rest(monkeypatch, {"name": ENDPOINT})
-    Launch(specs["training"], dag(specs["training"], "comp-condition-11")["endpoint-create"],
-           {"project": "my-project"}, {}, tmp_path).run()
+    Launch(
+        specs["training"],
+        dag(specs["training"], "comp-condition-11")["endpoint-create"],
+        {"project": "my-project"},
+        {},
+        tmp_path,
+    ).run()
     [(method, url, body, _)] = rest.calls
     expect.check_endpoint_create(body, PLATFORM)
     assert (method, url) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/endpoints")
@@ -313,12 +442,23 @@ def test_endpoint_creation_carries_cmek_and_labels(specs, monkeypatch, tmp_path)
 
 def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkeypatch, tmp_path):
     rest = Rest(monkeypatch, {"deployedModel": {"id": "9"}})
-    endpoint = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{ENDPOINT}",
-                "metadata": {"resourceName": ENDPOINT}, "type": "google.VertexEndpoint"}
-    model = {"uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}@4",
-             "metadata": {"resourceName": f"{MODEL}@4"}, "type": "google.VertexModel"}
-    Launch(specs["training"], dag(specs["training"], "comp-condition-12")["model-deploy"],
-           {"traffic_split": {"0": 10, "d1": 90}}, {"endpoint": endpoint, "model": model}, tmp_path).run()
+    endpoint = {
+        "uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{ENDPOINT}",
+        "metadata": {"resourceName": ENDPOINT},
+        "type": "google.VertexEndpoint",
+    }
+    model = {
+        "uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}@4",
+        "metadata": {"resourceName": f"{MODEL}@4"},
+        "type": "google.VertexModel",
+    }
+    Launch(
+        specs["training"],
+        dag(specs["training"], "comp-condition-12")["model-deploy"],
+        {"traffic_split": {"0": 10, "d1": 90}},
+        {"endpoint": endpoint, "model": model},
+        tmp_path,
+    ).run()
     [(method, url, body, _)] = rest.calls
     expect.check_deploy(body, PLATFORM)
     assert (method, url) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{ENDPOINT}:deployModel")
@@ -326,9 +466,14 @@ def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkey
     deployed = body["deployed_model"]
     assert deployed["model"] == f"{MODEL}@4" and deployed["service_account"] == SA
     assert deployed["dedicated_resources"]["machine_spec"] == {
-        "machine_type": "n1-highcpu-4", "accelerator_type": "NVIDIA_TESLA_T4", "accelerator_count": 1}
-    assert (deployed["dedicated_resources"]["min_replica_count"],
-            deployed["dedicated_resources"]["max_replica_count"]) == (2, 5)
+        "machine_type": "n1-highcpu-4",
+        "accelerator_type": "NVIDIA_TESLA_T4",
+        "accelerator_count": 1,
+    }
+    assert (
+        deployed["dedicated_resources"]["min_replica_count"],
+        deployed["dedicated_resources"]["max_replica_count"],
+    ) == (2, 5)
 
 
 def test_every_gcpc_task_that_takes_the_identity_gets_it(specs):
@@ -346,6 +491,9 @@ def test_every_gcpc_task_that_takes_the_identity_gets_it(specs):
     assert checked == {
         "custom-training-job": ["service_account", "network", "encryption_spec_key_name"],
         "hyperparameter-tuning-job": ["service_account", "network", "encryption_spec_key_name"],
-        "model-upload": ["encryption_spec_key_name"], "model-upload-2": ["encryption_spec_key_name"],
-        "endpoint-create": ["encryption_spec_key_name"], "model-deploy": ["service_account"],
-        "model-batch-predict": ["service_account", "encryption_spec_key_name"]}
+        "model-upload": ["encryption_spec_key_name"],
+        "model-upload-2": ["encryption_spec_key_name"],
+        "endpoint-create": ["encryption_spec_key_name"],
+        "model-deploy": ["service_account"],
+        "model-batch-predict": ["service_account", "encryption_spec_key_name"],
+    }

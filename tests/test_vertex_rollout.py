@@ -1,5 +1,6 @@
 """One clean Vertex AI endpoint (components/lib/vertex_rollout.py): what a full rollout, a canary, `promote` and
 `rollback` ask of Vertex AI, asserted request by request at the GAPIC boundary (tests/gapic.py's RegistryDouble)."""
+
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.types import Endpoint, endpoint_service, model_service
@@ -30,19 +31,27 @@ def get_endpoint():
 
 
 def undeploy(deployed_model_id):
-    return ("undeploy_model", endpoint_service.UndeployModelRequest(endpoint=ENDPOINT,
-                                                                   deployed_model_id=deployed_model_id))
+    return (
+        "undeploy_model",
+        endpoint_service.UndeployModelRequest(endpoint=ENDPOINT, deployed_model_id=deployed_model_id),
+    )
 
 
 def merge(version, aliases=("champion", "blue", "default")):
-    return ("merge_version_aliases", model_service.MergeVersionAliasesRequest(name=f"{MODEL}@{version}",
-                                                                             version_aliases=list(aliases)))
+    return (
+        "merge_version_aliases",
+        model_service.MergeVersionAliasesRequest(name=f"{MODEL}@{version}", version_aliases=list(aliases)),
+    )
 
 
 def traffic(split):
-    return ("update_endpoint", endpoint_service.UpdateEndpointRequest(
-        endpoint=Endpoint(name=ENDPOINT, traffic_split=split), update_mask=field_mask_pb2.FieldMask(
-            paths=["traffic_split"])))
+    return (
+        "update_endpoint",
+        endpoint_service.UpdateEndpointRequest(
+            endpoint=Endpoint(name=ENDPOINT, traffic_split=split),
+            update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
+        ),
+    )
 
 
 def test_full_rollout_undeploys_the_previous_models_and_moves_the_aliases(monkeypatch):
@@ -86,8 +95,7 @@ def test_promote_gives_the_canary_all_traffic_undeploys_the_rest_and_crowns_it(m
 
 
 def test_promote_a_named_deployed_model_keeping_one(monkeypatch):
-    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)],
-                    {"d1": 80, "d2": 10, "d3": 10})
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 80, "d2": 10, "d3": 10})
     promote(ENDPOINT, 1, ALIASES, deployed_model_id="d2")
     assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2")]
     with pytest.raises(RolloutError, match="no deployed model d9 on .*; deployed: d2, d3"):
@@ -97,21 +105,34 @@ def test_promote_a_named_deployed_model_keeping_one(monkeypatch):
 def test_rollback_of_a_canary(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     result = rollback(ENDPOINT, ALIASES)
-    assert vertex.calls == [get_endpoint(), traffic({"d1": 100}),
-                            ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2")), undeploy("d2")]
-    assert result == {"deployed_model_id": "d1", "model_version": f"{MODEL}@1", "undeployed": ["d2"],
-                      "aliases_moved": False}
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d1": 100}),
+        ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2")),
+        undeploy("d2"),
+    ]
+    assert result == {
+        "deployed_model_id": "d1",
+        "model_version": f"{MODEL}@1",
+        "undeployed": ["d2"],
+        "aliases_moved": False,
+    }
     assert vertex.aliases["champion"] == "1"
 
 
 def test_rollback_of_a_full_rollout_moves_the_aliases_back(monkeypatch):
     # keep_previous=1 left version 1 deployed at 0 %; version 2 holds the aliases
-    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100},
-                    {"champion": "2", "blue": "2", "default": "2"})
+    vertex = double(
+        monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100}, {"champion": "2", "blue": "2", "default": "2"}
+    )
     result = rollback(ENDPOINT, ALIASES)
-    assert vertex.calls == [get_endpoint(), traffic({"d1": 100}),
-                            ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2")), undeploy("d2"),
-                            merge("1")]
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d1": 100}),
+        ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2")),
+        undeploy("d2"),
+        merge("1"),
+    ]
     assert result["aliases_moved"] and vertex.aliases == {"champion": "1", "blue": "1", "default": "1"}
 
 
@@ -124,10 +145,12 @@ def test_rollback_needs_a_previous_model(monkeypatch):
 
 def test_kfp_steps_read_the_resource_names_of_their_artifacts(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100})
-    endpoint = dsl.Artifact(uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{ENDPOINT}",
-                            metadata={"resourceName": ENDPOINT})
-    model = dsl.Artifact(uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@2",
-                         metadata={"resourceName": f"{MODEL}@2"})
+    endpoint = dsl.Artifact(
+        uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{ENDPOINT}", metadata={"resourceName": ENDPOINT}
+    )
+    model = dsl.Artifact(
+        uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@2", metadata={"resourceName": f"{MODEL}@2"}
+    )
     assert finish_vertex_rollout(endpoint, model, 100, 0, ALIASES)["undeployed"] == ["d1"]
     assert crown_vertex_model(model, ["champion"]) == f"{MODEL}@2"
     assert vertex.calls[-1] == merge("2", ["champion", "default"])
@@ -138,35 +161,49 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
 
     from pipelines.cli import cli
 
-    (tmp_path / "c.yaml").write_text("platform:\n  project: my-project\n  location: europe-west4\n"
-                                     "  endpoint_display_name: digits-endpoint\n  keep_previous: 1\n"
-                                     "  model_version_aliases: [champion, blue]\n")
-    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)],
-                    {"d1": 50, "d2": 40, "d3": 10})
+    (tmp_path / "c.yaml").write_text(
+        "platform:\n  project: my-project\n  location: europe-west4\n"
+        "  endpoint_display_name: digits-endpoint\n  keep_previous: 1\n"
+        "  model_version_aliases: [champion, blue]\n"
+    )
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 50, "d2": 40, "d3": 10})
     result = CliRunner().invoke(cli, ["promote", "--target", "vertex", "--config", str(tmp_path / "c.yaml")])
     assert result.exit_code == 0, result.output
     # the endpoint by display name, then the promotion with the config's keep_previous and aliases
-    assert vertex.calls[0] == ("list_endpoints", endpoint_service.ListEndpointsRequest(
-        parent="projects/my-project/locations/europe-west4", filter='display_name="digits-endpoint"',
-        order_by="create_time"))
+    assert vertex.calls[0] == (
+        "list_endpoints",
+        endpoint_service.ListEndpointsRequest(
+            parent="projects/my-project/locations/europe-west4",
+            filter='display_name="digits-endpoint"',
+            order_by="create_time",
+        ),
+    )
     assert vertex.calls[1:] == [get_endpoint(), traffic({"d3": 100}), undeploy("d1"), merge("3")]
     assert result.output.splitlines()[-1] == f"promoted {MODEL}@3 (deployed model d3)"
 
     vertex.calls.clear()
-    result = CliRunner().invoke(cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"),
-                                      "--endpoint", ENDPOINT])
+    result = CliRunner().invoke(
+        cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT]
+    )
     assert result.exit_code == 0, result.output
-    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}),
-                            ("get_model", model_service.GetModelRequest(name=f"{MODEL}@3")), undeploy("d3"),
-                            merge("2")]
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d2": 100}),
+        ("get_model", model_service.GetModelRequest(name=f"{MODEL}@3")),
+        undeploy("d3"),
+        merge("2"),
+    ]
     assert result.output.splitlines()[-1] == f"rolled back to {MODEL}@2 (deployed model d2)"
 
-    result = CliRunner().invoke(cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"),
-                                      "--endpoint", ENDPOINT])
+    result = CliRunner().invoke(
+        cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT]
+    )
     assert result.exit_code == 1
-    assert result.output == (f"Error: nothing to roll back to on {ENDPOINT}: 1 deployed model(s). A full rollout "
-                             "keeps platform.keep_previous earlier models deployed for this; redeploy a registry "
-                             "version to go back\n")
+    assert result.output == (
+        f"Error: nothing to roll back to on {ENDPOINT}: 1 deployed model(s). A full rollout "
+        "keeps platform.keep_previous earlier models deployed for this; redeploy a registry "
+        "version to go back\n"
+    )
     (tmp_path / "c.yaml").write_text("platform:\n  location: europe-west4\n")
     result = CliRunner().invoke(cli, ["promote", "--target", "vertex", "--config", str(tmp_path / "c.yaml")])
     assert result.exit_code == 1 and "platform.project is required on Vertex AI" in result.output

@@ -2,6 +2,7 @@
 (tests/test_vertex_requests.py: GCPC launchers run on compiled tasks against stubs) and by the rehearsal tests
 (tests/test_rehearsal.py: the requests a rehearsal recorded). Each takes the request as a dict with proto field
 names (enums by name) and the Platform the pipeline was compiled with."""
+
 from pipelines.config import Platform
 
 
@@ -44,9 +45,13 @@ def check_tuning_job(request: dict, platform: Platform, study) -> None:
     _cmek(job, platform)
     _identity(job["trial_job_spec"], platform)
     assert (int(job["max_trial_count"]), int(job["parallel_trial_count"]), int(job["max_failed_trial_count"])) == (
-        study.max_trial_count, study.parallel_trial_count, study.max_failed_trial_count)
+        study.max_trial_count,
+        study.parallel_trial_count,
+        study.max_failed_trial_count,
+    )
     assert [(m["metric_id"], m["goal"]) for m in job["study_spec"]["metrics"]] == [
-        (study.metric_id, study.goal.upper())]
+        (study.metric_id, study.goal.upper())
+    ]
     assert [p["parameter_id"] for p in job["study_spec"]["parameters"]] == [p.parameter_id for p in study.parameters]
     assert job["study_spec"]["measurement_selection_type"] == f"{study.measurement.upper()}_MEASUREMENT"
     [pool] = job["trial_job_spec"]["worker_pool_specs"]
@@ -63,7 +68,9 @@ def check_batch_job(request: dict, platform: Platform) -> None:
     resources = job["dedicated_resources"]
     assert resources["machine_spec"]["machine_type"] == platform.batch_machine_type
     assert (int(resources["starting_replica_count"]), int(resources["max_replica_count"])) == (
-        platform.batch_starting_replicas, platform.batch_max_replicas)
+        platform.batch_starting_replicas,
+        platform.batch_max_replicas,
+    )
 
 
 def check_upload(request: dict, platform: Platform) -> None:
@@ -75,8 +82,9 @@ def check_upload(request: dict, platform: Platform) -> None:
     container = model["container_spec"]
     assert container["image_uri"] == platform.serving_image
     expected_ports = platform.serving_container_spec().get("ports", [])
-    assert [int(p["container_port"]) for p in container.get("ports", [])] == [p["containerPort"]
-                                                                             for p in expected_ports]
+    assert [int(p["container_port"]) for p in container.get("ports", [])] == [
+        p["containerPort"] for p in expected_ports
+    ]
 
 
 def check_endpoint_create(request: dict, platform: Platform) -> None:
@@ -93,5 +101,7 @@ def check_deploy(request: dict, platform: Platform) -> None:
     resources = deployed["dedicated_resources"]
     assert resources["machine_spec"]["machine_type"] == platform.serving_machine_type
     assert (int(resources["min_replica_count"]), int(resources["max_replica_count"])) == (
-        platform.serving_min_replicas, platform.serving_max_replicas)
+        platform.serving_min_replicas,
+        platform.serving_max_replicas,
+    )
     assert sum(int(v) for v in request["traffic_split"].values()) == 100

@@ -6,14 +6,15 @@ A builder takes the prepared data set's statistics (`stats.json`) and the hyperp
 tf-keras model with one input (the data's pixel arrays or feature vectors, float32) and one output (class
 probabilities [N, classes]): the exported signatures (`trainer.model.serving_signatures`) wrap exactly that.
 """
+
 from __future__ import annotations
 
 import ast
 import importlib
 import importlib.util
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 DEFAULT_BUILDER = "trainer.model:build_model"
 _SPEC = re.compile(r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<function>[A-Za-z_]\w*)$")
@@ -27,8 +28,10 @@ def parse(spec: str) -> tuple[str, str]:
     """`package.module:function` → (`package.module`, `function`)."""
     match = _SPEC.match(spec)
     if not match:
-        raise BuilderError(f"{spec!r} is not a builder like package.module:function (a module on the Python path, "
-                           f"a colon, a function of that module), e.g. {DEFAULT_BUILDER}")
+        raise BuilderError(
+            f"{spec!r} is not a builder like package.module:function (a module on the Python path, "
+            f"a colon, a function of that module), e.g. {DEFAULT_BUILDER}"
+        )
     return match["module"], match["function"]
 
 
@@ -58,11 +61,15 @@ def find(spec: str) -> str:
     try:
         found = importlib.util.find_spec(module)
     except ImportError as e:  # a parent package is missing
-        raise BuilderError(f"builder {spec}: cannot import module {module!r} ({e}); put it on the Python path (the "
-                           "repository's root, or an installed package)") from None
+        raise BuilderError(
+            f"builder {spec}: cannot import module {module!r} ({e}); put it on the Python path (the "
+            "repository's root, or an installed package)"
+        ) from None
     if found is None:
-        raise BuilderError(f"builder {spec}: no module named {module!r} on the Python path (the repository's root, "
-                           "or an installed package)")
+        raise BuilderError(
+            f"builder {spec}: no module named {module!r} on the Python path (the repository's root, "
+            "or an installed package)"
+        )
     origin = found.origin or ""
     if origin.endswith(".py"):
         try:
@@ -101,26 +108,37 @@ def check(model, stats: dict, spec: str) -> None:
     import tf_keras as keras
 
     if not isinstance(model, keras.Model):
-        raise BuilderError(f"builder {spec} returned a {type(model).__module__}.{type(model).__name__}, not a "
-                           "tf-keras Model (build it with `import tf_keras as keras`: Keras 3 models cannot train "
-                           "under MultiWorkerMirroredStrategy)")
+        raise BuilderError(
+            f"builder {spec} returned a {type(model).__module__}.{type(model).__name__}, not a "
+            "tf-keras Model (build it with `import tf_keras as keras`: Keras 3 models cannot train "
+            "under MultiWorkerMirroredStrategy)"
+        )
     if len(model.inputs) != 1:
-        raise BuilderError(f"builder {spec} returned a model with {len(model.inputs)} inputs; the serving signature "
-                           "takes one (the pixel array or feature vector)")
+        raise BuilderError(
+            f"builder {spec} returned a model with {len(model.inputs)} inputs; the serving signature "
+            "takes one (the pixel array or feature vector)"
+        )
     if len(model.outputs) != 1:
-        raise BuilderError(f"builder {spec} returned a model with {len(model.outputs)} outputs; the serving "
-                           "signature needs one (the class probabilities)")
+        raise BuilderError(
+            f"builder {spec} returned a model with {len(model.outputs)} outputs; the serving "
+            "signature needs one (the class probabilities)"
+        )
     dtype = getattr(model.inputs[0].dtype, "name", model.inputs[0].dtype)
     if dtype != "float32":
-        raise BuilderError(f"builder {spec} returned a model whose input is {dtype}; the serving signature sends "
-                           "float32")
+        raise BuilderError(
+            f"builder {spec} returned a model whose input is {dtype}; the serving signature sends float32"
+        )
     data = tuple(stats["input_shape"])
     taken = _shape(model.inputs[0])[1:]
     if len(taken) != len(data) or any(t is not None and t != d for t, d in zip(taken, data)):
-        raise BuilderError(f"builder {spec} returned a model whose input takes {list(taken)} per example; the data "
-                           f"gives {list(data)} (None: any size)")
+        raise BuilderError(
+            f"builder {spec} returned a model whose input takes {list(taken)} per example; the data "
+            f"gives {list(data)} (None: any size)"
+        )
     classes = len(stats["labels"])
     given = _shape(model.outputs[0])[1:]
     if given != (classes,):
-        raise BuilderError(f"builder {spec} returned a model whose output is {list(given)} per example; the serving "
-                           f"signature's probabilities need [{classes}] (one per class, softmax)")
+        raise BuilderError(
+            f"builder {spec} returned a model whose output is {list(given)} per example; the serving "
+            f"signature's probabilities need [{classes}] (one per class, softmax)"
+        )

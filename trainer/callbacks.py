@@ -1,4 +1,5 @@
 """Training callbacks: per-epoch history (survives restarts) and hypertune metric reports."""
+
 from __future__ import annotations
 
 import json

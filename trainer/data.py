@@ -7,6 +7,7 @@ Layout of a prepared dataset directory (local path or gs://):
 Each record is a `tf.train.Example` with `key` (bytes, source id), `label` (int64 index into the vocabulary) and
 either `image` (raw uint8 bytes of an H×W×C array) or `features` (float list).
 """
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,16 @@ import math
 
 import tensorflow as tf
 
-from trainer.schema import (FEATURES_FILE, IMAGE, IMAGE_BYTES_INPUT, IMAGE_BYTES_SIGNATURE,  # noqa: F401 (re-exported)
-                            LABELS_FILE, SPLITS, TABULAR, shard_name)
+from trainer.schema import (  # noqa: F401 (re-exported)
+    FEATURES_FILE,
+    IMAGE,
+    IMAGE_BYTES_INPUT,
+    IMAGE_BYTES_SIGNATURE,
+    LABELS_FILE,
+    SPLITS,
+    TABULAR,
+    shard_name,
+)
 
 
 def serialize_example(key: str, label: int, value, kind: str) -> bytes:

@@ -3,6 +3,7 @@
 Understands plain `TF_CONFIG` (chief is `chief`, or `worker` 0 when the cluster has no chief) and Vertex AI's
 `CLUSTER_SPEC` (`workerpool0..3`), which is translated to `TF_CONFIG` before the strategy is built.
 """
+
 from __future__ import annotations
 
 import json

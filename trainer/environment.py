@@ -1,5 +1,6 @@
 """The environment the trainer runs in, defined once for every launcher: local worker processes and trials, the
 Katib trials, the TFJob, the Vertex AI worker pools and the local runs."""
+
 from __future__ import annotations
 
 import os
@@ -17,5 +18,8 @@ def use_legacy_keras(environ: MutableMapping[str, str] = os.environ) -> None:
 
 def output_dirs(base: str, model_dir: str = "") -> dict[str, str]:
     """Vertex AI's output variables of a job or trial writing under `base` (`model_dir`: the model elsewhere)."""
-    return {"AIP_MODEL_DIR": model_dir or f"{base}/model", "AIP_CHECKPOINT_DIR": f"{base}/checkpoints",
-            "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs"}
+    return {
+        "AIP_MODEL_DIR": model_dir or f"{base}/model",
+        "AIP_CHECKPOINT_DIR": f"{base}/checkpoints",
+        "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs",
+    }

@@ -1,4 +1,5 @@
 """Keras model builders (tf-keras). Preprocessing lives inside the model so it serves raw inputs."""
+
 from __future__ import annotations
 
 import math

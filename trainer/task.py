@@ -5,6 +5,7 @@ Output locations follow Vertex AI: `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and `AI
 else `<job-dir>/model`, `<job-dir>/checkpoints`, `<job-dir>/logs`. The chief also writes `<job-dir>/metrics.json`
 and `<job-dir>/history.jsonl` (one line per completed epoch, across restarts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,7 +90,12 @@ def main(argv=None) -> int:
     global_batch = args.batch_size * strategy.num_replicas_in_sync
     train_bytes = stats["splits"]["train"].get("bytes", 0)
     train_ds = data.make_dataset(
-        args.data_dir, "train", stats, global_batch, training=True, seed=args.seed,
+        args.data_dir,
+        "train",
+        stats,
+        global_batch,
+        training=True,
+        seed=args.seed,
         worker_index=cluster.rank,
         cache=train_bytes <= args.cache_max_mb * 2**20,
     )

@@ -1,5 +1,6 @@
 """TF Serving warmup records: `assets.extra/tf_serving_warmup_requests`, a TFRecord of PredictionLog protos that
 TF Serving (and `python -m serving`) replays before a version takes traffic."""
+
 from __future__ import annotations
 
 import tensorflow as tf

@@ -3,6 +3,7 @@
 The library rewrites `$CLOUD_ML_HP_METRIC_FILE` on every report, keeping the last 100 reports, one JSON object
 per line with string values: `{"global_step": "3", "<metric tag>": "0.91", "timestamp": ..., "trial": "<id>"}`.
 """
+
 import json
 import os
 

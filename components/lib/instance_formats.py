@@ -1,4 +1,5 @@
 """Vertex AI batch prediction's instance formats (DESIGN.md §3): the config's, the CLI's and both predictors'."""
+
 from typing import Literal, get_args
 
 InstancesFormat = Literal["jsonl", "csv", "tf-record", "tf-record-gzip", "file-list"]

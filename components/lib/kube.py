@@ -9,6 +9,7 @@ the official `kubernetes` client on custom objects, plus what every engine step 
 - `on_cancel()`: a cancelled run stops the step's pod with SIGTERM: delete the object the step created, then exit;
 - `object_name()`: a DNS-1035 name from a prefix and the run's identity, stable across retries of the same task.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -101,8 +102,10 @@ def create_or_adopt(api, group: str, version: str, namespace: str, plural: str, 
     existing = objects.get_namespaced_custom_object(group, version, namespace, plural, name)
     run = body["metadata"].get("labels", {}).get("tfpipe/run-id")
     if run and existing["metadata"].get("labels", {}).get("tfpipe/run-id") != run:
-        raise RuntimeError(f"{body['kind']} {namespace}/{name} exists and belongs to another run; delete it or "
-                           "rerun under another name")
+        raise RuntimeError(
+            f"{body['kind']} {namespace}/{name} exists and belongs to another run; delete it or "
+            "rerun under another name"
+        )
     log(f"{body['kind']} {namespace}/{name} exists already (a retry of this step): following it")
     return existing
 
@@ -113,8 +116,9 @@ def delete(api, group: str, version: str, namespace: str, plural: str, name: str
     from kubernetes.client.exceptions import ApiException
 
     try:
-        custom(api).delete_namespaced_custom_object(group, version, namespace, plural, name,
-                                                    body=client.V1DeleteOptions(propagation_policy="Foreground"))
+        custom(api).delete_namespaced_custom_object(
+            group, version, namespace, plural, name, body=client.V1DeleteOptions(propagation_policy="Foreground")
+        )
         return True
     except ApiException as e:
         if e.status == 404:
@@ -204,7 +208,7 @@ def object_name(prefix: str, *identity: str, limit: int = 50) -> str:
     stem = re.sub(r"[^a-z0-9-]+", "-", prefix.lower()).strip("-") or "tfpipe"
     if not stem[0].isalpha():
         stem = f"t-{stem}"
-    return f"{stem[:limit - 11].rstrip('-')}-{digest}"
+    return f"{stem[: limit - 11].rstrip('-')}-{digest}"
 
 
 def label_value(text: str) -> str:
@@ -220,8 +224,10 @@ def volume_parts(claim_name: str, mount_path: str) -> tuple[list[dict], list[dic
     """The pod's `volumes` and the container's `volumeMounts` for the shared claim (none without a claim)."""
     if not claim_name:
         return [], []
-    return ([{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": claim_name}}],
-            [{"name": "tfpipe-data", "mountPath": mount_path}])
+    return (
+        [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": claim_name}}],
+        [{"name": "tfpipe-data", "mountPath": mount_path}],
+    )
 
 
 def on_volume(path: str, mount_path: str) -> bool:

@@ -10,6 +10,7 @@ lost to a concurrent publish; claims outlive removed versions. An existing versi
 version appears and disappears at once (rename of a whole folder); GCS has no rename, so saved_model.pb is uploaded
 last and deleted first.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,9 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 from components.lib import storage
 
@@ -61,7 +62,7 @@ def _scan_gcs(bucket, prefix: str) -> tuple[list[int], int]:
     """As `_scan_local`, for the objects under `gs://<bucket>/<prefix>/`."""
     loadable, used = set(), set()
     for blob in bucket.list_blobs(prefix=f"{prefix}/", fields="items(name),nextPageToken"):
-        first, _, rest = blob.name[len(prefix) + 1:].partition("/")
+        first, _, rest = blob.name[len(prefix) + 1 :].partition("/")
         if first == CLAIMS and _is_number(rest):
             used.add(int(rest))
         elif _is_number(first):
@@ -207,18 +208,30 @@ def _publish_local(model_dir: str, root: str, model_name: str, metadata: dict) -
 
 def _publish_gcs(model_dir: str, root: str, model_name: str, metadata: dict) -> Version:
     bucket, prefix = _gcs_bucket(root)
-    files = [os.path.relpath(os.path.join(folder, name), model_dir).replace(os.sep, "/")
-             for folder, _, names in os.walk(model_dir) for name in names]
+    files = [
+        os.path.relpath(os.path.join(folder, name), model_dir).replace(os.sep, "/")
+        for folder, _, names in os.walk(model_dir)
+        for name in names
+    ]
     token = uuid.uuid4().hex
-    number = _claim_next(lambda: _scan_gcs(bucket, prefix)[1],
-                         lambda n: _claim_gcs(bucket.blob(f"{prefix}/{CLAIMS}/{n}"), token))
+    number = _claim_next(
+        lambda: _scan_gcs(bucket, prefix)[1], lambda n: _claim_gcs(bucket.blob(f"{prefix}/{CLAIMS}/{n}"), token)
+    )
     record = _record(metadata, number, model_name)
     folder = f"{prefix}/{number}"
     with ThreadPoolExecutor(THREADS) as pool:
-        uploads = [pool.submit(bucket.blob(f"{folder}/{name}").upload_from_filename, os.path.join(model_dir, name))
-                   for name in files if name not in (MODEL_FILE, METADATA_FILE)]
-        uploads.append(pool.submit(bucket.blob(f"{folder}/{METADATA_FILE}").upload_from_string,
-                                   json.dumps(record, indent=2), content_type="application/json"))
+        uploads = [
+            pool.submit(bucket.blob(f"{folder}/{name}").upload_from_filename, os.path.join(model_dir, name))
+            for name in files
+            if name not in (MODEL_FILE, METADATA_FILE)
+        ]
+        uploads.append(
+            pool.submit(
+                bucket.blob(f"{folder}/{METADATA_FILE}").upload_from_string,
+                json.dumps(record, indent=2),
+                content_type="application/json",
+            )
+        )
         for upload in uploads:
             upload.result()
     bucket.blob(f"{folder}/{MODEL_FILE}").upload_from_filename(os.path.join(model_dir, MODEL_FILE))  # now loadable

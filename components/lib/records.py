@@ -10,10 +10,11 @@ formats are small and fixed:
   `tf.train.Example.SerializeToString(deterministic=True)` gives (tests/test_records.py checks both against
   TensorFlow).
 """
+
 from __future__ import annotations
 
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import google_crc32c
 import numpy as np
@@ -68,8 +69,11 @@ def encode_example(key: str, label: int, value, kind: str) -> bytes:
         features["image"] = ("bytes", np.ascontiguousarray(value, dtype=np.uint8).reshape(-1).data)  # no copy
     else:
         features["features"] = ("float", value)
-    entries = [part for name in sorted(features)
-               for part in _field(1, *_field(1, name.encode()), *_field(2, *_feature(*features[name])))]
+    entries = [
+        part
+        for name in sorted(features)
+        for part in _field(1, *_field(1, name.encode()), *_field(2, *_feature(*features[name])))
+    ]
     return b"".join(_field(1, *entries))
 
 
@@ -100,13 +104,14 @@ class TFRecordWriter:
 
     def write(self, record: bytes) -> None:
         length = struct.pack("<Q", len(record))
-        self._file.write(length + struct.pack("<I", masked_crc(length)) + record
-                         + struct.pack("<I", masked_crc(record)))
+        self._file.write(
+            length + struct.pack("<I", masked_crc(length)) + record + struct.pack("<I", masked_crc(record))
+        )
 
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "TFRecordWriter":
+    def __enter__(self) -> TFRecordWriter:
         return self
 
     def __exit__(self, *exc) -> None:

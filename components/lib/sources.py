@@ -3,6 +3,7 @@
 A source yields candidates `(key, label, load)`: `key` identifies the record (and decides its split), `load()`
 returns the example (uint8 H×W×C image or float feature vector) or raises `BadRecord` with the reason.
 """
+
 from __future__ import annotations
 
 import csv
@@ -10,8 +11,8 @@ import functools
 import math
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -60,8 +61,9 @@ def builtin(name: str) -> Source:
         images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
         labels = [str(int(t)) for t in bunch.target]
         candidates = [(f"digits/{i:04d}", labels[i], lambda img=img: img) for i, img in enumerate(images)]
-        return Source(IMAGE, sorted(set(labels), key=int), [8, 8, 1], candidates,
-                      size_reason="8 px: the data set's own size")
+        return Source(
+            IMAGE, sorted(set(labels), key=int), [8, 8, 1], candidates, size_reason="8 px: the data set's own size"
+        )
     bunch = getattr(datasets, f"load_{name}")()
     names = [str(n) for n in bunch.target_names]
     candidates = [
@@ -79,8 +81,7 @@ def load_image(path: str, size: int, channels: int) -> np.ndarray:
     try:
         with Image.open(path) as img:
             img.load()
-            resized = (img if img.mode == mode else img.convert(mode)).resize((size, size),
-                                                                              Image.Resampling.BILINEAR)
+            resized = (img if img.mode == mode else img.convert(mode)).resize((size, size), Image.Resampling.BILINEAR)
             pixels = resized.tobytes()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise BadRecord(f"unreadable image: {e}") from None
@@ -120,15 +121,18 @@ def default_image_size(shorter_sides: list[int], cap: int = MAX_IMAGE_SIZE) -> t
     spread = f"{low} px" if low == high else f"{low}-{high} px"
     if low >= cap:
         return cap, f"{cap} px: the cap for image folders (the images' shorter sides are {spread})"
-    return low, (f"{low} px: the images' own size (shorter sides {spread}; the smallest sets the size, so no image "
-                 f"is upsampled; the cap is {cap} px)")
+    return low, (
+        f"{low} px: the images' own size (shorter sides {spread}; the smallest sets the size, so no image "
+        f"is upsampled; the cap is {cap} px)"
+    )
 
 
 def folder_files(root: str) -> list[str]:
     """Every file under `root` (relative paths, sorted): what an image folder source reads, the files outside any
     class folder included (they are listed as ignored)."""
-    return sorted(os.path.relpath(os.path.join(dirpath, name), root)
-                  for dirpath, _, names in os.walk(root) for name in names)
+    return sorted(
+        os.path.relpath(os.path.join(dirpath, name), root) for dirpath, _, names in os.walk(root) for name in names
+    )
 
 
 def image_folder(root: str, image_size: int = 0, headers=map) -> Source:
@@ -159,8 +163,9 @@ def image_folder(root: str, image_size: int = 0, headers=map) -> Source:
         else:
             candidates.append((rel, label, _bad("not a PNG or JPEG file")))
     labels = sorted({rel.split(os.sep, 1)[0] for rel in images})
-    return Source(IMAGE, labels, [size, size, channels], candidates, ignored=sorted(ignored), size_reason=reason,
-                  parallel=True)
+    return Source(
+        IMAGE, labels, [size, size, channels], candidates, ignored=sorted(ignored), size_reason=reason, parallel=True
+    )
 
 
 def csv_file(path: str, label_column: str) -> Source:

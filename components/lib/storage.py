@@ -1,4 +1,5 @@
 """Local paths and gs:// URIs (read with google-cloud-storage; honours STORAGE_EMULATOR_HOST)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,7 @@ def local_path(value: str) -> str:
 
 
 def split_gcs(uri: str) -> tuple[str, str]:
-    bucket, _, prefix = uri[len("gs://"):].partition("/")
+    bucket, _, prefix = uri[len("gs://") :].partition("/")
     if not bucket:
         raise ValueError(f"bad GCS URI {uri!r}: expected gs://BUCKET/PATH")
     return bucket, prefix
@@ -33,7 +34,9 @@ def gcs_client():
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials
 
-        return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local"), credentials=AnonymousCredentials())
+        return storage.Client(
+            project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local"), credentials=AnonymousCredentials()
+        )
     return storage.Client()
 
 
@@ -62,7 +65,7 @@ def _download(uri: str, dest: str, threads: int = 16) -> str:
         return target
 
     def fetch(blob):
-        target = os.path.join(dest, blob.name[len(folder):])
+        target = os.path.join(dest, blob.name[len(folder) :])
         os.makedirs(os.path.dirname(target), exist_ok=True)
         blob.download_to_filename(target)
 

@@ -6,7 +6,8 @@ algorithm (default / grid / random). `study_spec_metrics()` and `study_spec_para
 `HyperparameterTuningJobRunOp`'s `study_spec_metrics` / `study_spec_parameters` inputs: the JSON of Vertex's
 `StudySpec.MetricSpec` / `ParameterSpec` protos, enums by name.
 """
-from typing import Annotated, Literal, Union
+
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -66,8 +67,9 @@ class DiscreteParameter(_Parameter):
         return self
 
 
-Parameter = Annotated[Union[DoubleParameter, IntegerParameter, CategoricalParameter, DiscreteParameter],
-                      Field(discriminator="type")]
+Parameter = Annotated[
+    DoubleParameter | IntegerParameter | CategoricalParameter | DiscreteParameter, Field(discriminator="type")
+]
 
 
 class StudySpec(BaseModel):
@@ -90,23 +92,29 @@ class StudySpec(BaseModel):
     @classmethod
     def _failure_limit(cls, value: int) -> int:
         if value < 1:
-            raise ValueError(f"must be at least 1 (the study fails once this many trials have failed), got {value}; "
-                             "0 (Vertex decides) has no self-hosted equivalent")
+            raise ValueError(
+                f"must be at least 1 (the study fails once this many trials have failed), got {value}; "
+                "0 (Vertex decides) has no self-hosted equivalent"
+            )
         return value
 
     @model_validator(mode="after")
     def _budget(self):
         if self.parallel_trial_count > self.max_trial_count:
-            raise ValueError(f"parallel_trial_count ({self.parallel_trial_count}) must be <= max_trial_count "
-                             f"({self.max_trial_count})")
+            raise ValueError(
+                f"parallel_trial_count ({self.parallel_trial_count}) must be <= max_trial_count "
+                f"({self.max_trial_count})"
+            )
         ids = [p.parameter_id for p in self.parameters]
         if len(set(ids)) != len(ids):
             raise ValueError(f"parameter ids must be distinct, got {ids}")
         doubles = [p.parameter_id for p in self.parameters if p.type == "double"]
         if self.algorithm == "grid" and doubles:
-            raise ValueError("algorithm grid takes integer, categorical and discrete parameters only (Vertex's "
-                             f"GRID_SEARCH refuses double ranges); double: {', '.join(doubles)} (list their values "
-                             "as type: discrete)")
+            raise ValueError(
+                "algorithm grid takes integer, categorical and discrete parameters only (Vertex's "
+                f"GRID_SEARCH refuses double ranges); double: {', '.join(doubles)} (list their values "
+                "as type: discrete)"
+            )
         return self
 
     def study_spec_metrics(self) -> list[dict]:
@@ -119,8 +127,10 @@ class StudySpec(BaseModel):
     def study_spec_parameters(self) -> list[dict]:
         """`HyperparameterTuningJobRunOp`'s `study_spec_parameters`: the JSON of Vertex's `StudySpec.ParameterSpec`
         of each parameter, in order (scale types by their enum names; int64 bounds as strings, as in proto3 JSON)."""
-        return [_proto_json(spec._to_parameter_spec(parameter_id=parameter_id))
-                for parameter_id, spec in self.vertex_parameters().items()]
+        return [
+            _proto_json(spec._to_parameter_spec(parameter_id=parameter_id))
+            for parameter_id, spec in self.vertex_parameters().items()
+        ]
 
     def vertex_parameters(self) -> dict:
         """`{parameter_id: aiplatform hyperparameter_tuning spec}`, from which `study_spec_parameters()` builds the

@@ -11,6 +11,7 @@ trial.
 Protocol: one JSON line per trial on stdin, `{"argv": [...], "env": {...}, "log": PATH}`; one JSON line per trial
 on the original stdout, `{"exit": CODE}`. End of stdin ends the runner.
 """
+
 from __future__ import annotations
 
 import argparse

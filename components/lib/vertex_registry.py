@@ -10,6 +10,7 @@ steps that call them (`find_model`, `find_endpoint`, `plan_traffic_split`, `plan
 `check_batch_prediction_job`, `find_registry_champion`) take the project explicitly (the pipeline's project
 placeholder): inside a Vertex pipeline step `google.auth.default()` may name another project than the pipeline's.
 """
+
 KINDS = ("model", "endpoint")
 
 
@@ -48,15 +49,20 @@ def find_resource(kind: str, display_name: str, project: str, location: str) -> 
     if not display_name:
         raise ValueError(f"a {kind} display name is required")
     client = _client(kind, location)
-    request = {"parent": f"projects/{project}/locations/{location}", "filter": display_name_filter(display_name),
-               "order_by": "create_time"}
+    request = {
+        "parent": f"projects/{project}/locations/{location}",
+        "filter": display_name_filter(display_name),
+        "order_by": "create_time",
+    }
     found = list(client.list_models(request=request) if kind == "model" else client.list_endpoints(request=request))
     if not found:
         print(f"no {kind} named {display_name!r} in {request['parent']}")
         return ""
     if len(found) > 1:
-        print(f"warning: {len(found)} {kind}s are named {display_name!r}; using the oldest, {found[0].name} "
-              f"(others: {', '.join(r.name for r in found[1:])})")
+        print(
+            f"warning: {len(found)} {kind}s are named {display_name!r}; using the oldest, {found[0].name} "
+            f"(others: {', '.join(r.name for r in found[1:])})"
+        )
     print(f"{kind} {display_name!r}: {found[0].name}")
     return found[0].name
 
@@ -74,7 +80,7 @@ def traffic_split(current: dict, percentage: int) -> dict:
     exact = {k: rest * v / total for k, v in serving.items()}
     split = {k: int(x) for k, x in exact.items()}
     by_remainder = sorted(exact, key=lambda k: (split[k] - exact[k], k))
-    for k in by_remainder[:rest - sum(split.values())]:
+    for k in by_remainder[: rest - sum(split.values())]:
         split[k] += 1
     return {"0": percentage, **{k: v for k, v in sorted(split.items()) if v > 0}}
 
@@ -115,8 +121,10 @@ def find_model_version(model: str, display_name: str, alias: str, project: str, 
     else:
         parent = find_resource("model", display_name, project, location)
         if not parent:
-            raise LookupError(f"no model named {display_name!r} in projects/{project}/locations/{location}; "
-                              "run the training pipeline first or pass a model resource name")
+            raise LookupError(
+                f"no model named {display_name!r} in projects/{project}/locations/{location}; "
+                "run the training pipeline first or pass a model resource name"
+            )
         version = model or alias
         name = f"{parent}@{version}" if version else parent
     found = _client("model", name.split("/")[3]).get_model(name=name)

@@ -59,7 +59,8 @@ def set_traffic(endpoint_name: str, split: dict) -> None:
 
     _endpoints(_location(endpoint_name)).update_endpoint(
         endpoint=Endpoint(name=endpoint_name, traffic_split=split),
-        update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]))
+        update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
+    )
 
 
 def undeploy(endpoint_name: str, deployed_model_ids: list[str], echo=print) -> None:
@@ -67,7 +68,8 @@ def undeploy(endpoint_name: str, deployed_model_ids: list[str], echo=print) -> N
     client = _endpoints(_location(endpoint_name))
     for deployed_model_id in deployed_model_ids:
         client.undeploy_model(endpoint=endpoint_name, deployed_model_id=deployed_model_id).result(
-            timeout=OPERATION_TIMEOUT)
+            timeout=OPERATION_TIMEOUT
+        )
         echo(f"undeployed {deployed_model_id} from {endpoint_name}")
 
 
@@ -81,7 +83,7 @@ def move_aliases(model_version: str, aliases: list[str], echo=print) -> None:
 
 def _retired(others: list, keep_previous: int) -> list:
     """Of the other deployed models (oldest first), those to undeploy: all but the `keep_previous` newest."""
-    return others[:max(len(others) - keep_previous, 0)]
+    return others[: max(len(others) - keep_previous, 0)]
 
 
 def _find(deployed: list, model_version: str):
@@ -91,27 +93,35 @@ def _find(deployed: list, model_version: str):
     return matches[-1]
 
 
-def finish_rollout(endpoint_name: str, model_version: str, traffic_percentage: int, keep_previous: int,
-                   aliases: list[str], echo=print) -> dict:
+def finish_rollout(
+    endpoint_name: str, model_version: str, traffic_percentage: int, keep_previous: int, aliases: list[str], echo=print
+) -> dict:
     """After `model_version` was deployed with `traffic_percentage` %: at 100 %, undeploy the others (but the
     `keep_previous` newest) and move the aliases to it; below 100 % (a canary), change nothing."""
     deployed, split = deployed_models(endpoint_name)
     new = _find(deployed, model_version)
     others = [d for d in deployed if d.id != new.id]
     if traffic_percentage < 100:
-        echo(f"canary: {new.id} ({model_version}) serves {split.get(new.id, 0)} %; the others keep theirs "
-             f"({', '.join(f'{d.id}: {split.get(d.id, 0)} %' for d in others) or 'none'}). Promote it with "
-             "`python -m pipelines promote --target vertex` or roll it back with `... rollback --target vertex`")
+        echo(
+            f"canary: {new.id} ({model_version}) serves {split.get(new.id, 0)} %; the others keep theirs "
+            f"({', '.join(f'{d.id}: {split.get(d.id, 0)} %' for d in others) or 'none'}). Promote it with "
+            "`python -m pipelines promote --target vertex` or roll it back with `... rollback --target vertex`"
+        )
         return {"deployed_model_id": new.id, "canary": True, "undeployed": [], "kept": [d.id for d in others]}
     retired = _retired(others, keep_previous)
     undeploy(endpoint_name, [d.id for d in retired], echo)
     move_aliases(model_version, aliases, echo)
-    return {"deployed_model_id": new.id, "canary": False, "undeployed": [d.id for d in retired],
-            "kept": [d.id for d in others if d not in retired]}
+    return {
+        "deployed_model_id": new.id,
+        "canary": False,
+        "undeployed": [d.id for d in retired],
+        "kept": [d.id for d in others if d not in retired],
+    }
 
 
-def promote(endpoint_name: str, keep_previous: int, aliases: list[str], deployed_model_id: str = "",
-            echo=print) -> dict:
+def promote(
+    endpoint_name: str, keep_previous: int, aliases: list[str], deployed_model_id: str = "", echo=print
+) -> dict:
     """Give the canary (`deployed_model_id`, default the most recently deployed model) all the traffic, undeploy
     the others but the `keep_previous` newest, move the aliases to its version."""
     deployed, split = deployed_models(endpoint_name)
@@ -119,8 +129,9 @@ def promote(endpoint_name: str, keep_previous: int, aliases: list[str], deployed
         raise RolloutError(f"nothing is deployed on {endpoint_name}")
     matches = [d for d in deployed if d.id == deployed_model_id] if deployed_model_id else deployed[-1:]
     if not matches:
-        raise RolloutError(f"no deployed model {deployed_model_id} on {endpoint_name}; deployed: "
-                           + ", ".join(d.id for d in deployed))
+        raise RolloutError(
+            f"no deployed model {deployed_model_id} on {endpoint_name}; deployed: " + ", ".join(d.id for d in deployed)
+        )
     canary = matches[0]
     set_traffic(endpoint_name, {canary.id: 100})
     echo(f"{canary.id} ({version_name(canary)}) now serves 100 % (was {split.get(canary.id, 0)} %)")
@@ -128,8 +139,11 @@ def promote(endpoint_name: str, keep_previous: int, aliases: list[str], deployed
     retired = _retired(others, keep_previous)
     undeploy(endpoint_name, [d.id for d in retired], echo)
     move_aliases(version_name(canary), aliases, echo)
-    return {"deployed_model_id": canary.id, "model_version": version_name(canary),
-            "undeployed": [d.id for d in retired]}
+    return {
+        "deployed_model_id": canary.id,
+        "model_version": version_name(canary),
+        "undeployed": [d.id for d in retired],
+    }
 
 
 def rollback(endpoint_name: str, aliases: list[str], echo=print) -> dict:
@@ -137,9 +151,11 @@ def rollback(endpoint_name: str, aliases: list[str], echo=print) -> dict:
     newest; if the newest held the champion alias, move the aliases back to the previous model's version."""
     deployed, split = deployed_models(endpoint_name)
     if len(deployed) < 2:
-        raise RolloutError(f"nothing to roll back to on {endpoint_name}: {len(deployed)} deployed model(s). A full "
-                           "rollout keeps platform.keep_previous earlier models deployed for this; redeploy a "
-                           "registry version to go back")
+        raise RolloutError(
+            f"nothing to roll back to on {endpoint_name}: {len(deployed)} deployed model(s). A full "
+            "rollout keeps platform.keep_previous earlier models deployed for this; redeploy a "
+            "registry version to go back"
+        )
     newest, previous = deployed[-1], deployed[-2]
     set_traffic(endpoint_name, {previous.id: 100})
     echo(f"{previous.id} ({version_name(previous)}) now serves 100 %")
@@ -150,5 +166,9 @@ def rollback(endpoint_name: str, aliases: list[str], echo=print) -> dict:
     undeploy(endpoint_name, [newest.id], echo)
     if held_alias:
         move_aliases(version_name(previous), aliases, echo)
-    return {"deployed_model_id": previous.id, "model_version": version_name(previous), "undeployed": [newest.id],
-            "aliases_moved": held_alias}
+    return {
+        "deployed_model_id": previous.id,
+        "model_version": version_name(previous),
+        "undeployed": [newest.id],
+        "aliases_moved": held_alias,
+    }

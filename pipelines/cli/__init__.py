@@ -1,5 +1,6 @@
 """`python -m pipelines`: run the pipelines locally; compile, publish, submit and schedule them on Vertex AI or
 Kubeflow; serve a model repository. Shared options and helpers here, the commands in the modules beside it."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,11 +17,20 @@ def _fail(message: str) -> None:
 
 def config_options(func):
     """--config, --profile and repeatable --set, shared by every command that reads the config."""
-    func = click.option("--set", "sets", multiple=True, metavar="SECTION.FIELD=VALUE",
-                        help="override one config value (repeatable), e.g. platform.trainer_image=IMAGE")(func)
+    func = click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="SECTION.FIELD=VALUE",
+        help="override one config value (repeatable), e.g. platform.trainer_image=IMAGE",
+    )(func)
     func = click.option("--profile", help="config profile to apply over the base sections [$TFPIPE_PROFILE]")(func)
-    return click.option("--config", "config_file", type=click.Path(),
-                        help="YAML config (parameters/batch/platform/study/trainer sections, profiles)")(func)
+    return click.option(
+        "--config",
+        "config_file",
+        type=click.Path(),
+        help="YAML config (parameters/batch/platform/study/trainer sections, profiles)",
+    )(func)
 
 
 def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=None):

@@ -1,4 +1,5 @@
 """`publish`, `submit` and `schedule` on Vertex AI and Kubeflow."""
+
 from __future__ import annotations
 
 import os
@@ -15,27 +16,43 @@ from pipelines.config import PIPELINES
 def template_options(func):
     """Which template to run: a fresh compile (default), a compiled file or a published tag."""
     func = click.option("--registry", help="template registry for --template-tag [platform.template_registry]")(func)
-    func = click.option("--template-tag", metavar="TAG",
-                        help="run the published template REGISTRY/PIPELINE_NAME/TAG (see publish)")(func)
-    func = click.option("--template", type=click.Path(dir_okay=False), metavar="FILE",
-                        help="run this compiled pipeline YAML instead of compiling one now")(func)
-    return click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
-                        help="which pipeline")(func)
+    func = click.option(
+        "--template-tag", metavar="TAG", help="run the published template REGISTRY/PIPELINE_NAME/TAG (see publish)"
+    )(func)
+    func = click.option(
+        "--template",
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        help="run this compiled pipeline YAML instead of compiling one now",
+    )(func)
+    return click.option(
+        "--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True, help="which pipeline"
+    )(func)
 
 
 def run_options(func):
     """Run parameters and caching, shared by submit and schedule."""
-    func = click.option("--no-caching", "no_caching", is_flag=True,
-                        help="run every step again (default: the compiled settings, where look-ups are never "
-                             "cached and the rest is keyed on the data's fingerprint) [platform.enable_caching]")(func)
-    return click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
-                        help="pipeline input for the run (repeatable), typed and checked against the template")(func)
+    func = click.option(
+        "--no-caching",
+        "no_caching",
+        is_flag=True,
+        help="run every step again (default: the compiled settings, where look-ups are never "
+        "cached and the rest is keyed on the data's fingerprint) [platform.enable_caching]",
+    )(func)
+    return click.option(
+        "--param",
+        "params",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="pipeline input for the run (repeatable), typed and checked against the template",
+    )(func)
 
 
 def kubeflow_options(func):
     func = click.option("--namespace", help="kubeflow: multi-user namespace [platform.kfp_namespace]")(func)
-    return click.option("--host",
-                        help="kubeflow: the KFP API endpoint [platform.kfp_host, $KF_PIPELINES_ENDPOINT]")(func)
+    return click.option("--host", help="kubeflow: the KFP API endpoint [platform.kfp_host, $KF_PIPELINES_ENDPOINT]")(
+        func
+    )
 
 
 class _Template:
@@ -115,13 +132,37 @@ def _vertex_precheck(platform, template, template_tag):
 @run_options
 @click.option("--run-name", help="the run's display name [vertex: the pipeline's name; kubeflow: name + time]")
 @click.option("--wait", is_flag=True, help="follow the run until it ends; exit non-zero unless it succeeded")
-@click.option("--poll-seconds", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="--wait: seconds between state checks")
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="--wait: seconds between state checks",
+)
 @kubeflow_options
-@click.option("--experiment", help="the run's experiment: a Vertex AI Experiment [platform.vertex_experiment] or a "
-                                   "Kubeflow experiment [platform.kfp_experiment]")
-def submit(target, pipeline, template, template_tag, registry, config_file, profile, sets, params, no_caching,
-           run_name, wait, poll_seconds, host, namespace, experiment):
+@click.option(
+    "--experiment",
+    help="the run's experiment: a Vertex AI Experiment [platform.vertex_experiment] or a "
+    "Kubeflow experiment [platform.kfp_experiment]",
+)
+def submit(
+    target,
+    pipeline,
+    template,
+    template_tag,
+    registry,
+    config_file,
+    profile,
+    sets,
+    params,
+    no_caching,
+    run_name,
+    wait,
+    poll_seconds,
+    host,
+    namespace,
+    experiment,
+):
     """Submit one run: a Vertex AI PipelineJob or a run on a Kubeflow Pipelines deployment. The parameters are
     checked against the template's inputs before anything is sent."""
     import tempfile
@@ -135,11 +176,29 @@ def submit(target, pipeline, template, template_tag, registry, config_file, prof
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
         if target == "vertex":
-            _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds,
-                           experiment or platform.vertex_experiment)
+            _submit_vertex(
+                chosen,
+                values,
+                platform,
+                run_name,
+                caching,
+                wait,
+                poll_seconds,
+                experiment or platform.vertex_experiment,
+            )
         else:
-            _submit_kubeflow(chosen, values, platform, run_name, caching, wait, poll_seconds, host, namespace,
-                             experiment or platform.kfp_experiment)
+            _submit_kubeflow(
+                chosen,
+                values,
+                platform,
+                run_name,
+                caching,
+                wait,
+                poll_seconds,
+                host,
+                namespace,
+                experiment or platform.kfp_experiment,
+            )
 
 
 def _check_images_if_compiling(platform, target, template, template_tag):
@@ -172,6 +231,7 @@ def _api_errors(action: str):
             if type(e).__module__.split(".")[0] in ("kfp_server_api", "requests", "urllib3", "kfp"):
                 _fail(f"{action}: {e}".strip())
             raise
+
     return guard()
 
 
@@ -202,8 +262,10 @@ def _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_secon
     job = _vertex_job(chosen, platform, values, run_name or chosen.name, caching)
     with _api_errors("Vertex AI refused the pipeline job"):
         url = submit_vertex(job, platform, experiment)
-    click.echo(f"submitted {chosen.name} ({chosen.source}) to Vertex AI: {job.resource_name}"
-               + (f" in experiment {experiment}" if experiment else ""))
+    click.echo(
+        f"submitted {chosen.name} ({chosen.source}) to Vertex AI: {job.resource_name}"
+        + (f" in experiment {experiment}" if experiment else "")
+    )
     click.echo(f"console: {url}")
     if wait:
         with _api_errors("reading the pipeline job failed"):
@@ -223,13 +285,15 @@ def _submit_kubeflow(chosen, values, platform, run_name, caching, wait, poll_sec
     click.echo(f"run: {host}/#/runs/details/{run_id}")
     if wait:
         with _api_errors("reading the run failed"):
-            state, error = _follow(lambda: wait_kubeflow(client, run_id, poll_seconds, click.echo),
-                                   f"{host}/#/runs/details/{run_id}")
+            state, error = _follow(
+                lambda: wait_kubeflow(client, run_id, poll_seconds, click.echo), f"{host}/#/runs/details/{run_id}"
+            )
         if state != "SUCCEEDED":
             _fail(f"the run ended {state}" + (f": {error}" if error else ""))
 
 
 # --- schedule ----------------------------------------------------------------------------------------------------
+
 
 def _target_option(required=True):
     return click.option("--target", type=click.Choice(["vertex", "kubeflow"]), required=required)
@@ -238,16 +302,35 @@ def _target_option(required=True):
 @cli.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @_target_option(required=False)
 @click.option("--cron", help='when to run, e.g. "TZ=Europe/Paris 0 3 * * 1" [platform.schedule.cron]')
-@click.option("--display-name", help="the schedule's name; one with this name is replaced "
-                                     "[platform.schedule.display_name, else the pipeline's name]")
+@click.option(
+    "--display-name",
+    help="the schedule's name; one with this name is replaced "
+    "[platform.schedule.display_name, else the pipeline's name]",
+)
 @template_options
 @config_options
 @run_options
 @kubeflow_options
 @click.option("--experiment", help="kubeflow: experiment of the recurring run [platform.kfp_experiment]")
 @click.pass_context
-def schedule(ctx, target, cron, display_name, pipeline, template, template_tag, registry, config_file, profile, sets,
-             params, no_caching, host, namespace, experiment):
+def schedule(
+    ctx,
+    target,
+    cron,
+    display_name,
+    pipeline,
+    template,
+    template_tag,
+    registry,
+    config_file,
+    profile,
+    sets,
+    params,
+    no_caching,
+    host,
+    namespace,
+    experiment,
+):
     """Create (or replace: same display name) a recurring run of the pipeline: a Vertex AI schedule or a Kubeflow
     recurring run. The cron expression and the parameters are checked before any API call.
 
@@ -258,8 +341,11 @@ def schedule(ctx, target, cron, display_name, pipeline, template, template_tag, 
     from click.core import ParameterSource
 
     if ctx.invoked_subcommand:
-        given = [f"--{p.name.replace('_', '-')}" for p in ctx.command.params
-                 if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None)]
+        given = [
+            f"--{p.name.replace('_', '-')}"
+            for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) not in (ParameterSource.DEFAULT, None)
+        ]
         if given:
             _fail(f"{', '.join(given)}: put the options after '{ctx.invoked_subcommand}'")
         return
@@ -276,12 +362,13 @@ def schedule(ctx, target, cron, display_name, pipeline, template, template_tag, 
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
         name = display_name or settings.display_name or chosen.name
-        _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace,
-                         experiment)
+        _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace, experiment)
     zone = parsed.zone or ("UTC" if target == "vertex" else "")
     runs = ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in parsed.next_runs(3))
-    click.echo(f"{name}: {chosen.name} ({chosen.source}) on '{parsed}'; next runs {runs}"
-               + (f" {zone}" if zone else " (the KFP controller's time zone)"))
+    click.echo(
+        f"{name}: {chosen.name} ({chosen.source}) on '{parsed}'; next runs {runs}"
+        + (f" {zone}" if zone else " (the KFP controller's time zone)")
+    )
 
 
 def _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace, experiment):
@@ -302,8 +389,19 @@ def _create_schedule(target, chosen, values, platform, settings, parsed, name, c
 
             with _api_errors(f"Kubeflow Pipelines at {host} refused the recurring run"):
                 client = kfp_client(host, namespace)
-                replace_kfp_recurring_run(client, chosen.path, values, platform, parsed, settings, name,
-                                          experiment or platform.kfp_experiment, namespace, caching, echo=click.echo)
+                replace_kfp_recurring_run(
+                    client,
+                    chosen.path,
+                    values,
+                    platform,
+                    parsed,
+                    settings,
+                    name,
+                    experiment or platform.kfp_experiment,
+                    namespace,
+                    caching,
+                    echo=click.echo,
+                )
     except ScheduleError as e:
         _fail(str(e))
 
@@ -354,14 +452,18 @@ def schedule_list(target, config_file, profile, sets, host, namespace):
         click.echo(f"no schedules in {where}")
         return
     for row in rows:
-        click.echo(f"{row['display_name']:<28} {row['state']:<9} {row['cron']:<32} "
-                   f"{('next ' + row['next_run']) if row['next_run'] else '':<32} {row['name']}".rstrip())
+        click.echo(
+            f"{row['display_name']:<28} {row['state']:<9} {row['cron']:<32} "
+            f"{('next ' + row['next_run']) if row['next_run'] else '':<32} {row['name']}".rstrip()
+        )
 
 
 def _vertex_project(platform):
     if not platform.project:
-        _fail("platform.project is required on Vertex AI: set it in the config (profile), "
-              "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT")
+        _fail(
+            "platform.project is required on Vertex AI: set it in the config (profile), "
+            "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT"
+        )
 
 
 def _change_schedule(action, target, name, config_file, profile, sets, host, namespace):
@@ -410,15 +512,26 @@ def schedule_delete(name, **options):
 
 # --- publish -----------------------------------------------------------------------------------------------------
 
+
 @cli.command()
-@click.option("--registry", help="KFP template registry, https://REGION-kfp.pkg.dev/PROJECT/REPO "
-                                 "[platform.template_registry]")
+@click.option(
+    "--registry", help="KFP template registry, https://REGION-kfp.pkg.dev/PROJECT/REPO [platform.template_registry]"
+)
 @click.option("--tag", "tags", multiple=True, required=True, help="tag of the uploaded version (repeatable)")
-@click.option("--target", type=click.Choice(["vertex", "kubeflow"]), default="vertex", show_default=True,
-              help="target to compile for (when no --template)")
+@click.option(
+    "--target",
+    type=click.Choice(["vertex", "kubeflow"]),
+    default="vertex",
+    show_default=True,
+    help="target to compile for (when no --template)",
+)
 @click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True)
-@click.option("--template", type=click.Path(dir_okay=False), metavar="FILE",
-              help="publish this compiled pipeline YAML instead of compiling one now")
+@click.option(
+    "--template",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="publish this compiled pipeline YAML instead of compiling one now",
+)
 @config_options
 def publish(registry, tags, target, pipeline, template, config_file, profile, sets):
     """Upload the compiled pipeline to a KFP template registry (Artifact Registry) with tags; submit and schedule

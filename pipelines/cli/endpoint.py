@@ -1,5 +1,6 @@
 """`promote` and `rollback`: move a Vertex AI endpoint's traffic between its deployed models (canary → everything,
 or back to the previous model), undeploy what no longer serves, keep the champion alias on what serves."""
+
 from __future__ import annotations
 
 import click
@@ -9,21 +10,32 @@ from pipelines.cli import _fail, _load, cli, config_options
 
 def endpoint_options(func):
     func = config_options(func)
-    func = click.option("--rehearsal", "rehearsal_state", type=click.Path(exists=True, file_okay=False),
-                        metavar="STATE_DIR", help="act on a rehearsal's endpoint (rehearse --state) instead of "
-                                                  "Vertex AI")(func)
-    func = click.option("--endpoint", help="endpoint display name or resource name "
-                                           "[platform.endpoint_display_name]")(func)
-    return click.option("--target", type=click.Choice(["vertex"]), required=True,
-                        help="vertex (the self-hosted server always serves the newest version)")(func)
+    func = click.option(
+        "--rehearsal",
+        "rehearsal_state",
+        type=click.Path(exists=True, file_okay=False),
+        metavar="STATE_DIR",
+        help="act on a rehearsal's endpoint (rehearse --state) instead of Vertex AI",
+    )(func)
+    func = click.option("--endpoint", help="endpoint display name or resource name [platform.endpoint_display_name]")(
+        func
+    )
+    return click.option(
+        "--target",
+        type=click.Choice(["vertex"]),
+        required=True,
+        help="vertex (the self-hosted server always serves the newest version)",
+    )(func)
 
 
 def _endpoint_name(platform, endpoint):
     from components.lib.vertex_registry import find_resource
 
     if not platform.project:
-        _fail("platform.project is required on Vertex AI: set it in the config (profile), TFPIPE_PLATFORM__PROJECT "
-              "or --set platform.project=PROJECT")
+        _fail(
+            "platform.project is required on Vertex AI: set it in the config (profile), TFPIPE_PLATFORM__PROJECT "
+            "or --set platform.project=PROJECT"
+        )
     if endpoint and endpoint.startswith("projects/"):
         return endpoint
     display_name = endpoint or platform.endpoint_display_name
@@ -62,8 +74,12 @@ def _run(action, platform, endpoint, rehearsal_state, **arguments):
 @cli.command()
 @endpoint_options
 @click.option("--deployed-model-id", default="", help="the deployed model to promote [the most recently deployed]")
-@click.option("--keep-previous", type=click.IntRange(min=0), default=None,
-              help="earlier deployed models to keep at 0 %% [platform.keep_previous]")
+@click.option(
+    "--keep-previous",
+    type=click.IntRange(min=0),
+    default=None,
+    help="earlier deployed models to keep at 0 %% [platform.keep_previous]",
+)
 def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state, config_file, profile, sets):
     """Give the canary all of the endpoint's traffic, undeploy the other models (but --keep-previous) and move the
     champion alias to its version."""
@@ -71,8 +87,9 @@ def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state,
 
     platform = _load(config_file, profile, sets).platform
     kept = platform.keep_previous if keep_previous is None else keep_previous
-    result = _run(promote_canary, platform, endpoint, rehearsal_state, keep_previous=kept,
-                  deployed_model_id=deployed_model_id)
+    result = _run(
+        promote_canary, platform, endpoint, rehearsal_state, keep_previous=kept, deployed_model_id=deployed_model_id
+    )
     click.echo(f"promoted {result['model_version']} (deployed model {result['deployed_model_id']})")
 
 

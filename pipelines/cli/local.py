@@ -1,4 +1,5 @@
 """`run` (the local target) and `compile`."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,11 @@ from trainer.environment import use_legacy_keras
 @click.option("--batch-size", type=int, help="per-replica batch size")
 @click.option("--learning-rate", type=float)
 @click.option("--label-column", help="label column of a CSV source")
-@click.option("--image-size", type=int, help="prepared image size (0: the data's own: 8 for digits, an image folder's smallest "
-                                                "image side up to 180)")
+@click.option(
+    "--image-size",
+    type=int,
+    help="prepared image size (0: the data's own: 8 for digits, an image folder's smallest image side up to 180)",
+)
 @click.option("--accuracy-threshold", type=float, help="test accuracy the gate requires")
 @click.option("--tune/--no-tune", default=None, help="run the hyperparameter study before training [tune]")
 @click.option("--model-repository", type=str, help="versioned model repository [runs/model_repository]")
@@ -33,34 +37,62 @@ from trainer.environment import use_legacy_keras
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="run output directory [runs/<timestamp>]")
 @config_options
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's full log")
-@click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
-              help="which pipeline to run")
+@click.option(
+    "--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True, help="which pipeline to run"
+)
 @click.option("--instances", help="batch_prediction: instances, comma-separated paths or globs (required)")
 @click.option("--instances-format", type=click.Choice(FORMATS), help="batch_prediction: [jsonl]")
 @click.option("--model", help="batch_prediction: repository version number or SavedModel path [the champion]")
 @click.option("--key-field", help="batch_prediction: field identifying an instance (output `key`, not sent)")
-@click.option("--included-fields", metavar="F1,F2,...",
-              help="batch_prediction: the fields sent to the model, in this order [the model's feature columns]")
-@click.option("--excluded-fields", metavar="F1,F2,...",
-              help="batch_prediction: fields not sent to the model (instead of --included-fields)")
-@click.option("--instance-type", type=click.Choice(["object", "array"]),
-              help="batch_prediction: send JSONL objects as objects or as arrays [as given]")
-@click.option("--max-error-fraction", type=float,
-              help="batch_prediction: the run fails when a larger share of its instances failed [0.1]")
-@click.option("--signature-name",
-              help="batch_prediction: the model signature to call [serving_default; serving_image_bytes for a "
-                   "file list of images]")
+@click.option(
+    "--included-fields",
+    metavar="F1,F2,...",
+    help="batch_prediction: the fields sent to the model, in this order [the model's feature columns]",
+)
+@click.option(
+    "--excluded-fields",
+    metavar="F1,F2,...",
+    help="batch_prediction: fields not sent to the model (instead of --included-fields)",
+)
+@click.option(
+    "--instance-type",
+    type=click.Choice(["object", "array"]),
+    help="batch_prediction: send JSONL objects as objects or as arrays [as given]",
+)
+@click.option(
+    "--max-error-fraction",
+    type=float,
+    help="batch_prediction: the run fails when a larger share of its instances failed [0.1]",
+)
+@click.option(
+    "--signature-name",
+    help="batch_prediction: the model signature to call [serving_default; serving_image_bytes for a "
+    "file list of images]",
+)
 def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, instances_format, model, **options):
     """Run the whole training pipeline (or, with --pipeline batch_prediction, batch predictions) locally
     (kfp.local, no cloud, no Docker) and print a summary."""
     batch_options = {k: options.pop(k) for k in _BATCH_ONLY}
     if pipeline == "batch_prediction":
-        return _run_batch(out_dir, (config_file, profile, sets), verbose, instances, instances_format, model,
-                          {**options, **batch_options})
-    given = [name for name, value in (("--instances", instances), ("--instances-format", instances_format),
-                                      ("--model", model),
-                                      *((f"--{k.replace('_', '-')}", v) for k, v in batch_options.items()))
-             if value is not None]
+        return _run_batch(
+            out_dir,
+            (config_file, profile, sets),
+            verbose,
+            instances,
+            instances_format,
+            model,
+            {**options, **batch_options},
+        )
+    given = [
+        name
+        for name, value in (
+            ("--instances", instances),
+            ("--instances-format", instances_format),
+            ("--model", model),
+            *((f"--{k.replace('_', '-')}", v) for k, v in batch_options.items()),
+        )
+        if value is not None
+    ]
     if given:
         _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
     config = _load(config_file, profile, sets, options)
@@ -84,8 +116,10 @@ def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, insta
     from pipelines import report
     from pipelines.local_run import run_local
 
-    click.echo(f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
-               f"output in {out}")
+    click.echo(
+        f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
+        f"output in {out}"
+    )
     started = time.time()
     steps, run_root = run_local(dag, params, out, verbose)
     _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
@@ -117,10 +151,27 @@ def _local_instances(instances: str) -> str:
     return ",".join(items)
 
 
-_BATCH_ONLY = ("key_field", "included_fields", "excluded_fields", "instance_type", "max_error_fraction",
-               "signature_name")
-_TRAINING_ONLY = ("data_source", "workers", "epochs", "learning_rate", "label_column", "image_size",
-                  "accuracy_threshold", "tune", "deploy", "rest_port", "grpc_port")
+_BATCH_ONLY = (
+    "key_field",
+    "included_fields",
+    "excluded_fields",
+    "instance_type",
+    "max_error_fraction",
+    "signature_name",
+)
+_TRAINING_ONLY = (
+    "data_source",
+    "workers",
+    "epochs",
+    "learning_rate",
+    "label_column",
+    "image_size",
+    "accuracy_threshold",
+    "tune",
+    "deploy",
+    "rest_port",
+    "grpc_port",
+)
 
 
 def _run_batch(out_dir, config_source, verbose, instances, instances_format, model, options) -> None:
@@ -130,8 +181,12 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
         _fail(f"{', '.join(given)}: not an option of --pipeline batch_prediction")
     if not instances:
         _fail("--instances is required with --pipeline batch_prediction")
-    overrides = {"instances": instances, "instances_format": instances_format, "model": model,
-                 **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size", *_BATCH_ONLY)}}
+    overrides = {
+        "instances": instances,
+        "instances_format": instances_format,
+        "model": model,
+        **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size", *_BATCH_ONLY)},
+    }
     config_file, profile, sets = config_source
     config = _load(config_file, profile, sets, batch_overrides=overrides)
     params = config.batch.pipeline_arguments()
@@ -151,9 +206,11 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
     from pipelines.batch_prediction import PIPELINE_NAME, build_batch_pipeline
     from pipelines.local_run import run_local
 
-    click.echo(f"Running {PIPELINE_NAME} locally on {params['instances']} ({params['instances_format']}) with "
-               f"{params['model_name']} {params['model'] or 'champion'} from {params['model_repository']}; "
-               f"output in {out}")
+    click.echo(
+        f"Running {PIPELINE_NAME} locally on {params['instances']} ({params['instances_format']}) with "
+        f"{params['model_name']} {params['model'] or 'champion'} from {params['model_repository']}; "
+        f"output in {out}"
+    )
     started = time.time()
     steps, run_root = run_local(build_batch_pipeline("local", config.platform), params, out, verbose)
     _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
@@ -176,8 +233,10 @@ def _print_summary(s: dict) -> None:
         click.echo(f"  val accuracy {m['val_accuracy']:.4f}, test accuracy {m['test_accuracy']:.4f}")
     if s["tuning"] and s["tuning"]["enabled"] and s["tuning"]["best"]:
         best = s["tuning"]["best"]
-        click.echo(f"  tuning: {len(s['tuning']['trials'])} trials, best {s['tuning']['metric_id']} "
-                   f"{best['metric']:.4f} with {assignments(best['parameters'])}")
+        click.echo(
+            f"  tuning: {len(s['tuning']['trials'])} trials, best {s['tuning']['metric_id']} "
+            f"{best['metric']:.4f} with {assignments(best['parameters'])}"
+        )
     if s["training"] and s["training"]["hyperparameters"]:
         click.echo(f"  trained with {assignments(s['training']['hyperparameters'])}")
     if s["gate"]:
@@ -185,16 +244,21 @@ def _print_summary(s: dict) -> None:
     if s["tflite"]:
         click.echo(f"  tflite: {'PUBLISHED' if s['tflite']['published'] else 'NOT PUBLISHED'}: {s['tflite']['reason']}")
     if s["registry"]:
-        click.echo(f"  published {s['registry']['model_name']} version {s['registry']['version']}: "
-                   f"{s['registry']['path']}")
+        click.echo(
+            f"  published {s['registry']['model_name']} version {s['registry']['version']}: {s['registry']['path']}"
+        )
     if e := s["endpoint"]:
-        click.echo(f"  serving version {e['served_version']}: REST {e['rest_url']}/v1/models/{e['model_name']}:predict"
-                   + (f", gRPC {e['grpc_target']}" if e["grpc_target"] else ""))
+        click.echo(
+            f"  serving version {e['served_version']}: REST {e['rest_url']}/v1/models/{e['model_name']}:predict"
+            + (f", gRPC {e['grpc_target']}" if e["grpc_target"] else "")
+        )
         if e["stop"]:
             click.echo(f"  the server keeps running after this run; stop it with: {e['stop']} (log: {e['log']})")
     if b := s["batch_prediction"]:
-        click.echo(f"  batch prediction: {b['succeeded']} ok, {b['failed']} failed of {b['instances']} instances "
-                   f"→ {b['output_directory']}")
+        click.echo(
+            f"  batch prediction: {b['succeeded']} ok, {b['failed']} failed of {b['instances']} instances "
+            f"→ {b['output_directory']}"
+        )
     click.echo(f"  report: {s['report']}")
 
 
@@ -202,8 +266,9 @@ def _print_summary(s: dict) -> None:
 @click.option("--target", type=click.Choice(["vertex", "kubeflow"]), required=True)
 @click.option("--output", type=click.Path(dir_okay=False), required=True, help="pipeline YAML to write")
 @config_options
-@click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
-              help="which pipeline to compile")
+@click.option(
+    "--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True, help="which pipeline to compile"
+)
 def compile_(target, output, config_file, profile, sets, pipeline):
     """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines."""
     from pipelines.templates import TemplateError, compile_template

@@ -1,4 +1,5 @@
 """`rehearse`: run the compiled Vertex AI pipeline on this machine against a local Vertex AI API double."""
+
 from __future__ import annotations
 
 import time
@@ -14,16 +15,36 @@ DEFAULT_STATE = "runs/rehearsal-state"
 
 
 @cli.command()
-@click.option("--template", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
-              help="the compiled Vertex pipeline to run [compiled now from the config]")
-@click.option("--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True,
-              help="which pipeline to compile (without --template)")
+@click.option(
+    "--template",
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="the compiled Vertex pipeline to run [compiled now from the config]",
+)
+@click.option(
+    "--pipeline",
+    type=click.Choice(PIPELINES),
+    default="training",
+    show_default=True,
+    help="which pipeline to compile (without --template)",
+)
 @config_options
-@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
-              help="pipeline input (repeatable), typed and checked against the template")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="pipeline input (repeatable), typed and checked against the template",
+)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="output folder [runs/rehearsal-<time>]")
-@click.option("--state", "state_dir", type=click.Path(file_okay=False), default=DEFAULT_STATE, show_default=True,
-              help="the rehearsed Model Registry, endpoints and GCS bucket, shared by successive rehearsals")
+@click.option(
+    "--state",
+    "state_dir",
+    type=click.Path(file_okay=False),
+    default=DEFAULT_STATE,
+    show_default=True,
+    help="the rehearsed Model Registry, endpoints and GCS bucket, shared by successive rehearsals",
+)
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's log")
 def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, state_dir, verbose):
     """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'

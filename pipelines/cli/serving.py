@@ -1,5 +1,6 @@
 """`serve` (the model server's own command, `serving.command`) and `stop-serving`: the local TF-Serving-compatible
 server."""
+
 from __future__ import annotations
 
 import click

@@ -4,6 +4,7 @@ EndpointService, long-running Operations) and the REST routes GCPC's upload, end
 Vertex refuses it), recorded one JSON line each, and answered from the registry and the jobs (registry.py, jobs.py).
 Jobs go PENDING → RUNNING → SUCCEEDED / FAILED (with the error message) / CANCELLED, in a thread each.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -19,9 +20,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
-from google.cloud.aiplatform_v1.types import (batch_prediction_job, custom_job, endpoint as endpoint_pb,
-                                              endpoint_service, hyperparameter_tuning_job, job_service,
-                                              model as model_pb, model_service)
+from google.cloud.aiplatform_v1.types import (
+    batch_prediction_job,
+    custom_job,
+    endpoint as endpoint_pb,
+    endpoint_service,
+    hyperparameter_tuning_job,
+    job_service,
+    model as model_pb,
+    model_service,
+)
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
 
@@ -38,8 +46,9 @@ JOB_KINDS = {  # request field → (message class, collection)
 
 
 def _dict(message) -> dict:
-    return type(message).to_dict(message, preserving_proto_field_name=True, use_integers_for_enums=False,
-                                 including_default_value_fields=False)
+    return type(message).to_dict(
+        message, preserving_proto_field_name=True, use_integers_for_enums=False, including_default_value_fields=False
+    )
 
 
 def _time(seconds: float) -> timestamp_pb2.Timestamp:
@@ -70,7 +79,7 @@ class VertexDouble:
 
     # --- lifecycle -----------------------------------------------------------------------------------------------
 
-    def start(self) -> "VertexDouble":
+    def start(self) -> VertexDouble:
         self._grpc = server = grpc.server(futures.ThreadPoolExecutor(16))
         server.add_generic_rpc_handlers(self._grpc_handlers())
         self.grpc_port = server.add_insecure_port("127.0.0.1:0")
@@ -115,8 +124,18 @@ class VertexDouble:
 
     def record(self, api: str, method: str, request: dict) -> None:
         with self.lock, open(self.requests_path, "a") as f:
-            f.write(json.dumps({"seq": next(self.sequence), "time": round(time.time(), 3), "api": api,
-                                "method": method, "request": request}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "seq": next(self.sequence),
+                        "time": round(time.time(), 3),
+                        "api": api,
+                        "method": method,
+                        "request": request,
+                    }
+                )
+                + "\n"
+            )
 
     def _error(self, method: str, message: str) -> None:
         self.errors.append({"method": method, "message": message, "time": time.time()})
@@ -127,55 +146,92 @@ class VertexDouble:
     def _grpc_handlers(self):
         def unary(method, request_class, response_class, function):
             def handle(request, context):
-                body = _dict(request) if hasattr(type(request), "to_dict") else json_format.MessageToDict(
-                    request, preserving_proto_field_name=True)
+                body = (
+                    _dict(request)
+                    if hasattr(type(request), "to_dict")
+                    else json_format.MessageToDict(request, preserving_proto_field_name=True)
+                )
                 self.record("grpc", method, body)
                 try:
                     return function(request)
                 except ApiError as e:
                     self._error(method, e.message)
                     context.abort(getattr(grpc.StatusCode, e.status), e.message)
-            serialize = response_class.serialize if hasattr(response_class, "serialize") else \
-                response_class.SerializeToString
-            deserialize = request_class.deserialize if hasattr(request_class, "deserialize") else \
-                request_class.FromString
-            return grpc.unary_unary_rpc_method_handler(handle, request_deserializer=deserialize,
-                                                       response_serializer=serialize)
+
+            serialize = (
+                response_class.serialize if hasattr(response_class, "serialize") else response_class.SerializeToString
+            )
+            deserialize = (
+                request_class.deserialize if hasattr(request_class, "deserialize") else request_class.FromString
+            )
+            return grpc.unary_unary_rpc_method_handler(
+                handle, request_deserializer=deserialize, response_serializer=serialize
+            )
 
         services = {
             f"{V1}.JobService": {
-                "CreateCustomJob": (job_service.CreateCustomJobRequest, custom_job.CustomJob,
-                                    lambda r: self._create_job("custom_job", r)),
+                "CreateCustomJob": (
+                    job_service.CreateCustomJobRequest,
+                    custom_job.CustomJob,
+                    lambda r: self._create_job("custom_job", r),
+                ),
                 "GetCustomJob": (job_service.GetCustomJobRequest, custom_job.CustomJob, self._get_job),
                 "CancelCustomJob": (job_service.CancelCustomJobRequest, empty_pb2.Empty, self._cancel_request),
                 "CreateHyperparameterTuningJob": (
-                    job_service.CreateHyperparameterTuningJobRequest, hyperparameter_tuning_job.HyperparameterTuningJob,
-                    lambda r: self._create_job("hyperparameter_tuning_job", r)),
-                "GetHyperparameterTuningJob": (job_service.GetHyperparameterTuningJobRequest,
-                                               hyperparameter_tuning_job.HyperparameterTuningJob, self._get_job),
-                "CancelHyperparameterTuningJob": (job_service.CancelHyperparameterTuningJobRequest, empty_pb2.Empty,
-                                                  self._cancel_request),
-                "CreateBatchPredictionJob": (job_service.CreateBatchPredictionJobRequest,
-                                             batch_prediction_job.BatchPredictionJob,
-                                             lambda r: self._create_job("batch_prediction_job", r)),
-                "GetBatchPredictionJob": (job_service.GetBatchPredictionJobRequest,
-                                          batch_prediction_job.BatchPredictionJob, self._get_job),
-                "CancelBatchPredictionJob": (job_service.CancelBatchPredictionJobRequest, empty_pb2.Empty,
-                                             self._cancel_request),
+                    job_service.CreateHyperparameterTuningJobRequest,
+                    hyperparameter_tuning_job.HyperparameterTuningJob,
+                    lambda r: self._create_job("hyperparameter_tuning_job", r),
+                ),
+                "GetHyperparameterTuningJob": (
+                    job_service.GetHyperparameterTuningJobRequest,
+                    hyperparameter_tuning_job.HyperparameterTuningJob,
+                    self._get_job,
+                ),
+                "CancelHyperparameterTuningJob": (
+                    job_service.CancelHyperparameterTuningJobRequest,
+                    empty_pb2.Empty,
+                    self._cancel_request,
+                ),
+                "CreateBatchPredictionJob": (
+                    job_service.CreateBatchPredictionJobRequest,
+                    batch_prediction_job.BatchPredictionJob,
+                    lambda r: self._create_job("batch_prediction_job", r),
+                ),
+                "GetBatchPredictionJob": (
+                    job_service.GetBatchPredictionJobRequest,
+                    batch_prediction_job.BatchPredictionJob,
+                    self._get_job,
+                ),
+                "CancelBatchPredictionJob": (
+                    job_service.CancelBatchPredictionJobRequest,
+                    empty_pb2.Empty,
+                    self._cancel_request,
+                ),
             },
             f"{V1}.ModelService": {
                 "ListModels": (model_service.ListModelsRequest, model_service.ListModelsResponse, self._list_models),
-                "GetModel": (model_service.GetModelRequest, model_pb.Model,
-                             lambda r: self._model(self.registry.version(r.name))),
-                "MergeVersionAliases": (model_service.MergeVersionAliasesRequest, model_pb.Model,
-                                        lambda r: self._model(self.registry.merge_aliases(
-                                            r.name, list(r.version_aliases)))),
+                "GetModel": (
+                    model_service.GetModelRequest,
+                    model_pb.Model,
+                    lambda r: self._model(self.registry.version(r.name)),
+                ),
+                "MergeVersionAliases": (
+                    model_service.MergeVersionAliasesRequest,
+                    model_pb.Model,
+                    lambda r: self._model(self.registry.merge_aliases(r.name, list(r.version_aliases))),
+                ),
             },
             f"{V1}.EndpointService": {
-                "ListEndpoints": (endpoint_service.ListEndpointsRequest, endpoint_service.ListEndpointsResponse,
-                                  self._list_endpoints),
-                "GetEndpoint": (endpoint_service.GetEndpointRequest, endpoint_pb.Endpoint,
-                                lambda r: self._endpoint(self.registry.endpoint(r.name))),
+                "ListEndpoints": (
+                    endpoint_service.ListEndpointsRequest,
+                    endpoint_service.ListEndpointsResponse,
+                    self._list_endpoints,
+                ),
+                "GetEndpoint": (
+                    endpoint_service.GetEndpointRequest,
+                    endpoint_pb.Endpoint,
+                    lambda r: self._endpoint(self.registry.endpoint(r.name)),
+                ),
                 "UpdateEndpoint": (endpoint_service.UpdateEndpointRequest, endpoint_pb.Endpoint, self._update_endpoint),
                 "UndeployModel": (endpoint_service.UndeployModelRequest, operations_pb2.Operation, self._undeploy),
             },
@@ -183,31 +239,57 @@ class VertexDouble:
                 "GetOperation": (operations_pb2.GetOperationRequest, operations_pb2.Operation, self._operation),
             },
         }
-        return [grpc.method_handlers_generic_handler(service, {
-            name: unary(f"{service.rsplit('.', 1)[-1]}.{name}", *spec) for name, spec in methods.items()})
-            for service, methods in services.items()]
+        return [
+            grpc.method_handlers_generic_handler(
+                service, {name: unary(f"{service.rsplit('.', 1)[-1]}.{name}", *spec) for name, spec in methods.items()}
+            )
+            for service, methods in services.items()
+        ]
 
     # --- models and endpoints ------------------------------------------------------------------------------------
 
     def _model(self, version: dict) -> model_pb.Model:
-        fields = {k: version[k] for k in ("name", "display_name", "version_id", "version_aliases", "artifact_uri",
-                                          "labels", "container_spec", "encryption_spec", "description")
-                  if k in version}
-        return model_pb.Model(**fields, create_time=_time(version["create_time"]),
-                              version_create_time=_time(version["create_time"]))
+        fields = {
+            k: version[k]
+            for k in (
+                "name",
+                "display_name",
+                "version_id",
+                "version_aliases",
+                "artifact_uri",
+                "labels",
+                "container_spec",
+                "encryption_spec",
+                "description",
+            )
+            if k in version
+        }
+        return model_pb.Model(
+            **fields, create_time=_time(version["create_time"]), version_create_time=_time(version["create_time"])
+        )
 
     def _list_models(self, request) -> model_service.ListModelsResponse:
         found = self.registry.list_models(request.parent, _display_name(request.filter))
         return model_service.ListModelsResponse(models=[self._model(v) for v in found])
 
     def _endpoint(self, endpoint: dict) -> endpoint_pb.Endpoint:
-        deployed = [endpoint_pb.DeployedModel(**{k: v for k, v in d.items() if k != "create_time"},
-                                              create_time=_time(d["create_time"]))
-                    for d in endpoint["deployed_models"]]
-        fields = {k: endpoint[k] for k in ("name", "display_name", "labels", "encryption_spec", "description")
-                  if k in endpoint}
-        return endpoint_pb.Endpoint(**fields, deployed_models=deployed, traffic_split=endpoint["traffic_split"],
-                                    create_time=_time(endpoint["create_time"]))
+        deployed = [
+            endpoint_pb.DeployedModel(
+                **{k: v for k, v in d.items() if k != "create_time"}, create_time=_time(d["create_time"])
+            )
+            for d in endpoint["deployed_models"]
+        ]
+        fields = {
+            k: endpoint[k]
+            for k in ("name", "display_name", "labels", "encryption_spec", "description")
+            if k in endpoint
+        }
+        return endpoint_pb.Endpoint(
+            **fields,
+            deployed_models=deployed,
+            traffic_split=endpoint["traffic_split"],
+            create_time=_time(endpoint["create_time"]),
+        )
 
     def _list_endpoints(self, request) -> endpoint_service.ListEndpointsResponse:
         found = self.registry.list_endpoints(request.parent, _display_name(request.filter))
@@ -215,8 +297,10 @@ class VertexDouble:
 
     def _update_endpoint(self, request) -> endpoint_pb.Endpoint:
         if list(request.update_mask.paths) != ["traffic_split"]:
-            raise ApiError("INVALID_ARGUMENT", f"update_mask {list(request.update_mask.paths)}: the rehearsal "
-                                               "updates traffic_split only")
+            raise ApiError(
+                "INVALID_ARGUMENT",
+                f"update_mask {list(request.update_mask.paths)}: the rehearsal updates traffic_split only",
+            )
         return self._endpoint(self.registry.set_traffic(request.endpoint.name, dict(request.endpoint.traffic_split)))
 
     def _done(self, response, metadata=None) -> operations_pb2.Operation:
@@ -240,22 +324,33 @@ class VertexDouble:
         return self._done(endpoint_service.UndeployModelResponse())
 
     def deploy(self, request: endpoint_service.DeployModelRequest) -> endpoint_service.DeployModelResponse:
-        version, split = self.registry.plan_deploy(request.endpoint, _dict(request.deployed_model),
-                                                   dict(request.traffic_split))
+        version, split = self.registry.plan_deploy(
+            request.endpoint, _dict(request.deployed_model), dict(request.traffic_split)
+        )
         deployed_id = self.registry.new_id()
         log = os.path.join(self.directory, "endpoints", f"{deployed_id}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
         try:
-            self.containers[deployed_id] = jobs.start_container(version["artifact_uri"],
-                                                                request.endpoint.rsplit("/", 1)[-1], deployed_id, log)
+            self.containers[deployed_id] = jobs.start_container(
+                version["artifact_uri"], request.endpoint.rsplit("/", 1)[-1], deployed_id, log
+            )
         except jobs.JobError as e:
-            raise ApiError("FAILED_PRECONDITION",
-                           f"deploying {version['name']}@{version['version_id']} failed: {e}") from e
-        deployed = {**_dict(request.deployed_model), "id": deployed_id, "model": version["name"],
-                    "model_version_id": version["version_id"], "create_time": time.time()}
+            raise ApiError(
+                "FAILED_PRECONDITION", f"deploying {version['name']}@{version['version_id']} failed: {e}"
+            ) from e
+        deployed = {
+            **_dict(request.deployed_model),
+            "id": deployed_id,
+            "model": version["name"],
+            "model_version_id": version["version_id"],
+            "create_time": time.time(),
+        }
         self.registry.add_deployed(request.endpoint, deployed, split)
-        return endpoint_service.DeployModelResponse(deployed_model=endpoint_pb.DeployedModel(
-            id=deployed_id, model=version["name"], model_version_id=version["version_id"]))
+        return endpoint_service.DeployModelResponse(
+            deployed_model=endpoint_pb.DeployedModel(
+                id=deployed_id, model=version["name"], model_version_id=version["version_id"]
+            )
+        )
 
     def predict(self, endpoint_name: str, body: dict) -> dict:
         endpoint = self.registry.endpoint(endpoint_name)
@@ -265,8 +360,9 @@ class VertexDouble:
         chosen = random.choices(list(split), weights=list(split.values()))[0]
         if chosen not in self.containers:
             raise ApiError("FAILED_PRECONDITION", f"deployed model {chosen} is not running in this rehearsal")
-        request = urllib.request.Request(f"{self.containers[chosen][1]}/predict", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{self.containers[chosen][1]}/predict", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
 
@@ -283,9 +379,13 @@ class VertexDouble:
         except jobs.JobError as e:
             raise ApiError("INVALID_ARGUMENT", str(e)) from None
         name = f"{request.parent}/{collection}/{self.registry.new_id()}"
-        job = {"kind": kind, "name": name, "data": {**data, "name": name, "state": "JOB_STATE_PENDING",
-                                                    "create_time": time.time()},
-               "pids": [], "cancelled": False}
+        job = {
+            "kind": kind,
+            "name": name,
+            "data": {**data, "name": name, "state": "JOB_STATE_PENDING", "create_time": time.time()},
+            "pids": [],
+            "cancelled": False,
+        }
         self.jobs[name] = job
         threading.Thread(target=self._work, args=(job,), daemon=True, name=f"job-{name}").start()
         return self._job_message(job)
@@ -347,23 +447,49 @@ class VertexDouble:
     # --- REST ----------------------------------------------------------------------------------------------------
 
     REST: list[tuple[str, re.Pattern, Any, str]] = [  # (method, path pattern, request class, handler name)
-        ("POST", re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/models:upload$"),
-         model_service.UploadModelRequest, "_rest_upload"),
-        ("POST", re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/endpoints$"), endpoint_pb.Endpoint,
-         "_rest_create_endpoint"),
-        ("POST", re.compile(r"^/v1/(?P<endpoint>projects/[^/]+/locations/[^/]+/endpoints/[^/:]+):deployModel$"),
-         endpoint_service.DeployModelRequest, "_rest_deploy"),
-        ("POST", re.compile(r"^/v1/(?P<endpoint>projects/[^/]+/locations/[^/]+/endpoints/[^/:]+):predict$"), None,
-         "_rest_predict"),
-        ("GET", re.compile(r"^/v1/(?P<operation>projects/[^/]+/locations/[^/]+/operations/[^/:]+)$"), None,
-         "_rest_operation"),
+        (
+            "POST",
+            re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/models:upload$"),
+            model_service.UploadModelRequest,
+            "_rest_upload",
+        ),
+        (
+            "POST",
+            re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/endpoints$"),
+            endpoint_pb.Endpoint,
+            "_rest_create_endpoint",
+        ),
+        (
+            "POST",
+            re.compile(r"^/v1/(?P<endpoint>projects/[^/]+/locations/[^/]+/endpoints/[^/:]+):deployModel$"),
+            endpoint_service.DeployModelRequest,
+            "_rest_deploy",
+        ),
+        (
+            "POST",
+            re.compile(r"^/v1/(?P<endpoint>projects/[^/]+/locations/[^/]+/endpoints/[^/:]+):predict$"),
+            None,
+            "_rest_predict",
+        ),
+        (
+            "GET",
+            re.compile(r"^/v1/(?P<operation>projects/[^/]+/locations/[^/]+/operations/[^/:]+)$"),
+            None,
+            "_rest_operation",
+        ),
     ]
 
     def _rest(self, handler: BaseHTTPRequestHandler, method: str) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""
-        route = next(((m, pattern.match(handler.path), cls, name) for m, pattern, cls, name in self.REST
-                      if m == method and pattern.match(handler.path)), None)
+        route = next(
+            (
+                (m, pattern.match(handler.path), cls, name)
+                for m, pattern, cls, name in self.REST
+                if m == method and pattern.match(handler.path)
+            ),
+            None,
+        )
         status, answer = 200, {}
         try:
             if route is None:
@@ -377,8 +503,9 @@ class VertexDouble:
                     json_format.ParseDict(body, request_class.pb(request))
                 except json_format.ParseError as e:
                     raise ApiError("INVALID_ARGUMENT", f"invalid {request_class.__name__}: {e}") from None
-            self.record("rest", f"{method} {handler.path.split('/')[-1]}",
-                        _dict(request) if request is not None else body)
+            self.record(
+                "rest", f"{method} {handler.path.split('/')[-1]}", _dict(request) if request is not None else body
+            )
             answer = getattr(self, name)(match, request, body)
         except ApiError as e:
             self._error(f"{method} {handler.path}", e.message)
@@ -394,8 +521,9 @@ class VertexDouble:
         return json_format.MessageToDict(self._done(response))
 
     def _rest_upload(self, match, request, body) -> dict:
-        name, version_id = self.registry.upload(request.parent or match["parent"], _dict(request.model),
-                                                request.parent_model)
+        name, version_id = self.registry.upload(
+            request.parent or match["parent"], _dict(request.model), request.parent_model
+        )
         return self._rest_done(model_service.UploadModelResponse(model=name, model_version_id=version_id))
 
     def _rest_create_endpoint(self, match, request, body) -> dict:

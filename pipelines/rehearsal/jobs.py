@@ -10,6 +10,7 @@
   deploy done once its health route answers, as Vertex waits for a container's health check.
 Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,14 @@ def _pools(job_spec: dict) -> list[dict]:
         if not pool.get("container_spec", {}).get("image_uri"):
             raise JobError(f"worker_pool_specs[{index}].container_spec.image_uri is required")
     if int(pools[0].get("replica_count", 0)) != 1:
-        raise JobError(f"worker_pool_specs[0] (the chief) must have replica_count 1, got {pools[0].get('replica_count')}")
+        raise JobError(
+            f"worker_pool_specs[0] (the chief) must have replica_count 1, got {pools[0].get('replica_count')}"
+        )
     if len(pools) > 2 and any(p.get("replica_count") for p in pools[2:]):
-        raise JobError("parameter servers and evaluators (worker pools 2 and 3) are not rehearsed: "
-                       "MultiWorkerMirroredStrategy uses pools 0 and 1")
+        raise JobError(
+            "parameter servers and evaluators (worker pools 2 and 3) are not rehearsed: "
+            "MultiWorkerMirroredStrategy uses pools 0 and 1"
+        )
     return pools[:2]
 
 
@@ -70,10 +75,16 @@ def vertex_cluster_env(ports: list[int], index: int) -> dict:
         return {}
     addresses = [f"localhost:{p}" for p in ports]
     pool, pool_index = ("workerpool0", 0) if index == 0 else ("workerpool1", index - 1)
-    cluster_spec = {"cluster": {"workerpool0": addresses[:1], "workerpool1": addresses[1:]}, "environment": "cloud",
-                    "task": {"type": pool, "index": pool_index}}
-    tf_config = {"cluster": {"chief": addresses[:1], "worker": addresses[1:]}, "environment": "cloud",
-                 "task": {"type": "chief" if index == 0 else "worker", "index": pool_index}}
+    cluster_spec = {
+        "cluster": {"workerpool0": addresses[:1], "workerpool1": addresses[1:]},
+        "environment": "cloud",
+        "task": {"type": pool, "index": pool_index},
+    }
+    tf_config = {
+        "cluster": {"chief": addresses[:1], "worker": addresses[1:]},
+        "environment": "cloud",
+        "task": {"type": "chief" if index == 0 else "worker", "index": pool_index},
+    }
     return {"CLUSTER_SPEC": json.dumps(cluster_spec), "TF_CONFIG": json.dumps(tf_config)}
 
 
@@ -83,8 +94,9 @@ def _base_output(spec: dict, field: str) -> str:
     if not base:
         raise JobError(f"{field}.base_output_directory.output_uri_prefix is required (AIP_MODEL_DIR derives from it)")
     if not (base.startswith("gs://") or os.path.isabs(base)):
-        raise JobError(f"{field}.base_output_directory.output_uri_prefix {base!r} is not a Cloud Storage URI "
-                       "(gs://BUCKET/PATH)")
+        raise JobError(
+            f"{field}.base_output_directory.output_uri_prefix {base!r} is not a Cloud Storage URI (gs://BUCKET/PATH)"
+        )
     return base
 
 
@@ -118,8 +130,16 @@ def run_custom_job(job: dict, log_dir: str, on_start, sink) -> None:
         raise JobError("worker pools 0 and 1 run different arguments; MultiWorkerMirroredStrategy needs the same")
     workers = sum(int(p.get("replica_count", 0)) for p in pools)
     try:
-        launch(workers, args[0], log_dir, max_restarts=0, env={**_container_env(pools[0]), **aip_dirs(base)},
-               sink=sink, on_start=on_start, cluster_env=vertex_cluster_env)
+        launch(
+            workers,
+            args[0],
+            log_dir,
+            max_restarts=0,
+            env={**_container_env(pools[0]), **aip_dirs(base)},
+            sink=sink,
+            on_start=on_start,
+            cluster_env=vertex_cluster_env,
+        )
     except TrainingError as e:
         raise JobError(f"the training job failed: {e}") from None
 
@@ -143,25 +163,47 @@ def study_spec(job: dict):
         if "double_value_spec" in p or "integer_value_spec" in p:
             kind = "double" if "double_value_spec" in p else "integer"
             bounds = p[f"{kind}_value_spec"]
-            parameters.append({"type": kind, "parameter_id": p["parameter_id"], "scale": scale,
-                               "min": float(bounds.get("min_value", 0)), "max": float(bounds.get("max_value", 0))})
+            parameters.append(
+                {
+                    "type": kind,
+                    "parameter_id": p["parameter_id"],
+                    "scale": scale,
+                    "min": float(bounds.get("min_value", 0)),
+                    "max": float(bounds.get("max_value", 0)),
+                }
+            )
         elif "categorical_value_spec" in p:
-            parameters.append({"type": "categorical", "parameter_id": p["parameter_id"],
-                               "values": p["categorical_value_spec"].get("values", [])})
+            parameters.append(
+                {
+                    "type": "categorical",
+                    "parameter_id": p["parameter_id"],
+                    "values": p["categorical_value_spec"].get("values", []),
+                }
+            )
         elif "discrete_value_spec" in p:
-            parameters.append({"type": "discrete", "parameter_id": p["parameter_id"], "scale": scale,
-                               "values": p["discrete_value_spec"].get("values", [])})
+            parameters.append(
+                {
+                    "type": "discrete",
+                    "parameter_id": p["parameter_id"],
+                    "scale": scale,
+                    "values": p["discrete_value_spec"].get("values", []),
+                }
+            )
         else:
             raise JobError(f"study_spec.parameters: {p.get('parameter_id')!r} has no value spec")
     max_trials = int(job.get("max_trial_count", 0))
     try:
         return StudySpec(
-            metric_id=metrics[0]["metric_id"], goal=metrics[0].get("goal", "MAXIMIZE").lower(), parameters=parameters,
-            max_trial_count=max_trials, parallel_trial_count=int(job.get("parallel_trial_count", 0)),
+            metric_id=metrics[0]["metric_id"],
+            goal=metrics[0].get("goal", "MAXIMIZE").lower(),
+            parameters=parameters,
+            max_trial_count=max_trials,
+            parallel_trial_count=int(job.get("parallel_trial_count", 0)),
             # 0: Vertex decides; the rehearsal lets every trial fail before the job does
             max_failed_trial_count=int(job.get("max_failed_trial_count", 0)) or max_trials,
             algorithm=_ALGORITHMS.get(study.get("algorithm", ""), "default"),
-            measurement="best" if study.get("measurement_selection_type") == "BEST_MEASUREMENT" else "last")
+            measurement="best" if study.get("measurement_selection_type") == "BEST_MEASUREMENT" else "last",
+        )
     except ValidationError as e:
         raise JobError(f"invalid study: {e.errors()[0]['msg']}") from None
 
@@ -177,18 +219,30 @@ def run_tuning_job(job: dict, sink) -> list[dict]:
         raise JobError("the rehearsal runs single-replica trials (worker pool 0, replica_count 1)")
     base = _base_output(trial, "trial_job_spec")
     try:
-        result = run_study(spec, base.rstrip("/"), _trainer_args(pools[0]), env=_container_env(pools[0]),
-                           log=lambda line: sink.write(line + "\n"))
+        result = run_study(
+            spec,
+            base.rstrip("/"),
+            _trainer_args(pools[0]),
+            env=_container_env(pools[0]),
+            log=lambda line: sink.write(line + "\n"),
+        )
     except StudyFailed as e:
         raise JobError(str(e)) from None
     trials = []
     for t in result["trials"]:
         done = t["status"] == "SUCCEEDED"
-        trials.append({
-            "id": t["trial_id"], "state": "SUCCEEDED" if done else "INFEASIBLE",
-            "parameters": [{"parameter_id": k, "value": v} for k, v in t["parameters"].items()],
-            **({"final_measurement": {"metrics": [{"metric_id": spec.metric_id, "value": t["metric"]}]}} if done
-               else {"infeasible_reason": t.get("error") or "failed"})})
+        trials.append(
+            {
+                "id": t["trial_id"],
+                "state": "SUCCEEDED" if done else "INFEASIBLE",
+                "parameters": [{"parameter_id": k, "value": v} for k, v in t["parameters"].items()],
+                **(
+                    {"final_measurement": {"metrics": [{"metric_id": spec.metric_id, "value": t["metric"]}]}}
+                    if done
+                    else {"infeasible_reason": t.get("error") or "failed"}
+                ),
+            }
+        )
     return trials
 
 
@@ -204,17 +258,25 @@ def run_batch_job(job: dict, artifact_uri: str, display_name: str) -> dict:
     batch = job.get("manual_batch_tuning_parameters", {}).get("batch_size") or 64
     config = job.get("instance_config", {})
     try:
-        summary = batch_predict(artifact_uri, ",".join(uris), source.get("instances_format", "jsonl"), prefix,
-                                display_name, batch_size=int(batch), key_field=config.get("key_field", ""),
-                                included_fields=config.get("included_fields", []),
-                                excluded_fields=config.get("excluded_fields", []),
-                                instance_type=config.get("instance_type", ""),
-                                signature_name=(job.get("model_parameters") or {}).get("signature_name", ""))
+        summary = batch_predict(
+            artifact_uri,
+            ",".join(uris),
+            source.get("instances_format", "jsonl"),
+            prefix,
+            display_name,
+            batch_size=int(batch),
+            key_field=config.get("key_field", ""),
+            included_fields=config.get("included_fields", []),
+            excluded_fields=config.get("excluded_fields", []),
+            instance_type=config.get("instance_type", ""),
+            signature_name=(job.get("model_parameters") or {}).get("signature_name", ""),
+        )
     except (ValueError, FileNotFoundError) as e:
         raise JobError(f"batch prediction failed: {e}") from None
-    return {"output_info": {"gcs_output_directory": summary["output_directory"]},
-            "completion_stats": {"successful_count": str(summary["succeeded"]),
-                                 "failed_count": str(summary["failed"])}}
+    return {
+        "output_info": {"gcs_output_directory": summary["output_directory"]},
+        "completion_stats": {"successful_count": str(summary["succeeded"]), "failed_count": str(summary["failed"])},
+    }
 
 
 def free_port() -> int:
@@ -226,11 +288,23 @@ def free_port() -> int:
 def start_container(artifact_uri: str, endpoint_id: str, deployed_model_id: str, log_path: str):
     """The serving container for a deployed model; returns (process, base URL) once its health route answers 200."""
     port = free_port()
-    env = {**os.environ, "AIP_STORAGE_URI": artifact_uri, "AIP_HTTP_PORT": str(port), "AIP_ENDPOINT_ID": endpoint_id,
-           "AIP_DEPLOYED_MODEL_ID": deployed_model_id, "AIP_HEALTH_ROUTE": "/health", "AIP_PREDICT_ROUTE": "/predict"}
+    env = {
+        **os.environ,
+        "AIP_STORAGE_URI": artifact_uri,
+        "AIP_HTTP_PORT": str(port),
+        "AIP_ENDPOINT_ID": endpoint_id,
+        "AIP_DEPLOYED_MODEL_ID": deployed_model_id,
+        "AIP_HEALTH_ROUTE": "/health",
+        "AIP_PREDICT_ROUTE": "/predict",
+    }
     log = open(log_path, "w")
-    process = subprocess.Popen([sys.executable, "-m", "serving.vertex_container"], env=env, stdout=log,
-                               stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "serving.vertex_container"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + HEALTH_TIMEOUT
     while time.time() < deadline:

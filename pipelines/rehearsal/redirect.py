@@ -7,6 +7,7 @@ Each patch is applied when its module is first imported (a post-import hook), so
 Vertex, such as the trainer's workers, import nothing more. Subprocesses get the same through `shim/sitecustomize.py`,
 which `environment()` puts first on PYTHONPATH.
 """
+
 import importlib.abc
 import os
 import re
@@ -22,8 +23,7 @@ POLL_SECONDS = 1
 def environment(grpc_target: str, http_base: str, project: str) -> dict:
     """The variables that make a subprocess talk to the double."""
     path = os.environ.get("PYTHONPATH", "")
-    return {ENV: f"{grpc_target} {http_base} {project}",
-            "PYTHONPATH": SHIM + (os.pathsep + path if path else "")}
+    return {ENV: f"{grpc_target} {http_base} {project}", "PYTHONPATH": SHIM + (os.pathsep + path if path else "")}
 
 
 def _patch_grpc(module, target):

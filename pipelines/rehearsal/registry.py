@@ -3,6 +3,7 @@
 it: a model's first version holds the `default` alias; an alias names one version (merging moves it; `-alias`
 removes it); a deploy's traffic split uses "0" for the new model and must sum to 100; a deployed model with traffic
 cannot be undeployed."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,13 @@ from typing import Any
 class ApiError(Exception):
     """An error Vertex AI would answer with: a gRPC status name, an HTTP code and a message."""
 
-    HTTP = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "NOT_FOUND": 404, "ALREADY_EXISTS": 409,
-            "INTERNAL": 500}
+    HTTP = {
+        "INVALID_ARGUMENT": 400,
+        "FAILED_PRECONDITION": 400,
+        "NOT_FOUND": 404,
+        "ALREADY_EXISTS": 409,
+        "INTERNAL": 500,
+    }
 
     def __init__(self, status: str, message: str):
         super().__init__(message)
@@ -50,8 +56,9 @@ class Registry:
 
     def check_parent(self, parent: str) -> None:
         if parent != self.parent:
-            raise ApiError("INVALID_ARGUMENT", f"parent {parent!r}: this rehearsal's project and location are "
-                                               f"{self.parent!r}")
+            raise ApiError(
+                "INVALID_ARGUMENT", f"parent {parent!r}: this rehearsal's project and location are {self.parent!r}"
+            )
 
     # --- models --------------------------------------------------------------------------------------------------
 
@@ -79,8 +86,9 @@ class Registry:
                 aliases.append("default")
             for alias in aliases:
                 self._drop_alias(entry, alias)
-            entry["versions"].append({**model, "name": name, "version_id": version_id, "version_aliases": aliases,
-                                      "create_time": _now()})
+            entry["versions"].append(
+                {**model, "name": name, "version_id": version_id, "version_aliases": aliases, "create_time": _now()}
+            )
             self.save()
             return name, version_id
 
@@ -110,8 +118,11 @@ class Registry:
     def list_models(self, parent: str, display_name: str | None) -> list[dict]:
         self.check_parent(parent)
         with self.lock:
-            return [self.version(name) for name, entry in self.state["models"].items()
-                    if display_name is None or entry["display_name"] == display_name]
+            return [
+                self.version(name)
+                for name, entry in self.state["models"].items()
+                if display_name is None or entry["display_name"] == display_name
+            ]
 
     def merge_aliases(self, name: str, aliases: list[str]) -> dict:
         base, _, version_id = name.partition("@")
@@ -142,8 +153,13 @@ class Registry:
             raise ApiError("INVALID_ARGUMENT", "endpoint.display_name is required")
         with self.lock:
             name = f"{parent}/endpoints/{self.new_id()}"
-            self.state["endpoints"][name] = {**endpoint, "name": name, "deployed_models": [], "traffic_split": {},
-                                             "create_time": _now()}
+            self.state["endpoints"][name] = {
+                **endpoint,
+                "name": name,
+                "deployed_models": [],
+                "traffic_split": {},
+                "create_time": _now(),
+            }
             self.save()
             return self.state["endpoints"][name]
 
@@ -156,8 +172,9 @@ class Registry:
     def list_endpoints(self, parent: str, display_name: str | None) -> list[dict]:
         self.check_parent(parent)
         with self.lock:
-            return [e for e in self.state["endpoints"].values()
-                    if display_name is None or e["display_name"] == display_name]
+            return [
+                e for e in self.state["endpoints"].values() if display_name is None or e["display_name"] == display_name
+            ]
 
     @staticmethod
     def check_split(split: dict, ids: set) -> dict:
@@ -205,8 +222,10 @@ class Registry:
                 raise ApiError("NOT_FOUND", f"deployed model {deployed_model_id} is not on {endpoint_name}")
             traffic = self.check_split(split, ids) if split else endpoint["traffic_split"]
             if traffic.get(deployed_model_id):
-                raise ApiError("FAILED_PRECONDITION", f"deployed model {deployed_model_id} still serves "
-                                                      f"{traffic[deployed_model_id]} % of the traffic")
+                raise ApiError(
+                    "FAILED_PRECONDITION",
+                    f"deployed model {deployed_model_id} still serves {traffic[deployed_model_id]} % of the traffic",
+                )
             endpoint["deployed_models"] = [d for d in endpoint["deployed_models"] if d["id"] != deployed_model_id]
             endpoint["traffic_split"] = traffic
             self.save()

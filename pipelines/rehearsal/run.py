@@ -8,6 +8,7 @@ refuses container components in a subprocess), the Vertex placeholders kfp.local
 redirect.py. Batch prediction inputs given as local files are copied into a local GCS emulator, since the Vertex
 batch step accepts gs:// URIs only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,6 +32,7 @@ EMULATOR_BUCKET = "rehearsal"
 
 def template_location(spec: dict, default: str = "us-central1") -> str:
     """The Vertex region a compiled template targets: its tasks' `location` constant."""
+
     def tasks():
         for component in [spec["root"], *spec.get("components", {}).values()]:
             yield from component.get("dag", {}).get("tasks", {}).values()
@@ -83,9 +85,12 @@ def _kfp_local_patches(location: str):
             refuse(self, full_command)
 
     def resolve_vertex(element, *args, **kwargs):
-        values = {"{{$.pipeline_google_cloud_project_id}}": PROJECT, "{{$.pipeline_google_cloud_location}}": location,
-                  "{{$.pipeline_job_uuid}}": kwargs.get("pipeline_job_id", ""),
-                  "{{$.pipeline_persistent_resource_id}}": ""}
+        values = {
+            "{{$.pipeline_google_cloud_project_id}}": PROJECT,
+            "{{$.pipeline_google_cloud_location}}": location,
+            "{{$.pipeline_job_uuid}}": kwargs.get("pipeline_job_id", ""),
+            "{{$.pipeline_persistent_resource_id}}": "",
+        }
         for placeholder, value in values.items():
             element = element.replace(placeholder, value)
         return resolve(element, *args, **kwargs)
@@ -167,9 +172,10 @@ def stage_instances(instances: str) -> str:
 
 def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose: bool = False, log=print) -> dict:
     """Run the compiled template with `arguments`; return the run summary (also written to `out`)."""
+    from kfp import components
+
     from pipelines import report
     from pipelines.local_run import run_local
-    from kfp import components
 
     spec = yaml.safe_load(Path(template).read_text())
     location = template_location(spec)
@@ -179,10 +185,19 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
     double = VertexDouble(str(out / "vertex"), str(state_dir / "vertex_state.json"), PROJECT, location, log).start()
     started = time.time()
     try:
-        with gcs_emulator(str(state_dir / "gcs")) as emulator, \
-                _environment({**redirect.environment(double.grpc_target, double.http_base, PROJECT),
-                              "STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": PROJECT,
-                              **LEGACY_KERAS, "TF_CPP_MIN_LOG_LEVEL": "2"}), _kfp_local_patches(location):
+        with (
+            gcs_emulator(str(state_dir / "gcs")) as emulator,
+            _environment(
+                {
+                    **redirect.environment(double.grpc_target, double.http_base, PROJECT),
+                    "STORAGE_EMULATOR_HOST": emulator,
+                    "GOOGLE_CLOUD_PROJECT": PROJECT,
+                    **LEGACY_KERAS,
+                    "TF_CPP_MIN_LOG_LEVEL": "2",
+                }
+            ),
+            _kfp_local_patches(location),
+        ):
             redirect.install(double.grpc_target, double.http_base, PROJECT)
             if arguments.get("instances"):
                 arguments = {**arguments, "instances": stage_instances(arguments["instances"])}
@@ -197,10 +212,15 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
     batch = next((j["data"] for j in double.jobs.values() if j["kind"] == "batch_prediction_job"), None)
     if batch and batch.get("completion_stats"):
         ok, failed = (int(batch["completion_stats"].get(k, 0)) for k in ("successful_count", "failed_count"))
-        summary["batch_prediction"] = {"output_directory": batch["output_info"]["gcs_output_directory"],
-                                       "model": batch["model"], "instances": ok + failed, "succeeded": ok,
-                                       "failed": failed, "files": batch["input_config"]["gcs_source"]["uris"],
-                                       "seconds": round(batch["end_time"] - batch["start_time"], 2)}
+        summary["batch_prediction"] = {
+            "output_directory": batch["output_info"]["gcs_output_directory"],
+            "model": batch["model"],
+            "instances": ok + failed,
+            "succeeded": ok,
+            "failed": failed,
+            "files": batch["input_config"]["gcs_source"]["uris"],
+            "seconds": round(batch["end_time"] - batch["start_time"], 2),
+        }
     failed_step = next((s for s in steps if s.status == "FAILED"), None)
     if failed_step and double.errors:
         api_error = _error_during(double.errors, failed_step)
@@ -219,19 +239,41 @@ def vertex_section(double: VertexDouble, out: Path) -> dict:
     """What the run did on the (rehearsed) Vertex AI: the requests log, the jobs, the registry and endpoints."""
     state = double.registry.state
     return {
-        "project": PROJECT, "location": double.location,
+        "project": PROJECT,
+        "location": double.location,
         "requests": str(Path(double.requests_path)),
-        "jobs": [{"name": j["name"], "kind": j["kind"], "display_name": j["data"].get("display_name"),
-                  "state": j["data"]["state"], "error": j["data"].get("error", {}).get("message")}
-                 for j in double.jobs.values()],
-        "models": [{"name": name, "display_name": m["display_name"],
-                    "versions": [{"version_id": v["version_id"], "aliases": v["version_aliases"],
-                                  "artifact_uri": v["artifact_uri"]} for v in m["versions"]]}
-                   for name, m in state["models"].items()],
-        "endpoints": [{"name": name, "display_name": e["display_name"], "traffic_split": e["traffic_split"],
-                       "deployed_models": [{"id": d["id"], "model": f"{d['model']}@{d['model_version_id']}"}
-                                           for d in e["deployed_models"]]}
-                      for name, e in state["endpoints"].items()],
+        "jobs": [
+            {
+                "name": j["name"],
+                "kind": j["kind"],
+                "display_name": j["data"].get("display_name"),
+                "state": j["data"]["state"],
+                "error": j["data"].get("error", {}).get("message"),
+            }
+            for j in double.jobs.values()
+        ],
+        "models": [
+            {
+                "name": name,
+                "display_name": m["display_name"],
+                "versions": [
+                    {"version_id": v["version_id"], "aliases": v["version_aliases"], "artifact_uri": v["artifact_uri"]}
+                    for v in m["versions"]
+                ],
+            }
+            for name, m in state["models"].items()
+        ],
+        "endpoints": [
+            {
+                "name": name,
+                "display_name": e["display_name"],
+                "traffic_split": e["traffic_split"],
+                "deployed_models": [
+                    {"id": d["id"], "model": f"{d['model']}@{d['model_version_id']}"} for d in e["deployed_models"]
+                ],
+            }
+            for name, e in state["endpoints"].items()
+        ],
         "errors": [e["message"] for e in double.errors],
     }
 
