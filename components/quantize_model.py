@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
 
+from components.lib.units import size
+
 MODES = ("float32", "dynamic", "float16", "int8")
 TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8", 7: "int16", 10: "float64"}
 
@@ -158,7 +160,7 @@ def publish_decision(result: dict, max_accuracy_drop: float, allow_flex: bool) -
         )
     return True, (
         f"{mode}: accuracy drop {result['accuracy_drop_points']:.2f} points within "
-        f"{max_accuracy_drop:.2f}, {result['size_bytes']} bytes"
+        f"{max_accuracy_drop:.2f}, {size(result['size_bytes'])}"
     )
 
 

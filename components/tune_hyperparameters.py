@@ -432,6 +432,7 @@ def tune_hyperparameters(
     import os
 
     from components.lib.study_spec import StudySpec, pipeline_hyperparameters, with_best_trial
+    from components.lib.units import assignments, value
     from components.tune_hyperparameters import run_study
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
@@ -462,7 +463,7 @@ def tune_hyperparameters(
         seconds=result["seconds"],
     )
     print(
-        f"best trial {result['best']['trial_id']}: {study_spec['metric_id']}={result['best']['metric']}; "
-        f"training with {hyperparameters}"
+        f"best trial {result['best']['trial_id']}: {study_spec['metric_id']}={value(result['best']['metric'])}; "
+        f"training with {assignments(hyperparameters)}"
     )
     return hyperparameters

@@ -387,6 +387,7 @@ def tune_on_katib(
 
     from components.lib import kube
     from components.lib.study_spec import StudySpec, pipeline_hyperparameters, with_best_trial
+    from components.lib.units import assignments, value
     from components.tune_on_katib import tune_with_katib
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
@@ -416,5 +417,8 @@ def tune_on_katib(
     )
     hyperparameters = with_best_trial(hyperparameters, best["parameters"])
     tuning.metadata.update(best_metric=best["metric"], best_parameters=best["parameters"], best_trial=best["trial"])
-    print(f"best trial {best['trial']}: {study_spec['metric_id']}={best['metric']}; training with {hyperparameters}")
+    print(
+        f"best trial {best['trial']}: {study_spec['metric_id']}={value(best['metric'])}; "
+        f"training with {assignments(hyperparameters)}"
+    )
     return hyperparameters

@@ -4,6 +4,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from components.lib import units
 from pipelines import report
 from pipelines.cli.local import _print_summary
 from pipelines.local_run import Step, StepLog, step_names
@@ -333,11 +334,11 @@ def test_plots_are_titled_with_labelled_axes():
     ],
 )
 def test_values_read_as_people_write_them(v, text):
-    assert report.value(v) == text
+    assert units.value(v) == text
 
 
 def test_units():
-    assert [report.size(n) for n in (999, 1000, 21160, 999_999, 1_500_000, 2_000_000_000)] == [
+    assert [units.size(n) for n in (999, 1000, 21160, 999_999, 1_500_000, 2_000_000_000)] == [
         "999 B",
         "1.0 KB",
         "21.2 KB",

@@ -63,7 +63,7 @@ def test_tight_limit_rejects_a_real_accuracy_loss(report, trained_model, digits_
 
 def test_publish_decision():
     ok = {"mode": "dynamic", "flex_ops": [], "accuracy_drop_points": 0.4, "size_bytes": 10}
-    assert publish_decision(ok, 0.5, False) == (True, "dynamic: accuracy drop 0.40 points within 0.50, 10 bytes")
+    assert publish_decision(ok, 0.5, False) == (True, "dynamic: accuracy drop 0.40 points within 0.50, 10 B")
     assert publish_decision({**ok, "accuracy_drop_points": 0.6}, 0.5, False) == (
         False,
         "dynamic: accuracy drop 0.60 points exceeds max_accuracy_drop 0.50",

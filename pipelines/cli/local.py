@@ -217,7 +217,7 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
 
 
 def _print_summary(s: dict) -> None:
-    from pipelines.report import assignments
+    from components.lib.units import assignments
 
     click.echo(f"\n{s['pipeline']}: {s['status']} in {s['seconds']:.1f}s")
     for step in s["steps"]:
