@@ -85,12 +85,17 @@ def tuning(study_dir: Path | None) -> dict | None:
     }
 
 
+def _trained_by(run_root: Path | None) -> str:
+    """The step whose `training` output holds the metrics and the history: train-model (self-hosted) or
+    import-trained-model (vertex)."""
+    return "import-trained-model" if run_root and (run_root / "import-trained-model").is_dir() else "train-model"
+
+
 def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, seconds: float) -> dict:
     """Assemble the run summary from the steps' statuses and their output artifacts."""
     failed = [s for s in steps if s.status == "FAILED"]
     stats = _json(_output(run_root, "prepare-data", "dataset", "stats.json"))
-    # the step whose `training` output holds the metrics: train-model (self-hosted) or import-trained-model (vertex)
-    trained_by = "import-trained-model" if run_root and (run_root / "import-trained-model").is_dir() else "train-model"
+    trained_by = _trained_by(run_root)
     training = _json(_output(run_root, trained_by, "training", "metrics.json"))
     evaluation = _json(_output(run_root, "evaluate-model", "evaluation"))
     published = _json(_output(run_root, "publish-model", "published")) or {}
@@ -321,7 +326,7 @@ gRPC <code>{{ s.endpoint.grpc_target }}</code>{% endif %}{% if s.endpoint.stop %
 def write(summary: dict, out_dir: Path) -> None:
     """Write the plots, `run_summary.json` and `report.html` into `out_dir`."""
     root = Path(summary["artifacts"]) if summary["artifacts"] else None
-    history = _history(_output(root, "train-model", "training", "history.jsonl"))
+    history = _history(_output(root, _trained_by(root), "training", "history.jsonl"))
     evaluation = _json(_output(root, "evaluate-model", "evaluation"))
     plots = {
         "training curves": _save(training_curves(history), out_dir / "training_curves.png"),

@@ -354,3 +354,25 @@ def test_units():
     ]
     assert [report.seconds(v) for v in (0.07, 68.39, None)] == ["0.1 s", "68.4 s", "–"]
     assert [report.fraction(v) for v in (0.9939758777618408, 1.0, None)] == ["0.9940", "1.0000", "–"]
+
+
+def test_a_vertex_run_reads_training_from_the_imported_model(tmp_path):
+    """A rehearsed Vertex run has no train-model step: its metrics and its history (the curves) come from
+    import-trained-model's `training` output, as they come from train-model's on the self-hosted targets."""
+    root = tmp_path / "root"
+    training = root / "import-trained-model" / "training"
+    training.mkdir(parents=True)
+    (training / "metrics.json").write_text(json.dumps({"epochs": 2, "num_workers": 2, "final": {"val_accuracy": 0.5}}))
+    (training / "history.jsonl").write_text(
+        "\n".join(
+            json.dumps({"epoch": e, "loss": 1.0 / e, "accuracy": 0.5, "val_loss": 1.1 / e, "val_accuracy": 0.4})
+            for e in (1, 2)
+        )
+        + "\n"
+    )
+    summary = report.collect(root, [Step("import-trained-model", "SUCCEEDED", 0.1)], "tfpipe-training", {}, 1.0)
+    assert (summary["training"]["epochs"], summary["training"]["num_workers"]) == (2, 2)
+    (tmp_path / "out").mkdir()
+    report.write(summary, tmp_path / "out")
+    assert summary["plots"] == {"training curves": "training_curves.png"}
+    assert (tmp_path / "out" / "training_curves.png").stat().st_size > 0
