@@ -28,7 +28,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -419,16 +419,18 @@ class _Job:
             batches = (
                 _pooled_batches(self, stream, shard, self.parse_pool)
                 if self.parse_pool and self.instances_format in POOLED_FORMATS
-                else _prefetched(self.batches(stream, files, shard, path), depth=2)
+                else _prefetched(
+                    self.batches(_instances(stream, self.instances_format, self.config, files, path), shard), depth=2
+                )
             )
             for items, arrays in batches:
                 self.run(items, arrays, shard)
         return shard.succeeded, shard.failed
 
-    def batches(self, stream, files: "_Files", shard: _Shard, name: str) -> Iterator[tuple[list[Item], dict]]:
-        """Converted batches of a file's valid instances; invalid ones go straight to the errors file."""
+    def batches(self, items: Iterable[Item], shard: "_Shard | _Recorder") -> Iterator[tuple[list[Item], dict]]:
+        """Converted batches of the valid instances among `items`; invalid ones go straight to the errors file."""
         batch: list[Item] = []
-        for item in _instances(stream, self.instances_format, self.config, files, name):
+        for item in items:
             if item.error is not None:
                 shard.error(item, INVALID_ARGUMENT, item.error)
                 continue
@@ -559,18 +561,8 @@ def _parse_chunk(job: "_Job", chunk: bytes) -> list[tuple]:
         return item._replace(given=given, instance=None)
 
     events: list[tuple] = []
-    recorder = _Recorder(events, portable)
-    batch: list[Item] = []
-    for item in [*items, None]:
-        if item is not None and item.error is not None:
-            recorder.error(item, INVALID_ARGUMENT, item.error)
-            continue
-        if item is not None:
-            batch.append(item)
-        if batch and (item is None or len(batch) == job.batch_size):
-            for converted, arrays in job.convert(batch, recorder):
-                events.append(("batch", [portable(i) for i in converted], arrays))
-            batch = []
+    for converted, arrays in job.batches(items, _Recorder(events, portable)):  # errors are recorded as they come
+        events.append(("batch", [portable(i) for i in converted], arrays))
     return events
 
 
