@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import save
+from bench import save, train_digits
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -102,28 +102,9 @@ def predict_one_thread(model_dir: str, images_file: str, batch_size: int, repeat
 def run(workdir: Path, instances: int, file_counts: list[int], batch_size: int, epochs: int, repeats: int) -> dict:
     import tensorflow as tf
 
-    from components.prepare_data import prepare
     from trainer import data
 
-    prepare("builtin:digits", str(workdir / "data"), num_workers=1)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--data-dir",
-            str(workdir / "data"),
-            "--job-dir",
-            str(workdir / "job"),
-            "--epochs",
-            str(epochs),
-            "--learning-rate",
-            "0.003",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    model_dir = str(workdir / "job" / "model")
+    model_dir = train_digits(workdir, epochs)
     stats = data.load_stats(str(workdir / "data"))
     test = np.concatenate(
         [x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256, training=False)]

@@ -21,9 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import save
+from bench import ROOT, save
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "image_size.json"
 
 

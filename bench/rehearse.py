@@ -24,9 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import save
+from bench import ROOT, save
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "rehearse.json"
 
 

@@ -46,13 +46,12 @@ from typing import Any
 
 import numpy as np
 
-from bench import save
+from bench import ROOT, save, train_digits
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 RESULTS = Path(__file__).resolve().parent / "results" / "serving.json"
-ROOT = Path(__file__).resolve().parent.parent
 MODEL_NAME = "digits"
 PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
 
@@ -400,31 +399,11 @@ def request_bytes(batch: int, size: int, seed: int = 0) -> dict:
 
 def prepare_model(workdir: Path, epochs: int) -> tuple[str, bool]:
     """Train the digits model into workdir (reused when workdir already holds it)."""
-    from components.prepare_data import prepare
 
     model_dir = workdir / "job" / "model"
     if (model_dir / "saved_model.pb").exists() and (workdir / "data" / "stats.json").exists():
         return str(model_dir), True
-    prepare("builtin:digits", str(workdir / "data"), num_workers=1)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--data-dir",
-            str(workdir / "data"),
-            "--job-dir",
-            str(workdir / "job"),
-            "--epochs",
-            str(epochs),
-            "--learning-rate",
-            "0.003",
-        ],
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-    )
-    return str(model_dir), False
+    return train_digits(workdir, epochs), False
 
 
 def run(args, workdir: Path) -> dict:

@@ -10,15 +10,13 @@ Python one example at a time. Goal: int8 ≤ 0.3× size with ≤ 0.5 point drop.
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench import save
+from bench import save, train_digits
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -49,31 +47,10 @@ def weight_bytes(path: str) -> int:
 
 
 def run(workdir: Path, epochs: int, image_size: int) -> dict:
-    from components.prepare_data import prepare
     from components.quantize_model import quantize
     from trainer import data
 
-    prepare("builtin:digits", str(workdir / "data"), num_workers=1)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--data-dir",
-            str(workdir / "data"),
-            "--job-dir",
-            str(workdir / "job"),
-            "--epochs",
-            str(epochs),
-            "--learning-rate",
-            "0.003",
-            "--image-size",
-            str(image_size),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    model_dir = str(workdir / "job" / "model")
+    model_dir = train_digits(workdir, epochs, "--image-size", str(image_size))
     report = quantize(model_dir, str(workdir / "data"), str(workdir / "tflite"))
     stats = data.load_stats(str(workdir / "data"))
     inputs = np.concatenate(
