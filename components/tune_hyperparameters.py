@@ -428,18 +428,19 @@ def tune_hyperparameters(
         learning_rate: The pipeline's learning rate.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
-    import json
-    import os
 
-    from components.lib.study_spec import StudySpec, pipeline_hyperparameters, with_best_trial
-    from components.lib.units import assignments, value
+    from components.lib.study_spec import (
+        StudySpec,
+        best_trial_message,
+        pipeline_hyperparameters,
+        with_best_trial,
+        write_skipped_study,
+    )
     from components.tune_hyperparameters import run_study
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
-    os.makedirs(tuning.path, exist_ok=True)
     if not enabled:
-        with open(os.path.join(tuning.path, "trials.json"), "w") as f:
-            json.dump({"enabled": False, "trials": []}, f)
+        write_skipped_study(tuning.path)
         return hyperparameters
     result = run_study(
         StudySpec.model_validate(study_spec),
@@ -462,8 +463,6 @@ def tune_hyperparameters(
         trials=len(result["trials"]),
         seconds=result["seconds"],
     )
-    print(
-        f"best trial {result['best']['trial_id']}: {study_spec['metric_id']}={value(result['best']['metric'])}; "
-        f"training with {assignments(hyperparameters)}"
-    )
+    best = result["best"]
+    print(best_trial_message(best["trial_id"], study_spec["metric_id"], best["metric"], hyperparameters))
     return hyperparameters

@@ -382,19 +382,20 @@ def tune_on_katib(
         run_id: The pipeline run's name, part of the objects' names and labels.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
-    import json
-    import os
 
     from components.lib import kube
-    from components.lib.study_spec import StudySpec, pipeline_hyperparameters, with_best_trial
-    from components.lib.units import assignments, value
+    from components.lib.study_spec import (
+        StudySpec,
+        best_trial_message,
+        pipeline_hyperparameters,
+        with_best_trial,
+        write_skipped_study,
+    )
     from components.tune_on_katib import tune_with_katib
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
-    os.makedirs(tuning.path, exist_ok=True)
     if not enabled:
-        with open(os.path.join(tuning.path, "trials.json"), "w") as f:
-            json.dump({"enabled": False, "trials": []}, f)
+        write_skipped_study(tuning.path)
         return hyperparameters
     best = tune_with_katib(
         kube.api_client(),
@@ -417,8 +418,5 @@ def tune_on_katib(
     )
     hyperparameters = with_best_trial(hyperparameters, best["parameters"])
     tuning.metadata.update(best_metric=best["metric"], best_parameters=best["parameters"], best_trial=best["trial"])
-    print(
-        f"best trial {best['trial']}: {study_spec['metric_id']}={value(best['metric'])}; "
-        f"training with {assignments(hyperparameters)}"
-    )
+    print(best_trial_message(best["trial"], study_spec["metric_id"], best["metric"], hyperparameters))
     return hyperparameters

@@ -178,3 +178,20 @@ def pipeline_hyperparameters(batch_size: int, learning_rate: float) -> dict:
 def with_best_trial(hyperparameters: dict, best: dict) -> dict:
     """The final training's hyperparameters after a study: the pipeline's, overridden by the best trial's values."""
     return {**hyperparameters, **best}
+
+
+def write_skipped_study(directory: str) -> None:
+    """The tuning output of a study that does not run: `trials.json` saying so (the run report reads it)."""
+    import json
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "trials.json"), "w") as f:
+        json.dump({"enabled": False, "trials": []}, f)
+
+
+def best_trial_message(trial_id, metric_id: str, metric: float, hyperparameters: dict) -> str:
+    """The tuning steps' last log line: the best trial and what the final training takes."""
+    from components.lib.units import assignments, value
+
+    return f"best trial {trial_id}: {metric_id}={value(metric)}; training with {assignments(hyperparameters)}"
