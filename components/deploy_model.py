@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
 
-SMOKE_EXAMPLES = 8
+from components.lib.smoke import SmokeCheck, reference_checks
 
 
 class DeployError(RuntimeError):
@@ -150,62 +150,20 @@ def wait_available(rest_url: str, model_name: str, version: int, timeout: float 
     raise DeployError(f"version {version} was not AVAILABLE after {timeout:.0f}s (last: {last})")
 
 
-def reference(version_path: str, data_dir: str) -> list[tuple]:
-    """A few test examples and the published SavedModel's own class ids for them (what the server must answer), as
-    (signature, examples, class ids): `serving_default` on the pixel arrays / feature vectors and, for image models,
-    `serving_image_bytes` on the same images PNG-encoded."""
-    import numpy as np
-    import tensorflow as tf
-
-    from trainer import data
-
-    stats = data.load_stats(data_dir)
-    inputs, _ = next(iter(data.make_dataset(data_dir, "test", stats, SMOKE_EXAMPLES, training=False)))
-    batch = tf.cast(inputs, tf.float32).numpy()
-    loaded = tf.saved_model.load(version_path)
-    signature = loaded.signatures["serving_default"]
-    outputs = signature(**{name: tf.constant(batch) for name in signature.structured_input_signature[1]})
-    if "class_id" not in outputs:
-        raise DeployError(f"the published model's serving_default has no class_id output ({sorted(outputs)})")
-    checks = [("serving_default", batch, outputs["class_id"].numpy())]
-    if data.IMAGE_BYTES_SIGNATURE in loaded.signatures and stats["kind"] == data.IMAGE:
-        encoded = np.array([tf.io.encode_png(image).numpy() for image in inputs], dtype=object)
-        answer = loaded.signatures[data.IMAGE_BYTES_SIGNATURE](**{data.IMAGE_BYTES_INPUT: tf.constant(encoded)})
-        checks.append((data.IMAGE_BYTES_SIGNATURE, encoded, answer["class_id"].numpy()))
-    return checks
-
-
-def smoke_test(
-    rest_url: str, model_name: str, version: int, batch, expected, signature_name: str = "serving_default"
-) -> dict:
-    """Predict the reference examples through the server; its class ids must equal the SavedModel's. Examples
-    that are bytes are sent as `{"b64": ...}`."""
-    import base64
-
-    import numpy as np
+def smoke_test(rest_url: str, model_name: str, version: int, check: SmokeCheck) -> dict:
+    """Predict a check's examples through the server (TF Serving's REST API); its class ids must equal the
+    SavedModel's."""
     import requests
 
-    if batch.dtype == object:
-        instances = [{"b64": base64.b64encode(b).decode()} for b in batch]
-    else:
-        instances = batch.tolist()
     response = requests.post(
         f"{rest_url}/v1/models/{model_name}/versions/{version}:predict",
-        json={"signature_name": signature_name, "instances": instances},
+        json={"signature_name": check.signature, "instances": check.instances()},
         timeout=30,
     )
     body = response.json()
     if response.status_code != 200:
-        raise DeployError(f"smoke prediction on {signature_name} failed ({response.status_code}): {body.get('error')}")
-    try:
-        served = np.array([p["class_id"] for p in body["predictions"]])
-    except (KeyError, TypeError):
-        raise DeployError(f"smoke prediction has no class_id: {str(body)[:200]}") from None
-    if not np.array_equal(served, expected):
-        raise DeployError(
-            f"smoke prediction on {signature_name} disagrees with the published model: {served} vs {expected}"
-        )
-    return {"examples": len(served), "class_ids": served.tolist(), "signature_name": signature_name}
+        raise DeployError(f"smoke prediction on {check.signature} failed ({response.status_code}): {body.get('error')}")
+    return check.compare(body)
 
 
 def deploy(
@@ -237,15 +195,12 @@ def deploy(
             server = {**server, "started": False}
         else:
             launched = launch_server(base, model_name, rest_port, grpc_port)
-        checks = reference(version_path, data_dir)  # while a launched server starts
+        checks = reference_checks(version_path, data_dir)  # while a launched server starts
         if launched:
             server = {**wait_ready(*launched, timeout), "started": True}
         assert server is not None  # one of the three branches above set it
         wait_available(server["rest_url"], model_name, version, timeout)
-        smokes = [
-            smoke_test(server["rest_url"], model_name, version, batch, expected, signature)
-            for signature, batch, expected in checks
-        ]
+        smokes = [smoke_test(server["rest_url"], model_name, version, check) for check in checks]
         smoke = {**smokes[0], "signatures": [s["signature_name"] for s in smokes]}
     except Exception as e:
         remove_version(base, model_name, version)

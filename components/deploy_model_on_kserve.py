@@ -7,13 +7,21 @@
   server reads it there (`AIP_STORAGE_URI`), listens on 8080 and answers KServe's v1 protocol route
   `/v1/models/NAME:predict` (`AIP_PREDICT_ROUTE`), ready once the model is loaded (`AIP_HEALTH_ROUTE`, the
   readiness probe). `predictor: tensorflow` uses KServe's TensorFlow runtime on the same storage URI instead.
-- Rollout: the first deploy creates the InferenceService (all traffic: nothing to compare with); later ones patch
-  its predictor, with `canaryTrafficPercent` below 100 % (KServe keeps the rest on the last rolled-out revision).
-  The step waits until the new revision is Ready (failing at once on a failed revision or model load), then sends a
-  smoke prediction to it (the `latest` tag's URL, tag routing on) and compares the class ids with the SavedModel's.
-- Rollback on any failure: the predictor spec of before is put back (traffic stays on, or returns to, the previous
-  revision; a first deploy's InferenceService is deleted) and the version is removed from the repository, so the
-  champion is what serves.
+- Rollout: the first deploy creates the InferenceService (all traffic: nothing to compare with). Later ones patch its
+  predictor (and the `tfpipe/model-version` label) with `canaryTrafficPercent: 0`: the new revision starts with no
+  traffic while KServe keeps all of it on the last rolled-out revision. The step waits until the InferenceService is
+  Ready with a new latest revision that is also the latest ready one (KServe's `observedGeneration` is the Knative
+  Service's counter, not the InferenceService's, so it is not compared), then sends a smoke prediction for every
+  signature the model serves to that revision at the cluster-local address of its `latest` tag
+  (`latest-NAME-predictor.NS.svc.cluster.local`; the tag's reported URL uses the cluster's external domain, which a
+  pod cannot reach on a default install) and compares the class ids with the SavedModel's. Only then does the new
+  revision get its share: `canaryTrafficPercent` set to `traffic_percentage` below 100 %, removed at 100 %.
+- Rollback on any failure (not ready, wrong answers, connection refused, an HTTP error, a timeout, a cancelled run):
+  a first deploy's InferenceService is deleted; otherwise the previous predictor spec and labels are put back with
+  `canaryTrafficPercent: 0`, which pins all traffic to the last rolled-out revision at once (restoring the spec
+  alone would send it to the latest ready revision, the rejected one, until the restored revision is ready); once
+  the restored revision is ready the pin is lifted. The version is removed from the repository, so the champion is
+  what serves.
 - At 100 %: the InferenceService's older Knative revisions are deleted, except the `keep_previous` newest.
 """
 
@@ -110,22 +118,34 @@ def _predictor_status(obj: dict) -> dict:
     return ((obj.get("status") or {}).get("components") or {}).get("predictor") or {}
 
 
-def served_url(obj: dict) -> str:
-    """The URL that reaches the newest revision: the `latest` tag's under a canary, else the service's (cluster
-    address first)."""
-    status = obj.get("status") or {}
-    for route in _predictor_status(obj).get("traffic") or []:
-        if route.get("tag") == "latest" and route.get("url"):
-            return route["url"]
-    return ((status.get("address") or {}).get("url") or status.get("url") or "").rstrip("/")
+def latest_created(obj: dict | None) -> str:
+    return _predictor_status(obj or {}).get("latestCreatedRevision", "")
 
 
-def ready(obj: dict, generation: int) -> bool | None:
-    """True once the spec of `generation` serves; raises ServingFailed on a failed revision or model load."""
+def smoke_url(obj: dict) -> str:
+    """The cluster-local address of the newest ready revision: its `latest` tag on the predictor's cluster-local host
+    (Knative's tag template `{tag}-{name}` and the placeholder Service it creates per tag); the predictor's own
+    address when no `latest` tag is routed."""
+    from urllib.parse import urlsplit
+
+    predictor = _predictor_status(obj)
+    address = urlsplit((predictor.get("address") or {}).get("url") or "")
+    if not address.hostname:
+        return ""
+    if any(t.get("tag") == "latest" for t in predictor.get("traffic") or []):
+        return f"{address.scheme}://latest-{address.netloc}"
+    return f"{address.scheme}://{address.netloc}"
+
+
+def ready(obj: dict, before: str) -> bool | None:
+    """True once a revision newer than `before` (the latest created before this deploy; "" for a new service) is
+    the latest ready one of a Ready InferenceService; raises ServingFailed on a failed revision or model load."""
     from components.lib import kube
 
-    status = obj.get("status") or {}
-    model = status.get("modelStatus") or {}
+    created = latest_created(obj)
+    if not created or created == before:
+        return None  # KServe has not reconciled the change yet: what the status says is about the old revision
+    model = (obj.get("status") or {}).get("modelStatus") or {}
     if model.get("transitionStatus") in ("BlockedByFailedLoad", "InvalidSpec"):
         failure = model.get("lastFailureInfo") or {}
         raise ServingFailed(
@@ -134,50 +154,45 @@ def ready(obj: dict, generation: int) -> bool | None:
         )
     for c in kube.conditions(obj):
         if (
-            c.get("type") in ("Ready", "PredictorReady")
+            c.get("type") in ("Ready", "PredictorReady", "PredictorConfigurationReady")
             and c.get("status") == "False"
             and c.get("reason")
-            in (
-                "RevisionFailed",
-                "RevisionMissing",
-                "ContainerHealthCheckFailed",
-                "ProgressDeadlineExceeded",
-                "ExitCode",
-            )
+            in ("RevisionFailed", "ContainerHealthCheckFailed", "ProgressDeadlineExceeded", "ExitCode")
         ):
             raise ServingFailed(f"{c['type']}=False ({c['reason']}): {c.get('message', '')}")
-    if not kube.condition(obj, "Ready") or status.get("observedGeneration", generation) < generation:
+    if not kube.condition(obj, "Ready"):
         return None
-    predictor_status = _predictor_status(obj)
-    latest_created = predictor_status.get("latestCreatedRevision")
-    if latest_created and predictor_status.get("latestReadyRevision") != latest_created:
-        return None
-    return True
+    return _predictor_status(obj).get("latestReadyRevision") == created or None
 
 
-def smoke_test(url: str, model_name: str, batch, expected, post=None) -> dict:
-    """Predict the reference examples through the InferenceService (KServe v1 protocol); the class ids must equal
-    the SavedModel's own."""
-    import numpy as np
+def smoke_request(check, protocol: str) -> dict:
+    """The predict body for a check: this project's serving image takes the signature in `parameters` (Vertex's
+    form), KServe's TensorFlow runtime (TF Serving) as `signature_name`."""
+    if protocol == "tensorflow":
+        return {"signature_name": check.signature, "instances": check.instances()}
+    return {"instances": check.instances(), "parameters": {"signature_name": check.signature}}
 
+
+def smoke_test(url: str, model_name: str, checks: list, protocol: str = "serving_image", post=None) -> dict:
+    """Predict each check's examples through the revision (KServe's v1 protocol); the class ids must equal the
+    SavedModel's own."""
     if post is None:
         import requests
 
         post = requests.post
-    response = post(f"{url}/v1/models/{model_name}:predict", json={"instances": np.asarray(batch).tolist()}, timeout=60)
-    try:
-        body = response.json()
-    except ValueError:
-        body = {"error": response.text[:200]}
-    if response.status_code != 200:
-        raise ServingFailed(f"smoke prediction failed ({response.status_code}): {body.get('error', body)}")
-    try:
-        served = np.array([p["class_id"] for p in body["predictions"]])
-    except (KeyError, TypeError):
-        raise ServingFailed(f"smoke prediction has no class_id: {str(body)[:200]}") from None
-    if not np.array_equal(served, np.asarray(expected)):
-        raise ServingFailed(f"smoke prediction disagrees with the published model: {served} vs {expected}")
-    return {"examples": len(served), "class_ids": served.tolist()}
+    results = []
+    for check in checks:
+        response = post(f"{url}/v1/models/{model_name}:predict", json=smoke_request(check, protocol), timeout=60)
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": response.text[:200]}
+        if response.status_code != 200:
+            raise ServingFailed(
+                f"smoke prediction on {check.signature} failed ({response.status_code}): {body.get('error', body)}"
+            )
+        results.append(check.compare(body))
+    return {**results[0], "signatures": [r["signature_name"] for r in results]}
 
 
 def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=print) -> list[str]:
@@ -212,6 +227,39 @@ def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=prin
     return removed
 
 
+def _wait_terminated(
+    objects, namespace: str, name: str, poll_seconds: float, timeout_seconds: float, sleep
+) -> dict | None:
+    """The InferenceService `name`, or None; one being deleted (foreground deletion keeps it until its revisions are
+    gone) is waited out first, so that a new one can be created."""
+    from kubernetes.client.exceptions import ApiException
+
+    from components.lib import kube
+
+    def read():
+        try:
+            return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as e:
+            if e.status == 404:
+                return {}
+            raise
+
+    obj = kube.poll(
+        read,
+        lambda o: o if not (o.get("metadata") or {}).get("deletionTimestamp") else None,
+        poll_seconds,
+        timeout_seconds,
+        f"the deletion of {KIND} {namespace}/{name}",
+        sleep,
+    )
+    return obj or None
+
+
+def _predictor_patch(current: dict, new: dict) -> dict:
+    """A merge patch of `spec.predictor` from `current` to `new`: keys of `current` that `new` lacks are removed."""
+    return {**{k: None for k in current}, **new}
+
+
 def deploy_to_kserve(
     api,
     *,
@@ -220,8 +268,8 @@ def deploy_to_kserve(
     spec_predictor: dict,
     traffic_percentage: int,
     model_name: str,
-    batch,
-    expected,
+    checks: list,
+    protocol: str = "serving_image",
     keep_previous: int = 0,
     labels: dict | None = None,
     poll_seconds: float = 5,
@@ -230,93 +278,124 @@ def deploy_to_kserve(
     sleep=None,
     post=None,
 ) -> dict:
-    """Roll the predictor out on the InferenceService `name` and prove it serves; on failure put the previous
-    predictor back (or delete a first deploy) and raise ServingFailed. Returns the endpoint's record."""
+    """Roll the predictor out on the InferenceService `name` and prove it serves (see the module's docstring); on
+    any failure roll it back and raise ServingFailed. Returns the endpoint's record."""
     import copy
     import time
 
-    from kubernetes.client.exceptions import ApiException
-
     from components.lib import kube
 
+    sleep = sleep or time.sleep
     kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
     objects = kube.custom(api)
     what = f"{KIND} {namespace}/{name}"
-    try:
-        existing = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-        existing = None
-    canary = existing is not None and traffic_percentage < 100
-    if existing is None:
-        body = inference_service(name, namespace, spec_predictor, labels)
-        applied = objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-        log(f"created {what}")
-    else:
-        previous = copy.deepcopy(existing["spec"]["predictor"])
-        new = {**spec_predictor, "canaryTrafficPercent": traffic_percentage if canary else None}
-        # merge patch: the predictor's keys are replaced (lists whole); keys the old predictor had and the new one
-        # lacks (a model instead of containers) are removed
-        patch = {
-            "spec": {"predictor": {**{k: None for k in previous}, **new}},
-            "metadata": {"annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
-        }
-        applied = objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
-        log(f"updated {what}: " + (f"canary at {traffic_percentage} %" if canary else "rolling out at 100 %"))
-    generation = applied.get("metadata", {}).get("generation", 1)
-    follow = kube.Follower(what, log)
+    labels = dict(labels or {})
+    existing = _wait_terminated(objects, namespace, name, poll_seconds, timeout_seconds, sleep)
+
+    def patch(body: dict) -> dict:
+        return objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
 
     def read():
         return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
-    def done(obj):
-        follow(obj)
-        return obj if ready(obj, generation) else None
+    def wait_ready(before: str, timeout: float, about: str) -> dict:
+        follow = kube.Follower(what, log)
 
-    def rollback(reason: str) -> str:
+        def done(obj):
+            follow(obj)
+            return obj if ready(obj, before) else None
+
+        return kube.poll(read, done, poll_seconds, timeout, about, sleep)
+
+    if existing is None:
+        objects.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, inference_service(name, namespace, spec_predictor, labels)
+        )
+        log(f"created {what}")
+        before, previous, previous_labels = "", {}, {}
+    else:
+        before = latest_created(existing)
+        previous = copy.deepcopy(existing["spec"]["predictor"])
+        previous_labels = dict(existing["metadata"].get("labels") or {})
+        patch(
+            {
+                "metadata": {"labels": labels, "annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
+                "spec": {"predictor": _predictor_patch(previous, {**spec_predictor, "canaryTrafficPercent": 0})},
+            }
+        )
+        log(f"updated {what}: the new revision starts with no traffic (canaryTrafficPercent 0) until it has answered")
+
+    def rollback() -> str:
         if existing is None:
             kube.delete(api, GROUP, VERSION, namespace, PLURAL, name)
             return f"deleted {what} (it served nothing before)"
-        objects.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            name,
-            {"spec": {"predictor": {**{k: None for k in {**spec_predictor, "canaryTrafficPercent": 0}}, **previous}}},
+        rejected = latest_created(read())
+        patch(
+            {
+                "metadata": {"labels": {**{k: None for k in labels}, **previous_labels}},
+                "spec": {"predictor": _predictor_patch(spec_predictor, {**previous, "canaryTrafficPercent": 0})},
+            }
         )
-        revision = _predictor_status(existing).get("latestReadyRevision")
-        return f"restored the previous predictor of {what}" + (f" (revision {revision})" if revision else "")
-
-    with kube.on_cancel(lambda: log(rollback("cancelled")), log):
+        pinned = _predictor_status(existing).get("latestRolledoutRevision") or "the last rolled-out revision"
         try:
-            obj = kube.poll(read, done, poll_seconds, timeout_seconds, f"{what}'s new revision", sleep or time.sleep)
-            url = served_url(obj)
+            restored = wait_ready(rejected, min(timeout_seconds, 600), f"{what}'s restored revision")
+        except (TimeoutError, ServingFailed) as e:
+            return f"restored the previous predictor of {what}; its traffic stays pinned to {pinned} ({e})"
+        patch({"spec": {"predictor": {"canaryTrafficPercent": previous.get("canaryTrafficPercent")}}})
+        return (
+            f"restored the previous predictor of {what} (revision {latest_created(restored)}); traffic was pinned to "
+            f"{pinned} meanwhile"
+        )
+
+    with kube.on_cancel(lambda: log(rollback()), log):
+        try:
+            obj = wait_ready(before, timeout_seconds, f"{what}'s new revision")
+            revision = latest_created(obj)
+            url = smoke_url(obj)
             if not url:
-                raise ServingFailed(f"{what} is Ready but has no URL")
-            smoke = smoke_test(url, model_name, batch, expected, post)
-        except (ServingFailed, TimeoutError) as e:
-            undone = rollback(str(e))
+                raise ServingFailed(f"{what} is Ready but reports no cluster-local address")
+            smoke = smoke_test(url, model_name, checks, protocol, post)
+            canary = existing is not None and traffic_percentage < 100
+            if existing is not None:
+                patch({"spec": {"predictor": {"canaryTrafficPercent": traffic_percentage if canary else None}}})
+                obj = kube.poll(
+                    read,
+                    lambda o: o if _routed(o, revision, traffic_percentage if canary else 100) else None,
+                    poll_seconds,
+                    timeout_seconds,
+                    f"{what}'s traffic to {revision}",
+                    sleep,
+                )
+        except kube.Cancelled:
+            raise
+        except Exception as e:
+            undone = rollback()
             raise ServingFailed(f"{what} did not serve the new version: {e}; {undone}") from e
     predictor_status = _predictor_status(obj)
-    log(
-        f"{what} serves revision {predictor_status.get('latestReadyRevision', '?')} at {url}"
-        + (f" ({traffic_percentage} % canary)" if canary else "")
-    )
+    log(f"{what} serves revision {revision} at {url}" + (f" ({traffic_percentage} % canary)" if canary else ""))
     removed = [] if canary else prune_revisions(api, namespace, name, keep_previous, log)
+    status = obj.get("status") or {}
     return {
         "name": name,
         "namespace": namespace,
-        "url": url,
-        "service_url": (obj.get("status") or {}).get("url"),
-        "revision": predictor_status.get("latestReadyRevision", ""),
+        "url": ((status.get("address") or {}).get("url") or "").rstrip("/"),
+        "smoke_url": url,
+        "service_url": status.get("url"),
+        "revision": revision,
         "previous_revision": predictor_status.get("previousRolledoutRevision", ""),
         "traffic": predictor_status.get("traffic", []),
         "canary": canary,
         "smoke": smoke,
         "deleted_revisions": removed,
     }
+
+
+def _routed(obj: dict, revision: str, percent: int) -> bool:
+    """The InferenceService's traffic sends `percent` % to `revision` as its latest revision."""
+    return any(
+        t.get("latestRevision") and t.get("revisionName") == revision and t.get("percent") == percent
+        for t in _predictor_status(obj).get("traffic") or []
+    )
 
 
 def deploy_model_on_kserve(
@@ -371,10 +450,10 @@ def deploy_model_on_kserve(
     import json
     from collections import namedtuple
 
-    from components.deploy_model import reference
-    from components.deploy_model_on_kserve import ServingFailed, deploy_to_kserve, predictor, storage_uri
+    from components.deploy_model_on_kserve import deploy_to_kserve, predictor, storage_uri
     from components.lib import kube
     from components.lib.model_repository import remove_version
+    from components.lib.smoke import reference_checks
 
     version, path = int(published.metadata["version"]), published.metadata["path"]
     name = inference_service or model_name
@@ -389,7 +468,6 @@ def deploy_model_on_kserve(
         service_account,
         runtime_version,
     )
-    batch, expected = reference(path, dataset.path)
     try:
         info = deploy_to_kserve(
             kube.api_client(),
@@ -398,17 +476,18 @@ def deploy_model_on_kserve(
             spec_predictor=spec,
             traffic_percentage=traffic_percentage,
             model_name=name,
-            batch=batch,
-            expected=expected,
+            checks=reference_checks(path, dataset.path),
+            protocol=predictor_kind,
             keep_previous=keep_previous,
             labels={**kube.run_labels(run_id, "deploy-model"), "tfpipe/model-version": str(version)},
             poll_seconds=poll_seconds,
             timeout_seconds=timeout_minutes * 60,
             log=kube.log_to_stdout,
         )
-    except ServingFailed as e:
+    except BaseException as e:  # noqa: B036 (a cancelled run too: the version never served)
         remove_version(model_repository, model_name, version)
-        raise ServingFailed(f"{e}; removed version {version} from the model repository") from e
+        print(f"removed version {version} from the model repository: {e}", flush=True)
+        raise
     info.update(
         model_name=model_name,
         version=version,

@@ -130,10 +130,12 @@ def create_app(
         return await _answer(respond, not_found=503)  # Vertex: no model loaded yet = unavailable
 
     return Starlette(
+        # the container's own routes first: on KServe they are /v1/models/NAME[:predict], which TF Serving's
+        # pattern would otherwise take (and answer for a model NAME the repository does not have)
         routes=[
-            Route("/v1/models/{path:path}", models, methods=["GET", "POST"]),
             Route(health_route, health, methods=["GET"]),
             Route(predict_route, vertex_predict, methods=["POST"]),
+            Route("/v1/models/{path:path}", models, methods=["GET", "POST"]),
         ],
         exception_handlers={
             404: lambda r, e: _error(404, f"Not found: {r.url.path}"),

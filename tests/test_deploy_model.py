@@ -64,6 +64,7 @@ def test_server_that_cannot_start_is_reported_with_its_log(trained_model, digits
 def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
     import numpy as np
 
+    from components.lib.smoke import SmokeCheck, SmokeFailed
     from serving.models import ModelManager
     from serving.server import ModelServer, ServerOptions
 
@@ -72,15 +73,15 @@ def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
         ModelManager(str(tmp_path), "toy", poll_seconds=0.1), ServerOptions(rest_port=0, grpc_port=-1)
     ).start()
     try:
-        images = np.zeros((2, 8, 8, 1), np.float32)
+        images = SmokeCheck("serving_default", np.zeros((2, 8, 8, 1), np.float32), np.array([0, 0]))
         with pytest.raises(
             deploy_model.DeployError,
             match=r"smoke prediction on serving_default failed \(400\): "
             r"input 'x' expects",
         ):
-            deploy_model.smoke_test(server.rest_url, "toy", 1, images, np.array([0, 0]))
-        rows = np.ones((2, 3), np.float32)
-        with pytest.raises(deploy_model.DeployError, match="smoke prediction has no class_id"):
-            deploy_model.smoke_test(server.rest_url, "toy", 1, rows, np.array([0, 0]))
+            deploy_model.smoke_test(server.rest_url, "toy", 1, images)
+        rows = SmokeCheck("serving_default", np.ones((2, 3), np.float32), np.array([0, 0]))
+        with pytest.raises(SmokeFailed, match="smoke prediction on serving_default has no class_id"):
+            deploy_model.smoke_test(server.rest_url, "toy", 1, rows)
     finally:
         server.stop()

@@ -10,7 +10,7 @@ import pytest
 
 from components.lib import kube
 from components.train_model_on_operator import TrainingJobFailed, as_dict, run_tfjob, tfjob, train_with_operator
-from tests.kube_api import KubeAPI
+from tests.k8s_double import KubeAPI
 
 TFJOBS = {"kubeflow.org/v1": {"tfjobs": "TFJob"}}
 CREATED = {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "TFJob ml/x is created."}

@@ -22,7 +22,7 @@ from components.tune_on_katib import (
     search_space,
     tune_with_katib,
 )
-from tests.kube_api import KubeAPI
+from tests.k8s_double import KubeAPI
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
 CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}

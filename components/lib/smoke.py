@@ -1,0 +1,66 @@
+"""The deploy steps' smoke test: a few test examples and the published SavedModel's own class ids for them, which
+the serving endpoint must answer (local server, TF Serving at a URL, KServe)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+SMOKE_EXAMPLES = 8
+
+
+class SmokeFailed(RuntimeError):
+    """The endpoint answered differently from the published model, or not at all."""
+
+
+class SmokeCheck(NamedTuple):
+    """One signature's examples and the class ids the published model gives them."""
+
+    signature: str
+    examples: Any  # numpy array: float rows, or PNG bytes (dtype object) for `serving_image_bytes`
+    class_ids: Any  # numpy array of ints
+
+    def instances(self) -> list:
+        """The examples as JSON instances: bytes as `{"b64": ...}` (TF Serving's and Vertex's binary form)."""
+        import base64
+
+        if self.examples.dtype == object:
+            return [{"b64": base64.b64encode(b).decode()} for b in self.examples]
+        return self.examples.tolist()
+
+    def compare(self, body: dict) -> dict:
+        """The served answer (`{"predictions": [{"class_id": ...}, ...]}`) against the published model's."""
+        import numpy as np
+
+        try:
+            served = np.array([p["class_id"] for p in body["predictions"]])
+        except (KeyError, TypeError):
+            raise SmokeFailed(f"smoke prediction on {self.signature} has no class_id: {str(body)[:200]}") from None
+        if not np.array_equal(served, self.class_ids):
+            raise SmokeFailed(
+                f"smoke prediction on {self.signature} disagrees with the published model: {served} vs {self.class_ids}"
+            )
+        return {"examples": len(served), "class_ids": served.tolist(), "signature_name": self.signature}
+
+
+def reference_checks(version_path: str, data_dir: str) -> list[SmokeCheck]:
+    """`serving_default` on the test split's first examples (pixel arrays or feature vectors) and, for image models,
+    `serving_image_bytes` on the same images PNG-encoded, with the published SavedModel's class ids."""
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer import data
+
+    stats = data.load_stats(data_dir)
+    inputs, _ = next(iter(data.make_dataset(data_dir, "test", stats, SMOKE_EXAMPLES, training=False)))
+    batch = tf.cast(inputs, tf.float32).numpy()
+    loaded = tf.saved_model.load(version_path)
+    signature = loaded.signatures["serving_default"]
+    outputs = signature(**{name: tf.constant(batch) for name in signature.structured_input_signature[1]})
+    if "class_id" not in outputs:
+        raise SmokeFailed(f"the published model's serving_default has no class_id output ({sorted(outputs)})")
+    checks = [SmokeCheck("serving_default", batch, outputs["class_id"].numpy())]
+    if data.IMAGE_BYTES_SIGNATURE in loaded.signatures and stats["kind"] == data.IMAGE:
+        encoded = np.array([tf.io.encode_png(image).numpy() for image in inputs], dtype=object)
+        answer = loaded.signatures[data.IMAGE_BYTES_SIGNATURE](**{data.IMAGE_BYTES_INPUT: tf.constant(encoded)})
+        checks.append(SmokeCheck(data.IMAGE_BYTES_SIGNATURE, encoded, answer["class_id"].numpy()))
+    return checks
