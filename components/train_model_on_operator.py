@@ -57,7 +57,7 @@ def tfjob(
     )
     from kubernetes import client
 
-    from components.lib.kube import volume_parts
+    from components.lib.kube import VOLUME_SECURITY, volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     container = client.V1Container(
@@ -71,7 +71,14 @@ def tfjob(
     template = client.V1PodTemplateSpec(
         metadata=client.V1ObjectMeta(labels=dict(labels or {}), annotations=dict(NO_ISTIO)),
         spec=client.V1PodSpec(
-            containers=[container], volumes=volumes or None, service_account_name=service_account or None
+            containers=[container],
+            volumes=volumes or None,
+            service_account_name=service_account or None,
+            security_context=client.V1PodSecurityContext(
+                fs_group=VOLUME_SECURITY["fsGroup"], fs_group_change_policy=VOLUME_SECURITY["fsGroupChangePolicy"]
+            )
+            if volumes
+            else None,
         ),
     )
 

@@ -4,7 +4,9 @@ tuning job and the local study.
 - Search space: double → `double`, integer → `int` (both `uniform`, or `logUniform` for a log scale; Katib has no
   reverse-log distribution, so such a parameter is refused), categorical → `categorical`, discrete → `discrete`.
 - Algorithm: `default` (Vizier's GP bandit on Vertex) → Katib's `bayesianoptimization` (a Gaussian-process
-  optimizer), `random` → `random`, `grid` → `grid`.
+  optimizer), `random` → `random`, `grid` → `grid`. Katib's bayesianoptimization (scikit-optimize) samples every
+  double log-uniformly whatever its distribution, so a double whose range reaches 0 is refused (its suggestion
+  service would fail every request and the experiment would never start a trial).
 - Objective: the study's metric id and goal; which of a trial's reports counts (`measurement: last | best`) →
   Katib's metric strategy `latest`, or `max` / `min` for the goal.
 - Budget: `maxTrialCount`, `parallelTrialCount`, `maxFailedTrialCount` (Katib fails the experiment once that many
@@ -24,7 +26,7 @@ from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
-from trainer.environment import LEGACY_KERAS, output_dirs
+from trainer.environment import LEGACY_KERAS, TRAINER_COMMAND, output_dirs
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1beta1", "experiments", "Experiment"
 MISSING_HINT = "install Katib (v0.19) or set platform.kubeflow.tuning: pod (trials as processes in the step's pod)"
@@ -56,6 +58,12 @@ def search_space(spec) -> list[dict]:
             raise ValueError(
                 f"study parameter {p.parameter_id}: Katib has no reverse_log distribution; use linear "
                 "or log, or platform.kubeflow.tuning: pod"
+            )
+        if p.type == "double" and ALGORITHMS[spec.algorithm] == "bayesianoptimization" and p.min <= 0:
+            raise ValueError(
+                f"study parameter {p.parameter_id}: Katib's bayesianoptimization (scikit-optimize) samples every "
+                f"double log-uniformly, which cannot reach min={_number(p.min)}; use min > 0, a discrete "
+                "parameter, algorithm random, or platform.kubeflow.tuning: pod"
             )
         if p.type == "double":
             feasible = {
@@ -109,7 +117,7 @@ def experiment(
     labels: dict | None = None,
 ) -> dict:
     """The Katib Experiment (kubeflow.org/v1beta1) for `spec` (a StudySpec)."""
-    from components.lib.kube import volume_parts
+    from components.lib.kube import VOLUME_SECURITY, volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     trial_dir = f"{trials_dir}/${{trialParameters.trialName}}"
@@ -132,6 +140,10 @@ def experiment(
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
+        # explicit, though it is the image's ENTRYPOINT: Katib's pod webhook wraps the command for its metrics
+        # collector and, without one, reads the ENTRYPOINT from the image's registry, which a kind-loaded or
+        # private image does not allow (every trial pod would then be refused)
+        "command": list(TRAINER_COMMAND),
         "args": args,
         "env": [{"name": k, "value": v} for k, v in env.items()],
     }
@@ -142,6 +154,7 @@ def experiment(
     pod = {"restartPolicy": "Never", "containers": [container]}
     if volumes:
         pod["volumes"] = volumes
+        pod["securityContext"] = dict(VOLUME_SECURITY)
     if service_account:
         pod["serviceAccountName"] = service_account
     trial_parameters = [

@@ -62,7 +62,7 @@ from components import (
     tune_on_katib,
 )
 from components.lib.study_spec import StudySpec
-from pipelines.config import Platform
+from pipelines.config import ConfigError, Platform
 from trainer.builder import DEFAULT_BUILDER
 
 # the project of the running Vertex pipeline (what GCPC ops default `project` to)
@@ -684,7 +684,10 @@ class KubeflowOps(SelfHostedOps):
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         if self.kubeflow.tuning == "pod":
             return super().tune(dataset, study, enabled, trial_epochs, batch_size, learning_rate)
-        tune_on_katib.search_space(study)  # a study Katib cannot express fails at compile time
+        try:
+            tune_on_katib.search_space(study)  # a study Katib cannot express fails at compile time
+        except ValueError as e:
+            raise ConfigError(f"platform.kubeflow.tuning is katib, but {e}") from None
         k = self.kubeflow
         task = self._place(
             self._tune_katib(

@@ -20,7 +20,7 @@ from components.deploy_model_on_kserve import (
 )
 from components.lib import kube
 from components.lib.smoke import SmokeCheck
-from tests.k8s_double import KubeAPI
+from tests.k8s_double import KubeAPI, point_clients_at
 from tests.k8s_double.kserve_operator import KServeOperator
 from tests.k8s_double.network import Network
 from tests.k8s_double.pods import FakePod
@@ -356,22 +356,7 @@ def serving_cluster(monkeypatch, tmp_path):
         network, process_pods({"tfpipe": str(volume)}, {"tfpipe/serving:dev": "serving.Dockerfile"})
     )
     api = KubeAPI(installed=dict(KSERVE), controllers=[operator])
-    kubeconfig = tmp_path / "home" / ".kube" / "config"  # the client reads $KUBECONFIG once, at import
-    kubeconfig.parent.mkdir(parents=True)
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "double",
-                "clusters": [{"name": "double", "cluster": {"server": api.url}}],
-                "contexts": [{"name": "double", "context": {"cluster": "double", "user": "runner"}}],
-                "users": [{"name": "runner", "user": {}}],
-            }
-        )
-    )
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    point_clients_at(api, monkeypatch, tmp_path / "home")
     for key, value in network.environ().items():
         monkeypatch.setenv(key, value)
     yield Cluster(api, network, operator), volume

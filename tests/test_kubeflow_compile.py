@@ -224,14 +224,35 @@ def test_compiled_kubeflow_template_defaults_the_model_repository_to_the_volume(
     assert inputs["model_repository"]["defaultValue"] == ""
 
 
-def test_a_study_katib_cannot_express_fails_at_compile_time():
+@pytest.mark.parametrize(
+    "parameter, message",
+    [
+        ({"min": 0.5, "max": 0.99, "scale": "reverse_log"}, "Katib has no reverse_log distribution"),
+        ({"min": 0.0, "max": 0.5}, "Katib's bayesianoptimization .scikit-optimize. samples every double log-uniformly"),
+    ],
+)
+def test_a_study_katib_cannot_express_fails_at_compile_time(parameter, message):
     from components.lib.study_spec import StudySpec
 
-    study = StudySpec(
-        parameters=[{"type": "double", "parameter_id": "momentum", "min": 0.5, "max": 0.99, "scale": "reverse_log"}]
-    )
-    with pytest.raises(ValueError, match="Katib has no reverse_log distribution"):
+    study = StudySpec(parameters=[{"type": "double", "parameter_id": "momentum", **parameter}])
+    with pytest.raises(
+        ValueError, match=f"^platform.kubeflow.tuning is katib, but study parameter momentum: {message}"
+    ):
         build_pipeline("kubeflow", PLATFORM, study)
+
+
+def test_the_cli_refuses_such_a_study_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+
+    config = tmp_path / "study.yaml"
+    config.write_text("study:\n  parameters:\n    - {type: double, parameter_id: dropout, min: 0.0, max: 0.5}\n")
+    result = CliRunner().invoke(
+        cli, ["compile", "--target", "kubeflow", "--config", str(config), "--output", str(tmp_path / "k.yaml")]
+    )
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.startswith("Error: platform.kubeflow.tuning is katib, but study parameter dropout:")
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,8 @@ def test_tfjob_one_chief_and_n_minus_one_workers_of_the_trainer_image():
             ],
             "volumes": [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "tfpipe"}}],
             "serviceAccountName": "trainer",
+            # the images run as uid 1000: the kubelet gives the claim to that group (once, not at every start)
+            "securityContext": {"fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch"},
         },
     }
     assert as_dict(job()) == {
@@ -302,3 +304,71 @@ def test_object_names_are_dns_labels_stable_per_run_and_task():
     long = kube.object_name("My_Model.Name" * 10, "r")
     assert len(long) <= 50 and long[0].isalpha() and long == long.lower()
     assert kube.label_value("{{run}}/x" + "y" * 80) == ("run-x" + "y" * 80)[:63]
+
+
+class Metrics:
+    """A KFP Metrics artifact as a step sees it."""
+
+    def __init__(self):
+        self.logged = {}
+
+    def log_metric(self, key, value):
+        self.logged[key] = value
+
+
+@pytest.fixture
+def training_cluster(monkeypatch, tmp_path):
+    """The double with the training operator's double; the claim `tfpipe` a folder owned by root, as a fresh volume."""
+    from tests.k8s_double import point_clients_at
+    from tests.k8s_double.kubelet import Claim, Kubelet
+    from tests.k8s_double.training_operator import TrainingOperator
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    operator = TrainingOperator(Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"}))
+    api = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}}, controllers=[operator])
+    point_clients_at(api, monkeypatch, tmp_path / "home")
+    yield api, volume
+    api.close()
+
+
+@pytest.mark.e2e
+def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training_cluster, digits_data, tmp_path):
+    from types import SimpleNamespace
+
+    from components.train_model_on_operator import train_model_on_operator
+
+    api, volume = training_cluster
+    model, training, metrics = (
+        SimpleNamespace(path=str(tmp_path / "model"), metadata={}),
+        SimpleNamespace(path=str(tmp_path / "training")),
+        Metrics(),
+    )
+    train_model_on_operator(
+        dataset=SimpleNamespace(path=str(digits_data)),
+        workers=2,
+        epochs=1,
+        hyperparameters={"batch_size": 32, "learning_rate": 0.003},
+        model_builder="trainer.model:build_model",
+        max_restarts=1,
+        trainer_image="tfpipe/trainer:dev",
+        namespace="ml",
+        service_account="",
+        claim_name="tfpipe",
+        mount_path=str(volume),
+        resources={"requests": {"cpu": "1"}},
+        poll_seconds=0.2,
+        timeout_minutes=5,
+        run_id="run-1",
+        model=model,
+        metrics=metrics,
+        training=training,
+    )
+    (job,) = api.items("tfjobs")
+    assert job["status"]["conditions"][-1]["type"] == "Succeeded"
+    assert job["status"]["conditions"][-1]["message"] == f"TFJob ml/{job['metadata']['name']} successfully completed."
+    assert sorted(p["metadata"]["name"] for p in api.pods) == [
+        f"{job['metadata']['name']}-{r}-0" for r in ("chief", "worker")
+    ]
+    assert (tmp_path / "model" / "saved_model.pb").is_file() and 0 < metrics.logged["val_accuracy"] <= 1
+    assert model.metadata["tfjob"] == f"ml/{job['metadata']['name']}"

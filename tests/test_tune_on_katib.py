@@ -3,6 +3,7 @@ metric format Katib's File collector parses, and the step on each transition (su
 trials, cancelled, Katib missing)."""
 
 import json
+from pathlib import Path
 import os
 import signal
 import threading
@@ -12,6 +13,7 @@ from datetime import datetime
 import pytest
 
 from components.lib import kube
+from trainer.environment import TRAINER_COMMAND
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from components.tune_on_katib import (
     METRICS_FILE,
@@ -141,6 +143,7 @@ def test_experiment_from_the_study_spec():
                                     {
                                         "name": "training-container",
                                         "image": "example.com/trainer:1",
+                                        "command": ["python", "-m", "trainer.task"],
                                         "args": [
                                             "--data-dir",
                                             "/mnt/tfpipe/runs/r/dataset",
@@ -172,6 +175,7 @@ def test_experiment_from_the_study_spec():
                                 ],
                                 "volumes": [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "tfpipe"}}],
                                 "serviceAccountName": "trainer",
+                                "securityContext": {"fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch"},
                             },
                         },
                     },
@@ -215,6 +219,26 @@ def test_algorithm_and_metric_strategy_mapping(changes, algorithm, strategy):
             },
             {"name": "activation", "parameterType": "categorical", "feasibleSpace": {"list": ["relu", "gelu"]}},
         ]
+
+
+def test_the_trial_command_is_the_trainer_images_entrypoint():
+    from dockerfile_parse import DockerfileParser
+
+    dockerfile = DockerfileParser(str(Path(__file__).parent.parent / "containers" / "trainer.Dockerfile"))
+    (entrypoint,) = [i["value"] for i in dockerfile.structure if i["instruction"] == "ENTRYPOINT"]
+    trial = build()["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]
+    assert trial["command"] == json.loads(entrypoint) == list(TRAINER_COMMAND)
+
+
+@pytest.mark.parametrize("low", [0.0, -0.5])
+def test_a_double_reaching_zero_is_refused_for_katibs_bayesian_optimization(low):
+    spec = StudySpec(parameters=[{"type": "double", "parameter_id": "dropout", "min": low, "max": 0.5}])
+    with pytest.raises(
+        ValueError,
+        match=r"dropout: Katib's bayesianoptimization \(scikit-optimize\) samples every double log-uniformly",
+    ):
+        search_space(spec)
+    assert search_space(spec.model_copy(update={"algorithm": "random"}))[0]["feasibleSpace"]["min"] == str(low)
 
 
 def test_reverse_log_has_no_katib_distribution():

@@ -220,6 +220,13 @@ def run_labels(run_id: str, step: str) -> dict:
     return {**MANAGED_BY, "tfpipe/run-id": label_value(run_id), "tfpipe/step": label_value(step)}
 
 
+# The images' user and group (containers/*.Dockerfile: uid and gid 1000). Pods that write to the shared claim set it
+# as their fsGroup, so the kubelet gives a volume that supports it to that group; `OnRootMismatch` does so once, not
+# at every pod start (a recursive change of a large data set would delay each pod).
+IMAGE_UID = 1000
+VOLUME_SECURITY = {"fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch"}
+
+
 def volume_parts(claim_name: str, mount_path: str) -> tuple[list[dict], list[dict]]:
     """The pod's `volumes` and the container's `volumeMounts` for the shared claim (none without a claim)."""
     if not claim_name:

@@ -1,5 +1,28 @@
-"""A strict Kubernetes API double for the kubeflow engine steps (see server.py)."""
+"""A strict Kubernetes API double for the kubeflow engine steps (see server.py), the operators' doubles beside it."""
+
+import json
 
 from tests.k8s_double.server import KubeAPI, Refused, merge_patch
 
-__all__ = ["KubeAPI", "Refused", "merge_patch"]
+__all__ = ["KubeAPI", "Refused", "merge_patch", "point_clients_at"]
+
+
+def point_clients_at(api: KubeAPI, monkeypatch, home) -> None:
+    """A step's `kube.api_client()` (no host: the kube-config, as outside a pod) talks to `api`: a kube-config in a
+    fresh HOME (the client reads $KUBECONFIG once, at its import, so HOME is what a test can change)."""
+    config = home / ".kube" / "config"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "double",
+                "clusters": [{"name": "double", "cluster": {"server": api.url}}],
+                "contexts": [{"name": "double", "context": {"cluster": "double", "user": "runner"}}],
+                "users": [{"name": "runner", "user": {}}],
+            }
+        )
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
