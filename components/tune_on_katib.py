@@ -151,7 +151,7 @@ def experiment(
         container["resources"] = resources
     if mounts:
         container["volumeMounts"] = mounts
-    pod = {"restartPolicy": "Never", "containers": [container]}
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
     if volumes:
         pod["volumes"] = volumes
         pod["securityContext"] = dict(VOLUME_SECURITY)

@@ -3,17 +3,16 @@ metric format Katib's File collector parses, and the step on each transition (su
 trials, cancelled, Katib missing)."""
 
 import json
-from pathlib import Path
 import os
 import signal
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
 from components.lib import kube
-from trainer.environment import TRAINER_COMMAND
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from components.tune_on_katib import (
     METRICS_FILE,
@@ -25,6 +24,7 @@ from components.tune_on_katib import (
     tune_with_katib,
 )
 from tests.k8s_double import KubeAPI
+from trainer.environment import TRAINER_COMMAND
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
 CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}

@@ -224,7 +224,7 @@ def run_labels(run_id: str, step: str) -> dict:
 # as their fsGroup, so the kubelet gives a volume that supports it to that group; `OnRootMismatch` does so once, not
 # at every pod start (a recursive change of a large data set would delay each pod).
 IMAGE_UID = 1000
-VOLUME_SECURITY = {"fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch"}
+VOLUME_SECURITY: dict[str, int | str] = {"fsGroup": IMAGE_UID, "fsGroupChangePolicy": "OnRootMismatch"}
 
 
 def volume_parts(claim_name: str, mount_path: str) -> tuple[list[dict], list[dict]]:
