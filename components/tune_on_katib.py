@@ -192,7 +192,8 @@ def experiment(
                     "spec": {
                         "backoffLimit": 0,  # a failed trial is a result, not something to retry
                         "template": {
-                            "metadata": {"labels": dict(labels or {}), "annotations": dict(NO_ISTIO)},
+                            # no empty map: Katib converts the template to a typed Job and refuses what it drops
+                            "metadata": {**({"labels": dict(labels)} if labels else {}), "annotations": dict(NO_ISTIO)},
                             "spec": pod,
                         },
                     },

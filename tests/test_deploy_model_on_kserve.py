@@ -20,7 +20,7 @@ from components.deploy_model_on_kserve import (
 )
 from components.lib import kube
 from components.lib.smoke import SmokeCheck
-from tests.k8s_double import KubeAPI, point_clients_at
+from tests.k8s_double import KubeAPI, point_clients_at, shipped_rules
 from tests.k8s_double.kserve_operator import KServeOperator
 from tests.k8s_double.network import Network
 from tests.k8s_double.pods import FakePod
@@ -65,7 +65,7 @@ def cluster(monkeypatch):
         return FakePod(classify, box["cluster"].modes.get(uri, "ok"), box["cluster"].ready_after.get(uri, 0.0))
 
     operator = KServeOperator(network, start_pod)
-    api = KubeAPI(installed=dict(KSERVE), controllers=[operator])
+    api = KubeAPI(installed=dict(KSERVE), controllers=[operator], rbac=shipped_rules())
     box["cluster"] = cluster = Cluster(api, network, operator)
     writes = api.write_status
 
@@ -289,6 +289,7 @@ def test_not_ready_in_time_rolls_back(cluster):
 
 def test_a_failed_first_deploy_deletes_the_service_and_the_next_waits_until_it_is_gone(cluster):
     cluster.modes["pvc://tfpipe/model-repository/digits/1"] = "wrong"
+    cluster.api.foreground_seconds = 1.5  # its revisions take a while to go
     with pytest.raises(ServingFailed, match=r"deleted InferenceService ml/digits \(it served nothing before\)"):
         deploy(cluster, version=1)
     assert "deletionTimestamp" in isvc(cluster)["metadata"]  # foreground deletion: gone once its revisions are
@@ -355,7 +356,7 @@ def serving_cluster(monkeypatch, tmp_path):
     operator = KServeOperator(
         network, process_pods({"tfpipe": str(volume)}, {"tfpipe/serving:dev": "serving.Dockerfile"})
     )
-    api = KubeAPI(installed=dict(KSERVE), controllers=[operator])
+    api = KubeAPI(installed=dict(KSERVE), controllers=[operator], rbac=shipped_rules())
     point_clients_at(api, monkeypatch, tmp_path / "home")
     for key, value in network.environ().items():
         monkeypatch.setenv(key, value)

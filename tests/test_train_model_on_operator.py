@@ -319,14 +319,14 @@ class Metrics:
 @pytest.fixture
 def training_cluster(monkeypatch, tmp_path):
     """The double with the training operator's double; the claim `tfpipe` a folder owned by root, as a fresh volume."""
-    from tests.k8s_double import point_clients_at
+    from tests.k8s_double import point_clients_at, shipped_rules
     from tests.k8s_double.kubelet import Claim, Kubelet
     from tests.k8s_double.training_operator import TrainingOperator
 
     volume = tmp_path / "volume"
     volume.mkdir()
     operator = TrainingOperator(Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"}))
-    api = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}}, controllers=[operator])
+    api = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}}, controllers=[operator], rbac=shipped_rules())
     point_clients_at(api, monkeypatch, tmp_path / "home")
     yield api, volume
     api.close()

@@ -1,10 +1,19 @@
 """A strict Kubernetes API double for the kubeflow engine steps (see server.py), the operators' doubles beside it."""
 
 import json
+from pathlib import Path
+
+import yaml
 
 from tests.k8s_double.server import KubeAPI, Refused, merge_patch
 
-__all__ = ["KubeAPI", "Refused", "merge_patch", "point_clients_at"]
+__all__ = ["KubeAPI", "Refused", "merge_patch", "point_clients_at", "shipped_rules"]
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "kubeflow"
+
+
+def shipped_rules() -> list[dict]:
+    """The rules of the Role the repository ships for the runs' service account (manifests/kubeflow/role.yaml)."""
+    return yaml.safe_load((MANIFESTS / "role.yaml").read_text())["rules"]
 
 
 def point_clients_at(api: KubeAPI, monkeypatch, home) -> None:

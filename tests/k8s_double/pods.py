@@ -73,10 +73,10 @@ class ProcessPod:
         for item in container.get("env") or []:
             env[item["name"]] = expand(item.get("value", ""), env)
         env.update(extra_env or {})
-        env = {k: self._host(v) for k, v in env.items()}
+        env = {k: self.host_path(v) for k, v in env.items()}
         command = container.get("command") or image["entrypoint"]
         args = container.get("args") if container.get("command") or container.get("args") else image["cmd"]
-        argv = [self._host(expand(a, env)) for a in [*command, *(args or [])]]
+        argv = [self.host_path(expand(a, env)) for a in [*command, *(args or [])]]
         if argv and argv[0] in ("python", "python3"):
             argv[0] = sys.executable  # the image's python is this environment's
         self.probe = container.get("readinessProbe")
@@ -94,10 +94,12 @@ class ProcessPod:
         self.stopping = threading.Event()
         threading.Thread(target=self._probe, daemon=True).start()
 
-    def _host(self, value: str) -> str:
+    def host_path(self, value: str) -> str:
+        """`value` as the process sees it: each mount path in it (a whole path, or a path in a shell command line)
+        is the mounted folder; a declared container port is the pod's host port."""
         for mount, folder in sorted(self.mounts.items(), key=lambda m: -len(m[0])):
-            if value == mount or value.startswith(mount.rstrip("/") + "/"):
-                value = folder + value[len(mount.rstrip("/")) :]
+            pattern = rf"(?<![\w/.-]){re.escape(mount.rstrip('/'))}(?=/|$|\s|[\"'])"
+            value = re.sub(pattern, lambda _: folder, value)
         for container_port, host_port in self.ports.items():
             if value == str(container_port):
                 value = str(host_port)
