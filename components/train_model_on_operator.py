@@ -111,22 +111,42 @@ def as_dict(job) -> dict:
     return client.ApiClient().sanitize_for_serialization(job)
 
 
-def _chief_log_tail(api, namespace: str, name: str, lines: int = 20) -> str:
-    """The chief pod's last log lines ("" when they cannot be read)."""
-    from kubernetes import client
+class ChiefLog:
+    """The chief's last log lines, read at every poll and kept: the operator deletes every pod when the job fails on
+    its backoff limit or deadline, so a failure's own lines must be read while its container is still there (after a
+    crash, the kubelet waits before it restarts a container; once restarted, its previous attempt's lines)."""
 
-    try:
-        core = client.CoreV1Api(api)
-        pods = core.list_namespaced_pod(
-            namespace, label_selector=f"training.kubeflow.org/job-name={name},training.kubeflow.org/replica-type=chief"
-        ).items
-        if not pods:
-            return ""
-        return (
-            core.read_namespaced_pod_log(pods[0].metadata.name, namespace, container=CONTAINER, tail_lines=lines) or ""
-        )
-    except Exception:  # noqa: BLE001 (best effort: the job's message is the error)
-        return ""
+    def __init__(self, api, namespace: str, name: str, lines: int = 20):
+        self.api, self.namespace, self.name, self.lines = api, namespace, name, lines
+        self.kept = ""
+
+    def watch(self) -> str:
+        """The chief's current lines, or its previous attempt's once it has restarted; the last ones read when the
+        chief (or its log) is gone."""
+        from kubernetes import client
+
+        try:
+            core = client.CoreV1Api(self.api)
+            pods = core.list_namespaced_pod(
+                self.namespace,
+                label_selector=f"training.kubeflow.org/job-name={self.name},training.kubeflow.org/replica-type=chief",
+            ).items
+            if pods:
+                statuses = (pods[0].status.container_statuses or []) if pods[0].status else []
+                running_again = any(
+                    s.name == CONTAINER and s.restart_count and s.state and s.state.running for s in statuses
+                )
+                tail = core.read_namespaced_pod_log(
+                    pods[0].metadata.name,
+                    self.namespace,
+                    container=CONTAINER,
+                    tail_lines=self.lines,
+                    previous=running_again,
+                )
+                self.kept = tail or self.kept
+        except Exception:  # noqa: BLE001 (best effort: the job's message is the error)
+            pass
+        return self.kept
 
 
 def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
@@ -155,6 +175,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log)
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
+    chief = ChiefLog(api, namespace, name)
 
     def read():
         return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
@@ -164,11 +185,12 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         if kube.condition(obj, "Succeeded"):
             return obj
         if failed := kube.condition(obj, "Failed"):
-            tail = _chief_log_tail(api, namespace, name)
+            tail = chief.watch()
             raise TrainingJobFailed(
                 f"{what} failed: {failed.get('message') or failed.get('reason')}"
                 + (f"\nchief's last log lines:\n{tail}" if tail else "")
             )
+        chief.watch()
         return None
 
     def remove():

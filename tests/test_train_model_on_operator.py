@@ -147,7 +147,7 @@ def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
         "failed.\nchief's last log lines:\nEpoch 1/5\nValueError: bad shape\n"
     )
     log_call = api_server.calls("GET", "log")[0]
-    assert log_call.query == {"container": ["tensorflow"], "tailLines": ["20"]}
+    assert log_call.query == {"container": ["tensorflow"], "tailLines": ["20"], "previous": ["False"]}
 
 
 def test_missing_training_operator_fails_at_once_naming_the_kind():
@@ -332,25 +332,19 @@ def training_cluster(monkeypatch, tmp_path):
     api.close()
 
 
-@pytest.mark.e2e
-def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training_cluster, digits_data, tmp_path):
+def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build_model", max_restarts=1):
     from types import SimpleNamespace
 
     from components.train_model_on_operator import train_model_on_operator
 
-    api, volume = training_cluster
-    model, training, metrics = (
-        SimpleNamespace(path=str(tmp_path / "model"), metadata={}),
-        SimpleNamespace(path=str(tmp_path / "training")),
-        Metrics(),
-    )
+    outputs = SimpleNamespace(model=SimpleNamespace(path=str(tmp_path / "model"), metadata={}), metrics=Metrics())
     train_model_on_operator(
-        dataset=SimpleNamespace(path=str(digits_data)),
+        dataset=SimpleNamespace(path=str(data_dir)),
         workers=2,
         epochs=1,
         hyperparameters={"batch_size": 32, "learning_rate": 0.003},
-        model_builder="trainer.model:build_model",
-        max_restarts=1,
+        model_builder=model_builder,
+        max_restarts=max_restarts,
         trainer_image="tfpipe/trainer:dev",
         namespace="ml",
         service_account="",
@@ -360,15 +354,33 @@ def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training
         poll_seconds=0.2,
         timeout_minutes=5,
         run_id="run-1",
-        model=model,
-        metrics=metrics,
-        training=training,
+        model=outputs.model,
+        metrics=outputs.metrics,
+        training=SimpleNamespace(path=str(tmp_path / "training")),
     )
+    return outputs
+
+
+@pytest.mark.e2e
+def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training_cluster, digits_data, tmp_path):
+    api, volume = training_cluster
+    outputs = run_component(volume, digits_data, tmp_path)
     (job,) = api.items("tfjobs")
     assert job["status"]["conditions"][-1]["type"] == "Succeeded"
     assert job["status"]["conditions"][-1]["message"] == f"TFJob ml/{job['metadata']['name']} successfully completed."
     assert sorted(p["metadata"]["name"] for p in api.pods) == [
         f"{job['metadata']['name']}-{r}-0" for r in ("chief", "worker")
     ]
-    assert (tmp_path / "model" / "saved_model.pb").is_file() and 0 < metrics.logged["val_accuracy"] <= 1
-    assert model.metadata["tfjob"] == f"ml/{job['metadata']['name']}"
+    assert (tmp_path / "model" / "saved_model.pb").is_file() and 0 < outputs.metrics.logged["val_accuracy"] <= 1
+    assert outputs.model.metadata["tfjob"] == f"ml/{job['metadata']['name']}"
+
+
+@pytest.mark.e2e
+def test_a_failing_trainer_fails_the_component_with_the_jobs_message_and_the_chiefs_log(
+    training_cluster, digits_data, tmp_path
+):
+    api, volume = training_cluster
+    with pytest.raises(TrainingJobFailed) as e:
+        run_component(volume, digits_data, tmp_path, model_builder="models.missing:build", max_restarts=0)
+    assert "has failed because it has reached the specified backoff limit" in str(e.value)
+    assert "chief's last log lines" in str(e.value) and "models.missing" in str(e.value)

@@ -452,7 +452,10 @@ def katib_cluster(monkeypatch, tmp_path):
     volume.mkdir()
     operator = KatibOperator(Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"}))
     api = KubeAPI(
-        installed=dict(EXPERIMENTS), controllers=[operator], namespaces={"ml": {INJECTION: "enabled"}}, rbac=shipped_rules()
+        installed=dict(EXPERIMENTS),
+        controllers=[operator],
+        namespaces={"ml": {INJECTION: "enabled"}},
+        rbac=shipped_rules(),
     )
     point_clients_at(api, monkeypatch, tmp_path / "home")
     yield api, operator, volume
@@ -462,22 +465,20 @@ def katib_cluster(monkeypatch, tmp_path):
 SMALL_STUDY = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), "max_trial_count": 2, "parallel_trial_count": 2})
 
 
-@pytest.mark.e2e
-def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster, digits_data, tmp_path):
+def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build_model"):
     from types import SimpleNamespace
 
     from components.tune_on_katib import tune_on_katib
 
-    api, operator, volume = katib_cluster
     tuning = SimpleNamespace(path=str(tmp_path / "tuning"), metadata={})
     hyperparameters = tune_on_katib(
-        dataset=SimpleNamespace(path=str(digits_data)),
+        dataset=SimpleNamespace(path=str(data_dir)),
         study_spec=SMALL_STUDY.model_dump(),
         enabled=True,
         trial_epochs=1,
         batch_size=32,
         learning_rate=0.01,
-        model_builder="trainer.model:build_model",
+        model_builder=model_builder,
         trainer_image="tfpipe/trainer:dev",
         namespace="ml",
         service_account="",
@@ -489,11 +490,20 @@ def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster
         run_id="run-1",
         tuning=tuning,
     )
+    return hyperparameters, tuning
+
+
+@pytest.mark.e2e
+def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster, digits_data, tmp_path):
+    api, operator, volume = katib_cluster
+    hyperparameters, tuning = run_component(volume, digits_data, tmp_path)
     (experiment,) = api.items("experiments")
     assert experiment["status"]["trialsSucceeded"] == 2 and operator.events == []
     best = experiment["status"]["currentOptimalTrial"]
     assert tuning.metadata["best_trial"] == best["bestTrialName"]
-    assert hyperparameters["learning_rate"] == float(next(a["value"] for a in best["parameterAssignments"] if a["name"] == "learning_rate"))
+    assert hyperparameters["learning_rate"] == float(
+        next(a["value"] for a in best["parameterAssignments"] if a["name"] == "learning_rate")
+    )
     # each trial's own output folder on the claim, named by ${trialSpec.Name}
     trials = sorted(p.name for p in (volume / "runs" / "run-1" / "tune-hyperparameters" / "trials").iterdir())
     assert trials == sorted(t["metadata"]["name"] for t in api.items("trials"))
@@ -502,17 +512,38 @@ def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster
     assert pod["args"][0].endswith(" && echo completed > /var/log/katib/tfpipe/$$$$.pid")
 
 
+@pytest.mark.e2e
+def test_failing_trials_fail_the_component_with_katibs_message(katib_cluster, digits_data, tmp_path):
+    api, operator, volume = katib_cluster
+    with pytest.raises(
+        StudyFailed, match=r"Experiment has failed because max failed count has reached \(1 failed trial"
+    ):
+        run_component(volume, digits_data, tmp_path, model_builder="models.missing:build")
+    assert api.items("experiments")[0]["status"]["trialsFailed"] >= 1
+
+
 def test_trial_pods_without_a_command_are_refused_when_the_registry_cannot_be_read(katib_cluster, digits_data):
     """What the trials met before they named their command: every pod refused, the study waiting out its timeout."""
     api, operator, volume = katib_cluster
     body = experiment(
-        "tfpipe-tune-nocommand", "ml", SMALL_STUDY, "tfpipe/trainer:dev", ["--data-dir", str(digits_data)],
-        f"{volume}/trials", {}, "tfpipe", str(volume),
+        "tfpipe-tune-nocommand",
+        "ml",
+        SMALL_STUDY,
+        "tfpipe/trainer:dev",
+        ["--data-dir", str(digits_data)],
+        f"{volume}/trials",
+        {},
+        "tfpipe",
+        str(volume),
     )
     del body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["command"]
     with pytest.raises(TimeoutError):
-        run_experiment(kube.api_client(api.url), body, SMALL_STUDY, poll_seconds=0.05, timeout_seconds=1, log=lambda m: None)
-    assert len(operator.events) == 2 and all("denied the request: Failed to get container image" in e for e in operator.events)
+        run_experiment(
+            kube.api_client(api.url), body, SMALL_STUDY, poll_seconds=0.05, timeout_seconds=1, log=lambda m: None
+        )
+    assert len(operator.events) == 2 and all(
+        "denied the request: Failed to get container image" in e for e in operator.events
+    )
     assert api.pods == []
 
 
@@ -520,8 +551,14 @@ def test_bayesian_optimization_on_a_double_reaching_zero_never_starts_a_trial(ka
     """What a study with such a double met on Katib before the compile-time refusal: the suggestion service fails
     every request and the experiment stays Created until the step's timeout."""
     api, operator, volume = katib_cluster
-    spec = StudySpec(parameters=[{"type": "double", "parameter_id": "dropout", "min": 0.1, "max": 0.5}], max_trial_count=2, parallel_trial_count=2)
-    body = experiment("tfpipe-tune-zero", "ml", spec, "tfpipe/trainer:dev", [], f"{volume}/trials", {}, "tfpipe", str(volume))
+    spec = StudySpec(
+        parameters=[{"type": "double", "parameter_id": "dropout", "min": 0.1, "max": 0.5}],
+        max_trial_count=2,
+        parallel_trial_count=2,
+    )
+    body = experiment(
+        "tfpipe-tune-zero", "ml", spec, "tfpipe/trainer:dev", [], f"{volume}/trials", {}, "tfpipe", str(volume)
+    )
     body["spec"]["parameters"][0]["feasibleSpace"]["min"] = "0"  # what search_space() now refuses
     with pytest.raises(TimeoutError):
         run_experiment(kube.api_client(api.url), body, spec, poll_seconds=0.05, timeout_seconds=1, log=lambda m: None)

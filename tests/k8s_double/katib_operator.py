@@ -79,7 +79,9 @@ class KatibOperator:
         if any((c["type"], c["status"], c["reason"]) == (kind, status, reason) for c in study.conditions):
             return
         study.conditions = [c for c in study.conditions if c["type"] != kind]
-        study.conditions.append({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now()})
+        study.conditions.append(
+            {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now()}
+        )
 
     def _reconcile(self, api, key, obj):
         _, ns, _, name = key
@@ -120,7 +122,11 @@ class KatibOperator:
                 {
                     "apiVersion": TRIALS[0],
                     "kind": "Trial",
-                    "metadata": {"name": trial_name, "namespace": ns, "labels": {**obj_labels(api, ns, name), "katib.kubeflow.org/experiment": name}},
+                    "metadata": {
+                        "name": trial_name,
+                        "namespace": ns,
+                        "labels": {**obj_labels(api, ns, name), "katib.kubeflow.org/experiment": name},
+                    },
                     "spec": {"parameterAssignments": assignments},
                 },
             )
@@ -143,7 +149,13 @@ class KatibOperator:
         values = {a["name"]: a["value"] for a in trial.assignments}
         for p in template["trialParameters"]:
             reference = p["reference"]
-            value = trial.name if reference == "${trialSpec.Name}" else ns if reference == "${trialSpec.Namespace}" else values[reference]
+            value = (
+                trial.name
+                if reference == "${trialSpec.Name}"
+                else ns
+                if reference == "${trialSpec.Namespace}"
+                else values[reference]
+            )
             text = text.replace(f"${{trialParameters.{p['name']}}}", value)
         job = json.loads(text)
         job["metadata"] = {**(job.get("metadata") or {}), "name": trial.name, "namespace": ns}
@@ -156,7 +168,11 @@ class KatibOperator:
             "metadata": {
                 "name": f"{trial.name}-{''.join(self.random.choice(ALPHABET) for _ in range(5))}",
                 "namespace": ns,
-                "labels": {**(pod_template.get("metadata") or {}).get("labels", {}), "katib.kubeflow.org/experiment": name, "katib.kubeflow.org/trial": trial.name},
+                "labels": {
+                    **(pod_template.get("metadata") or {}).get("labels", {}),
+                    "katib.kubeflow.org/experiment": name,
+                    "katib.kubeflow.org/trial": trial.name,
+                },
                 "annotations": (pod_template.get("metadata") or {}).get("annotations", {}),
             },
             "spec": pod_template["spec"],
@@ -183,7 +199,11 @@ class KatibOperator:
             "args": args,
             "volumeMounts": [*(container.get("volumeMounts") or []), {"name": "metrics-volume", "mountPath": folder}],
         }
-        pod["spec"] = {**pod["spec"], "volumes": [*(pod["spec"].get("volumes") or []), {"name": "metrics-volume", "emptyDir": {}}], "shareProcessNamespace": True}
+        pod["spec"] = {
+            **pod["spec"],
+            "volumes": [*(pod["spec"].get("volumes") or []), {"name": "metrics-volume", "emptyDir": {}}],
+            "shareProcessNamespace": True,
+        }
         api.pods.append(pod)
         trial.pod = self.kubelet.start(pod, primary)
         trial.metrics_file = collector
@@ -214,16 +234,27 @@ class KatibOperator:
         trial.state = "Succeeded"
 
     def _status(self, api, key, spec, study: Study):
-        counts = {s: [t for t in study.trials if t.state == s] for s in ("Pending", "Running", "Succeeded", "Failed", "MetricsUnavailable")}
+        counts = {
+            s: [t for t in study.trials if t.state == s]
+            for s in ("Pending", "Running", "Succeeded", "Failed", "MetricsUnavailable")
+        }
         status: dict = {"startTime": study.conditions[0]["lastTransitionTime"]}
-        for field_name, state in (("trialsPending", "Pending"), ("trialsRunning", "Running"), ("trialsSucceeded", "Succeeded"), ("trialsFailed", "Failed"), ("trialMetricsUnavailable", "MetricsUnavailable")):
+        for field_name, state in (
+            ("trialsPending", "Pending"),
+            ("trialsRunning", "Running"),
+            ("trialsSucceeded", "Succeeded"),
+            ("trialsFailed", "Failed"),
+            ("trialMetricsUnavailable", "MetricsUnavailable"),
+        ):
             if counts[state]:
                 status[field_name] = len(counts[state])
         if study.trials:
             status["trials"] = len(study.trials)
             self._set(study, "Running", "ExperimentRunning", "Experiment is running")
         objective = spec["objective"]
-        strategy = next(s["value"] for s in objective["metricStrategies"] if s["name"] == objective["objectiveMetricName"])
+        strategy = next(
+            s["value"] for s in objective["metricStrategies"] if s["name"] == objective["objectiveMetricName"]
+        )
         scored = [(float(t.metrics[0][strategy]), t) for t in counts["Succeeded"]]
         if scored:
             best = (max if objective["type"] == "maximize" else min)(scored, key=lambda s: s[0])[1]
@@ -236,9 +267,16 @@ class KatibOperator:
         completed = len(study.trials) - len(counts["Pending"]) - len(counts["Running"])
         limit = spec.get("maxFailedTrialCount")
         if limit is not None and failed and failed >= limit:
-            self._finish(study, "Failed", "ExperimentFailed", "Experiment has failed because max failed count has reached")
+            self._finish(
+                study, "Failed", "ExperimentFailed", "Experiment has failed because max failed count has reached"
+            )
         elif completed >= spec["maxTrialCount"]:
-            self._finish(study, "Succeeded", "ExperimentMaxTrialsReached", "Experiment has succeeded because max trial count has reached")
+            self._finish(
+                study,
+                "Succeeded",
+                "ExperimentMaxTrialsReached",
+                "Experiment has succeeded because max trial count has reached",
+            )
         status["conditions"] = [dict(c) for c in study.conditions]
         api.write_status(key, status)
 

@@ -99,7 +99,7 @@ class ProcessPod:
         is the mounted folder; a declared container port is the pod's host port."""
         for mount, folder in sorted(self.mounts.items(), key=lambda m: -len(m[0])):
             pattern = rf"(?<![\w/.-]){re.escape(mount.rstrip('/'))}(?=/|$|\s|[\"'])"
-            value = re.sub(pattern, lambda _: folder, value)
+            value = re.sub(pattern, lambda _, folder=folder: folder, value)
         for container_port, host_port in self.ports.items():
             if value == str(container_port):
                 value = str(host_port)

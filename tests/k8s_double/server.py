@@ -56,6 +56,7 @@ SCHEMAS = {
     "kubeflow.org/v1beta1/experiments": "experiments.kubeflow.org.v1beta1.json",
     "serving.kserve.io/v1beta1/inferenceservices": "inferenceservices.serving.kserve.io.v1beta1.json",
 }
+FIXED_METADATA = ("name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp", "resourceVersion")
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
@@ -119,6 +120,7 @@ class KubeAPI:
     scripts: dict = field(default_factory=dict)  # plural -> [status, ...] (one per GET; the last one stays)
     pods: list = field(default_factory=list)
     logs: dict = field(default_factory=dict)  # pod name -> text
+    previous_logs: dict = field(default_factory=dict)  # pod name -> its previous container's text (a restart)
     routes: dict = field(default_factory=dict)  # (method, path) -> callable(body) -> (status, json)
     on_get: dict = field(default_factory=dict)  # plural -> callable(obj) (may change it) before it is answered
     rbac: list | None = None  # a Role's rules; None: every request is allowed
@@ -451,7 +453,6 @@ class KubeAPI:
 
     def _update(self, key: tuple, old: dict, new: dict, status_only: bool) -> dict:
         gv, ns, plural, name = key
-        new = drop_nulls(new)
         sent = (new.get("metadata") or {}).get("resourceVersion")
         if sent and sent != old["metadata"]["resourceVersion"]:
             raise Refused(
@@ -460,21 +461,13 @@ class KubeAPI:
                 f'Operation cannot be fulfilled on {plural}.{gv.split("/")[0]} "{name}": the object has been '
                 "modified; please apply your changes to the latest version and try again",
             )
-        meta = new.setdefault("metadata", {})
-        for fixed in (
-            "name",
-            "namespace",
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "deletionTimestamp",
-            "resourceVersion",
-        ):
-            if fixed in old["metadata"]:
-                meta[fixed] = old["metadata"][fixed]
         if status_only:
             new = {**copy.deepcopy(old), "status": new.get("status")}
         else:
+            new = {**new, "metadata": dict(new.get("metadata") or {})}
+            for fixed in FIXED_METADATA:
+                if fixed in old["metadata"]:
+                    new["metadata"][fixed] = old["metadata"][fixed]
             if "status" in old:
                 new["status"] = copy.deepcopy(old["status"])
             else:
@@ -486,8 +479,8 @@ class KubeAPI:
         if new == old:
             return old  # a no-op: no new resourceVersion, no new generation
         if _spec_part(new) != _spec_part(old):
-            meta["generation"] = old["metadata"].get("generation", 1) + 1
-        meta["resourceVersion"] = self._next_version()
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        new["metadata"]["resourceVersion"] = self._next_version()
         self.objects[key] = new
         return new
 
@@ -508,7 +501,12 @@ class KubeAPI:
     def _core(self, r: Request, m):
         self._authorize(r, "", m["plural"], m["ns"], m["name"], m["sub"])
         if m["sub"] == "log":
-            return 200, self.logs.get(m["name"], "")
+            if not any(p["metadata"]["name"] == m["name"] for p in self.pods):
+                return self._status(404, "NotFound", f'pods "{m["name"]}" not found')
+            previous = (r.query.get("previous") or ["false"])[0] == "true"
+            text = (self.previous_logs if previous else self.logs).get(m["name"], "")
+            lines = int((r.query.get("tailLines") or ["0"])[0])
+            return 200, "".join(text.splitlines(keepends=True)[-lines:]) if lines else text
         pods = [p for p in self.pods if p["metadata"].get("namespace", m["ns"]) == m["ns"]]
         if m["name"]:
             pod = next((p for p in pods if p["metadata"]["name"] == m["name"]), None)

@@ -25,6 +25,7 @@ class Replica:
     pod: dict
     process: object = None
     restarts: int = 0
+    failed_at: float | None = None
 
 
 @dataclass
@@ -38,8 +39,9 @@ class Job:
 
 
 class TrainingOperator:
-    def __init__(self, kubelet):
-        self.kubelet = kubelet
+    def __init__(self, kubelet, restart_delay: float = 1.0):
+        """`restart_delay`: the kubelet's back-off before it restarts a crashed container (10 s at first there)."""
+        self.kubelet, self.restart_delay = kubelet, restart_delay
         self.jobs: dict[tuple, Job] = {}
 
     def close(self):
@@ -87,11 +89,7 @@ class TrainingOperator:
             if code is None or code == 0:
                 continue
             policy = spec["tfReplicaSpecs"][replica.rtype].get("restartPolicy", "Never")
-            if policy in ("OnFailure", "Always"):
-                replica.restarts += 1
-                replica.process.stop()
-                replica.process = self.kubelet.start(replica.pod, "tensorflow", self._env(job, replica))
-            else:
+            if policy not in ("OnFailure", "Always"):
                 self._finish(
                     api,
                     key,
@@ -101,6 +99,16 @@ class TrainingOperator:
                     f"TFJob {ns}/{name} has failed because 1 {replica.rtype} replica(s) failed.",
                 )
                 return
+            # the kubelet restarts the container in place, after a back-off (CrashLoopBackOff)
+            if replica.failed_at is None:
+                replica.failed_at = time.monotonic()
+                self._pod_status(replica, {"terminated": {"exitCode": code, "reason": "Error"}})
+            elif time.monotonic() - replica.failed_at >= self.restart_delay:
+                api.previous_logs[replica.name] = replica.process.log()
+                replica.process.stop()
+                replica.restarts, replica.failed_at = replica.restarts + 1, None
+                replica.process = self.kubelet.start(replica.pod, "tensorflow", self._env(job, replica))
+                self._pod_status(replica, {"running": {"startedAt": now()}})
         limit = run_policy.get("backoffLimit")
         if limit is not None and sum(r.restarts for r in job.replicas) >= max(limit, 1):
             self._finish(
@@ -110,6 +118,7 @@ class TrainingOperator:
                 "Failed",
                 "TFJobFailed",
                 f"Job {name} has failed because it has reached the specified backoff limit",
+                delete_pods=True,
             )
             return
         deadline = run_policy.get("activeDeadlineSeconds")
@@ -121,6 +130,7 @@ class TrainingOperator:
                 "Failed",
                 "TFJobFailed",
                 f"Job {name} has failed because it was active longer than specified deadline",
+                delete_pods=True,
             )
             return
         chief = next((r for r in job.replicas if r.rtype in ("Chief", "Master")), job.replicas[0])
@@ -166,7 +176,21 @@ class TrainingOperator:
         job.cluster = cluster
         for replica in job.replicas:
             replica.process = self.kubelet.start(replica.pod, "tensorflow", self._env(job, replica))
+            self._pod_status(replica, {"running": {"startedAt": now()}})
         return job
+
+    @staticmethod
+    def _pod_status(replica: Replica, state: dict) -> None:
+        image = replica.pod["spec"]["containers"][0]["image"]
+        status = {
+            "name": "tensorflow",
+            "image": image,
+            "imageID": "",
+            "ready": "running" in state,
+            "restartCount": replica.restarts,
+            "state": state,
+        }
+        replica.pod["status"] = {"phase": "Running", "containerStatuses": [status]}
 
     @staticmethod
     def _env(job: Job, replica: Replica) -> dict:
@@ -179,13 +203,21 @@ class TrainingOperator:
         }
         return {"TF_CONFIG": json.dumps(config, separators=(",", ":"))}
 
-    def _finish(self, api, key, job: Job, kind: str, reason: str, message: str):
+    def _finish(self, api, key, job: Job, kind: str, reason: str, message: str, delete_pods: bool = False):
+        """The job's end: cleanPodPolicy Running stops what still runs; a backoff or deadline failure deletes every
+        pod (their logs with them), whatever the policy."""
         self._condition(job, kind, reason, message)
         job.finished = True
         for replica in job.replicas:
             api.logs[replica.name] = replica.process.log()
             if replica.process.process.poll() is None:
-                replica.process.stop()  # cleanPodPolicy Running (and every failure: all pods go)
+                replica.process.stop()
+        if delete_pods:
+            names = {r.name for r in job.replicas}
+            api.pods[:] = [p for p in api.pods if p["metadata"]["name"] not in names]
+            for store in (api.logs, api.previous_logs):
+                for pod_name in names:
+                    store.pop(pod_name, None)
         self._write(api, key, job)
 
     @staticmethod
