@@ -2,9 +2,9 @@
 
 - Predictor: by default this project's serving image as a custom container (`kserve-container`), the image Vertex
   runs too, built from the trainer's lock file, so the SavedModel is served by the TensorFlow that wrote it (KServe's
-  TensorFlow runtime is TF Serving, whose image tags trail TensorFlow's releases). KServe's storage initializer
-  copies the version (`STORAGE_URI`: `pvc://CLAIM/PATH` on the shared volume, or `gs://`) to `/mnt/models`; the
-  server reads it there (`AIP_STORAGE_URI`), listens on 8080 and answers KServe's v1 protocol route
+  TensorFlow runtime is TF Serving, whose image tags trail TensorFlow's releases). KServe puts the version
+  (`STORAGE_URI`: `pvc://CLAIM/PATH` on the shared volume, mounted directly; or `gs://`, copied) at `/mnt/models`;
+  the server reads it there (`AIP_STORAGE_URI`), listens on 8080 and answers KServe's v1 protocol route
   `/v1/models/NAME:predict` (`AIP_PREDICT_ROUTE`), ready once the model is loaded (`AIP_HEALTH_ROUTE`, the
   readiness probe). `predictor: tensorflow` uses KServe's TensorFlow runtime on the same storage URI instead.
 - Rollout: the first deploy creates the InferenceService (all traffic: nothing to compare with). Later ones patch its

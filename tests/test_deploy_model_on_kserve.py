@@ -20,7 +20,7 @@ from components.deploy_model_on_kserve import (
 )
 from components.lib import kube
 from components.lib.smoke import SmokeCheck
-from tests.k8s_double import KubeAPI, point_clients_at, shipped_rules
+from tests.k8s_double import KubeAPI, engine_arguments, point_clients_at, shipped_rules
 from tests.k8s_double.kserve_operator import KServeOperator
 from tests.k8s_double.network import Network
 from tests.k8s_double.pods import FakePod
@@ -382,18 +382,11 @@ def run_component(volume, model_dir, data_dir, name, traffic=100, tmp=None):
         predictor_kind="serving_image",
         serving_image="tfpipe/serving:dev",
         runtime_version="",
-        namespace="ml",
-        service_account="",
-        claim_name="tfpipe",
-        mount_path=str(volume),
-        resources={"requests": {"cpu": "1", "memory": "1Gi"}},
         min_replicas=1,
         max_replicas=1,
         keep_previous=1,
-        poll_seconds=0.2,
-        timeout_minutes=3,
-        run_id=f"run-{version.number}",
         endpoint=endpoint,
+        **{**engine_arguments(volume), "run_id": f"run-{version.number}"},
     )
     return version, outputs, json.loads(open(endpoint.path).read())
 

@@ -10,7 +10,7 @@ import pytest
 
 from components.lib import kube
 from components.train_model_on_operator import TrainingJobFailed, as_dict, run_tfjob, tfjob, train_with_operator
-from tests.k8s_double import KubeAPI
+from tests.k8s_double import KubeAPI, engine_arguments
 
 TFJOBS = {"kubeflow.org/v1": {"tfjobs": "TFJob"}}
 CREATED = {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "TFJob ml/x is created."}
@@ -346,14 +346,7 @@ def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build
         model_builder=model_builder,
         max_restarts=max_restarts,
         trainer_image="tfpipe/trainer:dev",
-        namespace="ml",
-        service_account="",
-        claim_name="tfpipe",
-        mount_path=str(volume),
-        resources={"requests": {"cpu": "1"}},
-        poll_seconds=0.2,
-        timeout_minutes=5,
-        run_id="run-1",
+        **engine_arguments(volume),
         model=outputs.model,
         metrics=outputs.metrics,
         training=SimpleNamespace(path=str(tmp_path / "training")),

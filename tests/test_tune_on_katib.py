@@ -23,7 +23,7 @@ from components.tune_on_katib import (
     search_space,
     tune_with_katib,
 )
-from tests.k8s_double import KubeAPI
+from tests.k8s_double import KubeAPI, engine_arguments
 from trainer.environment import TRAINER_COMMAND
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
@@ -480,14 +480,7 @@ def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build
         learning_rate=0.01,
         model_builder=model_builder,
         trainer_image="tfpipe/trainer:dev",
-        namespace="ml",
-        service_account="",
-        claim_name="tfpipe",
-        mount_path=str(volume),
-        resources={"requests": {"cpu": "1"}},
-        poll_seconds=0.2,
-        timeout_minutes=5,
-        run_id="run-1",
+        **engine_arguments(volume),
         tuning=tuning,
     )
     return hyperparameters, tuning
@@ -516,7 +509,7 @@ def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster
 def test_failing_trials_fail_the_component_with_katibs_message(katib_cluster, digits_data, tmp_path):
     api, operator, volume = katib_cluster
     with pytest.raises(
-        StudyFailed, match=r"Experiment has failed because max failed count has reached \(1 failed trial"
+        StudyFailed, match=r"Experiment has failed because max failed count has reached \([12] failed trial"
     ):
         run_component(volume, digits_data, tmp_path, model_builder="models.missing:build")
     assert api.items("experiments")[0]["status"]["trialsFailed"] >= 1

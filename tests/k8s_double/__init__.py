@@ -7,7 +7,7 @@ import yaml
 
 from tests.k8s_double.server import KubeAPI, Refused, merge_patch
 
-__all__ = ["KubeAPI", "Refused", "merge_patch", "point_clients_at", "shipped_rules"]
+__all__ = ["KubeAPI", "Refused", "engine_arguments", "merge_patch", "point_clients_at", "shipped_rules"]
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "kubeflow"
 
 
@@ -35,3 +35,18 @@ def point_clients_at(api: KubeAPI, monkeypatch, home) -> None:
     )
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+def engine_arguments(volume) -> dict:
+    """The arguments every engine step's component takes, for a run `run-1` in namespace `ml` with the claim
+    `tfpipe` at `volume` (the same path in the step and in the pods), polling fast."""
+    return dict(
+        namespace="ml",
+        service_account="",
+        claim_name="tfpipe",
+        mount_path=str(volume),
+        resources={"requests": {"cpu": "1"}},
+        poll_seconds=0.2,
+        timeout_minutes=5,
+        run_id="run-1",
+    )

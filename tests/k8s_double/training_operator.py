@@ -90,14 +90,7 @@ class TrainingOperator:
                 continue
             policy = spec["tfReplicaSpecs"][replica.rtype].get("restartPolicy", "Never")
             if policy not in ("OnFailure", "Always"):
-                self._finish(
-                    api,
-                    key,
-                    job,
-                    "Failed",
-                    "TFJobFailed",
-                    f"TFJob {ns}/{name} has failed because 1 {replica.rtype} replica(s) failed.",
-                )
+                self._fail(api, key, job, f"TFJob {ns}/{name} has failed because 1 {replica.rtype} replica(s) failed.")
                 return
             # the kubelet restarts the container in place, after a back-off (CrashLoopBackOff)
             if replica.failed_at is None:
@@ -111,26 +104,12 @@ class TrainingOperator:
                 self._pod_status(replica, {"running": {"startedAt": now()}})
         limit = run_policy.get("backoffLimit")
         if limit is not None and sum(r.restarts for r in job.replicas) >= max(limit, 1):
-            self._finish(
-                api,
-                key,
-                job,
-                "Failed",
-                "TFJobFailed",
-                f"Job {name} has failed because it has reached the specified backoff limit",
-                delete_pods=True,
-            )
+            self._fail(api, key, job, f"Job {name} has failed because it has reached the specified backoff limit", True)
             return
         deadline = run_policy.get("activeDeadlineSeconds")
         if deadline and time.monotonic() - job.started >= deadline:
-            self._finish(
-                api,
-                key,
-                job,
-                "Failed",
-                "TFJobFailed",
-                f"Job {name} has failed because it was active longer than specified deadline",
-                delete_pods=True,
+            self._fail(
+                api, key, job, f"Job {name} has failed because it was active longer than specified deadline", True
             )
             return
         chief = next((r for r in job.replicas if r.rtype in ("Chief", "Master")), job.replicas[0])
@@ -202,6 +181,9 @@ class TrainingOperator:
             "environment": "cloud",
         }
         return {"TF_CONFIG": json.dumps(config, separators=(",", ":"))}
+
+    def _fail(self, api, key, job: Job, message: str, delete_pods: bool = False):
+        self._finish(api, key, job, "Failed", "TFJobFailed", message, delete_pods)
 
     def _finish(self, api, key, job: Job, kind: str, reason: str, message: str, delete_pods: bool = False):
         """The job's end: cleanPodPolicy Running stops what still runs; a backoff or deadline failure deletes every
