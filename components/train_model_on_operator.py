@@ -11,6 +11,7 @@ resumes from the `BackupAndRestore` backup on the volume), at most `max_restarts
 last log lines, and deletes the job when the run is cancelled (SIGTERM) or times out.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -223,6 +224,18 @@ def stage_dataset(data_path: str, run_dir: str, mount_path: str) -> str:
     return target
 
 
+def release_run_folder(run_dir: str, staged: bool) -> None:
+    """After the job's outputs are in the step's artifacts: its folder on the volume and, when the step copied the
+    data set there (`staged`), that copy go, so that run after run the volume does not fill up."""
+    shutil.rmtree(os.path.join(run_dir, "train-model"), ignore_errors=True)
+    if staged:
+        shutil.rmtree(os.path.join(run_dir, "dataset"), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(run_dir, ".dataset-source"))
+    with contextlib.suppress(OSError):
+        os.rmdir(run_dir)  # only when nothing else is left in it
+
+
 def collect_outputs(job_dir: str, model_path: str, training_path: str) -> dict:
     """Copy the chief's model and training record from the volume into the step's artifacts; the summary."""
     if os.path.isdir(model_path):
@@ -303,6 +316,7 @@ def train_with_operator(
     )
     run_tfjob(api, job, poll_seconds, timeout_seconds, log, sleep)
     summary = collect_outputs(job_dir, model_path, training_path)
+    release_run_folder(run_dir, data_dir != data_path)
     summary.update(tfjob=f"{namespace}/{name}")
     with open(os.path.join(training_path, "metrics.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -22,6 +22,7 @@ The best trial's values (`status.currentOptimalTrial`) override the pipeline's, 
 
 import json
 import os
+import shutil
 from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Input, Output
@@ -339,6 +340,8 @@ def tune_with_katib(
         kube.run_labels(run_id, "tune-hyperparameters"),
     )
     best = run_experiment(api, body, spec, poll_seconds, timeout_seconds, log, sleep)
+    # the trials' models and checkpoints are of no further use: run after run they would fill the volume
+    shutil.rmtree(os.path.dirname(trials_dir), ignore_errors=True)
     os.makedirs(tuning_path, exist_ok=True)
     with open(os.path.join(tuning_path, "trials.json"), "w") as f:
         json.dump(

@@ -217,7 +217,10 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
     (data / "stats.json").write_text("{}")
     run_dir = mount / "runs" / "tfpipe-training-x1"
 
+    staged = []
+
     def chief_writes_its_outputs(obj):  # what the TFJob's chief leaves on the volume
+        staged.append((run_dir / "dataset" / "stats.json").read_text())  # the replicas read the copy on the volume
         job_dir = run_dir / "train-model"
         (job_dir / "model").mkdir(parents=True, exist_ok=True)
         (job_dir / "model" / "saved_model.pb").write_text("pb")
@@ -287,7 +290,8 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
         "tfpipe/run-id": "tfpipe-training-x1",
         "tfpipe/step": "train-model",
     }
-    assert (run_dir / "dataset" / "stats.json").read_text() == "{}"  # staged on the volume
+    assert staged and set(staged) == {"{}"}
+    assert not run_dir.exists()  # once collected, the job's folder and the staged copy leave the volume
     assert (tmp_path / "out" / "model" / "saved_model.pb").read_text() == "pb"
     assert json.loads((tmp_path / "out" / "t" / "metrics.json").read_text())["tfjob"] == f"ml/{name}"
     assert (tmp_path / "out" / "t" / "history.jsonl").exists()
@@ -366,6 +370,7 @@ def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training
     ]
     assert (tmp_path / "model" / "saved_model.pb").is_file() and 0 < outputs.metrics.logged["val_accuracy"] <= 1
     assert outputs.model.metadata["tfjob"] == f"ml/{job['metadata']['name']}"
+    assert list(volume.iterdir()) == [volume / "runs"] and not any((volume / "runs").iterdir())  # nothing left behind
 
 
 @pytest.mark.e2e

@@ -497,9 +497,11 @@ def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster
     assert hyperparameters["learning_rate"] == float(
         next(a["value"] for a in best["parameterAssignments"] if a["name"] == "learning_rate")
     )
-    # each trial's own output folder on the claim, named by ${trialSpec.Name}
-    trials = sorted(p.name for p in (volume / "runs" / "run-1" / "tune-hyperparameters" / "trials").iterdir())
-    assert trials == sorted(t["metadata"]["name"] for t in api.items("trials"))
+    # each trial wrote to its own folder on the claim, named by ${trialSpec.Name}; the study removed them
+    folders = {e["value"] for p in api.pods for e in p["spec"]["containers"][0]["env"] if e["name"] == "AIP_MODEL_DIR"}
+    trials_dir = volume / "runs" / "run-1" / "tune-hyperparameters" / "trials"
+    assert folders == {f"{trials_dir}/{t['metadata']['name']}/model" for t in api.items("trials")}
+    assert not trials_dir.exists() and (volume / "runs" / "run-1" / "dataset").is_dir()  # the training reads it next
     pod = api.pods[0]["spec"]["containers"][0]
     assert pod["command"] == ["sh", "-c"] and pod["args"][0].startswith("python -m trainer.task --data-dir ")
     assert pod["args"][0].endswith(" && echo completed > /var/log/katib/tfpipe/$$$$.pid")
