@@ -358,10 +358,23 @@ def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build
     return outputs
 
 
+@pytest.fixture(scope="module")
+def iris_for_two(tmp_path_factory):
+    """builtin:iris prepared for 2 workers (a tabular model's data)."""
+    from components.prepare_data import prepare
+
+    out = tmp_path_factory.mktemp("iris2") / "data"
+    prepare("builtin:iris", str(out), num_workers=2, val_fraction=0.2, test_fraction=0.2)
+    return out
+
+
 @pytest.mark.e2e
-def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training_cluster, digits_data, tmp_path):
+@pytest.mark.parametrize("data", ["digits_data", "iris_for_two"])
+def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training_cluster, data, request, tmp_path):
+    """An image model (digits) and a tabular one (iris)."""
     api, volume = training_cluster
-    outputs = run_component(volume, digits_data, tmp_path)
+    data_dir = request.getfixturevalue(data)
+    outputs = run_component(volume, data_dir, tmp_path)
     (job,) = api.items("tfjobs")
     assert job["status"]["conditions"][-1]["type"] == "Succeeded"
     assert job["status"]["conditions"][-1]["message"] == f"TFJob ml/{job['metadata']['name']} successfully completed."
@@ -382,3 +395,11 @@ def test_a_failing_trainer_fails_the_component_with_the_jobs_message_and_the_chi
         run_component(volume, digits_data, tmp_path, model_builder="models.missing:build", max_restarts=0)
     assert "has failed because it has reached the specified backoff limit" in str(e.value)
     assert "chief's last log lines" in str(e.value) and "models.missing" in str(e.value)
+
+
+@pytest.mark.e2e
+def test_data_prepared_for_fewer_workers_fails_in_one_line(training_cluster, iris_model, tmp_path):
+    api, volume = training_cluster  # iris_model's data was prepared for one worker: one shard per split
+    with pytest.raises(TrainingJobFailed) as e:
+        run_component(volume, iris_model.parent / "data", tmp_path, max_restarts=0)
+    assert "has 1 train shard(s) for 2 workers: prepare it with num_workers >= 2" in str(e.value)

@@ -87,6 +87,12 @@ def main(argv=None) -> int:
     started = time.time()
     strategy = distribute.make_strategy(cluster)
     stats = data.load_stats(args.data_dir)
+    shards = len(data.split_files(args.data_dir, "train"))
+    if shards < cluster.num_workers:  # FILE auto-sharding gives each worker its own files: too few fails mid-step
+        raise SystemExit(
+            f"error: {args.data_dir} has {shards} train shard(s) for {cluster.num_workers} workers: prepare it with "
+            f"num_workers >= {cluster.num_workers} (prepare-data's `workers`)"
+        )
     global_batch = args.batch_size * strategy.num_replicas_in_sync
     train_bytes = stats["splits"]["train"].get("bytes", 0)
     train_ds = data.make_dataset(
