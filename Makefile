@@ -7,7 +7,7 @@ export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run lint test test-fast bench lock clean
+.PHONY: run lint test test-fast bench images lock clean
 
 # Bytecode is compiled at install (--compile-bytecode): uv does not compile by default, and where
 # PYTHONDONTWRITEBYTECODE is set (CI, containers) Python never caches it, so each of a run's ~12 processes (steps,
@@ -42,6 +42,11 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.batch_predict
 	$(PY) -m bench.serving
 	$(PY) -m bench.rehearse
+
+# The images, built with podman on a locally made base image (no Docker engine, no registry): IMAGES="serving" builds
+# one, IMAGES="trainer-gpu" the GPU trainer image.
+images:
+	bash containers/images.sh $(IMAGES)
 
 # requirements-gpu.lock (the GPU trainer image's): requirements.lock's versions (-c) plus the CUDA libraries of
 # tensorflow[and-cuda], for the images' platform whatever machine compiles it.
