@@ -49,11 +49,14 @@ images:
 	bash containers/images.sh $(IMAGES)
 
 # requirements-gpu.lock (the GPU trainer image's): requirements.lock's versions (-c) plus the CUDA libraries of
-# tensorflow[and-cuda], for the images' platform whatever machine compiles it.
+# tensorflow[and-cuda], for the images' platform whatever machine compiles it. requirements-serving.lock (the serving
+# image's): the packages the server imports, at requirements.lock's versions.
 lock:
 	$(PY) -m uv pip compile pyproject.toml --extra test --extra bench --python-version 3.11 -o requirements.lock
 	$(PY) -m uv pip compile pyproject.toml --extra gpu --extra test --extra bench --python-version 3.11 \
 	    --python-platform x86_64-manylinux_2_28 -c requirements.lock -o requirements-gpu.lock
+	$(PY) -m uv pip compile containers/serving.requirements.in -c requirements.lock --python-version 3.11 \
+	    -o requirements-serving.lock
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

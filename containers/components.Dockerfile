@@ -3,7 +3,7 @@
 # No ENTRYPOINT: each component's compiled spec brings its own command (`python3 -m kfp.dsl.executor_main`).
 # They are compiled with install_kfp_package=False, so nothing is pip-installed at run time (the user is not
 # root): the kfp installed here comes from the same requirements.lock as the compiler's, hence the same version.
-# The build stage is the same as trainer.Dockerfile's and serving.Dockerfile's up to the lock's install:
+# The build stage is the same as trainer.Dockerfile's up to the lock's install:
 # concurrent or later builds share those (large) layers; each image then installs only the packages it needs.
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass

@@ -3,8 +3,9 @@
 # artifact directory and AIP_HTTP_PORT/AIP_HEALTH_ROUTE/AIP_PREDICT_ROUTE). See serving/vertex_container.py.
 # Build from the repository root:  docker build -f containers/serving.Dockerfile -t IMAGE .
 # Same requirements.lock as the trainer image, hence the same TensorFlow that trained and exported the model.
-# The build stage is the same as trainer.Dockerfile's and components.Dockerfile's up to the lock's install:
-# concurrent or later builds share those (large) layers; each image then installs only the packages it needs.
+# The build stage installs requirements-serving.lock: only the packages the server imports, at requirements.lock's
+# versions (containers/serving.requirements.in; `make lock`), so the image holds TensorFlow but not the pipeline's
+# tools (kfp, GCPC, aiplatform, jax, the test tools).
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
@@ -16,9 +17,8 @@ ARG UV_VERSION=0.13.8
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
 RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
 WORKDIR /src
-# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK: requirements.lock,
-# or requirements-gpu.lock (the GPU trainer image): the same versions plus TensorFlow's CUDA libraries.
-ARG LOCK=requirements.lock
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes.
+ARG LOCK=requirements-serving.lock
 COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).

@@ -16,8 +16,10 @@ from tests.imports import PACKAGES, module_name, needed_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
-# The values of the build stage's LOCK argument: the default, and the GPU trainer image's (cloudbuild.yaml).
-LOCKS = ["requirements.lock", "requirements-gpu.lock"]
+# The values of the build stage's LOCK argument: the default, the GPU trainer image's (cloudbuild.yaml) and the
+# serving image's default.
+LOCKS = ["requirements.lock", "requirements-gpu.lock", "requirements-serving.lock"]
+DEFAULT_LOCK = {"serving.Dockerfile": "requirements-serving.lock"}
 
 
 def parse(path: Path) -> DockerfileParser:
@@ -147,7 +149,8 @@ def test_installs_exactly_the_lock_then_the_package_without_deps(path):
     for lock in LOCKS:  # each lock arrives as requirements.lock, which the RUN below installs
         copies = [i["value"] for i in with_args(parse(path), {"LOCK": lock}) if i["instruction"] == "COPY"]
         assert f"{lock} requirements.lock" in copies, f"{path.name} with LOCK={lock} does not install {lock}"
-    assert copy_sources(parse(path))[0] == "requirements.lock"  # the default: the tested versions
+    # the default: the tested versions (the serving image's: the subset the server imports, at those versions)
+    assert copy_sources(parse(path))[0] == DEFAULT_LOCK.get(path.name, "requirements.lock")
     assert any(
         re.search(r"uv pip sync .*requirements\.lock|pip install .*--no-deps .*-r requirements\.lock", r) for r in runs
     ), f"{path.name} does not install requirements.lock"
@@ -181,12 +184,14 @@ def test_make_test_runs_the_linters_first():
 
 
 def test_build_stages_share_the_lock_install():
-    """Same instructions up to the lock's install, so the three builds share those (large) layers."""
+    """Same instructions up to the lock's install, so the builds share those (large) layers; the serving image's
+    differ only in its lock."""
 
     def through_the_lock(path):
         build = [(i["instruction"], i["value"]) for i in stages(parse(path))[0]]
         end = next(n for n, (instruction, value) in enumerate(build) if "uv pip sync" in value)
-        return json.dumps(build[: end + 1])
+        default = f"LOCK={DEFAULT_LOCK.get(path.name, 'requirements.lock')}"
+        return json.dumps([(k, v.replace(default, "LOCK=requirements.lock")) for k, v in build[: end + 1]])
 
     assert len({through_the_lock(p) for p in DOCKERFILES}) == 1
 
@@ -263,6 +268,15 @@ def test_gpu_lock_is_requirements_lock_plus_tensorflows_cuda_libraries():
     assert cpu["tensorflow"] == gpu["tensorflow"] == importlib.metadata.version("tensorflow")
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'"tensorflow[and-cuda]=={cpu["tensorflow"]}"' in pyproject
+
+
+def test_serving_lock_is_a_subset_of_requirements_lock_at_its_versions():
+    """The serving image runs the TensorFlow (and every other package) the trainer exported the model with, and
+    none of the pipeline's tools."""
+    full, serving = lock_pins("requirements.lock"), lock_pins("requirements-serving.lock")
+    assert {name: full.get(name) for name in serving} == serving
+    assert {"tensorflow", "tensorflow-serving-api", "starlette", "uvicorn", "google-cloud-storage"} <= set(serving)
+    assert not {"kfp", "google-cloud-pipeline-components", "google-cloud-aiplatform", "jax", "pytest"} & set(serving)
 
 
 def test_locks_are_what_make_lock_compiles():
