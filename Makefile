@@ -48,13 +48,17 @@ bench: $(VENV)/.installed
 images:
 	bash containers/images.sh $(IMAGES)
 
-# requirements-gpu.lock (the GPU trainer image's): requirements.lock's versions (-c) plus the CUDA libraries of
-# tensorflow[and-cuda], for the images' platform whatever machine compiles it. requirements-serving.lock (the serving
-# image's): the packages the server imports, at requirements.lock's versions.
+# Each image's lock, at requirements.lock's versions (-c): requirements-components.lock (pyproject.toml's
+# dependencies, no test or bench tools), requirements-trainer.lock and requirements-serving.lock (what the trainer and
+# the server import, containers/*.requirements.in), requirements-gpu.lock (the trainer's plus the CUDA libraries of
+# tensorflow[and-cuda], for the images' platform whatever machine compiles it).
 lock:
 	$(PY) -m uv pip compile pyproject.toml --extra test --extra bench --python-version 3.11 -o requirements.lock
-	$(PY) -m uv pip compile pyproject.toml --extra gpu --extra test --extra bench --python-version 3.11 \
-	    --python-platform x86_64-manylinux_2_28 -c requirements.lock -o requirements-gpu.lock
+	$(PY) -m uv pip compile pyproject.toml -c requirements.lock --python-version 3.11 -o requirements-components.lock
+	$(PY) -m uv pip compile containers/trainer.requirements.in -c requirements.lock --python-version 3.11 \
+	    -o requirements-trainer.lock
+	$(PY) -m uv pip compile containers/trainer-gpu.requirements.in -c requirements-trainer.lock --python-version 3.11 \
+	    --python-platform x86_64-manylinux_2_28 -o requirements-gpu.lock
 	$(PY) -m uv pip compile containers/serving.requirements.in -c requirements.lock --python-version 3.11 \
 	    -o requirements-serving.lock
 

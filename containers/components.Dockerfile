@@ -16,9 +16,10 @@ ARG UV_VERSION=0.13.8
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
 RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
 WORKDIR /src
-# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK: requirements.lock,
-# or requirements-gpu.lock (the GPU trainer image): the same versions plus TensorFlow's CUDA libraries.
-ARG LOCK=requirements.lock
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK:
+# requirements-components.lock: pyproject.toml's dependencies without the test and bench tools, at requirements.lock's
+# versions.
+ARG LOCK=requirements-components.lock
 COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).

@@ -1,6 +1,7 @@
 # Trainer image: `python -m trainer.task` for Vertex AI custom jobs and tuning trials (worker pools 0 and 1).
 # Build from the repository root:  docker build -f containers/trainer.Dockerfile -t IMAGE .
-# TensorFlow and tf-keras come from requirements.lock, the versions the tests ran with. That image is CPU only.
+# It installs requirements-trainer.lock: the packages trainer/ and models/ import (containers/trainer.requirements.in)
+# at requirements.lock's versions, the ones the tests ran with. That image is CPU only.
 # GPU trainer image (worker pools with platform.accelerator_type), the same versions plus TensorFlow's CUDA libraries:
 #   docker build -f containers/trainer.Dockerfile --build-arg LOCK=requirements-gpu.lock -t IMAGE .
 # Your own networks (config trainer.model: models.MODULE:FUNCTION) come from models/, installed with the other
@@ -18,9 +19,10 @@ ARG UV_VERSION=0.13.8
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
 RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
 WORKDIR /src
-# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK: requirements.lock,
-# or requirements-gpu.lock (the GPU trainer image): the same versions plus TensorFlow's CUDA libraries.
-ARG LOCK=requirements.lock
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK:
+# requirements-trainer.lock, or requirements-gpu.lock (the GPU trainer image): the same plus TensorFlow's CUDA
+# libraries.
+ARG LOCK=requirements-trainer.lock
 COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).

@@ -205,7 +205,7 @@ def test_images_tagged_short_sha_and_latest():
 def test_gpu_trainer_is_the_trainer_built_from_the_gpu_lock():
     """The build arg names the Dockerfile's LOCK argument and an existing lock other than the default one."""
     dockerfile = (ROOT / "containers/trainer.Dockerfile").read_text()
-    assert re.search(r"^ARG LOCK=requirements\.lock$", dockerfile, re.M)
+    assert re.search(r"^ARG LOCK=requirements-trainer\.lock$", dockerfile, re.M)
     assert re.search(r"^COPY \$\{LOCK\} requirements\.lock$", dockerfile, re.M)
     lock = STEPS["build-trainer-gpu"]["args"][STEPS["build-trainer-gpu"]["args"].index("--build-arg") + 1]
     assert lock == "LOCK=requirements-gpu.lock" and (ROOT / "requirements-gpu.lock").is_file()

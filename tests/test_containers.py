@@ -16,10 +16,14 @@ from tests.imports import PACKAGES, module_name, needed_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
-# The values of the build stage's LOCK argument: the default, the GPU trainer image's (cloudbuild.yaml) and the
-# serving image's default.
-LOCKS = ["requirements.lock", "requirements-gpu.lock", "requirements-serving.lock"]
-DEFAULT_LOCK = {"serving.Dockerfile": "requirements-serving.lock"}
+# Each image's own lock (its Dockerfile's default LOCK), the GPU trainer image's (cloudbuild.yaml), and the lock of
+# .venv and the tests, whose versions every other lock takes.
+DEFAULT_LOCK = {
+    "components.Dockerfile": "requirements-components.lock",
+    "trainer.Dockerfile": "requirements-trainer.lock",
+    "serving.Dockerfile": "requirements-serving.lock",
+}
+LOCKS = ["requirements.lock", "requirements-gpu.lock", *DEFAULT_LOCK.values()]
 
 
 def parse(path: Path) -> DockerfileParser:
@@ -149,8 +153,7 @@ def test_installs_exactly_the_lock_then_the_package_without_deps(path):
     for lock in LOCKS:  # each lock arrives as requirements.lock, which the RUN below installs
         copies = [i["value"] for i in with_args(parse(path), {"LOCK": lock}) if i["instruction"] == "COPY"]
         assert f"{lock} requirements.lock" in copies, f"{path.name} with LOCK={lock} does not install {lock}"
-    # the default: the tested versions (the serving image's: the subset the server imports, at those versions)
-    assert copy_sources(parse(path))[0] == DEFAULT_LOCK.get(path.name, "requirements.lock")
+    assert copy_sources(parse(path))[0] == DEFAULT_LOCK[path.name]  # the image's own lock
     assert any(
         re.search(r"uv pip sync .*requirements\.lock|pip install .*--no-deps .*-r requirements\.lock", r) for r in runs
     ), f"{path.name} does not install requirements.lock"
@@ -184,13 +187,12 @@ def test_make_test_runs_the_linters_first():
 
 
 def test_build_stages_share_the_lock_install():
-    """Same instructions up to the lock's install, so the builds share those (large) layers; the serving image's
-    differ only in its lock."""
+    """Same instructions up to the lock's install: the images differ only in their lock."""
 
     def through_the_lock(path):
         build = [(i["instruction"], i["value"]) for i in stages(parse(path))[0]]
         end = next(n for n, (instruction, value) in enumerate(build) if "uv pip sync" in value)
-        default = f"LOCK={DEFAULT_LOCK.get(path.name, 'requirements.lock')}"
+        default = f"LOCK={DEFAULT_LOCK[path.name]}"
         return json.dumps([(k, v.replace(default, "LOCK=requirements.lock")) for k, v in build[: end + 1]])
 
     assert len({through_the_lock(p) for p in DOCKERFILES}) == 1
@@ -229,9 +231,9 @@ def test_trainer_entrypoint_and_legacy_keras():
 
 def test_components_image_has_the_compilers_kfp():
     """Components are compiled with install_kfp_package=False: the image's kfp must be the compiler's."""
-    assert lock_pin("kfp") == kfp.__version__
+    assert lock_pin("kfp") == kfp.__version__ == lock_pins("requirements-components.lock")["kfp"]
     parser = parse(ROOT / "containers" / "components.Dockerfile")
-    assert "requirements.lock" in copy_sources(parser)
+    assert "requirements-components.lock" in copy_sources(parser)
     assert not any(i["instruction"] == "ENTRYPOINT" for i in parser.structure), "components bring their command"
 
 
@@ -249,10 +251,10 @@ def test_serving_entrypoint_port_and_lock():
     assert parser.envs["TF_USE_LEGACY_KERAS"] == "1" and parser.envs["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
-def test_gpu_lock_is_requirements_lock_plus_tensorflows_cuda_libraries():
+def test_gpu_lock_is_the_trainers_plus_tensorflows_cuda_libraries():
     """The GPU trainer trains with exactly the CPU trainer's (and the tests') versions: same pins for every package
-    of requirements.lock; the only additions are what tensorflow[and-cuda] requires, within its bounds."""
-    cpu, gpu = lock_pins("requirements.lock"), lock_pins("requirements-gpu.lock")
+    of requirements-trainer.lock; the only additions are what tensorflow[and-cuda] requires, within its bounds."""
+    cpu, gpu = lock_pins("requirements-trainer.lock"), lock_pins("requirements-gpu.lock")
     assert {name: gpu.get(name) for name in cpu} == cpu
     cuda = [
         Requirement(r)
@@ -266,17 +268,25 @@ def test_gpu_lock_is_requirements_lock_plus_tensorflows_cuda_libraries():
     for requirement in cuda:
         assert requirement.specifier.contains(gpu[canonicalize_name(requirement.name)]), requirement
     assert cpu["tensorflow"] == gpu["tensorflow"] == importlib.metadata.version("tensorflow")
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    assert f'"tensorflow[and-cuda]=={cpu["tensorflow"]}"' in pyproject
+    assert "tensorflow[and-cuda]" in (ROOT / "containers" / "trainer-gpu.requirements.in").read_text()
 
 
-def test_serving_lock_is_a_subset_of_requirements_lock_at_its_versions():
-    """The serving image runs the TensorFlow (and every other package) the trainer exported the model with, and
-    none of the pipeline's tools."""
-    full, serving = lock_pins("requirements.lock"), lock_pins("requirements-serving.lock")
-    assert {name: full.get(name) for name in serving} == serving
-    assert {"tensorflow", "tensorflow-serving-api", "starlette", "uvicorn", "google-cloud-storage"} <= set(serving)
-    assert not {"kfp", "google-cloud-pipeline-components", "google-cloud-aiplatform", "jax", "pytest"} & set(serving)
+@pytest.mark.parametrize("lock", DEFAULT_LOCK.values())
+def test_each_images_lock_is_a_subset_of_requirements_lock_at_its_versions(lock):
+    """Every image runs the versions the tests ran with (the serving image the TensorFlow that exported the model),
+    and none of the test and bench tools; trainer and serving none of the pipeline's either."""
+    full, image = lock_pins("requirements.lock"), lock_pins(lock)
+    assert {name: full.get(name) for name in image} == image
+    assert "tensorflow" in image and not {"pytest", "ruff", "mypy", "kserve", "gcp-storage-emulator"} & set(image)
+    if lock != "requirements-components.lock":
+        assert not {"kfp", "google-cloud-pipeline-components", "google-cloud-aiplatform", "jax"} & set(image)
+    assert {"kfp", "google-cloud-pipeline-components", "google-vizier"} <= set(
+        lock_pins("requirements-components.lock")
+    )
+    assert {"tf-keras", "cloudml-hypertune", "tensorboard"} <= set(lock_pins("requirements-trainer.lock"))
+    assert {"tensorflow-serving-api", "starlette", "uvicorn", "google-cloud-storage"} <= set(
+        lock_pins("requirements-serving.lock")
+    )
 
 
 def test_locks_are_what_make_lock_compiles():
