@@ -5,9 +5,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.k8s_double.server import KubeAPI, Refused, merge_patch
+from tests.k8s_double.server import KubeAPI
 
-__all__ = ["KubeAPI", "Refused", "engine_arguments", "merge_patch", "point_clients_at", "shipped_rules"]
+__all__ = ["KubeAPI", "engine_arguments", "point_clients_at", "shipped_rules"]
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "kubeflow"
 
 

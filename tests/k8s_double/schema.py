@@ -90,12 +90,6 @@ def core_errors(obj: dict) -> list[str]:
     return _errors(validator, obj)
 
 
-def definition_errors(definition: str, value) -> list[str]:
-    """`value` against one of Kubernetes 1.32's definitions (e.g. io.k8s.api.core.v1.Container)."""
-    validator = jsonschema.Draft202012Validator({"$ref": f"{DEFS}#/$defs/{definition}"}, registry=_registry())
-    return _errors(validator, value)
-
-
 def _structural(node: dict, cel: list, path: str = "") -> dict:
     """A CRD structural schema as JSON Schema 2020-12, pruning turned into `additionalProperties: false`."""
     out: dict = {k: node[k] for k in VALUE_KEYWORDS if k in node}
@@ -175,7 +169,6 @@ class CustomSchema:
                 "$ref": f"{DEFS}#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
             }
         self.validator = jsonschema.Draft202012Validator(schema, registry=_registry())
-        self.validator.VALIDATORS  # noqa: B018 (built: the list-map check below extends it)
 
     def errors(self, obj: dict) -> list[str]:
         return _errors(self.validator, obj) + _list_map_errors(self.validator.schema, obj, "", self._resolve)
