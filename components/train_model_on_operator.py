@@ -27,6 +27,7 @@ MISSING_HINT = (
     "in the step's pod)"
 )
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # a job's pods must be able to finish (Kubeflow's mesh)
+STAGED_DATASET, STAGED_SOURCE = "dataset", ".dataset-source"  # a run folder's copy of the data set, and its source
 
 
 class TrainingJobFailed(RuntimeError):
@@ -209,8 +210,8 @@ def stage_dataset(data_path: str, run_dir: str, mount_path: str) -> str:
 
     if on_volume(data_path, mount_path):
         return data_path
-    target = os.path.join(run_dir, "dataset")
-    marker = os.path.join(run_dir, ".dataset-source")
+    target = os.path.join(run_dir, STAGED_DATASET)
+    marker = os.path.join(run_dir, STAGED_SOURCE)
     if os.path.isdir(target) and os.path.isfile(marker) and open(marker).read() == data_path:
         return target
     if os.path.isdir(target):
@@ -229,9 +230,9 @@ def release_run_folder(run_dir: str, staged: bool) -> None:
     data set there (`staged`), that copy go, so that run after run the volume does not fill up."""
     shutil.rmtree(os.path.join(run_dir, "train-model"), ignore_errors=True)
     if staged:
-        shutil.rmtree(os.path.join(run_dir, "dataset"), ignore_errors=True)
+        shutil.rmtree(os.path.join(run_dir, STAGED_DATASET), ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(run_dir, ".dataset-source"))
+            os.remove(os.path.join(run_dir, STAGED_SOURCE))
     with contextlib.suppress(OSError):
         os.rmdir(run_dir)  # only when nothing else is left in it
 
