@@ -7,7 +7,7 @@ export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run lint test test-fast bench images lock clean
+.PHONY: run lint test test-fast test-images bench images lock clean
 
 # Bytecode is compiled at install (--compile-bytecode): uv does not compile by default, and where
 # PYTHONDONTWRITEBYTECODE is set (CI, containers) Python never caches it, so each of a run's ~12 processes (steps,
@@ -47,6 +47,10 @@ bench: $(VENV)/.installed
 # one, IMAGES="trainer-gpu" the GPU trainer image.
 images:
 	bash containers/images.sh $(IMAGES)
+
+# Each image run the way Vertex AI and Kubeflow run it (tests/images; podman, as root): after `make images`.
+test-images: $(VENV)/.installed
+	$(PY) -m pytest --images tests/images $(PYTEST_ARGS)
 
 # Each image's lock, at requirements.lock's versions (-c): requirements-components.lock (pyproject.toml's
 # dependencies, no test or bench tools), requirements-trainer.lock and requirements-serving.lock (what the trainer and

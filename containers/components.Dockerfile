@@ -38,10 +38,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     TF_USE_LEGACY_KERAS=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
-# /var/hypertune: cloudml-hypertune's metric folder (the train step's local launcher runs trainer.task here).
 # /gcs, /minio, /s3: the KFP launcher's local artifact paths; on Vertex /gcs is mounted over the empty folder.
 RUN useradd --create-home --uid 1000 --user-group components \
-    && mkdir -p /var/hypertune /gcs /minio /s3 && chown 1000:1000 /var/hypertune /gcs /minio /s3
+    && mkdir -p /gcs /minio /s3 && chown 1000:1000 /gcs /minio /s3
 COPY --from=build /opt/venv /opt/venv
 # Numeric, so that Kubernetes runAsNonRoot can verify it.
 USER 1000:1000

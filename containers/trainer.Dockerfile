@@ -41,9 +41,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     TF_USE_LEGACY_KERAS=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
-# /var/hypertune: cloudml-hypertune (the chief reports tuning metrics) writes there; /var is root-only.
-RUN useradd --create-home --uid 1000 --user-group trainer \
-    && mkdir -p /var/hypertune && chown 1000:1000 /var/hypertune
+# cloudml-hypertune (the chief reports a tuning trial's metric) writes /tmp/hypertune/output.metrics, where
+# Vertex AI reads it; /tmp is writable by every user.
+RUN useradd --create-home --uid 1000 --user-group trainer
 COPY --from=build /opt/venv /opt/venv
 # Numeric, so that Kubernetes runAsNonRoot can verify it.
 USER 1000:1000

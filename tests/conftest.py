@@ -1,5 +1,6 @@
 import os
 import socket
+from pathlib import Path
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -7,6 +8,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption("--images", action="store_true", help="run tests/images: the built images (make test-images)")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/images runs the images `make images` built: only with --images (`make test-images`)."""
+    if collection_path == Path(__file__).parent / "images" and not config.getoption("--images"):
+        return True
+    return None
 
 
 def write_images(root, classes=("cats", "dogs"), per_class=12, size=(20, 16), mode="RGB", fmt="PNG", seed=0):

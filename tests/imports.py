@@ -53,3 +53,26 @@ def needed_files(entry_modules: list[str]) -> set[Path]:
         parents = name.split(".")
         todo += [".".join(parents[:i]) for i in range(1, len(parents))] + sorted(imported_modules(path))
     return seen
+
+
+# The modules each image runs: the trainer's and the server's entry points, every step of the components image; the
+# images that train (the trainer's, and the components image's local launcher and study) also the networks of
+# `models`, which the trainer imports by the name the config gives (trainer.model).
+ENTRY_MODULES = {
+    "trainer.Dockerfile": ["trainer.task", "models"],
+    "serving.Dockerfile": ["serving.vertex_container"],
+    "components.Dockerfile": [module_name(p) for p in sorted((ROOT / "components").rglob("*.py"))] + ["models"],
+}
+
+
+def external_modules(paths) -> set[str]:
+    """The other distributions' modules `paths` import anywhere (standard library included): `import a.b` as
+    `a.b`, `from a.b import c` as `a.b`."""
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(Path(path).read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module)
+    return {name for name in found if name.split(".")[0] not in PACKAGES and name != "__future__"}

@@ -12,7 +12,7 @@ from dockerfile_parse import DockerfileParser
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.imports import PACKAGES, module_name, needed_files
+from tests.imports import ENTRY_MODULES, PACKAGES, needed_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
@@ -196,16 +196,6 @@ def test_build_stages_share_the_lock_install():
         return json.dumps([(k, v.replace(default, "LOCK=requirements.lock")) for k, v in build[: end + 1]])
 
     assert len({through_the_lock(p) for p in DOCKERFILES}) == 1
-
-
-# The modules each image runs: the trainer's and the server's entry points, every step of the components image; the
-# images that train (the trainer's, and the components image's local launcher and study) also the networks of
-# `models`, which the trainer imports by the name the config gives (trainer.model).
-ENTRY_MODULES = {
-    "trainer.Dockerfile": ["trainer.task", "models"],
-    "serving.Dockerfile": ["serving.vertex_container"],
-    "components.Dockerfile": [module_name(p) for p in sorted((ROOT / "components").rglob("*.py"))] + ["models"],
-}
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)

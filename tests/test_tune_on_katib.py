@@ -440,24 +440,32 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     assert (run_dir / "dataset" / "marker").exists()
 
 
-@pytest.fixture
-def katib_cluster(monkeypatch, tmp_path):
-    """The double with Katib's controllers, its namespace labelled for the metrics collector, the claim a folder."""
+def katib_api(kubelet, monkeypatch, home):
+    """The double with Katib's controllers over `kubelet`, its namespace labelled for the metrics collector."""
     from tests.k8s_double import point_clients_at, shipped_rules
     from tests.k8s_double.katib import INJECTION
     from tests.k8s_double.katib_operator import KatibOperator
-    from tests.k8s_double.kubelet import Claim, Kubelet
 
-    volume = tmp_path / "volume"
-    volume.mkdir()
-    operator = KatibOperator(Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"}))
+    operator = KatibOperator(kubelet)
     api = KubeAPI(
         installed=dict(EXPERIMENTS),
         controllers=[operator],
         namespaces={"ml": {INJECTION: "enabled"}},
         rbac=shipped_rules(),
     )
-    point_clients_at(api, monkeypatch, tmp_path / "home")
+    point_clients_at(api, monkeypatch, home)
+    return api, operator
+
+
+@pytest.fixture
+def katib_cluster(monkeypatch, tmp_path):
+    """Katib's double with the trainer as a process, the claim a folder."""
+    from tests.k8s_double.kubelet import Claim, Kubelet
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    kubelet = Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"})
+    api, operator = katib_api(kubelet, monkeypatch, tmp_path / "home")
     yield api, operator, volume
     api.close()
 

@@ -251,12 +251,13 @@ class KServeOperator:
                 self.network.unroute(f"{tag}-{local}")
 
 
-def process_pods(claims: dict[str, str], images: dict[str, str]):
-    """`start_pod` for KServeOperator running the predictor's container as a process: `claims` maps claim names to
-    host folders, `images` image names to the project's Dockerfiles they are built from. A `pvc://CLAIM/PATH` storage
-    URI is mounted at /mnt/models as KServe mounts it (direct PVC mount: a subPath of the claim), and the injector's
-    rewrite of STORAGE_URI to /mnt/models is applied."""
-    from tests.k8s_double.pods import ProcessPod, image_config
+def process_pods(claims: dict[str, str], images: dict[str, str], runtime: str = "process"):
+    """`start_pod` for KServeOperator running the predictor's container as a process (`runtime="podman"`: in its
+    built image): `claims` maps claim names to host folders, `images` image names to the project's Dockerfiles
+    they are built from (podman: to the built images' names). A `pvc://CLAIM/PATH` storage URI is mounted read-only
+    at /mnt/models as KServe mounts it (direct PVC mount: a subPath of the claim), and the injector's rewrite of
+    STORAGE_URI to /mnt/models is applied."""
+    from tests.k8s_double.pods import PodmanPod, ProcessPod, image_config
 
     def start(isvc, revision, spec):
         (container,) = [c for c in spec["containers"] if c["name"] == "kserve-container"]
@@ -269,8 +270,9 @@ def process_pods(claims: dict[str, str], images: dict[str, str]):
                 {"name": "STORAGE_URI", "value": "/mnt/models"},
             ],
         }
-        return ProcessPod(
-            container, image_config(images[container["image"]]), {"/mnt/models": f"{claims[claim]}/{path}"}
-        )
+        mounts = {"/mnt/models": f"{claims[claim]}/{path}"}
+        if runtime == "podman":
+            return PodmanPod(container, images[container["image"]], mounts, read_only={"/mnt/models"})
+        return ProcessPod(container, image_config(images[container["image"]]), mounts)
 
     return start

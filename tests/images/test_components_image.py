@@ -1,0 +1,107 @@
+"""The components image as Vertex AI (and Kubeflow) run a container step: the compiled pipeline's own command and
+arguments with an executor input, artifacts under the pipeline root, the outputs in the executor output file that
+the next step reads."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from kfp import dsl
+
+from tests.images.conftest import WORKERS, compiled
+from tests.images.reference import model_outputs, split_examples
+from tests.images.vertex import fuse_path, run_step
+
+
+def test_data_prep_writes_the_shards_and_metadata_the_trainer_reads(prepared, storage):
+    output, dataset_uri = prepared
+    (dataset,) = output["artifacts"]["dataset"]["artifacts"]
+    metadata = dataset["metadata"]
+    assert metadata["kind"] == "image" and metadata["labels"] == [str(d) for d in range(10)]
+    assert metadata["examples"] == 1797 and metadata["quarantined"] == 0
+    folder = storage.host(dataset_uri)
+    stats = json.loads((folder / "stats.json").read_text())
+    assert sum(s["examples"] for s in stats["splits"].values()) == 1797
+    assert all(s["shards"] >= WORKERS for s in stats["splits"].values())
+    assert os.stat(folder / "stats.json").st_uid == 1000  # written by the image's user
+
+
+def artifact(cls, uri: str, metadata: dict | None = None):
+    return cls(name=cls.schema_title.split(".")[-1].lower(), uri=uri, metadata=metadata or {})
+
+
+@pytest.mark.parametrize("threshold, blessed", [(0.5, True), (0.999, False)])
+def test_the_gate_reads_the_trained_model_and_decides(
+    vertex_training_spec, prepared, trained_model_uri, storage, threshold, blessed
+):
+    output, dataset_uri = prepared
+    (dataset,) = output["artifacts"]["dataset"]["artifacts"]
+    result = run_step(
+        vertex_training_spec,
+        "evaluate-model",
+        {
+            "model": artifact(dsl.Model, trained_model_uri),
+            "dataset": artifact(dsl.Dataset, dataset_uri, dataset["metadata"]),
+            "accuracy_threshold": threshold,
+            "champion_tolerance": 0.01,
+            "champion_path": "",
+            "champion_name": "",
+            "champion_model_uri": "",
+        },
+        storage,
+        run=f"gate-{threshold}",
+    )
+    assert result["parameterValues"]["Output"] is blessed
+    (evaluation,) = result["artifacts"]["evaluation"]["artifacts"]
+    assert evaluation["metadata"]["blessed"] is blessed and 0.5 < evaluation["metadata"]["accuracy"] <= 1
+    assert json.loads(storage.host(evaluation["uri"]).read_text())["blessed"] is blessed  # the report the run shows
+    (metrics,) = result["artifacts"]["metrics"]["artifacts"]
+    assert metrics["metadata"]["accuracy"] == evaluation["metadata"]["accuracy"]
+
+
+def test_the_batch_predictor_writes_vertexs_layout_and_counts_the_bad_instance(
+    tmp_path_factory, prepared, trained_model_uri, storage
+):
+    """run-batch-prediction of the compiled Kubeflow pipeline (Vertex's own batch service runs the serving image)."""
+    spec = compiled("kubeflow", "batch_prediction", tmp_path_factory.mktemp("compiled"))
+    examples = split_examples(str(storage.host(prepared[1])), 64)
+    instances = storage.host(prepared[1]).parent / "instances.jsonl"
+    lines = [json.dumps(e.tolist()) for e in examples]
+    instances.write_text("\n".join([*lines[:10], '{"not": "an image"}', *lines[10:]]) + "\n")
+    result = run_step(
+        spec,
+        "run-batch-prediction",
+        {
+            "model_repository": "",
+            "model_name": "digits",
+            "model": fuse_path(trained_model_uri),
+            "instances": fuse_path(storage.uri(instances)),
+            "instances_format": "jsonl",
+            "batch_size": 64,
+            "key_field": "",
+            "included_fields": [],
+            "excluded_fields": [],
+            "instance_type": "",
+            "max_error_fraction": 0.05,
+            "signature_name": "",
+        },
+        storage,
+        run="batch-1",
+    )
+    values = result["parameterValues"]
+    assert (values["succeeded"], values["failed"]) == (64, 1)
+    folder = storage.host(values["output_directory"])
+    assert folder.name.startswith("prediction-digits-")
+    results = [json.loads(line) for f in sorted(folder.glob("prediction.results-*")) for line in f.open()]
+    errors = [json.loads(line) for f in sorted(folder.glob("prediction.errors_stats-*")) for line in f.open()]
+    assert len(results) == 64 and len(errors) == 1 and errors[0]["instance"] == {"not": "an image"}
+    expected = model_outputs(str(storage.host(trained_model_uri)), examples)["class_id"]
+    served = {key(r["instance"]): r["prediction"]["class_id"] for r in results}
+    assert [served[key(e)] for e in examples] == expected.tolist()
+
+
+def key(instance) -> tuple:
+    return tuple(np.asarray(instance, np.float32).ravel().tolist())

@@ -1,0 +1,43 @@
+"""Each image holds what its entry points import: every first-party module they reach, and every other module
+those import anywhere (inside functions too), imported in the image as its user."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.imports import ENTRY_MODULES, external_modules, module_name, needed_files
+from tests.podman import image, run
+
+IMPORT_ALL = """
+import importlib, json, sys
+failed = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception as e:
+        failed[name] = f"{type(e).__name__}: {e}"
+print(json.dumps(failed))
+"""
+
+
+def failed_imports(name: str, modules: list[str]) -> dict[str, str]:
+    code, out = run(image(name), ["-c", IMPORT_ALL, *modules], entrypoint=["python"])
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("dockerfile", sorted(ENTRY_MODULES))
+def test_every_module_the_entry_points_reach_imports_in_the_image(dockerfile):
+    files = needed_files(ENTRY_MODULES[dockerfile])
+    modules = sorted({module_name(f) for f in files} | external_modules(files))
+    assert len(modules) > 10
+    assert failed_imports(dockerfile.split(".")[0], modules) == {}
+
+
+def test_the_images_leave_out_what_they_do_not_run():
+    """The check sees a missing package: the server's image has none of the pipeline's tools."""
+    failed = failed_imports("serving", ["kfp", "google.cloud.aiplatform", "jax", "pytest", "serving.vertex_container"])
+    assert sorted(failed) == ["google.cloud.aiplatform", "jax", "kfp", "pytest"]
+    assert all(message.startswith("ModuleNotFoundError") for message in failed.values())
