@@ -13,7 +13,11 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 # ---- build: a virtual environment with exactly the lock, then this package (no dependencies) ----
 FROM ${PYTHON_IMAGE} AS build
 ARG UV_VERSION=0.13.8
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=1 UV_COMPILE_BYTECODE=1
+# UV_NO_CACHE=false with a cache folder mounted at /root/.cache/uv keeps the downloads between builds
+# (containers/images.sh); the cache is never part of the image (the runtime stage copies the environment only).
+ARG UV_NO_CACHE=true
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=${UV_NO_CACHE} UV_LINK_MODE=copy \
+    UV_COMPILE_BYTECODE=1
 RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
 WORKDIR /src
 # The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK:

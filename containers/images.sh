@@ -3,13 +3,16 @@
 # overlay storage, as vfs would copy every layer whole), on a base image made locally with debootstrap (Debian
 # bookworm's Python 3.11; no registry is pulled from), passed to the Dockerfiles as their PYTHON_IMAGE build
 # argument. Installs podman, runc and debootstrap when missing (as root, from Debian's packages); keeps the base
-# image between builds. Prints each image's size and build time.
+# image and uv's download cache (TFPIPE_BUILD_CACHE, default /var/cache/tfpipe) between builds, and removes what
+# older builds left unused for a week (dangling images: a replaced image, an old lock's layers).
+# Prints each image's size and build time.
 #   containers/images.sh [components|trainer|serving|trainer-gpu ...]     (default: components trainer serving)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BASE=localhost/tfpipe-python:3.11-bookworm
 TAG=${TFPIPE_IMAGE_TAG:-dev}
+CACHE=${TFPIPE_BUILD_CACHE:-/var/cache/tfpipe}
 MIRROR=${DEBIAN_MIRROR:-$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 export CONTAINERS_CONF=$PWD/containers/podman.conf
@@ -45,7 +48,8 @@ fi
 images=("$@")
 [ ${#images[@]} -gt 0 ] || images=(components trainer serving)
 for name in "${images[@]}"; do
-  args=(--build-arg "PYTHON_IMAGE=$BASE")
+  mkdir -p "$CACHE/uv"
+  args=(--build-arg "PYTHON_IMAGE=$BASE" --build-arg UV_NO_CACHE=false --volume "$CACHE/uv:/root/.cache/uv")
   dockerfile=containers/$name.Dockerfile
   if [ "$name" = trainer-gpu ]; then
     args+=(--build-arg LOCK=requirements-gpu.lock)
@@ -58,3 +62,4 @@ for name in "${images[@]}"; do
   size=$(podman image inspect --format '{{.Size}}' "tfpipe/$name:$TAG")
   echo "tfpipe/$name:$TAG: $(awk -v b="$size" 'BEGIN {printf "%.2f GB", b / 1e9}'), built in $(($(date +%s) - started)) s"
 done
+podman image prune --force --filter until=168h >/dev/null
