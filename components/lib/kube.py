@@ -186,16 +186,25 @@ def on_cancel(cleanup, log=print):
         yield
         return
 
+    received: list[str] = []
+
     def handler(signum, frame):
-        log(f"received {signal.Signals(signum).name}: the run was cancelled")
+        received.append(signal.Signals(signum).name)
+        log(f"received {received[-1]}: the run was cancelled")
         try:
             cleanup()
         finally:
-            raise Cancelled(f"stopped by {signal.Signals(signum).name}; cleaned up")
+            raise Cancelled(f"stopped by {received[-1]}; cleaned up")
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
+    except Exception as e:
+        # the handler's Cancelled can land inside a client library that catches it and retries (then the object
+        # it removed is a 404): once a signal came, whatever ends the wait is the cancellation
+        if received and not isinstance(e, Cancelled):
+            raise Cancelled(f"stopped by {received[-1]}; cleaned up") from e
+        raise
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
