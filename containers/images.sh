@@ -47,8 +47,8 @@ fi
 
 images=("$@")
 [ ${#images[@]} -gt 0 ] || images=(components trainer serving)
+mkdir -p "$CACHE/uv"
 for name in "${images[@]}"; do
-  mkdir -p "$CACHE/uv"
   args=(--build-arg "PYTHON_IMAGE=$BASE" --build-arg UV_NO_CACHE=false --volume "$CACHE/uv:/root/.cache/uv")
   dockerfile=containers/$name.Dockerfile
   if [ "$name" = trainer-gpu ]; then

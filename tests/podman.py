@@ -21,9 +21,12 @@ def image(name: str) -> str:
     return f"localhost/tfpipe/{name}:{TAG}"
 
 
+PODMAN = ["podman", "--storage-driver", "overlay"]
+
+
 def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["podman", "--storage-driver", "overlay", *args],
+        [*PODMAN, *args],
         env=ENVIRON,
         capture_output=True,
         text=True,
@@ -34,12 +37,6 @@ def podman(*args: str, check: bool = True, timeout: float = 600) -> subprocess.C
 
 def missing_images(names) -> list[str]:
     return [image(n) for n in names if podman("image", "exists", image(n), check=False).returncode != 0]
-
-
-def image_config(name: str) -> dict:
-    """The built image's Entrypoint, Cmd, User and Env, as the container runtime reads them."""
-    (inspected,) = json.loads(podman("image", "inspect", name).stdout)
-    return inspected["Config"]
 
 
 class Container:
@@ -60,7 +57,7 @@ class Container:
         """`volumes`: host folder -> container path (`:ro` appended for a read-only mount)."""
         self.name = f"tfpipe-test-{uuid.uuid4().hex[:12]}"
         self.log_path = log_path or tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")[1]
-        command = ["podman", "--storage-driver", "overlay", "run", "--rm", "--network", "host", "--name", self.name]
+        command = [*PODMAN, "run", "--rm", "--network", "host", "--name", self.name]
         for key, value in (env or {}).items():
             command += ["--env", f"{key}={value}"]
         for host, inside in (volumes or {}).items():

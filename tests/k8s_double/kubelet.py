@@ -45,10 +45,11 @@ class Kubelet:
         built images' local names (`runtime="podman"`)."""
         self.claims, self.images, self.runtime = claims, images, runtime
 
-    def image(self, name: str) -> dict:
+    def image(self, name: str) -> str:
+        """What image `name` is here (a Dockerfile or a built image's name), or the pull fails."""
         if name not in self.images:
             raise LookupError(f'Failed to pull image "{name}": not in any registry the node can reach')
-        return image_config(self.images[name]) if self.runtime == "process" else {}
+        return self.images[name]
 
     def start(self, pod: dict, container_name: str, extra_env: dict | None = None) -> ProcessPod | PodmanPod:
         errors = schema.core_errors(pod)
@@ -58,7 +59,7 @@ class Kubelet:
         (container,) = [c for c in spec["containers"] if c["name"] == container_name]
         if self.runtime == "podman":
             return self._podman(spec, container, extra_env)
-        image = self.image(container["image"])
+        image = image_config(self.image(container["image"]))
         volumes = {v["name"]: v for v in spec.get("volumes") or []}
         mounts, blocked = {}, []
         security = spec.get("securityContext") or {}
@@ -108,7 +109,7 @@ class Kubelet:
         user = (container.get("securityContext") or {}).get("runAsUser", security.get("runAsUser"))
         return PodmanPod(
             container,
-            self.images[container["image"]],
+            self.image(container["image"]),
             mounts,
             extra_env,
             read_only=read_only,

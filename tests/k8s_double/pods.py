@@ -31,6 +31,8 @@ from pathlib import Path
 
 from dockerfile_parse import DockerfileParser
 
+from tests.k8s_double.server import send
+
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -241,12 +243,7 @@ class FakePod:
                     shift = 1 if pod.mode == "wrong" else 0
                     status = 200
                     answer = {"predictions": [{"class_id": c + shift} for c in pod.classify(body["instances"])]}
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send(self, status, answer)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -112,6 +112,16 @@ def selector_matches(query: dict, labels: dict) -> bool:
     return wanted.items() <= (labels or {}).items()
 
 
+def send(handler, status: int, body) -> None:
+    """One HTTP answer: a dict as JSON, a string as plain text."""
+    data = (body if isinstance(body, str) else json.dumps(body)).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 @dataclass
 class KubeAPI:
     installed: dict = field(default_factory=dict)  # {"kubeflow.org/v1": {"tfjobs": "TFJob"}, ...}
@@ -142,12 +152,7 @@ class KubeAPI:
                 pass
 
             def _send(self, status, body):
-                data = (body if isinstance(body, str) else json.dumps(body)).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send(self, status, body)
 
             def _handle(self, method):
                 url = urlparse(self.path)
