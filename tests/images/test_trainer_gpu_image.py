@@ -1,0 +1,50 @@
+"""The GPU trainer image (`make images IMAGES=trainer-gpu`; not built by default: 6.9 GB): the trainer's modules
+import, TensorFlow is its CUDA build, and every CUDA library the lock installs loads, but for those that need the
+NVIDIA driver's libcuda.so.1, which GPU nodes mount from the host. No GPU here: the training itself is the
+trainer image's test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.images.test_entry_points import failed_imports
+from tests.imports import ENTRY_MODULES, external_modules, module_name, needed_files
+from tests.podman import image, missing_images, run
+
+pytestmark = pytest.mark.skipif(
+    bool(missing_images(["trainer-gpu"])), reason=f"{image('trainer-gpu')} not built (make images IMAGES=trainer-gpu)"
+)
+
+CUDA_CHECK = """
+import ctypes, glob, json, os
+import nvidia, tensorflow as tf
+info = tf.sysconfig.get_build_info()
+libraries = sorted(glob.glob(os.path.join(nvidia.__path__[0], "*", "lib", "lib*.so*")))
+failed = {}
+for path in libraries:
+    try:
+        ctypes.CDLL(path)
+    except OSError as e:
+        failed[os.path.basename(path)] = str(e)
+print(json.dumps({"cuda": info.get("is_cuda_build"), "cudnn": info.get("cudnn_version"), "libraries": len(libraries),
+                  "failed": failed}))
+"""
+
+
+def test_the_trainer_modules_import_in_the_gpu_image():
+    files = needed_files(ENTRY_MODULES["trainer.Dockerfile"])
+    modules = sorted({module_name(f) for f in files} | external_modules(files))
+    assert failed_imports("trainer-gpu", modules) == {}
+
+
+def test_tensorflow_is_the_cuda_build_and_its_libraries_load_without_a_gpu():
+    code, out = run(image("trainer-gpu"), ["-c", CUDA_CHECK], entrypoint=["python"])
+    assert code == 0, out
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["cuda"] is True
+    assert found["cudnn"]
+    assert found["libraries"] >= 20  # cuBLAS, cuDNN, cuFFT, cuSPARSE, cuSOLVER, NCCL, the CUDA runtime...
+    # a library that links the driver itself waits for the host's libcuda.so.1; nothing else may be missing
+    assert all("libcuda.so.1" in message for message in found["failed"].values()), found["failed"]
