@@ -35,6 +35,11 @@ PIPELINES = tuple(PIPELINE_NAMES)
 _ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+MAX_LABELS = 64  # per Vertex AI resource
+PIPELINE_LABEL = "pipeline"  # the label naming the pipeline on each Vertex job and resource a run creates
+# Vertex AI Pipelines adds its own label (vertex-ai-pipelines-run-billing-id) to every job and resource a run's
+# Google Cloud Pipeline Components create
+PIPELINES_SYSTEM_LABELS = 1
 _REGION = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
 _PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.gserviceaccount\.com$")
@@ -234,12 +239,14 @@ def described_by(parameters: type[BaseModel]):
     return describe
 
 
-def _check_labels(labels: Mapping[str, str]) -> None:
+def _check_labels(labels: Mapping[str, str], limit: int = MAX_LABELS) -> None:
     for key, value in labels.items():
         if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
             raise ValueError(f"{key}={value!r}: keys must match {_LABEL_KEY.pattern} and values {_LABEL_VALUE.pattern}")
-    if len(labels) > 64:
-        raise ValueError(f"at most 64 labels, got {len(labels)}")
+        if key.startswith("goog"):
+            raise ValueError(f"{key}: label keys starting with goog are reserved by Google Cloud")
+    if len(labels) > limit:
+        raise ValueError(f"at most {limit} labels, got {len(labels)}")
 
 
 class ScheduleSettings(BaseModel):
@@ -529,6 +536,10 @@ class Platform(BaseModel):
         _check_labels(value)
         return value
 
+    def vertex_labels(self, pipeline_name: str) -> dict[str, str]:
+        """The labels of every Vertex AI job and resource a run of `pipeline_name` creates."""
+        return {**self.labels, **self.model_labels, PIPELINE_LABEL: pipeline_name}
+
     @field_validator("components_image", "trainer_image", "trainer_gpu_image", "serving_image")
     @classmethod
     def _image(cls, value: str) -> str:
@@ -543,12 +554,17 @@ class Platform(BaseModel):
                 raise ValueError(f"model_version_aliases: {alias!r} must match {_ALIAS.pattern}")
         if len(set(self.model_version_aliases)) != len(self.model_version_aliases):
             raise ValueError("model_version_aliases must be distinct")
-        for key, value in self.model_labels.items():
-            if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
-                raise ValueError(
-                    f"model_labels: {key}={value!r}: keys must match {_LABEL_KEY.pattern} and values "
-                    f"{_LABEL_VALUE.pattern}"
-                )
+        try:
+            _check_labels(self.model_labels)
+        except ValueError as e:
+            raise ValueError(f"model_labels: {e}") from None
+        merged = self.vertex_labels(max(PIPELINE_NAMES.values(), key=len))
+        if len(merged) > MAX_LABELS - PIPELINES_SYSTEM_LABELS:
+            raise ValueError(
+                f"labels and model_labels make {len(merged)} labels on each Vertex AI job and resource (with "
+                f"{PIPELINE_LABEL}=<pipeline name>); Vertex allows {MAX_LABELS}, and a pipeline run adds "
+                f"{PIPELINES_SYSTEM_LABELS} of its own: keep them to {MAX_LABELS - PIPELINES_SYSTEM_LABELS}"
+            )
         if self.serving_max_replicas < self.serving_min_replicas:
             raise ValueError(
                 f"serving_max_replicas ({self.serving_max_replicas}) must be >= serving_min_replicas "

@@ -337,7 +337,7 @@ class VertexOps(_SameEverywhere):
     def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
         super().__init__(platform, pipeline_name, model_builder)
         # labels of every Vertex resource and job: the runs' labels, the model labels, the pipeline's name
-        self.labels = {**platform.labels, **platform.model_labels, "pipeline": pipeline_name}
+        self.labels = platform.vertex_labels(pipeline_name)
         image = platform.components_image
         self._plan = _component(plan_vertex_training.plan_vertex_training, image)
         self._import = _component(import_trained_model.import_trained_model, image)
@@ -351,6 +351,9 @@ class VertexOps(_SameEverywhere):
         self._plan_batch = _component(plan_batch_prediction.plan_batch_prediction, image)
         self._finish = _component(finish_vertex_rollout.finish_vertex_rollout, image)
         self._crown = _component(crown_vertex_model.crown_vertex_model, image)
+        from components.deploy_vertex_model import deploy_vertex_model_op  # GCPC's types: imported for vertex only
+
+        self._deploy = deploy_vertex_model_op(image)
 
     def _place(self, task):
         """A lightweight step's CPU and memory limits from `platform.step_limits` (Vertex picks the machine)."""
@@ -502,7 +505,7 @@ class VertexOps(_SameEverywhere):
         endpoint's current models), then finish the rollout (at 100 %: undeploy the others but `keep_previous`,
         move the champion aliases). Otherwise move the aliases to the uploaded version now."""
         from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
-        from google_cloud_pipeline_components.v1.endpoint import EndpointCreateOp, ModelDeployOp
+        from google_cloud_pipeline_components.v1.endpoint import EndpointCreateOp
 
         p = self.platform
         aliases = list(p.model_version_aliases)
@@ -533,16 +536,16 @@ class VertexOps(_SameEverywhere):
             )
             split.set_display_name("Traffic split")
             deployed = _uncached(
-                ModelDeployOp(
+                self._deploy(
                     model=registered,
                     endpoint=endpoint,
                     deployed_model_display_name=p.model_display_name,
                     traffic_split=split.output,
-                    dedicated_resources_machine_type=p.serving_machine_type,
-                    dedicated_resources_min_replica_count=p.serving_min_replicas,
-                    dedicated_resources_max_replica_count=p.serving_max_replicas,
-                    dedicated_resources_accelerator_type=p.serving_accelerator_type,
-                    dedicated_resources_accelerator_count=p.serving_accelerator_count,
+                    machine_type=p.serving_machine_type,
+                    min_replica_count=p.serving_min_replicas,
+                    max_replica_count=p.serving_max_replicas,
+                    accelerator_type=p.serving_accelerator_type,
+                    accelerator_count=p.serving_accelerator_count,
                     service_account=p.service_account,
                 )
             ).set_display_name("Deploy to endpoint")

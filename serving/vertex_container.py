@@ -10,6 +10,10 @@ custom-container contract.  `python -m serving.vertex_container`, configured by 
                          Vertex's ids: `deployedModelId` in responses, and the routes' defaults when Vertex's
                          route variables are unset: /v1/endpoints/ENDPOINT/deployedModels/DEPLOYED_MODEL (health)
                          and the same with `:predict` (predict); /health and /predict when the ids are unset too.
+  TFPIPE_MAX_REQUEST_BYTES
+                         the largest request body accepted (default 64 MiB). Vertex's online endpoints refuse
+                         bodies over 1.5 MB before they reach the container; its batch prediction service sends
+                         `batch_size` instances per request (64 base64 images of 30 KB are 2.5 MB), straight to it.
 
 The server starts listening at once (Vertex's TCP liveness probe restarts a container that has not opened its port
 within about 40 seconds) while the SavedModel is copied into a local model repository as version 1 of the model
@@ -37,6 +41,7 @@ log = logging.getLogger("tfpipe.serving")
 MODEL_NAME = "model"  # the name in the local repository (TF Serving's /v1/models/model/... routes also answer)
 VERSION = 1
 DEFAULT_PORT = 8080
+MAX_REQUEST_BYTES = 64 * 2**20
 LOAD_CHECK_SECONDS = 0.1
 
 
@@ -51,6 +56,7 @@ class Settings:
     health_route: str
     predict_route: str
     deployed_model_id: str
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> Settings:
@@ -65,6 +71,9 @@ class Settings:
             port = int(environ.get("AIP_HTTP_PORT") or DEFAULT_PORT)
         except ValueError:
             raise ContainerError(f"AIP_HTTP_PORT must be a port number, got {environ['AIP_HTTP_PORT']!r}") from None
+        limit = environ.get("TFPIPE_MAX_REQUEST_BYTES") or str(MAX_REQUEST_BYTES)
+        if not limit.isdigit() or int(limit) < 1:
+            raise ContainerError(f"TFPIPE_MAX_REQUEST_BYTES must be a positive number of bytes, got {limit!r}")
         endpoint, deployed = environ.get("AIP_ENDPOINT_ID", ""), environ.get("AIP_DEPLOYED_MODEL_ID", "")
         vertex_route = f"/v1/endpoints/{endpoint}/deployedModels/{deployed}" if endpoint and deployed else ""
         return cls(
@@ -73,6 +82,7 @@ class Settings:
             environ.get("AIP_HEALTH_ROUTE") or vertex_route or "/health",
             environ.get("AIP_PREDICT_ROUTE") or (f"{vertex_route}:predict" if vertex_route else "/predict"),
             deployed,
+            int(limit),
         )
 
 
@@ -173,6 +183,7 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
                 health_route=settings.health_route,
                 predict_route=settings.predict_route,
                 deployed_model_id=settings.deployed_model_id,
+                max_request_bytes=settings.max_request_bytes,
             ),
         )
         log.info(

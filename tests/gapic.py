@@ -37,17 +37,28 @@ def done_operation(response, name: str = "operations/1") -> operations_pb2.Opera
     return operations_pb2.Operation(name=name, done=True, response=packed)
 
 
+PROJECT_NUMBER = "123456789012"
+
+
+def numbered(resource_name: str) -> str:
+    """A resource name as Vertex AI answers it: the project named by its number."""
+    parts = resource_name.split("/")
+    return "/".join([parts[0], PROJECT_NUMBER, *parts[2:]])
+
+
 class RegistryDouble:
     """One Vertex AI endpoint and one registry model behind the EndpointService / ModelService stubs, in memory:
     deployed models (id, model version, deploy time), the traffic split and the version aliases. Every request is
     recorded, in order, in `calls` as (rpc, request); the state changes as Vertex's would (UpdateEndpoint replaces
-    the split, UndeployModel refuses a model that still has traffic, MergeVersionAliases moves an alias)."""
+    the split, UndeployModel refuses a model that still has traffic, MergeVersionAliases moves an alias). Names are
+    answered as Vertex answers them: with the project's number, and a DeployedModel's `model` without its version
+    (that is in `model_version_id`)."""
 
     def __init__(self, monkeypatch, endpoint_name: str, model_name: str, deployed: list, split: dict, aliases: dict):
         from google.cloud.aiplatform_v1.services.endpoint_service.transports.grpc import EndpointServiceGrpcTransport
         from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
 
-        self.endpoint_name, self.model_name = endpoint_name, model_name
+        self.endpoint_name, self.model_name = numbered(endpoint_name), numbered(model_name)
         self.deployed = list(deployed)  # [(deployed model id, version id, create time seconds)]
         self.split = dict(split)
         self.aliases = dict(aliases)  # {alias: version id}
@@ -110,7 +121,8 @@ class RegistryDouble:
     def _merge_version_aliases(self, request):
         from google.cloud.aiplatform_v1.types import model as model_pb
 
-        version = request.name.partition("@")[2]
+        name, _, version = request.name.partition("@")
+        assert numbered(name) == self.model_name, request.name
         for alias in request.version_aliases:
             self.aliases[alias] = version
         return model_pb.Model(name=self.model_name, version_id=version, version_aliases=self._version_aliases(version))
@@ -119,5 +131,6 @@ class RegistryDouble:
         from google.cloud.aiplatform_v1.types import model as model_pb
 
         name, _, version = request.name.partition("@")
+        assert numbered(name) == self.model_name, request.name
         version = self.aliases.get(version, version)
-        return model_pb.Model(name=name, version_id=version, version_aliases=self._version_aliases(version))
+        return model_pb.Model(name=self.model_name, version_id=version, version_aliases=self._version_aliases(version))

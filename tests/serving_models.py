@@ -26,6 +26,24 @@ def toy_model(path: str, k: int, single_output: bool = False, warmup_inputs: dic
     return path
 
 
+def image_bytes_model(path: str) -> str:
+    """`image_bytes` string [None] of encoded RGB images (any size) → `mean` float32: each image's mean pixel."""
+
+    class Images(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+        def serve(self, image_bytes):
+            def mean(encoded):
+                return tf.reduce_mean(
+                    tf.cast(tf.io.decode_image(encoded, channels=3, expand_animations=False), tf.float32)
+                )
+
+            return {"mean": tf.map_fn(mean, image_bytes, fn_output_signature=tf.float32)}
+
+    module = Images()
+    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+    return path
+
+
 def publish(staging: str, base: str, name: str, version: str) -> str:
     """Move a built SavedModel into place atomically, as the model repository does."""
     target = os.path.join(base, name, version)

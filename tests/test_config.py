@@ -233,6 +233,24 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
             "model_version_aliases: give at least one alias (the first one marks the champion)",
         ),
         ("keep_previous: -1", "platform.keep_previous", "Input should be greater than or equal to 0 (got -1)"),
+        (
+            "labels: {goog-team: ml}",
+            "platform.labels",
+            "goog-team: label keys starting with goog are reserved by Google Cloud",
+        ),
+        (
+            "model_labels: {Kind: cnn}",
+            "platform",
+            "model_labels: Kind='cnn': keys must match ^[a-z][a-z0-9_-]{0,62}$ and values ^[a-z0-9_-]{0,63}$",
+        ),
+        (
+            # 40 + 23 labels, each under Vertex's 64 alone: with the pipeline's label, 64 on every job
+            f"labels: {{{', '.join(f'l{i}: x' for i in range(40))}}}\n"
+            f"  model_labels: {{{', '.join(f'm{i}: y' for i in range(23))}}}",
+            "platform",
+            "labels and model_labels make 64 labels on each Vertex AI job and resource (with pipeline=<pipeline name>); "
+            "Vertex allows 64, and a pipeline run adds 1 of its own: keep them to 63",
+        ),
     ],
 )
 def test_platform_validation_names_the_field(tmp_path, setting, field, message):

@@ -184,6 +184,7 @@ def test_vertex_dag(tmp_path):
         "exec-find-registry-champion",
         "exec-finish-vertex-rollout",
         "exec-crown-vertex-model",
+        "exec-deploy-vertex-model",  # GCPC's deploy launcher, from the components image
     ):
         assert imgs[name] == "example.com/tfpipe/components:abc"
     for name in (
@@ -191,7 +192,6 @@ def test_vertex_dag(tmp_path):
         "exec-model-upload",
         "exec-model-upload-2",
         "exec-endpoint-create",
-        "exec-model-deploy",
     ):
         assert imgs[name].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
     importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
@@ -502,7 +502,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "find-endpoint",
         "condition-branches-9",
         "plan-traffic-split",
-        "model-deploy",
+        "deploy-vertex-model",
         "finish-vertex-rollout",
     }
     assert params(deploy["find-endpoint"]) == {
@@ -517,7 +517,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
     }
     # every step that reads or changes the endpoint runs each time (a deleted endpoint is never served from cache)
-    for name in ("find-endpoint", "plan-traffic-split", "model-deploy", "finish-vertex-rollout"):
+    for name in ("find-endpoint", "plan-traffic-split", "deploy-vertex-model", "finish-vertex-rollout"):
         assert deploy[name]["cachingOptions"] == {}
     inner = dag(spec, "comp-condition-branches-9")
     assert (
@@ -563,24 +563,24 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     uploaded = {
         "componentInputArtifact": "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"
     }
-    task = deploy["model-deploy"]
-    assert deps(deploy, "model-deploy") == ["condition-branches-9", "plan-traffic-split"]
+    task = deploy["deploy-vertex-model"]
+    assert deps(deploy, "deploy-vertex-model") == ["condition-branches-9", "plan-traffic-split"]
     assert task["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(task) == {
         "deployed_model_display_name": "digits",
         "traffic_split": {
             "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "plan-traffic-split"}
         },
-        "dedicated_resources_machine_type": "n1-highcpu-4",
-        "dedicated_resources_min_replica_count": 2,
-        "dedicated_resources_max_replica_count": 5,
-        "dedicated_resources_accelerator_type": "NVIDIA_TESLA_T4",
-        "dedicated_resources_accelerator_count": 1,
+        "machine_type": "n1-highcpu-4",
+        "min_replica_count": 2,
+        "max_replica_count": 5,
+        "accelerator_type": "NVIDIA_TESLA_T4",
+        "accelerator_count": 1,
         "service_account": SA,  # the deployed container runs as the run's service account
     }
     # only after the deploy succeeded: undeploy the previous models (but keep_previous) and move the aliases
     finish = deploy["finish-vertex-rollout"]
-    assert deps(deploy, "finish-vertex-rollout") == ["condition-branches-9", "model-deploy"]
+    assert deps(deploy, "finish-vertex-rollout") == ["condition-branches-9", "deploy-vertex-model"]
     assert finish["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(finish) == {
         "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},

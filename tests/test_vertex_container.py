@@ -3,6 +3,8 @@ contract: started as the image starts it, with AIP_* variables and AIP_STORAGE_U
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import signal
@@ -16,8 +18,8 @@ import numpy as np
 import pytest
 import requests
 
-from serving.vertex_container import Settings, place_model
-from tests.serving_models import toy_model
+from serving.vertex_container import ContainerError, Settings, place_model
+from tests.serving_models import image_bytes_model, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRYPOINT = [sys.executable, "-m", "serving.vertex_container"]
@@ -44,6 +46,19 @@ def container_env(tmp_path: Path, **aip) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
     (tmp_path / "tmp").mkdir(exist_ok=True)
     return {**env, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp"), "TF_CPP_MIN_LOG_LEVEL": "2", **aip}
+
+
+def wait_healthy(proc, health_url: str, log: Path) -> list[int]:
+    """Poll the health route until it answers 200; the status codes it answered."""
+    deadline, answers = time.time() + 180, []
+    while not answers or answers[-1] != 200:
+        assert proc.poll() is None, f"the container exited ({proc.returncode}):\n{log.read_text()}"
+        assert time.time() < deadline, f"never healthy; answers {answers[-5:]}\n{log.read_text()}"
+        try:
+            answers.append(requests.get(health_url, timeout=10).status_code)
+        except requests.ConnectionError:
+            time.sleep(0.2)
+    return answers
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +95,7 @@ def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gc
         proc = subprocess.Popen(ENTRYPOINT, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline, answers = time.time() + 180, []
-        while not answers or answers[-1] != 200:
-            assert proc.poll() is None, f"the container exited ({proc.returncode}):\n{log.read_text()}"
-            assert time.time() < deadline, f"never healthy; answers {answers[-5:]}\n{log.read_text()}"
-            try:
-                answers.append(requests.get(url + ROUTE, timeout=10).status_code)
-            except requests.ConnectionError:
-                time.sleep(0.2)
+        answers = wait_healthy(proc, url + ROUTE, log)
         assert set(answers) <= {503, 200}, answers  # the route exists from the start; 200 only once loaded
 
         instances = [[0.5, -1.25, 2.0], [3.0, 0.0, -0.75], [1e-3, 7.0, 1.0 / 3]]
@@ -128,6 +136,33 @@ def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gc
     assert copy.startswith(str(tmp_path / "tmp")) and copy.endswith("/model/1")
     assert not Path(copy).parent.parent.exists()
     assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_takes_a_batch_services_request_of_64_base64_images(tmp_path):
+    """Vertex's batch prediction sends `batch_size` (64) instances per request, straight to the container: 64 PNGs
+    of about 30 KB, base64-encoded, are a 2.6 MB body, over the 1.5 MB that online endpoints accept."""
+    import tensorflow as tf
+
+    model = image_bytes_model(str(tmp_path / "images"))
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (64, 100, 100, 3), dtype=np.uint8)
+    pngs = [tf.io.encode_png(p).numpy() for p in pixels]
+    assert all(29_000 < len(png) < 31_000 for png in pngs)
+    body = {"instances": [{"b64": base64.b64encode(png).decode()} for png in pngs]}
+    assert len(json.dumps(body)) > 2.5e6
+    port, log = free_port(), tmp_path / "container.log"
+    env = container_env(tmp_path, AIP_HTTP_PORT=str(port), AIP_STORAGE_URI=model)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(ENTRYPOINT, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(proc, f"http://127.0.0.1:{port}/health", log)
+        answer = requests.post(f"http://127.0.0.1:{port}/predict", json=body, timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert answer.status_code == 200, answer.text
+    means = answer.json()["predictions"]  # one output: TF Serving's row format gives the values alone
+    np.testing.assert_allclose(means, pixels.reshape(64, -1).mean(axis=1), rtol=1e-5)
 
 
 def run_container(tmp_path, **aip) -> subprocess.CompletedProcess:
@@ -224,7 +259,17 @@ def test_place_model_links_a_local_directory_and_downloads_a_gcs_one(saved_model
         ),
         # outside Vertex: the `serve` command's routes
         ({"AIP_STORAGE_URI": "file:///models/m"}, Settings("/models/m", 8080, "/health", "/predict", "")),
+        (
+            {"AIP_STORAGE_URI": "/m", "TFPIPE_MAX_REQUEST_BYTES": "1000"},
+            Settings("/m", 8080, "/health", "/predict", "", 1000),
+        ),
     ],
 )
 def test_settings_from_the_environment(environ, expected):
     assert Settings.from_environ(environ) == expected
+    assert Settings.from_environ({"AIP_STORAGE_URI": "/m"}).max_request_bytes == 64 * 2**20
+
+
+def test_a_request_limit_that_is_not_a_number_is_refused():
+    with pytest.raises(ContainerError, match="TFPIPE_MAX_REQUEST_BYTES must be a positive number of bytes, got '2MB'"):
+        Settings.from_environ({"AIP_STORAGE_URI": "/m", "TFPIPE_MAX_REQUEST_BYTES": "2MB"})

@@ -454,7 +454,7 @@ def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkey
     }
     Launch(
         specs["training"],
-        dag(specs["training"], "comp-condition-12")["model-deploy"],
+        dag(specs["training"], "comp-condition-12")["deploy-vertex-model"],
         {"traffic_split": {"0": 10, "d1": 90}},
         {"endpoint": endpoint, "model": model},
         tmp_path,
@@ -465,6 +465,7 @@ def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkey
     assert body["traffic_split"] == {"0": 10, "d1": 90}
     deployed = body["deployed_model"]
     assert deployed["model"] == f"{MODEL}@4" and deployed["service_account"] == SA
+    assert deployed["display_name"] == "digits"  # GCPC 2.22's ModelDeployOp leaves it out
     assert deployed["dedicated_resources"]["machine_spec"] == {
         "machine_type": "n1-highcpu-4",
         "accelerator_type": "NVIDIA_TESLA_T4",
@@ -494,6 +495,6 @@ def test_every_gcpc_task_that_takes_the_identity_gets_it(specs):
         "model-upload": ["encryption_spec_key_name"],
         "model-upload-2": ["encryption_spec_key_name"],
         "endpoint-create": ["encryption_spec_key_name"],
-        "model-deploy": ["service_account"],
+        "deploy-vertex-model": ["service_account"],
         "model-batch-predict": ["service_account", "encryption_spec_key_name"],
     }

@@ -10,10 +10,11 @@ from kfp import dsl
 from components.crown_vertex_model import crown_vertex_model
 from components.finish_vertex_rollout import finish_vertex_rollout
 from components.lib.vertex_rollout import RolloutError, finish_rollout, promote, rollback
-from tests.gapic import RegistryDouble
+from tests.gapic import RegistryDouble, numbered
 
 ENDPOINT = "projects/my-project/locations/europe-west4/endpoints/777"
 MODEL = "projects/my-project/locations/europe-west4/models/111"
+ANSWERED_MODEL = numbered(MODEL)  # as Vertex names it in its answers: with the project's number
 ALIASES = ["champion", "blue"]
 
 
@@ -26,29 +27,29 @@ def double(monkeypatch, deployed, split, aliases=None):
     return RegistryDouble(monkeypatch, ENDPOINT, MODEL, deployed, split, aliases or {"champion": "1", "default": "1"})
 
 
-def get_endpoint():
-    return ("get_endpoint", endpoint_service.GetEndpointRequest(name=ENDPOINT))
+def get_endpoint(endpoint=ENDPOINT):
+    return ("get_endpoint", endpoint_service.GetEndpointRequest(name=endpoint))
 
 
-def undeploy(deployed_model_id):
+def undeploy(deployed_model_id, endpoint=ENDPOINT):
     return (
         "undeploy_model",
-        endpoint_service.UndeployModelRequest(endpoint=ENDPOINT, deployed_model_id=deployed_model_id),
+        endpoint_service.UndeployModelRequest(endpoint=endpoint, deployed_model_id=deployed_model_id),
     )
 
 
-def merge(version, aliases=("champion", "blue", "default")):
+def merge(version, aliases=("champion", "blue", "default"), model=MODEL):
     return (
         "merge_version_aliases",
-        model_service.MergeVersionAliasesRequest(name=f"{MODEL}@{version}", version_aliases=list(aliases)),
+        model_service.MergeVersionAliasesRequest(name=f"{model}@{version}", version_aliases=list(aliases)),
     )
 
 
-def traffic(split):
+def traffic(split, endpoint=ENDPOINT):
     return (
         "update_endpoint",
         endpoint_service.UpdateEndpointRequest(
-            endpoint=Endpoint(name=ENDPOINT, traffic_split=split),
+            endpoint=Endpoint(name=endpoint, traffic_split=split),
             update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
         ),
     )
@@ -79,6 +80,16 @@ def test_a_canary_leaves_the_endpoint_and_the_aliases_alone(monkeypatch, capsys)
     assert "canary: d2" in capsys.readouterr().out and vertex.aliases["champion"] == "1"
 
 
+def test_a_canary_that_got_all_the_traffic_is_a_full_rollout(monkeypatch, capsys):
+    # a 10 % canary where the only other model served 0 % (kept by an earlier rollout): the split gave it 100 %
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100})
+    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 0, ALIASES)
+    assert vertex.calls == [get_endpoint(), undeploy("d1"), merge("2")]
+    assert result == {"deployed_model_id": "d2", "canary": False, "undeployed": ["d1"], "kept": []}
+    assert "serves all the traffic (nothing else served): a full rollout" in capsys.readouterr().out
+    assert vertex.aliases["champion"] == "2"
+
+
 def test_finish_rollout_needs_the_version_on_the_endpoint(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100)], {"d1": 100})
     with pytest.raises(RolloutError, match=f"{MODEL}@2 is not deployed on the endpoint"):
@@ -89,15 +100,15 @@ def test_finish_rollout_needs_the_version_on_the_endpoint(monkeypatch):
 def test_promote_gives_the_canary_all_traffic_undeploys_the_rest_and_crowns_it(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     result = promote(ENDPOINT, 0, ALIASES)
-    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2")]
-    assert result == {"deployed_model_id": "d2", "model_version": f"{MODEL}@2", "undeployed": ["d1"]}
+    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2", model=ANSWERED_MODEL)]
+    assert result == {"deployed_model_id": "d2", "model_version": f"{ANSWERED_MODEL}@2", "undeployed": ["d1"]}
     assert vertex.split == {"d2": 100} and vertex.aliases["champion"] == "2"
 
 
 def test_promote_a_named_deployed_model_keeping_one(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 80, "d2": 10, "d3": 10})
     promote(ENDPOINT, 1, ALIASES, deployed_model_id="d2")
-    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2")]
+    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2", model=ANSWERED_MODEL)]
     with pytest.raises(RolloutError, match="no deployed model d9 on .*; deployed: d2, d3"):
         promote(ENDPOINT, 0, ALIASES, deployed_model_id="d9")
 
@@ -108,12 +119,12 @@ def test_rollback_of_a_canary(monkeypatch):
     assert vertex.calls == [
         get_endpoint(),
         traffic({"d1": 100}),
-        ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2")),
+        ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@2")),
         undeploy("d2"),
     ]
     assert result == {
         "deployed_model_id": "d1",
-        "model_version": f"{MODEL}@1",
+        "model_version": f"{ANSWERED_MODEL}@1",
         "undeployed": ["d2"],
         "aliases_moved": False,
     }
@@ -129,9 +140,9 @@ def test_rollback_of_a_full_rollout_moves_the_aliases_back(monkeypatch):
     assert vertex.calls == [
         get_endpoint(),
         traffic({"d1": 100}),
-        ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2")),
+        ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@2")),
         undeploy("d2"),
-        merge("1"),
+        merge("1", model=ANSWERED_MODEL),
     ]
     assert result["aliases_moved"] and vertex.aliases == {"champion": "1", "blue": "1", "default": "1"}
 
@@ -178,8 +189,14 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
             order_by="create_time",
         ),
     )
-    assert vertex.calls[1:] == [get_endpoint(), traffic({"d3": 100}), undeploy("d1"), merge("3")]
-    assert result.output.splitlines()[-1] == f"promoted {MODEL}@3 (deployed model d3)"
+    found = numbered(ENDPOINT)  # the listed endpoint's name, as Vertex answers it
+    assert vertex.calls[1:] == [
+        get_endpoint(found),
+        traffic({"d3": 100}, found),
+        undeploy("d1", found),
+        merge("3", model=ANSWERED_MODEL),
+    ]
+    assert result.output.splitlines()[-1] == f"promoted {ANSWERED_MODEL}@3 (deployed model d3)"
 
     vertex.calls.clear()
     result = CliRunner().invoke(
@@ -189,11 +206,11 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
     assert vertex.calls == [
         get_endpoint(),
         traffic({"d2": 100}),
-        ("get_model", model_service.GetModelRequest(name=f"{MODEL}@3")),
+        ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@3")),
         undeploy("d3"),
-        merge("2"),
+        merge("2", model=ANSWERED_MODEL),
     ]
-    assert result.output.splitlines()[-1] == f"rolled back to {MODEL}@2 (deployed model d2)"
+    assert result.output.splitlines()[-1] == f"rolled back to {ANSWERED_MODEL}@2 (deployed model d2)"
 
     result = CliRunner().invoke(
         cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT]

@@ -97,6 +97,7 @@ def check_endpoint_create(request: dict, platform: Platform) -> None:
 def check_deploy(request: dict, platform: Platform) -> None:
     deployed = request["deployed_model"]
     assert "@" in deployed["model"]
+    assert deployed["display_name"] == platform.model_display_name
     assert deployed.get("service_account", "") == platform.service_account
     resources = deployed["dedicated_resources"]
     assert resources["machine_spec"]["machine_type"] == platform.serving_machine_type

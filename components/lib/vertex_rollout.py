@@ -41,8 +41,19 @@ def _models(location: str):
 
 
 def version_name(deployed) -> str:
-    """`projects/.../models/ID@VERSION` of a DeployedModel."""
-    return f"{deployed.model}@{deployed.model_version_id}"
+    """`projects/.../models/ID@VERSION` of a DeployedModel (Vertex gives its `model` without a version, and with the
+    project's number, and the version in `model_version_id`)."""
+    return f"{deployed.model.partition('@')[0]}@{deployed.model_version_id}"
+
+
+def model_version_ids(resource_name: str) -> tuple[str, str, str]:
+    """(location, model ID, version) of `projects/P/locations/L/models/ID[@VERSION]`: what identifies a version
+    whether the project is named by its ID or by its number."""
+    name, _, version = resource_name.partition("@")
+    parts = name.split("/")
+    if len(parts) != 6 or parts[0] != "projects" or parts[2] != "locations" or parts[4] != "models":
+        raise ValueError(f"not a model resource name: {resource_name!r}")
+    return parts[3], parts[5], version
 
 
 def deployed_models(endpoint_name: str) -> tuple[list, dict]:
@@ -87,7 +98,8 @@ def _retired(others: list, keep_previous: int) -> list:
 
 
 def _find(deployed: list, model_version: str):
-    matches = [d for d in deployed if version_name(d) == model_version]
+    wanted = model_version_ids(model_version)
+    matches = [d for d in deployed if model_version_ids(version_name(d)) == wanted]
     if not matches:
         raise RolloutError(f"{model_version} is not deployed on the endpoint")
     return matches[-1]
@@ -96,18 +108,21 @@ def _find(deployed: list, model_version: str):
 def finish_rollout(
     endpoint_name: str, model_version: str, traffic_percentage: int, keep_previous: int, aliases: list[str], echo=print
 ) -> dict:
-    """After `model_version` was deployed with `traffic_percentage` %: at 100 %, undeploy the others (but the
-    `keep_previous` newest) and move the aliases to it; below 100 % (a canary), change nothing."""
+    """After `model_version` was deployed with `traffic_percentage` %: when it serves all the traffic (100 %, or a
+    canary on an endpoint where nothing else served), undeploy the others (but the `keep_previous` newest) and move
+    the aliases to it; while others serve too (a canary), change nothing."""
     deployed, split = deployed_models(endpoint_name)
     new = _find(deployed, model_version)
     others = [d for d in deployed if d.id != new.id]
-    if traffic_percentage < 100:
+    if int(split.get(new.id, 0)) < 100:
         echo(
             f"canary: {new.id} ({model_version}) serves {split.get(new.id, 0)} %; the others keep theirs "
             f"({', '.join(f'{d.id}: {split.get(d.id, 0)} %' for d in others) or 'none'}). Promote it with "
             "`python -m pipelines promote --target vertex` or roll it back with `... rollback --target vertex`"
         )
         return {"deployed_model_id": new.id, "canary": True, "undeployed": [], "kept": [d.id for d in others]}
+    if traffic_percentage < 100:
+        echo(f"{new.id} ({model_version}) serves all the traffic (nothing else served): a full rollout")
     retired = _retired(others, keep_previous)
     undeploy(endpoint_name, [d.id for d in retired], echo)
     move_aliases(model_version, aliases, echo)

@@ -7,8 +7,12 @@ import json
 
 import pytest
 
+from components.deploy_vertex_model import LAUNCHER
 from tests.imports import ENTRY_MODULES, external_modules, module_name, needed_files
 from tests.podman import image, run
+
+# what the compiled pipelines run from an image by name (`python -m`), not reached through an import
+RUN_BY_NAME = {"components.Dockerfile": {LAUNCHER}}
 
 IMPORT_ALL = """
 import importlib, json, sys
@@ -31,7 +35,7 @@ def failed_imports(name: str, modules: list[str]) -> dict[str, str]:
 @pytest.mark.parametrize("dockerfile", sorted(ENTRY_MODULES))
 def test_every_module_the_entry_points_reach_imports_in_the_image(dockerfile):
     files = needed_files(ENTRY_MODULES[dockerfile])
-    modules = sorted({module_name(f) for f in files} | external_modules(files))
+    modules = sorted({module_name(f) for f in files} | external_modules(files) | RUN_BY_NAME.get(dockerfile, set()))
     assert len(modules) > 10
     assert failed_imports(dockerfile.split(".")[0], modules) == {}
 
