@@ -418,7 +418,6 @@ def deploy_model_on_kserve(
     keep_previous: int,
     poll_seconds: float,
     timeout_minutes: int,
-    run_id: str,
     endpoint: Output[Artifact],
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (kubeflow, serving: kserve): serve the published version on the InferenceService
@@ -445,7 +444,6 @@ def deploy_model_on_kserve(
         keep_previous: Older revisions of the InferenceService kept after a full rollout.
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the new revision is not Ready by then.
-        run_id: The pipeline run's name, part of the objects' names and labels.
     """
     import json
     from collections import namedtuple
@@ -479,7 +477,7 @@ def deploy_model_on_kserve(
             checks=reference_checks(path, dataset.path),
             protocol=predictor_kind,
             keep_previous=keep_previous,
-            labels={**kube.run_labels(run_id, "deploy-model"), "tfpipe/model-version": str(version)},
+            labels={**kube.run_labels(kube.run_id(), "deploy-model"), "tfpipe/model-version": str(version)},
             poll_seconds=poll_seconds,
             timeout_seconds=timeout_minutes * 60,
             log=kube.log_to_stdout,

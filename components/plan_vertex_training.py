@@ -45,10 +45,10 @@ def worker_pool_specs(
     return specs
 
 
-def job_display_name(run_name: str, purpose: str) -> str:
-    """`<run_name>-<purpose>`, the run's name shortened to fit Vertex's 128-character display names."""
+def job_display_name(name: str, purpose: str) -> str:
+    """`<name>-<purpose>`, the name shortened to fit Vertex's 128-character display names."""
     suffix = f"-{purpose}"
-    return run_name[: 128 - len(suffix)] + suffix
+    return name[: 128 - len(suffix)] + suffix
 
 
 def plan_vertex_training(
@@ -62,13 +62,15 @@ def plan_vertex_training(
     hyperparameters: dict,
     tuned_parameters: list,
     model_builder: str,
-    run_name: str,
+    pipeline_name: str,
     purpose: str,
     job_dir: Output[Artifact],
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
     """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
-    display name (`<run_name>-<purpose>`). The trainer trains `model_builder`'s model; `tuned_parameters` are left
-    out of the flags: a tuning job appends each trial's values itself.
+    display name (`<pipeline_name>-<purpose>`). The trainer trains `model_builder`'s model; `tuned_parameters` are
+    left out of the flags: a tuning job appends each trial's values itself. Nothing here is unique to a run (the
+    run's name would be): on unchanged inputs Vertex serves this step from its cache, with the same base output
+    directory, so that the tuning and training jobs after it are served from the cache too.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -80,7 +82,7 @@ def plan_vertex_training(
         epochs: Training epochs.
         hyperparameters: Trainer flags by name with underscores.
         tuned_parameters: Parameters a tuning job sets per trial (left out of the flags).
-        run_name: The pipeline run's name, part of the job's display name.
+        pipeline_name: The pipeline's name, part of the job's display name.
         purpose: train or tune: the display name's suffix.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
@@ -94,4 +96,4 @@ def plan_vertex_training(
         trainer_image, dataset.uri, workers, machine_type, flags, accelerator_type, accelerator_count
     )
     Outputs = namedtuple("Outputs", ["worker_pool_specs", "base_output_directory", "display_name"])
-    return Outputs(specs, job_dir.uri, job_display_name(run_name, purpose))
+    return Outputs(specs, job_dir.uri, job_display_name(pipeline_name, purpose))

@@ -339,7 +339,6 @@ def train_model_on_operator(
     resources: dict,
     poll_seconds: float,
     timeout_minutes: int,
-    run_id: str,
     model: Output[Model],
     metrics: Output[Metrics],
     training: Output[Artifact],
@@ -362,7 +361,6 @@ def train_model_on_operator(
         resources: Kubernetes resources of every replica (requests, limits).
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the TFJob has not finished by then.
-        run_id: The pipeline run's name, part of the objects' names and labels.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from components.lib import kube
@@ -384,7 +382,7 @@ def train_model_on_operator(
         claim_name=claim_name,
         mount_path=mount_path,
         resources=resources,
-        run_id=run_id,
+        run_id=kube.run_id(),
         poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60,
         log=kube.log_to_stdout,

@@ -374,7 +374,6 @@ def tune_on_katib(
     resources: dict,
     poll_seconds: float,
     timeout_minutes: int,
-    run_id: str,
     tuning: Output[Artifact],
 ) -> dict:
     """KFP step (kubeflow, tuning: katib): run the study as a Katib Experiment (when `enabled`) and return the
@@ -396,7 +395,6 @@ def tune_on_katib(
         resources: Kubernetes resources of every trial (requests, limits).
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the Experiment has not finished by then.
-        run_id: The pipeline run's name, part of the objects' names and labels.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
 
@@ -428,7 +426,7 @@ def tune_on_katib(
         claim_name=claim_name,
         mount_path=mount_path,
         resources=resources,
-        run_id=run_id,
+        run_id=kube.run_id(),
         poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60,
         log=kube.log_to_stdout,

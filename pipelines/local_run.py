@@ -20,6 +20,7 @@ from pathlib import Path
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r"Executing task '([^']+)'")
 FINISHED = re.compile(r"Task '([^']+)' finished with status (\w+)")
+CACHED = re.compile(r"Task '([^']+)' served from cache")  # pipelines/rehearsal/cache.py
 ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
 
 
@@ -59,6 +60,12 @@ class StepLog(io.TextIOBase):
             self.console.flush()
 
     def _line(self, line: str) -> None:
+        if (m := CACHED.search(line)) and not self.current:
+            self.steps[m[1]] = Step(m[1], status="CACHED", started=time.time())
+            if not self.verbose:
+                self.console.write(f"↺ {m[1]} served from cache\n")
+                self.console.flush()
+            return
         if m := STARTED.search(line):
             self.current = self.steps.setdefault(m[1], Step(m[1]))
             self.current.started, self.current.status = time.time(), "RUNNING"
@@ -108,8 +115,11 @@ def step_names(pipeline) -> list[str]:
     return names
 
 
-def run_local(pipeline, arguments: dict, out_dir: Path, verbose: bool = False) -> tuple[list[Step], Path | None]:
-    """Run `pipeline` locally; return every step (SKIPPED when it did not run) and the run's artifact root."""
+def run_local(
+    pipeline, arguments: dict, out_dir: Path, verbose: bool = False, cache_root: Path | None = None
+) -> tuple[list[Step], Path | None]:
+    """Run `pipeline` locally; return every step (SKIPPED when it did not run, CACHED when served from the cache)
+    and the run's artifact root. `cache_root`: kfp.local's task cache there (tasks compiled with caching on)."""
     import kfp.local
 
     artifacts = out_dir / "artifacts"
@@ -118,7 +128,11 @@ def run_local(pipeline, arguments: dict, out_dir: Path, verbose: bool = False) -
     log_dir.mkdir(parents=True, exist_ok=True)
     before = set(os.listdir(artifacts))
     kfp.local.init(
-        runner=kfp.local.SubprocessRunner(use_venv=False), pipeline_root=str(artifacts), raise_on_error=False
+        runner=kfp.local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(artifacts),
+        raise_on_error=False,
+        enable_caching=cache_root is not None,
+        cache_root=str(cache_root) if cache_root else None,
     )
     tracker = StepLog(log_dir, sys.stdout, verbose)
     with redirect_stdout(tracker), warnings.catch_warnings():

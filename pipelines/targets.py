@@ -385,7 +385,7 @@ class VertexOps(_SameEverywhere):
             hyperparameters=hyperparameters,
             tuned_parameters=tuned_parameters,
             model_builder=self.model_builder,
-            run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
+            pipeline_name=self.pipeline_name,
             purpose=purpose,
         )
 
@@ -681,8 +681,15 @@ class KubeflowOps(SelfHostedOps):
             claim_name=k.volume.claim_name,
             mount_path=k.volume.mount_path,
             poll_seconds=float(k.poll_seconds),
-            run_id=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
         )
+
+    def _engine(self, task):
+        """An engine step's pod: `_place`'s, and the run's name in its environment (components.lib.kube.run_id)."""
+        from kfp import kubernetes
+
+        from components.lib import kube
+
+        return kubernetes.use_field_path_as_env(self._place(task), kube.RUN_ID_ENV, kube.RUN_ID_FIELD)
 
     def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
         if self.kubeflow.tuning == "pod":
@@ -692,7 +699,7 @@ class KubeflowOps(SelfHostedOps):
         except ValueError as e:
             raise ConfigError(f"platform.kubeflow.tuning is katib, but {e}") from None
         k = self.kubeflow
-        task = self._place(
+        task = self._engine(
             self._tune_katib(
                 dataset=dataset,
                 study_spec=study.model_dump(),
@@ -714,7 +721,7 @@ class KubeflowOps(SelfHostedOps):
         if self.kubeflow.training == "pod":
             return super().train(dataset, workers, epochs, hyperparameters, max_restarts)
         k = self.kubeflow
-        task = self._place(
+        task = self._engine(
             self._train_operator(
                 dataset=dataset,
                 workers=workers,
@@ -750,12 +757,14 @@ class KubeflowOps(SelfHostedOps):
             return
         with dsl.If(enabled == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
             if k.serving == "url":
-                task = self._deploy_url(
-                    published=registered,
-                    dataset=dataset,
-                    model_repository=model_repository,
-                    model_name=model_name,
-                    serving_url=serving_url,
+                task = self._place(
+                    self._deploy_url(
+                        published=registered,
+                        dataset=dataset,
+                        model_repository=model_repository,
+                        model_name=model_name,
+                        serving_url=serving_url,
+                    )
                 )
                 name = "Deploy (TF Serving at serving_url)"
             else:
@@ -777,8 +786,9 @@ class KubeflowOps(SelfHostedOps):
                     timeout_minutes=k.serving_timeout_minutes,
                     **inputs,
                 )
+                task = self._engine(task)
                 name = "Deploy (KServe InferenceService)"
-            _uncached(self._place(task)).set_display_name(name)
+            _uncached(task).set_display_name(name)
 
     def batch_predict(self, **inputs):
         return self._place(super().batch_predict(**inputs))

@@ -20,7 +20,7 @@ from components.deploy_model_on_kserve import (
 )
 from components.lib import kube
 from components.lib.smoke import SmokeCheck
-from tests.k8s_double import KubeAPI, engine_arguments, point_clients_at, shipped_rules
+from tests.k8s_double import KubeAPI, engine_arguments, in_run, point_clients_at, shipped_rules
 from tests.k8s_double.kserve_operator import KServeOperator
 from tests.k8s_double.network import Network
 from tests.k8s_double.pods import FakePod
@@ -372,22 +372,23 @@ def run_component(volume, model_dir, data_dir, name, traffic=100, tmp=None):
     repository = str(volume / "model-repository")
     version = publish(str(model_dir), repository, name, {"run": "r"})
     endpoint = Art(str(tmp / f"endpoint-{version.number}.json"))
-    outputs = deploy_model_on_kserve(
-        published=Art(version.path, {"version": float(version.number), "path": version.path}),
-        dataset=Art(str(data_dir)),
-        model_repository=repository,
-        model_name=name,
-        traffic_percentage=traffic,
-        inference_service="",
-        predictor_kind="serving_image",
-        serving_image="tfpipe/serving:dev",
-        runtime_version="",
-        min_replicas=1,
-        max_replicas=1,
-        keep_previous=1,
-        endpoint=endpoint,
-        **{**engine_arguments(volume), "run_id": f"run-{version.number}"},
-    )
+    with in_run(f"run-{version.number}"):
+        outputs = deploy_model_on_kserve(
+            published=Art(version.path, {"version": float(version.number), "path": version.path}),
+            dataset=Art(str(data_dir)),
+            model_repository=repository,
+            model_name=name,
+            traffic_percentage=traffic,
+            inference_service="",
+            predictor_kind="serving_image",
+            serving_image="tfpipe/serving:dev",
+            runtime_version="",
+            min_replicas=1,
+            max_replicas=1,
+            keep_previous=1,
+            endpoint=endpoint,
+            **engine_arguments(volume),
+        )
     return version, outputs, json.loads(open(endpoint.path).read())
 
 

@@ -20,7 +20,8 @@ PLATFORM = Platform(
         namespace="ml", service_account="tfpipe-runner", inference_service="digits", poll_seconds=15
     ),
 )
-RUN = "{{$.pipeline_job_name}}"
+# the run's name: from the pod's Argo Workflow label (a step input would be in the step's cache key)
+RUN_ID_ENV = [{"name": "TFPIPE_RUN_ID", "fieldPath": "metadata.labels['workflows.argoproj.io/workflow']"}]
 
 
 def compile_docs(tmp_path, platform=PLATFORM, pipeline="training"):
@@ -62,7 +63,6 @@ def test_engine_steps_and_their_inputs(tmp_path):
         "claim_name": "tfpipe",
         "mount_path": "/mnt/tfpipe",
         "poll_seconds": 15.0,
-        "run_id": RUN,
     }
     workers = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
     tune = params(root["tune-on-katib"])
@@ -107,6 +107,9 @@ def test_engine_steps_and_their_inputs(tmp_path):
         "keep_previous": 1,
         "timeout_minutes": 15,
     }
+    _, k8s = compile_docs(tmp_path)
+    for step in ("tune-on-katib", "train-model-on-operator", "deploy-model-on-kserve"):
+        assert k8s[f"exec-{step}"]["fieldPathAsEnv"] == RUN_ID_ENV, step
 
 
 def test_every_step_mounts_the_volume_and_gets_its_resources_on_the_components_image(tmp_path):
@@ -140,7 +143,7 @@ def test_every_step_mounts_the_volume_and_gets_its_resources_on_the_components_i
     assert set(executors) == {f"exec-{s}" for s in steps} == set(k8s)
     for name, executor in executors.items():
         assert executor["container"]["image"] == "example.com/tfpipe/components:abc"
-        assert k8s[name] == {
+        assert {k: v for k, v in k8s[name].items() if k != "fieldPathAsEnv"} == {
             "pvcMount": [
                 {
                     "constant": "tfpipe",
@@ -292,3 +295,13 @@ def test_kubeflow_config_from_file_env_and_set(tmp_path):
         "/mnt/tfpipe",
     )
     assert k.resources_of("train-model").cpu_request == "2" and k.resources_of("evaluate-model").cpu_request == "500m"
+
+
+def test_engine_steps_take_the_run_from_their_pod(monkeypatch):
+    from components.lib import kube
+
+    monkeypatch.delenv(kube.RUN_ID_ENV, raising=False)
+    with pytest.raises(RuntimeError, match=r"TFPIPE_RUN_ID is not set: .* from their pod's metadata.labels\["):
+        kube.run_id()
+    monkeypatch.setenv(kube.RUN_ID_ENV, "tfpipe-training-8x2kq")
+    assert kube.run_id() == "tfpipe-training-8x2kq"

@@ -129,8 +129,8 @@ def test_vertex_dag(tmp_path):
     assert plan_inputs["trainer_image"] == "example.com/tfpipe/trainer:abc"
     assert plan_inputs["machine_type"] == "n1-standard-8"
     assert plan_inputs["workers"] == {"componentInputParameter": "workers"}
-    # a whole-value placeholder, resolved by the backend (a placeholder inside a longer constant is not)
-    assert (plan_inputs["run_name"], plan_inputs["purpose"]) == ("{{$.pipeline_job_name}}", "train")
+    # the pipeline's name, not the run's: the step and the jobs after it stay cacheable
+    assert (plan_inputs["pipeline_name"], plan_inputs["purpose"]) == ("tfpipe-training", "train")
     # the final training takes the hyperparameters of whichever tuning branch ran (dsl.OneOf)
     assert plan_inputs["hyperparameters"]["taskOutputParameter"] == {
         "outputParameterKey": "pipelinechannel--condition-branches-1-oneof-1",
@@ -253,7 +253,7 @@ def test_vertex_tuning_branch(tmp_path):
     assert plan["epochs"] == {"componentInputParameter": "pipelinechannel--tuning_trial_epochs"}
     assert plan["tuned_parameters"] == ["learning_rate", "hidden_units", "dropout"]
     assert plan["trainer_image"] == "example.com/tfpipe/trainer:abc"
-    assert (plan["run_name"], plan["purpose"]) == ("{{$.pipeline_job_name}}", "tune")
+    assert (plan["pipeline_name"], plan["purpose"]) == ("tfpipe-training", "tune")
     job = params(tuning["hyperparameter-tuning-job"])
     for key in ("worker_pool_specs", "base_output_directory", "display_name"):
         assert job[key] == {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-vertex-training"}}
@@ -844,3 +844,27 @@ def test_batch_config_overrides():
 def test_unknown_target():
     with pytest.raises(ValueError, match="unknown target 'aws'"):
         build_pipeline("aws")
+
+
+RUN_UNIQUE = ("{{$.pipeline_job_", "{{$.pipeline_task_")  # the run's or the task's own name, id or times
+
+
+@pytest.mark.parametrize("pipeline", ["training", "batch_prediction"])
+@pytest.mark.parametrize(
+    "target, platform", [("vertex", PLATFORM), ("kubeflow", IN_POD), ("kubeflow", PLATFORM), ("local", PLATFORM)]
+)
+def test_no_cached_step_takes_a_value_unique_to_the_run(tmp_path, target, platform, pipeline):
+    """A cached step's cache key holds its resolved inputs: one that takes the run's name never hits the cache, and
+    neither does anything after it (a scheduled run on unchanged data would retrain)."""
+    _, spec = compile_spec(target, tmp_path, pipeline, platform)
+    offenders, cached = [], 0
+    for component in [spec["root"], *spec["components"].values()]:
+        for name, task in component.get("dag", {}).get("tasks", {}).items():
+            if not task.get("cachingOptions", {}).get("enableCache"):
+                continue
+            cached += 1
+            for key, value in params(task).items():
+                if isinstance(value, str) and value.startswith(RUN_UNIQUE):
+                    offenders.append(f"{name}.{key}={value}")
+    assert offenders == []
+    assert cached >= (1 if pipeline == "batch_prediction" or target == "local" else 5)

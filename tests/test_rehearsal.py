@@ -166,6 +166,34 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
         {"champion", "default"},
     ]
 
+    # 2 again on unchanged data, as a schedule would: Vertex's cache serves the data prep, the tuning job and the
+    # training job (their inputs hold nothing unique to a run); the gate then finds the candidate is the champion
+    again = cli(
+        "rehearse",
+        "--out",
+        tmp_path / "run2-again",
+        "--state",
+        state,
+        *SETS,
+        "--param",
+        "epochs=3",
+        "--param",
+        "tuning_trial_epochs=1",
+        "--param",
+        "traffic_percentage=50",
+        "--param",
+        "champion_tolerance=1.0",
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    summary = json.loads((tmp_path / "run2-again" / "run_summary.json").read_text())
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    for step in ("prepare-data", "hyperparameter-tuning-job", "custom-training-job", "import-trained-model"):
+        assert statuses[step] == "CACHED", (step, statuses)
+    assert statuses["fingerprint-data"] == statuses["find-registry-champion"] == "SUCCEEDED"  # never cached
+    assert "↺ custom-training-job served from cache" in again.stdout
+    assert not recorded(tmp_path / "run2-again", "JobService.CreateCustomJob")
+    assert not recorded(tmp_path / "run2-again", "JobService.CreateHyperparameterTuningJob")
+
     # 3: a batch prediction job on the champion, local instances staged into the GCS emulator
     instances = tmp_path / "instances.jsonl"
     instances.write_text(

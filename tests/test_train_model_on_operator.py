@@ -10,7 +10,7 @@ import pytest
 
 from components.lib import kube
 from components.train_model_on_operator import TrainingJobFailed, as_dict, run_tfjob, tfjob, train_with_operator
-from tests.k8s_double import KubeAPI, engine_arguments
+from tests.k8s_double import KubeAPI, engine_arguments, in_run
 
 TFJOBS = {"kubeflow.org/v1": {"tfjobs": "TFJob"}}
 CREATED = {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "TFJob ml/x is created."}
@@ -342,19 +342,20 @@ def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build
     from components.train_model_on_operator import train_model_on_operator
 
     outputs = SimpleNamespace(model=SimpleNamespace(path=str(tmp_path / "model"), metadata={}), metrics=Metrics())
-    train_model_on_operator(
-        dataset=SimpleNamespace(path=str(data_dir)),
-        workers=2,
-        epochs=1,
-        hyperparameters={"batch_size": 32, "learning_rate": 0.003},
-        model_builder=model_builder,
-        max_restarts=max_restarts,
-        trainer_image="tfpipe/trainer:dev",
-        **engine_arguments(volume),
-        model=outputs.model,
-        metrics=outputs.metrics,
-        training=SimpleNamespace(path=str(tmp_path / "training")),
-    )
+    with in_run():
+        train_model_on_operator(
+            dataset=SimpleNamespace(path=str(data_dir)),
+            workers=2,
+            epochs=1,
+            hyperparameters={"batch_size": 32, "learning_rate": 0.003},
+            model_builder=model_builder,
+            max_restarts=max_restarts,
+            trainer_image="tfpipe/trainer:dev",
+            **engine_arguments(volume),
+            model=outputs.model,
+            metrics=outputs.metrics,
+            training=SimpleNamespace(path=str(tmp_path / "training")),
+        )
     return outputs
 
 

@@ -23,7 +23,7 @@ from components.tune_on_katib import (
     search_space,
     tune_with_katib,
 )
-from tests.k8s_double import KubeAPI, engine_arguments
+from tests.k8s_double import KubeAPI, engine_arguments, in_run
 from trainer.environment import TRAINER_COMMAND
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
@@ -479,18 +479,19 @@ def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build
     from components.tune_on_katib import tune_on_katib
 
     tuning = SimpleNamespace(path=str(tmp_path / "tuning"), metadata={})
-    hyperparameters = tune_on_katib(
-        dataset=SimpleNamespace(path=str(data_dir)),
-        study_spec=SMALL_STUDY.model_dump(),
-        enabled=True,
-        trial_epochs=1,
-        batch_size=32,
-        learning_rate=0.01,
-        model_builder=model_builder,
-        trainer_image="tfpipe/trainer:dev",
-        **engine_arguments(volume),
-        tuning=tuning,
-    )
+    with in_run():
+        hyperparameters = tune_on_katib(
+            dataset=SimpleNamespace(path=str(data_dir)),
+            study_spec=SMALL_STUDY.model_dump(),
+            enabled=True,
+            trial_epochs=1,
+            batch_size=32,
+            learning_rate=0.01,
+            model_builder=model_builder,
+            trainer_image="tfpipe/trainer:dev",
+            **engine_arguments(volume),
+            tuning=tuning,
+        )
     return hyperparameters, tuning
 
 

@@ -48,6 +48,24 @@ def api_client(host: str = ""):
     return client.ApiClient()
 
 
+# The run's identity in an engine step: the name of the run's Argo Workflow, which labels every pod of the run, given
+# to the step's container by the downward API (kfp-kubernetes' use_field_path_as_env). Not a step input: the run's
+# name in an input is in the step's cache key, so a scheduled run on unchanged data would never hit the cache.
+RUN_ID_ENV = "TFPIPE_RUN_ID"
+RUN_ID_FIELD = "metadata.labels['workflows.argoproj.io/workflow']"
+
+
+def run_id() -> str:
+    """The pipeline run this step belongs to (the same for a retry of the step)."""
+    value = os.environ.get(RUN_ID_ENV, "").strip()
+    if not value:
+        raise RuntimeError(
+            f"{RUN_ID_ENV} is not set: the kubeflow target's engine steps take the run's name from their pod's "
+            f"{RUN_ID_FIELD} (compile the pipeline with --target kubeflow)"
+        )
+    return value
+
+
 def own_namespace(default: str = "default") -> str:
     """The namespace of the pod this runs in (the run's namespace on Kubeflow)."""
     try:

@@ -228,9 +228,10 @@ def _print_summary(s: dict) -> None:
         click.echo(f"  data: {d['examples']} examples ({splits}), {d['quarantined']} quarantined")
         if d.get("image_size"):
             click.echo(f"  image size {d['image_size']['reason']}")
-    m = s["metrics"]
-    if m["test_accuracy"] is not None:
-        click.echo(f"  val accuracy {m['val_accuracy']:.4f}, test accuracy {m['test_accuracy']:.4f}")
+    m = s["metrics"]  # a step served from the cache wrote nothing in this run: its figures are unknown here
+    accuracies = [f"{k.replace('_', ' ')} {m[k]:.4f}" for k in ("val_accuracy", "test_accuracy") if m[k] is not None]
+    if accuracies:
+        click.echo(f"  {', '.join(accuracies)}")
     if s["tuning"] and s["tuning"]["enabled"] and s["tuning"]["best"]:
         best = s["tuning"]["best"]
         click.echo(

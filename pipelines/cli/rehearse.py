@@ -45,8 +45,14 @@ DEFAULT_STATE = "runs/rehearsal-state"
     show_default=True,
     help="the rehearsed Model Registry, endpoints and GCS bucket, shared by successive rehearsals",
 )
+@click.option(
+    "--no-caching",
+    "no_caching",
+    is_flag=True,
+    help="run every step (default: unchanged steps are served from the cache kept in --state, as on Vertex)",
+)
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's log")
-def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, state_dir, verbose):
+def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, state_dir, no_caching, verbose):
     """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'
     own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
     from pipelines.cli.local import _print_summary
@@ -71,7 +77,9 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
         if default and not default.startswith(("gs://", "builtin:")):
             arguments["data_source"] = local_path(default)
     click.echo(f"Rehearsing {spec['pipelineInfo']['name']} ({template}) against a local Vertex AI; output in {out}")
-    summary = run_rehearsal(template, arguments, out, Path(state_dir).resolve(), verbose, click.echo)
+    summary = run_rehearsal(
+        template, arguments, out, Path(state_dir).resolve(), verbose, click.echo, caching=not no_caching
+    )
     from pipelines import report
 
     report.write(summary, out)

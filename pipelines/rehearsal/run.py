@@ -23,6 +23,7 @@ import yaml
 
 from pipelines.rehearsal import redirect
 from pipelines.rehearsal.api import VertexDouble
+from pipelines.rehearsal.cache import vertex_cache
 from trainer.environment import LEGACY_KERAS
 
 PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources
@@ -170,8 +171,11 @@ def stage_instances(instances: str) -> str:
     return ",".join(uris)
 
 
-def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose: bool = False, log=print) -> dict:
-    """Run the compiled template with `arguments`; return the run summary (also written to `out`)."""
+def rehearse(
+    template: str, arguments: dict, out: Path, state_dir: Path, verbose: bool = False, log=print, caching: bool = True
+) -> dict:
+    """Run the compiled template with `arguments`; return the run summary (also written to `out`). `caching`:
+    serve unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py)."""
     from kfp import components
 
     from pipelines import report
@@ -197,11 +201,12 @@ def rehearse(template: str, arguments: dict, out: Path, state_dir: Path, verbose
                 }
             ),
             _kfp_local_patches(location),
+            vertex_cache(),
         ):
             redirect.install(double.grpc_target, double.http_base, PROJECT)
             if arguments.get("instances"):
                 arguments = {**arguments, "instances": stage_instances(arguments["instances"])}
-            steps, run_root = run_local(pipeline, arguments, out, verbose)
+            steps, run_root = run_local(pipeline, arguments, out, verbose, state_dir / "cache" if caching else None)
     finally:
         double.stop()
     summary = report.collect(run_root, steps, spec["pipelineInfo"]["name"], arguments, time.time() - started)

@@ -1,13 +1,15 @@
 """A strict Kubernetes API double for the kubeflow engine steps (see server.py), the operators' doubles beside it."""
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import yaml
 
 from tests.k8s_double.server import KubeAPI
 
-__all__ = ["KubeAPI", "engine_arguments", "point_clients_at", "shipped_rules"]
+__all__ = ["KubeAPI", "engine_arguments", "in_run", "point_clients_at", "shipped_rules"]
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests" / "kubeflow"
 
 
@@ -37,9 +39,26 @@ def point_clients_at(api: KubeAPI, monkeypatch, home) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
 
+@contextlib.contextmanager
+def in_run(run_id: str = "run-1"):
+    """An engine step's environment in the run `run_id`: the variable the compiled pipeline gives its pod from the
+    pod's Argo Workflow label (components.lib.kube.run_id)."""
+    from components.lib import kube
+
+    saved = os.environ.get(kube.RUN_ID_ENV)
+    os.environ[kube.RUN_ID_ENV] = run_id
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[kube.RUN_ID_ENV]
+        else:
+            os.environ[kube.RUN_ID_ENV] = saved
+
+
 def engine_arguments(volume) -> dict:
-    """The arguments every engine step's component takes, for a run `run-1` in namespace `ml` with the claim
-    `tfpipe` at `volume` (the same path in the step and in the pods), polling fast."""
+    """The arguments every engine step's component takes, in namespace `ml` with the claim `tfpipe` at `volume` (the
+    same path in the step and in the pods), polling fast."""
     return dict(
         namespace="ml",
         service_account="",
@@ -48,5 +67,4 @@ def engine_arguments(volume) -> dict:
         resources={"requests": {"cpu": "1"}},
         poll_seconds=0.2,
         timeout_minutes=5,
-        run_id="run-1",
     )
