@@ -39,7 +39,9 @@ from google.protobuf import any_pb2, empty_pb2
 
 from pipelines.cli import cli
 from pipelines.config import load_config
+from pipelines.preflight import manifest_url
 from pipelines.templates import TemplateError, compile_template, load_template, parse_params
+from tests.test_preflight import GoogleHttp, iam_routes as preflight_ok
 
 PROJECT, LOCATION = "my-project", "europe-west4"
 PROJECT_NUMBER = "1234"  # the GCS emulator's buckets belong to project number 1234
@@ -105,6 +107,15 @@ def invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
 
+PREFLIGHT_OK = "pre-flight checks passed: pipeline root writable, images present, service account usable\n"
+
+
+def after_preflight(output: str) -> str:
+    """A Vertex submit's or schedule's output after the pre-flight checks' line."""
+    assert output.startswith(PREFLIGHT_OK), output
+    return output[len(PREFLIGHT_OK) :]
+
+
 class Vertex:
     """The Google Cloud APIs at their gRPC stubs: every call is recorded (rpc, request, host, routing header) in
     one list, in order; `answers[rpc]` makes the reply. Resource Manager's GetProject answers the GCS emulator's
@@ -162,7 +173,10 @@ class Vertex:
 
 @pytest.fixture
 def vertex(monkeypatch, gcs_emulator):
-    return Vertex(monkeypatch)
+    """The Vertex APIs, and the pre-flight checks' registry and IAM answering that all is in place."""
+    vertex = Vertex(monkeypatch)
+    vertex.http = GoogleHttp(preflight_ok(), fallback={"HEAD": (200, {})}).install(monkeypatch)
+    return vertex
 
 
 def done_operation():
@@ -308,7 +322,16 @@ def test_vertex_submit_sends_the_exact_pipeline_job(vertex, config, vertex_spec)
     assert spec["pipelineInfo"]["name"] == "tfpipe-training"
     assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == 5
     assert spec["deploymentSpec"]["executors"]["exec-prepare-data"]["container"]["image"] == COMPONENTS
+    # before anything was created: the pre-flight checks of the run's images and service account
+    assert [(m, u) for m, u, _ in vertex.http.requests] == [
+        *[("HEAD", manifest_url(image)) for image in sorted([COMPONENTS, SERVING, TRAINER])],
+        ("GET", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"),
+        ("POST", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}:testIamPermissions"),
+        ("POST", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}:getIamPolicy"),
+        ("POST", f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}:getIamPolicy"),
+    ]
     assert result.output == (
+        "pre-flight checks passed: pipeline root writable, images present, service account usable\n"
         f"submitted tfpipe-training (vertex training pipeline compiled now) to Vertex AI: "
         f"projects/{PROJECT_NUMBER}/locations/{LOCATION}/pipelineJobs/{job_id}\n"
         f"console: https://console.cloud.google.com/vertex-ai/locations/{LOCATION}/pipelines/runs/{job_id}"
@@ -361,7 +384,7 @@ def test_vertex_submit_wait_follows_the_run_and_fails_when_it_fails(vertex, conf
     assert {json.dumps(t["cachingOptions"]) for d in dags for t in d["dag"]["tasks"].values()} == {
         '{"enableCache": false}'
     }
-    lines = result.output.splitlines()
+    lines = after_preflight(result.output).splitlines()
     assert lines[0] == f"submitted tfpipe-training ({template}) to Vertex AI: {name}"
     assert [line.split(" ", 1)[1] for line in lines[2:4]] == ["PIPELINE_STATE_RUNNING", "PIPELINE_STATE_FAILED"]
     assert lines[4] == (
@@ -461,7 +484,7 @@ def test_vertex_submit_puts_the_run_in_a_vertex_experiment_with_the_runs_cmek_ke
     assert job.encryption_spec.kms_key_name == key  # the run's CMEK key on the pipeline job
     assert (job.service_account, job.network) == (SA, NETWORK)
     assert calls[7][1] == metadata_service.AddContextChildrenRequest(context=experiment, child_contexts=[run_context])
-    assert result.output.splitlines()[0].endswith(" in experiment weekly-retraining")
+    assert after_preflight(result.output).splitlines()[0].endswith(" in experiment weekly-retraining")
 
 
 @pytest.mark.parametrize(
@@ -583,7 +606,7 @@ def test_vertex_submit_runs_a_published_template_by_tag(vertex, config, artifact
         pipeline_job_id=request.pipeline_job_id,
         pipeline_job=expected_job(vertex_spec, {"epochs": 2}, template_uri=url),
     )
-    assert result.output.startswith(f"submitted tfpipe-training ({url}) to Vertex AI: ")
+    assert after_preflight(result.output).startswith(f"submitted tfpipe-training ({url}) to Vertex AI: ")
 
     artifact_registry.requests.clear()
     vertex.calls.clear()
@@ -663,7 +686,7 @@ def test_vertex_schedule_creates_a_schedule_in_the_configured_location(vertex, c
         parent=PARENT, filter='display_name="tfpipe-weekly"'
     )
     assert vertex.calls[1][1] == expected_schedule_request(vertex_spec, {"tune": False})
-    lines = result.output.splitlines()
+    lines = after_preflight(result.output).splitlines()
     assert lines[0] == f"created schedule 'tfpipe-weekly': {PARENT}/schedules/new-1"
     assert lines[1] == (
         f"console: https://console.cloud.google.com/vertex-ai/locations/{LOCATION}/pipelines/"
@@ -718,7 +741,7 @@ def test_vertex_schedule_replaces_the_one_with_the_same_display_name(vertex, con
         HOST,
         f"name={PARENT}/schedules/old-1",
     )
-    assert result.output.splitlines()[:2] == [
+    assert after_preflight(result.output).splitlines()[:2] == [
         f"created schedule 'tfpipe-weekly': {PARENT}/schedules/new-1",
         f"deleted the schedule it replaces: {PARENT}/schedules/old-1",
     ]
@@ -738,7 +761,7 @@ def test_vertex_schedule_replacement_never_leaves_a_gap(vertex, config, tmp_path
     args = ["schedule", "--target", "vertex", "--config", config, "--profile", "prod", "--template", template]
     result = invoke(*args)
     assert result.exit_code == 1
-    assert result.output == (
+    assert after_preflight(result.output) == (
         "Error: Vertex AI refused the schedule: 403 Permission 'aiplatform.schedules.create' denied\n"
     )
     assert [c[0] for c in vertex.calls] == ["list_schedules", "create_schedule"]  # the old one stays
@@ -753,7 +776,7 @@ def test_vertex_schedule_replacement_never_leaves_a_gap(vertex, config, tmp_path
     result = invoke(*args)
     assert result.exit_code == 1
     assert [c[0] for c in vertex.calls] == ["list_schedules", "create_schedule", "delete_schedule"]
-    assert result.output.splitlines() == [
+    assert after_preflight(result.output).splitlines() == [
         f"created schedule 'tfpipe-weekly': {PARENT}/schedules/new-1",
         f"Error: created {PARENT}/schedules/new-1 but could not delete the schedule(s) it replaces: "
         f"{PARENT}/schedules/old-1 (400 Schedule is being updated); delete them with: python -m pipelines schedule "
@@ -1209,3 +1232,26 @@ def test_publish_uploads_the_compiled_template_with_its_tags(http_api, config, t
         result = invoke("publish", *args)
         assert result.output.startswith(f"Error: {message}"), result.output
     assert http_api.requests == []
+
+
+def test_vertex_submit_stops_at_the_pre_flight_checks_before_creating_anything(vertex, config):
+    vertex.http.routes[("HEAD", manifest_url(TRAINER))] = (404, {})
+    account = f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"
+    vertex.http.routes[("POST", f"{account}:getIamPolicy")] = (200, {})  # granted nowhere
+    result = invoke("submit", "--target", "vertex", "--config", config, "--profile", "prod", *IMAGES)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"Error: image {TRAINER} is not in its registry: build and push it (docs/containers-and-ci.md)",
+        f"Error: platform.service_account: {SA} may not act as itself, which its steps need to start the jobs and the "
+        f"deployment: gcloud iam service-accounts add-iam-policy-binding {SA} --member=serviceAccount:{SA} "
+        "--role=roles/iam.serviceAccountUser",
+        "(fix these, or pass --skip-checks to create the run anyway)",
+    ]
+    assert vertex.api_calls() == []  # no pipeline job
+
+    pipeline_job_answers(vertex)
+    vertex.http.requests.clear()
+    result = invoke("submit", "--target", "vertex", "--config", config, "--profile", "prod", *IMAGES, "--skip-checks")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "pre-flight checks skipped (--skip-checks)"
+    assert vertex.http.requests == [] and [c[0] for c in vertex.api_calls()] == ["create_pipeline_job"]

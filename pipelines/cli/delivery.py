@@ -31,7 +31,13 @@ def template_options(func):
 
 
 def run_options(func):
-    """Run parameters and caching, shared by submit and schedule."""
+    """Run parameters, caching and the pre-flight checks, shared by submit and schedule."""
+    func = click.option(
+        "--skip-checks",
+        "skip_checks",
+        is_flag=True,
+        help="vertex: create the run without the pre-flight checks (bucket, images, service account)",
+    )(func)
     func = click.option(
         "--no-caching",
         "no_caching",
@@ -156,6 +162,7 @@ def submit(
     sets,
     params,
     no_caching,
+    skip_checks,
     run_name,
     wait,
     poll_seconds,
@@ -176,6 +183,7 @@ def submit(
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
         if target == "vertex":
+            _preflight(platform, chosen.spec, skip_checks)
             _submit_vertex(
                 chosen,
                 values,
@@ -199,6 +207,22 @@ def submit(
                 namespace,
                 experiment or platform.kfp_experiment,
             )
+
+
+def _preflight(platform, spec, skip):
+    """The pre-flight checks of a Vertex run (pipelines/preflight.py): every problem on its own line, then exit 1."""
+    from pipelines.preflight import preflight
+
+    if skip:
+        click.echo("pre-flight checks skipped (--skip-checks)")
+        return
+    with _api_errors("the pre-flight checks could not finish (--skip-checks to go on without them)"):
+        problems = preflight(platform, spec, note=click.echo)
+    if problems:
+        for problem in problems[:-1]:
+            click.echo(f"Error: {problem}", err=True)
+        _fail(f"{problems[-1]}\n(fix these, or pass --skip-checks to create the run anyway)")
+    click.echo("pre-flight checks passed: pipeline root writable, images present, service account usable")
 
 
 def _check_images_if_compiling(platform, target, template, template_tag):
@@ -327,6 +351,7 @@ def schedule(
     sets,
     params,
     no_caching,
+    skip_checks,
     host,
     namespace,
     experiment,
@@ -362,6 +387,8 @@ def schedule(
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
         name = display_name or settings.display_name or chosen.name
+        if target == "vertex":
+            _preflight(platform, chosen.spec, skip_checks)
         _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace, experiment)
     zone = parsed.zone or ("UTC" if target == "vertex" else "")
     runs = ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in parsed.next_runs(3))

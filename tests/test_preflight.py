@@ -1,0 +1,196 @@
+"""The pre-flight checks of a Vertex run (pipelines/preflight.py): the bucket on the GCS emulator, the registry and
+IAM requests at the HTTP boundary (every request asserted), each problem one line naming the role or resource."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.preflight import check_bucket, check_images, check_service_account, manifest_url, preflight
+
+SA = "runner@my-project.iam.gserviceaccount.com"
+ACCOUNT = f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"
+PROJECT_POLICY = "https://cloudresourcemanager.googleapis.com/v1/projects/my-project:getIamPolicy"
+GOOGLE_APIS = ("https://iam.googleapis.com/", "https://cloudresourcemanager.googleapis.com/")
+SELF_USER = {"bindings": [{"role": "roles/iam.serviceAccountUser", "members": [f"serviceAccount:{SA}"]}]}
+
+
+class Answer:
+    def __init__(self, status: int, body: dict | None = None):
+        self.status_code, self.body = status, body or {}
+
+    def json(self):
+        return self.body
+
+    def raise_for_status(self):
+        if self.status_code >= 400:
+            raise RuntimeError(f"HTTP {self.status_code}")
+
+
+class GoogleHttp:
+    """google.auth's AuthorizedSession at its `request` method: `routes[(method, url)]` answers (status, body),
+    else `fallback[method]`, else 404; every request is recorded as (method, url, body)."""
+
+    def __init__(self, routes: dict, fallback: dict | None = None):
+        self.routes, self.fallback, self.requests = routes, fallback or {}, []
+
+    def request(self, method, url, data=None, headers=None, **kwargs):
+        self.requests.append((method, url, json.loads(data) if data else None))
+        status, body = self.routes.get((method, url), self.fallback.get(method, (404, {})))
+        return Answer(status, body)
+
+    def install(self, monkeypatch) -> GoogleHttp:
+        """Answer the IAM and registry requests of every AuthorizedSession (what `preflight()` makes with the
+        caller's credentials); the others (Cloud Storage's client, on the emulator) go on."""
+        from google.auth.transport.requests import AuthorizedSession
+
+        http, send = self, AuthorizedSession.request
+
+        def request(session, method, url, *args, **kwargs):
+            if url.startswith(GOOGLE_APIS) or "/manifests/" in url:
+                return http.request(method, url, **kwargs)
+            return send(session, method, url, *args, **kwargs)
+
+        monkeypatch.setattr(AuthorizedSession, "request", request)
+        return self
+
+
+def iam_routes(act_as=True, account_policy=SELF_USER, project_policy=(200, {})) -> dict:
+    return {
+        ("GET", ACCOUNT): (200, {"email": SA}),
+        ("POST", f"{ACCOUNT}:testIamPermissions"): (
+            200,
+            {"permissions": ["iam.serviceAccounts.actAs"]} if act_as else {},
+        ),
+        ("POST", f"{ACCOUNT}:getIamPolicy"): account_policy
+        if isinstance(account_policy, tuple)
+        else (200, account_policy),
+        ("POST", PROJECT_POLICY): project_policy,
+    }
+
+
+@pytest.mark.parametrize(
+    "image, url",
+    [
+        (
+            "europe-west4-docker.pkg.dev/my-project/tfpipe/trainer:abc1234",
+            "https://europe-west4-docker.pkg.dev/v2/my-project/tfpipe/trainer/manifests/abc1234",
+        ),
+        (
+            "us-docker.pkg.dev/p/r/serving@sha256:0f1e",
+            "https://us-docker.pkg.dev/v2/p/r/serving/manifests/sha256:0f1e",
+        ),
+        ("gcr.io/p/components", "https://gcr.io/v2/p/components/manifests/latest"),
+        ("localhost:5000/tfpipe/trainer:1", "https://localhost:5000/v2/tfpipe/trainer/manifests/1"),
+    ],
+)
+def test_manifest_urls(image, url):
+    assert manifest_url(image) == url
+
+
+def test_images_missing_or_unreadable_are_named():
+    present = "europe-west4-docker.pkg.dev/my-project/tfpipe/components:abc"
+    missing = "europe-west4-docker.pkg.dev/my-project/tfpipe/trainer:abc"
+    private = "us-docker.pkg.dev/other/repo/serving:1"
+    http = GoogleHttp(
+        {
+            ("HEAD", manifest_url(present)): (200, {}),
+            ("HEAD", manifest_url(missing)): (404, {}),
+            ("HEAD", manifest_url(private)): (403, {}),
+        }
+    )
+    assert check_images([present, missing, private], http) == [
+        f"image {missing} is not in its registry: build and push it (docs/containers-and-ci.md)",
+        f"image {private}: you may not read it (HTTP 403): grant roles/artifactregistry.reader on its repository "
+        "to yourself and to the runs' service account",
+    ]
+    assert [(m, u) for m, u, _ in http.requests] == [("HEAD", manifest_url(i)) for i in (present, missing, private)]
+
+
+def test_a_service_account_that_can_act_as_itself_passes():
+    http = GoogleHttp(iam_routes())
+    assert check_service_account(SA, "my-project", http) == []
+    assert http.requests == [
+        ("GET", ACCOUNT, None),
+        ("POST", f"{ACCOUNT}:testIamPermissions", {"permissions": ["iam.serviceAccounts.actAs"]}),
+        ("POST", f"{ACCOUNT}:getIamPolicy", {}),
+        ("POST", PROJECT_POLICY, {}),
+    ]
+
+
+def test_the_act_as_grant_may_come_from_the_project():
+    project = (200, {"bindings": [{"role": "roles/editor", "members": [f"serviceAccount:{SA}", "user:a@b.c"]}]})
+    assert (
+        check_service_account(SA, "my-project", GoogleHttp(iam_routes(account_policy={}, project_policy=project))) == []
+    )
+
+
+def test_an_account_that_cannot_act_as_itself_gets_the_command_that_grants_it():
+    http = GoogleHttp(
+        iam_routes(
+            account_policy={"bindings": [{"role": "roles/iam.serviceAccountUser", "members": ["user:me@x.com"]}]}
+        )
+    )
+    assert check_service_account(SA, "my-project", http) == [
+        f"platform.service_account: {SA} may not act as itself, which its steps need to start the jobs and the "
+        f"deployment: gcloud iam service-accounts add-iam-policy-binding {SA} --member=serviceAccount:{SA} "
+        "--role=roles/iam.serviceAccountUser"
+    ]
+
+
+def test_a_caller_without_act_as_and_policies_it_may_not_read():
+    notes = []
+    http = GoogleHttp(iam_routes(act_as=False, account_policy=(403, {}), project_policy=(403, {})))
+    assert check_service_account(SA, "my-project", http, notes.append) == [
+        f"platform.service_account: you may not run pipelines as {SA}: grant yourself roles/iam.serviceAccountUser "
+        "on it",
+    ]
+    # unknown is not a failure (a CI account often may not read IAM policies): a note with the command
+    assert notes == [
+        f"pre-flight: you may read neither {SA}'s IAM policy nor the project's; make sure it may act as itself: "
+        f"gcloud iam service-accounts add-iam-policy-binding {SA} --member=serviceAccount:{SA} "
+        "--role=roles/iam.serviceAccountUser"
+    ]
+    http = GoogleHttp(iam_routes(account_policy=(403, {}), project_policy=(200, {"bindings": []})))
+    assert check_service_account(SA, "my-project", http, notes.append) == [
+        f"platform.service_account: {SA} may not act as itself (as far as the IAM policies you may read show), which "
+        f"its steps need to start the jobs and the deployment: gcloud iam service-accounts add-iam-policy-binding "
+        f"{SA} --member=serviceAccount:{SA} --role=roles/iam.serviceAccountUser",
+    ]
+
+
+def test_a_missing_service_account():
+    http = GoogleHttp({})
+    assert check_service_account(SA, "my-project", http) == [
+        f"platform.service_account: {SA} does not exist (gcloud iam service-accounts create)"
+    ]
+    assert http.requests == [("GET", ACCOUNT, None)]  # nothing else asked of an account that is not there
+
+
+def test_the_bucket_takes_a_write_and_keeps_nothing(gcs_emulator):
+    assert check_bucket("gs://test-bucket/pipeline-root") == []
+    assert list(gcs_emulator.list_blobs(prefix="pipeline-root/")) == []
+    assert check_bucket("gs://no-such-bucket/root") == [
+        "platform.pipeline_root: the bucket gs://no-such-bucket does not exist (gcloud storage buckets create)"
+    ]
+
+
+def test_preflight_checks_every_image_of_the_compiled_template(gcs_emulator, tmp_path):
+    from pipelines.config import load_config
+    from pipelines.templates import compile_template, load_template
+
+    sets = [
+        "platform.components_image=r.example/p/components:1",
+        "platform.trainer_image=r.example/p/trainer:1",
+        "platform.serving_image=r.example/p/serving:1",
+        "platform.pipeline_root=gs://test-bucket/root",
+        "platform.project=my-project",
+        f"platform.service_account={SA}",
+    ]
+    config = load_config(sets=sets, environ={})
+    spec = load_template(compile_template("vertex", "training", config, tmp_path / "t.yaml"))
+    images = ["r.example/p/components:1", "r.example/p/serving:1", "r.example/p/trainer:1"]
+    http = GoogleHttp({**iam_routes(), **{("HEAD", manifest_url(i)): (200, {}) for i in images}})
+    assert preflight(config.platform, spec, http) == []
+    assert [u for m, u, _ in http.requests if m == "HEAD"] == [manifest_url(i) for i in images]
