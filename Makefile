@@ -54,8 +54,9 @@ test-images: $(VENV)/.installed
 
 # Each image's lock, at requirements.lock's versions (-c): requirements-components.lock (pyproject.toml's
 # dependencies, no test or bench tools), requirements-trainer.lock and requirements-serving.lock (what the trainer and
-# the server import, containers/*.requirements.in), requirements-gpu.lock (the trainer's plus the CUDA libraries of
-# tensorflow[and-cuda], for the images' platform whatever machine compiles it).
+# the server import, containers/*.requirements.in), requirements-gpu.lock and requirements-serving-gpu.lock (the
+# trainer's and the server's plus the CUDA libraries of tensorflow[and-cuda], for the images' platform whatever machine
+# compiles it).
 lock:
 	$(PY) -m uv pip compile pyproject.toml --extra test --extra bench --python-version 3.11 -o requirements.lock
 	$(PY) -m uv pip compile pyproject.toml -c requirements.lock --python-version 3.11 -o requirements-components.lock
@@ -65,6 +66,8 @@ lock:
 	    --python-platform x86_64-manylinux_2_28 -o requirements-gpu.lock
 	$(PY) -m uv pip compile containers/serving.requirements.in -c requirements.lock --python-version 3.11 \
 	    -o requirements-serving.lock
+	$(PY) -m uv pip compile containers/serving-gpu.requirements.in -c requirements-serving.lock --python-version 3.11 \
+	    --python-platform x86_64-manylinux_2_28 -o requirements-serving-gpu.lock
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

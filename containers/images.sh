@@ -6,7 +6,8 @@
 # image and uv's download cache (TFPIPE_BUILD_CACHE, default /var/cache/tfpipe) between builds, and removes what
 # older builds left unused for a week (dangling images: a replaced image, an old lock's layers).
 # Prints each image's size and build time.
-#   containers/images.sh [components|trainer|serving|trainer-gpu ...]     (default: components trainer serving)
+#   containers/images.sh [components|trainer|serving|trainer-gpu|serving-gpu ...]
+#                                                                   (default: components trainer serving)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,10 +52,10 @@ mkdir -p "$CACHE/uv"
 for name in "${images[@]}"; do
   args=(--build-arg "PYTHON_IMAGE=$BASE" --build-arg UV_NO_CACHE=false --volume "$CACHE/uv:/root/.cache/uv")
   dockerfile=containers/$name.Dockerfile
-  if [ "$name" = trainer-gpu ]; then
-    args+=(--build-arg LOCK=requirements-gpu.lock)
-    dockerfile=containers/trainer.Dockerfile
-  fi
+  case "$name" in
+    trainer-gpu) args+=(--build-arg LOCK=requirements-gpu.lock); dockerfile=containers/trainer.Dockerfile ;;
+    serving-gpu) args+=(--build-arg LOCK=requirements-serving-gpu.lock); dockerfile=containers/serving.Dockerfile ;;
+  esac
   log=/tmp/tfpipe-build-$name.log
   started=$(date +%s)
   podman build --network host "${args[@]}" -f "$dockerfile" -t "tfpipe/$name:$TAG" . >"$log" 2>&1 \

@@ -6,6 +6,8 @@
 # The build stage installs requirements-serving.lock: only the packages the server imports, at requirements.lock's
 # versions (containers/serving.requirements.in; `make lock`), so the image holds TensorFlow but not the pipeline's
 # tools (kfp, GCPC, aiplatform, jax, the test tools).
+# GPU serving image (deployments with platform.serving_accelerator_type), the same versions plus TensorFlow's CUDA
+# libraries:  docker build -f containers/serving.Dockerfile --build-arg LOCK=requirements-serving-gpu.lock -t IMAGE .
 
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
@@ -21,7 +23,8 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_NO_CACHE=${UV_NO_CACHE
     UV_COMPILE_BYTECODE=1
 RUN pip install "uv==${UV_VERSION}" && python -m venv /opt/venv
 WORKDIR /src
-# The lock alone first, so that this (slow, large) layer is cached until the lock changes.
+# The lock alone first, so that this (slow, large) layer is cached until the lock changes. LOCK:
+# requirements-serving.lock, or requirements-serving-gpu.lock (the GPU serving image).
 ARG LOCK=requirements-serving.lock
 COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
@@ -36,7 +39,10 @@ RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation 
 
 # ---- runtime: the environment only, no build tools, non-root ----
 FROM ${PYTHON_IMAGE}
+# LD_LIBRARY_PATH: where GPU nodes mount the host's driver libraries (libcuda.so.1); the CUDA runtime libraries come
+# from the GPU lock's nvidia-* wheels. Nothing is there on CPU machines.
 ENV PATH=/opt/venv/bin:$PATH \
+    LD_LIBRARY_PATH=/usr/local/nvidia/lib64 \
     TF_USE_LEGACY_KERAS=1 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

@@ -455,6 +455,7 @@ class Platform(BaseModel):
     trainer_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest"
     trainer_gpu_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/trainer-gpu:latest"  # when accelerator_type is set
     serving_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/serving:latest"  # or a prebuilt .../vertex-ai/prediction/
+    serving_gpu_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/serving-gpu:latest"  # with serving_accelerator_type
     location: str = "us-central1"
     machine_type: str = "n1-standard-4"
     accelerator_type: str = ""
@@ -540,7 +541,7 @@ class Platform(BaseModel):
         """The labels of every Vertex AI job and resource a run of `pipeline_name` creates."""
         return {**self.labels, **self.model_labels, PIPELINE_LABEL: pipeline_name}
 
-    @field_validator("components_image", "trainer_image", "trainer_gpu_image", "serving_image")
+    @field_validator("components_image", "trainer_image", "trainer_gpu_image", "serving_image", "serving_gpu_image")
     @classmethod
     def _image(cls, value: str) -> str:
         if not value or any(c.isspace() for c in value):
@@ -613,12 +614,23 @@ class Platform(BaseModel):
         """The image of the TFJob replicas and Katib trials: the GPU variant when they get GPUs."""
         return self.trainer_gpu_image if self.kubeflow.worker_resources.gpus else self.trainer_image
 
+    def serving_image_field(self) -> str:
+        """The serving image the Vertex deploy uses: this project's GPU variant when the deployment gets an
+        accelerator (a prebuilt Vertex image is taken as given: its name says CPU or GPU)."""
+        gpu = self.serving_accelerator_type and PREBUILT_SERVING not in self.serving_image
+        return "serving_gpu_image" if gpu else "serving_image"
+
+    def kubeflow_serving_image(self) -> str:
+        """The image of the KServe predictor (predictor serving_image): the GPU variant when it gets GPUs."""
+        return self.serving_gpu_image if self.kubeflow.serving_resources.gpus else self.serving_image
+
     def serving_container_spec(self) -> dict:
         """The uploaded model's containerSpec: a prebuilt Vertex image needs only its URI; this project's serving
         image listens on SERVING_PORT and reads the routes Vertex gives it in AIP_HEALTH_ROUTE/AIP_PREDICT_ROUTE."""
-        if PREBUILT_SERVING in self.serving_image:
-            return {"imageUri": self.serving_image}
-        return {"imageUri": self.serving_image, "ports": [{"containerPort": SERVING_PORT}]}
+        image = getattr(self, self.serving_image_field())
+        if PREBUILT_SERVING in image:
+            return {"imageUri": image}
+        return {"imageUri": image, "ports": [{"containerPort": SERVING_PORT}]}
 
     def placeholder_images(self, target: str = "vertex") -> list[str]:
         """The image fields a run on `target` uses that still name the placeholder project of the defaults."""
@@ -628,9 +640,9 @@ class Platform(BaseModel):
             if k.training == "operator" or k.tuning == "katib":
                 used.append("trainer_gpu_image" if k.worker_resources.gpus else "trainer_image")
             if k.serving == "kserve" and k.predictor == "serving_image":
-                used.append("serving_image")
+                used.append("serving_gpu_image" if k.serving_resources.gpus else "serving_image")
         if target == "vertex":
-            used += ["trainer_gpu_image" if self.accelerator_type else "trainer_image", "serving_image"]
+            used += ["trainer_gpu_image" if self.accelerator_type else "trainer_image", self.serving_image_field()]
         return [name for name in used if PLACEHOLDER_PROJECT in getattr(self, name)]
 
 

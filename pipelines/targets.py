@@ -777,7 +777,7 @@ class KubeflowOps(SelfHostedOps):
                     traffic_percentage=traffic_percentage,
                     inference_service=k.inference_service,
                     predictor_kind=k.predictor,
-                    serving_image=p.serving_image,
+                    serving_image=p.kubeflow_serving_image(),
                     runtime_version=k.tensorflow_runtime_version,
                     resources=k.serving_resources.requirements(),
                     min_replicas=p.serving_min_replicas,

@@ -17,7 +17,7 @@ ENVIRON = {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers" / "podman.co
 
 
 def image(name: str) -> str:
-    """The local tag of one of the project's images: components, trainer, serving or trainer-gpu."""
+    """The local tag of one of the project's images: components, trainer, serving, trainer-gpu or serving-gpu."""
     return f"localhost/tfpipe/{name}:{TAG}"
 
 

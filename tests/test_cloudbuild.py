@@ -24,22 +24,25 @@ WAIT_FOR = {
     "build-components": ["test"],
     "build-serving": ["test"],
     "build-trainer-gpu": ["test"],
+    "build-serving-gpu": ["test"],
     "push-trainer": ["build-trainer"],
     "push-components": ["build-components"],
     "push-serving": ["build-serving"],
     "push-trainer-gpu": ["build-trainer-gpu"],
-    "compile-training": ["push-trainer", "push-components", "push-serving", "push-trainer-gpu"],
+    "push-serving-gpu": ["build-serving-gpu"],
+    "compile-training": ["push-trainer", "push-components", "push-serving", "push-trainer-gpu", "push-serving-gpu"],
     "compile-batch-prediction": ["push-trainer", "push-components"],
     "publish": ["compile-training", "compile-batch-prediction"],
     "submit-run": ["publish"],
     "update-schedule": ["publish"],
 }
-# image -> (Dockerfile, build args): the GPU trainer is the trainer's Dockerfile with the GPU lock.
+# image -> (Dockerfile, build args): the GPU images are the CPU ones' Dockerfiles with their GPU locks.
 IMAGES = {
     "trainer": ("containers/trainer.Dockerfile", []),
     "components": ("containers/components.Dockerfile", []),
     "serving": ("containers/serving.Dockerfile", []),
     "trainer-gpu": ("containers/trainer.Dockerfile", ["--build-arg", "LOCK=requirements-gpu.lock"]),
+    "serving-gpu": ("containers/serving.Dockerfile", ["--build-arg", "LOCK=requirements-serving-gpu.lock"]),
 }
 # platform fields of the training template's images, set by compile-training from build/<image>.image
 TRAINING_IMAGES = {
@@ -47,6 +50,7 @@ TRAINING_IMAGES = {
     "components": "components_image",
     "serving": "serving_image",
     "trainer-gpu": "trainer_gpu_image",
+    "serving-gpu": "serving_gpu_image",
 }
 # A user's config as the trigger would find it at _CONFIG: the prod profile is what CI compiles and runs with.
 CONFIG = """\
@@ -202,14 +206,21 @@ def test_images_tagged_short_sha_and_latest():
         assert f"docker push --all-tags {image_name(name)}\n" in STEPS[f"push-{name}"]["args"][1]
 
 
-def test_gpu_trainer_is_the_trainer_built_from_the_gpu_lock():
+@pytest.mark.parametrize(
+    "image, default_lock, gpu_lock",
+    [
+        ("trainer", "requirements-trainer.lock", "requirements-gpu.lock"),
+        ("serving", "requirements-serving.lock", "requirements-serving-gpu.lock"),
+    ],
+)
+def test_gpu_images_are_built_from_the_gpu_locks(image, default_lock, gpu_lock):
     """The build arg names the Dockerfile's LOCK argument and an existing lock other than the default one."""
-    dockerfile = (ROOT / "containers/trainer.Dockerfile").read_text()
-    assert re.search(r"^ARG LOCK=requirements-trainer\.lock$", dockerfile, re.M)
+    dockerfile = (ROOT / f"containers/{image}.Dockerfile").read_text()
+    assert re.search(rf"^ARG LOCK={re.escape(default_lock)}$", dockerfile, re.M)
     assert re.search(r"^COPY \$\{LOCK\} requirements\.lock$", dockerfile, re.M)
-    lock = STEPS["build-trainer-gpu"]["args"][STEPS["build-trainer-gpu"]["args"].index("--build-arg") + 1]
-    assert lock == "LOCK=requirements-gpu.lock" and (ROOT / "requirements-gpu.lock").is_file()
-    assert re.search(r"^nvidia-cudnn-cu12==", (ROOT / "requirements-gpu.lock").read_text(), re.M)  # CUDA TensorFlow
+    args = STEPS[f"build-{image}-gpu"]["args"]
+    assert args[args.index("--build-arg") + 1] == f"LOCK={gpu_lock}" and (ROOT / gpu_lock).is_file()
+    assert re.search(r"^nvidia-cudnn-cu12==", (ROOT / gpu_lock).read_text(), re.M)  # CUDA TensorFlow
 
 
 def test_python_steps_match_the_images_python():

@@ -16,14 +16,18 @@ from tests.imports import ENTRY_MODULES, PACKAGES, needed_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILES = sorted((ROOT / "containers").glob("*.Dockerfile"))
-# Each image's own lock (its Dockerfile's default LOCK), the GPU trainer image's (cloudbuild.yaml), and the lock of
-# .venv and the tests, whose versions every other lock takes.
+# Each image's own lock (its Dockerfile's default LOCK), the GPU images' (cloudbuild.yaml), and the lock of .venv and
+# the tests, whose versions every other lock takes.
 DEFAULT_LOCK = {
     "components.Dockerfile": "requirements-components.lock",
     "trainer.Dockerfile": "requirements-trainer.lock",
     "serving.Dockerfile": "requirements-serving.lock",
 }
-LOCKS = ["requirements.lock", "requirements-gpu.lock", *DEFAULT_LOCK.values()]
+GPU_LOCK = {  # GPU lock -> (the CPU image's lock it extends, its requirements file)
+    "requirements-gpu.lock": ("requirements-trainer.lock", "trainer-gpu.requirements.in"),
+    "requirements-serving-gpu.lock": ("requirements-serving.lock", "serving-gpu.requirements.in"),
+}
+LOCKS = ["requirements.lock", *GPU_LOCK, *DEFAULT_LOCK.values()]
 
 
 def parse(path: Path) -> DockerfileParser:
@@ -241,10 +245,13 @@ def test_serving_entrypoint_port_and_lock():
     assert parser.envs["TF_USE_LEGACY_KERAS"] == "1" and parser.envs["PYTHONDONTWRITEBYTECODE"] == "1"
 
 
-def test_gpu_lock_is_the_trainers_plus_tensorflows_cuda_libraries():
-    """The GPU trainer trains with exactly the CPU trainer's (and the tests') versions: same pins for every package
-    of requirements-trainer.lock; the only additions are what tensorflow[and-cuda] requires, within its bounds."""
-    cpu, gpu = lock_pins("requirements-trainer.lock"), lock_pins("requirements-gpu.lock")
+@pytest.mark.parametrize("gpu_lock", GPU_LOCK)
+def test_gpu_locks_are_the_cpu_images_plus_tensorflows_cuda_libraries(gpu_lock):
+    """The GPU trainer trains, and the GPU server serves, with exactly the CPU image's (and the tests') versions:
+    same pins for every package of its lock; the only additions are what tensorflow[and-cuda] requires, within its
+    bounds."""
+    cpu_lock, requirements = GPU_LOCK[gpu_lock]
+    cpu, gpu = lock_pins(cpu_lock), lock_pins(gpu_lock)
     assert {name: gpu.get(name) for name in cpu} == cpu
     cuda = [
         Requirement(r)
@@ -258,7 +265,7 @@ def test_gpu_lock_is_the_trainers_plus_tensorflows_cuda_libraries():
     for requirement in cuda:
         assert requirement.specifier.contains(gpu[canonicalize_name(requirement.name)]), requirement
     assert cpu["tensorflow"] == gpu["tensorflow"] == importlib.metadata.version("tensorflow")
-    assert "tensorflow[and-cuda]" in (ROOT / "containers" / "trainer-gpu.requirements.in").read_text()
+    assert "tensorflow[and-cuda]" in (ROOT / "containers" / requirements).read_text()
 
 
 @pytest.mark.parametrize("lock", DEFAULT_LOCK.values())

@@ -12,6 +12,7 @@ PLATFORM = Platform(
     components_image="example.com/tfpipe/components:abc",
     trainer_image="example.com/tfpipe/trainer:abc",
     serving_image="example.com/serving:2",
+    serving_gpu_image="example.com/serving-gpu:2",
     machine_type="n1-standard-8",
     location="europe-west4",
     model_display_name="digits",
@@ -196,10 +197,13 @@ def test_vertex_dag(tmp_path):
         assert imgs[name].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
     importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
     assert importer["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel"
-    # this project's serving image: Vertex's custom-container contract on port 8080
+    # this project's serving image, its GPU variant as the deployment gets a T4: Vertex's custom-container contract
+    # on port 8080
     assert importer["metadata"] == {
-        "containerSpec": {"imageUri": "example.com/serving:2", "ports": [{"containerPort": 8080}]}
+        "containerSpec": {"imageUri": "example.com/serving-gpu:2", "ports": [{"containerPort": 8080}]}
     }
+    cpu = PLATFORM.model_copy(update={"serving_accelerator_type": "", "serving_accelerator_count": 0})
+    assert cpu.serving_container_spec()["imageUri"] == "example.com/serving:2"
     # lightweight steps must not pip-install kfp at runtime: the components image carries the compiler's kfp
     assert "pip install" not in " ".join(
         spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["command"]

@@ -1,7 +1,7 @@
-"""The GPU trainer image (`make images IMAGES=trainer-gpu`; not built by default: 6.9 GB): the trainer's modules
-import, TensorFlow is its CUDA build, and every CUDA library the lock installs loads, but for those that need the
-NVIDIA driver's libcuda.so.1, which GPU nodes mount from the host. No GPU here: the training itself is the
-trainer image's test."""
+"""The GPU images (`IMAGES="trainer-gpu serving-gpu" make images`; not built by default: about 7 GB each), each tested
+when it is built: its entry points' modules import, TensorFlow is its CUDA build, and every CUDA library the lock
+installs loads, but for those that need the NVIDIA driver's libcuda.so.1, which GPU nodes mount from the host. No GPU
+here: training and serving themselves are the CPU images' tests (the same code and versions)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,19 @@ from tests.images.test_entry_points import failed_imports
 from tests.imports import ENTRY_MODULES, external_modules, module_name, needed_files
 from tests.podman import image, missing_images, run
 
-pytestmark = pytest.mark.skipif(
-    bool(missing_images(["trainer-gpu"])), reason=f"{image('trainer-gpu')} not built (make images IMAGES=trainer-gpu)"
-)
+GPU_IMAGES = {"trainer-gpu": "trainer.Dockerfile", "serving-gpu": "serving.Dockerfile"}  # image -> its Dockerfile
+
+
+def built(name: str):
+    return pytest.param(
+        name,
+        marks=pytest.mark.skipif(
+            bool(missing_images([name])), reason=f"{image(name)} not built (IMAGES={name} make images)"
+        ),
+    )
+
+
+each_gpu_image = pytest.mark.parametrize("name", [built(name) for name in GPU_IMAGES])
 
 CUDA_CHECK = """
 import ctypes, glob, json, os
@@ -33,14 +43,16 @@ print(json.dumps({"cuda": info.get("is_cuda_build"), "cudnn": info.get("cudnn_ve
 """
 
 
-def test_the_trainer_modules_import_in_the_gpu_image():
-    files = needed_files(ENTRY_MODULES["trainer.Dockerfile"])
+@each_gpu_image
+def test_the_entry_points_modules_import_in_the_gpu_image(name):
+    files = needed_files(ENTRY_MODULES[GPU_IMAGES[name]])
     modules = sorted({module_name(f) for f in files} | external_modules(files))
-    assert failed_imports("trainer-gpu", modules) == {}
+    assert failed_imports(name, modules) == {}
 
 
-def test_tensorflow_is_the_cuda_build_and_its_libraries_load_without_a_gpu():
-    code, out = run(image("trainer-gpu"), ["-c", CUDA_CHECK], entrypoint=["python"])
+@each_gpu_image
+def test_tensorflow_is_the_cuda_build_and_its_libraries_load_without_a_gpu(name):
+    code, out = run(image(name), ["-c", CUDA_CHECK], entrypoint=["python"])
     assert code == 0, out
     found = json.loads(out.strip().splitlines()[-1])
     assert found["cuda"] is True
