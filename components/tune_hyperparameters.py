@@ -222,14 +222,15 @@ def run_trial(
     fixed_args: list[str],
     env: dict,
     runners: RunnerPool | None = None,
+    flags=trainer_flags,
 ) -> Trial:
-    """Run one trial to completion (in a warm runner of `runners`, else a fresh `python -m module` process);
-    never raises for a failing trainer (the trial is marked FAILED)."""
+    """Run one trial to completion (in a warm runner of `runners`, else a fresh `python -m module` process), its
+    values given as `flags(parameters)`; never raises for a failing trainer (the trial is marked FAILED)."""
     out = os.path.join(base_dir, trial.trial_id)
     os.makedirs(out, exist_ok=True)
     metric_file = os.path.join(out, "hypertune", "output.metrics")
     trial_vars = {"CLOUD_ML_TRIAL_ID": trial.trial_id, "CLOUD_ML_HP_METRIC_FILE": metric_file, **output_dirs(out)}
-    argv = [*fixed_args, *trainer_flags(trial.parameters)]
+    argv = [*fixed_args, *flags(trial.parameters)]
     log_path = os.path.join(out, "trial.log")
     trial.output_dir, trial.started = out, time.time()
     if runners is not None:
@@ -281,8 +282,10 @@ def run_study(
     env: dict | None = None,
     seed: int = 0,
     log=print,
+    flags=trainer_flags,
 ) -> dict:
-    """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files.
+    """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files. Each
+    trial runs `module` with `fixed_args` and `flags(its values)`.
     Raises StudyFailed (after writing them) once `max_failed_trial_count` trials have failed (Vertex's definition:
     no trial starts after that; those running finish)."""
     started = time.time()
@@ -294,12 +297,12 @@ def run_study(
         os.path.join(base_dir, "runners"),
     )
     try:
-        return _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started)
+        return _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags)
     finally:
         runners.close()
 
 
-def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started) -> dict:
+def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags) -> dict:
     from vizier import algorithms as vza
 
     designer = make_designer(spec, seed)
@@ -315,9 +318,9 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started)
                     trial = Trial(str(len(trials) + 1), parameters)
                     trials.append(trial)
                     log(f"[study] trial {trial.trial_id} started: {parameters}")
-                    running[pool.submit(run_trial, trial, spec, base_dir, module, fixed_args, env or {}, runners)] = (
-                        trial
-                    )
+                    running[
+                        pool.submit(run_trial, trial, spec, base_dir, module, fixed_args, env or {}, runners, flags)
+                    ] = trial
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -69,6 +69,9 @@ def test_aip_environment_sets_output_locations():
 def test_vertex_tuning_style_flags():
     args = parse_args(["--data-dir", "d", "--job-dir", "j", "--learning_rate=0.02", "--hidden_units=64"], {})
     assert args.learning_rate == 0.02 and args.hidden_units == 64
+    # the tuning service passes integer parameters as doubles
+    args = parse_args(["--data-dir", "d", "--job-dir", "j", "--hidden_units=64.0", "--batch_size=32.0"], {})
+    assert (args.hidden_units, args.batch_size) == (64, 32) and type(args.hidden_units) is int
 
 
 @pytest.mark.parametrize(
@@ -78,6 +81,10 @@ def test_vertex_tuning_style_flags():
         (["--data-dir", "d", "--job-dir", "j", "--epochs", "0"], "--epochs must be >= 1"),
         (["--data-dir", "d", "--job-dir", "j", "--dropout", "1.5"], "--dropout must be in"),
         (["--data-dir", "d", "--job-dir", "j", "--batch-size", "x"], "invalid int value"),
+        (
+            ["--data-dir", "d", "--job-dir", "j", "--hidden_units=64.5"],
+            "invalid int value: '64.5' (not a whole number)",
+        ),
     ],
 )
 def test_bad_trainer_flags(argv, message, capsys):

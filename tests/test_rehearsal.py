@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,14 @@ def recorded(out: Path, method: str) -> list[dict]:
 
 
 def test_registry_versions_aliases_and_deploy_rules(tmp_path):
-    registry = Registry(str(tmp_path / "state.json"), "p-rehearsal", "us-central1")
+    registry = Registry(str(tmp_path / "state.json"), "p-rehearsal", "us-central1", "4711")
     parent = "projects/p-rehearsal/locations/us-central1"
     model = {"display_name": "digits", "artifact_uri": "/m/1", "container_spec": {"image_uri": "img"}}
     name, first = registry.upload(parent, model)
     assert first == "1" and registry.version(name)["version_aliases"] == ["default"]
+    # answered with the project's number, as Vertex names resources; found by its ID too
+    assert name.startswith("projects/4711/locations/us-central1/models/")
+    assert registry.version(name.replace("4711", "p-rehearsal"))["name"] == name
     _, second = registry.upload(parent, {**model, "artifact_uri": "/m/2"}, parent_model=name)
     assert second == "2" and registry.version(name)["version_id"] == "1"  # a new version is not the default
     registry.merge_aliases(f"{name}@2", ["champion", "default"])
@@ -72,9 +76,54 @@ def test_registry_versions_aliases_and_deploy_rules(tmp_path):
     with pytest.raises(ApiError, match="deployed model 7 still serves 100 %"):
         registry.remove_deployed(endpoint, "7", {})
     # the state survives: the next rehearsal finds the champion and the endpoint
-    again = Registry(str(tmp_path / "state.json"), "p-rehearsal", "us-central1")
+    again = Registry(str(tmp_path / "state.json"), "p-rehearsal", "us-central1", "4711")
     assert again.version(f"{name}@champion")["version_id"] == "2"
     assert again.endpoint(endpoint)["traffic_split"] == {"7": 100}
+
+
+def test_lists_are_ordered_and_paged_as_vertex_pages_them(tmp_path):
+    """Three endpoints named alike: the GAPIC client follows the double's two-item pages; `order_by` is honoured
+    and a field Vertex does not order by is refused."""
+    from google.api_core.exceptions import InvalidArgument
+    from google.cloud import aiplatform_v1
+
+    from pipelines.rehearsal import redirect
+    from pipelines.rehearsal.api import VertexDouble
+
+    double = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4").start()
+    parent = "projects/p-rehearsal/locations/europe-west4"
+    created = []
+    for _ in range(3):
+        created.append(double.registry.create_endpoint(parent, {"display_name": "e"})["name"])
+        time.sleep(0.01)  # creation times a millisecond apart at least
+    try:
+        redirect.install(double.grpc_target, double.http_base, "p-rehearsal")
+        client = aiplatform_v1.EndpointServiceClient(
+            client_options={"api_endpoint": "europe-west4-aiplatform.googleapis.com"}
+        )
+        oldest = client.list_endpoints(
+            request={"parent": parent, "filter": 'display_name="e"', "order_by": "create_time"}
+        )
+        newest = client.list_endpoints(request={"parent": parent, "order_by": "create_time desc"})
+        assert [e.name for e in oldest] == created and [e.name for e in newest] == created[::-1]
+        first = client.list_endpoints(request={"parent": parent}).pages
+        assert [len(page.endpoints) for page in first] == [2, 1]
+        with pytest.raises(InvalidArgument, match="order_by 'name': use create_time, update_time, display_name"):
+            list(client.list_endpoints(request={"parent": parent, "order_by": "name"}))
+    finally:
+        double.stop()
+
+
+def test_tuning_trials_get_their_values_as_vertex_appends_them():
+    from pipelines.rehearsal.jobs import vertex_trial_flags
+
+    values = {"learning_rate": 0.004, "hidden_units": 64, "batch_size": 32.0, "optimizer": "adam"}
+    assert vertex_trial_flags(values) == [
+        "--learning_rate=0.004",
+        "--hidden_units=64.0",  # an integer parameter arrives as a double, and the trainer takes it
+        "--batch_size=32.0",
+        "--optimizer=adam",
+    ]
 
 
 def test_a_subprocess_talks_to_the_double(tmp_path):
@@ -82,7 +131,7 @@ def test_a_subprocess_talks_to_the_double(tmp_path):
     from pipelines.rehearsal import redirect
     from pipelines.rehearsal.api import VertexDouble
 
-    double = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "europe-west4").start()
+    double = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4").start()
     try:
         code = (
             "from google.cloud import aiplatform_v1\n"

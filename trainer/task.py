@@ -31,6 +31,17 @@ def _underscored_flags(argv: list[str]) -> list[str]:
     return out
 
 
+def _integer(text: str) -> int:
+    """An integer flag's value: `64`, or `64.0`, as Vertex AI's tuning service passes integer parameters."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (not a whole number)")
+    return int(value)
+
+
 def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", required=True, help="prepared dataset directory (local or gs://)")
@@ -39,16 +50,16 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=environ.get("AIP_CHECKPOINT_DIR", ""))
     p.add_argument("--log-dir", default=environ.get("AIP_TENSORBOARD_LOG_DIR", ""))
     p.add_argument("--model", default=builder.DEFAULT_BUILDER, help="the model builder, package.module:function")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=32, help="per-replica batch size")
+    p.add_argument("--epochs", type=_integer, default=10)
+    p.add_argument("--batch-size", type=_integer, default=32, help="per-replica batch size")
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--dropout", type=float, default=0.2)
-    p.add_argument("--hidden-units", type=int, default=128)
-    p.add_argument("--filters", type=int, default=16, help="filters of the first conv block (doubles per block)")
-    p.add_argument("--image-size", type=int, default=0, help="model input size; 0 = the prepared image size")
-    p.add_argument("--steps-per-epoch", type=int, default=0, help="0 = one pass over the training split")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--cache-max-mb", type=int, default=512, help="cache the training split in memory below this")
+    p.add_argument("--hidden-units", type=_integer, default=128)
+    p.add_argument("--filters", type=_integer, default=16, help="filters of the first conv block (doubles per block)")
+    p.add_argument("--image-size", type=_integer, default=0, help="model input size; 0 = the prepared image size")
+    p.add_argument("--steps-per-epoch", type=_integer, default=0, help="0 = one pass over the training split")
+    p.add_argument("--seed", type=_integer, default=42)
+    p.add_argument("--cache-max-mb", type=_integer, default=512, help="cache the training split in memory below this")
     p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
     args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
     for name in ("epochs", "batch_size", "hidden_units", "filters"):

@@ -32,11 +32,13 @@ from google.cloud.aiplatform_v1.types import (
 )
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
+from google.rpc import status_pb2
 
 from pipelines.rehearsal import jobs
 from pipelines.rehearsal.registry import ApiError, Registry
 
 V1 = "google.cloud.aiplatform.v1"
+PAGE_SIZE = 2  # Vertex pages its lists (up to 100 by default); small pages here, so that paging is exercised
 _DISPLAY_NAME = re.compile(r'display_name\s*=\s*"((?:[^"\\]|\\.)*)"')
 JOB_KINDS = {  # request field → (message class, collection)
     "custom_job": (custom_job.CustomJob, "customJobs"),
@@ -61,12 +63,13 @@ def _display_name(filter_text: str) -> str | None:
 
 
 class VertexDouble:
-    def __init__(self, directory: str, state_path: str, project: str, location: str, log=print):
+    def __init__(self, directory: str, state_path: str, project: str, project_number: str, location: str, log=print):
         """`directory`: this rehearsal's requests, job and container logs; `state_path`: the registry and
-        endpoints, shared by successive rehearsals."""
+        endpoints, shared by successive rehearsals; resource names carry `project_number` (Vertex answers names
+        with the project's number; requests may use either)."""
         self.directory, self.project, self.location, self.log = directory, project, location, log
         os.makedirs(directory, exist_ok=True)
-        self.registry = Registry(state_path, project, location)
+        self.registry = Registry(state_path, project, location, project_number)
         self.requests_path = os.path.join(directory, "vertex_requests.jsonl")
         self.lock = threading.Lock()
         self.sequence = itertools.count(1)
@@ -265,12 +268,26 @@ class VertexDouble:
             if k in version
         }
         return model_pb.Model(
-            **fields, create_time=_time(version["create_time"]), version_create_time=_time(version["create_time"])
+            **fields,
+            create_time=_time(version.get("model_create_time", version["create_time"])),
+            version_create_time=_time(version["create_time"]),
         )
 
     def _list_models(self, request) -> model_service.ListModelsResponse:
-        found = self.registry.list_models(request.parent, _display_name(request.filter))
-        return model_service.ListModelsResponse(models=[self._model(v) for v in found])
+        found = self.registry.list_models(request.parent, _display_name(request.filter), request.order_by)
+        page, token = self._page(found, request.page_size, request.page_token)
+        return model_service.ListModelsResponse(models=[self._model(v) for v in page], next_page_token=token)
+
+    def _page(self, items: list, page_size: int, page_token: str) -> tuple[list, str]:
+        """One page of a list and the next page's token, as Vertex pages them (here at most PAGE_SIZE items, so that
+        a client that reads only the first page misses what follows)."""
+        size = min(page_size or PAGE_SIZE, PAGE_SIZE)
+        try:
+            start = int(page_token or 0)
+        except ValueError:
+            raise ApiError("INVALID_ARGUMENT", f"page_token {page_token!r} is not one this API gave") from None
+        end = start + size
+        return items[start:end], str(end) if end < len(items) else ""
 
     def _endpoint(self, endpoint: dict) -> endpoint_pb.Endpoint:
         deployed = [
@@ -292,8 +309,11 @@ class VertexDouble:
         )
 
     def _list_endpoints(self, request) -> endpoint_service.ListEndpointsResponse:
-        found = self.registry.list_endpoints(request.parent, _display_name(request.filter))
-        return endpoint_service.ListEndpointsResponse(endpoints=[self._endpoint(e) for e in found])
+        found = self.registry.list_endpoints(request.parent, _display_name(request.filter), request.order_by)
+        page, token = self._page(found, request.page_size, request.page_token)
+        return endpoint_service.ListEndpointsResponse(
+            endpoints=[self._endpoint(e) for e in page], next_page_token=token
+        )
 
     def _update_endpoint(self, request) -> endpoint_pb.Endpoint:
         if list(request.update_mask.paths) != ["traffic_split"]:
@@ -311,46 +331,78 @@ class VertexDouble:
         self.operations[name] = operation
         return operation
 
+    def _long_running(self, method: str, work) -> operations_pb2.Operation:
+        """An operation answered at once, not done; `work()` runs in a thread and the operation ends with its
+        response, or with its error (an ApiError's status and message), as Vertex's deploy and undeploy do."""
+        name = f"{self.registry.parent}/operations/{self.registry.new_id()}"
+        operation = self.operations[name] = operations_pb2.Operation(name=name, done=False)
+
+        def run():
+            try:
+                response = work()
+                operation.response.Pack(type(response).pb(response))
+            except ApiError as e:
+                self._error(method, e.message)
+                operation.error.CopyFrom(
+                    status_pb2.Status(code=getattr(grpc.StatusCode, e.status).value[0], message=e.message)
+                )
+            operation.done = True
+
+        threading.Thread(target=run, daemon=True, name=f"operation-{name}").start()
+        return operation
+
     def _operation(self, request) -> operations_pb2.Operation:
-        if request.name not in self.operations:
+        name = self.registry.canonical(request.name)
+        if name not in self.operations:
             raise ApiError("NOT_FOUND", f"operation {request.name} not found")
-        return self.operations[request.name]
+        return self.operations[name]
 
     def _undeploy(self, request) -> operations_pb2.Operation:
+        """Checked at once (a deployed model with traffic is refused); the container stops in the operation."""
         self.registry.remove_deployed(request.endpoint, request.deployed_model_id, dict(request.traffic_split))
-        process_url = self.containers.pop(request.deployed_model_id, None)
-        if process_url:
-            jobs.stop_container(process_url[0])
-        return self._done(endpoint_service.UndeployModelResponse())
 
-    def deploy(self, request: endpoint_service.DeployModelRequest) -> endpoint_service.DeployModelResponse:
+        def stop():
+            process_url = self.containers.pop(request.deployed_model_id, None)
+            if process_url:
+                jobs.stop_container(process_url[0])
+            return endpoint_service.UndeployModelResponse()
+
+        return self._long_running("EndpointService.UndeployModel", stop)
+
+    def deploy(self, request: endpoint_service.DeployModelRequest) -> operations_pb2.Operation:
+        """The request is checked at once (model, traffic split); the container starts in the operation, which fails
+        with the reason when it never becomes healthy, as Vertex's deploy operation does."""
         version, split = self.registry.plan_deploy(
             request.endpoint, _dict(request.deployed_model), dict(request.traffic_split)
         )
         deployed_id = self.registry.new_id()
         log = os.path.join(self.directory, "endpoints", f"{deployed_id}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
-        try:
-            self.containers[deployed_id] = jobs.start_container(
-                version["artifact_uri"], request.endpoint.rsplit("/", 1)[-1], deployed_id, log
+
+        def start():
+            try:
+                self.containers[deployed_id] = jobs.start_container(
+                    version["artifact_uri"], request.endpoint.rsplit("/", 1)[-1], deployed_id, log
+                )
+            except jobs.JobError as e:
+                raise ApiError(
+                    "FAILED_PRECONDITION", f"deploying {version['name']}@{version['version_id']} failed: {e}"
+                ) from e
+            deployed = {
+                **_dict(request.deployed_model),
+                "id": deployed_id,
+                "model": version["name"],
+                "model_version_id": version["version_id"],
+                "create_time": time.time(),
+            }
+            self.registry.add_deployed(request.endpoint, deployed, split)
+            return endpoint_service.DeployModelResponse(
+                deployed_model=endpoint_pb.DeployedModel(
+                    id=deployed_id, model=version["name"], model_version_id=version["version_id"]
+                )
             )
-        except jobs.JobError as e:
-            raise ApiError(
-                "FAILED_PRECONDITION", f"deploying {version['name']}@{version['version_id']} failed: {e}"
-            ) from e
-        deployed = {
-            **_dict(request.deployed_model),
-            "id": deployed_id,
-            "model": version["name"],
-            "model_version_id": version["version_id"],
-            "create_time": time.time(),
-        }
-        self.registry.add_deployed(request.endpoint, deployed, split)
-        return endpoint_service.DeployModelResponse(
-            deployed_model=endpoint_pb.DeployedModel(
-                id=deployed_id, model=version["name"], model_version_id=version["version_id"]
-            )
-        )
+
+        return self._long_running("EndpointService.DeployModel", start)
 
     def predict(self, endpoint_name: str, body: dict) -> dict:
         endpoint = self.registry.endpoint(endpoint_name)
@@ -378,7 +430,7 @@ class VertexDouble:
             jobs.validate(kind, data)
         except jobs.JobError as e:
             raise ApiError("INVALID_ARGUMENT", str(e)) from None
-        name = f"{request.parent}/{collection}/{self.registry.new_id()}"
+        name = f"{self.registry.parent}/{collection}/{self.registry.new_id()}"
         job = {
             "kind": kind,
             "name": name,
@@ -400,9 +452,10 @@ class VertexDouble:
         return message
 
     def _get_job(self, request):
-        if request.name not in self.jobs:
+        name = self.registry.canonical(request.name)
+        if name not in self.jobs:
             raise ApiError("NOT_FOUND", f"job {request.name} not found")
-        return self._job_message(self.jobs[request.name])
+        return self._job_message(self.jobs[name])
 
     def _cancel(self, job: dict) -> None:
         job["cancelled"] = True
@@ -413,9 +466,10 @@ class VertexDouble:
                 pass
 
     def _cancel_request(self, request):
-        if request.name not in self.jobs:
+        name = self.registry.canonical(request.name)
+        if name not in self.jobs:
             raise ApiError("NOT_FOUND", f"job {request.name} not found")
-        self._cancel(self.jobs[request.name])
+        self._cancel(self.jobs[name])
         return empty_pb2.Empty()
 
     def _work(self, job: dict) -> None:
@@ -533,7 +587,7 @@ class VertexDouble:
         if request.endpoint and request.endpoint != match["endpoint"]:
             raise ApiError("INVALID_ARGUMENT", f"endpoint {request.endpoint!r} differs from the URL's")
         request.endpoint = match["endpoint"]
-        return self._rest_done(self.deploy(request))
+        return json_format.MessageToDict(self.deploy(request))
 
     def _rest_predict(self, match, request, body) -> dict:
         return self.predict(match["endpoint"], body)

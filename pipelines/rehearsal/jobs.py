@@ -3,7 +3,8 @@
 - a custom job's worker pools: the local multi-worker launcher, with `CLUSTER_SPEC`, `TF_CONFIG` and the `AIP_*`
   directories set the way Vertex sets them for pool 0 (the chief) and pool 1 (the workers);
 - a hyperparameter tuning job: the local study (OSS Vizier) over the job's study spec, each trial the trial pool's
-  command with the trial's values, `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file;
+  command with the trial's values appended as Vertex appends them (`--PARAMETER_ID=VALUE`, numbers as doubles),
+  `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file;
 - a batch prediction job: the local batch predictor with the job's instance config and model parameters, output
   in Vertex's layout under the destination prefix;
 - a deployed model: this project's serving container entry point on the model's artifacts (AIP_STORAGE_URI), the
@@ -208,6 +209,16 @@ def study_spec(job: dict):
         raise JobError(f"invalid study: {e.errors()[0]['msg']}") from None
 
 
+def vertex_trial_flags(parameters: dict) -> list[str]:
+    """A trial's values as Vertex AI's tuning service appends them to the trial pool's arguments:
+    `--PARAMETER_ID=VALUE`, the parameter id as it is and every number a double (an integer or discrete value too)."""
+
+    def text(value):
+        return repr(float(value)) if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
+
+    return [f"--{name}={text(value)}" for name, value in parameters.items()]
+
+
 def run_tuning_job(job: dict, sink) -> list[dict]:
     """Run the study; return the job's `trials` (Vertex's Trial fields)."""
     from components.tune_hyperparameters import StudyFailed, run_study
@@ -225,6 +236,7 @@ def run_tuning_job(job: dict, sink) -> list[dict]:
             _trainer_args(pools[0]),
             env=_container_env(pools[0]),
             log=lambda line: sink.write(line + "\n"),
+            flags=vertex_trial_flags,
         )
     except StudyFailed as e:
         raise JobError(str(e)) from None

@@ -1,8 +1,9 @@
 """The double's Model Registry and endpoints, kept in a JSON file so that successive rehearsals build on each other
 (the second run finds the first one's champion and endpoint). Behaves like Vertex AI where the pipeline relies on
-it: a model's first version holds the `default` alias; an alias names one version (merging moves it; `-alias`
-removes it); a deploy's traffic split uses "0" for the new model and must sum to 100; a deployed model with traffic
-cannot be undeployed."""
+it: resource names are answered with the project's number (requests may name the project by its ID or its number);
+a model's first version holds the `default` alias; an alias names one version (merging moves it; `-alias` removes
+it); a deploy's traffic split uses "0" for the new model and must sum to 100; a deployed model with traffic cannot
+be undeployed; lists are ordered by `order_by` and paged."""
 
 from __future__ import annotations
 
@@ -33,14 +34,22 @@ def _now() -> float:
     return round(time.time(), 3)
 
 
+ORDER_FIELDS = ("create_time", "update_time", "display_name")  # what Vertex's list methods order by
+
+
 class Registry:
-    def __init__(self, path: str, project: str, location: str):
-        self.path, self.parent = path, f"projects/{project}/locations/{location}"
+    def __init__(self, path: str, project: str, location: str, project_number: str):
+        self.path, self.parent = path, f"projects/{project_number}/locations/{location}"
+        self.by_id = (f"projects/{project}/", f"projects/{project_number}/")
         self.lock = threading.RLock()
         self.state: dict[str, Any] = {"models": {}, "endpoints": {}, "next_id": 1}
         if os.path.exists(path):
             with open(path) as f:
-                self.state = json.load(f)
+                self.state = json.loads(f.read().replace(*self.by_id))  # a state saved with project IDs
+
+    def canonical(self, name: str) -> str:
+        """A resource name with the project's number, as Vertex answers it."""
+        return name.replace(*self.by_id, 1) if name.startswith(self.by_id[0]) else name
 
     def save(self) -> None:
         with self.lock:
@@ -55,7 +64,7 @@ class Registry:
             return str(1000 + self.state["next_id"])
 
     def check_parent(self, parent: str) -> None:
-        if parent != self.parent:
+        if self.canonical(parent) != self.parent:
             raise ApiError(
                 "INVALID_ARGUMENT", f"parent {parent!r}: this rehearsal's project and location are {self.parent!r}"
             )
@@ -65,6 +74,7 @@ class Registry:
     def upload(self, parent: str, model: dict, parent_model: str = "") -> tuple[str, str]:
         """A new model, or a new version of `parent_model`; returns (model name, version id)."""
         self.check_parent(parent)
+        parent_model = self.canonical(parent_model)
         if not model.get("display_name"):
             raise ApiError("INVALID_ARGUMENT", "model.display_name is required")
         if not model.get("artifact_uri"):
@@ -78,7 +88,7 @@ class Registry:
                     raise ApiError("NOT_FOUND", f"parent model {parent_model} not found")
                 name = parent_model
             else:
-                name = f"{parent}/models/{self.new_id()}"
+                name = f"{self.parent}/models/{self.new_id()}"
                 entry = self.state["models"][name] = {"display_name": model["display_name"], "versions": []}
             version_id = str(len(entry["versions"]) + 1)
             aliases = list(model.get("version_aliases", []))
@@ -99,14 +109,14 @@ class Registry:
                 version["version_aliases"].remove(alias)
 
     def _model(self, name: str) -> dict:
-        entry = self.state["models"].get(name)
+        entry = self.state["models"].get(self.canonical(name))
         if entry is None:
             raise ApiError("NOT_FOUND", f"model {name} not found")
         return entry
 
     def version(self, name: str) -> dict:
         """`.../models/ID`, `...@VERSION` or `...@ALIAS` (no suffix: the default version)."""
-        base, _, wanted = name.partition("@")
+        base, _, wanted = self.canonical(name).partition("@")
         with self.lock:
             entry = self._model(base)
             wanted = wanted or "default"
@@ -115,17 +125,31 @@ class Registry:
                     return {**version, "display_name": entry["display_name"]}
         raise ApiError("NOT_FOUND", f"model {name} not found: no version or alias {wanted!r}")
 
-    def list_models(self, parent: str, display_name: str | None) -> list[dict]:
+    @staticmethod
+    def ordered(items: list[dict], order_by: str, created: str = "create_time") -> list[dict]:
+        """Vertex's `order_by`: comma-separated fields, each optionally followed by `desc` (an update is a
+        creation here; `created`: the item's creation time field)."""
+        keys = []
+        for part in (p.split() for p in order_by.split(",") if p.strip()):
+            if part[0] not in ORDER_FIELDS or len(part) > 2 or (len(part) == 2 and part[1] != "desc"):
+                raise ApiError("INVALID_ARGUMENT", f"order_by {order_by!r}: use {', '.join(ORDER_FIELDS)} [desc]")
+            keys.append(("display_name" if part[0] == "display_name" else created, len(part) == 2))
+        for field, descending in reversed(keys):
+            items = sorted(items, key=lambda item: item[field], reverse=descending)
+        return items
+
+    def list_models(self, parent: str, display_name: str | None, order_by: str = "") -> list[dict]:
         self.check_parent(parent)
         with self.lock:
-            return [
-                self.version(name)
+            found = [  # a model's default version, and when the model was created (its first version)
+                {**self.version(name), "model_create_time": entry["versions"][0]["create_time"]}
                 for name, entry in self.state["models"].items()
                 if display_name is None or entry["display_name"] == display_name
             ]
+        return self.ordered(found, order_by, "model_create_time")
 
     def merge_aliases(self, name: str, aliases: list[str]) -> dict:
-        base, _, version_id = name.partition("@")
+        base, _, version_id = self.canonical(name).partition("@")
         if not version_id or not version_id.isdigit():
             raise ApiError("INVALID_ARGUMENT", f"{name}: name a version with its id (MODEL@VERSION_ID)")
         with self.lock:
@@ -152,7 +176,7 @@ class Registry:
         if not endpoint.get("display_name"):
             raise ApiError("INVALID_ARGUMENT", "endpoint.display_name is required")
         with self.lock:
-            name = f"{parent}/endpoints/{self.new_id()}"
+            name = f"{self.parent}/endpoints/{self.new_id()}"
             self.state["endpoints"][name] = {
                 **endpoint,
                 "name": name,
@@ -165,16 +189,17 @@ class Registry:
 
     def endpoint(self, name: str) -> dict:
         with self.lock:
-            if name not in self.state["endpoints"]:
+            if self.canonical(name) not in self.state["endpoints"]:
                 raise ApiError("NOT_FOUND", f"endpoint {name} not found")
-            return self.state["endpoints"][name]
+            return self.state["endpoints"][self.canonical(name)]
 
-    def list_endpoints(self, parent: str, display_name: str | None) -> list[dict]:
+    def list_endpoints(self, parent: str, display_name: str | None, order_by: str = "") -> list[dict]:
         self.check_parent(parent)
         with self.lock:
-            return [
+            found = [
                 e for e in self.state["endpoints"].values() if display_name is None or e["display_name"] == display_name
             ]
+        return self.ordered(found, order_by)
 
     @staticmethod
     def check_split(split: dict, ids: set) -> dict:

@@ -27,6 +27,7 @@ from pipelines.rehearsal.cache import vertex_cache
 from trainer.environment import LEGACY_KERAS
 
 PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources
+PROJECT_NUMBER = "308452716099"  # its number: Vertex names resources with it in its answers
 GCPC_MODULES = "google_cloud_pipeline_components.container."
 EMULATOR_BUCKET = "rehearsal"
 
@@ -186,7 +187,9 @@ def rehearse(
     out.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
     pipeline = components.load_component_from_file(template)
-    double = VertexDouble(str(out / "vertex"), str(state_dir / "vertex_state.json"), PROJECT, location, log).start()
+    double = VertexDouble(
+        str(out / "vertex"), str(state_dir / "vertex_state.json"), PROJECT, PROJECT_NUMBER, location, log
+    ).start()
     started = time.time()
     try:
         with (
@@ -296,7 +299,9 @@ def rehearsal_api(state_dir: Path, location: str, log=print):
     """The double on a rehearsal's saved registry and endpoints, this process redirected to it (promote,
     rollback)."""
     directory = state_dir / "api"
-    double = VertexDouble(str(directory), str(state_dir / "vertex_state.json"), PROJECT, location, log).start()
+    double = VertexDouble(
+        str(directory), str(state_dir / "vertex_state.json"), PROJECT, PROJECT_NUMBER, location, log
+    ).start()
     try:
         redirect.install(double.grpc_target, double.http_base, PROJECT)
         yield double
