@@ -114,6 +114,51 @@ def test_lists_are_ordered_and_paged_as_vertex_pages_them(tmp_path):
         double.stop()
 
 
+def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_path):
+    """DeployModel answers an operation at once; the container starts in it with Vertex's AIP_* routes; the
+    endpoint's predict route forwards to the container's and refuses a body over an online request's 1.5 MiB."""
+    import numpy as np
+    import requests
+    from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service
+
+    from pipelines.rehearsal.api import VertexDouble
+    from tests.serving_models import toy_model
+
+    model_dir = toy_model(str(tmp_path / "toy"), k=2)
+    double = VertexDouble(str(tmp_path / "d"), str(tmp_path / "state.json"), "p-rehearsal", "4711", "us-central1")
+    double.start()
+    parent = "projects/p-rehearsal/locations/us-central1"
+    try:
+        spec = {"image_uri": "serving:1"}
+        name, _ = double.registry.upload(
+            parent, {"display_name": "toy", "artifact_uri": model_dir, "container_spec": spec}
+        )
+        endpoint = double.registry.create_endpoint(parent, {"display_name": "e"})["name"]
+        operation = double.deploy(
+            endpoint_service.DeployModelRequest(
+                endpoint=endpoint, deployed_model=endpoint_pb.DeployedModel(model=name), traffic_split={"0": 100}
+            )
+        )
+        assert not operation.done  # a long-running operation, as on Vertex
+        deadline = time.time() + 120
+        while not operation.done and time.time() < deadline:
+            time.sleep(0.2)
+        assert operation.done and not operation.HasField("error"), operation
+        [deployed] = double.registry.endpoint(endpoint)["deployed_models"]
+        route = f"/v1/endpoints/{endpoint.rsplit('/', 1)[-1]}/deployedModels/{deployed['id']}"
+        log = (tmp_path / "d" / "endpoints" / f"{deployed['id']}.log").read_text()
+        assert f"health {route}, predict {route}:predict" in log
+        url = f"{double.http_base}/v1/{endpoint}:predict"
+        answer = requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}, timeout=30)
+        assert answer.status_code == 200 and answer.json()["predictions"][0]["y"] == [2.0, 4.0, 6.0]
+        big = {"instances": np.ones((100_000, 3)).tolist()}  # about 1.7 MB of JSON
+        refused = requests.post(url, json=big, timeout=30)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["message"] == "Request payload size exceeds the limit: 1572864 bytes."
+    finally:
+        double.stop()
+
+
 def test_tuning_trials_get_their_values_as_vertex_appends_them():
     from pipelines.rehearsal.jobs import vertex_trial_flags
 

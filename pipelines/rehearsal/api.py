@@ -38,6 +38,7 @@ from pipelines.rehearsal import jobs
 from pipelines.rehearsal.registry import ApiError, Registry
 
 V1 = "google.cloud.aiplatform.v1"
+ONLINE_REQUEST_LIMIT = 1_572_864  # bytes a public endpoint's online prediction request may hold (1.5 MiB)
 PAGE_SIZE = 2  # Vertex pages its lists (up to 100 by default); small pages here, so that paging is exercised
 _DISPLAY_NAME = re.compile(r'display_name\s*=\s*"((?:[^"\\]|\\.)*)"')
 JOB_KINDS = {  # request field → (message class, collection)
@@ -75,7 +76,7 @@ class VertexDouble:
         self.sequence = itertools.count(1)
         self.jobs: dict[str, dict] = {}
         self.operations: dict[str, operations_pb2.Operation] = {}
-        self.containers: dict[str, tuple] = {}  # deployed model id → (process, url)
+        self.containers: dict[str, tuple] = {}  # deployed model id → (process, its predict route's URL)
         self.errors: list[dict] = []  # every error answered or job failed: {"method", "message", "time"}
         self._grpc: grpc.Server | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -413,7 +414,7 @@ class VertexDouble:
         if chosen not in self.containers:
             raise ApiError("FAILED_PRECONDITION", f"deployed model {chosen} is not running in this rehearsal")
         request = urllib.request.Request(
-            f"{self.containers[chosen][1]}/predict", json.dumps(body).encode(), {"Content-Type": "application/json"}
+            self.containers[chosen][1], json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
         with urllib.request.urlopen(request, timeout=60) as response:
             return json.loads(response.read())
@@ -549,6 +550,10 @@ class VertexDouble:
             if route is None:
                 raise ApiError("NOT_FOUND", f"{method} {handler.path}: not a route of the rehearsal's Vertex AI API")
             _, match, request_class, name = route
+            if name == "_rest_predict" and len(raw) > ONLINE_REQUEST_LIMIT:
+                raise ApiError(
+                    "INVALID_ARGUMENT", f"Request payload size exceeds the limit: {ONLINE_REQUEST_LIMIT} bytes."
+                )
             body = json.loads(raw or b"{}")
             request = None
             if request_class is not None:

@@ -7,8 +7,9 @@
   `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file;
 - a batch prediction job: the local batch predictor with the job's instance config and model parameters, output
   in Vertex's layout under the destination prefix;
-- a deployed model: this project's serving container entry point on the model's artifacts (AIP_STORAGE_URI), the
-  deploy done once its health route answers, as Vertex waits for a container's health check.
+- a deployed model: this project's serving container entry point on the model's artifacts (AIP_STORAGE_URI), with
+  the routes Vertex gives it (AIP_HEALTH_ROUTE /v1/endpoints/E/deployedModels/D, AIP_PREDICT_ROUTE the same with
+  `:predict`), the deploy done once its health route answers, as Vertex waits for a container's health check.
 Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give.
 """
 
@@ -297,17 +298,26 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def container_routes(endpoint_id: str, deployed_model_id: str) -> tuple[str, str]:
+    """The health and predict routes Vertex AI gives a deployed model's container (AIP_HEALTH_ROUTE,
+    AIP_PREDICT_ROUTE)."""
+    route = f"/v1/endpoints/{endpoint_id}/deployedModels/{deployed_model_id}"
+    return route, f"{route}:predict"
+
+
 def start_container(artifact_uri: str, endpoint_id: str, deployed_model_id: str, log_path: str):
-    """The serving container for a deployed model; returns (process, base URL) once its health route answers 200."""
+    """The serving container for a deployed model, with the environment Vertex AI gives it; returns (process, the
+    predict route's URL) once its health route answers 200."""
     port = free_port()
+    health, predict = container_routes(endpoint_id, deployed_model_id)
     env = {
         **os.environ,
         "AIP_STORAGE_URI": artifact_uri,
         "AIP_HTTP_PORT": str(port),
         "AIP_ENDPOINT_ID": endpoint_id,
         "AIP_DEPLOYED_MODEL_ID": deployed_model_id,
-        "AIP_HEALTH_ROUTE": "/health",
-        "AIP_PREDICT_ROUTE": "/predict",
+        "AIP_HEALTH_ROUTE": health,
+        "AIP_PREDICT_ROUTE": predict,
     }
     log = open(log_path, "w")
     process = subprocess.Popen(
@@ -323,9 +333,9 @@ def start_container(artifact_uri: str, endpoint_id: str, deployed_model_id: str,
         if process.poll() is not None:
             break
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            with urllib.request.urlopen(f"{url}{health}", timeout=2) as response:
                 if response.status == 200:
-                    return process, url
+                    return process, f"{url}{predict}"
         except OSError:
             pass
         time.sleep(0.5)
