@@ -18,6 +18,7 @@ from pipelines.rehearsal.registry import ApiError, Registry
 from tests import vertex_expectations as expect
 
 IDENTITY = [
+    "platform.project=my-project",  # the rehearsal's project: the TensorBoard must be in it
     "platform.service_account=runner@my-project.iam.gserviceaccount.com",
     "platform.network=projects/123456789/global/networks/vpc",
     "platform.encryption_spec_key_name=projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/tfpipe",

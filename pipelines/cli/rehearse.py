@@ -56,14 +56,15 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
     """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'
     own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
     from pipelines.cli.local import _print_summary
-    from pipelines.rehearsal.run import rehearse as run_rehearsal
+    from pipelines.rehearsal.run import PROJECT, rehearse as run_rehearsal
     from pipelines.templates import TemplateError, compile_template, load_template, parse_params
 
     out = Path(out_dir or f"runs/rehearsal-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     out.mkdir(parents=True, exist_ok=True)
+    config = _load(config_file, profile, sets)
     try:
         if not template:
-            template = compile_template("vertex", pipeline, _load(config_file, profile, sets), out / "template.yaml")
+            template = compile_template("vertex", pipeline, config, out / "template.yaml")
         spec = load_template(template)
         arguments = parse_params(params, spec)
     except TemplateError as e:
@@ -78,7 +79,14 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
             arguments["data_source"] = local_path(default)
     click.echo(f"Rehearsing {spec['pipelineInfo']['name']} ({template}) against a local Vertex AI; output in {out}")
     summary = run_rehearsal(
-        template, arguments, out, Path(state_dir).resolve(), verbose, click.echo, caching=not no_caching
+        template,
+        arguments,
+        out,
+        Path(state_dir).resolve(),
+        verbose,
+        click.echo,
+        caching=not no_caching,
+        project=config.platform.project or PROJECT,
     )
     from pipelines import report
 

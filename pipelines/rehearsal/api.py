@@ -34,7 +34,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
 from google.rpc import status_pb2
 
-from pipelines.rehearsal import jobs
+from pipelines.rehearsal import jobs, rules
 from pipelines.rehearsal.registry import ApiError, Registry
 
 V1 = "google.cloud.aiplatform.v1"
@@ -324,6 +324,12 @@ class VertexDouble:
             )
         return self._endpoint(self.registry.set_traffic(request.endpoint.name, dict(request.endpoint.traffic_split)))
 
+    def _check(self, request: dict) -> None:
+        """What Vertex checks in a request's identity and resources (rules.py)."""
+        problem = rules.identity(request, self.location, self.registry.project_ids) or rules.resources(request)
+        if problem:
+            raise ApiError("INVALID_ARGUMENT", problem)
+
     def _done(self, response, metadata=None) -> operations_pb2.Operation:
         name = f"{self.registry.parent}/operations/{self.registry.new_id()}"
         packed = any_pb2.Any()
@@ -373,6 +379,7 @@ class VertexDouble:
     def deploy(self, request: endpoint_service.DeployModelRequest) -> operations_pb2.Operation:
         """The request is checked at once (model, traffic split); the container starts in the operation, which fails
         with the reason when it never becomes healthy, as Vertex's deploy operation does."""
+        self._check(_dict(request))
         version, split = self.registry.plan_deploy(
             request.endpoint, _dict(request.deployed_model), dict(request.traffic_split)
         )
@@ -427,6 +434,7 @@ class VertexDouble:
         data = _dict(getattr(request, kind))
         if not data.get("display_name"):
             raise ApiError("INVALID_ARGUMENT", f"{kind}.display_name is required")
+        self._check(data)
         try:
             jobs.validate(kind, data)
         except jobs.JobError as e:
@@ -580,12 +588,14 @@ class VertexDouble:
         return json_format.MessageToDict(self._done(response))
 
     def _rest_upload(self, match, request, body) -> dict:
+        self._check(_dict(request.model))
         name, version_id = self.registry.upload(
             request.parent or match["parent"], _dict(request.model), request.parent_model
         )
         return self._rest_done(model_service.UploadModelResponse(model=name, model_version_id=version_id))
 
     def _rest_create_endpoint(self, match, request, body) -> dict:
+        self._check(_dict(request))
         return self._rest_done(self._endpoint(self.registry.create_endpoint(match["parent"], _dict(request))))
 
     def _rest_deploy(self, match, request, body) -> dict:

@@ -41,6 +41,7 @@ class Registry:
     def __init__(self, path: str, project: str, location: str, project_number: str):
         self.path, self.parent = path, f"projects/{project_number}/locations/{location}"
         self.by_id = (f"projects/{project}/", f"projects/{project_number}/")
+        self.project_ids = (project, project_number)
         self.lock = threading.RLock()
         self.state: dict[str, Any] = {"models": {}, "endpoints": {}, "next_id": 1}
         if os.path.exists(path):

@@ -26,8 +26,8 @@ from pipelines.rehearsal.api import VertexDouble
 from pipelines.rehearsal.cache import vertex_cache
 from trainer.environment import LEGACY_KERAS
 
-PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources
-PROJECT_NUMBER = "308452716099"  # its number: Vertex names resources with it in its answers
+PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources when the config names none
+PROJECT_NUMBER = "308452716099"  # the project's number: Vertex names resources with it in its answers
 GCPC_MODULES = "google_cloud_pipeline_components.container."
 EMULATOR_BUCKET = "rehearsal"
 
@@ -70,7 +70,7 @@ class _VertexJson:
 
 
 @contextlib.contextmanager
-def _kfp_local_patches(location: str):
+def _kfp_local_patches(project: str, location: str):
     """Container tasks of Google Cloud Pipeline Components run their command as a local process, the Vertex
     placeholders resolve to the rehearsal's values (the run's uuid: kfp.local's unique run id), and parameter values
     are written into commands as Vertex writes them."""
@@ -88,7 +88,7 @@ def _kfp_local_patches(location: str):
 
     def resolve_vertex(element, *args, **kwargs):
         values = {
-            "{{$.pipeline_google_cloud_project_id}}": PROJECT,
+            "{{$.pipeline_google_cloud_project_id}}": project,
             "{{$.pipeline_google_cloud_location}}": location,
             "{{$.pipeline_job_uuid}}": kwargs.get("pipeline_job_id", ""),
             "{{$.pipeline_persistent_resource_id}}": "",
@@ -173,10 +173,18 @@ def stage_instances(instances: str) -> str:
 
 
 def rehearse(
-    template: str, arguments: dict, out: Path, state_dir: Path, verbose: bool = False, log=print, caching: bool = True
+    template: str,
+    arguments: dict,
+    out: Path,
+    state_dir: Path,
+    verbose: bool = False,
+    log=print,
+    caching: bool = True,
+    project: str = PROJECT,
 ) -> dict:
-    """Run the compiled template with `arguments`; return the run summary (also written to `out`). `caching`:
-    serve unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py)."""
+    """Run the compiled template with `arguments` in `project` (the config's); return the run summary (also written
+    to `out`). `caching`: serve unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache;
+    cache.py)."""
     from kfp import components
 
     from pipelines import report
@@ -188,7 +196,7 @@ def rehearse(
     state_dir.mkdir(parents=True, exist_ok=True)
     pipeline = components.load_component_from_file(template)
     double = VertexDouble(
-        str(out / "vertex"), str(state_dir / "vertex_state.json"), PROJECT, PROJECT_NUMBER, location, log
+        str(out / "vertex"), str(state_dir / "vertex_state.json"), project, PROJECT_NUMBER, location, log
     ).start()
     started = time.time()
     try:
@@ -196,17 +204,17 @@ def rehearse(
             gcs_emulator(str(state_dir / "gcs")) as emulator,
             _environment(
                 {
-                    **redirect.environment(double.grpc_target, double.http_base, PROJECT),
+                    **redirect.environment(double.grpc_target, double.http_base, project),
                     "STORAGE_EMULATOR_HOST": emulator,
-                    "GOOGLE_CLOUD_PROJECT": PROJECT,
+                    "GOOGLE_CLOUD_PROJECT": project,
                     **LEGACY_KERAS,
                     "TF_CPP_MIN_LOG_LEVEL": "2",
                 }
             ),
-            _kfp_local_patches(location),
+            _kfp_local_patches(project, location),
             vertex_cache(),
         ):
-            redirect.install(double.grpc_target, double.http_base, PROJECT)
+            redirect.install(double.grpc_target, double.http_base, project)
             if arguments.get("instances"):
                 arguments = {**arguments, "instances": stage_instances(arguments["instances"])}
             steps, run_root = run_local(pipeline, arguments, out, verbose, state_dir / "cache" if caching else None)
@@ -247,7 +255,7 @@ def vertex_section(double: VertexDouble, out: Path) -> dict:
     """What the run did on the (rehearsed) Vertex AI: the requests log, the jobs, the registry and endpoints."""
     state = double.registry.state
     return {
-        "project": PROJECT,
+        "project": double.registry.project_ids[0],
         "location": double.location,
         "requests": str(Path(double.requests_path)),
         "jobs": [

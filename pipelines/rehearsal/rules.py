@@ -1,0 +1,111 @@
+"""What Vertex AI checks in a request's identity and resources before it accepts it, for the double: service account
+e-mails, CMEK keys in the request's region, VPC networks named by project number, a TensorBoard of the same project
+and region, labels, machine type / accelerator pairs and replica counts. Each check returns Vertex's kind of message
+for the first field it refuses, or None. Requests are dicts with proto field names (`api._dict`).
+
+Not checked (the double has no IAM): whether the service account exists and whether the caller may act as it; the
+pre-flight checks of `submit` and `schedule` ask Google Cloud itself (pipelines/preflight.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+SERVICE_ACCOUNT = re.compile(
+    r"^([a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9-]+\.iam|[0-9]+-compute@developer)\.gserviceaccount\.com$"
+)
+KMS_KEY = re.compile(r"^projects/[^/]+/locations/(?P<location>[^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
+NETWORK = re.compile(r"^projects/(?P<project>[^/]+)/global/networks/[^/]+$")
+TENSORBOARD = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/tensorboards/[0-9]+$")
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+MAX_LABELS = 64
+# accelerator -> the machine series it attaches to (Compute Engine's GPU machine types)
+ACCELERATOR_MACHINES = {
+    "NVIDIA_TESLA_T4": ("n1-",),
+    "NVIDIA_TESLA_V100": ("n1-",),
+    "NVIDIA_TESLA_P100": ("n1-",),
+    "NVIDIA_TESLA_P4": ("n1-",),
+    "NVIDIA_TESLA_A100": ("a2-highgpu-", "a2-megagpu-"),
+    "NVIDIA_A100_80GB": ("a2-ultragpu-",),
+    "NVIDIA_L4": ("g2-",),
+    "NVIDIA_H100_80GB": ("a3-highgpu-",),
+}
+
+
+def labels(field: str, value: dict) -> str | None:
+    if len(value) > MAX_LABELS:
+        return f"{field}: at most {MAX_LABELS} labels, got {len(value)}"
+    for key, text in value.items():
+        if not LABEL_KEY.match(key) or not LABEL_VALUE.match(text):
+            return f"{field}: invalid label {key}={text!r} (keys {LABEL_KEY.pattern}, values {LABEL_VALUE.pattern})"
+    return None
+
+
+def identity(data: dict, location: str, project_ids: tuple[str, ...]) -> str | None:
+    """`service_account`, `network`, `encryption_spec.kms_key_name`, `tensorboard` and `labels` wherever a request
+    holds them (at its top level or in `job_spec` / `trial_job_spec` / `deployed_model`)."""
+    for where in ("", "job_spec", "trial_job_spec", "deployed_model"):
+        part = data.get(where, {}) if where else data
+        prefix = f"{where}." if where else ""
+        account = part.get("service_account", "")
+        if account and not SERVICE_ACCOUNT.match(account):
+            return f"{prefix}service_account {account!r} is not a service account e-mail"
+        network = part.get("network", "")
+        match = NETWORK.match(network)
+        if network and (not match or not match["project"].isdigit()):
+            return f"{prefix}network {network!r} must be projects/PROJECT_NUMBER/global/networks/NAME"
+        key = part.get("encryption_spec", {}).get("kms_key_name", "")
+        match = KMS_KEY.match(key)
+        if key and (not match or match["location"] != location):
+            return f"{prefix}encryption_spec.kms_key_name {key!r} must be a Cloud KMS key in {location}"
+        board = part.get("tensorboard", "")
+        match = TENSORBOARD.match(board)
+        if board and (not match or match["location"] != location or match["project"] not in project_ids):
+            return f"{prefix}tensorboard {board!r} must be a TensorBoard of this project in {location}"
+        problem = labels(f"{prefix}labels", part.get("labels", {}))
+        if problem:
+            return problem
+    return None
+
+
+def machine(field: str, spec: dict) -> str | None:
+    """A MachineSpec: an accelerator needs a count, and a machine type of its series."""
+    accelerator = spec.get("accelerator_type", "")
+    accelerator = "" if accelerator == "ACCELERATOR_TYPE_UNSPECIFIED" else accelerator
+    count, machine_type = int(spec.get("accelerator_count", 0)), spec.get("machine_type", "")
+    if bool(accelerator) != bool(count):
+        return f"{field}: accelerator_type and accelerator_count go together (got {accelerator!r}, {count})"
+    series = ACCELERATOR_MACHINES.get(accelerator)
+    if accelerator and series is None:
+        return f"{field}.accelerator_type {accelerator!r} is not an accelerator Vertex AI offers"
+    if series and not machine_type.startswith(series):
+        return (
+            f"{field}: {accelerator} attaches to {' or '.join(s + '*' for s in series)} machines, not {machine_type!r}"
+        )
+    return None
+
+
+def resources(data: dict) -> str | None:
+    """Every MachineSpec of a request, and a deployment's or a batch job's replica counts."""
+    for where in ("job_spec", "trial_job_spec"):
+        for index, pool in enumerate(data.get(where, {}).get("worker_pool_specs", [])):
+            problem = machine(f"{where}.worker_pool_specs[{index}].machine_spec", pool.get("machine_spec", {}))
+            if problem:
+                return problem
+    batch = data.get("dedicated_resources")
+    if batch:  # a batch prediction job's: starting_replica_count 0 lets Vertex choose
+        problem = machine("dedicated_resources.machine_spec", batch.get("machine_spec", {}))
+        starting, most = int(batch.get("starting_replica_count", 0)), int(batch.get("max_replica_count", 0))
+        if not problem and most and starting > most:
+            problem = f"dedicated_resources: starting_replica_count {starting} exceeds max_replica_count {most}"
+        if problem:
+            return problem
+    deployed = data.get("deployed_model", {}).get("dedicated_resources")
+    if deployed:  # a deployment's: at least one replica (a max below the min is raised to it)
+        problem = machine("deployed_model.dedicated_resources.machine_spec", deployed.get("machine_spec", {}))
+        if not problem and int(deployed.get("min_replica_count", 0)) < 1:
+            problem = "deployed_model.dedicated_resources.min_replica_count must be at least 1"
+        if problem:
+            return problem
+    return None

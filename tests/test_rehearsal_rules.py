@@ -1,0 +1,105 @@
+"""What the Vertex AI double refuses in a request's identity and resources (pipelines/rehearsal/rules.py), each case
+a request Vertex refuses, through the double's own request handling (no TF, fast)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from google.cloud.aiplatform_v1.types import custom_job, endpoint as endpoint_pb, endpoint_service, job_service
+
+from pipelines.rehearsal.api import VertexDouble, _dict
+from pipelines.rehearsal.registry import ApiError
+
+PARENT = "projects/p-rehearsal/locations/europe-west4"
+SA = "runner@p-rehearsal.iam.gserviceaccount.com"
+
+
+@pytest.fixture
+def double(tmp_path):
+    return VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4")
+
+
+def job(**spec) -> job_service.CreateCustomJobRequest:
+    pool = {
+        "machine_spec": {"machine_type": "n1-standard-4", **spec.pop("machine", {})},
+        "replica_count": 1,
+        "container_spec": {"image_uri": "trainer:1", "args": ["--data-dir", "gs://b/d"]},
+    }
+    job_spec = {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": "gs://b/job"}, **spec}
+    labels = job_spec.pop("labels", {})
+    return job_service.CreateCustomJobRequest(
+        parent=PARENT, custom_job=custom_job.CustomJob(display_name="j", job_spec=job_spec, labels=labels)
+    )
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"service_account": "runner"}, "job_spec.service_account 'runner' is not a service account e-mail"),
+        (
+            {"network": "projects/p-rehearsal/global/networks/vpc"},
+            "job_spec.network 'projects/p-rehearsal/global/networks/vpc' must be projects/PROJECT_NUMBER/global/"
+            "networks/NAME",
+        ),
+        (
+            {"tensorboard": "projects/4711/locations/us-central1/tensorboards/1"},
+            "job_spec.tensorboard 'projects/4711/locations/us-central1/tensorboards/1' must be a TensorBoard of this "
+            "project in europe-west4",
+        ),
+        (
+            {"tensorboard": "projects/other/locations/europe-west4/tensorboards/1"},
+            "must be a TensorBoard of this project in europe-west4",
+        ),
+        ({"labels": {"Team": "ml"}}, "labels: invalid label Team='ml'"),
+        ({"labels": {f"k{i}": "v" for i in range(65)}}, "labels: at most 64 labels, got 65"),
+        (
+            {"machine": {"accelerator_type": "NVIDIA_TESLA_T4"}},
+            "job_spec.worker_pool_specs[0].machine_spec: accelerator_type and accelerator_count go together "
+            "(got 'NVIDIA_TESLA_T4', 0)",
+        ),
+        (
+            {"machine": {"machine_type": "n1-standard-4", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1}},
+            "job_spec.worker_pool_specs[0].machine_spec: NVIDIA_L4 attaches to g2-* machines, not 'n1-standard-4'",
+        ),
+    ],
+)
+def test_custom_jobs_vertex_would_refuse(double, spec, message):
+    with pytest.raises(ApiError, match=re.escape(message)):
+        double._create_job("custom_job", job(**spec))
+    assert double.jobs == {}
+
+
+def test_a_well_formed_identity_passes_the_checks(double):
+    spec = {
+        "service_account": SA,
+        "network": "projects/4711/global/networks/vpc",
+        "tensorboard": "projects/p-rehearsal/locations/europe-west4/tensorboards/7",
+        "machine": {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1},
+    }
+    request = job(**spec)
+    double._check(_dict(request.custom_job))
+
+
+def test_endpoints_models_and_deployments(double):
+    key = "projects/p/locations/us-east1/keyRings/r/cryptoKeys/k"
+    with pytest.raises(ApiError, match=f"encryption_spec.kms_key_name '{key}' must be a Cloud KMS key in europe-west4"):
+        double._check({"display_name": "e", "encryption_spec": {"kms_key_name": key}})
+    request = endpoint_service.DeployModelRequest(
+        endpoint=f"{PARENT}/endpoints/1",
+        deployed_model=endpoint_pb.DeployedModel(
+            model=f"{PARENT}/models/2",
+            dedicated_resources={"machine_spec": {"machine_type": "n1-standard-2"}, "min_replica_count": 0},
+        ),
+    )
+    with pytest.raises(ApiError, match="deployed_model.dedicated_resources.min_replica_count must be at least 1"):
+        double.deploy(request)
+    batch = {
+        "dedicated_resources": {
+            "machine_spec": {"machine_type": "n1-standard-4"},
+            "starting_replica_count": 3,
+            "max_replica_count": 2,
+        }
+    }
+    with pytest.raises(ApiError, match="starting_replica_count 3 exceeds max_replica_count 2"):
+        double._check(batch)
