@@ -221,22 +221,9 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)
 
     # 2: the tuning branch, compared with the first run's version, deployed as a 50 % canary
-    second = cli(
-        "rehearse",
-        "--out",
-        tmp_path / "run2",
-        "--state",
-        state,
-        *SETS,
-        "--param",
-        "epochs=3",
-        "--param",
-        "tuning_trial_epochs=1",
-        "--param",
-        "traffic_percentage=50",
-        "--param",
-        "champion_tolerance=1.0",
-    )
+    canary = [*SETS, "--param", "epochs=3", "--param", "tuning_trial_epochs=1", "--param", "traffic_percentage=50"]
+    canary += ["--param", "champion_tolerance=1.0"]
+    second = cli("rehearse", "--out", tmp_path / "run2", "--state", state, *canary)
     assert second.returncode == 0, second.stdout + second.stderr
     summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
@@ -263,22 +250,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
 
     # 2 again on unchanged data, as a schedule would: Vertex's cache serves the data prep, the tuning job and the
     # training job (their inputs hold nothing unique to a run); the gate then finds the candidate is the champion
-    again = cli(
-        "rehearse",
-        "--out",
-        tmp_path / "run2-again",
-        "--state",
-        state,
-        *SETS,
-        "--param",
-        "epochs=3",
-        "--param",
-        "tuning_trial_epochs=1",
-        "--param",
-        "traffic_percentage=50",
-        "--param",
-        "champion_tolerance=1.0",
-    )
+    again = cli("rehearse", "--out", tmp_path / "run2-again", "--state", state, *canary)
     assert again.returncode == 0, again.stdout + again.stderr
     summary = json.loads((tmp_path / "run2-again" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
