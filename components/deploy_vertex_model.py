@@ -11,8 +11,9 @@ from kfp.dsl import ConcatPlaceholder, Input, OutputPath
 LAUNCHER = "google_cloud_pipeline_components.container.v1.endpoint.deploy_model.launcher"
 
 
-def deploy_vertex_model_op(image: str):
-    """The deploy step, run from `image` (the components image)."""
+def deploy_vertex_model(image: str):
+    """The deploy step (a container component: GCPC's launcher, no Python function of this project's), run from
+    `image` (the components image)."""
 
     @dsl.container_component
     def deploy_vertex_model(
@@ -30,7 +31,20 @@ def deploy_vertex_model_op(image: str):
     ):
         """KFP step (Vertex): deploy `model` on `endpoint` on dedicated resources with `traffic_split` ("0": the new
         deployed model), as `deployed_model_display_name`, its container running as `service_account` (empty
-        values are left out of the request, as GCPC leaves them)."""
+        values are left out of the request, as GCPC leaves them).
+
+        Args:
+            model: The registry model version to deploy (`resourceName` MODEL@VERSION).
+            endpoint: The endpoint to deploy it on.
+            deployed_model_display_name: The deployed model's display name.
+            traffic_split: The endpoint's traffic split once deployed ("0": the new deployed model).
+            machine_type: Machine type of each replica.
+            min_replica_count: Replicas always deployed (at least 1).
+            max_replica_count: Replicas the deployment may scale to.
+            accelerator_type: Accelerator of each replica (empty: none).
+            accelerator_count: Accelerators per replica.
+            service_account: The service account the serving container runs as.
+        """
         return dsl.ContainerSpec(
             image=image,
             command=["python3", "-u", "-m", LAUNCHER],

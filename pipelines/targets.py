@@ -351,9 +351,9 @@ class VertexOps(_SameEverywhere):
         self._plan_batch = _component(plan_batch_prediction.plan_batch_prediction, image)
         self._finish = _component(finish_vertex_rollout.finish_vertex_rollout, image)
         self._crown = _component(crown_vertex_model.crown_vertex_model, image)
-        from components.deploy_vertex_model import deploy_vertex_model_op  # GCPC's types: imported for vertex only
+        from components import deploy_vertex_model  # GCPC's types: imported for vertex only
 
-        self._deploy = deploy_vertex_model_op(image)
+        self._deploy = deploy_vertex_model.deploy_vertex_model(image)
 
     def _place(self, task):
         """A lightweight step's CPU and memory limits from `platform.step_limits` (Vertex picks the machine)."""

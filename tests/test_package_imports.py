@@ -46,13 +46,16 @@ STEP_MODULES = sorted(p for p in (ROOT / "components").glob("*.py") if p.name !=
 
 
 def component_calls() -> list[tuple[str, str]]:
-    """(module, function) of every `_component(module.function, ...)` of the platform seam."""
+    """(module, function) of every step the platform seam builds: `_component(module.function, ...)`, and the
+    container steps' `module.module(image)`."""
     tree = ast.parse((ROOT / "pipelines" / "targets.py").read_text())
-    return [
-        (call.args[0].value.id, call.args[0].attr)
-        for call in ast.walk(tree)
-        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "_component"
-    ]
+    steps = []
+    for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
+        if getattr(call.func, "id", "") == "_component":
+            steps.append((call.args[0].value.id, call.args[0].attr))
+        elif isinstance(call.func, ast.Attribute) and getattr(call.func.value, "id", "") == call.func.attr:
+            steps.append((call.func.attr, call.func.attr))
+    return steps
 
 
 def test_every_step_of_the_seam_lives_in_the_module_named_like_it():

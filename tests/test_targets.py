@@ -43,6 +43,7 @@ def test_vertex_builds_no_self_hosted_component():
         "_evaluate",
         "_quantize",
         "_plan",
+        "_deploy",
         "_import",
         "_defaults",
         "_merge",

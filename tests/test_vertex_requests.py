@@ -417,7 +417,8 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
             "labels": LABELS,
             "pipeline_job": f"{PARENT}/pipelineJobs/run-uuid-1",
             "artifact_uri": "gs://b/root/import-trained-model/job_dir/model",
-            "container_spec": {"image_uri": "example.com/serving:2", "ports": [{"container_port": 8080}]},
+            # the GPU serving image: the deployment gets a T4
+            "container_spec": {"image_uri": "example.com/serving-gpu:2", "ports": [{"container_port": 8080}]},
         },
     }
     assert "version_aliases" not in body["model"]  # the alias moves only once the version serves

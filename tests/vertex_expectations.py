@@ -80,7 +80,7 @@ def check_upload(request: dict, platform: Platform) -> None:
     _cmek(model, platform)
     assert not model.get("version_aliases")  # the alias moves only once the version serves
     container = model["container_spec"]
-    assert container["image_uri"] == platform.serving_image
+    assert container["image_uri"] == platform.serving_container_spec()["imageUri"]  # the GPU image with accelerators
     expected_ports = platform.serving_container_spec().get("ports", [])
     assert [int(p["container_port"]) for p in container.get("ports", [])] == [
         p["containerPort"] for p in expected_ports
