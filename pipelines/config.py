@@ -31,10 +31,10 @@ TARGETS = ("vertex", "kubeflow", "local")
 # the pipelines (`--pipeline`) and their compiled names (also their package names in a template registry)
 PIPELINE_NAMES = {"training": "tfpipe-training", "batch_prediction": "tfpipe-batch-prediction"}
 PIPELINES = tuple(PIPELINE_NAMES)
-# Vertex AI naming rules (Model.version_aliases, resource labels)
+# Vertex AI naming rules (Model.version_aliases, resource labels, identity), also the rehearsal double's
 _ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 MAX_LABELS = 64  # per Vertex AI resource
 PIPELINE_LABEL = "pipeline"  # the label naming the pipeline on each Vertex job and resource a run creates
 # Vertex AI Pipelines adds its own label (vertex-ai-pipelines-run-billing-id) to every job and resource a run's
@@ -43,10 +43,10 @@ PIPELINES_SYSTEM_LABELS = 1
 _REGION = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
 _PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.gserviceaccount\.com$")
-_NETWORK = re.compile(r"^projects/[0-9]+/global/networks/[^/\s]+$")
+NETWORK = re.compile(r"^projects/[0-9]+/global/networks/[^/\s]+$")
 _URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
-_KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/keyRings/[^/\s]+/cryptoKeys/[^/\s]+$")
-_TENSORBOARD = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/tensorboards/[0-9]+$")
+KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/keyRings/[^/\s]+/cryptoKeys/[^/\s]+$")
+TENSORBOARD = re.compile(r"^projects/(?P<project>[^/\s]+)/locations/(?P<location>[^/\s]+)/tensorboards/[0-9]+$")
 PREBUILT_SERVING = "-docker.pkg.dev/vertex-ai/prediction/"  # Vertex's prebuilt prediction images live here
 SERVING_PORT = 8080  # the port this project's serving image listens on (AIP_HTTP_PORT)
 SECTIONS = ("parameters", "batch", "platform", "study", "trainer")
@@ -239,14 +239,14 @@ def described_by(parameters: type[BaseModel]):
     return describe
 
 
-def _check_labels(labels: Mapping[str, str], limit: int = MAX_LABELS) -> None:
+def _check_labels(labels: Mapping[str, str]) -> None:
     for key, value in labels.items():
-        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
-            raise ValueError(f"{key}={value!r}: keys must match {_LABEL_KEY.pattern} and values {_LABEL_VALUE.pattern}")
+        if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+            raise ValueError(f"{key}={value!r}: keys must match {LABEL_KEY.pattern} and values {LABEL_VALUE.pattern}")
         if key.startswith("goog"):
             raise ValueError(f"{key}: label keys starting with goog are reserved by Google Cloud")
-    if len(labels) > limit:
-        raise ValueError(f"at most {limit} labels, got {len(labels)}")
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"at most {MAX_LABELS} labels, got {len(labels)}")
 
 
 class ScheduleSettings(BaseModel):
@@ -501,7 +501,7 @@ class Platform(BaseModel):
     @field_validator("network")
     @classmethod
     def _network(cls, value: str) -> str:
-        if value and not _NETWORK.match(value):
+        if value and not NETWORK.match(value):
             raise ValueError(f"{value!r} must look like projects/PROJECT_NUMBER/global/networks/NAME")
         return value
 
@@ -583,8 +583,8 @@ class Platform(BaseModel):
         if not self.model_version_aliases:
             raise ValueError("model_version_aliases: give at least one alias (the first one marks the champion)")
         for field, pattern, what in (
-            ("encryption_spec_key_name", _KMS_KEY, "projects/P/locations/L/keyRings/R/cryptoKeys/K"),
-            ("tensorboard", _TENSORBOARD, "projects/P/locations/L/tensorboards/ID"),
+            ("encryption_spec_key_name", KMS_KEY, "projects/P/locations/L/keyRings/R/cryptoKeys/K"),
+            ("tensorboard", TENSORBOARD, "projects/P/locations/L/tensorboards/ID"),
         ):
             value = getattr(self, field)
             if value and not (m := pattern.match(value)):

@@ -45,6 +45,12 @@ MAX_REQUEST_BYTES = 64 * 2**20
 LOAD_CHECK_SECONDS = 0.1
 
 
+def vertex_routes(endpoint_id: str, deployed_model_id: str) -> tuple[str, str]:
+    """The health and predict routes Vertex AI gives a deployed model's container."""
+    route = f"/v1/endpoints/{endpoint_id}/deployedModels/{deployed_model_id}"
+    return route, f"{route}:predict"
+
+
 class ContainerError(Exception):
     """A configuration or model problem: reported on stderr, exit status 1."""
 
@@ -75,12 +81,12 @@ class Settings:
         if not limit.isdigit() or int(limit) < 1:
             raise ContainerError(f"TFPIPE_MAX_REQUEST_BYTES must be a positive number of bytes, got {limit!r}")
         endpoint, deployed = environ.get("AIP_ENDPOINT_ID", ""), environ.get("AIP_DEPLOYED_MODEL_ID", "")
-        vertex_route = f"/v1/endpoints/{endpoint}/deployedModels/{deployed}" if endpoint and deployed else ""
+        health, predict = vertex_routes(endpoint, deployed) if endpoint and deployed else ("/health", "/predict")
         return cls(
             uri.removeprefix("file://"),
             port,
-            environ.get("AIP_HEALTH_ROUTE") or vertex_route or "/health",
-            environ.get("AIP_PREDICT_ROUTE") or (f"{vertex_route}:predict" if vertex_route else "/predict"),
+            environ.get("AIP_HEALTH_ROUTE") or health,
+            environ.get("AIP_PREDICT_ROUTE") or predict,
             deployed,
             int(limit),
         )

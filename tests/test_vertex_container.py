@@ -48,12 +48,13 @@ def container_env(tmp_path: Path, **aip) -> dict:
     return {**env, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp"), "TF_CPP_MIN_LOG_LEVEL": "2", **aip}
 
 
-def wait_healthy(proc, health_url: str, log: Path) -> list[int]:
-    """Poll the health route until it answers 200; the status codes it answered."""
-    deadline, answers = time.time() + 180, []
+def wait_healthy(proc, health_url: str, log, timeout: float = 180) -> list[int]:
+    """Poll the health route until it answers 200; the status codes it answered. `proc`: the container's process,
+    `log()`: its output so far."""
+    deadline, answers = time.time() + timeout, []
     while not answers or answers[-1] != 200:
-        assert proc.poll() is None, f"the container exited ({proc.returncode}):\n{log.read_text()}"
-        assert time.time() < deadline, f"never healthy; answers {answers[-5:]}\n{log.read_text()}"
+        assert proc.poll() is None, f"the container exited ({proc.returncode}):\n{log()}"
+        assert time.time() < deadline, f"never healthy; answers {answers[-5:]}\n{log()}"
         try:
             answers.append(requests.get(health_url, timeout=10).status_code)
         except requests.ConnectionError:
@@ -95,7 +96,7 @@ def test_serves_vertex_predict_and_health_from_a_gcs_saved_model(saved_model, gc
         proc = subprocess.Popen(ENTRYPOINT, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        answers = wait_healthy(proc, url + ROUTE, log)
+        answers = wait_healthy(proc, url + ROUTE, log.read_text)
         assert set(answers) <= {503, 200}, answers  # the route exists from the start; 200 only once loaded
 
         instances = [[0.5, -1.25, 2.0], [3.0, 0.0, -0.75], [1e-3, 7.0, 1.0 / 3]]
@@ -155,7 +156,7 @@ def test_takes_a_batch_services_request_of_64_base64_images(tmp_path):
     with open(log, "wb") as out:
         proc = subprocess.Popen(ENTRYPOINT, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_healthy(proc, f"http://127.0.0.1:{port}/health", log)
+        wait_healthy(proc, f"http://127.0.0.1:{port}/health", log.read_text)
         answer = requests.post(f"http://127.0.0.1:{port}/predict", json=body, timeout=60)
     finally:
         proc.terminate()

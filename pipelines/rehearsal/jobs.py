@@ -298,18 +298,13 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def container_routes(endpoint_id: str, deployed_model_id: str) -> tuple[str, str]:
-    """The health and predict routes Vertex AI gives a deployed model's container (AIP_HEALTH_ROUTE,
-    AIP_PREDICT_ROUTE)."""
-    route = f"/v1/endpoints/{endpoint_id}/deployedModels/{deployed_model_id}"
-    return route, f"{route}:predict"
-
-
 def start_container(artifact_uri: str, endpoint_id: str, deployed_model_id: str, log_path: str):
     """The serving container for a deployed model, with the environment Vertex AI gives it; returns (process, the
     predict route's URL) once its health route answers 200."""
     port = free_port()
-    health, predict = container_routes(endpoint_id, deployed_model_id)
+    from serving.vertex_container import vertex_routes
+
+    health, predict = vertex_routes(endpoint_id, deployed_model_id)
     env = {
         **os.environ,
         "AIP_STORAGE_URI": artifact_uri,

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import re
 
+from pipelines.config import KMS_KEY, LABEL_KEY, LABEL_VALUE, MAX_LABELS, NETWORK, TENSORBOARD
+
+# stricter than the config's check: an account ID of 6-30 characters, or the Compute Engine default account
 SERVICE_ACCOUNT = re.compile(
     r"^([a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9-]+\.iam|[0-9]+-compute@developer)\.gserviceaccount\.com$"
 )
-KMS_KEY = re.compile(r"^projects/[^/]+/locations/(?P<location>[^/]+)/keyRings/[^/]+/cryptoKeys/[^/]+$")
-NETWORK = re.compile(r"^projects/(?P<project>[^/]+)/global/networks/[^/]+$")
-TENSORBOARD = re.compile(r"^projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/tensorboards/[0-9]+$")
-LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-MAX_LABELS = 64
 # accelerator -> the machine series it attaches to (Compute Engine's GPU machine types)
 ACCELERATOR_MACHINES = {
     "NVIDIA_TESLA_T4": ("n1-",),
@@ -52,8 +49,7 @@ def identity(data: dict, location: str, project_ids: tuple[str, ...]) -> str | N
         if account and not SERVICE_ACCOUNT.match(account):
             return f"{prefix}service_account {account!r} is not a service account e-mail"
         network = part.get("network", "")
-        match = NETWORK.match(network)
-        if network and (not match or not match["project"].isdigit()):
+        if network and not NETWORK.match(network):
             return f"{prefix}network {network!r} must be projects/PROJECT_NUMBER/global/networks/NAME"
         key = part.get("encryption_spec", {}).get("kms_key_name", "")
         match = KMS_KEY.match(key)

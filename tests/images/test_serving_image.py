@@ -7,28 +7,15 @@ from __future__ import annotations
 
 import base64
 import os
-import time
 
 import numpy as np
 import requests
 
 from tests.images.reference import model_outputs, split_examples
 from tests.podman import Container, image, podman
-from tests.test_vertex_container import free_port, upload
+from tests.test_vertex_container import free_port, upload, wait_healthy
 
 ROUTE = "/v1/endpoints/1234/deployedModels/5678"
-
-
-def wait_healthy(container: Container, url: str, timeout: float = 180) -> list[int]:
-    deadline, answers = time.time() + timeout, []
-    while not answers or answers[-1] != 200:
-        assert container.process.poll() is None, f"the container exited:\n{container.log()}"
-        assert time.time() < deadline, f"never healthy; answers {answers[-5:]}\n{container.log()}"
-        try:
-            answers.append(requests.get(url, timeout=10).status_code)
-        except requests.ConnectionError:
-            time.sleep(0.2)
-    return answers
 
 
 def as_float32(predictions: list, field: str) -> np.ndarray:
@@ -56,7 +43,7 @@ def test_the_endpoints_container_serves_the_trained_model_from_cloud_storage(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        assert set(wait_healthy(container, url + ROUTE)) <= {200, 503}
+        assert set(wait_healthy(container.process, url + ROUTE, container.log)) <= {200, 503}
         assert podman("exec", container.name, "id", "-u").stdout.strip() == "1000"
 
         examples = split_examples(str(storage.host(prepared[1])), 64)
