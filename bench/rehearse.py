@@ -5,9 +5,10 @@ double) next to `python -m pipelines run` (the self-hosted DAG) on the same data
 
 Both run with the default settings (what `make run` does), in subprocesses of this interpreter from the repository root, one after the other, with fresh state
 (their own model repository / rehearsal state, so neither finds a champion). Like for like: the same data
-(builtin:digits), epochs, workers and study; both deploy. The rehearsal does more work by design (a GCS emulator,
-the API double, GCPC's launcher processes with their polling, a serving container started per deploy); `run`
-reuses nothing either. Prints the ratio rehearse / run and whether the goal (default ≤ 1.5) is met; writes
+(builtin:digits), epochs, workers and study; both deploy. The rehearsal does more work by design (every artifact
+and job output on a GCS emulator, TensorFlow's gs:// through a local HTTPS proxy, the steps' inputs and outputs
+copied through the /gcs/ mount, the API double, GCPC's launcher processes with their polling, a serving container
+started per deploy on a copy of the model); `run` reuses nothing either. Prints the ratio rehearse / run and whether the goal (default ≤ 1.5) is met; writes
 bench/results/rehearse.json.
 """
 

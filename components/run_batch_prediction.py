@@ -83,7 +83,7 @@ class Item(NamedTuple):
     error: str | None = None
 
 
-class _Files:
+class Files:
     """Opens local paths and gs:// URIs (one storage client, created on first use, per worker)."""
 
     def __init__(self):
@@ -346,7 +346,7 @@ def _read_tf_record(stream, compressed: bool) -> Iterator[Item]:
             yield Item(value, instance=value)
 
 
-def _read_file_list(stream, files: _Files) -> Iterator[Item]:
+def _read_file_list(stream, files: Files) -> Iterator[Item]:
     """One instance per listed file (its bytes as b64); the instance as given is the path."""
     from google.api_core.exceptions import GoogleAPICallError
 
@@ -362,7 +362,7 @@ def _read_file_list(stream, files: _Files) -> Iterator[Item]:
         yield Item(uri, instance=_b64(data))
 
 
-def _instances(stream, instances_format: str, config: InstanceConfig, files: _Files, name: str) -> Iterator[Item]:
+def read_instances(stream, instances_format: str, config: InstanceConfig, files: Files, name: str) -> Iterator[Item]:
     """The instances of one input file's binary stream."""
     if instances_format == "jsonl":
         return _read_jsonl(stream, config)
@@ -373,7 +373,7 @@ def _instances(stream, instances_format: str, config: InstanceConfig, files: _Fi
     return _read_tf_record(stream, instances_format == "tf-record-gzip")
 
 
-class _Shard:
+class Shard:
     """The results and errors lines of one input file."""
 
     def __init__(self, results, errors, keyed: bool):
@@ -409,25 +409,26 @@ class _Job:
     def run_file(self, index: int, path: str) -> tuple[int, int]:
         """Predict one input file into its shard pair; returns (succeeded, failed). A reader thread parses and
         converts the next batches while this one runs the model (which releases the GIL)."""
-        files = _Files()
+        files = Files()
         with (
             files.open(self.shard_uri("results", index), "wb") as results,
             files.open(self.shard_uri("errors_stats", index), "wb") as errors,
             files.open(path, "rb") as stream,
         ):
-            shard = _Shard(results, errors, bool(self.config.key_field))
+            shard = Shard(results, errors, bool(self.config.key_field))
             batches = (
                 _pooled_batches(self, stream, shard, self.parse_pool)
                 if self.parse_pool and self.instances_format in POOLED_FORMATS
                 else _prefetched(
-                    self.batches(_instances(stream, self.instances_format, self.config, files, path), shard), depth=2
+                    self.batches(read_instances(stream, self.instances_format, self.config, files, path), shard),
+                    depth=2,
                 )
             )
             for items, arrays in batches:
                 self.run(items, arrays, shard)
         return shard.succeeded, shard.failed
 
-    def batches(self, items: Iterable[Item], shard: "_Shard | _Recorder") -> Iterator[tuple[list[Item], dict]]:
+    def batches(self, items: Iterable[Item], shard: "Shard | _Recorder") -> Iterator[tuple[list[Item], dict]]:
         """Converted batches of the valid instances among `items`; invalid ones go straight to the errors file."""
         batch: list[Item] = []
         for item in items:
@@ -441,7 +442,7 @@ class _Job:
         if batch:
             yield from self.convert(batch, shard)
 
-    def convert(self, batch: list[Item], shard: "_Shard | _Recorder") -> list[tuple[list[Item], dict]]:
+    def convert(self, batch: list[Item], shard: "Shard | _Recorder") -> list[tuple[list[Item], dict]]:
         """Batched arrays; when the batch does not convert as a whole, instance by instance (bad ones become
         errors) grouped by shape."""
         try:
@@ -464,7 +465,7 @@ class _Job:
             for group in groups.values()
         ]
 
-    def run(self, items: list[Item], arrays: dict, shard: _Shard) -> None:
+    def run(self, items: list[Item], arrays: dict, shard: Shard) -> None:
         """Predict a batch; when the model fails on it, instance by instance, so that only the instances it fails
         on (an undecodable image, a value out of range) become errors."""
         import tensorflow as tf
@@ -567,7 +568,7 @@ def _parse_chunk(job: "_Job", chunk: bytes) -> list[tuple]:
 
 
 class _Recorder:
-    """Stands in for a `_Shard` in a parsing process: records errors as events."""
+    """Stands in for a `Shard` in a parsing process: records errors as events."""
 
     def __init__(self, events: list, portable):
         self.events, self.portable = events, portable
@@ -576,7 +577,7 @@ class _Recorder:
         self.events.append(("error", self.portable(item), code, message))
 
 
-def _pooled_batches(job: "_Job", stream, shard: "_Shard", pool: _ParsePool) -> Iterator[tuple[list[Item], dict]]:
+def _pooled_batches(job: "_Job", stream, shard: "Shard", pool: _ParsePool) -> Iterator[tuple[list[Item], dict]]:
     """`_Job.batches` with the parsing in `pool`'s processes: chunks of lines go out, at most two per process
     ahead; each chunk's errors are written and its batches yielded in input order."""
     portable = dataclasses.replace(job, signature=None, parse_pool=None)  # the model and the pool stay here
@@ -645,7 +646,7 @@ def vertex_timestamp() -> str:
     return now.strftime("%Y_%m_%dT%H_%M_%S_") + f"{now.microsecond // 1000:03d}Z"
 
 
-def _output_directory(output_prefix: str, model_display_name: str) -> str:
+def vertex_output_directory(output_prefix: str, model_display_name: str) -> str:
     name = re.sub(r"[^\w.-]", "_", model_display_name) or "model"
     path = f"{output_prefix.rstrip('/')}/prediction-{name}-{vertex_timestamp()}"
     if not storage.is_gcs(path):
@@ -707,7 +708,7 @@ def model_signatures(model_uri: str) -> dict[str, dict[str, bool]]:
     from tensorflow.core.protobuf import saved_model_pb2
 
     try:
-        proto = saved_model_pb2.SavedModel.FromString(_Files().read(f"{model_uri.rstrip('/')}/saved_model.pb"))
+        proto = saved_model_pb2.SavedModel.FromString(Files().read(f"{model_uri.rstrip('/')}/saved_model.pb"))
     except Exception as e:  # noqa: BLE001 (missing, unreadable or not a SavedModel: the default signature applies)
         print(f"cannot read the signatures of {model_uri}: {str(e)[:200]}")
         return {}
@@ -726,7 +727,7 @@ def model_feature_names(model_uri: str) -> list[str]:
 
     path = f"{model_uri.rstrip('/')}/{FEATURES_FILE}"
     try:
-        text = _Files().read(path).decode("utf-8")
+        text = Files().read(path).decode("utf-8")
     except FileNotFoundError:
         return []
     except Exception as e:  # noqa: BLE001 (google.api_core NotFound on gs://, without importing it here)
@@ -792,7 +793,7 @@ def batch_predict(
             instances_format,
             config,
             batch_size,
-            _output_directory(output_prefix, model_display_name),
+            vertex_output_directory(output_prefix, model_display_name),
             len(files),
             parse_pool=parse.active,
         )

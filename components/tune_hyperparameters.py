@@ -223,16 +223,19 @@ def run_trial(
     env: dict,
     runners: RunnerPool | None = None,
     flags=trainer_flags,
+    output_base: str = "",
 ) -> Trial:
     """Run one trial to completion (in a warm runner of `runners`, else a fresh `python -m module` process), its
-    values given as `flags(parameters)`; never raises for a failing trainer (the trial is marked FAILED)."""
+    values given as `flags(parameters)`; never raises for a failing trainer (the trial is marked FAILED). Its log
+    and metric file go to `base_dir/ID`, its AIP_* output directories under `output_base/ID` (default `base_dir`)."""
     out = os.path.join(base_dir, trial.trial_id)
     os.makedirs(out, exist_ok=True)
+    outputs = f"{output_base.rstrip('/')}/{trial.trial_id}" if output_base else out
     metric_file = os.path.join(out, "hypertune", "output.metrics")
-    trial_vars = {"CLOUD_ML_TRIAL_ID": trial.trial_id, "CLOUD_ML_HP_METRIC_FILE": metric_file, **output_dirs(out)}
+    trial_vars = {"CLOUD_ML_TRIAL_ID": trial.trial_id, "CLOUD_ML_HP_METRIC_FILE": metric_file, **output_dirs(outputs)}
     argv = [*fixed_args, *flags(trial.parameters)]
     log_path = os.path.join(out, "trial.log")
-    trial.output_dir, trial.started = out, time.time()
+    trial.output_dir, trial.started = outputs, time.time()
     if runners is not None:
         code = runners.run(argv, trial_vars, log_path)
     else:
@@ -283,9 +286,11 @@ def run_study(
     seed: int = 0,
     log=print,
     flags=trainer_flags,
+    output_base: str = "",
 ) -> dict:
     """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files. Each
-    trial runs `module` with `fixed_args` and `flags(its values)`.
+    trial runs `module` with `fixed_args` and `flags(its values)`, its outputs under `output_base` (a local folder
+    or gs:// prefix; default `base_dir`).
     Raises StudyFailed (after writing them) once `max_failed_trial_count` trials have failed (Vertex's definition:
     no trial starts after that; those running finish)."""
     started = time.time()
@@ -297,12 +302,12 @@ def run_study(
         os.path.join(base_dir, "runners"),
     )
     try:
-        return _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags)
+        return _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags, output_base)
     finally:
         runners.close()
 
 
-def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags) -> dict:
+def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags, output_base) -> dict:
     from vizier import algorithms as vza
 
     designer = make_designer(spec, seed)
@@ -319,7 +324,9 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started,
                     trials.append(trial)
                     log(f"[study] trial {trial.trial_id} started: {parameters}")
                     running[
-                        pool.submit(run_trial, trial, spec, base_dir, module, fixed_args, env or {}, runners, flags)
+                        pool.submit(
+                            run_trial, trial, spec, base_dir, module, fixed_args, env or {}, runners, flags, output_base
+                        )
                     ] = trial
             if not running:
                 break

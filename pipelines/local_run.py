@@ -116,13 +116,19 @@ def step_names(pipeline) -> list[str]:
 
 
 def run_local(
-    pipeline, arguments: dict, out_dir: Path, verbose: bool = False, cache_root: Path | None = None
+    pipeline,
+    arguments: dict,
+    out_dir: Path,
+    verbose: bool = False,
+    cache_root: Path | None = None,
+    pipeline_root: Path | None = None,
 ) -> tuple[list[Step], Path | None]:
     """Run `pipeline` locally; return every step (SKIPPED when it did not run, CACHED when served from the cache)
-    and the run's artifact root. `cache_root`: kfp.local's task cache there (tasks compiled with caching on)."""
+    and the run's artifact root. `cache_root`: kfp.local's task cache there (tasks compiled with caching on).
+    `pipeline_root`: where the artifacts go (default `out_dir/artifacts`)."""
     import kfp.local
 
-    artifacts = out_dir / "artifacts"
+    artifacts = pipeline_root or out_dir / "artifacts"
     log_dir = out_dir / "logs"
     artifacts.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -115,24 +115,27 @@ def test_lists_are_ordered_and_paged_as_vertex_pages_them(tmp_path):
         double.stop()
 
 
-def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_path):
-    """DeployModel answers an operation at once; the container starts in it with Vertex's AIP_* routes; the
-    endpoint's predict route forwards to the container's and refuses a body over an online request's 1.5 MiB."""
+def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_path, gcs_emulator):
+    """DeployModel answers an operation at once; the container starts in it on Vertex's copy of the artifacts with
+    Vertex's AIP_* routes; the endpoint's predict route forwards to the container's and refuses a body over an online
+    request's 1.5 MiB; undeploying deletes the copy."""
     import numpy as np
     import requests
     from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service
 
+    from pipelines.rehearsal import gcs
     from pipelines.rehearsal.api import VertexDouble
     from tests.serving_models import toy_model
 
     model_dir = toy_model(str(tmp_path / "toy"), k=2)
+    gcs.upload(Path(model_dir), "gs://test-bucket/models/toy")
     double = VertexDouble(str(tmp_path / "d"), str(tmp_path / "state.json"), "p-rehearsal", "4711", "us-central1")
     double.start()
     parent = "projects/p-rehearsal/locations/us-central1"
     try:
         spec = {"image_uri": "serving:1"}
         name, _ = double.registry.upload(
-            parent, {"display_name": "toy", "artifact_uri": model_dir, "container_spec": spec}
+            parent, {"display_name": "toy", "artifact_uri": "gs://test-bucket/models/toy", "container_spec": spec}
         )
         endpoint = double.registry.create_endpoint(parent, {"display_name": "e"})["name"]
         operation = double.deploy(
@@ -149,6 +152,8 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
         route = f"/v1/endpoints/{endpoint.rsplit('/', 1)[-1]}/deployedModels/{deployed['id']}"
         log = (tmp_path / "d" / "endpoints" / f"{deployed['id']}.log").read_text()
         assert f"health {route}, predict {route}:predict" in log
+        copy = f"gs://caip-tenant-4711/endpoints/{endpoint.rsplit('/', 1)[-1]}/deployedModels/{deployed['id']}/model"
+        assert f"copying {copy}" in log  # AIP_STORAGE_URI: Vertex's own copy, not the registered artifacts
         url = f"{double.http_base}/v1/{endpoint}:predict"
         answer = requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}, timeout=30)
         assert answer.status_code == 200 and answer.json()["predictions"][0]["y"] == [2.0, 4.0, 6.0]
@@ -156,6 +161,16 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
         refused = requests.post(url, json=big, timeout=30)
         assert refused.status_code == 400
         assert refused.json()["error"]["message"] == "Request payload size exceeds the limit: 1572864 bytes."
+        copied = [b.name for b in gcs_emulator.client.list_blobs("caip-tenant-4711")]
+        assert "saved_model.pb" in {name.rsplit("/", 1)[-1] for name in copied}
+        double.registry.set_traffic(endpoint, {})
+        undo = double._undeploy(
+            endpoint_service.UndeployModelRequest(endpoint=endpoint, deployed_model_id=deployed["id"])
+        )
+        while not undo.done and time.time() < deadline:
+            time.sleep(0.2)
+        assert undo.done and not undo.HasField("error"), undo
+        assert list(gcs_emulator.client.list_blobs("caip-tenant-4711")) == []  # the copy goes with the deployment
     finally:
         double.stop()
 
@@ -295,8 +310,48 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     [job] = recorded(tmp_path / "run3", "JobService.CreateBatchPredictionJob")
     expect.check_batch_job(job, platform)
     assert job["batch_prediction_job"]["model"] == f"{model['name']}@2"  # the promoted champion
-    output = Path(summary["batch_prediction"]["output_directory"])
-    assert len((output / "prediction.results-00000-of-00001").read_text().splitlines()) == 4
+    output = summary["batch_prediction"]["output_directory"]
+    assert output.startswith("gs://")
+    from components.lib.storage import gcs_client, split_gcs
+    from pipelines.rehearsal import gcs
+
+    with gcs.gcs_emulator(str(state / "gcs"), "rehearsal") as host:  # the rehearsals' Cloud Storage, kept in --state
+        os.environ["STORAGE_EMULATOR_HOST"] = host
+        try:
+            bucket, prefix = split_gcs(output)
+            results = gcs_client().bucket(bucket).blob(f"{prefix}/prediction.results-00000-of-00001")
+            assert len(results.download_as_text().splitlines()) == 4
+        finally:
+            del os.environ["STORAGE_EMULATOR_HOST"]
+    for run in ("run1", "run2", "run3"):  # every artifact and output location Vertex got: gs://
+        locations = _locations(tmp_path / run)
+        assert locations and all(uri.startswith("gs://") for _, uri in locations), (run, locations)
+    assert _locations(tmp_path / "run2-again") == []  # its Vertex jobs were cache hits: no request named a location
+
+
+LOCATIONS = ("artifact_uri", "output_uri_prefix", "uris", "gcs_output_directory", "--data-dir", "--job-dir")
+
+
+def _locations(out: Path) -> list[tuple[str, str]]:
+    """(field, value) of every Cloud Storage location in the recorded requests: URIs fields, and the trainer's
+    location flags in job arguments."""
+    found: list[tuple[str, str]] = []
+
+    def walk(value, key=""):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, k)
+        elif isinstance(value, list):
+            if key == "args":
+                found.extend((a, b) for a, b in zip(value, value[1:]) if a in LOCATIONS)
+            for item in value:
+                walk(item, key)
+        elif key in LOCATIONS and isinstance(value, str):
+            found.append((key, value))
+
+    for line in (out / "vertex" / "vertex_requests.jsonl").read_text().splitlines():
+        walk(json.loads(line)["request"])
+    return found
 
 
 def _deploys(out: Path) -> list[dict]:

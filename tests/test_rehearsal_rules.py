@@ -6,7 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from google.cloud.aiplatform_v1.types import custom_job, endpoint as endpoint_pb, endpoint_service, job_service
+from google.cloud.aiplatform_v1.types import (
+    custom_job,
+    endpoint as endpoint_pb,
+    endpoint_service,
+    job_service,
+    model_service,
+)
 
 from pipelines.rehearsal.api import VertexDouble, _dict
 from pipelines.rehearsal.registry import ApiError
@@ -53,6 +59,15 @@ def job(**spec) -> job_service.CreateCustomJobRequest:
         ),
         ({"labels": {"Team": "ml"}}, "labels: invalid label Team='ml'"),
         ({"labels": {f"k{i}": "v" for i in range(65)}}, "labels: at most 64 labels, got 65"),
+        (
+            {"base_output_directory": {"output_uri_prefix": "/tmp/runs/job"}},
+            "job_spec.base_output_directory.output_uri_prefix '/tmp/runs/job' is not a Cloud Storage URI "
+            "(gs://BUCKET/PATH)",
+        ),
+        (
+            {"base_output_directory": {"output_uri_prefix": "gs:///job"}},
+            "job_spec.base_output_directory.output_uri_prefix 'gs:///job' is not a Cloud Storage URI",
+        ),
         (
             {"machine": {"accelerator_type": "NVIDIA_TESLA_T4"}},
             "job_spec.worker_pool_specs[0].machine_spec: accelerator_type and accelerator_count go together "
@@ -103,3 +118,29 @@ def test_endpoints_models_and_deployments(double):
     }
     with pytest.raises(ApiError, match="starting_replica_count 3 exceeds max_replica_count 2"):
         double._check(batch)
+
+
+def test_cloud_storage_locations_are_gs_uris(double):
+    """A model's artifacts and a batch job's sources and destination are read by Vertex's machines: a local path
+    names nothing there."""
+    with pytest.raises(ApiError, match=re.escape("artifact_uri 'runs/model' is not a Cloud Storage URI")):
+        double._rest_upload(
+            {"parent": PARENT},
+            model_service.UploadModelRequest(
+                parent=PARENT,
+                model={"display_name": "m", "artifact_uri": "runs/model", "container_spec": {"image_uri": "s:1"}},
+            ),
+            {},
+        )
+    batch = {
+        "input_config": {"gcs_source": {"uris": ["gs://b/in/a.jsonl", "/data/b.jsonl"]}},
+        "output_config": {"gcs_destination": {"output_uri_prefix": "gs://b/out"}},
+    }
+    with pytest.raises(ApiError, match=re.escape("input_config.gcs_source.uris[1] '/data/b.jsonl' is not a Cloud")):
+        double._check(batch)
+    batch["input_config"]["gcs_source"]["uris"].pop()
+    batch["output_config"]["gcs_destination"]["output_uri_prefix"] = "file:///out"
+    with pytest.raises(ApiError, match=re.escape("output_config.gcs_destination.output_uri_prefix 'file:///out'")):
+        double._check(batch)
+    batch["output_config"]["gcs_destination"]["output_uri_prefix"] = "gs://b/out"
+    double._check(batch)

@@ -56,7 +56,7 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
     """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'
     own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
     from pipelines.cli.local import _print_summary
-    from pipelines.rehearsal.run import PROJECT, rehearse as run_rehearsal
+    from pipelines.rehearsal.run import PIPELINE_ROOT, PROJECT, rehearse as run_rehearsal
     from pipelines.templates import TemplateError, compile_template, load_template, parse_params
 
     out = Path(out_dir or f"runs/rehearsal-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
@@ -87,6 +87,9 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
         click.echo,
         caching=not no_caching,
         project=config.platform.project or PROJECT,
+        pipeline_root=config.platform.pipeline_root
+        if config.platform.pipeline_root.startswith("gs://")
+        else PIPELINE_ROOT,
     )
     from pipelines import report
 

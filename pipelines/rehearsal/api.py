@@ -34,7 +34,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
 from google.rpc import status_pb2
 
-from pipelines.rehearsal import jobs, rules
+from pipelines.rehearsal import gcs, jobs, rules
 from pipelines.rehearsal.registry import ApiError, Registry
 
 V1 = "google.cloud.aiplatform.v1"
@@ -325,8 +325,12 @@ class VertexDouble:
         return self._endpoint(self.registry.set_traffic(request.endpoint.name, dict(request.endpoint.traffic_split)))
 
     def _check(self, request: dict) -> None:
-        """What Vertex checks in a request's identity and resources (rules.py)."""
-        problem = rules.identity(request, self.location, self.registry.project_ids) or rules.resources(request)
+        """What Vertex checks in a request's identity, locations and resources (rules.py)."""
+        problem = (
+            rules.identity(request, self.location, self.registry.project_ids)
+            or rules.locations(request)
+            or rules.resources(request)
+        )
         if problem:
             raise ApiError("INVALID_ARGUMENT", problem)
 
@@ -368,13 +372,22 @@ class VertexDouble:
         """Checked at once (a deployed model with traffic is refused); the container stops in the operation."""
         self.registry.remove_deployed(request.endpoint, request.deployed_model_id, dict(request.traffic_split))
 
+        endpoint_id = request.endpoint.rsplit("/", 1)[-1]
+
         def stop():
             process_url = self.containers.pop(request.deployed_model_id, None)
             if process_url:
                 jobs.stop_container(process_url[0])
+            gcs.delete_folder(self._model_copy(f"endpoints/{endpoint_id}/deployedModels/{request.deployed_model_id}"))
             return endpoint_service.UndeployModelResponse()
 
         return self._long_running("EndpointService.UndeployModel", stop)
+
+    def _model_copy(self, owner: str) -> str:
+        """Where a model's artifacts are copied for the container of a deployment or a batch job (`owner`), its
+        AIP_STORAGE_URI: Vertex copies them into a bucket of its own, and deletes the copy when the model is
+        undeployed or the job ends."""
+        return f"gs://caip-tenant-{self.registry.parent.split('/')[1]}/{owner}/model"
 
     def deploy(self, request: endpoint_service.DeployModelRequest) -> operations_pb2.Operation:
         """The request is checked at once (model, traffic split); the container starts in the operation, which fails
@@ -387,11 +400,16 @@ class VertexDouble:
         log = os.path.join(self.directory, "endpoints", f"{deployed_id}.log")
         os.makedirs(os.path.dirname(log), exist_ok=True)
 
+        endpoint_id = request.endpoint.rsplit("/", 1)[-1]
+
         def start():
             try:
-                self.containers[deployed_id] = jobs.start_container(
-                    version["artifact_uri"], request.endpoint.rsplit("/", 1)[-1], deployed_id, log
+                copy = gcs.copy_folder(
+                    version["artifact_uri"], self._model_copy(f"endpoints/{endpoint_id}/deployedModels/{deployed_id}")
                 )
+                self.containers[deployed_id] = jobs.start_container(copy, endpoint_id, deployed_id, log)
+            except FileNotFoundError as e:
+                raise ApiError("FAILED_PRECONDITION", f"deploying {version['name']}: {e}") from e
             except jobs.JobError as e:
                 raise ApiError(
                     "FAILED_PRECONDITION", f"deploying {version['name']}@{version['version_id']} failed: {e}"
@@ -492,10 +510,9 @@ class VertexDouble:
                 if kind == "custom_job":
                     jobs.run_custom_job(data, log_dir, lambda attempt, pids: job["pids"].extend(pids), sink)
                 elif kind == "hyperparameter_tuning_job":
-                    data["trials"] = jobs.run_tuning_job(data, sink)
+                    data["trials"] = jobs.run_tuning_job(data, os.path.join(log_dir, "study"), sink)
                 else:
-                    version = self.registry.version(data.get("model", ""))
-                    data.update(jobs.run_batch_job(data, version["artifact_uri"], version["display_name"]))
+                    self._batch(job, log_dir)
             data["state"] = "JOB_STATE_SUCCEEDED"
         except (jobs.JobError, ApiError) as e:
             data["state"] = "JOB_STATE_CANCELLED" if job["cancelled"] else "JOB_STATE_FAILED"
@@ -506,6 +523,22 @@ class VertexDouble:
             self._error(f"{kind} {data['display_name']}", f"{type(e).__name__}: {e}")
         data["end_time"] = time.time()
         self.log(f"[vertex] {kind} {data['display_name']}: {data['state']}")
+
+    def _batch(self, job: dict, log_dir: str) -> None:
+        """A batch prediction job: the model's container on a copy of its artifacts, for the job's duration."""
+        data = job["data"]
+        version = self.registry.version(data.get("model", ""))
+        job_id = data["name"].rsplit("/", 1)[-1]
+        copy = gcs.copy_folder(version["artifact_uri"], self._model_copy(f"batchPredictionJobs/{job_id}"))
+        try:
+            process, url = jobs.start_container(copy, job_id, job_id, os.path.join(log_dir, "container.log"))
+            job["pids"].append(process.pid)
+            try:
+                data.update(jobs.run_batch_job(data, url, version["display_name"]))
+            finally:
+                jobs.stop_container(process)
+        finally:
+            gcs.delete_folder(copy)
 
     # --- REST ----------------------------------------------------------------------------------------------------
 

@@ -4,13 +4,15 @@
   directories set the way Vertex sets them for pool 0 (the chief) and pool 1 (the workers);
 - a hyperparameter tuning job: the local study (OSS Vizier) over the job's study spec, each trial the trial pool's
   command with the trial's values appended as Vertex appends them (`--PARAMETER_ID=VALUE`, numbers as doubles),
-  `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file;
-- a batch prediction job: the local batch predictor with the job's instance config and model parameters, output
-  in Vertex's layout under the destination prefix;
-- a deployed model: this project's serving container entry point on the model's artifacts (AIP_STORAGE_URI), with
+  `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file (a local file, as on Vertex);
+- a batch prediction job: the model's serving container, sent the job's instances `batch_size` at a time (batch.py),
+  output in Vertex's layout under the destination prefix;
+- a deployed model: this project's serving container entry point on a copy of the model's artifacts
+  (AIP_STORAGE_URI, in a bucket of the double's, as Vertex copies them into its own), with
   the routes Vertex gives it (AIP_HEALTH_ROUTE /v1/endpoints/E/deployedModels/D, AIP_PREDICT_ROUTE the same with
   `:predict`), the deploy done once its health route answers, as Vertex waits for a container's health check.
-Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give.
+Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give. Every
+location is a gs:// URI (rules.locations refuses local paths) on the rehearsal's Cloud Storage (gcs.py).
 """
 
 from __future__ import annotations
@@ -91,14 +93,10 @@ def vertex_cluster_env(ports: list[int], index: int) -> dict:
 
 
 def _base_output(spec: dict, field: str) -> str:
-    """A job's base output directory: gs:// on Vertex; in a rehearsal the local artifact folders stand in."""
+    """A job's base output directory (a gs:// URI: rules.locations)."""
     base = spec.get("base_output_directory", {}).get("output_uri_prefix", "")
     if not base:
         raise JobError(f"{field}.base_output_directory.output_uri_prefix is required (AIP_MODEL_DIR derives from it)")
-    if not (base.startswith("gs://") or os.path.isabs(base)):
-        raise JobError(
-            f"{field}.base_output_directory.output_uri_prefix {base!r} is not a Cloud Storage URI (gs://BUCKET/PATH)"
-        )
     return base
 
 
@@ -220,8 +218,9 @@ def vertex_trial_flags(parameters: dict) -> list[str]:
     return [f"--{name}={text(value)}" for name, value in parameters.items()]
 
 
-def run_tuning_job(job: dict, sink) -> list[dict]:
-    """Run the study; return the job's `trials` (Vertex's Trial fields)."""
+def run_tuning_job(job: dict, work_dir: str, sink) -> list[dict]:
+    """Run the study (its own records, the trials' logs and metric files, in `work_dir`; the trials' outputs under
+    the job's base output directory); return the job's `trials` (Vertex's Trial fields)."""
     from components.tune_hyperparameters import StudyFailed, run_study
 
     spec = study_spec(job)
@@ -233,11 +232,12 @@ def run_tuning_job(job: dict, sink) -> list[dict]:
     try:
         result = run_study(
             spec,
-            base.rstrip("/"),
+            work_dir,
             _trainer_args(pools[0]),
             env=_container_env(pools[0]),
             log=lambda line: sink.write(line + "\n"),
             flags=vertex_trial_flags,
+            output_base=base,
         )
     except StudyFailed as e:
         raise JobError(str(e)) from None
@@ -259,36 +259,40 @@ def run_tuning_job(job: dict, sink) -> list[dict]:
     return trials
 
 
-def run_batch_job(job: dict, artifact_uri: str, display_name: str) -> dict:
-    """Run the batch predictor; return `output_info` and `completion_stats`."""
-    from components.run_batch_prediction import batch_predict
+def run_batch_job(job: dict, predict_url: str, display_name: str) -> dict:
+    """Send the job's instances to the model's container at `predict_url` (batch.py); return `output_info` and
+    `completion_stats`."""
+    from components.lib.instance_formats import FORMATS
+    from components.run_batch_prediction import expand_inputs, instance_config, vertex_output_directory
+    from pipelines.rehearsal.batch import predict_files
 
     source = job.get("input_config", {})
-    uris = source.get("gcs_source", {}).get("uris", [])
-    prefix = job.get("output_config", {}).get("gcs_destination", {}).get("output_uri_prefix", "")
+    instances_format = source.get("instances_format", "jsonl")
+    if instances_format not in FORMATS:
+        raise JobError(f"input_config.instances_format {instances_format!r}: the rehearsal reads {', '.join(FORMATS)}")
     if job.get("output_config", {}).get("predictions_format", "jsonl") != "jsonl":
         raise JobError("output_config.predictions_format: the rehearsal writes jsonl")
-    batch = job.get("manual_batch_tuning_parameters", {}).get("batch_size") or 64
     config = job.get("instance_config", {})
     try:
-        summary = batch_predict(
-            artifact_uri,
-            ",".join(uris),
-            source.get("instances_format", "jsonl"),
-            prefix,
-            display_name,
-            batch_size=int(batch),
+        fields = instance_config(
+            instances_format,
             key_field=config.get("key_field", ""),
             included_fields=config.get("included_fields", []),
             excluded_fields=config.get("excluded_fields", []),
             instance_type=config.get("instance_type", ""),
-            signature_name=(job.get("model_parameters") or {}).get("signature_name", ""),
+            feature_names=(),  # Vertex knows no feature columns of the model: only the instance config counts
         )
+        files = expand_inputs(",".join(source.get("gcs_source", {}).get("uris", [])))
     except (ValueError, FileNotFoundError) as e:
         raise JobError(f"batch prediction failed: {e}") from None
+    output = vertex_output_directory(job["output_config"]["gcs_destination"]["output_uri_prefix"], display_name)
+    batch_size = int(job.get("manual_batch_tuning_parameters", {}).get("batch_size") or 64)
+    succeeded, failed = predict_files(
+        predict_url, files, instances_format, fields, batch_size, job.get("model_parameters") or {}, output
+    )
     return {
-        "output_info": {"gcs_output_directory": summary["output_directory"]},
-        "completion_stats": {"successful_count": str(summary["succeeded"]), "failed_count": str(summary["failed"])},
+        "output_info": {"gcs_output_directory": output},
+        "completion_stats": {"successful_count": str(succeeded), "failed_count": str(failed)},
     }
 
 

@@ -14,16 +14,21 @@ import re
 import sys
 
 ENV = "TFPIPE_VERTEX_API"  # "<grpc host:port> <http base URL> <project>"
+MOUNT_ENV = "TFPIPE_GCS_MOUNT"  # the folder standing in for Vertex's /gcs/ (rehearsal/gcs.py's Mount)
 SHIM = os.path.join(os.path.dirname(__file__), "shim")
 VERTEX_HOST = re.compile(r"^[a-z0-9-]+-aiplatform\.googleapis\.com(:443)?$")
 VERTEX_URL = re.compile(r"^https://[a-z0-9-]+-aiplatform\.googleapis\.com/")
 POLL_SECONDS = 1
 
 
-def environment(grpc_target: str, http_base: str, project: str) -> dict:
-    """The variables that make a subprocess talk to the double."""
+def environment(grpc_target: str, http_base: str, project: str, mount: str = "") -> dict:
+    """The variables that make a subprocess talk to the double (and, with `mount`, see it as Vertex's /gcs/)."""
     path = os.environ.get("PYTHONPATH", "")
-    return {ENV: f"{grpc_target} {http_base} {project}", "PYTHONPATH": SHIM + (os.pathsep + path if path else "")}
+    return {
+        ENV: f"{grpc_target} {http_base} {project}",
+        "PYTHONPATH": SHIM + (os.pathsep + path if path else ""),
+        **({MOUNT_ENV: mount} if mount else {}),
+    }
 
 
 def _patch_grpc(module, target):
@@ -59,6 +64,11 @@ def _patch_polling(module):
     module._POLLING_INTERVAL_IN_SECONDS = POLL_SECONDS
 
 
+def _patch_mount(module, mount):
+    """kfp maps an artifact's gs:// URI to Vertex's Cloud Storage FUSE path `/gcs/...`: here the mount's."""
+    module._GCS_LOCAL_MOUNT_PREFIX = mount.rstrip("/") + "/"
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Runs `patches[name](module)` right after module `name` is executed."""
 
@@ -85,7 +95,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install(grpc_target: str, http_base: str, project: str) -> None:
+def install(grpc_target: str, http_base: str, project: str, mount: str = "") -> None:
     """Redirect this process (modules imported already are patched now, the others when imported)."""
     import importlib.util  # noqa: F401 (used by _AfterImport)
 
@@ -96,6 +106,8 @@ def install(grpc_target: str, http_base: str, project: str) -> None:
         "google_cloud_pipeline_components.container.v1.gcp_launcher.job_remote_runner": _patch_polling,
         "google_cloud_pipeline_components.container.v1.gcp_launcher.lro_remote_runner": _patch_polling,
     }
+    if mount:
+        patches["kfp.dsl.types.artifact_types"] = lambda m: _patch_mount(m, mount)
     for name, patch in list(patches.items()):
         if name in sys.modules:
             patch(sys.modules[name])
@@ -106,4 +118,5 @@ def install(grpc_target: str, http_base: str, project: str) -> None:
 def install_from_env() -> None:
     value = os.environ.get(ENV)
     if value:
-        install(*value.split(" "))
+        grpc_target, http_base, project = value.split(" ")
+        install(grpc_target, http_base, project, os.environ.get(MOUNT_ENV, ""))

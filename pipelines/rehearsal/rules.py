@@ -1,6 +1,6 @@
 """What Vertex AI checks in a request's identity and resources before it accepts it, for the double: service account
 e-mails, CMEK keys in the request's region, VPC networks named by project number, a TensorBoard of the same project
-and region, labels, machine type / accelerator pairs and replica counts. Each check returns Vertex's kind of message
+and region, labels, Cloud Storage locations given as gs:// URIs, machine type / accelerator pairs and replica counts. Each check returns Vertex's kind of message
 for the first field it refuses, or None. Requests are dicts with proto field names (`api._dict`).
 
 Not checked (the double has no IAM): whether the service account exists and whether the caller may act as it; the
@@ -62,6 +62,29 @@ def identity(data: dict, location: str, project_ids: tuple[str, ...]) -> str | N
         problem = labels(f"{prefix}labels", part.get("labels", {}))
         if problem:
             return problem
+    return None
+
+
+def _gcs(value: str) -> bool:
+    return value.startswith("gs://") and len(value) > len("gs://") and value[len("gs://")] != "/"
+
+
+def locations(data: dict) -> str | None:
+    """Where Vertex AI reads or writes Cloud Storage: a model's `artifact_uri`, a job's base output directory, a batch
+    job's sources and destination take gs://BUCKET/PATH (a local path exists on no machine of Vertex's)."""
+    found = {"artifact_uri": data.get("artifact_uri", "")}
+    for where in ("job_spec", "trial_job_spec"):
+        found[f"{where}.base_output_directory.output_uri_prefix"] = (
+            data.get(where, {}).get("base_output_directory", {}).get("output_uri_prefix", "")
+        )
+    for index, uri in enumerate(data.get("input_config", {}).get("gcs_source", {}).get("uris", [])):
+        found[f"input_config.gcs_source.uris[{index}]"] = uri
+    found["output_config.gcs_destination.output_uri_prefix"] = (
+        data.get("output_config", {}).get("gcs_destination", {}).get("output_uri_prefix", "")
+    )
+    for field, value in found.items():
+        if value and not _gcs(value):
+            return f"{field} {value!r} is not a Cloud Storage URI (gs://BUCKET/PATH)"
     return None
 
 

@@ -5,8 +5,9 @@ artifact passing, placeholders) with its SubprocessRunner, and the lightweight s
 here: container tasks (the Google Cloud Pipeline Components) run their own command as a local process (kfp.local
 refuses container components in a subprocess), the Vertex placeholders kfp.local does not know
 (`{{$.pipeline_google_cloud_project_id}}`) are resolved, and every process talks to the API double (api.py) through
-redirect.py. Batch prediction inputs given as local files are copied into a local GCS emulator, since the Vertex
-batch step accepts gs:// URIs only.
+redirect.py. Storage is Cloud Storage's, on a local emulator (gcs.py): the pipeline root and every artifact and job
+output are gs:// URIs, local data and batch instances are copied into it first, and the steps' `artifact.path` is a
+mount folder standing in for Vertex's `/gcs/`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
 import yaml
 
-from pipelines.rehearsal import redirect
+from pipelines.rehearsal import gcs, redirect
 from pipelines.rehearsal.api import VertexDouble
 from pipelines.rehearsal.cache import vertex_cache
 from trainer.environment import LEGACY_KERAS
@@ -29,7 +29,8 @@ from trainer.environment import LEGACY_KERAS
 PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources when the config names none
 PROJECT_NUMBER = "308452716099"  # the project's number: Vertex names resources with it in its answers
 GCPC_MODULES = "google_cloud_pipeline_components.container."
-EMULATOR_BUCKET = "rehearsal"
+EMULATOR_BUCKET = "rehearsal"  # where local data and instances are copied
+PIPELINE_ROOT = f"gs://{EMULATOR_BUCKET}/pipeline-root"  # when the config names none
 
 
 def template_location(spec: dict, default: str = "us-central1") -> str:
@@ -137,38 +138,20 @@ def _environment(values: dict):
                 os.environ[key] = value
 
 
-@contextlib.contextmanager
-def gcs_emulator(directory: str):
-    """A GCS emulator on a free local port, its data kept in `directory`; yields its host URL."""
-    from gcp_storage_emulator.server import create_server
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.makedirs(directory, exist_ok=True)
-    server = create_server("127.0.0.1", port, in_memory=False, default_bucket=EMULATOR_BUCKET, data_dir=directory)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-def stage_instances(instances: str) -> str:
-    """Local instance files (comma-separated paths or globs) copied into the emulator's bucket; gs:// URIs kept."""
-    from components.lib import storage
+def stage_local(value: str, folder: str) -> str:
+    """Local files or folders (comma-separated paths or globs) copied into the rehearsal bucket's `folder`, as a user
+    copies them to Cloud Storage for Vertex; gs:// URIs and builtin: sources kept."""
     from components.run_batch_prediction import expand_inputs
 
     uris = []
-    bucket = storage.gcs_client().bucket(EMULATOR_BUCKET)
-    for item in (i.strip() for i in instances.split(",") if i.strip()):
-        if item.startswith("gs://"):
+    for item in (i.strip() for i in value.split(",") if i.strip()):
+        if item.startswith(("gs://", "builtin:")):
             uris.append(item)
             continue
-        for path in expand_inputs(item):
-            name = f"instances/{os.path.basename(path)}"
-            bucket.blob(name).upload_from_filename(path)
-            uris.append(f"gs://{EMULATOR_BUCKET}/{name}")
+        for path in [item] if os.path.isdir(item) else expand_inputs(item):
+            uri = f"gs://{EMULATOR_BUCKET}/{folder}/{os.path.basename(path.rstrip('/'))}"
+            gcs.upload(Path(path), uri)
+            uris.append(uri)
     return ",".join(uris)
 
 
@@ -181,10 +164,11 @@ def rehearse(
     log=print,
     caching: bool = True,
     project: str = PROJECT,
+    pipeline_root: str = PIPELINE_ROOT,
 ) -> dict:
-    """Run the compiled template with `arguments` in `project` (the config's); return the run summary (also written
-    to `out`). `caching`: serve unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache;
-    cache.py)."""
+    """Run the compiled template with `arguments` in `project` (the config's) under `pipeline_root` (a gs:// URI on
+    the rehearsal's Cloud Storage, kept in `state_dir`); return the run summary (also written to `out`). `caching`:
+    serve unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py)."""
     from kfp import components
 
     from pipelines import report
@@ -198,33 +182,47 @@ def rehearse(
     double = VertexDouble(
         str(out / "vertex"), str(state_dir / "vertex_state.json"), project, PROJECT_NUMBER, location, log
     ).start()
+    mount = gcs.Mount(out / "gcs")
     started = time.time()
     try:
         with (
-            gcs_emulator(str(state_dir / "gcs")) as emulator,
+            gcs.gcs_emulator(str(state_dir / "gcs"), EMULATOR_BUCKET) as emulator,
+            _environment({"STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": project}),
+            gcs.tensorflow_gcs(emulator, state_dir / "tls") as tensorflow_env,
             _environment(
                 {
-                    **redirect.environment(double.grpc_target, double.http_base, project),
-                    "STORAGE_EMULATOR_HOST": emulator,
-                    "GOOGLE_CLOUD_PROJECT": project,
+                    **redirect.environment(double.grpc_target, double.http_base, project, str(mount.root)),
+                    **tensorflow_env,
                     **LEGACY_KERAS,
                     "TF_CPP_MIN_LOG_LEVEL": "2",
                 }
             ),
             _kfp_local_patches(project, location),
+            gcs.mounted_tasks(mount),
             vertex_cache(),
         ):
             redirect.install(double.grpc_target, double.http_base, project)
-            if arguments.get("instances"):
-                arguments = {**arguments, "instances": stage_instances(arguments["instances"])}
-            steps, run_root = run_local(pipeline, arguments, out, verbose, state_dir / "cache" if caching else None)
+            gcs.bucket(pipeline_root)
+            for name, folder in (("instances", "instances"), ("data_source", "data")):
+                if arguments.get(name):
+                    arguments = {**arguments, name: stage_local(arguments[name], folder)}
+            steps, run_root = run_local(
+                pipeline,
+                arguments,
+                out,
+                verbose,
+                state_dir / "cache" if caching else None,
+                mount.path(pipeline_root.rstrip("/")),
+            )
+            if run_root is not None:  # what the Vertex jobs wrote into the run's folder, for the summary
+                mount.pull(mount.uri(run_root))
     finally:
         double.stop()
     summary = report.collect(run_root, steps, spec["pipelineInfo"]["name"], arguments, time.time() - started)
     summary["vertex"] = vertex_section(double, out)
     study = next((j["data"] for j in double.jobs.values() if j["kind"] == "hyperparameter_tuning_job"), None)
-    if study:  # the tuning job's study wrote its results where the local study does, under its base directory
-        summary["tuning"] = report.tuning(Path(study["trial_job_spec"]["base_output_directory"]["output_uri_prefix"]))
+    if study:  # the study's own records, kept by the double with the job's logs
+        summary["tuning"] = report.tuning(Path(double.directory) / "jobs" / study["name"].rsplit("/", 1)[-1] / "study")
     batch = next((j["data"] for j in double.jobs.values() if j["kind"] == "batch_prediction_job"), None)
     if batch and batch.get("completion_stats"):
         ok, failed = (int(batch["completion_stats"].get(k, 0)) for k in ("successful_count", "failed_count"))
@@ -304,15 +302,19 @@ def state_location(state_dir: Path, default: str = "us-central1") -> str:
 
 @contextlib.contextmanager
 def rehearsal_api(state_dir: Path, location: str, log=print):
-    """The double on a rehearsal's saved registry and endpoints, this process redirected to it (promote,
-    rollback)."""
+    """The double on a rehearsal's saved registry, endpoints and Cloud Storage, this process redirected to it
+    (promote, rollback)."""
     directory = state_dir / "api"
     double = VertexDouble(
         str(directory), str(state_dir / "vertex_state.json"), PROJECT, PROJECT_NUMBER, location, log
     ).start()
     try:
-        redirect.install(double.grpc_target, double.http_base, PROJECT)
-        yield double
+        with (
+            gcs.gcs_emulator(str(state_dir / "gcs"), EMULATOR_BUCKET) as emulator,
+            _environment({"STORAGE_EMULATOR_HOST": emulator}),
+        ):
+            redirect.install(double.grpc_target, double.http_base, PROJECT)
+            yield double
     finally:
         double.stop()
         shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,381 @@
+"""Cloud Storage in a rehearsal: a GCS emulator (`gcp-storage-emulator`) holds every gs:// object, and each kind of
+client reaches it the way it reaches Cloud Storage on Vertex AI:
+
+- google-cloud-storage (the steps' and the serving container's reads, the batch predictor): STORAGE_EMULATOR_HOST;
+- TensorFlow's own gs:// file system (the trainer writing AIP_MODEL_DIR, reading the dataset): TensorFlow talks to
+  `https://www.googleapis.com` and `https://storage.googleapis.com` only, so a local HTTPS proxy (`https_proxy`)
+  answers those hosts with a certificate of a rehearsal CA (`CURL_CA_BUNDLE`) and passes each request on to the
+  emulator; `GOOGLE_AUTH_TOKEN_FOR_TESTING` is its credential;
+- a KFP lightweight step's `artifact.path` (`/gcs/BUCKET/...`, Cloud Storage FUSE on Vertex): `Mount`, a local
+  folder standing in for `/gcs/`, filled with a task's input artifacts before it runs and copied into the emulator
+  after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import hashlib
+import os
+import socket
+import ssl
+import threading
+from pathlib import Path
+
+from components.lib import storage
+
+GOOGLE_STORAGE_HOSTS = ("www.googleapis.com", "storage.googleapis.com")  # the hosts TensorFlow's gs:// calls
+LOCAL_HOSTS = "127.0.0.1,localhost"
+NO_SOFT_DELETE = {"retentionDurationSeconds": "0"}  # the rehearsal's buckets delete at once (Cloud Storage: 7 days)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def gcs_emulator(directory: str, bucket: str):
+    """A GCS emulator on a free local port with `bucket` (without soft delete), its data kept in `directory`; yields
+    its host URL."""
+    from gcp_storage_emulator.server import create_server
+
+    _as_cloud_storage()
+    port = _free_port()
+    os.makedirs(directory, exist_ok=True)
+    server = create_server("127.0.0.1", port, in_memory=False, default_bucket=bucket, data_dir=directory)
+    server._storage.buckets[bucket]["softDeletePolicy"] = NO_SOFT_DELETE
+    base = f"http://127.0.0.1:{port}"
+    for objects in server._storage.objects.values():  # download links kept from an earlier emulator's port
+        for item in objects.values():
+            item["mediaLink"] = base + item["mediaLink"][item["mediaLink"].index("/download/") :]
+    server.start()
+    try:
+        yield base
+    finally:
+        server.stop()
+
+
+def _as_cloud_storage() -> None:
+    """What gcp-storage-emulator (2026.7) does unlike Cloud Storage, on requests TensorFlow's gs:// client makes:
+    - a body sent in chunks (`Transfer-Encoding: chunked`, TensorFlow's uploads) is read as it is framed, not as
+      `Content-Length` bytes of the chunked text;
+    - `Expect: 100-continue` gets its `100 Continue` (the emulator, an HTTP/1.0 server, sends none and every upload
+      waited a second for it);
+    - an empty media upload (a folder marker `a/`) is an empty object, not an error;
+    - `a/` beside `a/b` is possible: the emulator keeps an object's bytes in a file named like the object (`a` cannot
+      be a file and a folder); here the file is named by a hash of the object's name."""
+    from gcp_storage_emulator import server, storage as emulated
+    from gcp_storage_emulator.handlers import objects
+
+    if getattr(server, "as_cloud_storage", False):
+        return
+    read_raw, media_upload, parse_request = (
+        server._read_raw_data,
+        objects._media_upload,
+        server.RequestHandler.parse_request,
+    )
+
+    def read_raw_data(handler):
+        if (handler.headers.get("Transfer-Encoding") or "").lower() != "chunked":
+            return read_raw(handler)
+        body = b""
+        while size := int(handler.rfile.readline().strip() or b"0", 16):
+            body += handler.rfile.read(size)
+            handler.rfile.readline()
+        handler.rfile.readline()  # the empty line after the last chunk
+        return body
+
+    def continue_100(self):
+        parsed = parse_request(self)
+        if parsed and (self.headers.get("Expect") or "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.wfile.flush()
+        return parsed
+
+    def upload(request, response, storage):
+        if request.data is None:
+            request._data = b""
+        return media_upload(request, response, storage)
+
+    def object_path(self, bucket_name, file_name):
+        return f"{bucket_name}/{hashlib.sha256(file_name.encode()).hexdigest()}"
+
+    server._read_raw_data = read_raw_data
+    server.RequestHandler.parse_request = continue_100
+    objects._media_upload = upload
+    emulated.Storage._object_path = object_path
+    server.as_cloud_storage = True
+
+
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a certificate for Google's storage hosts signed by it (ca.pem, cert.pem, key.pem), made once."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca_path, cert_path, key_path = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
+    if ca_path.exists() and cert_path.exists() and key_path.exists():
+        return ca_path, cert_path, key_path
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(subject, issuer, public_key, signing_key, ca: bool, names=()):
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), False)
+        return builder.sign(signing_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("tfpipe rehearsal CA", "tfpipe rehearsal CA", ca_key.public_key(), ca_key, True)
+    leaf = certificate(
+        GOOGLE_STORAGE_HOSTS[0], ca.subject.rfc4514_string()[3:], key.public_key(), ca_key, False, GOOGLE_STORAGE_HOSTS
+    )
+    pem = serialization.Encoding.PEM
+    ca_path.write_bytes(ca.public_bytes(pem))
+    cert_path.write_bytes(leaf.public_bytes(pem))
+    key_path.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return ca_path, cert_path, key_path
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(1 << 16):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+class _StorageProxy:
+    """An HTTPS proxy for Google's storage hosts: CONNECT, TLS with the rehearsal's certificate, then the request
+    passed to the emulator with its Host header (so the upload URLs the emulator answers point at it)."""
+
+    def __init__(self, emulator: str, tls: ssl.SSLContext):
+        self.upstream = emulator.removeprefix("http://")
+        self.tls = tls
+        self.port = _free_port()
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(asyncio.start_server(self._tunnel, "127.0.0.1", self.port))
+        self.ready.set()
+        self.loop.run_forever()
+
+    async def _tunnel(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            method, target = head.split(b" ", 2)[:2]
+            if method != b"CONNECT" or target.decode().rsplit(":", 1)[0] not in GOOGLE_STORAGE_HOSTS:
+                writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                writer.close()
+                return
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await writer.start_tls(self.tls)
+            request = await reader.readuntil(b"\r\n\r\n")
+            lines = [
+                f"Host: {self.upstream}".encode() if line.lower().startswith(b"host:") else line
+                for line in request.split(b"\r\n")
+            ]
+            host, port = self.upstream.split(":")
+            up_reader, up_writer = await asyncio.open_connection(host, int(port))
+            up_writer.write(b"\r\n".join(lines))
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, ValueError):
+            writer.close()
+
+    def start(self) -> _StorageProxy:
+        self.thread.start()
+        self.ready.wait()
+        return self
+
+    def stop(self) -> None:
+        async def close():
+            self.server.close()
+
+        asyncio.run_coroutine_threadsafe(close(), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+
+
+@contextlib.contextmanager
+def tensorflow_gcs(emulator: str, directory: Path):
+    """Yields the environment that sends TensorFlow's gs:// file system to the emulator."""
+    ca, cert, key = _certificates(directory)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    proxy = _StorageProxy(emulator, tls).start()
+    try:
+        yield {
+            "https_proxy": f"http://127.0.0.1:{proxy.port}",
+            "no_proxy": LOCAL_HOSTS,
+            "NO_PROXY": LOCAL_HOSTS,
+            "CURL_CA_BUNDLE": str(ca),
+            "GOOGLE_AUTH_TOKEN_FOR_TESTING": "rehearsal",
+            "NO_GCE_CHECK": "true",
+        }
+    finally:
+        proxy.stop()
+
+
+def _md5(path: Path) -> str:
+    return base64.b64encode(hashlib.md5(path.read_bytes()).digest()).decode()
+
+
+class Mount:
+    """A local folder standing in for Vertex's `/gcs/` (Cloud Storage FUSE): `ROOT/BUCKET/PATH` is
+    `gs://BUCKET/PATH`. A task's input artifacts are pulled into it before it runs and its output artifacts pushed
+    from it after; objects already there with the same bytes are not copied again."""
+
+    def __init__(self, root: Path):
+        self.root = root.resolve()
+
+    def path(self, uri: str) -> Path:
+        bucket, name = storage.split_gcs(uri)
+        return self.root / bucket / name
+
+    def uri(self, path: str | Path) -> str:
+        return "gs://" + str(Path(path).resolve().relative_to(self.root))
+
+    def _objects(self, uri: str) -> dict:
+        """{object name: blob} for the object `uri` or the objects under the folder `uri`."""
+        bucket, name = storage.split_gcs(uri)
+        client = storage.gcs_client()
+        blob = client.bucket(bucket).get_blob(name) if name else None
+        if blob is not None:
+            return {blob.name: blob}
+        folder = name.rstrip("/") + "/" if name else ""
+        return {b.name: b for b in client.list_blobs(bucket, prefix=folder) if not b.name.endswith("/")}
+
+    def pull(self, uri: str) -> None:
+        bucket = storage.split_gcs(uri)[0]
+        for name, blob in self._objects(uri).items():
+            target = self.root / bucket / name
+            if target.is_file() and target.stat().st_size == blob.size and _md5(target) == blob.md5_hash:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            blob.download_to_filename(str(target))
+
+    def push(self, uri: str) -> None:
+        if self.path(uri).exists():
+            upload(self.path(uri), uri)
+
+
+def upload(local: Path, uri: str) -> None:
+    """Copy the local file or folder `local` to the gs:// `uri` (a folder's files under it), skipping objects that
+    hold the same bytes already (so their generations, which data fingerprints and caches see, do not change)."""
+    bucket_name, name = storage.split_gcs(uri)
+    files = (
+        {name: local}
+        if local.is_file()
+        else {f"{name.rstrip('/')}/{p.relative_to(local)}": p for p in sorted(local.rglob("*")) if p.is_file()}
+    )
+    client = storage.gcs_client()
+    there = {b.name: b for b in client.list_blobs(bucket_name, prefix=name)}
+    target = client.bucket(bucket_name)
+    for object_name, path in files.items():
+        blob = there.get(object_name)
+        if blob is not None and blob.size == path.stat().st_size and blob.md5_hash == _md5(path):
+            continue
+        target.blob(object_name).upload_from_filename(str(path))
+
+
+@contextlib.contextmanager
+def mounted_tasks(mount: Mount):
+    """kfp.local's tasks see Cloud Storage as Vertex's do: their output artifacts get gs:// URIs (kfp.local gives
+    paths under its local pipeline root, which lies in the mount), their input artifacts are in the mount when they
+    start and their outputs in Cloud Storage when they end. A task's `artifact.path` maps gs:// to the mount
+    (redirect.py sets kfp's `/gcs/` prefix in each step process)."""
+    from kfp import dsl
+    from kfp.local import executor_input_utils, task_dispatcher
+
+    output_artifact, run_task = (
+        executor_input_utils.artifact_type_schema_to_artifact_list,
+        task_dispatcher.run_single_task_implementation,
+    )
+
+    def gcs_output_artifact(name, artifact_type, task_root):
+        artifacts = output_artifact(name, artifact_type, task_root)
+        for artifact in artifacts.artifacts:
+            artifact.uri = mount.uri(artifact.uri)
+        return artifacts
+
+    def artifacts(values) -> list:
+        found = []
+        for value in values:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, dsl.Artifact) and item.uri.startswith("gs://"):
+                    found.append(item)
+        return found
+
+    def run_mounted(*args, **kwargs):
+        for artifact in artifacts(kwargs["arguments"].values()):
+            mount.pull(artifact.uri)
+        outputs, status = run_task(*args, **kwargs)
+        for artifact in artifacts(outputs.values()):
+            mount.push(artifact.uri)
+        return outputs, status
+
+    executor_input_utils.artifact_type_schema_to_artifact_list = gcs_output_artifact
+    task_dispatcher.run_single_task_implementation = run_mounted
+    try:
+        yield
+    finally:
+        executor_input_utils.artifact_type_schema_to_artifact_list = output_artifact
+        task_dispatcher.run_single_task_implementation = run_task
+
+
+def copy_folder(source: str, destination: str) -> str:
+    """Copy every object under the gs:// folder `source` to the folder `destination` (its bucket created when
+    missing); returns `destination`."""
+    folder, blobs = storage.gcs_objects(source)
+    target, prefix = bucket(destination), storage.split_gcs(destination)[1]
+    for blob in blobs:
+        name = blob.name[len(folder) :] if folder is not None else blob.name.rsplit("/", 1)[-1]
+        blob.bucket.copy_blob(blob, target, f"{prefix.rstrip('/')}/{name}")
+    return destination
+
+
+def delete_folder(uri: str) -> None:
+    """Delete every object under the gs:// folder `uri`."""
+    bucket_name, prefix = storage.split_gcs(uri)
+    client = storage.gcs_client()
+    for blob in client.list_blobs(bucket_name, prefix=prefix.rstrip("/") + "/"):
+        blob.delete()
+
+
+def bucket(uri: str):
+    """The bucket of the gs:// `uri`, created when missing (without soft delete, so that what the rehearsals delete,
+    such as deployed models' copies and the trainer's temporary files, does not stay on disk for a week)."""
+    from google.api_core.exceptions import NotFound
+
+    client = storage.gcs_client()
+    name = storage.split_gcs(uri)[0]
+    try:
+        return client.get_bucket(name)
+    except NotFound:
+        created = client.create_bucket(name)
+        created.soft_delete_policy.retention_duration_seconds = 0
+        created.patch()
+        return created
