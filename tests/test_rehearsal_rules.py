@@ -23,7 +23,8 @@ SA = "runner@p-rehearsal.iam.gserviceaccount.com"
 
 @pytest.fixture
 def double(tmp_path):
-    return VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4")
+    """The runs act as SA (which may act as itself, as the set-up grants)."""
+    return VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4", caller=SA)
 
 
 def job(**spec) -> job_service.CreateCustomJobRequest:
@@ -144,3 +145,27 @@ def test_cloud_storage_locations_are_gs_uris(double):
         double._check(batch)
     batch["output_config"]["gcs_destination"]["output_uri_prefix"] = "gs://b/out"
     double._check(batch)
+
+
+def test_the_caller_must_be_able_to_act_as_the_service_account(double, tmp_path):
+    """Vertex's IAM check of a request's service account: the runs' account may act as itself (iam.json starts
+    with the set-up's binding); another account, or the same without the binding, is refused."""
+    import json
+
+    double._check(_dict(job(service_account=SA).custom_job))
+    other = "other-sa@p-rehearsal.iam.gserviceaccount.com"
+    denied = f"Permission 'iam.serviceAccounts.actAs' denied on service account {other} (or it may not exist)."
+    with pytest.raises(ApiError, match=re.escape(denied)) as refused:
+        double._create_job("custom_job", job(service_account=other))
+    assert refused.value.status == "PERMISSION_DENIED" and double.jobs == {}
+    deployment = {"deployed_model": {"model": "m", "service_account": other}}
+    with pytest.raises(ApiError, match=re.escape(denied)):
+        double._check(deployment)
+
+    iam = json.loads((tmp_path / "iam.json").read_text())
+    assert iam == {"service_accounts": {SA: {"act_as": [f"serviceAccount:{SA}"]}}}
+    iam["service_accounts"][SA]["act_as"] = []  # the set-up without the self-binding
+    (tmp_path / "iam.json").write_text(json.dumps(iam))
+    again = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4", caller=SA)
+    with pytest.raises(ApiError, match=re.escape(f"denied on service account {SA}")):
+        again._check(_dict(job(service_account=SA).custom_job))

@@ -35,6 +35,7 @@ from google.protobuf import any_pb2, empty_pb2, json_format, timestamp_pb2
 from google.rpc import status_pb2
 
 from pipelines.rehearsal import gcs, jobs, rules
+from pipelines.rehearsal.iam import Iam, compute_default as iam_compute_default
 from pipelines.rehearsal.registry import ApiError, Registry
 
 V1 = "google.cloud.aiplatform.v1"
@@ -64,13 +65,26 @@ def _display_name(filter_text: str) -> str | None:
 
 
 class VertexDouble:
-    def __init__(self, directory: str, state_path: str, project: str, project_number: str, location: str, log=print):
+    def __init__(
+        self,
+        directory: str,
+        state_path: str,
+        project: str,
+        project_number: str,
+        location: str,
+        log=print,
+        caller: str = "",
+    ):
         """`directory`: this rehearsal's requests, job and container logs; `state_path`: the registry and
-        endpoints, shared by successive rehearsals; resource names carry `project_number` (Vertex answers names
-        with the project's number; requests may use either)."""
+        endpoints, shared by successive rehearsals (iam.json beside it); resource names carry `project_number`
+        (Vertex answers names with the project's number; requests may use either); `caller`: the service account
+        the run's steps act as (default: the project's Compute Engine default account)."""
         self.directory, self.project, self.location, self.log = directory, project, location, log
         os.makedirs(directory, exist_ok=True)
         self.registry = Registry(state_path, project, location, project_number)
+        self.iam = Iam(
+            os.path.join(os.path.dirname(state_path), "iam.json"), caller or iam_compute_default(project_number)
+        )
         self.requests_path = os.path.join(directory, "vertex_requests.jsonl")
         self.lock = threading.Lock()
         self.sequence = itertools.count(1)
@@ -325,7 +339,8 @@ class VertexDouble:
         return self._endpoint(self.registry.set_traffic(request.endpoint.name, dict(request.endpoint.traffic_split)))
 
     def _check(self, request: dict) -> None:
-        """What Vertex checks in a request's identity, locations and resources (rules.py)."""
+        """What Vertex checks in a request's identity, locations and resources (rules.py), and whether the caller may
+        act as the service account it names (iam.py)."""
         problem = (
             rules.identity(request, self.location, self.registry.project_ids)
             or rules.locations(request)
@@ -333,6 +348,11 @@ class VertexDouble:
         )
         if problem:
             raise ApiError("INVALID_ARGUMENT", problem)
+        for where in ("", "job_spec", "trial_job_spec", "deployed_model"):
+            account = (request.get(where, {}) if where else request).get("service_account", "")
+            denied = account and self.iam.act_as(account)
+            if denied:
+                raise ApiError("PERMISSION_DENIED", denied)
 
     def _done(self, response, metadata=None) -> operations_pb2.Operation:
         name = f"{self.registry.parent}/operations/{self.registry.new_id()}"

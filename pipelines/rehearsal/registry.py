@@ -20,6 +20,7 @@ class ApiError(Exception):
     HTTP = {
         "INVALID_ARGUMENT": 400,
         "FAILED_PRECONDITION": 400,
+        "PERMISSION_DENIED": 403,
         "NOT_FOUND": 404,
         "ALREADY_EXISTS": 409,
         "INTERNAL": 500,

@@ -1,10 +1,11 @@
 """What Vertex AI checks in a request's identity and resources before it accepts it, for the double: service account
 e-mails, CMEK keys in the request's region, VPC networks named by project number, a TensorBoard of the same project
-and region, labels, Cloud Storage locations given as gs:// URIs, machine type / accelerator pairs and replica counts. Each check returns Vertex's kind of message
-for the first field it refuses, or None. Requests are dicts with proto field names (`api._dict`).
+and region, labels, Cloud Storage locations given as gs:// URIs, machine type / accelerator pairs and replica
+counts. Each check returns Vertex's kind of message for the first field it refuses, or None. Requests are dicts
+with proto field names (`api._dict`).
 
-Not checked (the double has no IAM): whether the service account exists and whether the caller may act as it; the
-pre-flight checks of `submit` and `schedule` ask Google Cloud itself (pipelines/preflight.py).
+Whether the caller may act as the service account is the double's IAM (iam.py); the project's real IAM is for the
+pre-flight checks of `submit` and `schedule`, which ask Google Cloud itself (pipelines/preflight.py).
 """
 
 from __future__ import annotations

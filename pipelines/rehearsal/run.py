@@ -165,10 +165,12 @@ def rehearse(
     caching: bool = True,
     project: str = PROJECT,
     pipeline_root: str = PIPELINE_ROOT,
+    service_account: str = "",
 ) -> dict:
     """Run the compiled template with `arguments` in `project` (the config's) under `pipeline_root` (a gs:// URI on
-    the rehearsal's Cloud Storage, kept in `state_dir`); return the run summary (also written to `out`). `caching`:
-    serve unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py)."""
+    the rehearsal's Cloud Storage, kept in `state_dir`), its steps acting as `service_account` (the config's runs'
+    account; "": the Compute Engine default); return the run summary (also written to `out`). `caching`: serve
+    unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py)."""
     from kfp import components
 
     from pipelines import report
@@ -180,7 +182,13 @@ def rehearse(
     state_dir.mkdir(parents=True, exist_ok=True)
     pipeline = components.load_component_from_file(template)
     double = VertexDouble(
-        str(out / "vertex"), str(state_dir / "vertex_state.json"), project, PROJECT_NUMBER, location, log
+        str(out / "vertex"),
+        str(state_dir / "vertex_state.json"),
+        project,
+        PROJECT_NUMBER,
+        location,
+        log,
+        service_account,
     ).start()
     mount = gcs.Mount(out / "gcs")
     started = time.time()
