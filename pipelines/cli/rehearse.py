@@ -90,6 +90,7 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
         pipeline_root=config.platform.pipeline_root
         if config.platform.pipeline_root.startswith("gs://")
         else PIPELINE_ROOT,
+        service_account=config.platform.service_account,
     )
     from pipelines import report
 
