@@ -28,6 +28,8 @@ from components.lib import storage
 
 GOOGLE_STORAGE_HOSTS = ("www.googleapis.com", "storage.googleapis.com")  # the hosts TensorFlow's gs:// calls
 LOCAL_HOSTS = "127.0.0.1,localhost"
+_EMULATOR_LOCK = threading.Lock()  # one request at a time, as the emulator handles them, and the metadata writes
+SAVE_SECONDS = 1.0
 NO_SOFT_DELETE = {"retentionDurationSeconds": "0"}  # the rehearsal's buckets delete at once (Cloud Storage: 7 days)
 
 
@@ -53,30 +55,55 @@ def gcs_emulator(directory: str, bucket: str):
         for item in objects.values():
             item["mediaLink"] = base + item["mediaLink"][item["mediaLink"].index("/download/") :]
     server.start()
+    stopped = threading.Event()
+
+    def save_state():
+        while not stopped.wait(SAVE_SECONDS):
+            server._storage.save_state()
+
+    saver = threading.Thread(target=save_state, daemon=True, name="gcs-emulator-state")
+    saver.start()
     try:
         yield base
     finally:
         server.stop()
+        stopped.set()
+        saver.join()
+        server._storage.save_state()
 
 
 def _as_cloud_storage() -> None:
     """What gcp-storage-emulator (2026.7) does unlike Cloud Storage, on requests TensorFlow's gs:// client makes:
     - a body sent in chunks (`Transfer-Encoding: chunked`, TensorFlow's uploads) is read as it is framed, not as
       `Content-Length` bytes of the chunked text;
-    - `Expect: 100-continue` gets its `100 Continue` (the emulator, an HTTP/1.0 server, sends none and every upload
-      waited a second for it);
+    - connections are kept alive (HTTP/1.1, one thread per connection, requests still handled one at a time): the
+      emulator closed every connection after one answer, and TensorFlow's client set up a new TLS tunnel through the
+      proxy for each request (a two-worker training job took 22 s more); HTTP/1.1 also answers
+      `Expect: 100-continue`, which the emulator left unanswered, so that every upload waited a second for it; and
+      answers leave without waiting for the client's delayed ACK (TCP_NODELAY: an answer's headers and body are two
+      writes, and each upload waited 40 ms);
+    - the URLs it answers (an upload session, an object's download link) name the emulator, not the request's Host
+      (`www.googleapis.com` through the proxy);
     - an empty media upload (a folder marker `a/`) is an empty object, not an error;
     - `a/` beside `a/b` is possible: the emulator keeps an object's bytes in a file named like the object (`a` cannot
-      be a file and a folder); here the file is named by a hash of the object's name."""
+      be a file and a folder); here the file is named by a hash of the object's name;
+    - the objects' metadata file is written once a second when it changed (and when the emulator stops), not at
+      every write: it holds every object, so writing it at each of a rehearsal's thousands of writes (a training
+      job's checkpoints) grew with the bucket."""
+    from functools import partial
+    from http.server import ThreadingHTTPServer
+
     from gcp_storage_emulator import server, storage as emulated
     from gcp_storage_emulator.handlers import objects
 
     if getattr(server, "as_cloud_storage", False):
         return
-    read_raw, media_upload, parse_request = (
+    read_raw, media_upload, handle, request_init, write_state = (
         server._read_raw_data,
         objects._media_upload,
-        server.RequestHandler.parse_request,
+        server.Router.handle,
+        server.Request.__init__,
+        emulated.Storage._write_config_to_file,
     )
 
     def read_raw_data(handler):
@@ -89,12 +116,21 @@ def _as_cloud_storage() -> None:
         handler.rfile.readline()  # the empty line after the last chunk
         return body
 
-    def continue_100(self):
-        parsed = parse_request(self)
-        if parsed and (self.headers.get("Expect") or "").lower() == "100-continue":
-            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            self.wfile.flush()
-        return parsed
+    def serve(self):
+        self._httpd = ThreadingHTTPServer((self._host, self._port), partial(server.RequestHandler, self._storage))
+        self._httpd.daemon_threads = True
+        self.is_running.set()
+        self._httpd.serve_forever()
+
+    def handle_alone(self, method):
+        with _EMULATOR_LOCK:
+            return handle(self, method)
+
+    def own_urls(self, request_handler, method):
+        request_init(self, request_handler, method)
+        host, port = request_handler.server.server_address[:2]
+        self._base_url = f"http://{host}:{port}"
+        self._full_url = self._base_url + self._path
 
     def upload(request, response, storage):
         if request.data is None:
@@ -104,10 +140,25 @@ def _as_cloud_storage() -> None:
     def object_path(self, bucket_name, file_name):
         return f"{bucket_name}/{hashlib.sha256(file_name.encode()).hexdigest()}"
 
+    def mark_changed(self):
+        self.changed = True
+
+    def save_state(self):
+        with _EMULATOR_LOCK:
+            if getattr(self, "changed", True):
+                write_state(self)
+                self.changed = False
+
     server._read_raw_data = read_raw_data
-    server.RequestHandler.parse_request = continue_100
+    server.RequestHandler.protocol_version = "HTTP/1.1"
+    server.RequestHandler.disable_nagle_algorithm = True
+    server.APIThread.run = serve
+    server.Router.handle = handle_alone
+    server.Request.__init__ = own_urls
     objects._media_upload = upload
     emulated.Storage._object_path = object_path
+    emulated.Storage._write_config_to_file = mark_changed
+    emulated.Storage.save_state = save_state
     server.as_cloud_storage = True
 
 
@@ -164,8 +215,8 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 class _StorageProxy:
-    """An HTTPS proxy for Google's storage hosts: CONNECT, TLS with the rehearsal's certificate, then the request
-    passed to the emulator with its Host header (so the upload URLs the emulator answers point at it)."""
+    """An HTTPS proxy for Google's storage hosts: CONNECT, TLS with the rehearsal's certificate, then the tunnel's
+    requests passed to the emulator on one connection (kept alive, as with Cloud Storage)."""
 
     def __init__(self, emulator: str, tls: ssl.SSLContext):
         self.upstream = emulator.removeprefix("http://")
@@ -193,14 +244,8 @@ class _StorageProxy:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
             await writer.start_tls(self.tls)
-            request = await reader.readuntil(b"\r\n\r\n")
-            lines = [
-                f"Host: {self.upstream}".encode() if line.lower().startswith(b"host:") else line
-                for line in request.split(b"\r\n")
-            ]
             host, port = self.upstream.split(":")
             up_reader, up_writer = await asyncio.open_connection(host, int(port))
-            up_writer.write(b"\r\n".join(lines))
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, ValueError):
             writer.close()
