@@ -392,6 +392,26 @@ class Shard:
         self.failed += 1
 
 
+def shard_uri(output_directory: str, kind: str, index: int, shards: int) -> str:
+    """Vertex's name of an input file's output: `prediction.results-00000-of-00002`, `prediction.errors_stats-...`."""
+    return f"{output_directory}/prediction.{kind}-{index:05d}-of-{shards:05d}"
+
+
+def valid_batches(items: Iterable[Item], batch_size: int, shard) -> Iterator[list[Item]]:
+    """Batches of `batch_size` valid instances among `items`; invalid ones go straight to `shard`'s errors."""
+    batch: list[Item] = []
+    for item in items:
+        if item.error is not None:
+            shard.error(item, INVALID_ARGUMENT, item.error)
+            continue
+        batch.append(item)
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
 @dataclass(frozen=True)
 class _Job:
     signature: Any
@@ -404,7 +424,7 @@ class _Job:
     parse_pool: Any = None  # _ParsePool: JSONL parsed in other processes
 
     def shard_uri(self, kind: str, index: int) -> str:
-        return f"{self.output_directory}/prediction.{kind}-{index:05d}-of-{self.shards:05d}"
+        return shard_uri(self.output_directory, kind, index, self.shards)
 
     def run_file(self, index: int, path: str) -> tuple[int, int]:
         """Predict one input file into its shard pair; returns (succeeded, failed). A reader thread parses and
@@ -430,16 +450,7 @@ class _Job:
 
     def batches(self, items: Iterable[Item], shard: "Shard | _Recorder") -> Iterator[tuple[list[Item], dict]]:
         """Converted batches of the valid instances among `items`; invalid ones go straight to the errors file."""
-        batch: list[Item] = []
-        for item in items:
-            if item.error is not None:
-                shard.error(item, INVALID_ARGUMENT, item.error)
-                continue
-            batch.append(item)
-            if len(batch) == self.batch_size:
-                yield from self.convert(batch, shard)
-                batch = []
-        if batch:
+        for batch in valid_batches(items, self.batch_size, shard):
             yield from self.convert(batch, shard)
 
     def convert(self, batch: list[Item], shard: "Shard | _Recorder") -> list[tuple[list[Item], dict]]:

@@ -348,8 +348,8 @@ class VertexDouble:
         )
         if problem:
             raise ApiError("INVALID_ARGUMENT", problem)
-        for where in ("", "job_spec", "trial_job_spec", "deployed_model"):
-            account = (request.get(where, {}) if where else request).get("service_account", "")
+        for _, part in rules.identity_parts(request):
+            account = part.get("service_account", "")
             denied = account and self.iam.act_as(account)
             if denied:
                 raise ApiError("PERMISSION_DENIED", denied)
@@ -521,7 +521,7 @@ class VertexDouble:
 
     def _work(self, job: dict) -> None:
         data, kind = job["data"], job["kind"]
-        log_dir = os.path.join(self.directory, "jobs", data["name"].rsplit("/", 1)[-1])
+        log_dir = self.job_dir(data["name"])
         os.makedirs(log_dir, exist_ok=True)
         data.update(state="JOB_STATE_RUNNING", start_time=time.time())
         self.log(f"[vertex] {kind} {data['display_name']} running ({data['name']}); logs in {log_dir}")
@@ -543,6 +543,10 @@ class VertexDouble:
             self._error(f"{kind} {data['display_name']}", f"{type(e).__name__}: {e}")
         data["end_time"] = time.time()
         self.log(f"[vertex] {kind} {data['display_name']}: {data['state']}")
+
+    def job_dir(self, name: str) -> str:
+        """The folder of a job's logs (and of a tuning job's study records, `study/`)."""
+        return os.path.join(self.directory, "jobs", name.rsplit("/", 1)[-1])
 
     def _batch(self, job: dict, log_dir: str) -> None:
         """A batch prediction job: the model's container on a copy of its artifacts, for the job's duration."""

@@ -25,6 +25,8 @@ from components.run_batch_prediction import (
     Item,
     Shard,
     read_instances,
+    shard_uri,
+    valid_batches,
 )
 
 FILES_AT_ONCE = 4  # input files read and sent concurrently
@@ -86,16 +88,8 @@ def _predict_file(
         files.open(path, "rb") as stream,
     ):
         shard = Shard(results_file, errors_file, bool(config.key_field))
-        batch: list[Item] = []
-        for item in read_instances(stream, instances_format, config, files, path):
-            if item.error is not None:
-                shard.error(item, INVALID_ARGUMENT, item.error)
-                continue
-            batch.append(item)
-            if len(batch) == batch_size:
-                _send(session, url, batch, parameters, shard)
-                batch = []
-        if batch:
+        items = read_instances(stream, instances_format, config, files, path)
+        for batch in valid_batches(items, batch_size, shard):
             _send(session, url, batch, parameters, shard)
     return shard.succeeded, shard.failed
 
@@ -113,12 +107,11 @@ def predict_files(
     and one errors file per input file); returns (succeeded, failed)."""
 
     def shard(index: int, path: str) -> tuple[int, int]:
-        name = f"{output_directory}/prediction.{{}}-{index:05d}-of-{len(files):05d}"
         return _predict_file(
             url,
             path,
-            name.format("results"),
-            name.format("errors_stats"),
+            shard_uri(output_directory, "results", index, len(files)),
+            shard_uri(output_directory, "errors_stats", index, len(files)),
             instances_format,
             config,
             batch_size,

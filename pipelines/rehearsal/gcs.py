@@ -19,24 +19,18 @@ import contextlib
 import datetime
 import hashlib
 import os
-import socket
 import ssl
 import threading
 from pathlib import Path
 
 from components.lib import storage
+from components.train_model import free_ports
 
 GOOGLE_STORAGE_HOSTS = ("www.googleapis.com", "storage.googleapis.com")  # the hosts TensorFlow's gs:// calls
 LOCAL_HOSTS = "127.0.0.1,localhost"
 _EMULATOR_LOCK = threading.Lock()  # one request at a time, as the emulator handles them, and the metadata writes
 SAVE_SECONDS = 1.0
 NO_SOFT_DELETE = {"retentionDurationSeconds": "0"}  # the rehearsal's buckets delete at once (Cloud Storage: 7 days)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -46,7 +40,7 @@ def gcs_emulator(directory: str, bucket: str):
     from gcp_storage_emulator.server import create_server
 
     _as_cloud_storage()
-    port = _free_port()
+    [port] = free_ports(1)
     os.makedirs(directory, exist_ok=True)
     server = create_server("127.0.0.1", port, in_memory=False, default_bucket=bucket, data_dir=directory)
     server._storage.buckets[bucket]["softDeletePolicy"] = NO_SOFT_DELETE
@@ -221,7 +215,7 @@ class _StorageProxy:
     def __init__(self, emulator: str, tls: ssl.SSLContext):
         self.upstream = emulator.removeprefix("http://")
         self.tls = tls
-        self.port = _free_port()
+        [self.port] = free_ports(1)
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -284,8 +278,11 @@ def tensorflow_gcs(emulator: str, directory: Path):
         proxy.stop()
 
 
-def _md5(path: Path) -> str:
-    return base64.b64encode(hashlib.md5(path.read_bytes()).digest()).decode()
+def _same_bytes(path: Path, blob) -> bool:
+    """Whether the local file holds the object's bytes (size, then MD5)."""
+    if blob is None or blob.size != path.stat().st_size:
+        return False
+    return base64.b64encode(hashlib.md5(path.read_bytes()).digest()).decode() == blob.md5_hash
 
 
 class Mount:
@@ -303,21 +300,16 @@ class Mount:
     def uri(self, path: str | Path) -> str:
         return "gs://" + str(Path(path).resolve().relative_to(self.root))
 
-    def _objects(self, uri: str) -> dict:
-        """{object name: blob} for the object `uri` or the objects under the folder `uri`."""
-        bucket, name = storage.split_gcs(uri)
-        client = storage.gcs_client()
-        blob = client.bucket(bucket).get_blob(name) if name else None
-        if blob is not None:
-            return {blob.name: blob}
-        folder = name.rstrip("/") + "/" if name else ""
-        return {b.name: b for b in client.list_blobs(bucket, prefix=folder) if not b.name.endswith("/")}
-
     def pull(self, uri: str) -> None:
+        """Copy the object `uri`, or the objects under the folder `uri`, into the mount (nothing there: nothing)."""
         bucket = storage.split_gcs(uri)[0]
-        for name, blob in self._objects(uri).items():
-            target = self.root / bucket / name
-            if target.is_file() and target.stat().st_size == blob.size and _md5(target) == blob.md5_hash:
+        try:
+            blobs = storage.gcs_objects(uri)[1]
+        except FileNotFoundError:
+            return
+        for blob in blobs:
+            target = self.root / bucket / blob.name
+            if target.is_file() and _same_bytes(target, blob):
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
             blob.download_to_filename(str(target))
@@ -340,8 +332,7 @@ def upload(local: Path, uri: str) -> None:
     there = {b.name: b for b in client.list_blobs(bucket_name, prefix=name)}
     target = client.bucket(bucket_name)
     for object_name, path in files.items():
-        blob = there.get(object_name)
-        if blob is not None and blob.size == path.stat().st_size and blob.md5_hash == _md5(path):
+        if _same_bytes(path, there.get(object_name)):
             continue
         target.blob(object_name).upload_from_filename(str(path))
 

@@ -40,12 +40,17 @@ def labels(field: str, value: dict) -> str | None:
     return None
 
 
+def identity_parts(data: dict):
+    """(field prefix, part) of each part of a request that may hold a service account, network, key or labels: its
+    top level, `job_spec`, `trial_job_spec`, `deployed_model`."""
+    for where in ("", "job_spec", "trial_job_spec", "deployed_model"):
+        yield (f"{where}." if where else ""), (data.get(where, {}) if where else data)
+
+
 def identity(data: dict, location: str, project_ids: tuple[str, ...]) -> str | None:
     """`service_account`, `network`, `encryption_spec.kms_key_name`, `tensorboard` and `labels` wherever a request
     holds them (at its top level or in `job_spec` / `trial_job_spec` / `deployed_model`)."""
-    for where in ("", "job_spec", "trial_job_spec", "deployed_model"):
-        part = data.get(where, {}) if where else data
-        prefix = f"{where}." if where else ""
+    for prefix, part in identity_parts(data):
         account = part.get("service_account", "")
         if account and not SERVICE_ACCOUNT.match(account):
             return f"{prefix}service_account {account!r} is not a service account e-mail"

@@ -230,7 +230,7 @@ def rehearse(
     summary["vertex"] = vertex_section(double, out)
     study = next((j["data"] for j in double.jobs.values() if j["kind"] == "hyperparameter_tuning_job"), None)
     if study:  # the study's own records, kept by the double with the job's logs
-        summary["tuning"] = report.tuning(Path(double.directory) / "jobs" / study["name"].rsplit("/", 1)[-1] / "study")
+        summary["tuning"] = report.tuning(Path(double.job_dir(study["name"])) / "study")
     batch = next((j["data"] for j in double.jobs.values() if j["kind"] == "batch_prediction_job"), None)
     if batch and batch.get("completion_stats"):
         ok, failed = (int(batch["completion_stats"].get(k, 0)) for k in ("successful_count", "failed_count"))
