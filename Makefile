@@ -7,7 +7,7 @@ export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: run lint test test-fast test-images bench images lock clean
+.PHONY: install run lint test test-fast test-images bench images lock clean
 
 # Bytecode is compiled at install (--compile-bytecode): uv does not compile by default, and where
 # PYTHONDONTWRITEBYTECODE is set (CI, containers) Python never caches it, so each of a run's ~12 processes (steps,
@@ -18,6 +18,8 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(PY) requirements.lock
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(PY) --no-deps -e .
 	touch $@
+
+install: $(VENV)/.installed
 
 run: $(VENV)/.installed
 	$(PY) -m pipelines run $(ARGS)

@@ -15,11 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "cloudbuild.yaml").read_text()
 BUILD = yaml.safe_load(TEXT)
 STEPS = {step["id"]: step for step in BUILD["steps"]}
-BUILTINS = {"PROJECT_ID": "my-project", "SHORT_SHA": "abc1234", "COMMIT_SHA": "abc1234" + "5" * 33}
+BUILTINS = {"PROJECT_ID": "acme-ml-prod", "SHORT_SHA": "abc1234", "COMMIT_SHA": "abc1234" + "5" * 33}
 VALUES = {**BUILD["substitutions"], **BUILTINS}
-REGISTRY = "https://us-central1-kfp.pkg.dev/my-project/tfpipe-pipelines"
+REGISTRY = "https://europe-west4-kfp.pkg.dev/acme-ml-prod/tfpipe-templates"
 WAIT_FOR = {
-    "test": None,  # the first step
+    "check-build": None,  # the first step
+    "test": ["check-build"],
     "build-trainer": ["test"],
     "build-components": ["test"],
     "build-serving": ["test"],
@@ -242,7 +243,7 @@ def test_push_steps_record_the_pushed_digests(pushed, env):
     log = Path(env["DOCKER_LOG"]).read_text()
     for name in IMAGES:
         ref = (pushed / "build" / f"{name}.image").read_text().strip()
-        repository = f"us-central1-docker.pkg.dev/my-project/tfpipe/{name}"
+        repository = f"europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/{name}"
         assert re.fullmatch(rf"{re.escape(repository)}@sha256:[0-9a-f]{{64}}", ref)
         assert f"push --all-tags {repository}\n" in log
         assert f"image inspect --format {{{{index .RepoDigests 0}}}} {repository}:abc1234\n" in log
@@ -324,6 +325,21 @@ def test_submit_and_schedule_are_guarded(parsed, step_id, substitution, command)
     assert call["command"] == command and call["target"] == "vertex" and call["pipeline"] == "training"
     assert (call["registry"], call["template_tag"], call["template"]) == (REGISTRY, "abc1234", None)
     assert (call["config_file"], call["profile"]) == ("tfpipe.yaml", "prod")
-    assert "platform.project=my-project" in call["sets"]
-    if command == "schedule":
-        assert call["cron"] == BUILD["substitutions"]["_SCHEDULE_CRON"]
+    assert "platform.project=acme-ml-prod" in call["sets"]
+    if command == "schedule":  # no --cron by default: the profile's schedule (and its time zone) stands
+        assert BUILD["substitutions"]["_SCHEDULE_CRON"] == "" and call["cron"] is None
+        result, calls = parsed(step_id, **{substitution: "true", "_SCHEDULE_CRON": "TZ=Asia/Tokyo 0 4 * * 2"})
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert calls[0]["cron"] == "TZ=Asia/Tokyo 0 4 * * 2"
+
+
+@pytest.mark.parametrize("short_sha, commit_sha", [("", ""), ("abc1234", "")])
+def test_a_build_without_commit_stops_first(short_sha, commit_sha, tmp_path, env):
+    """A manual build (no trigger) has no SHORT_SHA or COMMIT_SHA: check-build stops it with the command to run."""
+    result = run_step("check-build", tmp_path, env, SHORT_SHA=short_sha, COMMIT_SHA=commit_sha)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "SHORT_SHA and COMMIT_SHA are empty (a build not started by a trigger): run gcloud builds submit "
+        "--substitutions=SHORT_SHA=$(git rev-parse --short HEAD),COMMIT_SHA=$(git rev-parse HEAD)"
+    )
+    assert run_step("check-build", tmp_path, env).returncode == 0
