@@ -1,17 +1,33 @@
-"""`python -m serving` (also the `serve` verb of `python -m pipelines`): serve a model repository."""
+"""`python -m serving` (also the `serve` verb of `python -m pipelines`): serve the models of a repository, or of a TF
+Serving model config file."""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import click
 
 from components.lib.storage import local_path
 
+if TYPE_CHECKING:
+    from serving.repository import ModelConfigFile
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--model-base-path", required=True, help="model repository: serves <base>/<model-name>/<version>/")
-@click.option("--model-name", required=True)
+@click.option(
+    "--model-base-path",
+    default="",
+    help="model repository: serves <base>/<model-name>/<version>/ for every model folder (found by polling)",
+)
+@click.option("--model-name", "model_names", multiple=True, help="serve only this model of the repository (repeatable)")
+@click.option(
+    "--model-config-file",
+    default="",
+    help="TF Serving's ModelServerConfig text file (each model's base_path, version policy, labels; re-read at "
+    "every poll) instead of --model-base-path",
+)
+@click.option("--skip-models-file", default="", help="model names not to serve, one a line (re-read at every poll)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (0.0.0.0 in a container)")
 @click.option(
     "--rest-port",
@@ -67,9 +83,13 @@ from components.lib.storage import local_path
     show_default=True,
     help="TensorFlow ops run at once (0: TensorFlow's default)",
 )
+@click.pass_context
 def serve(
+    ctx,
     model_base_path,
-    model_name,
+    model_names,
+    model_config_file,
+    skip_models_file,
     latest_versions,
     versions,
     labels,
@@ -83,7 +103,20 @@ def serve(
     inter_op,
     **options,
 ):
-    """Serve the model repository with TF Serving's REST and gRPC APIs (a stand-in for tensorflow/serving)."""
+    """Serve a model repository's models with TF Serving's REST and gRPC APIs (a stand-in for tensorflow/serving):
+    every model folder, or the --model-name ones, or the models of --model-config-file."""
+    if not model_base_path and not model_config_file:
+        raise click.ClickException("give the repository to serve (--model-base-path) or a --model-config-file")
+    per_model = ("model_base_path", "model_names", "version_policy", "latest_versions", "versions", "labels")
+    given = [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name in per_model and ctx.get_parameter_source(p.name) != click.core.ParameterSource.DEFAULT
+    ]
+    if model_config_file and given:
+        raise click.ClickException(
+            f"--model-config-file gives each model's base_path, version policy and labels: leave out {', '.join(given)}"
+        )
     try:
         specific = tuple(int(v) for v in versions.split(",") if v.strip())
         label_map = {k: int(v) for k, v in (item.split("=", 1) for item in labels)}
@@ -97,18 +130,39 @@ def serve(
     import logging
 
     from serving.batching import BatchingOptions
-    from serving.models import ModelManager, Policy
+    from serving.models import Policy
+    from serving.ports import PortError
+    from serving.repository import Repository, ServedModels
     from serving.server import ModelServer, ServerOptions, run, set_tensorflow_threads
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    manager = ModelManager(
-        local_path(model_base_path),
-        model_name,
-        Policy(version_policy, latest_versions, specific),
-        label_map,
+    set_tensorflow_threads(intra_op, inter_op)
+    policy = Policy(version_policy, latest_versions, specific)
+    models = ServedModels(
+        _config_file(local_path(model_config_file))
+        if model_config_file
+        else Repository(local_path(model_base_path), model_names, policy, label_map),
         poll_seconds,
         BatchingOptions(max_batch_size, batch_timeout_ms / 1000, num_batch_threads) if enable_batching else None,
+        local_path(skip_models_file),
     )
     options["deployed_model_id"] = os.environ.get("AIP_DEPLOYED_MODEL_ID", "")
-    set_tensorflow_threads(intra_op, inter_op)
-    run(ModelServer(manager, ServerOptions(**options)).serve())
+    try:
+        run(ModelServer(models, ServerOptions(**options)).serve())
+    except PortError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _config_file(path: str) -> ModelConfigFile:
+    """The config file's models, checked before serving (an unreadable or invalid file stops the server)."""
+    import tensorflow as tf
+    from google.protobuf import text_format
+
+    from serving.repository import ModelConfigFile
+
+    source = ModelConfigFile(path)
+    try:
+        source.configs()
+    except (ValueError, text_format.ParseError, tf.errors.OpError) as e:
+        raise click.ClickException(f"--model-config-file {path}: {str(e).splitlines()[0]}") from None
+    return source

@@ -15,7 +15,9 @@ from tensorflow_serving.apis import (
 )
 
 from serving import codec
-from serving.models import DEFAULT_SIGNATURE, ModelManager, NotFound
+from serving.models import DEFAULT_SIGNATURE, NotFound
+from serving.ports import PortError
+from serving.repository import ServedModels
 
 MAX_MESSAGE_BYTES = 2**31 - 1  # TF Serving accepts messages up to 2 GB
 
@@ -30,15 +32,15 @@ def _spec(model_spec) -> tuple[int | None, str | None]:
 
 
 class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, manager: ModelManager):
-        self.manager = manager
+    def __init__(self, models: ServedModels):
+        self.models = models
 
     async def Predict(self, request, context):
         import tensorflow as tf
 
         version, label = _spec(request.model_spec)
         try:
-            servable = self.manager.resolve(request.model_spec.name, version, label)
+            servable = self.models.resolve(request.model_spec.name, version, label)
             signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
             arrays = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
             outputs = await asyncio.wrap_future(servable.predict_future(arrays, signature))
@@ -52,7 +54,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         response = predict_pb2.PredictResponse()
         for name in request.output_filter or outputs:
             response.outputs[name].CopyFrom(tf.make_tensor_proto(outputs[name]))
-        response.model_spec.name = self.manager.name
+        response.model_spec.name = request.model_spec.name
         response.model_spec.version.value = servable.version
         response.model_spec.signature_name = signature
         return response
@@ -65,24 +67,24 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             )
         version, label = _spec(request.model_spec)
         try:
-            servable = self.manager.resolve(request.model_spec.name, version, label)
+            servable = self.models.resolve(request.model_spec.name, version, label)
         except NotFound as e:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         response = get_model_metadata_pb2.GetModelMetadataResponse()
-        response.model_spec.name = self.manager.name
+        response.model_spec.name = request.model_spec.name
         response.model_spec.version.value = servable.version
         response.metadata["signature_def"].Pack(servable.signature_defs)
         return response
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
-    def __init__(self, manager: ModelManager):
-        self.manager = manager
+    def __init__(self, models: ServedModels):
+        self.models = models
 
     async def GetModelStatus(self, request, context):
         version, label = _spec(request.model_spec)
         try:
-            statuses = self.manager.status(request.model_spec.name, version, label)
+            statuses = self.models.status(request.model_spec.name, version, label)
         except NotFound as e:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         response = get_model_status_pb2.GetModelStatusResponse()
@@ -98,17 +100,18 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
 _ERROR_CODES = {"OK": 0, "UNKNOWN": 2}
 
 
-def create_server(manager: ModelManager, host: str, port: int) -> tuple[grpc.aio.Server, int]:
+def create_server(models: ServedModels, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server with both services, bound to host:port (0: any free port); returns it and the port."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),  # gRPC's default would share a port another server holds, answering for it
         ]
     )
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(manager), server)
-    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(manager), server)
-    bound = server.add_insecure_port(f"{host}:{port}")
-    if not bound:
-        raise OSError(f"cannot bind gRPC to {host}:{port}")
-    return server, bound
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(models), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(models), server)
+    try:
+        return server, server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError as e:  # taken since ports.check_free looked
+        raise PortError(f"cannot bind gRPC to {host}:{port} ({e}); choose another with --grpc-port PORT") from None

@@ -1,5 +1,5 @@
-"""Model versions of one served model: discovery by polling the base path, version policy, loading with warmup,
-graceful transition and labels (TF Serving's AspiredVersionsManager behaviour).
+"""Model versions of one served model: discovery in its folder, version policy, loading with warmup, graceful
+transition and labels (TF Serving's AspiredVersionsManager behaviour); `serving.repository` polls them.
 
 A new version is loaded and warmed up before it is published; the versions the policy no longer wants are unloaded
 only after that, and requests that already hold a version finish on it. Rolling back = deleting the newest version
@@ -128,36 +128,30 @@ class Servable:
 
 @dataclass
 class ModelManager:
-    """Serves `<base_path>/<name>/<version>/`; `poll()` once, or `start()` a polling thread."""
+    """Serves the versions in `path` (`<repository>/<name>/<version>/`); `poll()` applies the policy once."""
 
-    base_path: str
     name: str
+    path: str
     policy: Policy = Policy()
     labels: dict[str, int] = field(default_factory=dict)
-    poll_seconds: float = 1.0
     batching: BatchingOptions | None = None
     _servables: dict[int, Servable] = field(default_factory=dict)
     _status: dict[int, VersionStatus] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def root(self) -> str:
-        return f"{self.base_path.rstrip('/')}/{self.name}"
 
     def on_disk(self) -> dict[int, str]:
         """Loadable versions: {version: directory}; directory names may have leading zeros (`0002`)."""
         import tensorflow as tf
 
+        root = self.path.rstrip("/")
         try:
-            entries = [e.rstrip("/") for e in tf.io.gfile.listdir(self.root)]
+            entries = [e.rstrip("/") for e in tf.io.gfile.listdir(root)]
         except tf.errors.NotFoundError:
             return {}
         return {
-            int(e): f"{self.root}/{e}"
+            int(e): f"{root}/{e}"
             for e in sorted(entries)
-            if e.isdigit() and tf.io.gfile.exists(f"{self.root}/{e}/saved_model.pb")
+            if e.isdigit() and tf.io.gfile.exists(f"{root}/{e}/saved_model.pb")
         }
 
     def poll(self) -> None:
@@ -198,32 +192,16 @@ class ModelManager:
         self._status[version].state = "END"
         log.info("unloaded %s version %d", self.name, version)
 
-    def start(self) -> None:
-        self.poll()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="version-poller")
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.poll_seconds):
-            try:
-                self.poll()
-            except Exception:  # noqa: BLE001 (a transient file-system error must not stop polling)
-                log.exception("polling %s failed", self.root)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
+    def unload(self) -> None:
+        """Unload every version (the model is no longer served)."""
         for version in list(self._servables):
             self._unload(version)
 
     def ready(self) -> bool:
         return bool(self._servables)
 
-    def resolve(self, name: str, version: int | None = None, label: str | None = None) -> Servable:
+    def resolve(self, version: int | None = None, label: str | None = None) -> Servable:
         """The servable a request names: a version, a label's version, or the newest loaded one."""
-        if name != self.name:
-            raise NotFound(f"Servable not found for request: Latest({name})")
         with self._lock:
             if label is not None:
                 version = self._labelled(label)
@@ -231,10 +209,10 @@ class ModelManager:
                     raise NotFound(f"label '{label}' points at version {version}, which is not available")
             if version is not None:
                 if version not in self._servables:
-                    raise NotFound(f"Servable not found for request: Specific({name}, {version})")
+                    raise NotFound(f"Servable not found for request: Specific({self.name}, {version})")
                 return self._servables[version]
             if not self._servables:
-                raise NotFound(f"Servable not found for request: Latest({name})")
+                raise NotFound(f"Servable not found for request: Latest({self.name})")
             return self._servables[max(self._servables)]
 
     def _labelled(self, label: str) -> int:
@@ -242,15 +220,15 @@ class ModelManager:
             raise NotFound(f"Unrecognized servable version label: {label}")
         return self.labels[label]
 
-    def status(self, name: str, version: int | None = None, label: str | None = None) -> list[VersionStatus]:
-        if name != self.name:
-            raise NotFound(f"Could not find any versions of model {name}")
+    def status(self, version: int | None = None, label: str | None = None) -> list[VersionStatus]:
         if label is not None:
             version = self._labelled(label)
         if version is not None:
             if version not in self._status:
-                raise NotFound(f"Could not find version {version} of model {name}")
+                raise NotFound(f"Could not find version {version} of model {self.name}")
             return [self._status[version]]
+        if not self._status:
+            raise NotFound(f"Could not find any versions of model {self.name}")
         return sorted(self._status.values(), key=lambda s: -s.version)
 
 

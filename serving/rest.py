@@ -13,7 +13,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import codec
-from serving.models import ModelManager, NotFound, VersionStatus
+from serving.models import NotFound, VersionStatus
+from serving.repository import ServedModels
 
 MODEL_PATH = re.compile(
     r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
@@ -65,7 +66,7 @@ async def read_json(request: Request, max_bytes: int):
 
 
 def create_app(
-    manager: ModelManager,
+    models: ServedModels,
     max_request_bytes: int = 1_500_000,
     health_route: str = "/health",
     predict_route: str = "/predict",
@@ -82,7 +83,7 @@ def create_app(
         outputs = future.result() if future.done() else await asyncio.wrap_future(future)
         return outputs, row_format
 
-    async def models(request: Request) -> Response:
+    async def model_api(request: Request) -> Response:
         match = MODEL_PATH.match(request.path_params["path"])
         if not match:
             return _error(404, f"Malformed request: {request.method} {request.url.path}")
@@ -92,16 +93,16 @@ def create_app(
         except ValueError:
             return _error(400, f"Failed to convert version: {match['version']} to numeric.")
         if request.method == "GET" and action is None:
-            return await _answer(lambda: status_json(manager.status(name, version, label)))
+            return await _answer(lambda: status_json(models.status(name, version, label)))
         if request.method == "GET" and action == "/metadata":
-            return await _answer(lambda: metadata_json(manager.resolve(name, version, label), name))
+            return await _answer(lambda: metadata_json(models.resolve(name, version, label), name))
         if request.method == "POST" and action == ":predict":
 
             async def respond():
                 body = await read_json(request, max_request_bytes)
                 if not isinstance(body, dict):
                     raise codec.RequestError("the request body must be a JSON object")
-                outputs, row_format = await predict(manager.resolve(name, version, label), body)
+                outputs, row_format = await predict(models.resolve(name, version, label), body)
                 return {"predictions": codec.rows(outputs)} if row_format else {"outputs": codec.columns(outputs)}
 
             return await _answer(respond)
@@ -110,7 +111,7 @@ def create_app(
         return _error(405, f"Method {request.method} not allowed for {request.url.path}")
 
     async def health(request: Request) -> Response:
-        return _json({}) if manager.ready() else _error(503, "no model version is loaded yet")
+        return _json({}) if models.ready() else _error(503, "not every model has a version loaded yet")
 
     async def vertex_predict(request: Request) -> Response:
         async def respond():
@@ -121,7 +122,7 @@ def create_app(
             if not isinstance(parameters, dict) or not isinstance(parameters.get("signature_name", ""), str):
                 raise codec.RequestError("'parameters' must be an object; its 'signature_name' a string")
             outputs, _ = await predict(
-                manager.resolve(manager.name),
+                models.resolve(_single_model(models, predict_route)),
                 {"instances": body["instances"], "signature_name": parameters.get("signature_name", "")},
                 how='"parameters": {{"signature_name": "{}"}}',
             )
@@ -135,13 +136,26 @@ def create_app(
         routes=[
             Route(health_route, health, methods=["GET"]),
             Route(predict_route, vertex_predict, methods=["POST"]),
-            Route("/v1/models/{path:path}", models, methods=["GET", "POST"]),
+            Route("/v1/models/{path:path}", model_api, methods=["GET", "POST"]),
         ],
         exception_handlers={
             404: lambda r, e: _error(404, f"Not found: {r.url.path}"),
             405: lambda r, e: _error(405, f"Method {r.method} not allowed for {r.url.path}"),
         },
     )
+
+
+def _single_model(models: ServedModels, route: str) -> str:
+    """The model the Vertex predict route answers for: the server's only one."""
+    names = models.names()
+    if len(names) > 1:
+        raise ClientError(
+            404,
+            f"{route} answers for a single model; this server serves {', '.join(names)}: use /v1/models/NAME:predict",
+        )
+    if not names:
+        raise NotFound("no model is served yet")
+    return names[0]
 
 
 def _with_signature_hint(error: codec.RequestError, servable, how: str) -> codec.RequestError:

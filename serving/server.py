@@ -1,4 +1,4 @@
-"""The model server: REST (Starlette on uvicorn) and gRPC (grpc.aio) on one event loop, over one ModelManager."""
+"""The model server: REST (Starlette on uvicorn) and gRPC (grpc.aio) on one event loop, over the served models."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
-from serving import grpc_service, rest
-from serving.models import ModelManager
+from serving import grpc_service, ports, rest
+from serving.repository import ServedModels
 
 log = logging.getLogger("tfpipe.serving")
 
@@ -57,7 +57,7 @@ class ServerOptions:
 
 @dataclass
 class ModelServer:
-    manager: ModelManager
+    models: ServedModels
     options: ServerOptions = field(default_factory=ServerOptions)
     rest_port: int = 0
     grpc_port: int = 0
@@ -75,14 +75,16 @@ class ModelServer:
         return f"{self.options.host}:{self.grpc_port}" if self.grpc_port > 0 else ""
 
     async def serve(self) -> None:
-        """Load the model versions, start both servers, serve until stopped (SIGINT/SIGTERM or `stop()`)."""
+        """Check the ports, load the models, start both servers, serve until stopped (SIGINT/SIGTERM or `stop()`)."""
         o = self.options
-        await asyncio.to_thread(self.manager.start)
+        ports.check_free(o.host, o.rest_port, "REST", "--rest-port")
+        ports.check_free(o.host, o.grpc_port, "gRPC", "--grpc-port")
+        await asyncio.to_thread(self.models.start)
         grpc_server = None
         if o.grpc_port >= 0:
-            grpc_server, self.grpc_port = grpc_service.create_server(self.manager, o.host, o.grpc_port)
+            grpc_server, self.grpc_port = grpc_service.create_server(self.models, o.host, o.grpc_port)
             await grpc_server.start()
-        app = rest.create_app(self.manager, o.max_request_bytes, o.health_route, o.predict_route, o.deployed_model_id)
+        app = rest.create_app(self.models, o.max_request_bytes, o.health_route, o.predict_route, o.deployed_model_id)
         config = uvicorn.Config(
             app,
             host=o.host,
@@ -104,24 +106,12 @@ class ModelServer:
         finally:
             if grpc_server:
                 await grpc_server.stop(grace=5)
-            await asyncio.to_thread(self.manager.stop)
+            await asyncio.to_thread(self.models.stop)
             self._started.set()
 
     def _announce(self) -> None:
-        info = {
-            "pid": os.getpid(),
-            "model_name": self.manager.name,
-            "base_path": self.manager.base_path,
-            "rest_url": self.rest_url,
-            "grpc_target": self.grpc_target,
-        }
-        log.info(
-            "serving %s from %s: REST %s, gRPC %s",
-            self.manager.name,
-            self.manager.root,
-            self.rest_url,
-            self.grpc_target or "off",
-        )
+        info = {"pid": os.getpid(), "rest_url": self.rest_url, "grpc_target": self.grpc_target}
+        log.info("serving %s: REST %s, gRPC %s", self.models.source, self.rest_url, self.grpc_target or "off")
         if self.options.ready_file:
             tmp = f"{self.options.ready_file}.tmp"
             with open(tmp, "w") as f:

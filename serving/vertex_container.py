@@ -122,12 +122,12 @@ def place_model(uri: str, version_dir: str) -> None:
     os.rename(partial, version_dir)
 
 
-async def _wait_loaded(manager, serving: asyncio.Task) -> None:
+async def _wait_loaded(models, serving: asyncio.Task) -> None:
     from serving.models import NotFound
 
-    while not manager.ready() and not serving.done():
+    while not models.ready() and not serving.done():
         try:
-            (status,) = manager.status(MODEL_NAME, VERSION)
+            (status,) = models.status(MODEL_NAME, VERSION)
         except NotFound:  # not polled yet
             status = None
         if status is not None and status.error_code != "OK":
@@ -135,12 +135,12 @@ async def _wait_loaded(manager, serving: asyncio.Task) -> None:
         await asyncio.sleep(LOAD_CHECK_SECONDS)
 
 
-async def _run(server, manager, uri: str, version_dir: str) -> int:
+async def _run(server, models, uri: str, version_dir: str) -> int:
     serving = asyncio.create_task(server.serve())
     try:
         await asyncio.to_thread(place_model, uri, version_dir)
         log.info("copied %s to %s", uri, version_dir)
-        await _wait_loaded(manager, serving)
+        await _wait_loaded(models, serving)
     except Exception as e:  # noqa: BLE001 (download or load failure: the container must not sit unhealthy)
         print(
             f"error: {e if isinstance(e, ContainerError) else f'cannot copy {uri}: {type(e).__name__}: {e}'}",
@@ -170,7 +170,7 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     from serving.batching import BatchingOptions
-    from serving.models import ModelManager
+    from serving.repository import Repository, ServedModels
     from serving.server import ModelServer, ServerOptions, run
 
     # Vertex stops the container with SIGTERM. While serving, uvicorn takes the signal over, shuts down gracefully,
@@ -179,9 +179,11 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
     repository = tempfile.mkdtemp(prefix="tfpipe-serving-")
     try:
         os.makedirs(os.path.join(repository, MODEL_NAME))
-        manager = ModelManager(repository, MODEL_NAME, batching=BatchingOptions(max_batch_size=32, timeout_s=0.0))
+        models = ServedModels(
+            Repository(repository, (MODEL_NAME,)), batching=BatchingOptions(max_batch_size=32, timeout_s=0.0)
+        )
         server = ModelServer(
-            manager,
+            models,
             ServerOptions(
                 host="0.0.0.0",
                 rest_port=settings.port,
@@ -195,7 +197,7 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
         log.info(
             "health %s, predict %s; copying %s", settings.health_route, settings.predict_route, settings.storage_uri
         )
-        return run(_run(server, manager, settings.storage_uri, os.path.join(repository, MODEL_NAME, str(VERSION))))
+        return run(_run(server, models, settings.storage_uri, os.path.join(repository, MODEL_NAME, str(VERSION))))
     finally:
         shutil.rmtree(repository, ignore_errors=True)
 

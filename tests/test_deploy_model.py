@@ -65,13 +65,11 @@ def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
     import numpy as np
 
     from components.lib.smoke import SmokeCheck, SmokeFailed
-    from serving.models import ModelManager
+    from serving.repository import Repository, ServedModels
     from serving.server import ModelServer, ServerOptions
 
     toy_model(str(tmp_path / "toy" / "1"), k=1)
-    server = ModelServer(
-        ModelManager(str(tmp_path), "toy", poll_seconds=0.1), ServerOptions(rest_port=0, grpc_port=-1)
-    ).start()
+    server = ModelServer(ServedModels(Repository(str(tmp_path))), ServerOptions(rest_port=0, grpc_port=-1)).start()
     try:
         images = SmokeCheck("serving_default", np.zeros((2, 8, 8, 1), np.float32), np.array([0, 0]))
         with pytest.raises(

@@ -19,9 +19,11 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from serving import ports
 from serving.batching import BatchingOptions
 from serving.client import PredictionError, ServingClient
-from serving.models import ModelManager, Policy
+from serving.models import Policy
+from serving.repository import Repository, ServedModels
 from serving.server import ModelServer, ServerOptions
 from tests.serving_models import publish, remove, toy_model
 
@@ -33,9 +35,10 @@ def repo(tmp_path):
     return base
 
 
-def start(base, policy=None, labels=None, batching=None, **options) -> ModelServer:
-    manager = ModelManager(str(base), "toy", policy or Policy(), labels or {}, poll_seconds=0.1, batching=batching)
-    return ModelServer(manager, ServerOptions(rest_port=0, grpc_port=0, **options)).start()
+def start(base, policy=None, labels=None, batching=None, names=("toy",), **options) -> ModelServer:
+    """A server on free ports for `names` in the repository `base` (none: every model folder)."""
+    models = ServedModels(Repository(str(base), names, policy or Policy(), labels or {}), 0.1, batching)
+    return ModelServer(models, ServerOptions(rest_port=0, grpc_port=0, **options)).start()
 
 
 @pytest.fixture
@@ -213,8 +216,7 @@ def test_seed_rest_and_grpc_clients_work_unchanged(tmp_path):
     model.save(str(tmp_path / model_name / "0001"), save_format="tf")
     X_new = np.random.default_rng(0).integers(0, 255, (3, 28, 28), dtype=np.uint8)
     expected = model.predict(X_new, verbose=0)
-    manager = ModelManager(str(tmp_path), model_name, poll_seconds=0.1)
-    s = ModelServer(manager, ServerOptions(rest_port=0, grpc_port=0)).start()
+    s = start(tmp_path, names=(model_name,))
     try:
         request_json = json.dumps({"signature_name": "serving_default", "instances": X_new.tolist()})
         server_url = f"{s.rest_url}/v1/models/my_mnist_model:predict"
@@ -241,6 +243,121 @@ def test_seed_rest_and_grpc_clients_work_unchanged(tmp_path):
         assert response.model_spec.version.value == 1
     finally:
         s.stop()
+
+
+def test_two_models_from_one_process_at_their_routes_and_by_grpc_name(repo):
+    toy_model(str(repo / "quad" / "1"), k=4)
+    s = start(repo, names=())
+    try:
+        for name, k in (("toy", 1), ("quad", 4)):
+            row = post(s, f"{name}/versions/1:predict", {"instances": [[1, 2, 3]]}).json()
+            assert row == {"predictions": [{"y": [k * 1.0, k * 2.0, k * 3.0], "version": k}]}
+            status = requests.get(f"{s.rest_url}/v1/models/{name}").json()["model_version_status"]
+            assert [(e["version"], e["state"]) for e in status] == [("1", "AVAILABLE")]
+            meta = requests.get(f"{s.rest_url}/v1/models/{name}/metadata").json()
+            assert meta["model_spec"] == {"name": name, "signature_name": "", "version": "1"}
+            response = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(s.grpc_target)).Predict(
+                grpc_request(model=name), 10
+            )
+            assert (response.model_spec.name, response.model_spec.version.value) == (name, 1)
+            np.testing.assert_array_equal(tf.make_ndarray(response.outputs["version"]), [k])
+        assert requests.get(f"{s.rest_url}/v1/models/nope").json() == {
+            "error": "Could not find any versions of model nope"
+        }
+        vertex = requests.post(f"{s.rest_url}/predict", json={"instances": [[1, 2, 3]]})
+        assert (
+            vertex.status_code == 404
+            and "this server serves quad, toy: use /v1/models/NAME:predict" in (vertex.json()["error"])
+        )
+    finally:
+        s.stop()
+
+
+def test_each_model_has_its_policy_and_labels_from_a_model_config_file(tmp_path):
+    """TF Serving's --model_config_file: per-model base_path, version policy and labels; edited while serving, the
+    server follows it (a model left out is unloaded)."""
+    from serving.repository import ModelConfigFile
+
+    for v in (1, 2, 3):
+        toy_model(str(tmp_path / "a" / str(v)), k=v)
+        toy_model(str(tmp_path / "b" / str(v)), k=10 * v)
+    a = f'config {{ name: "a" base_path: "{tmp_path / "a"}" model_platform: "tensorflow" model_version_policy {{ all {{}} }} }}'
+    b = (
+        f'config {{ name: "b" base_path: "{tmp_path / "b"}" '
+        "model_version_policy { specific { versions: 1 versions: 2 } } version_labels { key: 'stable' value: 1 } }"
+    )
+    config = tmp_path / "models.config"
+    config.write_text(f"model_config_list {{ {a} {b} }}")
+    server = ModelServer(ServedModels(ModelConfigFile(str(config)), 0.1), ServerOptions(rest_port=0, grpc_port=0))
+    server.start()
+
+    def available(name):
+        answer = requests.get(f"{server.rest_url}/v1/models/{name}")
+        if answer.status_code != 200:
+            return []
+        return sorted(int(e["version"]) for e in answer.json()["model_version_status"] if e["state"] == "AVAILABLE")
+
+    try:
+        assert (available("a"), available("b")) == ([1, 2, 3], [1, 2])
+        assert (
+            post(server, "b/labels/stable:predict", {"instances": [[1, 1, 1]]}).json()["predictions"][0]["version"]
+            == 10
+        )
+        config.write_text(f"model_config_list {{ {a} }}")
+        wait_for(lambda: available("b") == [])
+        assert available("a") == [1, 2, 3]
+    finally:
+        server.stop()
+
+
+def test_a_port_in_use_is_one_line_naming_it_its_holder_and_the_option(tmp_path):
+    """From `python -m serving` (before any model loads) and from an in-process server's gRPC port."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "serving", "--model-base-path", str(tmp_path), "--rest-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert done.stderr.splitlines()[-1] == (
+            f"Error: port {port} (REST, 127.0.0.1) is in use by {ports.holder(port)}; "
+            "choose another with --rest-port PORT, or --rest-port 0 for any free port"
+        )
+        assert ports.holder(port).startswith(f"pid {os.getpid()} (")
+        with pytest.raises(
+            RuntimeError, match=f"port {port} \\(gRPC, 127.0.0.1\\) is in use by pid {os.getpid()} .*--grpc-port 0"
+        ):
+            ModelServer(ServedModels(Repository(str(tmp_path))), ServerOptions(rest_port=0, grpc_port=port)).start()
+
+
+def test_the_command_refuses_model_options_beside_a_model_config_file(tmp_path):
+    import subprocess
+    import sys
+
+    def serve(*args):
+        return subprocess.run([sys.executable, "-m", "serving", *args], capture_output=True, text=True, timeout=120)
+
+    both = serve("--model-config-file", "m.config", "--model-base-path", "r", "--model-name", "a", "--latest", "2")
+    assert both.returncode == 1 and both.stderr == (
+        "Error: --model-config-file gives each model's base_path, version policy and labels: leave out "
+        "--model-base-path, --model-name, --latest\n"
+    )
+    assert serve().stderr == "Error: give the repository to serve (--model-base-path) or a --model-config-file\n"
+    (tmp_path / "bad.config").write_text("model_config_list { config { name: 'a' } }")
+    bad = serve("--model-config-file", str(tmp_path / "bad.config"))
+    assert bad.returncode == 1 and bad.stderr.splitlines()[-1] == (
+        f"Error: --model-config-file {tmp_path / 'bad.config'}: {tmp_path / 'bad.config'}: model 'a': every config "
+        "needs a name of its own and a base_path"
+    )
 
 
 def load_clients(server, stop, n=16):
@@ -275,11 +392,18 @@ def wait_for(condition, timeout=60):
 
 
 def test_hot_swap_and_rollback_under_load(repo, tmp_path):
-    s = start(repo)
+    """A second model published beside the first, then a new version of the first and its rollback, all while 16
+    clients call the first: not one request fails."""
+    s = start(repo, names=())  # every model folder of the repository
     stop = threading.Event()
     seen, failures, threads = load_clients(s, stop)
     try:
         wait_for(lambda: all(len(v) >= 3 for v in seen))
+        marks = [len(v) for v in seen]
+        publish(toy_model(str(tmp_path / "staging-other"), k=7), str(repo), "other", "1")
+        wait_for(lambda: requests.get(f"{s.rest_url}/v1/models/other").status_code == 200)
+        assert post(s, "other:predict", {"instances": [[1, 1, 1]]}).json()["predictions"][0]["version"] == 7
+        wait_for(lambda: all(len(v) > m + 2 for v, m in zip(seen, marks)))  # the first kept answering meanwhile
         publish(toy_model(str(tmp_path / "staging2"), k=2), str(repo), "toy", "2")
         wait_for(lambda: all(v and v[-1] == 2 for v in seen))
         statuses = {
@@ -371,8 +495,7 @@ def test_an_image_model_answers_encoded_images_on_rest_grpc_and_the_vertex_route
 
     folder, data_dir, job = image_folder_model
     shutil.copytree(job / "model", tmp_path / "models" / "pets" / "1")
-    manager = ModelManager(str(tmp_path / "models"), "pets", poll_seconds=0.1)
-    server = ModelServer(manager, ServerOptions(rest_port=0, grpc_port=0)).start()
+    server = start(tmp_path / "models", names=("pets",))
     try:
         deadline = time.time() + 60
         while requests.get(f"{server.rest_url}/health").status_code != 200:  # loaded and warmed up (both signatures)
