@@ -1,12 +1,16 @@
 """Self-hosted endpoint deploy: serve the published repository version and prove it answers.
 
-Local target: starts `python -m serving` on the repository when no server is running for it (fully
-detached, so it outlives the step and the run), waits until the new version is AVAILABLE, sends a smoke
-prediction and compares it with the SavedModel's own answer; on any failure the new version is removed (rollback)
-and the server falls back to the previous one. With `serving_url` (kubeflow: a TF Serving deployment on the same
-repository; the `deploy_model_at_url` step) the server is only checked, not started.
+Local target: one server per repository and ports serves every model of the repository (`python -m serving`, fully
+detached, so it outlives the step and the run). Its record in the state folder, keyed by repository and ports, lets
+a later run find it: the server picks the new model or version up from the repository itself; with none running,
+the step starts one. It waits until the new version is AVAILABLE, sends a smoke prediction and compares it with the
+SavedModel's own answer; on any failure the new version is removed (rollback) and the server falls back to the
+previous one. With `serving_url` (kubeflow: a TF Serving deployment on the same repository; the
+`deploy_model_at_url` step) the server is only checked, not started.
 """
 
+import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -14,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Model, Output
@@ -29,12 +34,25 @@ def state_dir() -> str:
     return os.environ.get("TFPIPE_SERVING_STATE", os.path.expanduser("~/.cache/tfpipe/serving"))
 
 
-def state_file(base: str, model_name: str) -> str:
-    digest = hashlib.sha1(f"{base.rstrip('/')}/{model_name}".encode()).hexdigest()[:12]
-    return os.path.join(state_dir(), f"{model_name}-{digest}.json")
+def _repository_key(base: str) -> str:
+    base = base.rstrip("/")
+    return f"{os.path.basename(base) or 'repository'}-{hashlib.sha1(base.encode()).hexdigest()[:12]}"
+
+
+def state_file(base: str, rest_port: int, grpc_port: int) -> str:
+    """The record (ready file) of the server started for this repository on these ports, as asked (0: any free
+    port); its log (`.log`) and the models it must not serve (`.skip`, one a line) sit beside it."""
+    return os.path.join(state_dir(), f"{_repository_key(base)}-{rest_port}-{grpc_port}.json")
+
+
+def _beside(state: str, suffix: str) -> str:
+    return state.removesuffix(".json") + suffix
 
 
 def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):  # not a child of this process
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False  # this process started it, and it has exited
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -44,52 +62,83 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def running_server(base: str, model_name: str) -> dict | None:
-    """The server recorded for this repository and model, if its process is alive and answers."""
+def _recorded(state: str) -> dict | None:
+    """The server a record names, if its process is alive and answers."""
     import requests
 
-    path = state_file(base, model_name)
-    if not os.path.isfile(path):
+    if not os.path.isfile(state):
         return None
-    with open(path) as f:
+    with open(state) as f:
         info = json.load(f)
     if not _alive(info["pid"]):
         return None
     try:
-        requests.get(f"{info['rest_url']}/v1/models/{model_name}", timeout=5)
+        requests.get(f"{info['rest_url']}/v1/models/-", timeout=5)  # any answer will do
     except requests.RequestException:
         return None
-    return {**info, "log": _log_path(path)}
+    return {**info, "log": _beside(state, ".log")}
 
 
-def launch_server(base: str, model_name: str, rest_port: int, grpc_port: int) -> tuple[subprocess.Popen, str]:
-    """Start a detached server (own session and log file: it must outlive the pipeline step); returns the process
-    and the file it writes its addresses to once serving."""
+def running_server(base: str, rest_port: int, grpc_port: int) -> dict | None:
+    """The server recorded for this repository and these ports, if it is alive and answers."""
+    return _recorded(state_file(base, rest_port, grpc_port))
+
+
+def _running_servers(base: str) -> list[tuple[str, dict]]:
+    """(record, server) of every live server recorded for this repository, whatever its ports."""
+    records = sorted(glob.glob(os.path.join(glob.escape(state_dir()), f"{_repository_key(base)}-*.json")))
+    return [(state, server) for state in records if (server := _recorded(state)) is not None]
+
+
+def _skipped(state: str) -> set[str]:
+    from serving.repository import read_names
+
+    return read_names(_beside(state, ".skip"))
+
+
+def _write_skipped(state: str, names: set[str]) -> None:
+    path = _beside(state, ".skip")
+    with open(f"{path}.tmp", "w") as f:
+        f.writelines(f"{name}\n" for name in sorted(names))
+    os.replace(f"{path}.tmp", path)
+
+
+@dataclass
+class Launched:
+    process: subprocess.Popen
+    state: str  # the ready file it writes once serving
+    log_start: int  # where its own lines start in the (appended) log
+
+
+def launch_server(base: str, rest_port: int, grpc_port: int) -> Launched:
+    """Start a detached server for the whole repository (own session and log file: it must outlive the step)."""
     os.makedirs(state_dir(), exist_ok=True)
-    ready = state_file(base, model_name)
-    if os.path.exists(ready):
-        os.remove(ready)
+    state = state_file(base, rest_port, grpc_port)
+    for stale in (state, _beside(state, ".skip")):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(stale)
     command = [
         sys.executable,
         "-m",
         "serving",
         "--model-base-path",
         base,
-        "--model-name",
-        model_name,
         "--rest-port",
         str(rest_port),
         "--grpc-port",
         str(grpc_port),
         "--ready-file",
-        ready,
+        state,
+        "--skip-models-file",
+        _beside(state, ".skip"),
         "--enable-batching",
         "--max-batch-size",
         "32",
         "--batch-timeout-ms",
         "0",
     ]  # bench/serving.py
-    with open(_log_path(ready), "ab") as log:
+    with open(_beside(state, ".log"), "ab") as log:
+        log_start = log.tell()
         process = subprocess.Popen(
             command,
             stdout=log,
@@ -98,32 +147,36 @@ def launch_server(base: str, model_name: str, rest_port: int, grpc_port: int) ->
             start_new_session=True,
             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
         )
-    return process, ready
+    return Launched(process, state, log_start)
 
 
-def wait_ready(process: subprocess.Popen, ready: str, timeout: float = 180) -> dict:
-    """The launched server's addresses once it serves; its log tail if it exits or takes too long."""
+def wait_ready(launched: Launched, timeout: float = 180) -> dict:
+    """The launched server's addresses once it serves; why not (its error line, or its log's tail) if it exits or
+    takes too long."""
     deadline = time.time() + timeout
-    while not os.path.exists(ready):
-        if process.poll() is not None or time.time() > deadline:
-            if process.poll() is None:
-                process.kill()
-            raise DeployError(
-                f"the model server did not start (exit code {process.poll()}); "
-                f"last log lines:\n{_tail(_log_path(ready))}"
-            )
-        time.sleep(0.2)
-    with open(ready) as f:
-        return {**json.load(f), "log": _log_path(ready)}
+    while not os.path.exists(launched.state):
+        code = launched.process.poll()
+        if code is None and time.time() < deadline:
+            time.sleep(0.2)
+            continue
+        if code is None:
+            launched.process.kill()
+            code = launched.process.wait()
+        raise DeployError(f"the model server did not start (exit code {code}): {_why(launched)}")
+    with open(launched.state) as f:
+        return {**json.load(f), "log": _beside(launched.state, ".log")}
 
 
-def _log_path(ready: str) -> str:
-    return ready.removesuffix(".json") + ".log"
-
-
-def _tail(path: str, lines: int = 15) -> str:
-    with open(path, errors="replace") as f:
-        return "".join(f.readlines()[-lines:])
+def _why(launched: Launched) -> str:
+    """The server's own `Error: ...` line (one line, with where its log is), else the tail of its log."""
+    path = _beside(launched.state, ".log")
+    with open(path, "rb") as f:
+        f.seek(launched.log_start)
+        lines = f.read().decode(errors="replace").splitlines()
+    errors = [line.removeprefix("Error: ") for line in lines if line.startswith("Error: ")]
+    if errors:
+        return f"{errors[-1]} (log: {path})"
+    return f"last lines of {path}:\n" + "\n".join(lines[-15:])
 
 
 def wait_available(rest_url: str, model_name: str, version: int, timeout: float = 180) -> None:
@@ -191,13 +244,16 @@ def deploy(
                 "log": None,
                 "started": False,
             }
-        elif (server := running_server(base, model_name)) is not None:
+        elif (server := running_server(base, rest_port, grpc_port)) is not None:
+            state = state_file(base, rest_port, grpc_port)
+            if model_name in (skipped := _skipped(state)):  # stopped earlier with stop-serving: serve it again
+                _write_skipped(state, skipped - {model_name})
             server = {**server, "started": False}
         else:
-            launched = launch_server(base, model_name, rest_port, grpc_port)
+            launched = launch_server(base, rest_port, grpc_port)
         checks = reference_checks(version_path, data_dir)  # while a launched server starts
         if launched:
-            server = {**wait_ready(*launched, timeout), "started": True}
+            server = {**wait_ready(launched, timeout), "started": True}
         assert server is not None  # one of the three branches above set it
         wait_available(server["rest_url"], model_name, version, timeout)
         smokes = [smoke_test(server["rest_url"], model_name, version, check) for check in checks]
@@ -233,17 +289,51 @@ def _restored(server: dict | None, base: str, model_name: str, timeout: float = 
     return f" (serving version {previous.number} again)"
 
 
-def stop_server(base: str, model_name: str, timeout: float = 30) -> bool:
-    """Stop the recorded server for this repository and model; False when none was running."""
-    info = running_server(base, model_name)
-    if info is None:
-        return False
-    os.kill(info["pid"], signal.SIGTERM)
+def stop_server(base: str, model_name: str = "", timeout: float = 30) -> str:
+    """Stop the servers recorded for this repository, or only their serving of `model_name` (a server stops with its
+    last model); says what it did, "" when none was running. ValueError: no such model; TimeoutError: a server
+    still serves it after `timeout`."""
+    from serving.repository import model_names
+
+    servers = _running_servers(base)
+    models = model_names(base) if servers and model_name else []
+    if model_name and servers and model_name not in models:
+        raise ValueError(f"{base} has no model {model_name} (its models: {', '.join(models) or 'none'})")
+    done = []
+    for state, server in servers:
+        where = f"pid {server['pid']}, REST {server['rest_url']}"
+        skipped = _skipped(state) | {model_name}
+        others = [m for m in models if m not in skipped]
+        if not others:
+            _stop(state, server["pid"], timeout)
+            last = f": {model_name} was its last model" if model_name else ""
+            done.append(f"stopped the server for {base} ({where}){last}")
+            continue
+        _write_skipped(state, skipped)
+        _wait_unloaded(server["rest_url"], model_name, timeout)
+        done.append(f"stopped serving {model_name}; the server ({where}) keeps serving {', '.join(others)}")
+    return "\n".join(done)
+
+
+def _stop(state: str, pid: int, timeout: float) -> None:
+    os.kill(pid, signal.SIGTERM)
     deadline = time.time() + timeout
-    while _alive(info["pid"]) and time.time() < deadline:
+    while _alive(pid) and time.time() < deadline:
         time.sleep(0.1)
-    os.remove(state_file(base, model_name))
-    return True
+    for record in (state, _beside(state, ".skip")):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(record)
+
+
+def _wait_unloaded(rest_url: str, model_name: str, timeout: float) -> None:
+    """Until the server no longer knows `model_name` (it reads its skip file at every poll)."""
+    import requests
+
+    deadline = time.time() + timeout
+    while requests.get(f"{rest_url}/v1/models/{model_name}", timeout=5).status_code != 404:
+        if time.time() > deadline:
+            raise TimeoutError(f"the server at {rest_url} still serves {model_name} after {timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def deploy_model(

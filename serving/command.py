@@ -31,12 +31,14 @@ if TYPE_CHECKING:
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind (0.0.0.0 in a container)")
 @click.option(
     "--rest-port",
-    type=int,
+    type=click.IntRange(0, 65535),
     default=lambda: int(os.environ.get("AIP_HTTP_PORT", 8501)),
     show_default="8501 or $AIP_HTTP_PORT",
     help="0: any free port",
 )
-@click.option("--grpc-port", type=int, default=8500, show_default=True, help="0: any free port, -1: no gRPC")
+@click.option(
+    "--grpc-port", type=click.IntRange(-1, 65535), default=8500, show_default=True, help="0: any free port, -1: no gRPC"
+)
 @click.option("--poll-seconds", type=float, default=1.0, show_default=True, help="file-system poll period")
 @click.option("--version-policy", type=click.Choice(["latest", "all", "specific"]), default="latest", show_default=True)
 @click.option(

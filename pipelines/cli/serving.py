@@ -13,12 +13,20 @@ cli.add_command(serve)
 
 
 @cli.command("stop-serving")
-@click.option("--model-base-path", required=True)
-@click.option("--model-name", required=True)
+@click.option("--model-base-path", required=True, help="the repository whose server pipeline runs started")
+@click.option(
+    "--model-name",
+    default="",
+    help="stop serving this model only: the server unloads it and keeps serving the others (it stops with its last)",
+)
 def stop_serving(model_base_path, model_name):
-    """Stop the local server that a pipeline run started for this repository and model."""
+    """Stop the local server that pipeline runs started for this repository, or only its serving of one model."""
     from components.deploy_model import stop_server
 
-    if not stop_server(local_path(model_base_path), model_name):
-        _fail(f"no server is running for {model_name} in {model_base_path}")
-    click.echo(f"stopped the server for {model_name} in {model_base_path}")
+    try:
+        done = stop_server(local_path(model_base_path), model_name)
+    except (ValueError, TimeoutError) as e:
+        _fail(str(e))
+    if not done:
+        _fail(f"no server is running for {model_base_path}")
+    click.echo(done)
