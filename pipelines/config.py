@@ -52,7 +52,14 @@ SERVING_PORT = 8080  # the port this project's serving image listens on (AIP_HTT
 SECTIONS = ("parameters", "batch", "platform", "study", "trainer")
 ENV_PREFIX = "TFPIPE_"
 PROFILE_ENV = "TFPIPE_PROFILE"
-PLACEHOLDER_PROJECT = "/PROJECT/"  # in the default image URIs: replace with your project's images
+# An example value a command must not send to the cloud: the project ids of the shipped tfpipe.yaml and the names
+# made from them (gs://my-project-tfpipe; a generated id like my-project-384512 is a real one), the docs' upper-case
+# placeholders (the default images' PROJECT), and the RFC 2606 example domains (YOU@example.com, kfp.example.com)
+EXAMPLE_VALUE = re.compile(
+    r"(?<![\w-])(?:my-project|my-dev-project)(?!\w|-[0-9])"
+    r"|(?<![A-Za-z0-9])(?:PROJECT|BUCKET|REGION|REPO)(?![A-Za-z0-9])"
+    r"|(?<![\w-])example\.(?:com|org|net)(?![\w-])"
+)
 
 
 class ConfigError(ValueError):
@@ -632,9 +639,11 @@ class Platform(BaseModel):
             return {"imageUri": image}
         return {"imageUri": image, "ports": [{"containerPort": SERVING_PORT}]}
 
-    def placeholder_images(self, target: str = "vertex") -> list[str]:
-        """The image fields a run on `target` uses that still name the placeholder project of the defaults."""
+    def images_used(self, target: str, pipeline: str = "training") -> list[str]:
+        """The image fields a run of `pipeline` on `target` uses (batch prediction: only the components image)."""
         used = ["components_image"]
+        if pipeline != "training":
+            return used
         if target == "kubeflow":
             k = self.kubeflow
             if k.training == "operator" or k.tuning == "katib":
@@ -643,7 +652,7 @@ class Platform(BaseModel):
                 used.append("serving_gpu_image" if k.serving_resources.gpus else "serving_image")
         if target == "vertex":
             used += ["trainer_gpu_image" if self.accelerator_type else "trainer_image", self.serving_image_field()]
-        return [name for name in used if PLACEHOLDER_PROJECT in getattr(self, name)]
+        return used
 
 
 class TrainerSettings(BaseModel):
@@ -676,6 +685,43 @@ class Config(BaseModel):
     platform: Platform = Platform()
     study: StudySpec = DEFAULT_STUDY
     trainer: TrainerSettings = TrainerSettings()
+
+    def cloud_fields(
+        self, target: str, pipeline: str = "training", *, compiling=False, running=False, registry=False
+    ) -> list[str]:
+        """The fields (`section.field`) a command sends to `target`: those `compiling` the pipeline bakes into the
+        template (images, the Vertex jobs' identity, the inputs' gs:// defaults), those `running` it (creating a
+        run or a schedule) passes, and the `registry` it publishes to or reads from."""
+        vertex = target == "vertex"
+        identity = ["service_account", "network", "encryption_spec_key_name"] if vertex else []
+        platform = []
+        if running:
+            platform += ["project", "pipeline_root", *identity] if vertex else ["pipeline_root", "kfp_host"]
+        if compiling:
+            platform += [*identity, *self.platform.images_used(target, pipeline)]
+            platform += ["tensorboard"] if vertex and pipeline == "training" else []
+        if registry:
+            platform.append("template_registry")
+        fields = [f"platform.{name}" for name in dict.fromkeys(platform)]
+        if compiling and pipeline == "training":
+            fields += [
+                f"parameters.{n}" for n in ["data_source"] + ([] if vertex else ["model_repository", "serving_url"])
+            ]
+        elif compiling:
+            fields += [f"batch.{n}" for n in ["instances", "model", "output_prefix" if vertex else "model_repository"]]
+        return fields
+
+    def example_values(self, fields: Sequence[str]) -> list[str]:
+        """`section.field=value` of each of `fields` that holds an example value (EXAMPLE_VALUE); the pipeline inputs
+        only when they name something in the cloud (gs://..., projects/...), not a local path."""
+        found = []
+        for field in fields:
+            section, name = field.split(".")
+            value = str(getattr(getattr(self, section), name))
+            remote = section == "platform" or "://" in value or value.startswith("projects/")
+            if remote and EXAMPLE_VALUE.search(value):
+                found.append(f"{field}={value}")
+        return found
 
 
 @dataclass(frozen=True)

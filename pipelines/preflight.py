@@ -15,6 +15,7 @@ Every failure is one line naming the missing resource or role; all of them are r
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
 IAM = "https://iam.googleapis.com/v1"
@@ -55,14 +56,17 @@ def manifest_url(image: str) -> str:
     return f"https://{host}/v2/{path}/manifests/{reference}"
 
 
-def check_bucket(pipeline_root: str) -> list[str]:
+def check_bucket(pipeline_root: str, project: str = "") -> list[str]:
+    """`project`: the client's (credentials from `gcloud auth application-default login` may name none)."""
     from google.api_core import exceptions
+    from google.cloud.storage import Client
 
     from components.lib.storage import gcs_client, split_gcs
 
     bucket_name, prefix = split_gcs(pipeline_root)
     probe = f"{prefix.strip('/')}/.tfpipe-preflight-{uuid.uuid4().hex[:12]}".lstrip("/")
-    blob = gcs_client().bucket(bucket_name).blob(probe)
+    client = Client(project=project) if project and not os.environ.get("STORAGE_EMULATOR_HOST") else gcs_client()
+    blob = client.bucket(bucket_name).blob(probe)
     try:
         blob.upload_from_string(b"", content_type="text/plain")
         blob.delete()
@@ -151,7 +155,7 @@ def preflight(platform, spec: dict, session=None, note=print) -> list[str]:
 
         credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
         session = AuthorizedSession(credentials)
-    problems = check_bucket(platform.pipeline_root)
+    problems = check_bucket(platform.pipeline_root, platform.project)
     problems += check_images(template_images(spec), session)
     if platform.service_account:
         problems += check_service_account(platform.service_account, platform.project, session, note)

@@ -25,9 +25,8 @@ class SubmitError(ValueError):
     """The submission cannot go ahead (user-facing message)."""
 
 
-def check_vertex(platform: Platform, compiled_here: bool) -> None:
-    """What a Vertex submission needs from the platform settings; `compiled_here`: the template is compiled now
-    from these settings, so its images must be real ones."""
+def check_vertex(platform: Platform) -> None:
+    """What a Vertex submission needs from the platform settings."""
     if not platform.project:
         raise SubmitError(
             "platform.project is required on Vertex AI: set it in the config (profile), "
@@ -38,16 +37,6 @@ def check_vertex(platform: Platform, compiled_here: bool) -> None:
             f"platform.pipeline_root must be a gs:// URI on Vertex AI (gs://BUCKET/pipeline-root), "
             f"got {platform.pipeline_root!r}"
         )
-    if compiled_here:
-        check_images(platform, "vertex")
-
-
-def check_images(platform: Platform, target: str) -> None:
-    for field in platform.placeholder_images(target):
-        raise SubmitError(
-            f"platform.{field} is still the placeholder {getattr(platform, field)}: set it to the "
-            f"image you pushed (--set platform.{field}=REGION-docker.pkg.dev/PROJECT/REPO/...)"
-        )
 
 
 def console_url(project: str, location: str, job_id: str) -> str:
@@ -56,14 +45,19 @@ def console_url(project: str, location: str, job_id: str) -> str:
 
 @contextlib.contextmanager
 def quiet_aiplatform():
-    """aiplatform logs every call at INFO on stdout; the CLI prints what matters itself."""
-    logger = logging.getLogger("google.cloud.aiplatform")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    """aiplatform logs every call at INFO on stdout, each module on its own logger, and the errors it passes over
+    (its check of the pipeline root's bucket) with their traceback; the CLI prints what matters itself."""
+    names = ["google.cloud.aiplatform"]
+    names += [n for n in logging.root.manager.loggerDict if n.startswith("google.cloud.aiplatform.")]
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def vertex_job(
@@ -125,9 +119,15 @@ def kfp_client(host: str, namespace: str = ""):
     e.g. KF_PIPELINES_IAP_OAUTH2_CLIENT_ID, or none)."""
     import kfp
 
+    class Client(kfp.Client):
+        def get_kfp_healthz(self, sleep_duration=5):
+            """One try: a host that answers the health check with an error says so at once (kfp.Client tries 5
+            times in 25 s, logging each traceback)."""
+            return self._healthz_api.healthz_service_get_healthz()
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # "only works with KFP v2.0.0-beta.2 and later"
-        return kfp.Client(host=host, namespace=namespace or "kubeflow")
+        return Client(host=host, namespace=namespace or "kubeflow")
 
 
 def submit_kubeflow(

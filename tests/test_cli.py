@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from click.testing import CliRunner
 
@@ -53,7 +55,10 @@ def test_config_file_validation(tmp_path):
 def test_compile_both_targets_with_config_defaults(tmp_path):
     import yaml
 
-    (tmp_path / "c.yaml").write_text("parameters:\n  epochs: 7\nplatform:\n  trainer_image: r/trainer:1\n")
+    (tmp_path / "c.yaml").write_text(
+        "parameters:\n  epochs: 7\nplatform:\n  trainer_image: r/trainer:1\n  components_image: r/components:1\n"
+        "  serving_image: r/serving:1\n"
+    )
     for target in ("vertex", "kubeflow"):
         out = tmp_path / f"{target}.yaml"
         result = invoke("compile", "--target", target, "--output", str(out), "--config", str(tmp_path / "c.yaml"))
@@ -104,3 +109,69 @@ def test_the_servers_own_command_is_the_serve_verb():
     bad = run("serving", "--model-base-path", "m", "--model-name", "n", "--versions", "x")
     assert bad.returncode == 1 and "tensorflow" not in bad.stderr.lower()
     assert bad.stderr == "Error: --versions takes integers like 1,3 and --label takes LABEL=VERSION like stable=3\n"
+
+
+EXAMPLES = "Error: the config still holds example values (edit them or --set them): "
+IMAGES = ["platform.components_image", "platform.trainer_image", "platform.serving_image"]
+RUN = ["platform.project", "platform.pipeline_root", "platform.service_account", *IMAGES]
+DATA = "parameters.data_source"  # the prod profile's data, in the example bucket
+
+
+@pytest.mark.parametrize(
+    "profile, args, fields",
+    [
+        ("prod", ["compile", "--target", "vertex", "--output", "t.yaml"], ["platform.service_account", *IMAGES, DATA]),
+        ("prod", ["compile", "--target", "kubeflow", "--output", "t.yaml"], [*IMAGES, DATA]),
+        ("prod", ["submit", "--target", "vertex"], [*RUN, DATA]),
+        (
+            "prod",
+            ["submit", "--target", "kubeflow", "--host", "http://127.0.0.1:9"],
+            ["platform.pipeline_root", *IMAGES, DATA],
+        ),
+        ("prod", ["schedule", "--target", "vertex"], [*RUN, DATA]),
+        ("prod", ["publish", "--tag", "v1"], ["platform.service_account", *IMAGES, "platform.template_registry", DATA]),
+        ("prod", ["submit", "--target", "vertex", "--template-tag", "v1"], [*RUN[:3], "platform.template_registry"]),
+        ("dev", ["compile", "--target", "vertex", "--output", "t.yaml"], ["platform.service_account", *IMAGES]),
+        ("dev", ["schedule", "--target", "vertex"], RUN),  # before the cron the dev profile lacks
+        ("dev", ["schedule", "list", "--target", "vertex"], ["platform.project"]),
+    ],
+)
+def test_the_shipped_config_is_refused_until_edited(tmp_path, monkeypatch, profile, args, fields):
+    """One line naming every field that still holds tfpipe.yaml's example names, before anything else (the edited
+    file passes: tests/test_config.py, tests/test_cli_errors.py)."""
+    from tests.test_config import SHIPPED
+
+    for name in [n for n in os.environ if n.startswith("TFPIPE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    config = load_config(SHIPPED, profile=profile)
+    values = {f: getattr(getattr(config, f.split(".")[0]), f.split(".")[1]) for f in fields}
+    assert all("my-project" in v or "my-dev-project" in v for v in values.values())
+    result = CliRunner().invoke(cli, [*args, "--config", str(SHIPPED), "--profile", profile])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == EXAMPLES + ", ".join(f"{f}={v}" for f, v in values.items()) + "\n"
+    assert not (tmp_path / "t.yaml").exists()
+
+
+def test_verbose_option_and_help_texts():
+    result = invoke("--help")
+    assert (
+        "-v, --verbose" in result.output and "with an error of a cloud call, print its traceback too" in result.output
+    )
+    result = invoke("promote", "--help")
+    assert "earlier deployed models to keep at 0 % [platform.keep_previous]" in " ".join(result.output.split())
+    assert "%%" not in result.output
+
+
+def test_run_and_rehearse_take_the_shipped_config_as_it_is(tmp_path, monkeypatch):
+    """The local verbs send nothing to the cloud: the example values stay (each run here stops at its own check)."""
+    from tests.test_config import SHIPPED
+
+    for name in [n for n in os.environ if n.startswith("TFPIPE_")]:
+        monkeypatch.delenv(name)
+    shipped = ["--config", str(SHIPPED), "--profile", "prod"]
+    result = invoke("run", *shipped, "--data-source", str(tmp_path / "nope"), "--out", str(tmp_path / "o"))
+    assert (result.exit_code, result.output) == (1, f"Error: data source not found: {tmp_path / 'nope'}\n")
+    result = invoke("rehearse", *shipped, "--param", "epochz=3", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: --param epochz: not an input of tfpipe-training; its inputs are: ")

@@ -4,15 +4,17 @@
 import os
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from pipelines.cli import cli
-from pipelines.config import ConfigError, env_overrides, load_config, parse_set, profile_names
+from pipelines.config import PIPELINES, ConfigError, env_overrides, load_config, parse_set, profile_names
 from pipelines.cron import parse_cron
 
+SHIPPED = Path(__file__).resolve().parent.parent / "tfpipe.yaml"
 BASE = """
 parameters:
   epochs: 7
@@ -260,23 +262,139 @@ def test_platform_validation_names_the_field(tmp_path, setting, field, message):
     assert str(e.value) == f"invalid configuration: {field}: {message}"
 
 
-def test_images_a_run_uses_must_be_real_ones():
+def test_the_images_a_run_uses():
     from pipelines.config import Platform
 
     default = Platform()
-    assert default.placeholder_images("vertex") == ["components_image", "trainer_image", "serving_image"]
+    assert default.images_used("vertex") == ["components_image", "trainer_image", "serving_image"]
     # kubeflow: every step on the components image, the TFJob and Katib trials on the trainer image, KServe's
     # predictor on the serving image; with the in-pod engines only the components image
-    assert default.placeholder_images("kubeflow") == ["components_image", "trainer_image", "serving_image"]
+    assert default.images_used("kubeflow") == ["components_image", "trainer_image", "serving_image"]
     in_pod = Platform(kubeflow={"training": "pod", "tuning": "pod", "serving": "url"})
-    assert in_pod.placeholder_images("kubeflow") == ["components_image"]
+    assert in_pod.images_used("kubeflow") == ["components_image"]
     gpu_workers = Platform(kubeflow={"worker_resources": {"gpus": 1}, "predictor": "tensorflow"})
-    assert gpu_workers.placeholder_images("kubeflow") == ["components_image", "trainer_gpu_image"]
+    assert gpu_workers.images_used("kubeflow") == ["components_image", "trainer_gpu_image"]
     gpu = Platform(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=1, trainer_image="example.com/trainer:1")
-    assert gpu.placeholder_images("vertex") == ["components_image", "trainer_gpu_image", "serving_image"]
+    assert gpu.images_used("vertex") == ["components_image", "trainer_gpu_image", "serving_image"]
+    # batch prediction runs its steps on the components image (Vertex: the registered model's own container)
+    assert (
+        gpu.images_used("vertex", "batch_prediction")
+        == gpu.images_used("kubeflow", "batch_prediction")
+        == ["components_image"]
+    )
     assert gpu.training_image() == "us-docker.pkg.dev/PROJECT/tfpipe/trainer-gpu:latest"
     assert Platform(trainer_image="example.com/trainer:1").training_image() == "example.com/trainer:1"
     assert default.champion_alias == "champion"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "my-project",
+        "my-dev-project",
+        "gs://my-project-tfpipe/pipeline-root",
+        "tfpipe-runner@my-dev-project.iam.gserviceaccount.com",
+        "europe-west4-docker.pkg.dev/my-project/tfpipe/trainer:latest",
+        "https://europe-west4-kfp.pkg.dev/my-dev-project/tfpipe-templates",
+        "us-docker.pkg.dev/PROJECT/tfpipe/components:latest",
+        "gs://BUCKET/pipeline-root",
+        "https://REGION-kfp.pkg.dev/PROJECT/REPO",
+        "projects/PROJECT/locations/europe-west4/keyRings/ml/cryptoKeys/tfpipe",
+        "runner@example.com",
+        "http://kubeflow.example.org:8080",
+    ],
+)
+def test_example_values_are_recognised(value):
+    from pipelines.config import EXAMPLE_VALUE
+
+    assert EXAMPLE_VALUE.search(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "my-project-384512",  # the id Google Cloud generates for a project named "My Project"
+        "gs://my-project-384512-tfpipe/pipeline-root",
+        "acme-my-project",
+        "gs://acme-ml-prod-tfpipe/pipeline-root",
+        "europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/trainer@sha256:" + "0" * 64,
+        "projects/123456789/global/networks/vpc",
+        "http://localhost:8080",
+        "https://kubeflow.example.company.com",
+        "gs://acme-data/Projects/PROJECTION/file.csv",
+    ],
+)
+def test_real_values_are_not_taken_for_examples(value):
+    from pipelines.config import EXAMPLE_VALUE
+
+    assert not EXAMPLE_VALUE.search(value)
+
+
+def test_the_fields_a_command_sends_to_the_cloud():
+    config = load_config(None, environ={})
+    assert config.cloud_fields("vertex", compiling=True, running=True, registry=True) == [
+        "platform.project",
+        "platform.pipeline_root",
+        "platform.service_account",
+        "platform.network",
+        "platform.encryption_spec_key_name",
+        "platform.components_image",
+        "platform.trainer_image",
+        "platform.serving_image",
+        "platform.tensorboard",
+        "platform.template_registry",
+        "parameters.data_source",
+    ]
+    # a run of a compiled template: what the run request carries; compile: what the template bakes in
+    assert config.cloud_fields("vertex", running=True) == [
+        "platform.project",
+        "platform.pipeline_root",
+        "platform.service_account",
+        "platform.network",
+        "platform.encryption_spec_key_name",
+    ]
+    assert config.cloud_fields("vertex", "batch_prediction", compiling=True) == [
+        "platform.service_account",
+        "platform.network",
+        "platform.encryption_spec_key_name",
+        "platform.components_image",
+        "batch.instances",
+        "batch.model",
+        "batch.output_prefix",
+    ]
+    assert config.cloud_fields("kubeflow", compiling=True, running=True) == [
+        "platform.pipeline_root",
+        "platform.kfp_host",
+        "platform.components_image",
+        "platform.trainer_image",
+        "platform.serving_image",
+        "parameters.data_source",
+        "parameters.model_repository",
+        "parameters.serving_url",
+    ]
+    assert config.cloud_fields("kubeflow", "batch_prediction", registry=True) == ["platform.template_registry"]
+
+
+def test_example_values_name_the_field_and_value():
+    config = load_config(
+        None,
+        sets=[
+            "platform.project=my-project",
+            "platform.kfp_host=https://kubeflow.example.com",
+            "platform.components_image=europe-west4-docker.pkg.dev/acme-ml/tfpipe/components:1",
+            "parameters.data_source=gs://my-project-tfpipe/data",
+            "parameters.model_repository=/mnt/PROJECT/models",  # a local path: never sent anywhere
+        ],
+        environ={},
+    )
+    fields = config.cloud_fields("kubeflow", compiling=True, running=True) + ["platform.project"]
+    assert config.example_values(fields) == [
+        "platform.kfp_host=https://kubeflow.example.com",
+        "platform.trainer_image=us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest",
+        "platform.serving_image=us-docker.pkg.dev/PROJECT/tfpipe/serving:latest",
+        "parameters.data_source=gs://my-project-tfpipe/data",
+        "platform.project=my-project",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -401,6 +519,7 @@ def test_cloud_build_compile_command(config_file, tmp_path, monkeypatch):
     out = tmp_path / "build" / "training.yaml"
     trainer = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/trainer:abc1234"
     components = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/components:abc1234"
+    serving = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/serving:abc1234"
     result = CliRunner().invoke(
         cli,
         [
@@ -417,6 +536,8 @@ def test_cloud_build_compile_command(config_file, tmp_path, monkeypatch):
             f"platform.trainer_image={trainer}",
             "--set",
             f"platform.components_image={components}",
+            "--set",
+            f"platform.serving_image={serving}",
             "--output",
             str(out),
         ],
@@ -496,27 +617,30 @@ def test_run_takes_profiles_and_sets(config_file, tmp_path, monkeypatch):
     )
 
 
+def edited_shipped_config(folder: Path) -> Path:
+    """tfpipe.yaml as its header asks to edit it (docs/vertex.md): the example project ids replaced."""
+    path = folder / "tfpipe.yaml"
+    path.write_text(SHIPPED.read_text().replace("my-dev-project", "acme-ml-dev").replace("my-project", "acme-ml-prod"))
+    return path
+
+
 @pytest.mark.parametrize("profile", ["dev", "prod"])
-def test_shipped_config_loads_and_compiles_for_every_profile(profile, tmp_path):
-    shipped = os.path.join(os.path.dirname(__file__), "..", "tfpipe.yaml")
-    assert profile_names(shipped) == ["dev", "prod"]
-    config = load_config(shipped, profile=profile)
-    assert config.platform.project == {"dev": "my-dev-project", "prod": "my-project"}[profile]
+def test_shipped_config_loads_and_compiles_for_every_profile_once_edited(profile, tmp_path):
+    assert profile_names(SHIPPED) == ["dev", "prod"]
+    shipped = load_config(SHIPPED, profile=profile, environ={})
+    assert shipped.platform.project == {"dev": "my-dev-project", "prod": "my-project"}[profile]
+    edited = edited_shipped_config(tmp_path)
+    config = load_config(edited, profile=profile, environ={})
+    assert config.platform.project == {"dev": "acme-ml-dev", "prod": "acme-ml-prod"}[profile]
     assert config.platform.labels == {"team": "ml", "env": profile}
+    for target in ("vertex", "kubeflow"):  # no example value left in any field a command sends
+        for pipeline in PIPELINES:
+            fields = config.cloud_fields(target, pipeline, compiling=True, running=True, registry=True)
+            assert config.example_values(fields) == []
+    out = tmp_path / "training.yaml"
     result = CliRunner().invoke(
-        cli,
-        [
-            "compile",
-            "--target",
-            "vertex",
-            "--config",
-            shipped,
-            "--profile",
-            profile,
-            "--output",
-            str(tmp_path / "training.yaml"),
-        ],
+        cli, ["compile", "--target", "vertex", "--config", str(edited), "--profile", profile, "--output", str(out)]
     )
     assert result.exit_code == 0, result.output
-    spec = yaml.safe_load((tmp_path / "training.yaml").read_text())
+    spec = yaml.safe_load(out.read_text())
     assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == {"dev": 3, "prod": 40}[profile]

@@ -43,12 +43,12 @@ from pipelines.preflight import manifest_url
 from pipelines.templates import TemplateError, compile_template, load_template, parse_params
 from tests.test_preflight import GoogleHttp, iam_routes as preflight_ok
 
-PROJECT, LOCATION = "my-project", "europe-west4"
+PROJECT, LOCATION = "acme-ml-prod", "europe-west4"
 PROJECT_NUMBER = "1234"  # the GCS emulator's buckets belong to project number 1234
 PARENT = f"projects/{PROJECT}/locations/{LOCATION}"
 HOST = f"{LOCATION}-aiplatform.googleapis.com:443"
 ROOT = "gs://test-bucket/pipeline-root"  # the GCS emulator's bucket
-SA = "runner@my-project.iam.gserviceaccount.com"
+SA = "runner@acme-ml-prod.iam.gserviceaccount.com"
 NETWORK = "projects/123456789/global/networks/vpc"
 TRAINER = f"{LOCATION}-docker.pkg.dev/{PROJECT}/tfpipe/trainer:abc1234"
 COMPONENTS = f"{LOCATION}-docker.pkg.dev/{PROJECT}/tfpipe/components:abc1234"
@@ -504,8 +504,8 @@ def test_vertex_submit_puts_the_run_in_a_vertex_experiment_with_the_runs_cmek_ke
         ),
         (
             ["--set", "platform.trainer_image=us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest"],
-            "platform.trainer_image is still the placeholder us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest: set it to "
-            "the image you pushed (--set platform.trainer_image=REGION-docker.pkg.dev/PROJECT/REPO/...)",
+            "the config still holds example values (edit them or --set them): "
+            "platform.trainer_image=us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest",
         ),
         (["--host", "http://kfp"], "--host: only with --target kubeflow"),
         (["--template", "missing.yaml"], "template not found: missing.yaml"),
@@ -762,7 +762,8 @@ def test_vertex_schedule_replacement_never_leaves_a_gap(vertex, config, tmp_path
     result = invoke(*args)
     assert result.exit_code == 1
     assert after_preflight(result.output) == (
-        "Error: Vertex AI refused the schedule: 403 Permission 'aiplatform.schedules.create' denied\n"
+        "Error: creating the schedule on Vertex AI: permission denied (needs aiplatform.schedules.create): "
+        "403 Permission 'aiplatform.schedules.create' denied\n"
     )
     assert [c[0] for c in vertex.calls] == ["list_schedules", "create_schedule"]  # the old one stays
 
@@ -1176,8 +1177,8 @@ def multipart(request):
 
 
 def test_publish_uploads_the_compiled_template_with_its_tags(http_api, config, tmp_path, vertex_spec):
-    http_api.routes[("POST", "/my-project/templates")] = (200, b"tfpipe-training/sha256:5f2a")
-    registry = f"{http_api.url}/my-project/templates"
+    http_api.routes[("POST", "/acme-ml-prod/templates")] = (200, b"tfpipe-training/sha256:5f2a")
+    registry = f"{http_api.url}/acme-ml-prod/templates"
     result = invoke(
         "publish",
         "--registry",
@@ -1194,7 +1195,7 @@ def test_publish_uploads_the_compiled_template_with_its_tags(http_api, config, t
     )
     assert result.exit_code == 0, result.output
     [upload] = http_api.requests
-    assert (upload["method"], upload["path"]) == ("POST", "/my-project/templates")
+    assert (upload["method"], upload["path"]) == ("POST", "/acme-ml-prod/templates")
     fields = multipart(upload)
     assert fields["tags"] == (None, b"v3,latest")
     filename, content = fields["content"]
@@ -1208,25 +1209,28 @@ def test_publish_uploads_the_compiled_template_with_its_tags(http_api, config, t
     http_api.requests.clear()
     template = tmp_path / "batch.yaml"
     compile_template("vertex", "batch_prediction", load_config(None, environ={}), template)
-    http_api.routes[("POST", "/my-project/templates")] = (200, b"tfpipe-batch-prediction/sha256:77")
+    http_api.routes[("POST", "/acme-ml-prod/templates")] = (200, b"tfpipe-batch-prediction/sha256:77")
     result = invoke("publish", "--registry", registry, "--tag", "v1", "--template", template)
     assert result.exit_code == 0, result.output
     assert multipart(http_api.requests[0])["content"] == ("batch.yaml", template.read_bytes())
 
-    http_api.routes[("POST", "/my-project/templates")] = (403, {"error": "denied"})
+    http_api.routes[("POST", "/acme-ml-prod/templates")] = (403, {"error": "denied"})
     result = invoke("publish", "--registry", registry, "--tag", "v1", "--template", template)
     assert result.exit_code == 1
-    assert result.output.startswith(f"Error: uploading to {registry} failed: 403 Client Error")
+    assert result.stderr == f"Error: uploading to {registry}: permission denied: 403 POST {registry}: denied\n"
     http_api.requests.clear()
     for args, message in [
         (
-            ["--tag", "v1"],
+            ["--tag", "v1", "--template", template],
             "no registry: pass --registry https://REGION-kfp.pkg.dev/PROJECT/REPO or set platform.template_registry",
         ),
-        (["--registry", registry, "--tag", "my tag"], "bad template tag 'my tag'"),
+        (["--registry", registry, "--tag", "my tag", "--template", template], "bad template tag 'my tag'"),
         (
             ["--registry", registry, "--tag", "v1", "--config", config],
-            "platform.components_image is still the placeholder",
+            "the config still holds example values (edit them or --set them): "
+            "platform.components_image=us-docker.pkg.dev/PROJECT/tfpipe/components:latest, "
+            "platform.trainer_image=us-docker.pkg.dev/PROJECT/tfpipe/trainer:latest, "
+            "platform.serving_image=us-docker.pkg.dev/PROJECT/tfpipe/serving:latest\n",
         ),
     ]:
         result = invoke("publish", *args)

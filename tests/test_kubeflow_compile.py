@@ -250,7 +250,12 @@ def test_the_cli_refuses_such_a_study_in_one_line(tmp_path):
     from pipelines.cli import cli
 
     config = tmp_path / "study.yaml"
-    config.write_text("study:\n  parameters:\n    - {type: double, parameter_id: dropout, min: 0.0, max: 0.5}\n")
+    images = "".join(
+        f"  {name}_image: registry.acme.test/tfpipe/{name}:1\n" for name in ("components", "trainer", "serving")
+    )
+    config.write_text(
+        f"platform:\n{images}study:\n  parameters:\n    - {{type: double, parameter_id: dropout, min: 0.0, max: 0.5}}\n"
+    )
     result = CliRunner().invoke(
         cli, ["compile", "--target", "kubeflow", "--config", str(config), "--output", str(tmp_path / "k.yaml")]
     )

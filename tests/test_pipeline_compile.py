@@ -756,6 +756,7 @@ def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
 
     (tmp_path / "c.yaml").write_text(
         "batch:\n  batch_size: 8\n  instances_format: csv\nplatform:\n  batch_machine_type: n1-standard-16\n"
+        "  components_image: europe-west4-docker.pkg.dev/acme-ml/tfpipe/components:abc\n"
     )
     out = tmp_path / "batch.yaml"
     result = CliRunner().invoke(

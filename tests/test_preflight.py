@@ -9,9 +9,9 @@ import pytest
 
 from pipelines.preflight import check_bucket, check_images, check_service_account, manifest_url, preflight
 
-SA = "runner@my-project.iam.gserviceaccount.com"
+SA = "runner@acme-ml-prod.iam.gserviceaccount.com"
 ACCOUNT = f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"
-PROJECT_POLICY = "https://cloudresourcemanager.googleapis.com/v1/projects/my-project:getIamPolicy"
+PROJECT_POLICY = "https://cloudresourcemanager.googleapis.com/v1/projects/acme-ml-prod:getIamPolicy"
 GOOGLE_APIS = ("https://iam.googleapis.com/", "https://cloudresourcemanager.googleapis.com/")
 SELF_USER = {"bindings": [{"role": "roles/iam.serviceAccountUser", "members": [f"serviceAccount:{SA}"]}]}
 
@@ -74,8 +74,8 @@ def iam_routes(act_as=True, account_policy=SELF_USER, project_policy=(200, {})) 
     "image, url",
     [
         (
-            "europe-west4-docker.pkg.dev/my-project/tfpipe/trainer:abc1234",
-            "https://europe-west4-docker.pkg.dev/v2/my-project/tfpipe/trainer/manifests/abc1234",
+            "europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/trainer:abc1234",
+            "https://europe-west4-docker.pkg.dev/v2/acme-ml-prod/tfpipe/trainer/manifests/abc1234",
         ),
         (
             "us-docker.pkg.dev/p/r/serving@sha256:0f1e",
@@ -90,8 +90,8 @@ def test_manifest_urls(image, url):
 
 
 def test_images_missing_or_unreadable_are_named():
-    present = "europe-west4-docker.pkg.dev/my-project/tfpipe/components:abc"
-    missing = "europe-west4-docker.pkg.dev/my-project/tfpipe/trainer:abc"
+    present = "europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/components:abc"
+    missing = "europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/trainer:abc"
     private = "us-docker.pkg.dev/other/repo/serving:1"
     http = GoogleHttp(
         {
@@ -110,7 +110,7 @@ def test_images_missing_or_unreadable_are_named():
 
 def test_a_service_account_that_can_act_as_itself_passes():
     http = GoogleHttp(iam_routes())
-    assert check_service_account(SA, "my-project", http) == []
+    assert check_service_account(SA, "acme-ml-prod", http) == []
     assert http.requests == [
         ("GET", ACCOUNT, None),
         ("POST", f"{ACCOUNT}:testIamPermissions", {"permissions": ["iam.serviceAccounts.actAs"]}),
@@ -122,7 +122,8 @@ def test_a_service_account_that_can_act_as_itself_passes():
 def test_the_act_as_grant_may_come_from_the_project():
     project = (200, {"bindings": [{"role": "roles/editor", "members": [f"serviceAccount:{SA}", "user:a@b.c"]}]})
     assert (
-        check_service_account(SA, "my-project", GoogleHttp(iam_routes(account_policy={}, project_policy=project))) == []
+        check_service_account(SA, "acme-ml-prod", GoogleHttp(iam_routes(account_policy={}, project_policy=project)))
+        == []
     )
 
 
@@ -132,7 +133,7 @@ def test_an_account_that_cannot_act_as_itself_gets_the_command_that_grants_it():
             account_policy={"bindings": [{"role": "roles/iam.serviceAccountUser", "members": ["user:me@x.com"]}]}
         )
     )
-    assert check_service_account(SA, "my-project", http) == [
+    assert check_service_account(SA, "acme-ml-prod", http) == [
         f"platform.service_account: {SA} may not act as itself, which its steps need to start the jobs and the "
         f"deployment: gcloud iam service-accounts add-iam-policy-binding {SA} --member=serviceAccount:{SA} "
         "--role=roles/iam.serviceAccountUser"
@@ -142,7 +143,7 @@ def test_an_account_that_cannot_act_as_itself_gets_the_command_that_grants_it():
 def test_a_caller_without_act_as_and_policies_it_may_not_read():
     notes = []
     http = GoogleHttp(iam_routes(act_as=False, account_policy=(403, {}), project_policy=(403, {})))
-    assert check_service_account(SA, "my-project", http, notes.append) == [
+    assert check_service_account(SA, "acme-ml-prod", http, notes.append) == [
         f"platform.service_account: you may not run pipelines as {SA}: grant yourself roles/iam.serviceAccountUser "
         "on it",
     ]
@@ -153,7 +154,7 @@ def test_a_caller_without_act_as_and_policies_it_may_not_read():
         "--role=roles/iam.serviceAccountUser"
     ]
     http = GoogleHttp(iam_routes(account_policy=(403, {}), project_policy=(200, {"bindings": []})))
-    assert check_service_account(SA, "my-project", http, notes.append) == [
+    assert check_service_account(SA, "acme-ml-prod", http, notes.append) == [
         f"platform.service_account: {SA} may not act as itself (as far as the IAM policies you may read show), which "
         f"its steps need to start the jobs and the deployment: gcloud iam service-accounts add-iam-policy-binding "
         f"{SA} --member=serviceAccount:{SA} --role=roles/iam.serviceAccountUser",
@@ -162,7 +163,7 @@ def test_a_caller_without_act_as_and_policies_it_may_not_read():
 
 def test_a_missing_service_account():
     http = GoogleHttp({})
-    assert check_service_account(SA, "my-project", http) == [
+    assert check_service_account(SA, "acme-ml-prod", http) == [
         f"platform.service_account: {SA} does not exist (gcloud iam service-accounts create)"
     ]
     assert http.requests == [("GET", ACCOUNT, None)]  # nothing else asked of an account that is not there
@@ -176,6 +177,26 @@ def test_the_bucket_takes_a_write_and_keeps_nothing(gcs_emulator):
     ]
 
 
+def test_the_bucket_check_names_the_runs_project(monkeypatch):
+    """Credentials from `gcloud auth application-default login` may name no project: the check's Cloud Storage
+    client takes the run's, where storage.Client() alone would fail to start."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.storage import Blob
+
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), None))
+    written, deleted = [], []
+    monkeypatch.setattr(Blob, "upload_from_string", lambda blob, data, **kw: written.append(blob))
+    monkeypatch.setattr(Blob, "delete", lambda blob, **kw: deleted.append(blob))
+    with pytest.raises(OSError, match="Project was not passed"):
+        check_bucket("gs://acme-tfpipe/root")
+    assert check_bucket("gs://acme-tfpipe/root", "acme-ml-prod") == []
+    [blob] = written
+    assert (blob.client.project, blob.bucket.name) == ("acme-ml-prod", "acme-tfpipe")
+    assert blob.name.startswith("root/.tfpipe-preflight-") and deleted == [blob]
+
+
 def test_preflight_checks_every_image_of_the_compiled_template(gcs_emulator, tmp_path):
     from pipelines.config import load_config
     from pipelines.templates import compile_template, load_template
@@ -185,7 +206,7 @@ def test_preflight_checks_every_image_of_the_compiled_template(gcs_emulator, tmp
         "platform.trainer_image=r.example/p/trainer:1",
         "platform.serving_image=r.example/p/serving:1",
         "platform.pipeline_root=gs://test-bucket/root",
-        "platform.project=my-project",
+        "platform.project=acme-ml-prod",
         f"platform.service_account={SA}",
     ]
     config = load_config(sets=sets, environ={})

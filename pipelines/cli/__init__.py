@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import traceback
 
 import click
 
-from pipelines.config import ConfigError, load_config
+from pipelines.cli import errors
+from pipelines.config import Config, ConfigError, load_config
 
 
 def _fail(message: str) -> None:
@@ -40,6 +42,13 @@ def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=No
         _fail(str(e))
 
 
+def _refuse_examples(config: Config, fields) -> None:
+    """One line naming every field of `fields` that still holds an example value of tfpipe.yaml or the docs."""
+    found = config.example_values(fields)
+    if found:
+        _fail(f"the config still holds example values (edit them or --set them): {', '.join(found)}")
+
+
 def _source_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
@@ -48,8 +57,25 @@ def _source_commit() -> str:
         return ""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli():
+class _Group(click.Group):
+    """The top command: an error of a cloud call ends the command with one `Error:` line (errors.describe), its
+    traceback before it with -v."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as e:
+            message = errors.describe(e)
+            if message is None:
+                raise
+            if ctx.params.get("verbose"):
+                click.echo(traceback.format_exc().rstrip(), err=True)
+            raise click.ClickException(message) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="with an error of a cloud call, print its traceback too")
+def cli(verbose):
     """TensorFlow training pipeline for Vertex AI Pipelines, Kubeflow and your own machine."""
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 import yaml
 
-from pipelines.cli import _fail, _load, cli, config_options
+from pipelines.cli import _fail, _load, _refuse_examples, cli, config_options
+from pipelines.cli.errors import doing
 from pipelines.config import PIPELINES
 
 
@@ -112,23 +113,26 @@ def _only_with(target, wanted, **given):
         _fail(f"{', '.join(names)}: only with --target {wanted}")
 
 
-def _precheck(target, platform, template, template_tag, host, namespace):
-    """Settings a run or schedule needs, checked before any API call; returns kubeflow's (host, namespace)."""
-    if target == "vertex":
-        _vertex_precheck(platform, template, template_tag)
-        return host, namespace
-    host, namespace = _kubeflow_target(platform, host, namespace)
-    _check_images_if_compiling(platform, target, template, template_tag)
-    return host, namespace
-
-
-def _vertex_precheck(platform, template, template_tag):
+def _precheck(target, pipeline, config, template, template_tag, registry, host, namespace):
+    """Settings a run or schedule needs, checked before any API call (example values first); returns kubeflow's
+    (host, namespace)."""
     from pipelines.submit import SubmitError, check_vertex
 
+    fields = config.cloud_fields(
+        target,
+        pipeline,
+        compiling=not (template or template_tag),
+        running=True,
+        registry=bool(template_tag and not registry),
+    )
+    _refuse_examples(config, [f for f in fields if not (host and f == "platform.kfp_host")])
+    if target == "kubeflow":
+        return _kubeflow_target(config.platform, host, namespace)
     try:
-        check_vertex(platform, compiled_here=not (template or template_tag))
+        check_vertex(config.platform)
     except SubmitError as e:
         _fail(str(e))
+    return host, namespace
 
 
 @cli.command()
@@ -178,7 +182,7 @@ def submit(
     config = _load(config_file, profile, sets)
     platform = config.platform
     caching = False if no_caching else platform.enable_caching
-    host, namespace = _precheck(target, platform, template, template_tag, host, namespace)
+    host, namespace = _precheck(target, pipeline, config, template, template_tag, registry, host, namespace)
     with tempfile.TemporaryDirectory(prefix="tfpipe-submit-") as workdir:
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
@@ -216,47 +220,13 @@ def _preflight(platform, spec, skip):
     if skip:
         click.echo("pre-flight checks skipped (--skip-checks)")
         return
-    with _api_errors("the pre-flight checks could not finish (--skip-checks to go on without them)"):
+    with doing("the pre-flight checks could not finish (--skip-checks to go on without them)"):
         problems = preflight(platform, spec, note=click.echo)
     if problems:
         for problem in problems[:-1]:
             click.echo(f"Error: {problem}", err=True)
         _fail(f"{problems[-1]}\n(fix these, or pass --skip-checks to create the run anyway)")
     click.echo("pre-flight checks passed: pipeline root writable, images present, service account usable")
-
-
-def _check_images_if_compiling(platform, target, template, template_tag):
-    from pipelines.submit import SubmitError, check_images
-
-    if not (template or template_tag):
-        try:
-            check_images(platform, target)
-        except SubmitError as e:
-            _fail(str(e))
-
-
-def _api_errors(action: str):
-    """Turn API errors into one `Error:` line."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def guard():
-        from google.api_core.exceptions import GoogleAPIError
-
-        try:
-            yield
-        except click.ClickException:
-            raise
-        except GoogleAPIError as e:
-            _fail(f"{action}: {e}")
-        except OSError as e:  # connection refused, kfp's health check giving up (TimeoutError), ...
-            _fail(f"{action}: {e}")
-        except Exception as e:  # kfp_server_api.ApiException, requests errors, ...
-            if type(e).__module__.split(".")[0] in ("kfp_server_api", "requests", "urllib3", "kfp"):
-                _fail(f"{action}: {e}".strip())
-            raise
-
-    return guard()
 
 
 def _follow(wait, url, echo=click.echo):
@@ -284,7 +254,7 @@ def _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_secon
     from pipelines.submit import submit_vertex, wait_vertex
 
     job = _vertex_job(chosen, platform, values, run_name or chosen.name, caching)
-    with _api_errors("Vertex AI refused the pipeline job"):
+    with doing("creating the pipeline job on Vertex AI"):
         url = submit_vertex(job, platform, experiment)
     click.echo(
         f"submitted {chosen.name} ({chosen.source}) to Vertex AI: {job.resource_name}"
@@ -292,7 +262,7 @@ def _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_secon
     )
     click.echo(f"console: {url}")
     if wait:
-        with _api_errors("reading the pipeline job failed"):
+        with doing("reading the pipeline job"):
             state, error = _follow(lambda: wait_vertex(job, poll_seconds, click.echo), url)
         if state != "PIPELINE_STATE_SUCCEEDED":
             _fail(f"the run ended {state}" + (f": {error}" if error else "") + f" ({url})")
@@ -302,13 +272,13 @@ def _submit_kubeflow(chosen, values, platform, run_name, caching, wait, poll_sec
     from pipelines.submit import kfp_client, submit_kubeflow, wait_kubeflow
 
     run_name = run_name or f"{chosen.name} {time.strftime('%Y-%m-%d %H-%M-%S')}"
-    with _api_errors(f"Kubeflow Pipelines at {host} refused the run"):
+    with doing(f"submitting the run to Kubeflow Pipelines at {host}"):
         client = kfp_client(host, namespace)
         run_id = submit_kubeflow(client, chosen.path, values, run_name, platform, experiment, namespace, caching)
     click.echo(f"submitted {chosen.name} ({chosen.source}) to Kubeflow Pipelines as {run_name!r}: run {run_id}")
     click.echo(f"run: {host}/#/runs/details/{run_id}")
     if wait:
-        with _api_errors("reading the run failed"):
+        with doing("reading the run"):
             state, error = _follow(
                 lambda: wait_kubeflow(client, run_id, poll_seconds, click.echo), f"{host}/#/runs/details/{run_id}"
             )
@@ -381,8 +351,8 @@ def schedule(
     platform = config.platform
     settings = platform.schedule
     caching = False if no_caching else platform.enable_caching
+    host, namespace = _precheck(target, pipeline, config, template, template_tag, registry, host, namespace)
     parsed = _parse_cron(cron or settings.cron, target)
-    host, namespace = _precheck(target, platform, template, template_tag, host, namespace)
     with tempfile.TemporaryDirectory(prefix="tfpipe-schedule-") as workdir:
         chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
         values = chosen.params(params)
@@ -406,7 +376,7 @@ def _create_schedule(target, chosen, values, platform, settings, parsed, name, c
             from pipelines.schedule import replace_vertex_schedule, schedule_console_url
 
             job = _vertex_job(chosen, platform, values, name, caching)
-            with _api_errors("Vertex AI refused the schedule"):
+            with doing("creating the schedule on Vertex AI"):
                 created = replace_vertex_schedule(job, platform, parsed, settings, name, echo=click.echo)
             schedule_id = created.resource_name.rsplit("/", 1)[-1]
             click.echo(f"console: {schedule_console_url(platform.project, platform.location, schedule_id)}")
@@ -414,7 +384,7 @@ def _create_schedule(target, chosen, values, platform, settings, parsed, name, c
             from pipelines.schedule import replace_kfp_recurring_run
             from pipelines.submit import kfp_client
 
-            with _api_errors(f"Kubeflow Pipelines at {host} refused the recurring run"):
+            with doing(f"creating the recurring run on Kubeflow Pipelines at {host}"):
                 client = kfp_client(host, namespace)
                 replace_kfp_recurring_run(
                     client,
@@ -458,21 +428,18 @@ def schedule_target_options(func):
 @schedule_target_options
 def schedule_list(target, config_file, profile, sets, host, namespace):
     """List the schedules (Vertex: of the project and location; kubeflow: recurring runs)."""
-    _only_with(target, "kubeflow", host=host, namespace=namespace)
-    platform = _load(config_file, profile, sets).platform
+    platform, host, namespace = _managed_target(target, config_file, profile, sets, host, namespace)
     if target == "vertex":
         from pipelines.schedule import describe_vertex, vertex_schedules
 
-        _vertex_project(platform)
-        with _api_errors("listing schedules failed"):
+        with doing("listing the schedules"):
             rows = [describe_vertex(s) for s in vertex_schedules(platform)]
         where = f"projects/{platform.project}/locations/{platform.location}"
     else:
         from pipelines.schedule import describe_kfp, kfp_recurring_runs
         from pipelines.submit import kfp_client
 
-        host, namespace = _kubeflow_target(platform, host, namespace)
-        with _api_errors(f"listing recurring runs at {host} failed"):
+        with doing(f"listing the recurring runs at {host}"):
             rows = [describe_kfp(r) for r in kfp_recurring_runs(kfp_client(host, namespace), None, namespace)]
         where = host
     if not rows:
@@ -485,29 +452,34 @@ def schedule_list(target, config_file, profile, sets, host, namespace):
         )
 
 
-def _vertex_project(platform):
-    if not platform.project:
+def _managed_target(target, config_file, profile, sets, host, namespace):
+    """The platform and kubeflow's (host, namespace) of list, pause, resume and delete, checked before any API
+    call."""
+    _only_with(target, "kubeflow", host=host, namespace=namespace)
+    config = _load(config_file, profile, sets)
+    _refuse_examples(config, ["platform.project"] if target == "vertex" else [] if host else ["platform.kfp_host"])
+    if target == "kubeflow":
+        return (config.platform, *_kubeflow_target(config.platform, host, namespace))
+    if not config.platform.project:
         _fail(
             "platform.project is required on Vertex AI: set it in the config (profile), "
             "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT"
         )
+    return config.platform, host, namespace
 
 
 def _change_schedule(action, target, name, config_file, profile, sets, host, namespace):
     from pipelines.schedule import ScheduleError, change_kfp_recurring_run, change_vertex_schedule
 
-    _only_with(target, "kubeflow", host=host, namespace=namespace)
-    platform = _load(config_file, profile, sets).platform
+    platform, host, namespace = _managed_target(target, config_file, profile, sets, host, namespace)
     try:
         if target == "vertex":
-            _vertex_project(platform)
-            with _api_errors(f"{action} failed"):
+            with doing(f"{action} {name}"):
                 change_vertex_schedule(action, platform, name, echo=click.echo)
         else:
             from pipelines.submit import kfp_client
 
-            host, namespace = _kubeflow_target(platform, host, namespace)
-            with _api_errors(f"{action} failed"):
+            with doing(f"{action} {name} at {host}"):
                 change_kfp_recurring_run(action, kfp_client(host, namespace), name, namespace, echo=click.echo)
     except ScheduleError as e:
         _fail(str(e))
@@ -569,17 +541,16 @@ def publish(registry, tags, target, pipeline, template, config_file, profile, se
     from pipelines.templates import TemplateError, check_tag
 
     config = _load(config_file, profile, sets)
+    _refuse_examples(config, config.cloud_fields(target, pipeline, compiling=not template, registry=not registry))
     try:
         registry = check_registry(registry or config.platform.template_registry)
         for tag in tags:
             check_tag(tag)
     except (PublishError, TemplateError) as e:
         _fail(str(e))
-    if not template:
-        _check_images_if_compiling(config.platform, target, template, None)
     with tempfile.TemporaryDirectory(prefix="tfpipe-publish-") as workdir:
         chosen = _Template(target, pipeline, config, template, None, None, workdir)
-        with _api_errors(f"uploading to {registry} failed"):
+        with doing(f"uploading to {registry}"):
             package, version = publish_template(registry, chosen.path, tags)
     click.echo(f"published {package} {version} ({chosen.source}) with tag(s) {', '.join(tags)}")
     for tag in tags:

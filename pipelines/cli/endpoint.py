@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from pipelines.cli import _fail, _load, cli, config_options
+from pipelines.cli.errors import doing
 
 
 def endpoint_options(func):
@@ -48,8 +49,6 @@ def _endpoint_name(platform, endpoint):
 def _run(action, platform, endpoint, rehearsal_state, **arguments):
     import contextlib
 
-    from google.api_core.exceptions import GoogleAPIError
-
     from components.lib.vertex_rollout import RolloutError
 
     api = contextlib.nullcontext()
@@ -61,14 +60,12 @@ def _run(action, platform, endpoint, rehearsal_state, **arguments):
         state = Path(rehearsal_state).resolve()
         platform = platform.model_copy(update={"project": PROJECT, "location": state_location(state)})
         api = rehearsal_api(state, platform.location, log=click.echo)
-    with api:
+    with api, doing(f"{action.__name__} on Vertex AI"):
         try:
             name = _endpoint_name(platform, endpoint)
             return action(name, aliases=list(platform.model_version_aliases), echo=click.echo, **arguments)
         except RolloutError as e:
             _fail(str(e))
-        except GoogleAPIError as e:
-            _fail(f"Vertex AI refused the change: {e}")
 
 
 @cli.command()
@@ -78,7 +75,7 @@ def _run(action, platform, endpoint, rehearsal_state, **arguments):
     "--keep-previous",
     type=click.IntRange(min=0),
     default=None,
-    help="earlier deployed models to keep at 0 %% [platform.keep_previous]",
+    help="earlier deployed models to keep at 0 % [platform.keep_previous]",
 )
 def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state, config_file, profile, sets):
     """Give the canary all of the endpoint's traffic, undeploy the other models (but --keep-previous) and move the

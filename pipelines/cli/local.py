@@ -10,7 +10,7 @@ import click
 
 from components.lib.instance_formats import FORMATS
 from components.lib.storage import local_path
-from pipelines.cli import _fail, _load, _source_commit, cli, config_options
+from pipelines.cli import _fail, _load, _refuse_examples, _source_commit, cli, config_options
 from pipelines.config import PIPELINES, ConfigError
 from trainer.environment import use_legacy_keras
 
@@ -271,10 +271,12 @@ def _print_summary(s: dict) -> None:
     "--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True, help="which pipeline to compile"
 )
 def compile_(target, output, config_file, profile, sets, pipeline):
-    """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines."""
+    """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines (refused
+    while the images, identity or inputs it bakes in still hold example values)."""
     from pipelines.templates import TemplateError, compile_template
 
     config = _load(config_file, profile, sets)
+    _refuse_examples(config, config.cloud_fields(target, pipeline, compiling=True))
     if not output.endswith((".yaml", ".yml", ".json")):
         _fail(f"--output must end in .yaml or .json, got {output}")
     try:
