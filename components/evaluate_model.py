@@ -134,11 +134,16 @@ def check_compatible(candidate: dict, champion: dict, champion_name: str) -> Non
                 f"{'no such signature' if theirs is None else theirs})"
             )
     if problems:
-        raise ModelError(
-            f"{champion_name} is a different model: it has {' and '.join(problems)}. Publishing this model as its "
-            "next version would change what its clients get: use another model name for this data (the model_name "
-            "parameter; on Vertex AI platform.model_display_name)"
-        )
+        raise different_model(champion_name, problems)
+
+
+def different_model(champion_name: str, problems: list[str]) -> ModelError:
+    """The error of a champion that is another model than the candidate (`problems`: what it has instead)."""
+    return ModelError(
+        f"{champion_name} is a different model: it has {' and '.join(problems)}. Publishing this model as its "
+        "next version would change what its clients get: use another model name for this data (the model_name "
+        "parameter; on Vertex AI platform.model_display_name)"
+    )
 
 
 def evaluate(

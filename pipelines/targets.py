@@ -34,6 +34,7 @@ from kfp import dsl
 
 from components import (
     check_batch_prediction_job,
+    check_champion,
     crown_vertex_model,
     default_hyperparameters,
     deploy_model,
@@ -93,8 +94,20 @@ class PlatformOps(Protocol):
 
     def prepare_data(self, *, data_source: Any, **options: Any) -> dsl.PipelineTask: ...
 
+    def find_champion(self, *, model_repository: Any, model_name: Any) -> dsl.PipelineTask: ...
+
+    def check_champion(self, *, dataset: Any, champion: dsl.PipelineTask) -> dsl.PipelineTask: ...
+
     def tune(
-        self, *, dataset: Any, study: StudySpec, enabled: Any, trial_epochs: Any, batch_size: Any, learning_rate: Any
+        self,
+        *,
+        dataset: Any,
+        study: StudySpec,
+        enabled: Any,
+        trial_epochs: Any,
+        batch_size: Any,
+        learning_rate: Any,
+        after: dsl.PipelineTask,
     ) -> Any: ...
 
     def train(self, *, dataset: Any, workers: Any, epochs: Any, hyperparameters: Any, max_restarts: Any) -> Trained: ...
@@ -106,8 +119,7 @@ class PlatformOps(Protocol):
         dataset: Any,
         accuracy_threshold: Any,
         champion_tolerance: Any,
-        model_repository: Any,
-        model_name: Any,
+        champion: dsl.PipelineTask,
     ) -> dsl.PipelineTask: ...
 
     def register(
@@ -169,6 +181,7 @@ class _SameEverywhere(ABC):
         self._fingerprint = _component(fingerprint_data.fingerprint_data, image)
         self._prepare = _component(prepare_data.prepare_data, image)
         self._evaluate = _component(evaluate_model.evaluate_model, image)
+        self._check_champion = _component(check_champion.check_champion, image)
         self._quantize = _component(quantize_model.quantize_model, image)
 
     def _place(self, task: dsl.PipelineTask) -> dsl.PipelineTask:
@@ -189,9 +202,15 @@ class _SameEverywhere(ABC):
     def quantize_model(self, **inputs):
         return self._place(self._quantize(**inputs))
 
-    def evaluate(self, trained: Trained, dataset, accuracy_threshold, champion_tolerance, model_repository, model_name):
-        """The evaluation gate against the target's champion; its `Output` is the blessing."""
-        champion = self.find_champion(model_repository, model_name)
+    def check_champion(self, dataset, champion):
+        """Stops the run right after data prep when the data do not fit the champion (labels, input)."""
+        task = self._check_champion(
+            dataset=dataset, champion_path=champion.outputs["path"], champion_name=champion.outputs["name"]
+        )
+        return self._place(task).set_display_name("Check data against the champion")
+
+    def evaluate(self, trained: Trained, dataset, accuracy_threshold, champion_tolerance, champion):
+        """The evaluation gate against the target's champion (`find_champion`); its `Output` is the blessing."""
         return self._place(
             self._evaluate(
                 model=trained.model,
@@ -217,7 +236,7 @@ class SelfHostedOps(_SameEverywhere):
         self._publish = _component(publish_model.publish_model, image)
         self._deploy = _component(deploy_model.deploy_model, image)
 
-    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
+    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate, after):
         """The final training's hyperparameters (a dict channel), from a local study when `enabled`."""
         task = self._place(
             self._tune(
@@ -229,7 +248,7 @@ class SelfHostedOps(_SameEverywhere):
                 learning_rate=learning_rate,
                 model_builder=self.model_builder,
             )
-        )
+        ).after(after)
         task.set_display_name("Hyperparameter study (local trials)")
         return task.outputs["Output"]
 
@@ -389,14 +408,14 @@ class VertexOps(_SameEverywhere):
             purpose=purpose,
         )
 
-    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
+    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate, after):
         """Vertex AI tuning job when `enabled` (trials run the trainer image; the best trial's values override the
         pipeline's), else the pipeline's values."""
         from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
 
         p = self.platform
         with dsl.If(enabled == True, name="tuning-enabled"):  # noqa: E712 (KFP condition)
-            defaults = self._defaults(batch_size=batch_size, learning_rate=learning_rate)
+            defaults = self._defaults(batch_size=batch_size, learning_rate=learning_rate).after(after)
             defaults.set_display_name("Hyperparameters (fixed part)")
             plan = self._plan_pools(
                 dataset, 1, trial_epochs, defaults.output, [q.parameter_id for q in study.parameters], "tune"
@@ -421,7 +440,7 @@ class VertexOps(_SameEverywhere):
             tuned = self._merge(defaults=defaults.output, best=best.outputs["best_parameters"])
             tuned.set_display_name("Hyperparameters (tuned)")
         with dsl.Else(name="tuning-disabled"):
-            fixed = self._defaults(batch_size=batch_size, learning_rate=learning_rate)
+            fixed = self._defaults(batch_size=batch_size, learning_rate=learning_rate).after(after)
             fixed.set_display_name("Hyperparameters")
         return dsl.OneOf(tuned.output, fixed.output)
 
@@ -691,9 +710,9 @@ class KubeflowOps(SelfHostedOps):
 
         return kubernetes.use_field_path_as_env(self._place(task), kube.RUN_ID_ENV, kube.RUN_ID_FIELD)
 
-    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate):
+    def tune(self, dataset, study, enabled, trial_epochs, batch_size, learning_rate, after):
         if self.kubeflow.tuning == "pod":
-            return super().tune(dataset, study, enabled, trial_epochs, batch_size, learning_rate)
+            return super().tune(dataset, study, enabled, trial_epochs, batch_size, learning_rate, after)
         try:
             tune_on_katib.search_space(study)  # a study Katib cannot express fails at compile time
         except ValueError as e:
@@ -713,7 +732,7 @@ class KubeflowOps(SelfHostedOps):
                 timeout_minutes=k.tuning_timeout_minutes,
                 **self._engine_inputs(),
             )
-        )
+        ).after(after)
         task.set_display_name("Hyperparameter study (Katib experiment)")
         return task.outputs["Output"]
 

@@ -1,6 +1,6 @@
 """The training pipeline, defined once for every target.
 
-data prep → hyperparameter study → training → evaluation gate → (blessed) model upload → (deploy) endpoint deploy,
+data prep → champion check → hyperparameter study → training → evaluation gate → (blessed) model upload → (deploy) endpoint deploy,
 and TFLite quantization. Tuning, training, upload and deploy are platform services and go through the seam in
 `pipelines.targets`: GCPC ops on Vertex, this project's components on kubeflow and local.
 """
@@ -77,6 +77,8 @@ def build_pipeline(
             max_corrupt_fraction=max_corrupt_fraction,
             split_salt=split_salt,
         ).set_display_name("Prepare data")
+        champion = ops.find_champion(model_repository=model_repository, model_name=model_name)
+        fits = ops.check_champion(dataset=prep.outputs["dataset"], champion=champion)
         hyperparameters = ops.tune(
             dataset=prep.outputs["dataset"],
             study=study,
@@ -84,6 +86,7 @@ def build_pipeline(
             trial_epochs=tuning_trial_epochs,
             batch_size=batch_size,
             learning_rate=learning_rate,
+            after=fits,
         )
         trained = ops.train(
             dataset=prep.outputs["dataset"],
@@ -97,8 +100,7 @@ def build_pipeline(
             dataset=prep.outputs["dataset"],
             accuracy_threshold=accuracy_threshold,
             champion_tolerance=champion_tolerance,
-            model_repository=model_repository,
-            model_name=model_name,
+            champion=champion,
         )
         with dsl.If(gate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712 (KFP condition)
             registered = ops.register(

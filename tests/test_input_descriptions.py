@@ -75,6 +75,7 @@ def test_step_inputs_take_the_wrappers_docstrings(tmp_path):
     )
     assert inputs(spec["root"])["epochs"]["description"] == "Epochs of the final training."
     assert sorted(own_steps(spec, PLATFORM.components_image)) == [
+        "comp-check-champion",
         "comp-deploy-model",
         "comp-evaluate-model",
         "comp-find-repository-champion",

@@ -42,6 +42,7 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
         ("find-repository-champion", "SUCCEEDED"),
         ("fingerprint-data", "SUCCEEDED"),
         ("prepare-data", "SUCCEEDED"),
+        ("check-champion", "SUCCEEDED"),
         ("tune-hyperparameters", "SUCCEEDED"),
         ("train-model", "SUCCEEDED"),
         ("evaluate-model", "SUCCEEDED"),
@@ -202,6 +203,28 @@ def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same
     )
     assert batch.returncode == 0, batch.stdout + batch.stderr
     assert "batch prediction: 177 ok, 1 failed of 178 instances" in batch.stdout  # the bad value
+
+    other = run_cli(  # another data set under the champion's name: stopped right after data prep
+        "run",
+        "--data-source",
+        "builtin:iris",
+        "--model-repository",
+        str(repo),
+        "--model-name",
+        "wine",
+        "--out",
+        str(tmp_path / "run3"),
+    )
+    assert other.returncode == 1
+    assert (
+        "Error: check-champion: champion v1 is a different model: it has labels ['0', '1', '2'] (this data: "
+        "['setosa', 'versicolor', 'virginica']) and feature columns "
+    ) in (other.stdout + other.stderr)
+    statuses = {
+        s["name"]: s["status"] for s in json.loads((tmp_path / "run3" / "run_summary.json").read_text())["steps"]
+    }
+    assert statuses["prepare-data"] == "SUCCEEDED" and statuses["check-champion"] == "FAILED"
+    assert statuses.get("tune-hyperparameters") != "SUCCEEDED" and statuses.get("train-model") != "SUCCEEDED"
 
 
 def test_batch_prediction_on_a_users_csv_and_an_all_failing_run(tmp_path, iris_model):

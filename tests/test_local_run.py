@@ -28,6 +28,7 @@ def test_step_names_in_dependency_order_with_condition_flattened():
         "find-repository-champion",
         "fingerprint-data",
         "prepare-data",
+        "check-champion",
         "tune-hyperparameters",
         "train-model",
         "evaluate-model",

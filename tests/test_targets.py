@@ -14,6 +14,8 @@ STEPS = [name for name, member in vars(PlatformOps).items() if inspect.isfunctio
 def test_the_seam_has_every_step_of_both_pipelines():
     assert STEPS == [
         "prepare_data",
+        "find_champion",
+        "check_champion",
         "tune",
         "train",
         "evaluate",
@@ -41,6 +43,7 @@ def test_vertex_builds_no_self_hosted_component():
         "_fingerprint",
         "_prepare",
         "_evaluate",
+        "_check_champion",
         "_quantize",
         "_plan",
         "_deploy",

@@ -56,6 +56,19 @@ def gcs_objects(uri: str, fields: str | None = None) -> tuple[str | None, list]:
     return folder, blobs
 
 
+def read_bytes(uri: str) -> bytes | None:
+    """The content of the file or object `uri`, None when there is none."""
+    if not is_gcs(uri):
+        try:
+            with open(uri, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+    bucket, name = split_gcs(uri)
+    blob = gcs_client().bucket(bucket).get_blob(name)
+    return None if blob is None else blob.download_as_bytes()
+
+
 def _download(uri: str, dest: str, threads: int = 16) -> str:
     """Download the object `uri`, or every object under the folder `uri`, into `dest`; return the local path."""
     folder, blobs = gcs_objects(uri)

@@ -1,0 +1,112 @@
+"""The champion check right after data prep: a run whose data has other labels, other feature columns or another
+input shape than the champion of its model name stops here, before the study and the training, with the gate's
+message (`evaluate_model.check_compatible`, which checks the trained model again, input names and signatures too).
+
+The champion's side is read from its artifacts without loading the model: the labels and feature files the trainer
+writes beside the SavedModel and the `serving_default` input of `saved_model.pb`; the candidate's from the prepared
+data's `stats.json` (examples of float32 `[None, *input_shape]`, which the champion's input must take: the same
+rank and channels, any size where it takes any).
+"""
+
+from kfp.dsl import Dataset, Input
+
+from trainer.schema import FEATURES_FILE, LABELS_FILE
+
+
+def _lines(data: bytes | None) -> list[str] | None:
+    return None if data is None else [line for line in data.decode().splitlines() if line]
+
+
+def serving_input(saved_model_pb: bytes) -> tuple[str, list]:
+    """(dtype, shape) of the `serving_default` signature's input in a `saved_model.pb` (None for any size)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    model = saved_model_pb2.SavedModel.FromString(saved_model_pb)
+    for graph in model.meta_graphs:
+        signature = graph.signature_def.get("serving_default")
+        if signature is not None and signature.inputs:
+            (info,) = signature.inputs.values()
+            dims = [None if d.size < 0 else d.size for d in info.tensor_shape.dim]
+            return tf.dtypes.as_dtype(info.dtype).name, dims
+    raise ValueError("the champion's saved_model.pb has no serving_default signature with an input")
+
+
+def champion_identity(champion_path: str) -> dict:
+    """The champion's labels and feature columns (None without their files) and its serving input."""
+    from components.evaluate_model import ModelError
+    from components.lib.storage import read_bytes
+
+    saved_model = read_bytes(f"{champion_path.rstrip('/')}/saved_model.pb")
+    if saved_model is None:
+        raise ModelError(f"no SavedModel at {champion_path} (saved_model.pb missing)")
+    try:
+        serving = serving_input(saved_model)
+    except ValueError as e:
+        raise ModelError(str(e)) from None
+    return {
+        "labels": _lines(read_bytes(f"{champion_path.rstrip('/')}/{LABELS_FILE}")),
+        "features": _lines(read_bytes(f"{champion_path.rstrip('/')}/{FEATURES_FILE}")),
+        "input": serving,
+    }
+
+
+def data_identity(stats: dict) -> dict:
+    """What the model trained on these data will answer and take: labels, feature columns, serving input."""
+    return {
+        "labels": stats["labels"],
+        "features": stats.get("feature_names") or None,
+        "input": ("float32", [None, *stats["input_shape"]]),
+    }
+
+
+def takes(champion_input: tuple[str, list], data_input: tuple[str, list]) -> bool:
+    """Whether a serving input takes the data's examples: the same dtype and rank, each size equal or any."""
+    (dtype, shape), (data_dtype, data_shape) = champion_input, data_input
+    return (
+        dtype == data_dtype
+        and len(shape) == len(data_shape)
+        and all(a is None or b is None or a == b for a, b in zip(shape, data_shape))
+    )
+
+
+def _spec(value: tuple[str, list]) -> str:
+    return f"{value[0]}{value[1]}"
+
+
+def check(stats: dict, champion_path: str, champion_name: str) -> str:
+    """ModelError (the gate's message) when the data do not fit the champion; else what was compared."""
+    from components.evaluate_model import different_model
+
+    if not champion_path:
+        return "no champion: nothing to compare with"
+    name = champion_name or "the champion"
+    theirs, ours = champion_identity(champion_path), data_identity(stats)
+    problems = []
+    if theirs["labels"] is not None and theirs["labels"] != ours["labels"]:
+        problems.append(f"labels {theirs['labels']} (this data: {ours['labels']})")
+    if theirs["features"] is not None and ours["features"] is not None and theirs["features"] != ours["features"]:
+        problems.append(f"feature columns {theirs['features']} (this data: {ours['features']})")
+    if not takes(theirs["input"], ours["input"]):
+        problems.append(f"serving input {_spec(theirs['input'])} (this data: {_spec(ours['input'])})")
+    if problems:
+        raise different_model(name, problems)
+    return f"{name} takes these data: labels {ours['labels']}, serving input {_spec(theirs['input'])}"
+
+
+def check_champion(dataset: Input[Dataset], champion_path: str, champion_name: str):
+    """KFP step: stop the run before the study when the prepared data do not fit the champion of the model name.
+
+    Args:
+        dataset: The prepared data (stats.json: labels, feature columns, input shape).
+        champion_path: The champion's SavedModel (empty: no champion).
+        champion_name: The champion's name in the message.
+    """
+    import json
+    import os
+
+    from components.check_champion import check
+
+    with open(os.path.join(dataset.path, "stats.json")) as f:
+        stats = json.load(f)
+    print(check(stats, champion_path, champion_name))
