@@ -78,10 +78,10 @@ class ModelConfigFile:
         with tf.io.gfile.GFile(self.path) as f:
             config = text_format.Parse(f.read(), model_server_config_pb2.ModelServerConfig())
         if config.WhichOneof("config") != "model_config_list":
-            raise ValueError(f"{self.path}: give the models as model_config_list {{ config {{ ... }} }}")
+            raise ValueError("give the models as model_config_list { config { ... } }")
         models: dict[str, ModelConfig] = {}
         for c in config.model_config_list.config:
-            where = f"{self.path}: model {c.name!r}"
+            where = f"model {c.name!r}"
             if not c.name or not c.base_path or c.name in models:
                 raise ValueError(f"{where}: every config needs a name of its own and a base_path")
             if c.model_platform not in ("", "tensorflow"):

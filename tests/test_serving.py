@@ -267,7 +267,7 @@ def test_two_models_from_one_process_at_their_routes_and_by_grpc_name(repo):
         vertex = requests.post(f"{s.rest_url}/predict", json={"instances": [[1, 2, 3]]})
         assert (
             vertex.status_code == 404
-            and "this server serves quad, toy: use /v1/models/NAME:predict" in (vertex.json()["error"])
+            and "this server serves quad, toy: use /v1/models/NAME:predict" in vertex.json()["error"]
         )
     finally:
         s.stop()
@@ -355,8 +355,8 @@ def test_the_command_refuses_model_options_beside_a_model_config_file(tmp_path):
     (tmp_path / "bad.config").write_text("model_config_list { config { name: 'a' } }")
     bad = serve("--model-config-file", str(tmp_path / "bad.config"))
     assert bad.returncode == 1 and bad.stderr.splitlines()[-1] == (
-        f"Error: --model-config-file {tmp_path / 'bad.config'}: {tmp_path / 'bad.config'}: model 'a': every config "
-        "needs a name of its own and a base_path"
+        f"Error: --model-config-file {tmp_path / 'bad.config'}: model 'a': every config needs a name of its own and "
+        "a base_path"
     )
 
 
