@@ -51,6 +51,7 @@ def test_engine_steps_and_their_inputs(tmp_path):
     assert set(root) == {
         "fingerprint-data",
         "prepare-data",
+        "check-champion",
         "tune-on-katib",
         "train-model-on-operator",
         "find-repository-champion",
@@ -132,6 +133,7 @@ def test_every_step_mounts_the_volume_and_gets_its_resources_on_the_components_i
     steps = {
         "fingerprint-data",
         "prepare-data",
+        "check-champion",
         "tune-on-katib",
         "train-model-on-operator",
         "find-repository-champion",

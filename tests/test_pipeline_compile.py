@@ -92,6 +92,7 @@ def test_vertex_dag(tmp_path):
     assert set(root) == {
         "fingerprint-data",
         "prepare-data",
+        "check-champion",
         "condition-branches-1",
         "plan-vertex-training-2",
         "custom-training-job",
@@ -107,7 +108,9 @@ def test_vertex_dag(tmp_path):
         "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "fingerprint-data"}
     }
     assert root["prepare-data"]["cachingOptions"] == {"enableCache": True}
-    assert deps(root, "condition-branches-1") == ["prepare-data"]
+    # the champion check after data prep; the tuning (or fixed) branch waits for it
+    assert deps(root, "check-champion") == ["find-registry-champion", "prepare-data"]
+    assert deps(root, "condition-branches-1") == ["check-champion", "prepare-data"]
     assert deps(root, "plan-vertex-training-2") == ["condition-branches-1", "prepare-data"]
     assert deps(root, "custom-training-job") == ["plan-vertex-training-2"]
     assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training-2"]
@@ -325,6 +328,7 @@ def test_kubeflow_dag(tmp_path):
     assert set(root) == {
         "fingerprint-data",
         "prepare-data",
+        "check-champion",
         "tune-hyperparameters",
         "train-model",
         "find-repository-champion",
@@ -332,7 +336,8 @@ def test_kubeflow_dag(tmp_path):
         "condition-1",
     }
     assert deps(root, "prepare-data") == ["fingerprint-data"] and root["fingerprint-data"]["cachingOptions"] == {}
-    assert deps(root, "tune-hyperparameters") == ["prepare-data"]
+    assert deps(root, "check-champion") == ["find-repository-champion", "prepare-data"]
+    assert deps(root, "tune-hyperparameters") == ["check-champion", "prepare-data"]
     assert deps(root, "train-model") == ["prepare-data", "tune-hyperparameters"]
     assert root["train-model"]["inputs"]["parameters"]["hyperparameters"]["taskOutputParameter"] == {
         "outputParameterKey": "Output",
@@ -737,16 +742,17 @@ def test_local_steps_deploy_after_publish():
     from pipelines.local_run import step_names
 
     names = step_names(build_pipeline("local"))
-    assert names[:7] == [
+    assert names[:8] == [
         "find-repository-champion",
         "fingerprint-data",
         "prepare-data",
+        "check-champion",
         "tune-hyperparameters",
         "train-model",
         "evaluate-model",
         "publish-model",
     ]
-    assert set(names[7:]) == {"quantize-model", "deploy-model"} and len(names) == 9
+    assert set(names[8:]) == {"quantize-model", "deploy-model"} and len(names) == 10
 
 
 def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
