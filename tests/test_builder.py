@@ -15,6 +15,13 @@ from pipelines.cli import cli
 from pipelines.config import ConfigError, TrainerSettings, load_config
 from trainer import builder
 
+# real-looking images: compile refuses the placeholder ones
+IMAGE_SETS = [
+    arg
+    for name in ("components", "trainer", "serving")
+    for arg in ("--set", f"platform.{name}_image=europe-west4-docker.pkg.dev/acme-ml/tfpipe/{name}:1")
+]
+
 ROOT = Path(__file__).resolve().parent.parent
 CUSTOM = "tests.custom_model:build_small_cnn"
 DIGITS = {"kind": "image", "input_shape": [8, 8, 1], "labels": [str(i) for i in range(10)]}
@@ -191,6 +198,7 @@ def test_compile_and_run_fail_early_naming_the_missing_builder(tmp_path, no_tfpi
             "vertex",
             "--set",
             "trainer.model=tests.custom_model:build_large_cnn",
+            *IMAGE_SETS,
             "--output",
             str(tmp_path / "training.yaml"),
         ],
@@ -206,7 +214,7 @@ def test_compile_and_run_fail_early_naming_the_missing_builder(tmp_path, no_tfpi
 def _compiled_tasks(target, tmp_path, *sets):
     """Every task of the compiled training pipeline (condition groups flattened): name → parameter inputs."""
     out = tmp_path / f"{target}.yaml"
-    sets = [item for s in (f"trainer.model={CUSTOM}", *sets) for item in ("--set", s)]
+    sets = [item for s in (f"trainer.model={CUSTOM}", *sets) for item in ("--set", s)] + IMAGE_SETS
     result = CliRunner().invoke(cli, ["compile", "--target", target, *sets, "--output", str(out)])
     assert result.exit_code == 0, result.output
     spec = next(yaml.safe_load_all(out.read_text()))  # the pipeline spec (kubeflow: then the platform spec)
@@ -261,7 +269,9 @@ def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe
 
 def test_default_builder_goes_the_same_way(tmp_path, no_tfpipe_env):
     out = tmp_path / "kubeflow.yaml"
-    assert CliRunner().invoke(cli, ["compile", "--target", "kubeflow", "--output", str(out)]).exit_code == 0
+    assert (
+        CliRunner().invoke(cli, ["compile", "--target", "kubeflow", *IMAGE_SETS, "--output", str(out)]).exit_code == 0
+    )
     tasks = next(yaml.safe_load_all(out.read_text()))["root"]["dag"]["tasks"]
     assert {
         tasks[name]["inputs"]["parameters"]["model_builder"]["runtimeValue"]["constant"]
