@@ -6,13 +6,14 @@ version on kubeflow/local, the registry version holding the champion alias on Ve
 run's test split with the same code as the candidate, so the two accuracies are comparable. A champion with other
 labels or another serving input (its `serving_default` inputs, or a signature its clients may call that the
 candidate lacks or takes differently, e.g. `serving_image_bytes`) is a different model: the gate fails instead of
-comparing.
+comparing. Progress lines (`trainer.progress`, stage `evaluate`) say which model is being evaluated.
 """
 
 import numpy as np
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
 from components.lib import storage
+from trainer import progress
 from trainer.schema import LABELS_FILE  # written by the trainer next to the SavedModel
 
 
@@ -163,11 +164,24 @@ def evaluate(
         raise ModelError(f"accuracy_threshold must be in [0, 1], got {accuracy_threshold}")
     if champion_tolerance < 0:
         raise ModelError(f"champion_tolerance must be >= 0, got {champion_tolerance}")
+    comparisons = 2 if champion_path else 1
+    progress.emit(
+        "evaluate", "candidate", "evaluating the candidate on the test split", done=0, total=comparisons, unit="models"
+    )
     signature, identity = _load_serving(model_dir)
     report = _evaluate_signature(signature, data_dir, "test", 256)
     champion_info, champion_accuracy = None, None
     name = champion_name or "the champion"
     if champion_path:
+        progress.emit(
+            "evaluate",
+            "champion",
+            f"candidate test accuracy {report['accuracy']:.4f}; re-evaluating {name} on this test split",
+            done=1,
+            total=comparisons,
+            unit="models",
+            accuracy=report["accuracy"],
+        )
         with storage.staged(champion_path) as local_copy:  # gs://: through google-cloud-storage, like the rest
             champion_signature, champion_identity = _load_serving(local_copy)
             check_compatible(identity, champion_identity, name)

@@ -5,7 +5,9 @@ worker counts. Every split gets at least `num_workers` non-empty shards, as FILE
 
 Images are decoded and resized on every core the step may use (a process pool; `processes`), and the records are
 written by this process in one fixed order, so the output is byte for byte the same as a single-process run's.
-Records are written without TensorFlow (`components.lib.records`): the step does not pay its start-up.
+Records are written without TensorFlow (`components.lib.records`): the step does not pay its start-up. Progress lines
+(`trainer.progress`, stage `prepare`): records read and written, and quarantined, of the total, every 2 s and at the
+end.
 """
 
 import hashlib
@@ -22,6 +24,7 @@ from kfp.dsl import Artifact, Dataset, Output
 from components.lib.records import TFRecordWriter, encode_example
 from components.lib.sources import BadRecord, DataError, open_source
 from components.lib.storage import staged
+from trainer import progress
 from trainer.schema import SPLITS, TABULAR, shard_name
 
 PARALLEL_MIN_RECORDS = 64  # fewer images are decoded in this process (a pool's start-up would cost more)
@@ -166,15 +169,23 @@ def prepare(
         }
         per_class: dict[str, Counter] = {s: Counter() for s in SPLITS}
         sums: defaultdict[str | tuple[str, int], float] = defaultdict(float)
-        quarantine = []
+        quarantine: list[dict] = []
         # records are written in hash order, so shards hold no class runs and a modest shuffle buffer mixes well
         ordered = sorted(source.candidates, key=lambda c: key_point(c[0], "order" + split_salt))
         if source.parallel:  # decoded and encoded in the pool: records come back in order
             loaded = pool.map(_encoded, [(load, key, label_index[label], source.kind) for key, label, load in ordered])
         else:
             loaded = map(_load, [load for _, _, load in ordered])
+        total = len(ordered)
+        counter = progress.Counter(
+            "prepare",
+            "records",
+            lambda c: f"{c['done']}/{total} records read, {c['written']} written, {c['quarantined']} quarantined",
+            total=total,
+        )
         try:
-            for (key, label, _), (ok, value) in zip(ordered, loaded):
+            for done, ((key, label, _), (ok, value)) in enumerate(zip(ordered, loaded)):
+                counter.update(done=done, written=done - len(quarantine), quarantined=len(quarantine))
                 if not ok:
                     quarantine.append({"key": key, "label": label, "reason": value})
                     continue
@@ -189,6 +200,7 @@ def prepare(
                     for j, v in enumerate(value):
                         sums[("s", j)] += float(v)
                         sums[("q", j)] += float(v) * float(v)
+            counter.finish(done=total, written=total - len(quarantine), quarantined=len(quarantine))
         finally:
             for split_writers in writers.values():
                 for w in split_writers:
@@ -196,7 +208,6 @@ def prepare(
 
     with open(os.path.join(output_dir, "quarantine.jsonl"), "w") as f:
         f.writelines(json.dumps(q) + "\n" for q in quarantine)
-    total = len(source.candidates)
     good = total - len(quarantine)
     stats: dict[str, Any] = {
         "source": data_source,

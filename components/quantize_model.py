@@ -6,7 +6,8 @@ interpreter (one thread), and publishes the chosen mode only when its accuracy d
 within `max_accuracy_drop` points and it needs no Select TF (Flex) ops (unless allowed).
 
 Modes: `float32` (no optimization), `dynamic` (int8 weights), `float16` (float16 weights), `int8` (full integer,
-calibrated on ~200 training examples; `int8_io` also makes the input/output tensors int8).
+calibrated on ~200 training examples; `int8_io` also makes the input/output tensors int8). Progress lines
+(`trainer.progress`, stage `tflite`) say which mode is being converted and evaluated.
 """
 
 import os
@@ -17,6 +18,7 @@ import numpy as np
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
 
 from components.lib.units import size
+from trainer import progress
 
 MODES = ("float32", "dynamic", "float16", "int8")
 TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8", 7: "int16", 10: "float64"}
@@ -184,6 +186,7 @@ def quantize(
     if max_accuracy_drop < 0:
         raise QuantizationError(f"max_accuracy_drop must be >= 0 points, got {max_accuracy_drop}")
     stats = data.load_stats(data_dir)
+    progress.emit("tflite", "reference", "evaluating the SavedModel on the test split (the reference)")
     reference = evaluate_saved_model(model_dir, data_dir)
     test = [(x.numpy(), y.numpy()) for x, y in data.make_dataset(data_dir, "test", stats, 256, training=False)]
     inputs = np.concatenate([x for x, _ in test]).astype(np.float32)
@@ -191,7 +194,16 @@ def quantize(
     representative = representative_inputs(data_dir, stats, representative_count) if "int8" in modes else None
     os.makedirs(output_dir, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
-    for mode in modes:
+    for done, mode in enumerate(modes):
+        progress.emit(
+            "tflite",
+            "mode",
+            f"mode {done + 1}/{len(modes)}: converting and evaluating {mode}",
+            done=done,
+            total=len(modes),
+            unit="modes",
+            mode=mode,
+        )
         try:
             model_bytes = convert(model_dir, stats["input_shape"], mode, representative, int8_io, allow_flex)
         except QuantizationError as e:

@@ -5,7 +5,8 @@ custom job (`TF_CONFIG` with one `chief` and N−1 `worker`s; `AIP_*` output loc
 with the task name. When a worker is lost (killed by a signal: preempted, OOM-killed, stopped) it stops the others
 and restarts the whole group (bounded), which resumes from the `BackupAndRestore` backup. When a worker exits on
 its own with an error (a Python exception: the same input fails the same way on every attempt) it stops the
-others and fails at once with that worker's error.
+others and fails at once with that worker's error. The chief's progress lines (`trainer.progress`) are relayed as
+they are, and a restart adds one of its own.
 """
 
 import json
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
+from trainer import progress
 from trainer.environment import LEGACY_KERAS
 
 
@@ -84,8 +86,9 @@ def error_summary(log_path: str, limit: int = 600) -> str:
 
 
 def _pump(stream, prefix: str, sink, log_file) -> None:
+    """Relay a worker's output to `sink` prefixed with its task name, its progress lines (the chief's) as they are."""
     for line in iter(stream.readline, ""):
-        sink.write(f"[{prefix}] {line}")
+        sink.write(line if line.startswith(progress.PREFIX) else f"[{prefix}] {line}")
         sink.flush()
         log_file.write(line)
     stream.close()
@@ -200,10 +203,23 @@ def launch(
                 f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} (log: {log})"
             )
         if attempt <= max_restarts:
+            names = ", ".join(task_name(i) for i in lost_workers)
             sink.write(
-                f"[launcher] {', '.join(task_name(i) for i in lost_workers)} lost; restarting the group "
-                f"({attempt}/{max_restarts}); training resumes from backup\n"
+                f"[launcher] {names} lost; restarting the group ({attempt}/{max_restarts}); training resumes from "
+                "backup\n"
             )
+            sink.write(
+                progress.line(
+                    "train",
+                    "restart",
+                    f"{names} lost: restarting the workers ({attempt}/{max_restarts}), resuming from the backup",
+                    done=attempt,
+                    total=max_restarts,
+                    unit="restarts",
+                )
+                + "\n"
+            )
+            sink.flush()
     raise TrainingError(
         f"training failed after {result.attempts} attempt(s): workers were lost every time; exit codes "
         f"{result.exit_codes}; logs in {log_dir}"

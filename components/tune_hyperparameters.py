@@ -9,6 +9,9 @@ behind Vertex's default), grid or random search.
 Trials run in warm runner processes (`components.lib.trial_runner`): `parallel_trial_count` of them start with the
 study and import TensorFlow while Vizier loads and suggests, then each runs trials one after another (a runner
 whose trial fails is replaced), so the study starts P TensorFlow processes instead of one per trial.
+
+While it runs, the study writes progress lines (`StudyProgress`): trial k of N started and finished, the best so far,
+and each running trial's epoch, read from the trainer's own progress lines in the trial's log.
 """
 
 import csv
@@ -26,7 +29,9 @@ from kfp.dsl import Artifact, Dataset, Input, Output
 
 from components.lib.hypertune_metrics import trial_metric
 from components.lib.study_spec import StudySpec
+from components.lib.units import assignments
 from components.train_model import trainer_flags
+from trainer import progress
 from trainer.environment import output_dirs
 
 
@@ -259,6 +264,131 @@ def run_trial(
     return trial
 
 
+class StudyProgress:
+    """The study's progress lines (`trainer.progress`, stage `study`, written with `out`): each trial as it starts
+    and finishes (its metric, the best so far, the trials running) and, every `interval` seconds while trials run and
+    something changed, each running trial's latest epoch or step, read from the progress lines of its log."""
+
+    def __init__(self, spec: StudySpec, base_dir: str, out, interval: float = 2.0):
+        self.spec, self.base_dir, self.out, self.interval = spec, base_dir, out, interval
+        self.running: dict[str, dict] = {}  # trial id -> its latest `train` event ({} before the first)
+        self.finished = 0
+        self.best: Trial | None = None
+        self._read: dict[str, tuple[int, str]] = {}  # trial id -> bytes of its log read, an unfinished last line
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "StudyProgress":
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._watcher.join()
+
+    def started(self, trial: Trial) -> None:
+        with self._lock:
+            self.running[trial.trial_id] = {}
+            self._emit(
+                "trial_started",
+                f"trial {trial.trial_id}/{self.spec.max_trial_count} started ({assignments(trial.parameters)})",
+                trial=trial.trial_id,
+                parameters=trial.parameters,
+            )
+
+    def finished_trial(self, trial: Trial, best: Trial | None) -> None:
+        with self._lock:
+            self.running.pop(trial.trial_id, None)
+            self.finished += 1
+            self.best = best
+            outcome = (
+                f"{self.spec.metric_id} {trial.metric:.4f}"
+                if trial.status == "SUCCEEDED" and trial.metric is not None
+                else f"failed ({trial.error})"
+            )
+            self._emit(
+                "trial_finished",
+                f"trial {trial.trial_id}/{self.spec.max_trial_count}: {outcome}",
+                trial=trial.trial_id,
+                status=trial.status,
+                metric=trial.metric,
+                seconds=trial.seconds,
+                parameters=trial.parameters,
+            )
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                if self._read_logs():
+                    self._emit("trials", "")
+
+    def _read_logs(self) -> bool:
+        """Read what the running trials' logs gained; whether a trial's latest `train` event changed."""
+        changed = False
+        for trial_id in self.running:
+            offset, partial = self._read.get(trial_id, (0, ""))
+            try:
+                with open(os.path.join(self.base_dir, trial_id, "trial.log"), "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except OSError:  # not started yet
+                continue
+            *lines, partial = (partial + data.decode(errors="replace")).split("\n")
+            self._read[trial_id] = (offset + len(data), partial)
+            for line in lines:
+                event = progress.parse(line)
+                if event and event["stage"] == "train" and event["event"] in ("start", "step", "epoch"):
+                    self.running[trial_id] = event
+                    changed = True
+        return changed
+
+    def _trial_state(self, trial_id: str) -> str:
+        event = self.running[trial_id]
+        if event.get("event") == "epoch":
+            val = f" val_accuracy {event['val_accuracy']:.4f}" if "val_accuracy" in event else ""
+            return f"trial {trial_id} epoch {event['done']}/{event['total']}{val}"
+        if event.get("event") == "step":
+            accuracy = f" accuracy {event['accuracy']:.4f}" if "accuracy" in event else ""
+            return (
+                f"trial {trial_id} epoch {event['epoch']}/{event['epochs']} step {event['done']}/{event['total']}"
+                + accuracy
+            )
+        if event.get("event") == "start":
+            return f"trial {trial_id} epoch {event['epoch']}/{event['epochs']}"
+        return f"trial {trial_id} starting"
+
+    def _emit(self, event: str, news: str, **fields) -> None:
+        """A line: `news`, then the trials running, how many finished, the best so far."""
+        state = [
+            "running: " + ", ".join(self._trial_state(t) for t in sorted(self.running, key=int))
+            if self.running
+            else "",
+            f"{self.finished}/{self.spec.max_trial_count} finished",
+            f"best {self.spec.metric_id} {self.best.metric:.4f} (trial {self.best.trial_id})"
+            if self.best and self.best.metric is not None
+            else "",
+        ]
+        self.out(
+            progress.line(
+                "study",
+                event,
+                "; ".join(part for part in (news, *state) if part),
+                done=self.finished,
+                total=self.spec.max_trial_count,
+                unit="trials",
+                running={
+                    t: {k: e[k] for k in ("event", "epoch", "done", "total", "accuracy", "val_accuracy") if k in e}
+                    for t, e in self.running.items()
+                },
+                best=self.best.metric if self.best else None,
+                best_trial=self.best.trial_id if self.best else None,
+                metric_id=self.spec.metric_id,
+                **fields,
+            )
+        )
+
+
 def _to_vizier(trial: Trial, spec: StudySpec, number: int):
     from vizier import pyvizier as vz
 
@@ -284,13 +414,14 @@ def run_study(
     module: str = "trainer.task",
     env: dict | None = None,
     seed: int = 0,
-    log=print,
+    log=progress.write,
     flags=trainer_flags,
     output_base: str = "",
 ) -> dict:
     """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files. Each
     trial runs `module` with `fixed_args` and `flags(its values)`, its outputs under `output_base` (a local folder
-    or gs:// prefix; default `base_dir`).
+    or gs:// prefix; default `base_dir`). `log` writes a line: the trials' news and the progress lines
+    (`StudyProgress`; default stdout, flushed).
     Raises StudyFailed (after writing them) once `max_failed_trial_count` trials have failed (Vertex's definition:
     no trial starts after that; those running finish)."""
     started = time.time()
@@ -314,7 +445,7 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started,
     trials: list[Trial] = []
     running: dict = {}
     failed = 0
-    with ThreadPoolExecutor(spec.parallel_trial_count) as pool:
+    with StudyProgress(spec, base_dir, log) as study, ThreadPoolExecutor(spec.parallel_trial_count) as pool:
         while len(trials) < spec.max_trial_count or running:
             free = min(spec.parallel_trial_count - len(running), spec.max_trial_count - len(trials))
             if free > 0 and failed < spec.max_failed_trial_count:
@@ -323,6 +454,7 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started,
                     trial = Trial(str(len(trials) + 1), parameters)
                     trials.append(trial)
                     log(f"[study] trial {trial.trial_id} started: {parameters}")
+                    study.started(trial)
                     running[
                         pool.submit(
                             run_trial, trial, spec, base_dir, module, fixed_args, env or {}, runners, flags, output_base
@@ -341,6 +473,7 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started,
                     f"[study] trial {trial.trial_id} {trial.status.lower()} in {trial.seconds}s: "
                     f"{spec.metric_id}={trial.metric}" + (f" ({trial.error})" if trial.error else "")
                 )
+                study.finished_trial(trial, best(trials, spec))
             designer.update(
                 vza.CompletedTrials([_to_vizier(t, spec, int(t.trial_id)) for t in completed]), vza.ActiveTrials()
             )

@@ -108,7 +108,10 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
         "seconds": round(seconds, 2),
         "artifacts": str(run_root) if run_root else None,
         "parameters": parameters,
-        "steps": [{"name": s.name, "status": s.status, "seconds": s.seconds, "log": s.log or None} for s in steps],
+        "steps": [
+            {"name": s.name, "status": s.status, "seconds": s.seconds, "log": s.log or None, "progress": s.progress}
+            for s in steps
+        ],
         "dataset": stats
         and {
             k: stats[k]
@@ -233,6 +236,17 @@ def _save(fig, path: Path) -> Path | None:
     return path
 
 
+def trials_as_finished(steps: list[dict]) -> list[dict]:
+    """The study's trials in the order they finished, from its step's progress events: seconds into the step,
+    trial, status, metric and the best so far."""
+    return [
+        {k: event.get(k) for k in ("seconds", "trial", "status", "metric", "best", "best_trial")}
+        for step in steps
+        for event in step.get("progress") or []
+        if event.get("stage") == "study" and event.get("event") == "trial_finished"
+    ]
+
+
 def _trial_columns(trials: list[dict]) -> list[str]:
     """The study's parameter names, in the order the trials first name them."""
     return list(dict.fromkeys(name for t in trials for name in t["parameters"]))
@@ -242,7 +256,7 @@ ENV = jinja2.Environment(autoescape=False)
 ENV.filters.update(
     value=value, fraction=fraction, seconds=seconds, size=size, milliseconds=milliseconds, percent=lambda v: f"{v:.0%}"
 )
-ENV.globals.update(trial_columns=_trial_columns)
+ENV.globals.update(trial_columns=_trial_columns, trials_as_finished=trials_as_finished)
 REPORT = ENV.from_string("""<!doctype html>
 <html><head><meta charset="utf-8"><title>{{ s.pipeline }} run report</title>
 <style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;margin:.5em 0}
@@ -250,9 +264,10 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}td.n{text-align:ri
 .FAILED{color:#b00}.SKIPPED{color:#888}tr.best{font-weight:bold}</style></head><body>
 <h1>{{ s.pipeline }}: <span class="{{ s.status }}">{{ s.status }}</span></h1>
 <p>{{ s.seconds|seconds }}{% if s.error %} — error: {{ s.error }}{% endif %}</p>
-<h2>Steps</h2><table><tr><th>step</th><th>status</th><th>time</th><th>log</th></tr>
+<h2>Steps</h2><table><tr><th>step</th><th>status</th><th>time</th><th>log</th><th>last progress</th></tr>
 {% for st in s.steps %}<tr><td>{{ st.name }}</td><td class="{{ st.status }}">{{ st.status }}</td>
-<td class="n">{{ st.seconds|seconds }}</td><td>{% if st.log %}<a href="{{ st.log }}">log</a>{% endif %}</td></tr>
+<td class="n">{{ st.seconds|seconds }}</td><td>{% if st.log %}<a href="{{ st.log }}">log</a>{% endif %}</td>
+<td>{% if st.progress %}{{ st.progress[-1].message }}{% endif %}</td></tr>
 {% endfor %}</table>
 {% if s.parameters %}<details><summary>Pipeline parameters</summary><table><tr><th>parameter</th><th>value</th></tr>
 {% for k, v in s.parameters.items() %}<tr><td>{{ k }}</td><td>{{ v|value }}</td></tr>
@@ -294,7 +309,13 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}td.n{text-align:ri
 <td class="n">{{ t.metric|fraction }}</td><td class="{{ t.status }}"{% if t.error %} title="{{ t.error }}"{% endif %}>
 {{- t.status }}</td><td class="n">{{ t.seconds|seconds }}</td></tr>
 {% endfor %}</table>
-<img src="{{ s.tuning.plot }}" alt="study trials">{% endif %}
+<img src="{{ s.tuning.plot }}" alt="study trials">
+{% set finished = trials_as_finished(s.steps) %}{% if finished %}<h3>Trials as they finished</h3>
+<table><tr><th>time</th><th>trial</th><th>{{ s.tuning.metric_id }}</th><th>best so far</th></tr>
+{% for t in finished %}<tr><td class="n">{{ t.seconds|seconds }}</td><td>{{ t.trial }}</td>
+<td class="n">{% if t.status == "SUCCEEDED" %}{{ t.metric|fraction }}{% else %}{{ t.status }}{% endif %}</td>
+<td class="n">{{ t.best|fraction }}{% if t.best_trial %} (trial {{ t.best_trial }}){% endif %}</td></tr>
+{% endfor %}</table>{% endif %}{% endif %}
 {% if s.tflite %}<h2>TFLite</h2><p><b>{{ "published" if s.tflite.published else "not published" }}</b>:
 {{ s.tflite.reason }} (SavedModel test accuracy {{ s.tflite.saved_model_accuracy|fraction }})</p>
 <table><tr><th>mode</th><th>size</th><th>size vs float32</th><th>test accuracy</th><th>drop (points)</th>

@@ -45,7 +45,13 @@ def test_summary_of_a_run_that_produced_nothing(tmp_path):
     assert summary["dataset"] is None and summary["gate"] is None and summary["model"]["published_version"] is None
     report.write(summary, tmp_path)
     written = json.loads((tmp_path / "run_summary.json").read_text())
-    assert written["steps"][1] == {"name": "train-model", "status": "SKIPPED", "seconds": 0.0, "log": None}
+    assert written["steps"][1] == {
+        "name": "train-model",
+        "status": "SKIPPED",
+        "seconds": 0.0,
+        "log": None,
+        "progress": [],
+    }
     assert written["plots"] == {} and "FAILED" in (tmp_path / "report.html").read_text()
 
 
@@ -122,6 +128,21 @@ def trial(trial_id, metric, seconds, status="SUCCEEDED", error="", **parameters)
     }
 
 
+def finished_trial(seconds, trial_id, metric, best_trial, best, status="SUCCEEDED") -> dict:
+    """The study's progress event of a finished trial, as the run records it."""
+    return {
+        "seconds": seconds,
+        "stage": "study",
+        "event": "trial_finished",
+        "message": f"trial {trial_id}/3: ...",
+        "trial": trial_id,
+        "status": status,
+        "metric": metric,
+        "best": best,
+        "best_trial": best_trial,
+    }
+
+
 def a_run_summary(tmp_path) -> dict:
     best = trial("2", 0.9397590160369873, 9.123, learning_rate=0.010093959208585444, hidden_units=64, dropout=0.0)
     return {
@@ -138,8 +159,27 @@ def a_run_summary(tmp_path) -> dict:
             "split_salt": "",
         },
         "steps": [
-            {"name": "prepare-data", "status": "SUCCEEDED", "seconds": 1.43, "log": None},
-            {"name": "train-model", "status": "SUCCEEDED", "seconds": 17.17, "log": None},
+            {"name": "prepare-data", "status": "SUCCEEDED", "seconds": 1.43, "log": None, "progress": []},
+            {
+                "name": "tune-hyperparameters",
+                "status": "SUCCEEDED",
+                "seconds": 24.9,
+                "log": None,
+                "progress": [
+                    finished_trial(11.2, "1", 0.9156626462936401, "1", 0.9156626462936401),
+                    finished_trial(12.1, "3", None, "1", 0.9156626462936401, "FAILED"),
+                    finished_trial(21.5, "2", 0.9397590160369873, "2", 0.9397590160369873),
+                ],
+            },
+            {
+                "name": "train-model",
+                "status": "SUCCEEDED",
+                "seconds": 17.17,
+                "log": None,
+                "progress": [
+                    {"seconds": 9.5, "stage": "train", "event": "epoch", "message": "epoch 15/15: loss 0.0512"}
+                ],
+            },
         ],
         "dataset": {
             "source": "builtin:digits",
@@ -228,11 +268,12 @@ def a_run_summary(tmp_path) -> dict:
 def test_the_report_rounds_numbers_and_tabulates_parameters_and_trials(tmp_path):
     report.write(a_run_summary(tmp_path), tmp_path)
     html = (tmp_path / "report.html").read_text()
-    steps, parameters, metrics, dataset, hyperparameters, trials, tflite = Tables(html).tables
+    steps, parameters, metrics, dataset, hyperparameters, trials, as_finished, tflite = Tables(html).tables
     assert steps == [
-        ["step", "status", "time", "log"],
-        ["prepare-data", "SUCCEEDED", "1.4 s", ""],
-        ["train-model", "SUCCEEDED", "17.2 s", ""],
+        ["step", "status", "time", "log", "last progress"],
+        ["prepare-data", "SUCCEEDED", "1.4 s", "", ""],
+        ["tune-hyperparameters", "SUCCEEDED", "24.9 s", "", "trial 2/3: ..."],
+        ["train-model", "SUCCEEDED", "17.2 s", "", "epoch 15/15: loss 0.0512"],
     ]
     assert parameters == [
         ["parameter", "value"],
@@ -266,6 +307,12 @@ def test_the_report_rounds_numbers_and_tabulates_parameters_and_trials(tmp_path)
         ["1", "0.00173", "91", "0.2", "0.9157", "SUCCEEDED", "10.5 s"],
         ["2", "0.0101", "64", "0.0", "0.9398", "SUCCEEDED", "9.1 s"],
         ["3", "0.03", "40", "0.1", "–", "FAILED", "0.5 s"],
+    ]
+    assert as_finished == [  # the study's step progress: the trials in the order they finished
+        ["time", "trial", "accuracy", "best so far"],
+        ["11.2 s", "1", "0.9157", "0.9157 (trial 1)"],
+        ["12.1 s", "3", "FAILED", "0.9157 (trial 1)"],
+        ["21.5 s", "2", "0.9398", "0.9398 (trial 2)"],
     ]
     assert tflite == [
         [

@@ -1,4 +1,4 @@
-"""Training callbacks: per-epoch history (survives restarts) and hypertune metric reports."""
+"""Training callbacks: per-epoch history (survives restarts), hypertune metric reports and progress lines."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import time
 import hypertune
 import tensorflow as tf
 import tf_keras as keras
+
+from trainer import progress
 
 HPARAMS = ("learning_rate", "batch_size", "dropout", "hidden_units", "filters", "image_size", "seed")
 
@@ -45,3 +47,88 @@ class EpochLog(keras.callbacks.Callback):
             self.hypertune.report_hyperparameter_tuning_metric(
                 hyperparameter_metric_tag=self.metric_tag, metric_value=self.last["val_accuracy"], global_step=epoch + 1
             )
+
+
+class ProgressLog(keras.callbacks.Callback):
+    """Progress lines (`trainer.progress`, stage `train`) of the chief: where training starts (epoch 1, or
+    where a restarted group resumes), the running epoch's step and loss at most every `interval` seconds, and each
+    completed epoch with its metrics, examples/s and an estimate of the time left."""
+
+    def __init__(self, global_batch: int, interval: float = 2.0, clock=time.monotonic):
+        super().__init__()
+        self.global_batch, self.interval, self.clock = global_batch, interval, clock
+        self._supports_tf_logs = True  # batch logs stay tensors: read only when a line is due
+        self.epoch_seconds: list[float] = []
+        self.epoch = 0
+        self.started = self.epoch_started = self.last = self.batch_ended = 0.0
+
+    def _left(self, epochs_after: int, steps_left: int, step_seconds: float) -> float:
+        """Seconds left: the running epoch's steps, then `epochs_after` epochs as long as the completed ones."""
+        per_epoch = sum(self.epoch_seconds) / len(self.epoch_seconds) if self.epoch_seconds else None
+        return steps_left * step_seconds + epochs_after * (per_epoch or step_seconds * self.params["steps"])
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch, self.epoch_started = epoch, self.clock()
+        self.last = self.epoch_started
+        epochs, steps = self.params["epochs"], self.params["steps"]
+        if not self.started:
+            self.started = self.epoch_started
+            where = "starting" if epoch == 0 else "resuming from the backup at"
+            progress.emit(
+                "train",
+                "start",
+                f"{where} epoch {epoch + 1}/{epochs}: {steps} steps of {self.global_batch} examples",
+                epoch=epoch + 1,
+                epochs=epochs,
+                steps=steps,
+                global_batch=self.global_batch,
+            )
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batch_ended = self.clock()
+        if self.batch_ended - self.last < self.interval:
+            return
+        self.last = self.batch_ended
+        epochs, steps = self.params["epochs"], self.params["steps"]
+        step_seconds = (self.batch_ended - self.epoch_started) / (batch + 1)
+        left = self._left(epochs - self.epoch - 1, steps - batch - 1, step_seconds)
+        figures = {k: float(v) for k, v in (logs or {}).items() if k in ("loss", "accuracy")}
+        progress.emit(
+            "train",
+            "step",
+            f"epoch {self.epoch + 1}/{epochs}, step {batch + 1}/{steps}: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in figures.items())
+            + f", ~{progress.duration(left)} left",
+            epoch=self.epoch + 1,
+            epochs=epochs,
+            done=batch + 1,
+            total=steps,
+            unit="steps",
+            eta_seconds=round(left, 1),
+            **figures,
+        )
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = self.clock()
+        self.epoch_seconds.append(now - self.epoch_started)
+        epochs, steps = self.params["epochs"], self.params["steps"]
+        rate = steps * self.global_batch / max(self.batch_ended - self.epoch_started, 1e-9)
+        left = self._left(epochs - epoch - 1, 0, 0.0)
+        figures = {
+            k: float(v) for k, v in (logs or {}).items() if k in ("loss", "accuracy", "val_loss", "val_accuracy")
+        }
+        progress.emit(
+            "train",
+            "epoch",
+            f"epoch {epoch + 1}/{epochs}: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in figures.items() if k != "val_loss")
+            + f", {rate:.0f} examples/s"
+            + (f", ~{progress.duration(left)} left" if epoch + 1 < epochs else ""),
+            done=epoch + 1,
+            total=epochs,
+            unit="epochs",
+            examples_per_second=round(rate, 1),
+            eta_seconds=round(left, 1),
+            seconds=round(self.epoch_seconds[-1], 2),
+            **figures,
+        )

@@ -3,7 +3,8 @@
 
 Output locations follow Vertex AI: `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and `AIP_TENSORBOARD_LOG_DIR` when set,
 else `<job-dir>/model`, `<job-dir>/checkpoints`, `<job-dir>/logs`. The chief also writes `<job-dir>/metrics.json`
-and `<job-dir>/history.jsonl` (one line per completed epoch, across restarts).
+and `<job-dir>/history.jsonl` (one line per completed epoch, across restarts), and prints the progress lines of
+`trainer.progress` (stage `train`).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ def main(argv=None) -> int:
             models.keras.callbacks.BackupAndRestore(backup_dir),
             models.keras.callbacks.TensorBoard(log_dir),
             epoch_log,
+            *([callbacks.ProgressLog(global_batch)] if cluster.is_chief else []),
         ],
     )
 

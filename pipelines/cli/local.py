@@ -37,6 +37,7 @@ from trainer.environment import use_legacy_keras
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="run output directory [runs/<timestamp>]")
 @config_options
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's full log")
+@click.option("-q", "--quiet", is_flag=True, help="show only the summary (no steps, no progress)")
 @click.option(
     "--pipeline", type=click.Choice(PIPELINES), default="training", show_default=True, help="which pipeline to run"
 )
@@ -69,15 +70,18 @@ from trainer.environment import use_legacy_keras
     help="batch_prediction: the model signature to call [serving_default; serving_image_bytes for a "
     "file list of images]",
 )
-def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, instances_format, model, **options):
+def run(out_dir, config_file, profile, sets, verbose, quiet, pipeline, instances, instances_format, model, **options):
     """Run the whole training pipeline (or, with --pipeline batch_prediction, batch predictions) locally
-    (kfp.local, no cloud, no Docker) and print a summary."""
+    (kfp.local, no cloud, no Docker) and print a summary. Each step shows a line as it starts and ends, its progress
+    under the running one (on a terminal one line updated in place)."""
+    if verbose and quiet:
+        _fail("-v/--verbose and -q/--quiet: choose one")
     batch_options = {k: options.pop(k) for k in _BATCH_ONLY}
     if pipeline == "batch_prediction":
         return _run_batch(
             out_dir,
             (config_file, profile, sets),
-            verbose,
+            (verbose, quiet),
             instances,
             instances_format,
             model,
@@ -116,12 +120,13 @@ def run(out_dir, config_file, profile, sets, verbose, pipeline, instances, insta
     from pipelines import report
     from pipelines.local_run import run_local
 
-    click.echo(
-        f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
-        f"output in {out}"
-    )
+    if not quiet:
+        click.echo(
+            f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
+            f"output in {out}"
+        )
     started = time.time()
-    steps, run_root = run_local(dag, params, out, verbose)
+    steps, run_root = run_local(dag, params, out, verbose, quiet=quiet)
     _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
 
 
@@ -174,8 +179,9 @@ _TRAINING_ONLY = (
 )
 
 
-def _run_batch(out_dir, config_source, verbose, instances, instances_format, model, options) -> None:
-    """`run --pipeline batch_prediction`: predictions for local instances from a model repository version."""
+def _run_batch(out_dir, config_source, output, instances, instances_format, model, options) -> None:
+    """`run --pipeline batch_prediction`: predictions for local instances from a model repository version.
+    `output`: (verbose, quiet)."""
     given = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY if options.get(k) is not None]
     if given:
         _fail(f"{', '.join(given)}: not an option of --pipeline batch_prediction")
@@ -206,13 +212,15 @@ def _run_batch(out_dir, config_source, verbose, instances, instances_format, mod
     from pipelines.batch_prediction import PIPELINE_NAME, build_batch_pipeline
     from pipelines.local_run import run_local
 
-    click.echo(
-        f"Running {PIPELINE_NAME} locally on {params['instances']} ({params['instances_format']}) with "
-        f"{params['model_name']} {params['model'] or 'champion'} from {params['model_repository']}; "
-        f"output in {out}"
-    )
+    verbose, quiet = output
+    if not quiet:
+        click.echo(
+            f"Running {PIPELINE_NAME} locally on {params['instances']} ({params['instances_format']}) with "
+            f"{params['model_name']} {params['model'] or 'champion'} from {params['model_repository']}; "
+            f"output in {out}"
+        )
     started = time.time()
-    steps, run_root = run_local(build_batch_pipeline("local", config.platform), params, out, verbose)
+    steps, run_root = run_local(build_batch_pipeline("local", config.platform), params, out, verbose, quiet=quiet)
     _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -52,9 +54,12 @@ DEFAULT_STATE = "runs/rehearsal-state"
     help="run every step (default: unchanged steps are served from the cache kept in --state, as on Vertex)",
 )
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's log")
-def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, state_dir, no_caching, verbose):
+@click.option("-q", "--quiet", is_flag=True, help="show only the summary (no steps, no progress)")
+def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, state_dir, no_caching, verbose, quiet):
     """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'
     own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
+    if verbose and quiet:
+        _fail("-v/--verbose and -q/--quiet: choose one")
     from pipelines.cli.local import _print_summary
     from pipelines.rehearsal.run import PIPELINE_ROOT, PROJECT, rehearse as run_rehearsal
     from pipelines.templates import TemplateError, compile_template, load_template, parse_params
@@ -77,21 +82,24 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
         default = inputs["data_source"].get("defaultValue", "")
         if default and not default.startswith(("gs://", "builtin:")):
             arguments["data_source"] = local_path(default)
-    click.echo(f"Rehearsing {spec['pipelineInfo']['name']} ({template}) against a local Vertex AI; output in {out}")
-    summary = run_rehearsal(
-        template,
-        arguments,
-        out,
-        Path(state_dir).resolve(),
-        verbose,
-        click.echo,
-        caching=not no_caching,
-        project=config.platform.project or PROJECT,
-        pipeline_root=config.platform.pipeline_root
-        if config.platform.pipeline_root.startswith("gs://")
-        else PIPELINE_ROOT,
-        service_account=config.platform.service_account,
-    )
+    with contextlib.ExitStack() as stack:
+        if quiet:  # the steps' lines (the local runner's) and the double's messages go to stdout
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+        click.echo(f"Rehearsing {spec['pipelineInfo']['name']} ({template}) against a local Vertex AI; output in {out}")
+        summary = run_rehearsal(
+            template,
+            arguments,
+            out,
+            Path(state_dir).resolve(),
+            verbose,
+            click.echo,
+            caching=not no_caching,
+            project=config.platform.project or PROJECT,
+            pipeline_root=config.platform.pipeline_root
+            if config.platform.pipeline_root.startswith("gs://")
+            else PIPELINE_ROOT,
+            service_account=config.platform.service_account,
+        )
     from pipelines import report
 
     report.write(summary, out)
