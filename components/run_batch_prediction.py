@@ -41,6 +41,7 @@ from components.lib import storage
 from components.lib.instance_formats import B64_FORMATS, FORMATS, KEYED_FORMATS
 from components.lib.records import read_records
 from serving import codec
+from trainer import progress
 
 INSTANCE_TYPES = ("", "object", "array")
 INVALID_ARGUMENT, INTERNAL = 3, 13  # google.rpc.Code
@@ -426,9 +427,10 @@ class _Job:
     def shard_uri(self, kind: str, index: int) -> str:
         return shard_uri(self.output_directory, kind, index, self.shards)
 
-    def run_file(self, index: int, path: str) -> tuple[int, int]:
+    def run_file(self, index: int, path: str, counter: progress.Counter | None = None) -> tuple[int, int]:
         """Predict one input file into its shard pair; returns (succeeded, failed). A reader thread parses and
-        converts the next batches while this one runs the model (which releases the GIL)."""
+        converts the next batches while this one runs the model (which releases the GIL). `counter`: the run's
+        progress (this file's part: instances done, errors, files done)."""
         files = Files()
         with (
             files.open(self.shard_uri("results", index), "wb") as results,
@@ -446,6 +448,10 @@ class _Job:
             )
             for items, arrays in batches:
                 self.run(items, arrays, shard)
+                if counter:
+                    counter.update(index, done=shard.succeeded + shard.failed, errors=shard.failed, files=0)
+        if counter:
+            counter.update(index, done=shard.succeeded + shard.failed, errors=shard.failed, files=1)
         return shard.succeeded, shard.failed
 
     def batches(self, items: Iterable[Item], shard: "Shard | _Recorder") -> Iterator[tuple[list[Item], dict]]:
@@ -808,8 +814,14 @@ def batch_predict(
             len(files),
             parse_pool=parse.active,
         )
+        counter = progress.Counter(
+            "batch",
+            "instances",
+            lambda c: f"{c['done']} instances, {c['errors']} errors, {c['files']}/{len(files)} files",
+        )
         with _collector_paused(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
-            counts = list(pool.map(job.run_file, range(len(files)), files))
+            counts = list(pool.map(job.run_file, range(len(files)), files, [counter] * len(files)))
+        counter.finish()
     seconds = time.perf_counter() - start
     succeeded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
     return {

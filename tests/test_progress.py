@@ -134,6 +134,29 @@ def test_data_prep_reports_records_read_written_and_quarantined(tmp_path, capsys
     assert events[-1]["message"].startswith("150/150 records read, 150 written, 0 quarantined, ")
 
 
+def test_batch_prediction_reports_instances_errors_and_files(tmp_path, capsys):
+    import tensorflow as tf
+
+    from components.run_batch_prediction import batch_predict
+
+    class Tabular(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="features")])
+        def serve(self, features):
+            return {"total": tf.reduce_sum(features, axis=1)}
+
+    model = Tabular()
+    tf.saved_model.save(
+        model, str(tmp_path / "model"), signatures={"serving_default": model.serve.get_concrete_function()}
+    )
+    (tmp_path / "a.jsonl").write_text("[1, 2, 3]\n" * 5 + "not json\n")
+    (tmp_path / "b.jsonl").write_text("[1, 2, 3]\n" * 3)
+    batch_predict(str(tmp_path / "model"), f"{tmp_path}/*.jsonl", "jsonl", str(tmp_path / "out"), "tab", batch_size=2)
+    events = [e for e in map(progress.parse, capsys.readouterr().out.splitlines()) if e]
+    assert events[-1]["stage"] == "batch" and events[-1]["event"] == "done"
+    assert (events[-1]["done"], events[-1]["errors"], events[-1]["files"]) == (9, 1, 2)
+    assert re.fullmatch(r"9 instances, 1 errors, 2/2 files, \d+ instances/s", events[-1]["message"])
+
+
 def test_the_launcher_relays_the_chiefs_progress_lines_unprefixed():
     sink, log = io.StringIO(), io.StringIO()
     line = epoch_line(1, 0.9)
