@@ -43,6 +43,7 @@ class Step:
 
 
 def terminal_columns() -> int:
+    """The console's width: $COLUMNS, else the terminal's, else 80."""
     return shutil.get_terminal_size().columns
 
 

@@ -285,6 +285,16 @@ def test_quiet_shows_nothing_and_verbose_the_raw_lines(tmp_path):
     assert len(log.steps["train-model"].progress) == 1
 
 
+@pytest.mark.parametrize("command", ["run", "rehearse"])
+def test_verbose_and_quiet_together_are_refused(command):
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+
+    result = CliRunner().invoke(cli, [command, "-v", "-q"])
+    assert result.exit_code == 1 and "-v/--verbose and -q/--quiet: choose one" in result.output
+
+
 @pytest.mark.e2e
 def test_a_run_shows_the_trial_and_the_epoch_live_on_a_terminal_and_plain_lines_without(tmp_path):
     """`run` under a pseudo-terminal (a small study, 3 epochs): while the study runs, the line under it names the
