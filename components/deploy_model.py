@@ -230,13 +230,18 @@ def deploy(
     grpc_port: int = 8500,
     timeout: float = 180,
 ) -> dict:
-    """Serve `version` (already published) and check it; roll it back and raise DeployError on failure."""
+    """Serve `version` (already published) and check it; roll it back and raise DeployError on failure (an
+    invalid `serving_url` too). `model_name` and `base` must be valid (components.lib.names): InvalidName."""
+    from components.lib import names
     from components.lib.model_repository import remove_version
 
+    names.model_name(model_name)  # also a line of the server's skip file and a URL path segment
+    names.location(base, "model_repository")
     server: dict | None = None
     try:
         launched = None
         if serving_url:
+            names.url(serving_url, "serving_url")
             server = {
                 "rest_url": serving_url.rstrip("/"),
                 "grpc_target": "",
@@ -292,9 +297,12 @@ def _restored(server: dict | None, base: str, model_name: str, timeout: float = 
 def stop_server(base: str, model_name: str = "", timeout: float = 30) -> str:
     """Stop the servers recorded for this repository, or only their serving of `model_name` (a server stops with its
     last model); says what it did, "" when none was running. ValueError: no such model; TimeoutError: a server
-    still serves it after `timeout`."""
+    still serves it after `timeout`, InvalidName: `model_name` is no model name."""
+    from components.lib import names
     from serving.repository import model_names
 
+    if model_name:
+        names.model_name(model_name, "--model-name")  # written as a line of the server's skip file
     servers = _running_servers(base)
     models = model_names(base) if servers and model_name else []
     if model_name and servers and model_name not in models:

@@ -50,6 +50,7 @@ def storage_uri(version_path: str, claim_name: str, mount_path: str) -> str:
 
     if "://" in version_path:
         return version_path
+    version_path = os.path.normpath(version_path)  # `..` cannot lead off the volume
     if claim_name and on_volume(version_path, mount_path):
         return f"pvc://{claim_name}/{os.path.relpath(version_path, mount_path)}"
     raise ValueError(
@@ -449,24 +450,27 @@ def deploy_model_on_kserve(
     from collections import namedtuple
 
     from components.deploy_model_on_kserve import deploy_to_kserve, predictor, storage_uri
-    from components.lib import kube
+    from components.lib import kube, names
     from components.lib.model_repository import remove_version
     from components.lib.smoke import reference_checks
 
+    names.model_name(model_name)  # run parameters can be set without the CLI (the KFP UI, a recurring run)
+    names.location(model_repository, "model_repository")
     version, path = int(published.metadata["version"]), published.metadata["path"]
     name = inference_service or model_name
-    spec = predictor(
-        predictor_kind,
-        storage_uri(path, claim_name, mount_path),
-        name,
-        serving_image,
-        resources,
-        min_replicas,
-        max_replicas,
-        service_account,
-        runtime_version,
-    )
-    try:
+    try:  # a name KServe would refuse fails before any object is made, and the version is removed
+        names.inference_service(name, "inference_service" if inference_service else "model_name")
+        spec = predictor(
+            predictor_kind,
+            storage_uri(path, claim_name, mount_path),
+            name,
+            serving_image,
+            resources,
+            min_replicas,
+            max_replicas,
+            service_account,
+            runtime_version,
+        )
         info = deploy_to_kserve(
             kube.api_client(),
             name=name,

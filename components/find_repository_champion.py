@@ -22,8 +22,12 @@ def find_repository_champion(model_repository: str, model_name: str) -> NamedTup
     """
     from collections import namedtuple
 
+    from components.lib import names
     from components.lib.model_repository import champion
 
+    names.model_name(model_name)  # run parameters can be set without the CLI (the KFP UI, a recurring run)
+    if model_repository:
+        names.location(model_repository, "model_repository")
     found = champion(model_repository, model_name)
     Outputs = namedtuple("Outputs", ["path", "name", "model_uri"])
     if found is None:

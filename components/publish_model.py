@@ -57,8 +57,13 @@ def publish_model(
     import json
     from collections import namedtuple
 
+    from components.lib import names
     from components.lib.model_repository import publish
     from components.publish_model import version_metadata
+
+    names.model_name(model_name)  # run parameters can be set without the CLI (the KFP UI, a recurring run)
+    if model_repository:
+        names.location(model_repository, "model_repository")
 
     def load(path):
         with open(path) as f:

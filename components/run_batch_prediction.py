@@ -891,8 +891,13 @@ def run_batch_prediction(
     import os
     from collections import namedtuple
 
+    from components.lib import names
     from components.run_batch_prediction import batch_predict, check_error_budget, resolve_model
 
+    names.model_name(model_name)  # run parameters can be set without the CLI (the KFP UI, a recurring run)
+    if model_repository:
+        names.location(model_repository, "model_repository")
+    names.locations(instances, "instances")
     model_path = resolve_model(model_repository, model_name, model)
     os.makedirs(predictions.path, exist_ok=True)
     summary = batch_predict(
@@ -900,7 +905,7 @@ def run_batch_prediction(
         instances,
         instances_format,
         predictions.path,
-        model_name or "model",
+        model_name,
         batch_size=batch_size,
         key_field=key_field,
         included_fields=included_fields,

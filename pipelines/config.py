@@ -17,11 +17,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from components.lib import names
 from components.lib.instance_formats import InstancesFormat
 from components.lib.study_spec import DEFAULT_STUDY, StudySpec
 from pipelines.cron import parse_cron
@@ -31,11 +32,8 @@ TARGETS = ("vertex", "kubeflow", "local")
 # the pipelines (`--pipeline`) and their compiled names (also their package names in a template registry)
 PIPELINE_NAMES = {"training": "tfpipe-training", "batch_prediction": "tfpipe-batch-prediction"}
 PIPELINES = tuple(PIPELINE_NAMES)
-# Vertex AI naming rules (Model.version_aliases, resource labels, identity), also the rehearsal double's
-_ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")
-LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-MAX_LABELS = 64  # per Vertex AI resource
+# Vertex AI naming rules (Model.version_aliases, resource labels: components.lib.names), also the rehearsal double's
+_ALIAS, LABEL_KEY, LABEL_VALUE, MAX_LABELS = names.VERSION_ALIAS, names.LABEL_KEY, names.LABEL_VALUE, names.MAX_LABELS
 PIPELINE_LABEL = "pipeline"  # the label naming the pipeline on each Vertex job and resource a run creates
 # Vertex AI Pipelines adds its own label (vertex-ai-pipelines-run-billing-id) to every job and resource a run's
 # Google Cloud Pipeline Components create
@@ -66,13 +64,42 @@ class ConfigError(ValueError):
     """The configuration is invalid (user-facing message)."""
 
 
+def _named(rule, value: str, optional: bool = False, **options) -> str:
+    """`value` if it follows `rule` (components.lib.names), or is "" and `optional`; else the rule's
+    `RULE (got VALUE)` as the ValueError pydantic reports at the field (whose location names the parameter)."""
+    if optional and not value:
+        return value
+    try:
+        return rule(value, "value", **options)
+    except names.InvalidName as e:
+        raise ValueError(e.detail) from None
+
+
+def _rule(rule, optional: bool = True, **options) -> AfterValidator:
+    return AfterValidator(lambda value: _named(rule, value, optional, **options))
+
+
+# the names and locations of the config and the pipeline inputs (docs/config.md, "Names"); the optional ones may be
+# "" (not set)
+ModelName = Annotated[str, _rule(names.model_name, optional=False)]
+Location = Annotated[str, _rule(names.location)]
+DataSource = Annotated[str, _rule(names.location, optional=False, prefixes=("builtin:",))]
+Instances = Annotated[str, _rule(names.locations)]
+GcsPrefix = Annotated[str, _rule(names.location, local=False)]
+Url = Annotated[str, _rule(names.url)]
+DisplayName = Annotated[str, _rule(names.display_name, optional=False)]
+OptionalDisplayName = Annotated[str, _rule(names.display_name)]
+KubernetesName = Annotated[str, _rule(names.dns_label)]
+KubernetesSubdomain = Annotated[str, _rule(names.dns_subdomain)]
+
+
 class PipelineParameters(BaseModel):
     """Inputs of the training pipeline, with their defaults (also the compiled pipeline's defaults); each field's
     description is its compiled input's description."""
 
     model_config = ConfigDict(extra="forbid")
 
-    data_source: str = Field(
+    data_source: DataSource = Field(
         "builtin:digits",
         description=(
             "The data: builtin:digits, builtin:iris, an image folder (one subfolder per class) or a CSV file with a "
@@ -111,14 +138,14 @@ class PipelineParameters(BaseModel):
     champion_tolerance: float = Field(
         0.01, ge=0, description=("Evaluation gate: how far below the champion's test accuracy the model may be.")
     )
-    model_repository: str = Field(
+    model_repository: Location = Field(
         "",
         description=(
             "Self-hosted: the versioned model repository (empty: runs/model_repository for local runs, "
             "<volume mount path>/model-repository for compiled kubeflow templates)."
         ),
     )
-    model_name: str = Field("tfpipe-model", description="Self-hosted: the model's name in the repository.")
+    model_name: ModelName = Field("tfpipe-model", description="Self-hosted: the model's name in the repository.")
     source_commit: str = Field("", description="Commit recorded with the published version (local runs: git HEAD).")
     tune: bool = Field(True, description="Run the hyperparameter study before the final training.")
     tuning_trial_epochs: int = Field(2, ge=1, description="Epochs of each study trial.")
@@ -143,7 +170,7 @@ class PipelineParameters(BaseModel):
             "models keep the rest)."
         ),
     )
-    serving_url: str = Field(
+    serving_url: Url = Field(
         "",
         description=(
             "Self-hosted: URL of a TF Serving watching model_repository (empty: local runs start the local server)."
@@ -168,7 +195,7 @@ class BatchParameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    instances: str = Field("", description="The instances: comma-separated paths or globs (Vertex: gs:// URIs).")
+    instances: Instances = Field("", description="The instances: comma-separated paths or globs (Vertex: gs:// URIs).")
     instances_format: InstancesFormat = Field(
         "jsonl", description="Format of the instances: jsonl, csv, tf-record, tf-record-gzip or file-list."
     )
@@ -179,10 +206,10 @@ class BatchParameters(BaseModel):
             "id, alias or projects/.../models/ID[@VERSION] resource name."
         ),
     )
-    model_repository: str = Field(
+    model_repository: Location = Field(
         "", description=("Self-hosted: the model repository (empty: runs/model_repository for local runs).")
     )
-    model_name: str = Field("tfpipe-model", description="Self-hosted: the model's name in the repository.")
+    model_name: ModelName = Field("tfpipe-model", description="Self-hosted: the model's name in the repository.")
     batch_size: int = Field(64, ge=1, description="Instances per prediction call.")
     key_field: str = Field(
         "", description=("Field identifying an instance: never sent to the model; the output carries it as `key`.")
@@ -212,7 +239,7 @@ class BatchParameters(BaseModel):
             "image model)."
         ),
     )
-    output_prefix: str = Field(
+    output_prefix: GcsPrefix = Field(
         "", description=("Vertex: gs:// prefix of the output directory (empty: under the pipeline root).")
     )
 
@@ -248,7 +275,7 @@ def described_by(parameters: type[BaseModel]):
 
 def _check_labels(labels: Mapping[str, str]) -> None:
     for key, value in labels.items():
-        if not LABEL_KEY.match(key) or not LABEL_VALUE.match(value):
+        if not LABEL_KEY.fullmatch(key) or not LABEL_VALUE.fullmatch(value):
             raise ValueError(f"{key}={value!r}: keys must match {LABEL_KEY.pattern} and values {LABEL_VALUE.pattern}")
         if key.startswith("goog"):
             raise ValueError(f"{key}: label keys starting with goog are reserved by Google Cloud")
@@ -261,7 +288,7 @@ class ScheduleSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    display_name: str = ""  # "" = the pipeline's name (tfpipe-training, tfpipe-batch-prediction)
+    display_name: OptionalDisplayName = ""  # "" = the pipeline's name (tfpipe-training, tfpipe-batch-prediction)
     cron: str = ""  # "0 3 * * 1", optionally "TZ=Europe/Paris 0 3 * * 1"; validated on load
     max_concurrent_runs: int = Field(1, ge=1)
     allow_queueing: bool = False  # Vertex: queue a run instead of skipping it while max_concurrent_runs run
@@ -288,7 +315,7 @@ class ScheduleSettings(BaseModel):
 
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")  # Kubernetes CPU/memory quantities
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = names.DNS_LABEL
 DEFAULT_STEP = "default"  # kubeflow.step_resources key for every step without its own entry
 
 
@@ -348,15 +375,9 @@ class Volume(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    claim_name: str = "tfpipe"  # "" = no volume (then only training: pod, tuning: pod, serving: url | none)
+    claim_name: KubernetesSubdomain = "tfpipe"  # "" = no volume (then only training: pod, tuning: pod, serving:
+    #                                             url | none)
     mount_path: str = "/mnt/tfpipe"
-
-    @field_validator("claim_name")
-    @classmethod
-    def _claim(cls, value: str) -> str:
-        if value and (len(value) > 253 or not all(_DNS_LABEL.match(p) for p in value.split("."))):
-            raise ValueError(f"{value!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-', '.')")
-        return value
 
     @field_validator("mount_path")
     @classmethod
@@ -396,16 +417,17 @@ class KubeflowSettings(BaseModel):
     predictor: Literal["serving_image", "tensorflow"] = "serving_image"  # KServe predictor: this project's serving
     #                                                   image (custom container) or KServe's TensorFlow runtime
     tensorflow_runtime_version: str = ""  # predictor tensorflow: the TF Serving image tag ("" = the runtime's)
-    inference_service: str = ""  # the InferenceService's name ("" = the model_name parameter)
+    inference_service: Annotated[str, _rule(names.inference_service)] = ""  # the InferenceService's name ("" = the
+    #                                                                        model_name parameter)
     poll_seconds: float = Field(10, gt=0)  # how often the steps read the objects' status
     training_timeout_minutes: int = Field(24 * 60, ge=1)
     tuning_timeout_minutes: int = Field(24 * 60, ge=1)
     serving_timeout_minutes: int = Field(15, ge=1)  # until the new revision is Ready
 
-    @field_validator("namespace", "service_account", "inference_service")
+    @field_validator("namespace", "service_account")
     @classmethod
     def _name(cls, value: str) -> str:
-        if value and (len(value) > 63 or not _DNS_LABEL.match(value)):
+        if value and (len(value) > 63 or not _DNS_LABEL.fullmatch(value)):
             raise ValueError(f"{value!r} is not a Kubernetes name (lowercase letters, digits and '-', at most 63)")
         return value
 
@@ -413,7 +435,7 @@ class KubeflowSettings(BaseModel):
     @classmethod
     def _steps(cls, value: dict) -> dict:
         for name in value:
-            if name != DEFAULT_STEP and not _DNS_LABEL.match(name):
+            if name != DEFAULT_STEP and not _DNS_LABEL.fullmatch(name):
                 raise ValueError(f"{name!r}: keys are step names like train-model, or {DEFAULT_STEP!r}")
         return value
 
@@ -447,15 +469,17 @@ class Platform(BaseModel):
     network: str = ""  # Vertex: projects/PROJECT_NUMBER/global/networks/NAME to peer with ("" = none)
     encryption_spec_key_name: str = ""  # Vertex: CMEK key of the runs, jobs, models and endpoints ("" = Google's)
     tensorboard: str = ""  # Vertex: projects/.../locations/.../tensorboards/ID the training job writes to
-    vertex_experiment: str = ""  # Vertex: the Vertex AI Experiment `submit` puts runs in ("" = none)
+    vertex_experiment: Annotated[str, _rule(names.vertex_experiment)] = ""  # Vertex: the Vertex AI Experiment
+    #                                                                         `submit` puts runs in ("" = none)
     labels: dict[str, str] = {}  # labels of the pipeline jobs, schedules and every Vertex job and resource
     enable_caching: bool | None = None  # None = the compiled settings (look-ups never cached, the rest keyed on
     #                                     the data's fingerprint); False = nothing cached; True is refused
     template_registry: str = ""  # https://REGION-kfp.pkg.dev/PROJECT/REPO: publish target, --template-tag source
     kfp_host: str = ""  # Kubeflow Pipelines API endpoint, e.g. http://localhost:8080
-    kfp_namespace: str = ""  # multi-user Kubeflow: the profile namespace
-    kfp_experiment: str = "tfpipe"
-    kfp_service_account: str = ""  # Kubernetes service account of the runs ("" = the deployment's default)
+    kfp_namespace: KubernetesName = ""  # multi-user Kubeflow: the profile namespace
+    kfp_experiment: DisplayName = "tfpipe"
+    kfp_service_account: KubernetesSubdomain = ""  # Kubernetes service account of the runs ("" = the deployment's
+    #                                                default)
     schedule: ScheduleSettings = ScheduleSettings()
     kubeflow: KubeflowSettings = KubeflowSettings()  # the kubeflow target's engines, volume and resources
     components_image: str = "us-docker.pkg.dev/PROJECT/tfpipe/components:latest"
@@ -467,11 +491,11 @@ class Platform(BaseModel):
     machine_type: str = "n1-standard-4"
     accelerator_type: str = ""
     accelerator_count: int = Field(0, ge=0)
-    model_display_name: str = "tfpipe-model"
+    model_display_name: DisplayName = "tfpipe-model"
     model_version_aliases: list[str] = ["champion"]  # moved to each uploaded version; the first one is what
     #                                                   batch prediction uses as "the champion"
     model_labels: dict[str, str] = {}
-    endpoint_display_name: str = "tfpipe-endpoint"
+    endpoint_display_name: DisplayName = "tfpipe-endpoint"
     keep_previous: int = Field(0, ge=0)  # deployed models kept (at 0 %) after a full rollout, for a quick rollback
     serving_machine_type: str = "n1-standard-2"
     serving_min_replicas: int = Field(1, ge=1)
@@ -534,7 +558,7 @@ class Platform(BaseModel):
     @classmethod
     def _step_names(cls, value: dict) -> dict:
         for name in value:
-            if not _DNS_LABEL.match(name):
+            if not _DNS_LABEL.fullmatch(name):
                 raise ValueError(f"{name!r}: keys are step names like prepare-data")
         return value
 
@@ -558,7 +582,7 @@ class Platform(BaseModel):
     @model_validator(mode="after")
     def _vertex_rules(self):
         for alias in self.model_version_aliases:
-            if not _ALIAS.match(alias):
+            if not _ALIAS.fullmatch(alias):
                 raise ValueError(f"model_version_aliases: {alias!r} must match {_ALIAS.pattern}")
         if len(set(self.model_version_aliases)) != len(self.model_version_aliases):
             raise ValueError("model_version_aliases must be distinct")
@@ -685,6 +709,29 @@ class Config(BaseModel):
     platform: Platform = Platform()
     study: StudySpec = DEFAULT_STUDY
     trainer: TrainerSettings = TrainerSettings()
+
+    def check_target(self, target: str) -> None:
+        """ConfigError unless the training parameters also follow `target`'s own rules (those of every target are
+        checked on load): on kubeflow with serving: kserve, `model_name` is the InferenceService's name (unless
+        kubeflow.inference_service is set), and a local `model_repository` must lie on the shared volume, where
+        KServe's storage initializer reads the versions."""
+        kubeflow, parameters = self.platform.kubeflow, self.parameters
+        if target != "kubeflow" or kubeflow.serving != "kserve":
+            return
+        try:
+            if not kubeflow.inference_service:
+                names.inference_service(parameters.model_name, "parameters.model_name")
+        except names.InvalidName as e:
+            raise ConfigError(
+                f"invalid configuration: {e}: on kubeflow it names the InferenceService (or set "
+                "platform.kubeflow.inference_service)"
+            ) from None
+        repository, mount = parameters.model_repository, kubeflow.volume.mount_path
+        if repository and "://" not in repository and not os.path.normpath(repository).startswith(f"{mount}/"):
+            raise ConfigError(
+                f"invalid configuration: parameters.model_repository: on kubeflow with serving: kserve, a gs:// URI "
+                f"or a folder under the volume's mount path {mount} (got {repository!r})"
+            )
 
     def cloud_fields(
         self, target: str, pipeline: str = "training", *, compiling=False, running=False, registry=False

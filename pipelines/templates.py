@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from components.lib import names
 from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, Config, ConfigError, PipelineParameters
 
 _NO_DEFAULT = object()
@@ -56,8 +57,9 @@ def compile_template(target: str, pipeline: str, config: Config, output: str | P
         from pipelines.training import build_pipeline
 
         try:
+            config.check_target(target)  # the names the parameters give on this target (the InferenceService's)
             func = build_pipeline(target, config.platform, config.study, config.trainer)
-        except ConfigError as e:  # trainer.model names no function on this Python path
+        except ConfigError as e:  # or trainer.model names no function on this Python path
             raise TemplateError(str(e)) from None
         defaults = config.parameters.model_dump()
     else:
@@ -218,4 +220,19 @@ def parse_params(assignments: Sequence[str], spec: dict) -> dict:
             field = ".".join(str(p) for p in first["loc"])
             message = first["msg"].removeprefix("Value error, ")
             raise TemplateError(f"--param {field}: {message}" if field else f"parameters: {message}") from None
+    if "model_name" in values and _kserve_service(spec) == "":
+        try:
+            names.inference_service(values["model_name"], "--param model_name")
+        except names.InvalidName as e:
+            raise TemplateError(f"{e}: this template's KServe deploy names the InferenceService after it") from None
     return values
+
+
+def _kserve_service(spec: dict) -> str | None:
+    """The InferenceService name a template's KServe deploy step is compiled with ("": the model_name input);
+    None when the template deploys on no KServe."""
+    for component in spec.get("components", {}).values():
+        for task in (component.get("dag") or {}).get("tasks", {}).values():
+            if task.get("componentRef", {}).get("name") == "comp-deploy-model-on-kserve":
+                return task["inputs"]["parameters"]["inference_service"]["runtimeValue"]["constant"]
+    return None

@@ -131,6 +131,7 @@ def serve(
 
     import logging
 
+    from components.lib.names import InvalidName
     from serving.batching import BatchingOptions
     from serving.models import Policy
     from serving.ports import PortError
@@ -140,10 +141,16 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     set_tensorflow_threads(intra_op, inter_op)
     policy = Policy(version_policy, latest_versions, specific)
+    try:
+        source = (
+            _config_file(local_path(model_config_file))
+            if model_config_file
+            else Repository(local_path(model_base_path), model_names, policy, label_map)
+        )
+    except InvalidName as e:  # a --model-name that is no model name
+        raise click.ClickException(str(e)) from None
     models = ServedModels(
-        _config_file(local_path(model_config_file))
-        if model_config_file
-        else Repository(local_path(model_base_path), model_names, policy, label_map),
+        source,
         poll_seconds,
         BatchingOptions(max_batch_size, batch_timeout_ms / 1000, num_batch_threads) if enable_batching else None,
         local_path(skip_models_file),

@@ -1,5 +1,6 @@
 """TF Serving's gRPC API on the tensorflow-serving-api servicer classes: `PredictionService.Predict`,
-`GetModelMetadata` and `ModelService.GetModelStatus` (grpc.aio)."""
+`GetModelMetadata` and `ModelService.GetModelStatus` (grpc.aio). A model name that is no model name
+(components.lib.names) is INVALID_ARGUMENT."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from components.lib.names import InvalidName
 from serving import codec
 from serving.models import DEFAULT_SIGNATURE, NotFound
 from serving.ports import PortError
@@ -70,6 +72,8 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             servable = self.models.resolve(request.model_spec.name, version, label)
         except NotFound as e:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        except InvalidName as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         response.model_spec.name = request.model_spec.name
         response.model_spec.version.value = servable.version
@@ -87,6 +91,8 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
             statuses = self.models.status(request.model_spec.name, version, label)
         except NotFound as e:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+        except InvalidName as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         response = get_model_status_pb2.GetModelStatusResponse()
         for s in statuses:
             entry = response.model_version_status.add()

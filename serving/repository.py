@@ -1,7 +1,11 @@
 """The models one server serves, as TF Serving's model config does: every model folder of a repository (or only the
 names given), or a ModelServerConfig text file. Polled with the versions: a model published (or configured) later
 is added, one removed or named in the skip file (`stop-serving --model-name`) is unloaded. Each model has its own
-ModelManager (version policy, labels, hot swap); requests for one never wait on another's loading."""
+ModelManager (version policy, labels, hot swap); requests for one never wait on another's loading.
+
+Model names follow components.lib.names.model_name (one path segment): a repository's folders with other names are
+not served, names given or configured otherwise are refused, and a request for such a name is refused before any
+look-up (InvalidName, a ValueError: 400 / INVALID_ARGUMENT)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from components.lib import names as rules
 from serving.batching import BatchingOptions
 from serving.models import ModelManager, NotFound, Policy, Servable, VersionStatus
 
@@ -31,7 +36,8 @@ class ModelSource(Protocol):
 
 
 def model_names(repository: str) -> list[str]:
-    """The model folders of a repository (`<repository>/<name>/`), hidden ones (`.staging`) left out."""
+    """The model folders of a repository (`<repository>/<name>/`) whose names are model names (hidden ones such as
+    `.staging` left out)."""
     import tensorflow as tf
 
     base = repository.rstrip("/")
@@ -42,7 +48,8 @@ def model_names(repository: str) -> list[str]:
     return sorted(
         e.rstrip("/")
         for e in entries
-        if not e.startswith(".") and (e.endswith("/") or tf.io.gfile.isdir(f"{base}/{e}"))  # GCS marks folders
+        if rules.MODEL_NAME.fullmatch(e.rstrip("/"))
+        and (e.endswith("/") or tf.io.gfile.isdir(f"{base}/{e}"))  # GCS marks folders
     )
 
 
@@ -54,6 +61,10 @@ class Repository:
     names: tuple[str, ...] = ()
     policy: Policy = Policy()
     labels: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in self.names:
+            rules.model_name(name, "--model-name")
 
     def configs(self) -> dict[str, ModelConfig]:
         base = self.path.rstrip("/")
@@ -84,6 +95,7 @@ class ModelConfigFile:
             where = f"model {c.name!r}"
             if not c.name or not c.base_path or c.name in models:
                 raise ValueError(f"{where}: every config needs a name of its own and a base_path")
+            rules.model_name(c.name, f"{where}: name")
             if c.model_platform not in ("", "tensorflow"):
                 raise ValueError(f"{where}: model_platform {c.model_platform!r} is not served (only tensorflow)")
             models[c.name] = ModelConfig(
@@ -187,14 +199,14 @@ class ServedModels:
         return bool(self._managers) and all(m.ready() for m in self._managers.values())
 
     def resolve(self, name: str, version: int | None = None, label: str | None = None) -> Servable:
-        manager = self._managers.get(name)
+        manager = self._managers.get(rules.model_name(name, "model name"))
         if manager is None:
             wanted = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
             raise NotFound(f"Servable not found for request: {wanted}")
         return manager.resolve(version, label)
 
     def status(self, name: str, version: int | None = None, label: str | None = None) -> list[VersionStatus]:
-        manager = self._managers.get(name)
+        manager = self._managers.get(rules.model_name(name, "model name"))
         if manager is None:
             raise NotFound(f"Could not find any versions of model {name}")
         return manager.status(version, label)

@@ -1,5 +1,6 @@
 """TF Serving's REST API (g3doc/api_rest.md) plus Vertex AI's custom-container health and predict routes, as a
-Starlette ASGI app. Every error is `{"error": "<message>"}` with a 4xx status for client errors."""
+Starlette ASGI app. Every error is `{"error": "<message>"}` with a 4xx status for client errors; a model name in a
+path that is no model name (components.lib.names: one path segment) is a 400, before any look-up."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from components.lib.names import InvalidName, model_name
 from serving import codec
 from serving.models import NotFound, VersionStatus
 from serving.repository import ServedModels
@@ -88,6 +90,10 @@ def create_app(
         if not match:
             return _error(404, f"Malformed request: {request.method} {request.url.path}")
         name, label, action = match["name"], match["label"], match["action"]
+        try:
+            model_name(name, "model name")
+        except InvalidName as e:
+            return _error(400, str(e))
         try:
             version = int(match["version"]) if match["version"] is not None else None
         except ValueError:

@@ -175,3 +175,69 @@ def test_run_and_rehearse_take_the_shipped_config_as_it_is(tmp_path, monkeypatch
     result = invoke("rehearse", *shipped, "--param", "epochz=3", "--out", str(tmp_path / "r"))
     assert result.exit_code == 1
     assert result.output.startswith("Error: --param epochz: not an input of tfpipe-training; its inputs are: ")
+
+
+SEGMENT = (
+    "one path segment of 1 to 128 ASCII letters, digits, '.', '_' and '-', starting with a letter or digit (no '/', "
+    "no '..', no leading '.')"
+)
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--accuracy-threshold", "0"], "parameters.model_name"),
+        (["--pipeline", "batch_prediction", "--instances", "x.jsonl"], "batch.model_name"),
+    ],
+)
+def test_a_model_name_that_would_leave_the_repository_stops_run_before_any_step(tmp_path, monkeypatch, args, field):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)  # the repository's default, runs/model_repository, is relative to it
+    result = invoke("run", "--model-name", "../../escape", *args)
+    assert (result.exit_code, result.output) == (
+        1,
+        f"Error: invalid configuration: {field}: {SEGMENT} (got '../../escape') (from the command line)\n",
+    )
+    assert list(tmp_path.rglob("*")) == [tmp_path / "a", work]  # no run folder, no repository, no escape
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("Bad Name!", f"parameters.model_name: {SEGMENT} (got 'Bad Name!') (from --set parameters.model_name)"),
+        (
+            "Bad_Name",
+            "parameters.model_name: a KServe InferenceService name: 1 to 46 lowercase letters, digits and '-', starting "
+            "with a letter, ending with a letter or digit (KServe's and Knative's latest-NAME-predictor must stay a "
+            "DNS label of at most 63) (got 'Bad_Name'): on kubeflow it names the InferenceService (or set "
+            "platform.kubeflow.inference_service)",
+        ),
+    ],
+)
+def test_a_model_name_kubernetes_would_refuse_stops_the_kubeflow_compile(tmp_path, name, message):
+    from tests.test_builder import IMAGE_SETS
+
+    output = tmp_path / "t.yaml"
+    result = invoke(
+        "compile",
+        "--target",
+        "kubeflow",
+        "--set",
+        f"parameters.model_name={name}",
+        *IMAGE_SETS,
+        "--output",
+        str(output),
+    )
+    assert (result.exit_code, result.output) == (1, f"Error: invalid configuration: {message}\n")
+    assert not output.exists()
+
+
+def test_the_servers_commands_refuse_a_hostile_model_name(tmp_path):
+    for args in (
+        ["serve", "--model-base-path", str(tmp_path), "--model-name", "../x"],
+        ["stop-serving", "--model-base-path", str(tmp_path), "--model-name", "../x"],
+    ):
+        result = invoke(*args)
+        assert (result.exit_code, result.output) == (1, f"Error: --model-name: {SEGMENT} (got '../x')\n")
+    assert list(tmp_path.iterdir()) == []

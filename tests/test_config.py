@@ -262,6 +262,135 @@ def test_platform_validation_names_the_field(tmp_path, setting, field, message):
     assert str(e.value) == f"invalid configuration: {field}: {message}"
 
 
+SEGMENT = (
+    "one path segment of 1 to 128 ASCII letters, digits, '.', '_' and '-', starting with a letter or digit (no '/', "
+    "no '..', no leading '.')"
+)
+KUBERNETES_NAME = (
+    "a Kubernetes name (DNS-1123 label): 1 to 63 lowercase letters, digits and '-', starting and ending with a letter "
+    "or digit"
+)
+
+
+@pytest.mark.parametrize(
+    "section, setting, field, message",
+    [
+        ("parameters", "model_name: ../../escape", "parameters.model_name", f"{SEGMENT} (got '../../escape')"),
+        ("parameters", "model_name: ''", "parameters.model_name", f"{SEGMENT} (got '')"),
+        ("batch", "model_name: .hidden", "batch.model_name", f"{SEGMENT} (got '.hidden')"),
+        (
+            "parameters",
+            "model_repository: s3://bucket/repo",
+            "parameters.model_repository",
+            "a local path or a gs:// URI (got 's3://bucket/repo')",
+        ),
+        (
+            "parameters",
+            "data_source: http://host/data.csv",
+            "parameters.data_source",
+            "a local path or a gs:// URI or builtin:NAME (got 'http://host/data.csv')",
+        ),
+        ("parameters", "serving_url: localhost:8501", "parameters.serving_url", "an http:// or https:// URL like "),
+        ("batch", "instances: 'a.jsonl,s3://b/c'", "batch.instances", "a local path or a gs:// URI (got 's3://b/c')"),
+        ("batch", "output_prefix: /tmp/out", "batch.output_prefix", "a gs:// URI (got '/tmp/out')"),
+        ("platform", "kfp_namespace: Team_A", "platform.kfp_namespace", f"{KUBERNETES_NAME} (got 'Team_A')"),
+        (
+            "platform",
+            "kfp_service_account: runner@x",
+            "platform.kfp_service_account",
+            "a Kubernetes name (DNS-1123 subdomain)",
+        ),
+        ("platform", "kfp_experiment: ''", "platform.kfp_experiment", "a display name: 1 to 128 characters"),
+        ("platform", "model_display_name: ''", "platform.model_display_name", "a display name: 1 to 128"),
+        (
+            "platform",
+            f"endpoint_display_name: {'e' * 129}",
+            "platform.endpoint_display_name",
+            "a display name: 1 to 128 characters (UTF-8), no control characters",
+        ),
+        ("platform", 'schedule: {display_name: "a\\nb"}', "platform.schedule.display_name", "a display name"),
+        ("platform", "vertex_experiment: My_Exp", "platform.vertex_experiment", "a Vertex AI Experiment name"),
+        (
+            "platform",
+            "kubeflow: {inference_service: my-model-with-a-name-too-long-for-its-knative-tag}",
+            "platform.kubeflow.inference_service",
+            "a KServe InferenceService name: 1 to 46 lowercase letters",
+        ),
+        (
+            "platform",
+            "kubeflow: {volume: {claim_name: My-Claim}}",
+            "platform.kubeflow.volume.claim_name",
+            "a Kubernetes name (DNS-1123 subdomain)",
+        ),
+        ("platform", 'kubeflow: {namespace: "ns\\n"}', "platform.kubeflow.namespace", "is not a Kubernetes name"),
+    ],
+)
+def test_names_and_locations_are_checked_on_load_in_one_line(tmp_path, section, setting, field, message):
+    (tmp_path / "c.yaml").write_text(f"{section}:\n  {setting}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "c.yaml", environ={})
+    assert str(e.value).startswith(f"invalid configuration: {field}: ") and message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_names_that_every_place_takes_load():
+    config = load_config(
+        None,
+        sets=[
+            "parameters.model_name=Digits_v2.1",
+            "parameters.model_repository=gs://bucket/models",
+            "parameters.serving_url=http://tf-serving.models:8501",
+            "batch.instances=data/*.jsonl,gs://bucket/more/*.jsonl",
+            "batch.output_prefix=gs://bucket/predictions",
+            "platform.kfp_namespace=team-a",
+            "platform.kfp_service_account=pipeline-runner",
+            "platform.model_display_name=Modèle « digits »",
+            "platform.vertex_experiment=digits-2026",
+            "platform.kubeflow.inference_service=digits",
+        ],
+        environ={},
+    )
+    assert config.platform.model_display_name == "Modèle « digits »"
+
+
+def test_a_refused_name_says_where_it_came_from():
+    with pytest.raises(ConfigError, match=r"\(got 'a/b'\) \(from --set parameters.model_name\)$"):
+        load_config(None, sets=["parameters.model_name=a/b"], environ={})
+    with pytest.raises(ConfigError, match=r"\(got '\.\.'\) \(from TFPIPE_BATCH__MODEL_NAME\)$"):
+        load_config(None, environ={"TFPIPE_BATCH__MODEL_NAME": ".."})
+
+
+@pytest.mark.parametrize(
+    "sets, target, message",
+    [
+        (["parameters.model_name=Digits"], "kubeflow", "parameters.model_name: a KServe InferenceService name"),
+        (["parameters.model_name=" + "d" * 47], "kubeflow", "(got '" + "d" * 47 + "'): on kubeflow it names the"),
+        (
+            ["parameters.model_repository=/data/repo"],
+            "kubeflow",
+            "parameters.model_repository: on kubeflow with serving: kserve, a gs:// URI or a folder under the volume's "
+            "mount path /mnt/tfpipe (got '/data/repo')",
+        ),
+        (["parameters.model_repository=/mnt/tfpipe/../data"], "kubeflow", "(got '/mnt/tfpipe/../data')"),
+        (["parameters.model_name=Digits", "platform.kubeflow.inference_service=digits"], "kubeflow", None),
+        (["parameters.model_name=Digits", "platform.kubeflow.serving=url"], "kubeflow", None),
+        (["parameters.model_repository=gs://bucket/repo"], "kubeflow", None),
+        (["parameters.model_repository=/mnt/tfpipe/repo"], "kubeflow", None),
+        (["parameters.model_name=Digits", "parameters.model_repository=/data/repo"], "vertex", None),
+        (["parameters.model_name=Digits"], "local", None),
+    ],
+)
+def test_the_names_a_target_adds(sets, target, message):
+    config = load_config(None, sets=sets, environ={})
+    if message is None:
+        config.check_target(target)
+        return
+    with pytest.raises(ConfigError) as e:
+        config.check_target(target)
+    assert str(e.value).startswith("invalid configuration: ") and message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
 def test_the_images_a_run_uses():
     from pipelines.config import Platform
 

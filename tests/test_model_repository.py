@@ -1,3 +1,4 @@
+import os
 import threading
 from http import HTTPStatus
 
@@ -5,6 +6,7 @@ import pytest
 
 from components.lib import model_repository
 from components.lib.model_repository import champion, publish, read_version, remove_version, versions
+from components.lib.names import InvalidName
 
 
 @pytest.fixture(scope="session")
@@ -147,6 +149,34 @@ def test_errors(small_model, tmp_path):
     with pytest.raises(FileNotFoundError, match=f"no saved_model.pb in {repo}/m/1"):
         read_version(repo, "m", 1)
     assert versions(repo, "m") == []
+
+
+@pytest.mark.parametrize("name", ["", "..", "../escape", "a/b", ".claims", "a b"])
+def test_a_name_that_is_no_path_segment_is_refused_before_the_disk_is_touched(small_model, tmp_path, name):
+    repo = str(tmp_path / "repo")
+    for call in (
+        lambda: publish(str(small_model), repo, name, {}),
+        lambda: versions(repo, name),
+        lambda: read_version(repo, name, 1),
+        lambda: remove_version(repo, name, 1),
+        lambda: champion(repo, name),
+    ):
+        with pytest.raises(InvalidName, match="^model_name: one path segment"):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_folder_linked_out_of_the_repository_is_neither_written_nor_emptied(small_model, tmp_path):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "elsewhere" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "linked").symlink_to(tmp_path / "elsewhere")
+    for call in (
+        lambda: publish(str(small_model), str(tmp_path / "repo"), "linked", {}),
+        lambda: remove_version(str(tmp_path / "repo"), "linked", 1),
+    ):
+        with pytest.raises(InvalidName, match=f"^model_name: must stay inside {tmp_path / 'repo'}"):
+            call()
+    assert os.listdir(tmp_path / "elsewhere") == ["1"]
 
 
 def test_stock_emulator_ignores_if_generation_match(gcs_emulator):

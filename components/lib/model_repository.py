@@ -9,6 +9,10 @@ Numbers are strictly increasing and never reused: a publish claims the next numb
 lost to a concurrent publish; claims outlive removed versions. An existing version is never overwritten. Locally a
 version appears and disappears at once (rename of a whole folder); GCS has no rename, so saved_model.pb is uploaded
 last and deleted first.
+
+A model name is one path segment (components.lib.names.model_name), checked by every function here; a local
+version is written or removed only once its model folder, resolved, lies inside the repository (a model folder that
+is a link to elsewhere is refused).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from components.lib import storage
+from components.lib import names, storage
 
 METADATA_FILE = "assets.extra/model_metadata.json"
 MODEL_FILE = "saved_model.pb"
@@ -41,7 +45,14 @@ class Version:
 def _root(base: str, model_name: str) -> str:
     if not base:
         raise ValueError("no model repository configured: set the model_repository parameter")
+    names.model_name(model_name)
     return f"{base.rstrip('/')}/{model_name}"
+
+
+def _writable(base: str, root: str) -> None:
+    """InvalidName unless the local model folder `root`, resolved, lies inside the repository `base`."""
+    if not storage.is_gcs(root):
+        names.inside(base, root, "model_name")
 
 
 def _is_number(name: str) -> bool:
@@ -122,12 +133,14 @@ def publish(model_dir: str, base: str, model_name: str, metadata: dict) -> Versi
     root = _root(base, model_name)
     if not os.path.isfile(os.path.join(model_dir, MODEL_FILE)):
         raise FileNotFoundError(f"no {MODEL_FILE} in {model_dir}")
+    _writable(base, root)
     return (_publish_gcs if storage.is_gcs(root) else _publish_local)(model_dir, root, model_name, metadata)
 
 
 def remove_version(base: str, model_name: str, number: int) -> None:
     """Delete a version (for a rollback), keeping its claim so that its number is never published again."""
     root = _root(base, model_name)
+    _writable(base, root)
     if storage.is_gcs(root):
         bucket, prefix = _gcs_bucket(root)
         blobs = list(bucket.list_blobs(prefix=f"{prefix}/{number}/"))

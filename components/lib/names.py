@@ -1,0 +1,184 @@
+"""The rules of the names, identifiers and locations a user or a run parameter sets, each by where it goes (the
+"Names" section of docs/config.md). Every rule returns the value or raises InvalidName, whose message is one line:
+`PARAM: RULE (got VALUE)`. The config (pipelines/config.py) checks them on load, the steps again at start (a
+compiled pipeline's parameters can be changed in the KFP UI), the local server in its routes; no TensorFlow, no
+pydantic here.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+MODEL_NAME_MAX = 128
+# One path segment of a model repository, a URL path segment of TF Serving's /v1/models/NAME (whose routes stop a
+# name at '/' and ':'): ASCII letters, digits, '.', '_' and '-', never '.' or '..' nor a hidden folder
+MODEL_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MODEL_NAME_MAX - 1}}}", re.ASCII)
+# Kubernetes DNS-1123 label (namespaces, most object names) and subdomain (service accounts, claims)
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX = 63, 253
+# KServe's InferenceService name (pkg/apis/serving/v1beta1/inference_service_validation.go, IsvcNameFmt). KServe
+# names the predictor's Knative Service NAME-predictor (pkg/constants/constants.go, PredictorServiceName), whose
+# revisions are NAME-predictor-00001, and the deploy step routes the `latest` tag, whose host label is
+# latest-NAME-predictor (Knative's DefaultTagTemplate "{{.Tag}}-{{.Name}}"): a DNS label, so NAME stays within
+# 63 - len("latest-") - len("-predictor") = 46
+INFERENCE_SERVICE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+INFERENCE_SERVICE_MAX = DNS_LABEL_MAX - len("latest-") - len("-predictor")
+# Vertex AI: display names (models, endpoints, schedules, jobs) hold up to 128 UTF-8 characters; Experiments (a
+# metadata context id) [a-z0-9][a-z0-9-]{0,127}; Model Registry version aliases; Google Cloud labels (their checks
+# and messages in pipelines/config.py)
+DISPLAY_NAME_MAX = 128
+VERTEX_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
+VERSION_ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")  # anchored: messages show the pattern
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+MAX_LABELS = 64  # per Vertex AI resource
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_GCS = re.compile(r"gs://[a-z0-9][a-z0-9._-]*(/.*)?", re.DOTALL)  # a bucket name, lowercase
+_SHOWN = 80  # characters of a refused value a message shows
+
+
+class InvalidName(ValueError):
+    """A name, identifier or location breaks the rule of a place it goes (`param: rule (got value)`)."""
+
+    def __init__(self, param: str, rule: str, value: object):
+        self.param, self.rule, self.value = param, rule, value
+        super().__init__(f"{param}: {self.detail}")
+
+    @property
+    def detail(self) -> str:
+        """The message without the parameter: `rule (got value)`."""
+        shown = repr(self.value)
+        return f"{self.rule} (got {shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + '...'})"
+
+
+def _text(value: object, param: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidName(param, "must be a string", value)
+    return value
+
+
+def model_name(value: str, param: str = "model_name") -> str:
+    """A model's name in a model repository (`<repository>/<name>/<version>`) and on the local server and TF
+    Serving (`/v1/models/<name>`)."""
+    if not MODEL_NAME.fullmatch(_text(value, param)):
+        raise InvalidName(
+            param,
+            f"one path segment of 1 to {MODEL_NAME_MAX} ASCII letters, digits, '.', '_' and '-', starting with a "
+            "letter or digit (no '/', no '..', no leading '.')",
+            value,
+        )
+    return value
+
+
+def inference_service(value: str, param: str = "inference_service") -> str:
+    """A KServe InferenceService name, short enough for the Knative names KServe and the deploy step derive."""
+    if not INFERENCE_SERVICE.fullmatch(_text(value, param)) or len(value) > INFERENCE_SERVICE_MAX:
+        raise InvalidName(
+            param,
+            f"a KServe InferenceService name: 1 to {INFERENCE_SERVICE_MAX} lowercase letters, digits and '-', starting "
+            f"with a letter, ending with a letter or digit (KServe's and Knative's latest-NAME-predictor must stay a "
+            f"DNS label of at most {DNS_LABEL_MAX})",
+            value,
+        )
+    return value
+
+
+def dns_label(value: str, param: str) -> str:
+    """A Kubernetes DNS-1123 label: a namespace, most objects' names."""
+    if not DNS_LABEL.fullmatch(_text(value, param)) or len(value) > DNS_LABEL_MAX:
+        raise InvalidName(
+            param,
+            f"a Kubernetes name (DNS-1123 label): 1 to {DNS_LABEL_MAX} lowercase letters, digits and '-', starting "
+            "and ending with a letter or digit",
+            value,
+        )
+    return value
+
+
+def dns_subdomain(value: str, param: str) -> str:
+    """A Kubernetes DNS-1123 subdomain: a service account's or a PersistentVolumeClaim's name."""
+    if (
+        len(_text(value, param)) > DNS_SUBDOMAIN_MAX
+        or not value
+        or not all(DNS_LABEL.fullmatch(part) for part in value.split("."))
+    ):
+        raise InvalidName(
+            param,
+            f"a Kubernetes name (DNS-1123 subdomain): 1 to {DNS_SUBDOMAIN_MAX} lowercase letters, digits, '-' and "
+            "'.', each '.'-separated part starting and ending with a letter or digit",
+            value,
+        )
+    return value
+
+
+def display_name(value: str, param: str) -> str:
+    """A Vertex AI display name (model, endpoint, schedule, job) or a Kubeflow Pipelines experiment or run name."""
+    if not _text(value, param) or len(value) > DISPLAY_NAME_MAX or _CONTROL.search(value):
+        raise InvalidName(
+            param, f"a display name: 1 to {DISPLAY_NAME_MAX} characters (UTF-8), no control characters", value
+        )
+    return value
+
+
+def vertex_experiment(value: str, param: str = "vertex_experiment") -> str:
+    """A Vertex AI Experiment's name (the id of its metadata context)."""
+    if not VERTEX_EXPERIMENT.fullmatch(_text(value, param)):
+        raise InvalidName(
+            param,
+            "a Vertex AI Experiment name: 1 to 128 lowercase letters, digits and '-', starting with a letter or digit",
+            value,
+        )
+    return value
+
+
+def location(
+    value: str,
+    param: str,
+    *,
+    schemes: tuple[str, ...] = ("gs",),
+    prefixes: tuple[str, ...] = (),
+    local: bool = True,
+) -> str:
+    """A local path (`local`; `file://` counts as one) or a URI of one of `schemes` (gs://: with a bucket name) or
+    a value with one of `prefixes` (`builtin:`)."""
+    accepted = " or ".join(
+        [*(["a local path"] if local else []), *(f"a {s}:// URI" for s in schemes), *(f"{p}NAME" for p in prefixes)]
+    )
+    if not _text(value, param).strip() or _CONTROL.search(value):
+        raise InvalidName(param, f"{accepted}, without control characters", value)
+    if prefixes and value.startswith(prefixes):
+        return value
+    scheme = _SCHEME.match(value)
+    if (scheme[1] not in schemes and not (local and scheme[1] == "file")) if scheme else not local:
+        raise InvalidName(param, accepted, value)
+    if value.startswith("gs://") and not _GCS.fullmatch(value):
+        raise InvalidName(param, f"{accepted}; gs:// URIs as gs://BUCKET/PATH", value)
+    return value
+
+
+def locations(value: str, param: str, *, schemes: tuple[str, ...] = ("gs",)) -> str:
+    """Comma-separated locations (paths or globs), at least one."""
+    items = [item.strip() for item in _text(value, param).split(",") if item.strip()]
+    if not items:
+        raise InvalidName(param, "comma-separated local paths or gs:// URIs (globs allowed), at least one", value)
+    for item in items:
+        location(item, param, schemes=schemes)
+    return value
+
+
+def url(value: str, param: str) -> str:
+    """An http:// or https:// URL with a host."""
+    if not re.fullmatch(r"https?://[^/\s?#]+(/\S*)?", _text(value, param)) or _CONTROL.search(value):
+        raise InvalidName(param, "an http:// or https:// URL like http://HOST:PORT", value)
+    return value
+
+
+def inside(root: str, path: str, param: str) -> Path:
+    """`path`, resolved (symbolic links followed), when it is `root` or lies under it: a second line of defence
+    for the writes under a repository or an output folder, whatever the names did."""
+    base, target = Path(root).resolve(), Path(path).resolve()
+    if target != base and base not in target.parents:
+        raise InvalidName(param, f"must stay inside {base}", str(target))
+    return target

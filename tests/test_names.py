@@ -1,0 +1,411 @@
+"""The name rules (components.lib.names), and hostile names fed to the config, the publish and deploy steps and the
+local server's routes: each is accepted and stays inside its root, or refused with one line."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from components.lib import model_repository, names
+from components.lib.names import InvalidName
+from pipelines.config import ConfigError, load_config
+
+# names an attacker or a careless user might try: separators, dot segments, unicode, empty, very long, spaces,
+# upper case, control characters, and names made of the allowed characters only
+HOSTILE_EXAMPLES = [
+    "",
+    ".",
+    "..",
+    "../x",
+    "../../escape",
+    "a/../../b",
+    "/etc",
+    "a\\b",
+    ".hidden",
+    "Bad Name!",
+    "UPPER",
+    "tfpipe-model",
+    "x" * 46,
+    "x" * 47,
+    "x" * 128,
+    "x" * 129,
+    "a:b",
+    "a\nb",
+    "a\x00b",
+    "modèle",
+    "ｍｏｄｅｌ",
+    "-lead",
+    "trail-",
+    "7digits",
+]
+HOSTILE = st.one_of(
+    st.sampled_from(HOSTILE_EXAMPLES),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=200),
+    st.from_regex(r"[A-Za-z0-9._/\\: -]{0,140}", fullmatch=True),
+    st.lists(st.sampled_from(["..", ".", "a", "", "B"]), max_size=5).map("/".join),
+)
+PROPERTY = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def one_line(error: BaseException) -> str:
+    message = str(error)
+    assert message and "\n" not in message, message
+    return message
+
+
+# --- the rules ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tfpipe-model", "Digits_v2", "a", "a..b", "x" * 128, "7"])
+def test_model_names_are_one_safe_path_segment(name):
+    assert names.model_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "a\\b", ".hidden", "Bad Name!", "x" * 129, "é", "a\n"])
+def test_other_model_names_are_refused_naming_the_parameter_the_rule_and_the_value(name):
+    with pytest.raises(InvalidName) as refused:
+        names.model_name(name, "parameters.model_name")
+    assert one_line(refused.value).startswith("parameters.model_name: one path segment of 1 to 128 ASCII letters")
+    assert f"(got {name!r})"[:60] in str(refused.value)  # a long value shortened
+
+
+def test_a_long_refused_value_is_shown_shortened():
+    with pytest.raises(InvalidName) as refused:
+        names.model_name("/" * 1000)
+    assert len(str(refused.value)) < 300 and str(refused.value).endswith("...)")
+
+
+def test_the_kserve_name_leaves_room_for_the_names_kserve_and_knative_derive():
+    longest = "m" * names.INFERENCE_SERVICE_MAX
+    assert names.inference_service(longest) == longest
+    assert len(f"latest-{longest}-predictor") == 63  # the `latest` tag's host label, the longest derived name
+    for name in ("m" * 47, "7up", "Model", "my_model", "-m", "m-", ""):
+        with pytest.raises(InvalidName, match="KServe InferenceService name"):
+            names.inference_service(name)
+
+
+def test_kubernetes_and_vertex_names():
+    assert names.dns_label("team-a", "ns") == "team-a"
+    assert names.dns_subdomain("pipeline-runner.v1", "sa") == "pipeline-runner.v1"
+    assert names.vertex_experiment("0-exp") == "0-exp"
+    assert names.display_name("Modèle de test (v2)", "model_display_name")
+    for rule, value in (
+        (names.dns_label, "Team"),
+        (names.dns_label, "a" * 64),
+        (names.dns_label, "ok\n"),
+        (names.dns_subdomain, "a..b"),
+        (names.dns_subdomain, "a" * 254),
+        (names.vertex_experiment, "-exp"),
+        (names.vertex_experiment, "Exp"),
+        (names.display_name, ""),
+        (names.display_name, "x" * 129),
+        (names.display_name, "two\nlines"),
+    ):
+        with pytest.raises(InvalidName) as refused:
+            rule(value, "field")
+        assert one_line(refused.value).startswith("field: ")
+
+
+@pytest.mark.parametrize(
+    "value, options, accepted",
+    [
+        ("runs/model_repository", {}, True),
+        ("/mnt/tfpipe/repo", {}, True),
+        ("file:///tmp/repo", {}, True),
+        ("gs://bucket/repo", {}, True),
+        ("gs://bucket", {}, True),
+        ("gs://", {}, False),
+        ("gs://B/x", {}, False),
+        ("s3://bucket/repo", {}, False),
+        ("https://host/repo", {}, False),
+        ("", {}, False),
+        ("a\x00b", {}, False),
+        ("builtin:digits", {"prefixes": ("builtin:",)}, True),
+        ("gs://bucket/out", {"local": False}, True),
+        ("/tmp/out", {"local": False}, False),
+    ],
+)
+def test_locations_take_the_schemes_of_their_place(value, options, accepted):
+    if accepted:
+        assert names.location(value, "p", **options) == value
+    else:
+        with pytest.raises(InvalidName):
+            names.location(value, "p", **options)
+
+
+def test_instances_and_urls():
+    assert names.locations("a.jsonl, gs://b/c/*.jsonl", "instances")
+    for value in ("", " , ", "a.jsonl,s3://b/c"):
+        with pytest.raises(InvalidName, match="^instances: "):
+            names.locations(value, "instances")
+    assert names.url("http://localhost:8501", "serving_url")
+    for value in ("localhost:8501", "ftp://host", "http://", "http://a b"):
+        with pytest.raises(InvalidName, match="^serving_url: "):
+            names.url(value, "serving_url")
+
+
+def test_inside_follows_links(tmp_path):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "repo" / "linked").symlink_to(tmp_path / "elsewhere")
+    assert names.inside(str(tmp_path / "repo"), str(tmp_path / "repo" / "m"), "p") == tmp_path / "repo" / "m"
+    with pytest.raises(InvalidName, match="must stay inside"):
+        names.inside(str(tmp_path / "repo"), str(tmp_path / "repo" / "linked"), "model_name")
+    with pytest.raises(InvalidName, match="must stay inside"):
+        names.inside(str(tmp_path / "repo"), str(tmp_path / "repo" / ".." / "elsewhere"), "model_name")
+
+
+# --- the config --------------------------------------------------------------------------------------------------
+
+
+@PROPERTY
+@given(HOSTILE)
+def test_hostile_model_names_in_the_config_are_accepted_inside_the_repository_or_refused_in_one_line(name):
+    root = Path(tempfile.gettempdir(), "repository")
+    try:
+        config = load_config(None, {"model_name": name}, {"model_name": name}, environ={})
+    except ConfigError as e:
+        assert one_line(e).startswith("invalid configuration: parameters.model_name: one path segment")
+        return
+    assert config.parameters.model_name == config.batch.model_name == name
+    assert (root / name).resolve().parent == root.resolve()
+    try:
+        config.check_target("kubeflow")
+    except ConfigError as e:
+        assert "KServe InferenceService name" in one_line(e)
+        return
+    assert names.DNS_LABEL.fullmatch(name) and len(f"latest-{name}-predictor") <= 63
+
+
+def template(inference_service: str | None) -> dict:
+    """A compiled training template's parts parse_params reads, with a KServe deploy step compiled with
+    `inference_service` (None: no KServe deploy)."""
+    deploy = {
+        "componentRef": {"name": "comp-deploy-model-on-kserve"},
+        "inputs": {"parameters": {"inference_service": {"runtimeValue": {"constant": inference_service}}}},
+    }
+    tasks = {"deploy-model-on-kserve": deploy} if inference_service is not None else {}
+    return {
+        "pipelineInfo": {"name": "tfpipe-training"},
+        "root": {"inputDefinitions": {"parameters": {"model_name": {"parameterType": "STRING", "defaultValue": "m"}}}},
+        "components": {"comp-condition-2": {"dag": {"tasks": tasks}}},
+    }
+
+
+def test_a_run_parameter_is_checked_against_the_names_the_template_gives_it():
+    from pipelines.templates import TemplateError, parse_params
+
+    assert parse_params(["model_name=digits"], template("")) == {"model_name": "digits"}
+    assert parse_params(["model_name=Digits_v2"], template("digits")) == {"model_name": "Digits_v2"}
+    assert parse_params(["model_name=Digits_v2"], template(None)) == {"model_name": "Digits_v2"}
+    with pytest.raises(TemplateError) as refused:
+        parse_params(["model_name=Digits_v2"], template(""))
+    assert one_line(refused.value).startswith("--param model_name: a KServe InferenceService name: ")
+    assert str(refused.value).endswith(
+        "(got 'Digits_v2'): this template's KServe deploy names the InferenceService after it"
+    )
+    with pytest.raises(TemplateError, match=r"^--param model_name: one path segment .*\(got '\.\./x'\)$"):
+        parse_params(["model_name=../x"], template(None))
+
+
+# --- the steps that publish and deploy ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    """What the publish step reads: a SavedModel folder (its saved_model.pb is all the repository looks at), the
+    data stats, the training metrics and the gate's report."""
+    root = tmp_path_factory.mktemp("artifacts")
+    (root / "model").mkdir()
+    (root / "model" / "saved_model.pb").write_bytes(b"")
+    (root / "dataset").mkdir()
+    stats = {"source": "builtin:digits", "examples": 10, "labels": ["0"], "input_shape": [8, 8, 1], "splits": {}}
+    (root / "dataset" / "stats.json").write_text(json.dumps(stats))
+    (root / "training").mkdir()
+    (root / "training" / "metrics.json").write_text("{}")
+    (root / "evaluation.json").write_text(json.dumps({"accuracy": 1.0, "loss": 0.0, "blessed": True, "reason": "-"}))
+    return root
+
+
+@contextlib.contextmanager
+def sandbox():
+    """A fresh folder holding only the repository folder `repo`: whatever escapes the repository lands beside it."""
+    with tempfile.TemporaryDirectory(prefix="tfpipe-names-") as folder:
+        top = Path(folder)
+        (top / "repo").mkdir()
+        yield top, top / "repo"
+
+
+@PROPERTY
+@given(HOSTILE)
+def test_the_publish_step_publishes_a_hostile_name_inside_the_repository_or_refuses_it(artifacts, name):
+    with sandbox() as (top, repo):
+        publish(artifacts, top, repo, name)
+
+
+def publish(artifacts: Path, top: Path, repo: Path, name: str) -> None:
+    from components.publish_model import publish_model
+
+    published = SimpleNamespace(path=str(top / "published.json"), metadata={})
+    try:
+        publish_model(
+            model=SimpleNamespace(path=str(artifacts / "model"), uri="file:///model"),
+            dataset=SimpleNamespace(path=str(artifacts / "dataset")),
+            training=SimpleNamespace(path=str(artifacts / "training")),
+            evaluation=SimpleNamespace(path=str(artifacts / "evaluation.json")),
+            model_repository=str(repo),
+            model_name=name,
+            run_id="run-1",
+            source_commit="",
+            published=published,
+        )
+    except InvalidName as e:
+        assert one_line(e).startswith("model_name: ")
+        assert sorted(os.listdir(top)) == ["repo"] and not os.listdir(repo)
+        return
+    assert Path(published.metadata["path"]).resolve().parent.parent == repo.resolve()
+    assert sorted(os.listdir(top)) == ["published.json", "repo"] and os.listdir(repo) == [name]
+
+
+@pytest.fixture
+def kserve(monkeypatch):
+    """The KServe deploy step with the cluster stubbed out: the names it would create objects with."""
+    import components.deploy_model_on_kserve as step
+    from components.lib import kube, smoke
+
+    created = []
+
+    def deploy_to_kserve(api, *, name, model_name, **options):
+        created.append(name)
+        return {"name": name, "namespace": "ns", "url": "http://x", "revision": f"{name}-predictor-00001", "canary": 0}
+
+    monkeypatch.setattr(step, "deploy_to_kserve", deploy_to_kserve)
+    monkeypatch.setattr(kube, "api_client", lambda: None)
+    monkeypatch.setattr(kube, "run_id", lambda: "run-1")
+    monkeypatch.setattr(smoke, "reference_checks", lambda *args: [])
+    return step.deploy_model_on_kserve, created
+
+
+@PROPERTY
+@given(HOSTILE)
+def test_the_kserve_deploy_step_creates_only_names_kserve_takes(artifacts, kserve, name):
+    with sandbox() as (top, repo):
+        deploy_on_kserve(artifacts, kserve, top, repo, name)
+
+
+def deploy_on_kserve(artifacts: Path, kserve, top: Path, repo: Path, name: str) -> None:
+    deploy, created = kserve
+    version_path = str(top / "volume" / "missing" / "1")
+    if names.MODEL_NAME.fullmatch(name):  # what the publish step would have written
+        version_path = model_repository.publish(str(artifacts / "model"), str(repo), name, {}).path
+    created.clear()
+    try:
+        deploy(
+            published=SimpleNamespace(metadata={"version": 1, "path": version_path}),
+            dataset=SimpleNamespace(path=str(artifacts / "dataset")),
+            model_repository=str(repo),
+            model_name=name,
+            traffic_percentage=100,
+            inference_service="",
+            predictor_kind="serving_image",
+            serving_image="registry/serving:1",
+            runtime_version="",
+            namespace="ns",
+            service_account="",
+            claim_name="tfpipe",
+            mount_path=str(top),
+            resources={},
+            min_replicas=1,
+            max_replicas=1,
+            keep_previous=0,
+            poll_seconds=1.0,
+            timeout_minutes=1,
+            endpoint=SimpleNamespace(path=str(top / "endpoint.json"), metadata={}),
+        )
+    except InvalidName as e:
+        assert one_line(e).startswith("model_name: ") and not created
+        if names.MODEL_NAME.fullmatch(name):  # refused by KServe's rule: the published version is removed
+            assert model_repository.versions(str(repo), name) == []
+        return
+    assert created == [name] and names.INFERENCE_SERVICE.fullmatch(name) and len(name) <= 46
+
+
+def test_the_local_deploy_step_refuses_a_hostile_name_before_looking_for_a_server(tmp_path, monkeypatch):
+    from components import deploy_model
+
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    for name in ("../x", "a\nb", ""):
+        with pytest.raises(InvalidName, match="^model_name: "):
+            deploy_model.deploy(1, str(tmp_path / "v"), str(tmp_path / "d"), str(tmp_path / "repo"), name)
+        with pytest.raises(InvalidName, match="^--model-name: "):
+            deploy_model.stop_server(str(tmp_path / "repo"), name or "..")
+    assert not (tmp_path / "state").exists()
+
+
+# --- the local server's routes -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One server on a repository with no models, beside a folder that holds one: a route that reached outside
+    the repository would find it."""
+    from serving.models import Policy
+    from serving.repository import Repository, ServedModels
+    from serving.server import ModelServer, ServerOptions
+
+    top = tmp_path_factory.mktemp("served")
+    (top / "repo").mkdir()
+    (top / "secret" / "1").mkdir(parents=True)
+    (top / "secret" / "1" / "saved_model.pb").write_bytes(b"")
+    models = ServedModels(Repository(str(top / "repo"), (), Policy(), {}), 0.1)
+    s = ModelServer(models, ServerOptions(rest_port=0, grpc_port=0)).start()
+    yield s, models, top
+    s.stop()
+
+
+def raw_get(rest_url: str, path: str) -> tuple[int, dict]:
+    """GET `path` as given: no client normalises its dot segments or its escapes."""
+    host, port = rest_url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@PROPERTY
+@given(HOSTILE)
+def test_the_servers_routes_refuse_a_hostile_name_in_one_line_and_never_leave_the_repository(server, name):
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
+    s, models, top = server
+    escaped = "".join(f"%{b:02X}" for b in name.encode())  # every byte escaped: the server sees the name as is
+    status, body = raw_get(s.rest_url, f"/v1/models/{escaped}")
+    assert status in (400, 404, 405) and set(body) == {"error"} and "\n" not in body["error"]
+    if names.MODEL_NAME.fullmatch(name):
+        assert status == 404 and body["error"] == f"Could not find any versions of model {name}"
+    elif status == 400:  # 404: no route or TF Serving's pattern took it (a '/', a newline); 405: ':predict' by GET
+        assert body["error"].startswith("model name: one path segment")
+    with grpc.insecure_channel(s.grpc_target) as channel:
+        request = get_model_status_pb2.GetModelStatusRequest()
+        request.model_spec.name = name
+        with pytest.raises(grpc.RpcError) as refused:
+            model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(request, timeout=10)
+    expected = grpc.StatusCode.NOT_FOUND if names.MODEL_NAME.fullmatch(name) else grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.code() == expected
+    assert models.names() == [] and sorted(os.listdir(top)) == ["repo", "secret"]
