@@ -35,15 +35,20 @@ test: lint
 test-fast: lint
 	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
 
+# Every result file of bench/results/, one benchmark after the other (each records the commit, the machine, the
+# command and the load average; docs/benchmarks.md says what each measures). About 40 min on the 2-core machine, the
+# test suite's run 15 of them; run nothing else meanwhile.
 bench: $(VENV)/.installed
 	$(PY) -m bench.input_pipeline
 	$(PY) -m bench.image_size
 	$(PY) -m bench.make_run
 	$(PY) -m bench.tflite
+	$(PY) -m bench.tflite --image-size 32 --output bench/results/tflite_32px.json
 	$(PY) -m bench.tuning
 	$(PY) -m bench.batch_predict
 	$(PY) -m bench.serving
 	$(PY) -m bench.rehearse
+	$(PY) -m bench.test_suite
 
 # The images, built with podman on a locally made base image (no Docker engine, no registry): IMAGES="serving" builds
 # one, IMAGES="trainer-gpu" the GPU trainer image.

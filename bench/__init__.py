@@ -1,17 +1,12 @@
-"""Benchmarks, `python -m bench.<name>`; each prints its ratios and writes bench/results/<name>.json."""
+"""Benchmarks, `python -m bench.<name>`; each prints its ratios and writes bench/results/<name>.json through
+`bench.results.Recorder` (the figures with the commit, the machine, the command and the load averages).
+`--quick` runs a reduced size to check that a benchmark works; its result goes outside bench/results/."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def save(result: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"results: {path}")
 
 
 def train_digits(workdir: Path, epochs: int, *flags: str) -> str:

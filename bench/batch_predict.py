@@ -1,6 +1,7 @@
 """Batch prediction benchmark: `batch_predict` throughput on jsonl instances vs raw `model.predict`.
 
     python -m bench.batch_predict [--instances 50000] [--files 1 2] [--batch-size 64] [--epochs 3] [--workdir DIR]
+                                  [--quick]
 
 Trains the digits model once (builtin:digits, `python -m trainer.task`), writes `--instances` test images (the test
 split repeated) as jsonl split into N files for each N of `--files` (parallelism N), and runs `batch_predict` on
@@ -26,12 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import save, train_digits
+from bench import train_digits
+from bench.results import Recorder, result_path
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-RESULTS = Path(__file__).resolve().parent / "results" / "batch_predict.json"
 
 
 def predict_throughput(model, images: np.ndarray, batch_size: int) -> tuple[float, np.ndarray]:
@@ -161,15 +161,12 @@ def run(workdir: Path, instances: int, file_counts: list[int], batch_size: int, 
                 }
             )
     return {
-        "benchmark": "batch_predict",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "dataset": "builtin:digits",
         "input_shape": list(images.shape[1:]),
         "instances": instances,
         "instances_format": "jsonl",
         "batch_size": batch_size,
         "repeats": repeats,
-        "cpu_count": os.cpu_count(),
         "loadavg_before": load_before,
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "model_load_seconds": round(load_seconds, 3),
@@ -185,7 +182,7 @@ def run(workdir: Path, instances: int, file_counts: list[int], batch_size: int, 
 def print_report(r: dict) -> None:
     print(
         f"\nbatch_predict on {r['instances']:,} {r['dataset']} jsonl instances {r['input_shape']}, batch size "
-        f"{r['batch_size']}, {r['cpu_count']} CPUs, median of {r['repeats']}; model load {r['model_load_seconds']} s"
+        f"{r['batch_size']}, median of {r['repeats']}; model load {r['model_load_seconds']} s"
     )
     print(
         f"model.predict on the same in-memory arrays: {r['model_predict_instances_per_second']:,.0f} instances/s "
@@ -216,12 +213,16 @@ def main(argv=None) -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--workdir", type=Path)
-    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument("--quick", action="store_true", help="2,000 instances, 1 file, 1 epoch, 1 run: checks that it works")
+    p.add_argument("--output", type=Path, help="JSON results [bench/results/batch_predict.json]")
     args = p.parse_args(argv)
+    if args.quick:
+        args.instances, args.files, args.epochs, args.repeats = 2000, [1], 1, 1
+    recorder = Recorder("batch_predict", args, quick=args.quick)
     with tempfile.TemporaryDirectory(prefix="bench-batch-predict-") as tmp:
         result = run(args.workdir or Path(tmp), args.instances, args.files, args.batch_size, args.epochs, args.repeats)
     print_report(result)
-    save(result, args.output)
+    recorder.save(result, result_path("batch_predict", args.quick, args.output))
 
 
 if __name__ == "__main__":

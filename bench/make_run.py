@@ -1,13 +1,15 @@
 """End-to-end benchmark of `make run`: the whole local pipeline, timed from outside.
 
-    python -m bench.make_run [--goal 90] [--variants default no-tune] [--keep] [-- extra `pipelines run` options]
+    python -m bench.make_run [--goal 90] [--variants default no-tune] [--keep] [--quick]
+                             [-- extra `pipelines run` options]
 
 Runs `python -m pipelines run --out <tmp> --model-repository <tmp>/repo` in a subprocess (this interpreter, same
 environment, cwd = the repository root), so the user's runs/ and model repository are left alone, once per variant:
 `default` (the settings a new user gets: the study on) and `no-tune` (`--no-tune`). Each run starts its own local
 server on free ports, stopped after the run. Prints the wall time, the per-step breakdown from
-`<tmp>/run_summary.json` and whether the goal (default ≤ 90 s, on the default variant) is met; writes
-bench/results/make_run.json.
+`<tmp>/run_summary.json` (with what the steps leave: start-up, orchestration and the report) and whether the goal
+(default ≤ 90 s, on the default variant) is met; writes bench/results/make_run.json. `--quick`: the `no-tune`
+variant alone, 1 epoch, no deploy (checks that it works).
 
 Also recorded: whether this environment's TensorFlow has compiled bytecode (`make` installs it so) and how long
 `import tensorflow` takes here with it and without it (a fresh process whose bytecode cache is an empty folder and
@@ -19,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -27,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import ROOT, save
+from bench import ROOT
+from bench.results import Recorder, result_path
 
-RESULTS = ROOT / "bench" / "results" / "make_run.json"
 VARIANTS = {"default": [], "no-tune": ["--no-tune"]}
 
 
@@ -100,6 +101,7 @@ def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
     summary = json.loads(summary_file.read_text()) if summary_file.exists() else {}
     steps = [{"name": s["name"], "status": s["status"], "seconds": s["seconds"]} for s in summary.get("steps", [])]
     tuning = summary.get("tuning") or {}
+    accounted = sum(s["seconds"] or 0 for s in steps)
     result = {
         "variant": name,
         "command": command,
@@ -108,6 +110,8 @@ def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
         "pipeline_seconds": summary.get("seconds"),
         "status": summary.get("status"),
         "steps": steps,
+        "steps_seconds": round(accounted, 2),
+        "outside_steps_seconds": round(wall - accounted, 2),  # start-up, orchestration and the report
         "test_accuracy": (summary.get("metrics") or {}).get("test_accuracy"),
         "blessed": (summary.get("gate") or {}).get("blessed"),
         "tuning_trials": len(tuning.get("trials") or []),
@@ -124,7 +128,6 @@ def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
     for s in steps:
         print(f"  {s['name']:<26} {s['status']:<10} {s['seconds']:>7.1f}s")
     if steps:
-        accounted = sum(s["seconds"] or 0 for s in steps)
         print(
             f"  {'(sum of steps)':<26} {'':<10} {accounted:>7.1f}s; start-up, orchestration and report: "
             f"{wall - accounted:.1f}s"
@@ -146,10 +149,14 @@ def main(argv=None) -> int:
         default=list(VARIANTS),
         help="runs to time, one after the other (default: default no-tune)",
     )
-    p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results [{RESULTS}]")
+    p.add_argument("--output", type=Path, help="JSON results [bench/results/make_run.json]")
     p.add_argument("--keep", action="store_true", help="keep the run directories (default: removed)")
+    p.add_argument("--quick", action="store_true", help="no-tune alone, 1 epoch, no deploy: checks that it works")
     p.add_argument("extra", nargs="*", help="further `python -m pipelines run` options for every run (after --)")
     args = p.parse_args(argv)
+    if args.quick:
+        args.variants, args.extra = ["no-tune"], [*args.extra, "--epochs", "1", "--no-deploy"]
+    recorder = Recorder("make_run", args, quick=args.quick)
 
     bytecode = tensorflow_bytecode()
     print(
@@ -161,18 +168,11 @@ def main(argv=None) -> int:
     default = next((r for r in runs if r["variant"] == "default"), None)
     met = bool(default and default["goal_met"])
     result = {
-        "benchmark": "make_run",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "goal_seconds": args.goal,
         "goal_met": met,
         "runs": runs,
         "tensorflow_bytecode": bytecode,
-        "environment": {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "executable": sys.executable,
-        },
+        "executable": sys.executable,
     }
     print()
     for r in runs:
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
             f"goal: default run wall <= {args.goal:g}s ... {'MET' if met else 'NOT MET'} "
             f"({default['wall_seconds']:.1f}s{'' if default['returncode'] == 0 else ', run failed'})"
         )
-    save(result, args.output)
+    recorder.save(result, result_path("make_run", args.quick, args.output))
     return 0 if all(r["returncode"] == 0 for r in runs) else 1
 
 

@@ -1,15 +1,16 @@
 """Rehearsal overhead: `python -m pipelines rehearse` (the compiled Vertex template against the local Vertex AI
 double) next to `python -m pipelines run` (the self-hosted DAG) on the same data and settings, in one run.
 
-    python -m bench.rehearse [--goal 1.5]
+    python -m bench.rehearse [--goal 1.5] [--quick]
 
 Both run with the default settings (what `make run` does), in subprocesses of this interpreter from the repository root, one after the other, with fresh state
 (their own model repository / rehearsal state, so neither finds a champion). Like for like: the same data
 (builtin:digits), epochs, workers and study; both deploy. The rehearsal does more work by design (every artifact
 and job output on a GCS emulator, TensorFlow's gs:// through a local HTTPS proxy, the steps' inputs and outputs
 copied through the /gcs/ mount, the API double, GCPC's launcher processes with their polling, a serving container
-started per deploy on a copy of the model); `run` reuses nothing either. Prints the ratio rehearse / run and whether the goal (default ≤ 1.5) is met; writes
-bench/results/rehearse.json.
+started per deploy on a copy of the model); `run` reuses nothing either. Prints the ratio rehearse / run and whether
+the goal (default ≤ 1.5) is met; writes bench/results/rehearse.json. `--quick`: both with 1 epoch, no study and no
+deploy (checks that it works).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -25,9 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import ROOT, save
-
-RESULTS = ROOT / "bench" / "results" / "rehearse.json"
+from bench import ROOT
+from bench.results import Recorder, result_path
 
 
 def _timed(command: list[str], env: dict, summary: Path) -> dict:
@@ -52,13 +51,16 @@ def _timed(command: list[str], env: dict, summary: Path) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.rehearse", description=__doc__.splitlines()[0])
     p.add_argument("--goal", type=float, default=1.5, help="goal for rehearse / run wall time (default 1.5)")
-    p.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results [{RESULTS}]")
+    p.add_argument("--output", type=Path, help="JSON results [bench/results/rehearse.json]")
+    p.add_argument("--quick", action="store_true", help="1 epoch, no study, no deploy: checks that it works")
     args = p.parse_args(argv)
+    recorder = Recorder("rehearse", args, quick=args.quick)
+    run_quick = ["--epochs", "1", "--no-tune", "--no-deploy"] if args.quick else []
+    rehearse_quick = ["--param", "epochs=1", "--param", "tune=false", "--param", "deploy=false"] if args.quick else []
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-rehearse-"))
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONUNBUFFERED="1", TFPIPE_SERVING_STATE=f"{tmp}/serving")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    load_before = os.getloadavg()
     try:
         run = _timed(
             [
@@ -74,6 +76,7 @@ def main(argv=None) -> int:
                 "0",
                 "--grpc-port",
                 "0",
+                *run_quick,
             ],
             env,
             tmp / "run" / "run_summary.json",
@@ -92,6 +95,7 @@ def main(argv=None) -> int:
                 str(tmp / "rehearsal"),
                 "--state",
                 str(tmp / "state"),
+                *rehearse_quick,
             ],
             env,
             tmp / "rehearsal" / "run_summary.json",
@@ -101,27 +105,18 @@ def main(argv=None) -> int:
     ratio = rehearsal["wall_seconds"] / run["wall_seconds"]
     succeeded = run["returncode"] == rehearsal["returncode"] == 0
     result = {
-        "benchmark": "rehearse",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run": run,
         "rehearse": rehearsal,
         "ratio_rehearse_to_run": round(ratio, 3),
         "goal_ratio": args.goal,
         "goal_met": succeeded and ratio <= args.goal,
-        "environment": {
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "loadavg_before": [round(x, 2) for x in load_before],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        },
     }
     print(
         f"\nrun {run['wall_seconds']:.1f}s ({run['status']}), rehearse {rehearsal['wall_seconds']:.1f}s "
         f"({rehearsal['status']}): ratio {ratio:.2f} (goal <= {args.goal:g}: "
         f"{'MET' if result['goal_met'] else 'NOT MET'})"
     )
-    save(result, args.output)
+    recorder.save(result, result_path("rehearse", args.quick, args.output))
     return 0 if succeeded else 1
 
 

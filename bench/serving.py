@@ -2,27 +2,36 @@
 
     python -m bench.serving [--rounds 3] [--duration 3] [--warmup 0.5] [--clients 1 16] [--client-processes 4]
                             [--http-client http.client|requests] [--max-batch-size 32] [--batch-timeout-ms 0]
-                            [--num-batch-threads 1] [--kserve-request-logs] [--epochs 3] [--workdir DIR]
+                            [--num-batch-threads 1] [--kserve-request-logs] [--epochs 3] [--workdir DIR] [--quick]
 
 Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epochs`; `--workdir` keeps and reuses it)
-and serves its SavedModel (input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from three
+and serves its SavedModel (input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from six
 separate processes, all started up front: KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`
 in its sync `predict`, `kserve.ModelServer(workers=1)`, v1 protocol, per-request logs off unless
-`--kserve-request-logs`), ours (`python -m pipelines serve`) and ours with `--enable-batching`, all three with
-TensorFlow's default thread pools, and KServe and ours again with one TensorFlow thread each (`TF_NUM_INTRAOP_THREADS`
-and `TF_NUM_INTEROP_THREADS` = 1 in both environments: like for like). Each server is checked
-first (64 test digits one by one: every class id must equal a direct `serving_default` call's), then loaded by the same
-generator: N closed-loop clients (each its own keep-alive `http.client` connection, or `requests.Session` with
-`--http-client requests`, or gRPC channel) in ≤ `--client-processes` spawned processes, so that one process's GIL does
-not cap the load; one instance per request (a test digit: REST body `{"instances": [...]}`, gRPC a serialized
-`PredictRequest` built with `tf.make_tensor_proto`, both encoded once before the run). Every configuration is measured once per round (`--warmup` s unmeasured, then
-`--duration` s), rounds interleaved so that drift in the machine's load hits every configuration alike. Reported: QPS
-(median of rounds, and each round), latency p50/p99 (pooled), errors (must be 0), server and client CPU per request.
-Also compares request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client writes it vs
-the serialized gRPC `PredictRequest`.
+`--kserve-request-logs`) and ours (`python -m pipelines serve`), each once with TensorFlow's default thread pools (a
+thread per CPU) and once with one TensorFlow thread (`TF_NUM_INTRAOP_THREADS` and `TF_NUM_INTEROP_THREADS` = 1, the
+same variables in both servers' environments), and ours with `--enable-batching` at both thread settings (batching
+is ours alone: KServe's Python server has none). Each server is checked first (64 test digits one by one: every
+class id must equal a direct `serving_default` call's), then loaded by the same generator: N closed-loop clients
+(each its own keep-alive `http.client` connection, or `requests.Session` with `--http-client requests`, or gRPC
+channel) in ≤ `--client-processes` spawned processes, so that one process's GIL does not cap the load; one instance
+per request (a test digit: REST body `{"instances": [...]}`, gRPC a serialized `PredictRequest` built with
+`tf.make_tensor_proto`, both encoded once before the run). Every configuration is measured once per round
+(`--warmup` s unmeasured, then `--duration` s), rounds interleaved so that drift in the machine's load hits every
+configuration alike. Reported: QPS (median of rounds, and each round), latency p50/p99 (pooled), errors (must be 0),
+server and client CPU per request.
 
-Goals: ours ≥ 1.5× KServe QPS at 16 REST clients (best of ours with/without batching; each comparison, without
-batching at either thread setting and with batching, is reported with its rounds); gRPC ≤ 0.3× REST bytes.
+The comparison is reported in two sections, in this order:
+  like for like: ours vs KServe, REST, both without batching, with the same TensorFlow threads (default pools on
+      both; one thread on both), the same model, clients and rounds; ratio of median QPS and each round's ratio;
+  best configurations: each side's configuration with the highest median QPS at the most clients over REST (ours:
+      any of its four; KServe: either of its two), labelled with its settings; the ratio of the two.
+Also measured: the model call itself (`serving_default` on one example, in a fresh process per thread setting,
+warmed up, then timed), and request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client
+writes it vs the serialized gRPC `PredictRequest`.
+
+Goals: ours ≥ 1.5× KServe QPS at the most REST clients, like for like at each thread setting (the best
+configurations' ratio is reported beside it, not as the goal); gRPC ≤ 0.3× REST bytes.
 Results: bench/results/serving.json.
 """
 
@@ -31,7 +40,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -46,12 +54,12 @@ from typing import Any
 
 import numpy as np
 
-from bench import ROOT, save, train_digits
+from bench import ROOT, train_digits
+from bench.results import Recorder, result_path
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-RESULTS = Path(__file__).resolve().parent / "results" / "serving.json"
 MODEL_NAME = "digits"
 PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
 
@@ -406,6 +414,49 @@ def prepare_model(workdir: Path, epochs: int) -> tuple[str, bool]:
     return train_digits(workdir, epochs), False
 
 
+ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}  # TensorFlow reads them at start
+
+# key: (label, side, TensorFlow threads, batching, protocols)
+SERVERS = {
+    "kserve": ("KServe", "kserve", "default", False, ["rest"]),
+    "ours": ("ours", "ours", "default", False, ["rest", "grpc"]),
+    "kserve_1t": ("KServe 1 TF thr", "kserve", "one", False, ["rest"]),
+    "ours_1t": ("ours 1 TF thr", "ours", "one", False, ["rest", "grpc"]),
+    "ours_batching": ("ours+batching", "ours", "default", True, ["rest", "grpc"]),
+    "ours_batching_1t": ("ours+batch 1 thr", "ours", "one", True, ["rest"]),
+}
+NAMES = {key: spec[0] for key, spec in SERVERS.items()}
+THREADS = {"default": "default (one per CPU)", "one": "1 intra-op, 1 inter-op"}
+LIKE_FOR_LIKE = {"default_threads": ("ours", "kserve"), "one_tf_thread": ("ours_1t", "kserve_1t")}
+
+
+def model_call_ms(model_dir: str, images: np.ndarray, one_thread: bool, calls: int, warmup: int) -> float:
+    """Mean ms of a one-example `serving_default` call in a fresh process (TensorFlow's pools are fixed when it
+    starts), after `warmup` unmeasured calls."""
+    code = (
+        "import sys, time, numpy as np, tensorflow as tf\n"
+        "f = tf.saved_model.load(sys.argv[1]).signatures['serving_default']\n"
+        "x = [tf.constant(v[None]) for v in np.load(sys.argv[2])]\n"
+        "n, w = int(sys.argv[3]), int(sys.argv[4])\n"
+        "for k in range(w): f(image=x[k % len(x)])['class_id'].numpy()\n"
+        "t = time.perf_counter()\n"
+        "for k in range(n): f(image=x[k % len(x)])['class_id'].numpy()\n"
+        "print((time.perf_counter() - t) / n * 1000)\n"
+    )
+    with tempfile.NamedTemporaryFile(suffix=".npy") as f:
+        np.save(f.name, images)
+        env = dict(os.environ, **(ONE_THREAD if one_thread else {}))
+        done = subprocess.run(
+            [sys.executable, "-c", code, model_dir, f.name, str(calls), str(warmup)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+    return round(float(done.stdout.strip().splitlines()[-1]), 4)
+
+
 def run(args, workdir: Path) -> dict:
     import tensorflow as tf
 
@@ -426,6 +477,11 @@ def run(args, workdir: Path) -> dict:
     rest_bodies = [rest_body(x[None]) for x in images]
     grpc_bodies = [grpc_request(x[None]).SerializeToString() for x in images]
     setup_seconds = time.time() - started
+    calls = {
+        threads: model_call_ms(model_dir, images, threads == "one", args.model_calls, args.model_calls // 10)
+        for threads in THREADS
+    }
+    print(f"[bench] one-example model call (ms): {calls}", flush=True)
 
     batching = [
         "--enable-batching",
@@ -437,19 +493,12 @@ def run(args, workdir: Path) -> dict:
         str(args.num_batch_threads),
     ]
     servers = {}  # key: (cmd, REST URL, gRPC port, readiness check, protocols, environment)
-    one_thread = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}  # TensorFlow reads them at start
-    for key, protocols in (
-        ("kserve", ["rest"]),
-        ("ours", ["rest", "grpc"]),
-        ("ours_batching", ["rest", "grpc"]),
-        ("kserve_1t", ["rest"]),
-        ("ours_1t", ["rest"]),
-    ):
+    for key, (_label, side, threads, batched, protocols) in SERVERS.items():
         if args.only and key not in args.only:
             continue
         http, grpc_port = free_port(), free_port()
         rest_url = f"http://127.0.0.1:{http}/v1/models/{MODEL_NAME}"
-        if key.startswith("kserve"):
+        if side == "kserve":
             cmd = [sys.executable, "-m", "bench.kserve_peer", model_dir, MODEL_NAME, str(http), str(grpc_port)]
             cmd += ["--request-logs"] if args.kserve_request_logs else []
             ready = kserve_ready(rest_url)
@@ -468,9 +517,9 @@ def run(args, workdir: Path) -> dict:
                 "--grpc-port",
                 str(grpc_port),
             ]
-            cmd += batching if key == "ours_batching" else []
+            cmd += batching if batched else []
             ready = ours_ready(rest_url)
-        servers[key] = (cmd, rest_url, grpc_port, ready, protocols, one_thread if key.endswith("_1t") else {})
+        servers[key] = (cmd, rest_url, grpc_port, ready, protocols, ONE_THREAD if threads == "one" else {})
     configs = [(key, protocol) for key, (*_, protocols, _) in servers.items() for protocol in protocols]
     raw: dict[tuple, list] = {(k, p, c): [] for k, p in configs for c in args.clients}
     correct, startup = {}, {}
@@ -515,10 +564,11 @@ def run(args, workdir: Path) -> dict:
     rows = [
         {
             "server": k,
+            "side": SERVERS[k][1],
             "protocol": p,
             "clients": c,
-            "batching": k == "ours_batching",
-            "tensorflow_threads": "1 intra-op, 1 inter-op" if k.endswith("_1t") else "default (one per CPU)",
+            "batching": SERVERS[k][3],
+            "tensorflow_threads": THREADS[SERVERS[k][2]],
             "class_ids_match": correct[k, p],
             **summarize(raw[k, p, c]),
         }
@@ -526,58 +576,12 @@ def run(args, workdir: Path) -> dict:
         for k, p in configs
     ]
     bytes_cmp = request_bytes(args.bytes_batch, args.bytes_size)
-
-    def qps(server, protocol, clients):
-        return next(
-            (r["qps"] for r in rows if (r["server"], r["protocol"], r["clients"]) == (server, protocol, clients)), None
-        )
-
     top = max(args.clients)
-    kserve_qps = qps("kserve", "rest", top)
-    ours_rest = {k: qps(k, "rest", top) for k in ("ours", "ours_batching")}
-    best_key = max((k for k in ours_rest if ours_rest[k]), key=lambda k: ours_rest[k], default=None)
-    ratio = round(ours_rest[best_key] / kserve_qps, 3) if best_key and kserve_qps else None
+    comparisons = compare(rows, raw, args.clients)
+    like = comparisons["like_for_like"]
+    goal_pairs = [like[name][str(top)] for name in like if str(top) in like[name]]
     errors = sum(r["errors"] for r in rows)
-
-    def per_round(ours_key, kserve_key):
-        """Ours/KServe within each round (configurations measured minutes apart drift less there)."""
-        if (ours_key, "rest", top) not in raw or (kserve_key, "rest", top) not in raw:
-            return []
-        return [
-            round(len(o["latencies_ms"]) / len(k["latencies_ms"]), 3) if len(k["latencies_ms"]) else None
-            for o, k in zip(raw[ours_key, "rest", top], raw[kserve_key, "rest", top])
-        ]
-
-    # like for like: each of ours against KServe with the same TensorFlow threads; batching is ours alone
-    pairs = {
-        "no_batching": ("ours", "kserve"),
-        "batching": ("ours_batching", "kserve"),
-        "no_batching_one_tf_thread": ("ours_1t", "kserve_1t"),
-    }
-    comparisons = {}
-    for name, (ours_key, kserve_key) in pairs.items():
-        o, k = qps(ours_key, "rest", top), qps(kserve_key, "rest", top)
-        if o and k:
-            comparisons[name] = {
-                "ours": ours_key,
-                "kserve": kserve_key,
-                "ours_qps": o,
-                "kserve_qps": k,
-                "ratio": round(o / k, 3),
-                "ratio_per_round": per_round(ours_key, kserve_key),
-                "met": o / k >= 1.5,
-            }
-    per_round_best = (
-        [
-            max(x)
-            for x in zip(*(c["ratio_per_round"] for n, c in comparisons.items() if n in ("no_batching", "batching")))
-        ]
-        if comparisons
-        else []
-    )
     return {
-        "benchmark": "serving",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "dataset": "builtin:digits",
         "epochs": args.epochs,
         "model_reused": reused,
@@ -592,6 +596,11 @@ def run(args, workdir: Path) -> dict:
             "http_client": args.http_client,
             "client": "closed loop; requests.Session or http.client (REST) / grpc channel with pre-serialized "
             "PredictRequest (gRPC), one per client; bodies encoded once before the run",
+            "servers": {
+                key: {"side": side, "tensorflow_threads": THREADS[threads], "batching": batched}
+                for key, (_label, side, threads, batched, _protocols) in SERVERS.items()
+                if key in servers
+            },
             "ours_batching": {
                 "max_batch_size": args.max_batch_size,
                 "batch_timeout_ms": args.batch_timeout_ms,
@@ -602,12 +611,6 @@ def run(args, workdir: Path) -> dict:
                 "request_logs": args.kserve_request_logs,
                 "model": "kserve.Model, sync predict calling serving_default",
             },
-        },
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "loadavg_at_start": args.loadavg,
-            "platform": platform.platform(),
-            "python": platform.python_version(),
         },
         "versions": {
             p: _version(p)
@@ -626,18 +629,21 @@ def run(args, workdir: Path) -> dict:
         "setup_seconds": round(setup_seconds, 1),
         "server_startup_seconds": startup,
         "seconds": round(time.time() - started, 1),
+        "model_call_ms": {
+            "default_threads": calls["default"],
+            "one_tf_thread": calls["one"],
+            "calls": args.model_calls,
+        },
         "runs": rows,
+        "like_for_like": like,
+        "best": comparisons["best"],
         "request_bytes": bytes_cmp,
         "goal": {
             "qps_clients": top,
-            "kserve_rest_qps": kserve_qps,
-            "ours_rest_qps": ours_rest,
-            "ours_best": best_key,
-            "ours_to_kserve": ratio,
-            "ours_to_kserve_per_round": per_round_best,
-            "comparisons": comparisons,
             "qps_ratio_min": 1.5,
-            "qps_met": ratio is not None and ratio >= 1.5,
+            "like_for_like_met": bool(goal_pairs) and all(c["met"] for c in goal_pairs),
+            "like_for_like_ratios": {name: like[name][str(top)]["ratio"] for name in like if str(top) in like[name]},
+            "best_ratio": comparisons["best"].get(str(top), {}).get("ratio"),
             "grpc_to_rest_bytes": bytes_cmp["grpc_to_rest"],
             "bytes_ratio_max": 0.3,
             "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3,
@@ -647,6 +653,61 @@ def run(args, workdir: Path) -> dict:
     }
 
 
+def compare(rows: list[dict], raw: dict, client_counts: list[int]) -> dict:
+    """Ours vs KServe over REST at each client count: like for like (no batching, the same TensorFlow threads), then
+    each side's best configuration (highest median QPS), with the ratio of median QPS and each round's ratio."""
+
+    def row(server, clients):
+        return next((r for r in rows if (r["server"], r["protocol"], r["clients"]) == (server, "rest", clients)), None)
+
+    def pair(ours_key, kserve_key, clients) -> dict | None:
+        o, k = row(ours_key, clients), row(kserve_key, clients)
+        if not (o and k and k["qps"]):
+            return None
+        rounds = [
+            round(len(a["latencies_ms"]) / len(b["latencies_ms"]), 3) if len(b["latencies_ms"]) else None
+            for a, b in zip(raw[ours_key, "rest", clients], raw[kserve_key, "rest", clients])
+        ]
+        return {
+            "ours": ours_key,
+            "kserve": kserve_key,
+            "ours_label": NAMES[ours_key],
+            "kserve_label": NAMES[kserve_key],
+            "ours_qps": o["qps"],
+            "kserve_qps": k["qps"],
+            "ours_p50_ms": o["p50_ms"],
+            "kserve_p50_ms": k["p50_ms"],
+            "ours_server_cpu_ms_per_request": o["server_cpu_ms_per_request"],
+            "kserve_server_cpu_ms_per_request": k["server_cpu_ms_per_request"],
+            "ratio": round(o["qps"] / k["qps"], 3),
+            "ratio_per_round": rounds,
+            "rounds_at_least_1_5": sum(1 for x in rounds if x is not None and x >= 1.5),
+            "met": o["qps"] / k["qps"] >= 1.5,
+        }
+
+    like: dict[str, dict] = {}
+    for name, (ours_key, kserve_key) in LIKE_FOR_LIKE.items():
+        for clients in client_counts:
+            c = pair(ours_key, kserve_key, clients)
+            if c:
+                like.setdefault(name, {})[str(clients)] = c
+    best: dict[str, dict] = {}
+    for clients in client_counts:
+        candidates = {
+            side: [r for r in rows if r["side"] == side and r["protocol"] == "rest" and r["clients"] == clients]
+            for side in ("ours", "kserve")
+        }
+        if all(candidates.values()):
+            o = max(candidates["ours"], key=lambda r: r["qps"])
+            k = max(candidates["kserve"], key=lambda r: r["qps"])
+            c = pair(o["server"], k["server"], clients)
+            if c:
+                c["ours_settings"] = {"batching": o["batching"], "tensorflow_threads": o["tensorflow_threads"]}
+                c["kserve_settings"] = {"batching": k["batching"], "tensorflow_threads": k["tensorflow_threads"]}
+                best[str(clients)] = c
+    return {"like_for_like": like, "best": best}
+
+
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
@@ -654,25 +715,19 @@ def _version(package: str) -> str:
         return ""
 
 
-NAMES = {
-    "kserve": "KServe",
-    "ours": "ours",
-    "ours_batching": "ours+batching",
-    "kserve_1t": "KServe 1 TF thr",
-    "ours_1t": "ours 1 TF thr",
-}
-
-
 def print_report(r: dict) -> None:
     s = r["settings"]
     b = s["ours_batching"]
     print(
-        f"\nServing {r['dataset']} (1 instance/request), {r['machine']['cpu_count']} CPUs, "
-        f"{s['rounds']} interleaved rounds of {s['warmup_s']} s warm-up + {s['duration_s']} s measured (QPS: median "
-        f"of rounds, latency: pooled), client processes ≤ {s['client_processes']}, REST client "
-        f"{s['http_client']}; batching: max {b['max_batch_size']}, timeout {b['batch_timeout_ms']} ms, "
-        f"{b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, tensorflow "
-        f"{r['versions']['tensorflow']}"
+        f"\nServing {r['dataset']} (1 instance/request), {s['rounds']} interleaved rounds of {s['warmup_s']} s "
+        f"warm-up + {s['duration_s']} s measured (QPS: median of rounds, latency: pooled), client processes ≤ "
+        f"{s['client_processes']}, REST client {s['http_client']}; batching: max {b['max_batch_size']}, timeout "
+        f"{b['batch_timeout_ms']} ms, {b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, "
+        f"tensorflow {r['versions']['tensorflow']}"
+    )
+    print(
+        f"model call, one example: {r['model_call_ms']['default_threads']:.3f} ms with TensorFlow's default pools, "
+        f"{r['model_call_ms']['one_tf_thread']:.3f} ms on one thread"
     )
     print(
         f"{'server':<17}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
@@ -695,21 +750,22 @@ def print_report(r: dict) -> None:
         f"{q['rest_json_bytes']:,} B, gRPC PredictRequest {q['grpc_bytes']:,} B (raw tensor {q['raw_tensor_bytes']:,}"
         f" B) → gRPC/REST {q['grpc_to_rest']:.3f}"
     )
+
+    def line(c: dict) -> str:
+        return (
+            f"{c['ours_label']} {c['ours_qps']:,.0f} / {c['kserve_label']} {c['kserve_qps']:,.0f} = {c['ratio']:.2f}× "
+            f"(per round: {', '.join(f'{x:.2f}' for x in c['ratio_per_round'] if x is not None)})"
+        )
+
     g = r["goal"]
-    ours = ", ".join(f"{NAMES[k]} {v:,.0f}" for k, v in g["ours_rest_qps"].items() if v)
-    if g["ours_to_kserve"] is not None:
-        print(
-            f"goal ours ≥ 1.5× KServe QPS at {g['qps_clients']} REST clients: KServe {g['kserve_rest_qps']:,.0f}, "
-            f"{ours}; best {NAMES[g['ours_best']]} {g['ours_to_kserve']:.2f}× (per round: "
-            f"{', '.join(f'{x:.2f}' for x in g['ours_to_kserve_per_round'])}) ... "
-            f"{'PASS' if g['qps_met'] else 'FAIL'}"
-        )
-    for name, c in g.get("comparisons", {}).items():
-        print(
-            f"  {name.replace('_', ' ')}: {NAMES[c['ours']]} {c['ours_qps']:,.0f} / {NAMES[c['kserve']]} "
-            f"{c['kserve_qps']:,.0f} = {c['ratio']:.2f}× (per round: "
-            f"{', '.join(f'{x:.2f}' for x in c['ratio_per_round'])}) ... {'PASS' if c['met'] else 'FAIL'}"
-        )
+    top = str(g["qps_clients"])
+    print(f"like for like (REST, no batching, the same TensorFlow threads), {top} clients; goal ≥ 1.5×:")
+    for name, by_clients in r["like_for_like"].items():
+        if top in by_clients:
+            c = by_clients[top]
+            print(f"  {name.replace('_', ' ')}: {line(c)} ... {'PASS' if c['met'] else 'FAIL'}")
+    if top in r["best"]:
+        print(f"each side's best configuration (REST, {top} clients; not the goal): {line(r['best'][top])}")
     print(f"goal gRPC ≤ 0.3× REST bytes: {g['grpc_to_rest_bytes']:.3f}× ... {'PASS' if g['bytes_met'] else 'FAIL'}")
     print(
         f"errors: {g['errors']} ({'PASS' if g['errors'] == 0 else 'FAIL'}); class ids match a direct call: "
@@ -745,15 +801,22 @@ def main(argv=None) -> None:
         action="store_true",
         help="keep KServe's per-request access/latency logs (its default; off here as on ours)",
     )
-    p.add_argument("--only", nargs="+", choices=list(NAMES), help="servers to run")
+    p.add_argument("--only", nargs="+", choices=list(SERVERS), help="servers to run")
+    p.add_argument("--model-calls", type=int, default=3000, help="timed one-example model calls per thread setting")
     p.add_argument("--bytes-batch", type=int, default=32)
     p.add_argument("--bytes-size", type=int, default=28)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--workdir", type=Path, help="keep the data, model and server logs here (reused when present)")
-    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument(
+        "--quick", action="store_true", help="1 round of 0.2 + 0.5 s, 1 and 4 clients, 1 epoch: checks that it works"
+    )
+    p.add_argument("--output", type=Path, help="JSON results [bench/results/serving.json]")
     args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.duration, args.warmup, args.clients = 1, 0.5, 0.2, [1, 4]
+        args.client_processes, args.epochs, args.model_calls = 2, 1, 300
+    recorder = Recorder("serving", args, quick=args.quick)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so that every server process is stopped
-    args.loadavg = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
         result = run(args, args.workdir)
@@ -761,7 +824,7 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
             result = run(args, Path(tmp))
     print_report(result)
-    save(result, args.output)
+    recorder.save(result, result_path("serving", args.quick, args.output))
 
 
 if __name__ == "__main__":

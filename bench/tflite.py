@@ -1,11 +1,21 @@
 """TFLite benchmark: size, accuracy drop and single-example latency of each quantization mode.
 
-    python -m bench.tflite [--epochs 20] [--image-size 0] [--workdir DIR]
+    python -m bench.tflite [--epochs 20] [--image-size 0] [--repeats 5] [--warmup 50] [--workdir DIR] [--quick]
 
 Trains the digits model once (builtin:digits, `python -m trainer.task`; `--image-size` sets the model's input size,
-so a larger model can be measured too), converts it in every mode, and measures in one run: size ratio vs the float32 `.tflite`, accuracy drop (points) vs the SavedModel, mean single-example latency
-(LiteRT, one thread) as a ratio to the float32 `.tflite` and to the SavedModel's `serving_default` called from
-Python one example at a time. Goal: int8 ≤ 0.3× size with ≤ 0.5 point drop. Results: bench/results/tflite.json.
+so a larger model can be measured too), converts it in every mode (`components.quantize_model.quantize`: float32,
+dynamic, float16, int8 with float input and output) and once more in int8 with int8 input and output ("int8-io",
+`int8_io=True`), and measures in one run: size ratio vs the float32 `.tflite`, accuracy drop (points) vs the
+SavedModel, and single-example latency (LiteRT, one thread) as a ratio to the float32 `.tflite` and to the
+SavedModel's `serving_default` called from Python one example at a time.
+
+Latency is measured here, not taken from the quantize report: each interpreter (and the SavedModel) first answers
+`--warmup` unmeasured calls, then the test split is run `--repeats` times; a call is what a caller holding float32
+pixels pays: for an int8-input model the float → int8 quantization of the input with the input tensor's scale and
+zero point, `set_tensor`, `invoke`, `get_tensor` and the int8 → float dequantization of the output are all inside
+the timed region (the int8 model with float input does both inside the interpreter). Mean = the timed passes' total
+over their calls; p95 from each call's own time. Goal: int8 ≤ 0.3× size with ≤ 0.5 point drop. Results:
+bench/results/tflite.json (`--image-size 32 --output bench/results/tflite_32px.json` for the larger model).
 """
 
 import argparse
@@ -16,76 +26,163 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import save, train_digits
+from bench import train_digits
+from bench.results import Recorder, result_path
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-RESULTS = Path(__file__).resolve().parent / "results" / "tflite.json"
 
-
-def saved_model_latency_ms(model_dir: str, inputs: np.ndarray) -> float:
-    """Mean latency of one-example calls of the SavedModel's serving_default from Python."""
+def saved_model_latency(model_dir: str, inputs: np.ndarray, warmup: int, repeats: int) -> dict:
+    """Latency of one-example calls of the SavedModel's serving_default from Python (float32 in, probabilities out)."""
     import tensorflow as tf
 
     signature = tf.saved_model.load(model_dir).signatures["serving_default"]
     name = next(iter(signature.structured_input_signature[1]))
-    for x in inputs[:20]:  # warm-up (tracing, thread pools)
-        signature(**{name: tf.constant(x[None])})
-    start = time.perf_counter()
-    for x in inputs:
-        signature(**{name: tf.constant(x[None])})["probabilities"].numpy()
-    return (time.perf_counter() - start) / len(inputs) * 1000
+
+    def call(x):
+        return signature(**{name: tf.constant(x[None])})["probabilities"].numpy()
+
+    return _timed(call, inputs, warmup, repeats)
 
 
-def weight_bytes(path: str) -> int:
+def _timed(call, inputs: np.ndarray, warmup: int, repeats: int) -> dict:
+    """`warmup` unmeasured calls, then `repeats` passes over `inputs`, each call timed: mean and p95 in ms."""
+    for k in range(warmup):
+        call(inputs[k % len(inputs)])
+    latencies = []
+    total = 0.0
+    for _ in range(repeats):
+        start_pass = time.perf_counter()
+        for x in inputs:
+            start = time.perf_counter()
+            call(x)
+            latencies.append(time.perf_counter() - start)
+        total += time.perf_counter() - start_pass
+    ms = np.array(latencies) * 1000
+    return {
+        "latency_ms_mean": total / len(latencies) * 1000,
+        "latency_ms_p95": float(np.percentile(ms, 95)),
+        "calls": len(latencies),
+        "warmup_calls": warmup,
+    }
+
+
+def tflite_latency(model_bytes: bytes, inputs: np.ndarray, labels: np.ndarray, warmup: int, repeats: int) -> dict:
+    """Accuracy and single-example latency (LiteRT, one thread) of a `.tflite` model called with float32 pixels: an
+    int8 input is quantized (scale, zero point) and an int8 output dequantized inside the timed call."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes, num_threads=1)
+    interpreter.allocate_tensors()
+    inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    in_scale, in_zero = inp["quantization"]
+    out_scale, out_zero = out["quantization"]
+    in_dtype, out_dtype = np.dtype(inp["dtype"]), np.dtype(out["dtype"])
+    quantized_in = in_dtype != np.float32
+    low, high = (np.iinfo(in_dtype).min, np.iinfo(in_dtype).max) if quantized_in else (0, 0)
+
+    def call(x: np.ndarray) -> np.ndarray:
+        if quantized_in:
+            x = np.clip(np.round(x / in_scale + in_zero), low, high).astype(in_dtype)
+        interpreter.set_tensor(inp["index"], x[None])
+        interpreter.invoke()
+        y = interpreter.get_tensor(out["index"])[0]
+        if out_dtype != np.float32:
+            y = (y.astype(np.float32) - out_zero) * out_scale
+        return y
+
+    predictions = np.array([int(np.argmax(call(x))) for x in inputs])
+    return {
+        "accuracy": float(np.mean(predictions == labels)),
+        "input_dtype": in_dtype.name,
+        "output_dtype": out_dtype.name,
+        "input_quantization": [float(in_scale), int(in_zero)] if quantized_in else None,
+        **_timed(call, inputs, warmup, repeats),
+    }
+
+
+def model_parameters(model_dir: str) -> int:
+    """The SavedModel's weights: the elements of its variables."""
+    import tensorflow as tf
+
+    return int(sum(np.prod(v.shape) for v in tf.saved_model.load(model_dir).variables))
+
+
+def weight_bytes(model_bytes: bytes) -> int:
     """Bytes of constant buffers (the weights) in a `.tflite` file, without the flatbuffer's fixed overhead."""
     from tensorflow.lite.tools import flatbuffer_utils
 
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(Path(path).read_bytes()))
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
     return sum(len(b.data) for b in model.buffers if b.data is not None)
 
 
-def run(workdir: Path, epochs: int, image_size: int) -> dict:
-    from components.quantize_model import quantize
+def run(workdir: Path, epochs: int, image_size: int, warmup: int, repeats: int) -> dict:
+    from components.quantize_model import convert, inspect_tflite, quantize, representative_inputs
     from trainer import data
 
     model_dir = train_digits(workdir, epochs, "--image-size", str(image_size))
     report = quantize(model_dir, str(workdir / "data"), str(workdir / "tflite"))
     stats = data.load_stats(str(workdir / "data"))
-    inputs = np.concatenate(
-        [x.numpy() for x, _ in data.make_dataset(str(workdir / "data"), "test", stats, 256, training=False)]
-    ).astype(np.float32)
-    saved_ms = saved_model_latency_ms(model_dir, inputs)
-    float_ms = next(m for m in report["modes"] if m["mode"] == "float32")["latency_ms_mean"]
-    weights = {m["mode"]: weight_bytes(m["path"]) for m in report["modes"]}
+    test = [(x.numpy(), y.numpy()) for x, y in data.make_dataset(str(workdir / "data"), "test", stats, 256, False)]
+    inputs = np.concatenate([x for x, _ in test]).astype(np.float32)
+    labels = np.concatenate([y for _, y in test])
+    saved = saved_model_latency(model_dir, inputs, warmup, repeats)
+    parameters = model_parameters(model_dir)
+    models = {m["mode"]: (Path(m["path"]).read_bytes(), m) for m in report["modes"] if "path" in m}
+    int8_io = convert(
+        model_dir,
+        stats["input_shape"],
+        "int8",
+        representative_inputs(str(workdir / "data"), stats),
+        int8_io=True,
+    )
+    models["int8-io"] = (int8_io, {"mode": "int8-io", **inspect_tflite(int8_io)})
+    reference = report["saved_model_accuracy"]
+    measured = {mode: tflite_latency(b, inputs, labels, warmup, repeats) for mode, (b, _) in models.items()}
+    float_bytes, float_weights = len(models["float32"][0]), weight_bytes(models["float32"][0])
+    float_ms = measured["float32"]["latency_ms_mean"]
     rows = []
-    for m in report["modes"]:
+    for mode, (model_bytes, m) in models.items():
+        t = measured[mode]
         rows.append(
             {
-                "mode": m["mode"],
-                "size_bytes": m["size_bytes"],
-                "size_ratio": m["size_ratio"],
-                "weight_bytes_ratio": round(weights[m["mode"]] / weights["float32"], 4),
-                "accuracy": m["accuracy"],
-                "accuracy_drop_points": m["accuracy_drop_points"],
-                "latency_ms_mean": round(m["latency_ms_mean"], 4),
-                "latency_ms_p95": round(m["latency_ms_p95"], 4),
-                "latency_vs_float32_tflite": round(m["latency_ms_mean"] / float_ms, 3),
-                "latency_vs_saved_model": round(m["latency_ms_mean"] / saved_ms, 4),
+                "mode": mode,
+                "size_bytes": len(model_bytes),
+                "size_ratio": round(len(model_bytes) / float_bytes, 4),
+                "weight_bytes": weight_bytes(model_bytes),
+                "weight_bytes_ratio": round(weight_bytes(model_bytes) / float_weights, 4),
+                "overhead_bytes": len(model_bytes) - weight_bytes(model_bytes),
+                "accuracy": t["accuracy"],
+                "accuracy_drop_points": round((reference - t["accuracy"]) * 100, 4),
+                "input_dtype": t["input_dtype"],
+                "output_dtype": t["output_dtype"],
+                "input_quantization": t["input_quantization"],
+                "latency_ms_mean": round(t["latency_ms_mean"], 4),
+                "latency_ms_p95": round(t["latency_ms_p95"], 4),
+                "latency_vs_float32_tflite": round(t["latency_ms_mean"] / float_ms, 3),
+                "latency_vs_saved_model": round(t["latency_ms_mean"] / saved["latency_ms_mean"], 4),
                 "weight_types": m["weight_types"],
             }
         )
     int8 = next(r for r in rows if r["mode"] == "int8")
     return {
-        "benchmark": "tflite",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "dataset": "builtin:digits",
         "epochs": epochs,
         "model_input_size": image_size or 8,
         "test_examples": report["test_examples"],
-        "saved_model_accuracy": report["saved_model_accuracy"],
-        "saved_model_latency_ms": round(saved_ms, 4),
+        "model_parameters": parameters,
+        "latency": {
+            "warmup_calls": warmup,
+            "timed_passes": repeats,
+            "calls_per_mode": saved["calls"],
+            "threads": 1,
+            "call": "float32 pixels in, float32 probabilities out: int8 input quantization and output "
+            "dequantization inside the timed call",
+        },
+        "saved_model_accuracy": reference,
+        "saved_model_latency_ms": round(saved["latency_ms_mean"], 4),
+        "saved_model_latency_ms_p95": round(saved["latency_ms_p95"], 4),
         "modes": rows,
         "goal": {
             "int8_size_ratio_max": 0.3,
@@ -99,17 +196,18 @@ def run(workdir: Path, epochs: int, image_size: int) -> dict:
 def print_report(r: dict) -> None:
     print(
         f"\nTFLite on {r['dataset']} (model input {r['model_input_size']}px, {r['test_examples']} test examples), "
-        f"SavedModel accuracy "
-        f"{r['saved_model_accuracy']:.4f}, SavedModel one-example call {r['saved_model_latency_ms']:.3f} ms"
+        f"SavedModel accuracy {r['saved_model_accuracy']:.4f}, SavedModel one-example call "
+        f"{r['saved_model_latency_ms']:.3f} ms ({r['latency']['warmup_calls']} warm-up calls, "
+        f"{r['latency']['timed_passes']} timed passes)"
     )
     print(
-        f"{'mode':<9}{'bytes':>9}{'size×':>8}{'weights×':>9}{'drop pt':>9}{'ms mean':>9}{'ms p95':>9}{'vs f32':>8}"
-        f"{'vs SM':>8}"
+        f"{'mode':<9}{'in':>6}{'bytes':>9}{'size×':>8}{'weights×':>9}{'drop pt':>9}{'ms mean':>9}{'ms p95':>9}"
+        f"{'vs f32':>8}{'vs SM':>8}"
     )
     for m in r["modes"]:
         print(
-            f"{m['mode']:<9}{m['size_bytes']:>9,}{m['size_ratio']:>8.3f}{m['weight_bytes_ratio']:>9.3f}"
-            f"{m['accuracy_drop_points']:>9.2f}"
+            f"{m['mode']:<9}{m['input_dtype']:>6}{m['size_bytes']:>9,}{m['size_ratio']:>8.3f}"
+            f"{m['weight_bytes_ratio']:>9.3f}{m['accuracy_drop_points']:>9.2f}"
             f"{m['latency_ms_mean']:>9.4f}{m['latency_ms_p95']:>9.4f}{m['latency_vs_float32_tflite']:>8.2f}"
             f"{m['latency_vs_saved_model']:>8.4f}"
         )
@@ -127,13 +225,19 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.tflite", description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--image-size", type=int, default=0, help="model input size (0: the data's 8 px)")
+    p.add_argument("--warmup", type=int, default=50, help="unmeasured calls per model before timing (default 50)")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes over the test split (default 5)")
     p.add_argument("--workdir", type=Path)
-    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument("--quick", action="store_true", help="2 epochs, 10 warm-up calls, 1 pass: checks that it works")
+    p.add_argument("--output", type=Path, help="JSON results [bench/results/tflite.json]")
     args = p.parse_args(argv)
+    if args.quick:
+        args.epochs, args.warmup, args.repeats = min(args.epochs, 2), min(args.warmup, 10), 1
+    recorder = Recorder("tflite", args, quick=args.quick)
     with tempfile.TemporaryDirectory(prefix="bench-tflite-") as tmp:
-        result = run(args.workdir or Path(tmp), args.epochs, args.image_size)
+        result = run(args.workdir or Path(tmp), args.epochs, args.image_size, args.warmup, args.repeats)
     print_report(result)
-    save(result, args.output)
+    recorder.save(result, result_path("tflite", args.quick, args.output))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Tuning benchmark: trials needed to reach the best-known validation accuracy − 1 point on builtin:digits,
 the project's study (OSS Vizier GP bandit, `algorithm: default`) vs random search, median over seeds.
 
-    python -m bench.tuning [--seeds 3] [--trials 12] [--epochs 3] [--workdir DIR]
+    python -m bench.tuning [--seeds 3] [--trials 12] [--epochs 3] [--workdir DIR] [--quick]
 
 Every trial is a real `python -m trainer.task` run (1 worker, `--epochs` epochs) over DEFAULT_STUDY's search space
 (learning rate, hidden units, dropout). The best-known accuracy is the best trial seen in this run by either
@@ -10,15 +10,12 @@ bench/results/tuning.json.
 """
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from bench import save
-
-RESULTS = Path(__file__).resolve().parent / "results" / "tuning.json"
+from bench.results import Recorder, result_path
 
 
 def main(argv=None) -> None:
@@ -28,17 +25,20 @@ def main(argv=None) -> None:
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--workdir", type=Path)
-    p.add_argument("--output", type=Path, default=RESULTS)
+    p.add_argument("--quick", action="store_true", help="1 seed, 2 trials, 1 epoch: checks that it works")
+    p.add_argument("--output", type=Path, help="JSON results [bench/results/tuning.json]")
     args = p.parse_args(argv)
+    if args.quick:
+        args.seeds, args.trials, args.epochs = 1, 2, 1
+    recorder = Recorder("tuning", args, quick=args.quick)
 
     from components.lib.study_spec import DEFAULT_STUDY
     from components.prepare_data import prepare
     from components.tune_hyperparameters import run_study
 
-    load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:
         work = args.workdir or Path(tmp)
-        prepare("builtin:digits", str(work / "data"), num_workers=1)
+        validation_examples = prepare("builtin:digits", str(work / "data"), num_workers=1)["splits"]["val"]["examples"]
         runs = {}
         started = time.time()
         for algorithm in ("default", "random"):
@@ -73,8 +73,6 @@ def main(argv=None) -> None:
     medians = {a: statistics.median(counts[f"{a}-{s}"] for s in range(args.seeds)) for a in ("default", "random")}
     ratio = medians["default"] / medians["random"]
     result = {
-        "benchmark": "tuning",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "seeds": args.seeds,
         "trials": args.trials,
         "parallel": args.parallel,
@@ -87,9 +85,9 @@ def main(argv=None) -> None:
         "goal": {"max_ratio": 0.7, "met": ratio <= 0.7},
         "runs": runs,
         "seconds": round(time.time() - started, 1),
-        "cpus": os.cpu_count(),
-        "loadavg_before": load_before,
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "trials_run": sum(len(metrics) for metrics in runs.values()),
+        "validation_examples": validation_examples,
+        "one_validation_example_points": round(100 / validation_examples, 2),
     }
     print(f"\nbest-known val accuracy {best_known:.4f}; target {target:.4f}")
     print(f"trials needed: {counts}")
@@ -97,7 +95,7 @@ def main(argv=None) -> None:
         f"median: Vizier {medians['default']}, random {medians['random']}; ratio {ratio:.2f} "
         f"(goal <= 0.7: {'MET' if ratio <= 0.7 else 'NOT MET'})"
     )
-    save(result, args.output)
+    recorder.save(result, result_path("tuning", args.quick, args.output))
 
 
 if __name__ == "__main__":

@@ -275,18 +275,19 @@ def test_available_cpus_follows_the_cgroup_limit(monkeypatch, files, expected):
 
 
 @pytest.mark.e2e
-def test_small_images_default_size_trains_as_well_as_the_right_explicit_size(tmp_path):
-    """40 px shapes: by default the model input is the images' 40 px (not 180 px, 20× the compute), and a model
-    trained on it is as accurate on the test split as one trained with --image-size 40."""
+def test_mixed_size_images_default_size_trains_as_well_as_a_larger_explicit_size(tmp_path):
+    """Shapes of mixed sizes (shorter sides 32, 48 and 200 px, the last above the 180 px cap): by default the model
+    input is the smallest side, 32 px (no image upsampled), and a model trained on it is as accurate on the test
+    split as one trained on the same images at an explicit 64 px (4× the pixels). The two prepared data sets differ."""
     import subprocess
     import sys
 
+    from bench.image_size import shards_digest, write_mixed_shapes
     from components.evaluate_model import evaluate_saved_model
-    from tests.conftest import write_shapes
 
-    write_shapes(tmp_path / "shapes", per_class=60)
-    accuracy = {}
-    for name, size in (("default", 0), ("explicit", 40)):
+    write_mixed_shapes(tmp_path / "shapes", per_class=100, sides=[32, 48, 200])
+    accuracy, shards, tests = {}, {}, {}
+    for name, size, shape in (("default", 0, [32, 32, 3]), ("explicit", 64, [64, 64, 3])):
         stats = prepare(
             str(tmp_path / "shapes"),
             str(tmp_path / name),
@@ -295,7 +296,8 @@ def test_small_images_default_size_trains_as_well_as_the_right_explicit_size(tmp
             val_fraction=0.2,
             test_fraction=0.2,
         )
-        assert stats["input_shape"] == [40, 40, 3]
+        assert stats["input_shape"] == shape
+        shards[name], tests[name] = shards_digest(tmp_path / name), stats["splits"]["test"]["examples"]
         subprocess.run(
             [
                 sys.executable,
@@ -306,7 +308,7 @@ def test_small_images_default_size_trains_as_well_as_the_right_explicit_size(tmp
                 "--job-dir",
                 str(tmp_path / f"{name}-job"),
                 "--epochs",
-                "12",
+                "15",
                 "--learning-rate",
                 "0.003",
             ],
@@ -314,7 +316,10 @@ def test_small_images_default_size_trains_as_well_as_the_right_explicit_size(tmp
             capture_output=True,
         )
         accuracy[name] = evaluate_saved_model(str(tmp_path / f"{name}-job" / "model"), str(tmp_path / name))["accuracy"]
-    assert accuracy["default"] >= accuracy["explicit"] - 0.02 and accuracy["default"] >= 0.9, accuracy
+    assert shards["default"][1] != shards["explicit"][1] and shards["explicit"][0] > 3 * shards["default"][0], shards
+    assert tests["default"] == tests["explicit"]  # the same images in the test split (split by file name)
+    one_example = 1 / tests["default"]
+    assert accuracy["default"] >= accuracy["explicit"] - one_example - 1e-9 and accuracy["default"] >= 0.85, accuracy
 
 
 def test_a_decoding_process_that_dies_fails_the_step_instead_of_hanging():
