@@ -53,16 +53,10 @@ class InvalidName(ValueError):
         return f"{self.rule} (got {shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + '...'})"
 
 
-def _text(value: object, param: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidName(param, "must be a string", value)
-    return value
-
-
 def model_name(value: str, param: str = "model_name") -> str:
     """A model's name in a model repository (`<repository>/<name>/<version>`) and on the local server and TF
     Serving (`/v1/models/<name>`)."""
-    if not MODEL_NAME.fullmatch(_text(value, param)):
+    if not MODEL_NAME.fullmatch(value):
         raise InvalidName(
             param,
             f"one path segment of 1 to {MODEL_NAME_MAX} ASCII letters, digits, '.', '_' and '-', starting with a "
@@ -74,7 +68,7 @@ def model_name(value: str, param: str = "model_name") -> str:
 
 def inference_service(value: str, param: str = "inference_service") -> str:
     """A KServe InferenceService name, short enough for the Knative names KServe and the deploy step derive."""
-    if not INFERENCE_SERVICE.fullmatch(_text(value, param)) or len(value) > INFERENCE_SERVICE_MAX:
+    if not INFERENCE_SERVICE.fullmatch(value) or len(value) > INFERENCE_SERVICE_MAX:
         raise InvalidName(
             param,
             f"a KServe InferenceService name: 1 to {INFERENCE_SERVICE_MAX} lowercase letters, digits and '-', starting "
@@ -87,7 +81,7 @@ def inference_service(value: str, param: str = "inference_service") -> str:
 
 def dns_label(value: str, param: str) -> str:
     """A Kubernetes DNS-1123 label: a namespace, most objects' names."""
-    if not DNS_LABEL.fullmatch(_text(value, param)) or len(value) > DNS_LABEL_MAX:
+    if not DNS_LABEL.fullmatch(value) or len(value) > DNS_LABEL_MAX:
         raise InvalidName(
             param,
             f"a Kubernetes name (DNS-1123 label): 1 to {DNS_LABEL_MAX} lowercase letters, digits and '-', starting "
@@ -99,11 +93,7 @@ def dns_label(value: str, param: str) -> str:
 
 def dns_subdomain(value: str, param: str) -> str:
     """A Kubernetes DNS-1123 subdomain: a service account's or a PersistentVolumeClaim's name."""
-    if (
-        len(_text(value, param)) > DNS_SUBDOMAIN_MAX
-        or not value
-        or not all(DNS_LABEL.fullmatch(part) for part in value.split("."))
-    ):
+    if len(value) > DNS_SUBDOMAIN_MAX or not value or not all(DNS_LABEL.fullmatch(part) for part in value.split(".")):
         raise InvalidName(
             param,
             f"a Kubernetes name (DNS-1123 subdomain): 1 to {DNS_SUBDOMAIN_MAX} lowercase letters, digits, '-' and "
@@ -115,7 +105,7 @@ def dns_subdomain(value: str, param: str) -> str:
 
 def display_name(value: str, param: str) -> str:
     """A Vertex AI display name (model, endpoint, schedule, job) or a Kubeflow Pipelines experiment or run name."""
-    if not _text(value, param) or len(value) > DISPLAY_NAME_MAX or _CONTROL.search(value):
+    if not value or len(value) > DISPLAY_NAME_MAX or _CONTROL.search(value):
         raise InvalidName(
             param, f"a display name: 1 to {DISPLAY_NAME_MAX} characters (UTF-8), no control characters", value
         )
@@ -124,7 +114,7 @@ def display_name(value: str, param: str) -> str:
 
 def vertex_experiment(value: str, param: str = "vertex_experiment") -> str:
     """A Vertex AI Experiment's name (the id of its metadata context)."""
-    if not VERTEX_EXPERIMENT.fullmatch(_text(value, param)):
+    if not VERTEX_EXPERIMENT.fullmatch(value):
         raise InvalidName(
             param,
             "a Vertex AI Experiment name: 1 to 128 lowercase letters, digits and '-', starting with a letter or digit",
@@ -133,51 +123,42 @@ def vertex_experiment(value: str, param: str = "vertex_experiment") -> str:
     return value
 
 
-def location(
-    value: str,
-    param: str,
-    *,
-    schemes: tuple[str, ...] = ("gs",),
-    prefixes: tuple[str, ...] = (),
-    local: bool = True,
-) -> str:
-    """A local path (`local`; `file://` counts as one) or a URI of one of `schemes` (gs://: with a bucket name) or
-    a value with one of `prefixes` (`builtin:`)."""
-    accepted = " or ".join(
-        [*(["a local path"] if local else []), *(f"a {s}:// URI" for s in schemes), *(f"{p}NAME" for p in prefixes)]
-    )
-    if not _text(value, param).strip() or _CONTROL.search(value):
+def location(value: str, param: str, *, local: bool = True, prefixes: tuple[str, ...] = ()) -> str:
+    """A gs://BUCKET/PATH URI, a local path (`local`; file:// counts as one) or a value with one of `prefixes`
+    (`builtin:`)."""
+    accepted = " or ".join([*(["a local path"] if local else []), "a gs:// URI", *(f"{p}NAME" for p in prefixes)])
+    if not value.strip() or _CONTROL.search(value):
         raise InvalidName(param, f"{accepted}, without control characters", value)
     if prefixes and value.startswith(prefixes):
         return value
-    scheme = _SCHEME.match(value)
-    if (scheme[1] not in schemes and not (local and scheme[1] == "file")) if scheme else not local:
+    scheme, schemes = _SCHEME.match(value), ("gs", "file") if local else ("gs",)
+    if scheme[1] not in schemes if scheme else not local:
         raise InvalidName(param, accepted, value)
     if value.startswith("gs://") and not _GCS.fullmatch(value):
         raise InvalidName(param, f"{accepted}; gs:// URIs as gs://BUCKET/PATH", value)
     return value
 
 
-def locations(value: str, param: str, *, schemes: tuple[str, ...] = ("gs",)) -> str:
+def locations(value: str, param: str) -> str:
     """Comma-separated locations (paths or globs), at least one."""
-    items = [item.strip() for item in _text(value, param).split(",") if item.strip()]
+    items = [item.strip() for item in value.split(",") if item.strip()]
     if not items:
         raise InvalidName(param, "comma-separated local paths or gs:// URIs (globs allowed), at least one", value)
     for item in items:
-        location(item, param, schemes=schemes)
+        location(item, param)
     return value
 
 
 def url(value: str, param: str) -> str:
     """An http:// or https:// URL with a host."""
-    if not re.fullmatch(r"https?://[^/\s?#]+(/\S*)?", _text(value, param)) or _CONTROL.search(value):
+    if not re.fullmatch(r"https?://[^/\s?#]+(/\S*)?", value) or _CONTROL.search(value):
         raise InvalidName(param, "an http:// or https:// URL like http://HOST:PORT", value)
     return value
 
 
 def inside(root: str, path: str, param: str) -> Path:
-    """`path`, resolved (symbolic links followed), when it is `root` or lies under it: a second line of defence
-    for the writes under a repository or an output folder, whatever the names did."""
+    """`path`, resolved (symbolic links followed), when it is `root` or lies under it: a second line of defence for
+    the writes under a model repository, whatever the names did."""
     base, target = Path(root).resolve(), Path(path).resolve()
     if target != base and base not in target.parents:
         raise InvalidName(param, f"must stay inside {base}", str(target))
