@@ -31,8 +31,7 @@ def run(main):
 def set_tensorflow_threads(intra_op: int = 0, inter_op: int = 0) -> None:
     """TensorFlow's thread pools (TF Serving's --tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism;
     0: TensorFlow's default, one thread per CPU). Before any model loads. Small models answer single requests faster
-    on one thread each: a pool's hand-offs cost more than the kernels (measured on the digits model: 0.17 ms a call
-    instead of 0.36 ms)."""
+    on one thread each: a pool's hand-offs cost more than the kernels (`model_call_ms` in bench/results/serving.json)."""
     if not intra_op and not inter_op:
         return
     import tensorflow as tf

@@ -227,6 +227,10 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["default-hyperparameters-2"] == "SUCCEEDED" and statuses["hyperparameter-tuning-job"] == "SKIPPED"
     assert statuses["model-upload-2"] == statuses["endpoint-create"] == "SUCCEEDED"  # nothing existed yet
+    # the trainer's progress lines, unchanged, in the custom job's log (Vertex: the job's container log)
+    [job_log] = (tmp_path / "run1" / "vertex" / "jobs").glob("*/job.log")
+    epochs = [line for line in job_log.read_text().splitlines() if line.startswith('TFPIPE_PROGRESS {"stage": "train"')]
+    assert any('"event": "epoch"' in line and '"done": 3, "total": 3' in line for line in epochs), epochs
     assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
     [model] = summary["vertex"]["models"]
     assert set(model["versions"][0]["aliases"]) == {"default", "champion"}  # moved once the version served
