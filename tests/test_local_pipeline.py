@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from serving.client import PredictionError, ServingClient
-from tests.conftest import write_images
+from tests.conftest import write_images, write_shapes
 
 pytestmark = pytest.mark.e2e
 
@@ -348,3 +348,24 @@ def test_runs_in_a_row_reuse_the_live_server_and_survive_a_killed_one(tmp_path, 
         assert f"serving tfpipe-model version {run}: REST" in deploy_log and f"version {run}.0" not in deploy_log
     client = ServingClient(third["rest_url"], third["grpc_target"], "tfpipe-model")
     assert client.status()[0]["version"] == "3"
+
+    # another model name on its own data: served by the same server, beside the first, on the same ports
+    shapes = run_cli(
+        "run",
+        "--out",
+        str(tmp_path / "run4"),
+        *common,
+        "--data-source",
+        str(write_shapes(tmp_path / "shapes", per_class=30, size=24)),
+        "--model-name",
+        "shapes",
+    )
+    assert shapes.returncode == 0, shapes.stdout + shapes.stderr
+    fourth = json.loads((tmp_path / "run4" / "run_summary.json").read_text())["endpoint"]
+    assert not fourth["started_by_this_run"] and fourth["pid"] == third["pid"]
+    assert (fourth["rest_url"], fourth["served_version"]) == (third["rest_url"], 1)
+    assert client.status()[0]["version"] == "3"  # the first model still answers, unchanged
+    shapes_client = ServingClient(third["rest_url"], third["grpc_target"], "shapes")
+    assert shapes_client.status()[0]["state"] == "AVAILABLE"
+    answer = shapes_client.predict(np.zeros((1, 24, 24, 3), np.float32), protocol="grpc")
+    assert answer["probabilities"].shape == (1, 3)
