@@ -103,6 +103,15 @@ class Files:
             return f.read()
 
 
+def input_size(uri: str) -> int:
+    """The size in bytes of an input file (local or gs://), for the progress's share of the input read."""
+    if not storage.is_gcs(uri):
+        return os.path.getsize(uri)
+    bucket, name = storage.split_gcs(uri)
+    blob = storage.gcs_client().bucket(bucket).get_blob(name)
+    return blob.size if blob is not None else 0
+
+
 def expand_inputs(instances: str) -> list[str]:
     """The files matched by comma-separated paths or globs (local or gs://), in order, without duplicates."""
     files = []
@@ -449,9 +458,13 @@ class _Job:
             for items, arrays in batches:
                 self.run(items, arrays, shard)
                 if counter:
-                    counter.update(index, done=shard.succeeded + shard.failed, errors=shard.failed, files=0)
+                    done = shard.succeeded + shard.failed
+                    read = input_size(path) if stream.closed else stream.tell()  # a reader closes it at its end
+                    counter.update(index, done=done, errors=shard.failed, files=0, bytes=read)
         if counter:
-            counter.update(index, done=shard.succeeded + shard.failed, errors=shard.failed, files=1)
+            counter.update(
+                index, done=shard.succeeded + shard.failed, errors=shard.failed, files=1, bytes=input_size(path)
+            )
         return shard.succeeded, shard.failed
 
     def batches(self, items: Iterable[Item], shard: "Shard | _Recorder") -> Iterator[tuple[list[Item], dict]]:
@@ -814,10 +827,15 @@ def batch_predict(
             len(files),
             parse_pool=parse.active,
         )
+        input_bytes = sum(map(input_size, files)) or 1
         counter = progress.Counter(
             "batch",
             "instances",
-            lambda c: f"{c['done']} instances, {c['errors']} errors, {c['files']}/{len(files)} files",
+            lambda c: (
+                f"{c['done']} instances, {c['errors']} errors, {c['files']}/{len(files)} files, "
+                f"{c['bytes'] / input_bytes:.0%} of the input read"
+            ),
+            fraction=lambda c: c["bytes"] / input_bytes,
         )
         with _collector_paused(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
             counts = list(pool.map(job.run_file, range(len(files)), files, [counter] * len(files)))

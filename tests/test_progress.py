@@ -119,6 +119,28 @@ def test_a_counter_writes_at_most_one_line_per_interval_and_a_last_one():
     assert events[2]["message"] == "1000 instances, 3 errors, 222 instances/s" and "eta_seconds" not in events[2]
 
 
+def test_without_a_total_the_share_done_gives_the_time_left():
+    """Batch prediction knows its input's bytes, not its instances: the bytes read give the time left."""
+    clock, lines = Clock(), []
+    counter = progress.Counter(
+        "batch",
+        "instances",
+        lambda c: f"{c['done']} instances",
+        None,
+        2.0,
+        lines.append,
+        clock,
+        lambda c: c["bytes"] / 800,
+    )
+    clock.now = 102.0
+    counter.update(0, done=50, bytes=200)
+    counter.finish(0, done=200, bytes=800)
+    first, last = (progress.parse(line) for line in lines)
+    assert (first["fraction"], first["eta_seconds"], "total" in first) == (0.25, 6.0, False)
+    assert first["message"] == "50 instances, 25 instances/s, ~6s left"
+    assert last["fraction"] == 1.0 and "eta_seconds" not in last
+
+
 def test_data_prep_reports_records_read_written_and_quarantined(tmp_path, capsys):
     from components.prepare_data import prepare
 
@@ -154,7 +176,10 @@ def test_batch_prediction_reports_instances_errors_and_files(tmp_path, capsys):
     events = [e for e in map(progress.parse, capsys.readouterr().out.splitlines()) if e]
     assert events[-1]["stage"] == "batch" and events[-1]["event"] == "done"
     assert (events[-1]["done"], events[-1]["errors"], events[-1]["files"]) == (9, 1, 2)
-    assert re.fullmatch(r"9 instances, 1 errors, 2/2 files, \d+ instances/s", events[-1]["message"])
+    assert (events[-1]["bytes"], events[-1]["fraction"]) == (len("[1, 2, 3]\n") * 8 + len("not json\n"), 1.0)
+    assert re.fullmatch(
+        r"9 instances, 1 errors, 2/2 files, 100% of the input read, \d+ instances/s", events[-1]["message"]
+    )
 
 
 def test_the_launcher_relays_the_chiefs_progress_lines_unprefixed():

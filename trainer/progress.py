@@ -61,7 +61,9 @@ class Counter:
     """A fast count (records, instances) as progress lines: at most one every `interval` seconds (the first after
     `interval`), and a last one from `finish`. Thread-safe; counts are kept per part (an input file, ...) and summed.
     Each line has `done` (the summed `done` count), `total` when known, `unit`, `rate`, `eta_seconds` (with a
-    total), the other summed counts, and `describe(counts)` + rate + time left as its message; `out` writes a line."""
+    total), the other summed counts, and `describe(counts)` + rate + time left as its message; `out` writes a line.
+    Without a total, `fraction(counts)` (what share of the work is done, e.g. of the input's bytes) gives the time
+    left."""
 
     def __init__(
         self,
@@ -72,8 +74,10 @@ class Counter:
         interval: float = 2.0,
         out: typing.Callable[[str], None] = write,
         clock: typing.Callable[[], float] = time.monotonic,
+        fraction: typing.Callable[[dict], float] | None = None,
     ):
         self.stage, self.unit, self.describe, self.total, self.interval = stage, unit, describe, total, interval
+        self.fraction = fraction
         self.out = out
         self.clock = clock
         self.started = self.last = clock()
@@ -110,5 +114,11 @@ class Counter:
             fields["total"] = self.total
             if event != "done" and rate > 0:
                 fields["eta_seconds"] = round((self.total - done) / rate, 1)
-                message += f", ~{duration(fields['eta_seconds'])} left"
+        elif self.fraction is not None:
+            share = min(max(self.fraction(counts), 0.0), 1.0)
+            fields["fraction"] = round(share, 4)
+            if event != "done" and share > 0:
+                fields["eta_seconds"] = round(elapsed * (1 - share) / share, 1)
+        if "eta_seconds" in fields:
+            message += f", ~{duration(fields['eta_seconds'])} left"
         self.out(line(self.stage, event, message, **fields))
