@@ -27,7 +27,7 @@ def serving_state(tmp_path, monkeypatch):
     yield
     from components.deploy_model import stop_server
 
-    stop_server(str(tmp_path / "repo"), "tfpipe-model")
+    stop_server(str(tmp_path / "repo"))  # the whole server, every model a test published
 
 
 def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_path, serving_state):
