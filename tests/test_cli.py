@@ -241,3 +241,27 @@ def test_the_servers_commands_refuse_a_hostile_model_name(tmp_path):
         result = invoke(*args)
         assert (result.exit_code, result.output) == (1, f"Error: --model-name: {SEGMENT} (got '../x')\n")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["submit", "--target", "vertex", "--experiment", "My Experiment"],
+            "--experiment: a Vertex AI Experiment name: 1 to 128 lowercase letters, digits and '-', starting with a "
+            "letter or digit (got 'My Experiment')",
+        ),
+        (
+            ["submit", "--target", "vertex", "--run-name", "x" * 129],
+            "--run-name: a display name: 1 to 128 characters (UTF-8), no control characters "
+            f"(got '{'x' * 76}...)",  # long values shortened
+        ),
+        (
+            ["schedule", "--target", "vertex", "--display-name", "weekly\nrun"],
+            "--display-name: a display name: 1 to 128 characters (UTF-8), no control characters (got 'weekly\\nrun')",
+        ),
+    ],
+)
+def test_names_given_as_options_are_checked_before_the_config(args, message):
+    result = invoke(*args, "--config", "does-not-exist.yaml")  # refused before the config is even read
+    assert (result.exit_code, result.output) == (1, f"Error: {message}\n")

@@ -113,6 +113,22 @@ def _only_with(target, wanted, **given):
         _fail(f"{', '.join(names)}: only with --target {wanted}")
 
 
+def _check_names(target, run_name=None, experiment=None, display_name=None):
+    """The names given as options, by the rules of where they go (components/lib/names.py), in one line."""
+    from components.lib import names
+
+    try:
+        if run_name is not None:
+            names.display_name(run_name, "--run-name")
+        if display_name is not None:
+            names.display_name(display_name, "--display-name")
+        if experiment is not None:
+            check = names.vertex_experiment if target == "vertex" else names.display_name
+            check(experiment, "--experiment")
+    except names.InvalidName as e:
+        _fail(str(e))
+
+
 def _precheck(target, pipeline, config, template, template_tag, registry, host, namespace):
     """Settings a run or schedule needs, checked before any API call (example values first); returns kubeflow's
     (host, namespace)."""
@@ -179,6 +195,7 @@ def submit(
     import tempfile
 
     _only_with(target, "kubeflow", host=host, namespace=namespace)
+    _check_names(target, run_name=run_name, experiment=experiment)
     config = _load(config_file, profile, sets)
     platform = config.platform
     caching = False if no_caching else platform.enable_caching
@@ -347,6 +364,7 @@ def schedule(
     if not target:
         _fail("--target is required (vertex or kubeflow)")
     _only_with(target, "kubeflow", host=host, namespace=namespace, experiment=experiment)
+    _check_names(target, experiment=experiment, display_name=display_name)
     config = _load(config_file, profile, sets)
     platform = config.platform
     settings = platform.schedule
