@@ -391,6 +391,8 @@ def test_a_run_shows_the_trial_and_the_epoch_live_on_a_terminal_and_plain_lines_
     assert piped.returncode == 0, piped.stdout + piped.stderr
     lines = piped.stdout.splitlines()
     step = lines.index("▶ run-batch-prediction ...")
-    assert re.fullmatch(r"  ↳ 50 instances, 0 errors, 1/1 files, \d+ instances/s", lines[step + 1])
+    assert re.fullmatch(
+        r"  ↳ 50 instances, 0 errors, 1/1 files, 100% of the input read, \d+ instances/s", lines[step + 1]
+    )
     assert re.fullmatch(r"✔ run-batch-prediction succeeded in \d+\.\ds", lines[step + 2])
     assert "\r" not in piped.stdout and "\x1b[K" not in piped.stdout
