@@ -101,8 +101,9 @@ class ServingClient:
 
     def _predict_grpc(self, inputs, version, label, signature_name) -> dict[str, np.ndarray]:
         import grpc
-        import tensorflow as tf
         from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+        from serving import tensors
 
         if self._channel is None:
             self._channel = grpc.insecure_channel(
@@ -120,11 +121,11 @@ class ServingClient:
             if not isinstance(inputs, dict):
                 inputs = {self._input_name(version, label, signature_name): inputs}
             for name, value in inputs.items():
-                request.inputs[name].CopyFrom(tf.make_tensor_proto(np.asarray(value)))
+                tensors.fill(request.inputs[name], value)
             response = self._stub.Predict(request, self.timeout)
         except grpc.RpcError as e:
             raise PredictionError(e.details(), e.code().name) from None
-        return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
+        return {k: tensors.to_array(v) for k, v in response.outputs.items()}
 
     def _spec(self, model_spec, version, label) -> None:
         model_spec.name = self.model_name

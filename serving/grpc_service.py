@@ -16,7 +16,7 @@ from tensorflow_serving.apis import (
 )
 
 from components.lib.names import InvalidName
-from serving import codec
+from serving import codec, tensors
 from serving.models import DEFAULT_SIGNATURE, NotFound
 from serving.ports import PortError
 from serving.repository import ServedModels
@@ -44,7 +44,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         try:
             servable = self.models.resolve(request.model_spec.name, version, label)
             signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
-            arrays = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            arrays = {k: tensors.to_array(v) for k, v in request.inputs.items()}
             outputs = await asyncio.wrap_future(servable.predict_future(arrays, signature))
             unknown = set(request.output_filter) - set(outputs)
             if unknown:
@@ -55,7 +55,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e).splitlines()[0])
         response = predict_pb2.PredictResponse()
         for name in request.output_filter or outputs:
-            response.outputs[name].CopyFrom(tf.make_tensor_proto(outputs[name]))
+            tensors.fill(response.outputs[name], outputs[name])
         response.model_spec.name = request.model_spec.name
         response.model_spec.version.value = servable.version
         response.model_spec.signature_name = signature

@@ -237,6 +237,8 @@ def warmup(servable: Servable) -> int:
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
+    from serving import tensors
+
     path = f"{servable.path}/{WARMUP_FILE}"
     if not tf.io.gfile.exists(path):
         return 0
@@ -246,6 +248,6 @@ def warmup(servable: Servable) -> int:
         if entry.WhichOneof("log_type") != "predict_log":
             raise ValueError(f"unsupported warmup record {entry.WhichOneof('log_type')}: only predict_log is supported")
         request = entry.predict_log.request
-        servable.predict({k: tf.make_ndarray(v) for k, v in request.inputs.items()}, request.model_spec.signature_name)
+        servable.predict({k: tensors.to_array(v) for k, v in request.inputs.items()}, request.model_spec.signature_name)
         count += 1
     return count
