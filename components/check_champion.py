@@ -37,7 +37,8 @@ def champion_identity(champion_path: str) -> dict:
     from components.evaluate_model import ModelError
     from components.lib.storage import read_bytes
 
-    saved_model = read_bytes(f"{champion_path.rstrip('/')}/saved_model.pb")
+    root = champion_path.rstrip("/")
+    saved_model = read_bytes(f"{root}/saved_model.pb")
     if saved_model is None:
         raise ModelError(f"no SavedModel at {champion_path} (saved_model.pb missing)")
     try:
@@ -45,8 +46,8 @@ def champion_identity(champion_path: str) -> dict:
     except ValueError as e:
         raise ModelError(str(e)) from None
     return {
-        "labels": _lines(read_bytes(f"{champion_path.rstrip('/')}/{LABELS_FILE}")),
-        "features": _lines(read_bytes(f"{champion_path.rstrip('/')}/{FEATURES_FILE}")),
+        "labels": _lines(read_bytes(f"{root}/{LABELS_FILE}")),
+        "features": _lines(read_bytes(f"{root}/{FEATURES_FILE}")),
         "input": serving,
     }
 

@@ -436,10 +436,12 @@ class _Job:
     def shard_uri(self, kind: str, index: int) -> str:
         return shard_uri(self.output_directory, kind, index, self.shards)
 
-    def run_file(self, index: int, path: str, counter: progress.Counter | None = None) -> tuple[int, int]:
+    def run_file(
+        self, index: int, path: str, counter: progress.Counter | None = None, size: int = 0
+    ) -> tuple[int, int]:
         """Predict one input file into its shard pair; returns (succeeded, failed). A reader thread parses and
         converts the next batches while this one runs the model (which releases the GIL). `counter`: the run's
-        progress (this file's part: instances done, errors, files done)."""
+        progress (this file's part: instances done, errors, files done, bytes read of its `size`)."""
         files = Files()
         with (
             files.open(self.shard_uri("results", index), "wb") as results,
@@ -459,12 +461,10 @@ class _Job:
                 self.run(items, arrays, shard)
                 if counter:
                     done = shard.succeeded + shard.failed
-                    read = input_size(path) if stream.closed else stream.tell()  # a reader closes it at its end
+                    read = size if stream.closed else stream.tell()  # a reader closes it at its end
                     counter.update(index, done=done, errors=shard.failed, files=0, bytes=read)
         if counter:
-            counter.update(
-                index, done=shard.succeeded + shard.failed, errors=shard.failed, files=1, bytes=input_size(path)
-            )
+            counter.update(index, done=shard.succeeded + shard.failed, errors=shard.failed, files=1, bytes=size)
         return shard.succeeded, shard.failed
 
     def batches(self, items: Iterable[Item], shard: "Shard | _Recorder") -> Iterator[tuple[list[Item], dict]]:
@@ -827,7 +827,8 @@ def batch_predict(
             len(files),
             parse_pool=parse.active,
         )
-        input_bytes = sum(map(input_size, files)) or 1
+        sizes = [input_size(f) for f in files]
+        input_bytes = sum(sizes) or 1
         counter = progress.Counter(
             "batch",
             "instances",
@@ -838,7 +839,7 @@ def batch_predict(
             fraction=lambda c: c["bytes"] / input_bytes,
         )
         with _collector_paused(), ThreadPoolExecutor(min(parallelism, len(files))) as pool:
-            counts = list(pool.map(job.run_file, range(len(files)), files, [counter] * len(files)))
+            counts = list(pool.map(job.run_file, range(len(files)), files, [counter] * len(files), sizes))
         counter.finish()
     seconds = time.perf_counter() - start
     succeeded, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)

@@ -16,6 +16,7 @@ import yaml
 from pipelines.config import load_config
 from pipelines.rehearsal.registry import ApiError, Registry
 from tests import vertex_expectations as expect
+from tests.test_builder import IMAGE_SETS
 
 IDENTITY = [
     "platform.project=my-project",  # the rehearsal's project: the TensorBoard must be in it
@@ -368,12 +369,7 @@ def test_a_wrong_wire_fails_with_the_step_and_the_apis_message(tmp_path):
     """The custom job's base output directory wired to the plan's display name instead of its directory: the
     double refuses CreateCustomJob as Vertex AI would, and the rehearsal names the step and the message."""
     compiled = tmp_path / "template.yaml"
-    images = [
-        arg
-        for name in ("components", "trainer", "serving")
-        for arg in ("--set", f"platform.{name}_image=europe-west4-docker.pkg.dev/acme-ml/tfpipe/{name}:1")
-    ]
-    assert cli("compile", "--target", "vertex", *images, "--output", compiled).returncode == 0
+    assert cli("compile", "--target", "vertex", *IMAGE_SETS, "--output", compiled).returncode == 0
     spec = yaml.safe_load(compiled.read_text())
     wire = spec["root"]["dag"]["tasks"]["custom-training-job"]["inputs"]["parameters"]["base_output_directory"]
     wire["taskOutputParameter"]["outputParameterKey"] = "display_name"
