@@ -21,7 +21,7 @@ podman() { command podman --storage-driver overlay "$@"; }
 
 missing=()
 for tool in podman:podman runc:runc debootstrap:debootstrap; do
-  command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}")
+  type -P "${tool%%:*}" >/dev/null || missing+=("${tool##*:}")  # type -P: not the podman function above
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
