@@ -55,6 +55,22 @@ if TYPE_CHECKING:
 @click.option("--max-batch-size", type=click.IntRange(min=1), default=32, show_default=True)
 @click.option("--batch-timeout-ms", type=click.FloatRange(min=0), default=0.0, show_default=True)
 @click.option("--num-batch-threads", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--request-threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="threads that run the model calls of overlapping REST requests (0: one per usable CPU; 1: every call on "
+    "the event loop)",
+)
+@click.option(
+    "--grpc-max-threads",
+    "grpc_threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="gRPC worker threads (0: two per usable CPU, and at least --max-batch-size with --enable-batching)",
+)
 @click.option("--max-request-bytes", type=click.IntRange(min=1), default=1_500_000, show_default=True)
 @click.option(
     "--health-route",

@@ -1,10 +1,14 @@
 """TF Serving's gRPC API on the tensorflow-serving-api servicer classes: `PredictionService.Predict`,
-`GetModelMetadata` and `ModelService.GetModelStatus` (grpc.aio). A model name that is no model name
-(components.lib.names) is INVALID_ARGUMENT."""
+`GetModelMetadata` and `ModelService.GetModelStatus`. A model name that is no model name (components.lib.names) is
+INVALID_ARGUMENT.
+
+gRPC's thread-pool server, as TF Serving's (`--grpc_max_threads`): each call runs in a worker thread, the model call
+inline there. grpc.aio on the REST server's event loop cost more CPU a request and gave fewer requests a second: its
+every call crosses from gRPC's poller thread to the loop and back (docs/benchmarks.md, serving)."""
 
 from __future__ import annotations
 
-import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from tensorflow_serving.apis import (
@@ -37,7 +41,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, models: ServedModels):
         self.models = models
 
-    async def Predict(self, request, context):
+    def Predict(self, request, context):
         import tensorflow as tf
 
         version, label = _spec(request.model_spec)
@@ -45,14 +49,14 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             servable = self.models.resolve(request.model_spec.name, version, label)
             signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
             arrays = {k: tensors.to_array(v) for k, v in request.inputs.items()}
-            outputs = await asyncio.wrap_future(servable.predict_future(arrays, signature))
+            outputs = servable.predict_future(arrays, signature).result()
             unknown = set(request.output_filter) - set(outputs)
             if unknown:
                 raise codec.RequestError(f"output_filter names unknown outputs {sorted(unknown)}")
         except NotFound as e:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         except (codec.RequestError, tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e).splitlines()[0])
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e).splitlines()[0])
         response = predict_pb2.PredictResponse()
         for name in request.output_filter or outputs:
             tensors.fill(response.outputs[name], outputs[name])
@@ -61,9 +65,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         response.model_spec.signature_name = signature
         return response
 
-    async def GetModelMetadata(self, request, context):
+    def GetModelMetadata(self, request, context):
         if list(request.metadata_field) != ["signature_def"]:
-            await context.abort(
+            context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "Metadata field signature_def is the only one supported; ask for it alone",
             )
@@ -71,9 +75,9 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         try:
             servable = self.models.resolve(request.model_spec.name, version, label)
         except NotFound as e:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         except InvalidName as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         response.model_spec.name = request.model_spec.name
         response.model_spec.version.value = servable.version
@@ -85,14 +89,14 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     def __init__(self, models: ServedModels):
         self.models = models
 
-    async def GetModelStatus(self, request, context):
+    def GetModelStatus(self, request, context):
         version, label = _spec(request.model_spec)
         try:
             statuses = self.models.status(request.model_spec.name, version, label)
         except NotFound as e:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(e))
+            context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         except InvalidName as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         response = get_model_status_pb2.GetModelStatusResponse()
         for s in statuses:
             entry = response.model_version_status.add()
@@ -106,14 +110,16 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
 _ERROR_CODES = {"OK": 0, "UNKNOWN": 2}
 
 
-def create_server(models: ServedModels, host: str, port: int) -> tuple[grpc.aio.Server, int]:
-    """A grpc.aio server with both services, bound to host:port (0: any free port); returns it and the port."""
-    server = grpc.aio.server(
+def create_server(models: ServedModels, host: str, port: int, threads: int) -> tuple[grpc.Server, int]:
+    """A server with both services on `threads` worker threads, bound to host:port (0: any free port); returns it
+    (not started) and the port."""
+    server = grpc.server(
+        ThreadPoolExecutor(threads, thread_name_prefix="grpc"),
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),  # gRPC's default would share a port another server holds, answering for it
-        ]
+        ],
     )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(models), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(models), server)

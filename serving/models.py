@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -104,13 +104,17 @@ class Servable:
             )
         return self.inputs[name]
 
-    def predict_future(self, arrays: dict[str, np.ndarray], signature: str = "") -> Future:
-        """A Future of the outputs: queued for the batcher when batching is on, else computed inline (measured:
-        handing small models' calls to a thread pool costs more than it frees, as the pool waits on the GIL)."""
+    def predict_future(
+        self, arrays: dict[str, np.ndarray], signature: str = "", executor: Executor | None = None
+    ) -> Future:
+        """A Future of the outputs: queued for the batcher when batching is on, else submitted to `executor`, or
+        computed inline without one (serving.dispatch chooses)."""
         name = signature or DEFAULT_SIGNATURE
         codec.check_arrays(arrays, self.signature(name))
         if name in self._batchers:
             return self._batchers[name].submit(arrays)
+        if executor is not None:
+            return executor.submit(self._runner(name), arrays)
         future: Future = Future()
         try:
             future.set_result(self._runner(name)(arrays))

@@ -4,7 +4,6 @@ path that is no model name (components.lib.names: one path segment) is a 400, be
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import orjson
@@ -15,6 +14,7 @@ from starlette.routing import Route
 
 from components.lib.names import InvalidName, model_name
 from serving import codec
+from serving.dispatch import Dispatcher
 from serving.models import NotFound, VersionStatus
 from serving.repository import ServedModels
 
@@ -69,6 +69,7 @@ async def read_json(request: Request, max_bytes: int):
 
 def create_app(
     models: ServedModels,
+    dispatcher: Dispatcher,
     max_request_bytes: int = 1_500_000,
     health_route: str = "/health",
     predict_route: str = "/predict",
@@ -80,10 +81,7 @@ def create_app(
             arrays, row_format = codec.parse_request(body, inputs)
         except codec.RequestError as e:
             raise _with_signature_hint(e, servable, how) from None
-        future = servable.predict_future(arrays, body.get("signature_name", ""))
-        # computed inline (no batching): take the result, no hand-off through the loop's cross-thread wake-up
-        outputs = future.result() if future.done() else await asyncio.wrap_future(future)
-        return outputs, row_format
+        return await dispatcher.predict(servable, arrays, body.get("signature_name", "")), row_format
 
     async def model_api(request: Request) -> Response:
         match = MODEL_PATH.match(request.path_params["path"])

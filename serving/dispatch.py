@@ -1,0 +1,43 @@
+"""Where a request's model call runs: on the event loop when the request is alone, on a pool of threads when requests
+overlap. A call on the loop has no hand-off (the lowest latency for one client); on the pool, TensorFlow computes
+with the GIL released while the loop reads, parses and answers other requests, so the server uses more than one CPU
+(bench/results/serving.json: like-for-like QPS at 16 clients). Both REST and gRPC go through one Dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from serving.models import Servable
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class Dispatcher:
+    """Runs model calls for the event loop's handlers. `threads` (0: one per usable CPU; 1: every call on the loop)."""
+
+    def __init__(self, threads: int = 0):
+        threads = threads or usable_cpus()
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="model-call") if threads > 1 else None
+        self._in_flight = 0
+
+    async def predict(self, servable: Servable, arrays: dict[str, np.ndarray], signature: str = "") -> dict:
+        """The outputs of `servable` on `arrays` (batched when the servable batches)."""
+        self._in_flight += 1
+        try:
+            if self._pool:
+                await asyncio.sleep(0)  # requests received with this one reach this point and are counted
+            pool = self._pool if self._in_flight > 1 else None
+            future = servable.predict_future(arrays, signature, pool)
+            return future.result() if future.done() else await asyncio.wrap_future(future)
+        finally:
+            self._in_flight -= 1
+
+    def close(self) -> None:
+        if self._pool:
+            self._pool.shutdown(wait=True)
