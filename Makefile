@@ -47,6 +47,7 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.tuning
 	$(PY) -m bench.batch_predict
 	$(PY) -m bench.serving
+	$(PY) -m bench.prep_scale
 	$(PY) -m bench.rehearse
 	$(PY) -m bench.test_suite
 

@@ -51,10 +51,13 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> dict[str, Any]:
-    """HEAD's sha and whether the tracked files differ from it (the paths that do; untracked files are left out)."""
+    """HEAD's sha and whether the tracked files differ from it (the paths that do; untracked files and the result
+    files, which `make bench` rewrites one after the other, are left out)."""
     sha = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no")
-    changed = sorted(line[3:] for line in (status or "").splitlines() if line.strip())
+    changed = sorted(
+        line[3:] for line in (status or "").splitlines() if line.strip() and not line[3:].startswith("bench/results/")
+    )
     return {"sha": sha.strip() if sha else None, "dirty": bool(changed), "changed_paths": changed}
 
 

@@ -20,6 +20,8 @@ from contextlib import redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from components.lib.units import size
+from pipelines.step_memory import StepMemory
 from trainer import progress
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -40,6 +42,7 @@ class Step:
     log: str = ""
     error: str = ""
     progress: list[dict] = field(default_factory=list)  # the step's progress events, `seconds` after its start
+    peak_memory_bytes: int | None = None  # resident memory of the step's processes at their highest (sampled)
 
 
 def terminal_columns() -> int:
@@ -58,6 +61,7 @@ class StepLog(io.TextIOBase):
     quiet: bool = False
     columns: typing.Callable[[], int] = terminal_columns
     clock: typing.Callable[[], float] = time.time
+    memory: StepMemory | None = None
     steps: dict = field(default_factory=dict)
     current: Step | None = None
     _file: typing.TextIO | None = None
@@ -117,6 +121,8 @@ class StepLog(io.TextIOBase):
             self.current = self.steps.setdefault(m[1], Step(m[1]))
             self.current.started, self.current.status = self.clock(), "RUNNING"
             self.current.log = str(self.log_dir / f"{m[1]}.log")
+            if self.memory:
+                self.memory.begin()
             self._file = open(self.current.log, "w")
             self._shown, self._pending = float("-inf"), ""
             self._say(f"▶ {m[1]} ...")
@@ -125,13 +131,15 @@ class StepLog(io.TextIOBase):
             step = self.current
             step.seconds = round(self.clock() - step.started, 2)
             step.status = "SUCCEEDED" if m[2] == "SUCCESS" else "FAILED"
+            step.peak_memory_bytes = self.memory.end() if self.memory else None
             if self._file:
                 self._file.close()
             self.current = None
             if self._pending:
                 self._say(self._pending)
             mark = "✔" if step.status == "SUCCEEDED" else "✘"
-            self._say(f"{mark} {step.name} {step.status.lower()} in {step.seconds:.1f}s")
+            peak = f", peak memory {size(step.peak_memory_bytes)}" if step.peak_memory_bytes else ""
+            self._say(f"{mark} {step.name} {step.status.lower()} in {step.seconds:.1f}s{peak}")
             return
         if self.current and self._file:
             self._file.write(line + "\n")
@@ -190,12 +198,15 @@ def run_local(
         enable_caching=cache_root is not None,
         cache_root=str(cache_root) if cache_root else None,
     )
-    tracker = StepLog(log_dir, sys.stdout, verbose, quiet)
-    with redirect_stdout(tracker), warnings.catch_warnings():
-        # kfp.local notes that display names and the components image do not apply to local subprocesses
-        warnings.filterwarnings("ignore", category=UserWarning, module="kfp.local")
-        warnings.filterwarnings("ignore", category=RuntimeWarning, module="kfp.local")
-        pipeline(**arguments)
+    with (
+        StepMemory() as memory,
+        redirect_stdout(StepLog(log_dir, sys.stdout, verbose, quiet, memory=memory)) as tracker,
+    ):
+        with warnings.catch_warnings():
+            # kfp.local notes that display names and the components image do not apply to local subprocesses
+            warnings.filterwarnings("ignore", category=UserWarning, module="kfp.local")
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module="kfp.local")
+            pipeline(**arguments)
     new = sorted(set(os.listdir(artifacts)) - before)
     steps = [tracker.steps.get(name, Step(name)) for name in step_names(pipeline)]
     return steps, (artifacts / new[-1]) if new else None

@@ -109,7 +109,14 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
         "artifacts": str(run_root) if run_root else None,
         "parameters": parameters,
         "steps": [
-            {"name": s.name, "status": s.status, "seconds": s.seconds, "log": s.log or None, "progress": s.progress}
+            {
+                "name": s.name,
+                "status": s.status,
+                "seconds": s.seconds,
+                "peak_memory_bytes": s.peak_memory_bytes,
+                "log": s.log or None,
+                "progress": s.progress,
+            }
             for s in steps
         ],
         "dataset": stats
@@ -264,9 +271,11 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}td.n{text-align:ri
 .FAILED{color:#b00}.SKIPPED{color:#888}tr.best{font-weight:bold}</style></head><body>
 <h1>{{ s.pipeline }}: <span class="{{ s.status }}">{{ s.status }}</span></h1>
 <p>{{ s.seconds|seconds }}{% if s.error %} — error: {{ s.error }}{% endif %}</p>
-<h2>Steps</h2><table><tr><th>step</th><th>status</th><th>time</th><th>log</th><th>last progress</th></tr>
+<h2>Steps</h2><table><tr><th>step</th><th>status</th><th>time</th><th>peak memory</th><th>log</th>
+<th>last progress</th></tr>
 {% for st in s.steps %}<tr><td>{{ st.name }}</td><td class="{{ st.status }}">{{ st.status }}</td>
-<td class="n">{{ st.seconds|seconds }}</td><td>{% if st.log %}<a href="{{ st.log }}">log</a>{% endif %}</td>
+<td class="n">{{ st.seconds|seconds }}</td>
+<td class="n">{% if st.peak_memory_bytes %}{{ st.peak_memory_bytes|size }}{% endif %}</td><td>{% if st.log %}<a href="{{ st.log }}">log</a>{% endif %}</td>
 <td>{% if st.progress %}{{ st.progress[-1].message }}{% endif %}</td></tr>
 {% endfor %}</table>
 {% if s.parameters %}<details><summary>Pipeline parameters</summary><table><tr><th>parameter</th><th>value</th></tr>

@@ -260,3 +260,27 @@ def test_self_test_quick_results_are_refused(tmp_path, monkeypatch):
     assert problems == [
         "benchmarks.md, section 'Q': bench/results/q.json is a quick run (--quick): not a result to quote"
     ]
+
+
+def test_provenance_dirty_leaves_out_result_files(tmp_path, monkeypatch):
+    """A result file rewritten by an earlier benchmark of `make bench` does not make the next one's commit dirty; a
+    changed source file does."""
+    import subprocess
+
+    from bench import results
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "a.json").write_text("{}")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "init", "--allow-empty")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "files")
+    monkeypatch.setattr(results, "ROOT", tmp_path)
+    (tmp_path / "bench" / "results" / "a.json").write_text('{"new": 1}')
+    assert results.commit()["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert results.commit()["changed_paths"] == ["code.py"] and results.commit()["dirty"] is True

@@ -66,6 +66,9 @@ def test_full_local_run_blessed_then_impossible_threshold_skips_downstream(tmp_p
     np.testing.assert_array_equal(rest["class_id"], grpc_out["class_id"])
     assert rest["probabilities"].shape == (2, 10)
     assert all(s["seconds"] > 0 for s in summary["steps"])
+    peaks = {s["name"]: s["peak_memory_bytes"] for s in summary["steps"]}
+    assert all(peaks.values()), peaks  # every step measured, the 0.1 s ones too
+    assert peaks["train-model"] > peaks["prepare-data"]  # two TensorFlow workers against no TensorFlow
     assert summary["metrics"]["test_accuracy"] >= 0.95
     assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
     assert summary["training"]["num_workers"] == 2 and summary["training"]["strategy"] == "MultiWorkerMirroredStrategy"

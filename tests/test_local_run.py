@@ -49,6 +49,7 @@ def test_summary_of_a_run_that_produced_nothing(tmp_path):
         "name": "train-model",
         "status": "SKIPPED",
         "seconds": 0.0,
+        "peak_memory_bytes": None,
         "log": None,
         "progress": [],
     }
@@ -159,7 +160,14 @@ def a_run_summary(tmp_path) -> dict:
             "split_salt": "",
         },
         "steps": [
-            {"name": "prepare-data", "status": "SUCCEEDED", "seconds": 1.43, "log": None, "progress": []},
+            {
+                "name": "prepare-data",
+                "status": "SUCCEEDED",
+                "seconds": 1.43,
+                "peak_memory_bytes": 123_456_789,
+                "log": None,
+                "progress": [],
+            },
             {
                 "name": "tune-hyperparameters",
                 "status": "SUCCEEDED",
@@ -270,10 +278,10 @@ def test_the_report_rounds_numbers_and_tabulates_parameters_and_trials(tmp_path)
     html = (tmp_path / "report.html").read_text()
     steps, parameters, metrics, dataset, hyperparameters, trials, as_finished, tflite = Tables(html).tables
     assert steps == [
-        ["step", "status", "time", "log", "last progress"],
-        ["prepare-data", "SUCCEEDED", "1.4 s", "", ""],
-        ["tune-hyperparameters", "SUCCEEDED", "24.9 s", "", "trial 2/3: ..."],
-        ["train-model", "SUCCEEDED", "17.2 s", "", "epoch 15/15: loss 0.0512"],
+        ["step", "status", "time", "peak memory", "log", "last progress"],
+        ["prepare-data", "SUCCEEDED", "1.4 s", "123.5 MB", "", ""],
+        ["tune-hyperparameters", "SUCCEEDED", "24.9 s", "", "", "trial 2/3: ..."],
+        ["train-model", "SUCCEEDED", "17.2 s", "", "", "epoch 15/15: loss 0.0512"],
     ]
     assert parameters == [
         ["parameter", "value"],

@@ -1,0 +1,86 @@
+"""Peak memory of each step of a local run. kfp.local runs one step at a time, as a child process of this one (the
+step's own processes under it: image decoders, training workers), so a sampler thread adds up the peak resident
+memory so far (Linux's VmHWM; elsewhere the resident memory now) of this process's live descendants started since
+the step began (a server an earlier step left running is not the step's), every `interval` seconds (every
+`first_interval` in a step's first second, so that a short step is sampled too), and keeps the highest sum:
+processes that run together count together, one after the other do not. What a process reaches after its last
+sample is missed, and a step whose processes all end within `first_interval` has no figure."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+
+
+def _peak_rss(process: psutil.Process) -> int:
+    """The process's peak resident bytes so far (VmHWM), or its resident bytes now where /proc has no VmHWM."""
+    try:
+        with open(f"/proc/{process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return process.memory_info().rss
+
+
+class StepMemory:
+    """`begin()` at a step's start, `end()` at its end: the peak in bytes (None when nothing was measured)."""
+
+    def __init__(self, interval: float = 0.2, first_interval: float = 0.02):
+        self.interval, self.first_interval = interval, first_interval
+        self._began = 0.0
+        self._process = psutil.Process()
+        self._lock = threading.Lock()
+        self._peak = 0
+        self._earlier: set[int] = set()  # descendants alive when the step began
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample(self) -> int:
+        """The step's live processes' peak resident bytes so far, added up."""
+        total = 0
+        for child in self._process.children(recursive=True):
+            if child.pid in self._earlier:
+                continue
+            try:
+                total += _peak_rss(child)
+            except psutil.Error:  # ended meanwhile
+                continue
+        with self._lock:
+            self._peak = max(self._peak, total)
+        return total
+
+    def begin(self) -> None:
+        with self._lock:
+            self._peak = 0
+            self._earlier = {p.pid for p in self._process.children(recursive=True)}
+        self._began = time.monotonic()
+        self._wake.set()  # the sampler may be in a long wait: start the step's fast sampling now
+
+    def end(self) -> int | None:
+        self.sample()
+        with self._lock:
+            return self._peak or None
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.interval if time.monotonic() - self._began > 1 else self.first_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            self.sample()
+
+    def __enter__(self) -> StepMemory:
+        self._thread = threading.Thread(target=self._run, daemon=True, name="step-memory")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread:
+            self._thread.join()
