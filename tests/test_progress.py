@@ -364,7 +364,7 @@ def test_a_run_shows_the_trial_and_the_epoch_live_on_a_terminal_and_plain_lines_
     assert seen("tune-hyperparameters", r"  ↳ .*running: trial \d epoch \d/2.*"), "\n".join(final)
     assert seen("train-model", r"  ↳ epoch [123]/3: loss \d\.\d{4}, accuracy \d\.\d{4}, val_accuracy \d\.\d{4}, .*")
     train = final.index("▶ train-model ...")
-    assert re.fullmatch(r"✔ train-model succeeded in \d+\.\ds", final[train + 1])
+    assert re.fullmatch(r"✔ train-model succeeded in \d+\.\ds, peak memory \d+\.\d [MG]B", final[train + 1])
     assert not [line for line in final if "↳" in line]  # every progress line was replaced by its step's final line
     logs = tmp_path / "run" / "logs"
     events = [e for e in map(progress.parse, (logs / "train-model.log").read_text().splitlines()) if e]
@@ -394,5 +394,5 @@ def test_a_run_shows_the_trial_and_the_epoch_live_on_a_terminal_and_plain_lines_
     assert re.fullmatch(
         r"  ↳ 50 instances, 0 errors, 1/1 files, 100% of the input read, \d+ instances/s", lines[step + 1]
     )
-    assert re.fullmatch(r"✔ run-batch-prediction succeeded in \d+\.\ds", lines[step + 2])
+    assert re.fullmatch(r"✔ run-batch-prediction succeeded in \d+\.\ds, peak memory \d+\.\d [MG]B", lines[step + 2])
     assert "\r" not in piped.stdout and "\x1b[K" not in piped.stdout
