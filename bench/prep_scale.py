@@ -15,6 +15,7 @@ images/s at the largest sizes. Results: bench/results/prep_scale.json.
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,7 +79,7 @@ def source(workdir: Path, kind: str, size: int) -> Path:
 def measure(data: Path, workdir: Path) -> dict:
     """prepare() on `data` in a fresh process: its seconds and counts, and the process tree's peak memory."""
     out = workdir / "out"
-    subprocess.run(["rm", "-rf", str(out)], check=True)
+    shutil.rmtree(out, ignore_errors=True)
     with StepMemory(interval=0.05, first_interval=0.01) as memory:
         memory.begin()
         done = subprocess.run(

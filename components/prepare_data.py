@@ -21,6 +21,7 @@ from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Output
 
+from components.lib.cpus import available_cpus
 from components.lib.records import TFRecordWriter, encode_example
 from components.lib.sources import BadRecord, DataError, open_source
 from components.lib.storage import staged
@@ -52,27 +53,6 @@ def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> i
         math.ceil(expected / (num_workers * examples_per_shard)), min(4, int(expected // (num_workers * 100))), 1
     )
     return num_workers * per_worker
-
-
-def available_cpus() -> int:
-    """The CPUs this process may use: its affinity mask, bounded by a cgroup CPU limit (a Kubernetes pod's or a
-    container's: cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us`), at least 1."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    quota, period = ((_read("/sys/fs/cgroup/cpu.max") or "max").split() + ["100000"])[:2]
-    if quota == "max":
-        quota = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").strip() or "-1"
-        period = _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us").strip() or "100000"
-    if quota.isdigit() and period.isdigit() and int(period) > 0:
-        cpus = min(cpus, math.ceil(int(quota) / int(period)))
-    return max(1, cpus)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read()
-    except (OSError, ValueError):
-        return ""
 
 
 def _load(load):

@@ -541,7 +541,7 @@ class _ParsePool:
         if instances_format not in POOLED_FORMATS:
             return cls(0)
         if processes is None:
-            from components.prepare_data import available_cpus
+            from components.lib.cpus import available_cpus
 
             processes = available_cpus() // 2
         return cls(processes)
@@ -554,7 +554,7 @@ class _ParsePool:
             return
         import tensorflow as tf
 
-        from components.prepare_data import available_cpus
+        from components.lib.cpus import available_cpus
 
         threads = max(1, available_cpus() - self.processes)
         try:

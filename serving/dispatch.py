@@ -7,23 +7,19 @@ worker thread of its own server (serving.grpc_service)."""
 from __future__ import annotations
 
 import asyncio
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from components.lib.cpus import available_cpus
 from serving.models import Servable
 
 
-def usable_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 class Dispatcher:
-    """Runs model calls for the event loop's handlers. `threads` (0: one per usable CPU; 1: every call on the loop)."""
+    """Runs model calls for the event loop's handlers. `threads` (0: one per CPU it may use, `available_cpus`; 1: every call on the loop)."""
 
     def __init__(self, threads: int = 0):
-        threads = threads or usable_cpus()
+        threads = threads or available_cpus()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="model-call") if threads > 1 else None
         self._in_flight = 0
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from components.lib.cpus import available_cpus
 from serving import grpc_service, ports, rest
-from serving.dispatch import Dispatcher, usable_cpus
+from serving.dispatch import Dispatcher
 from serving.repository import ServedModels
 
 log = logging.getLogger("tfpipe.serving")
@@ -124,7 +125,7 @@ class ModelServer:
         if self.options.grpc_threads:
             return self.options.grpc_threads
         batching = self.models.batching
-        return max(2 * usable_cpus(), batching.max_batch_size if batching else 0)
+        return max(2 * available_cpus(), batching.max_batch_size if batching else 0)
 
     def _announce(self) -> None:
         info = {"pid": os.getpid(), "rest_url": self.rest_url, "grpc_target": self.grpc_target}

@@ -8,8 +8,9 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
+from components.lib.cpus import available_cpus
 from serving.batching import BatchingOptions
-from serving.dispatch import Dispatcher, usable_cpus
+from serving.dispatch import Dispatcher
 from serving.repository import Repository, ServedModels
 from serving.server import ModelServer, ServerOptions
 
@@ -66,8 +67,8 @@ def test_one_thread_keeps_every_call_on_the_loop():
 @pytest.mark.parametrize(
     ("options", "batching", "expected"),
     [
-        ({}, None, 2 * usable_cpus()),
-        ({}, BatchingOptions(max_batch_size=64), max(64, 2 * usable_cpus())),
+        ({}, None, 2 * available_cpus()),
+        ({}, BatchingOptions(max_batch_size=64), max(64, 2 * available_cpus())),
         ({"grpc_threads": 3}, BatchingOptions(max_batch_size=64), 3),
     ],
 )

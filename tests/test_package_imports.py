@@ -31,11 +31,12 @@ def test_the_import_reader_sees_every_kind_of_import():
     assert "pipelines.cli" in imported_modules(ROOT / "pipelines" / "__main__.py")
 
 
-def test_the_server_needs_the_storage_library_the_name_rules_and_the_trainers_warmup_only():
+def test_the_server_needs_the_storage_library_the_name_rules_the_cpu_count_and_the_trainers_warmup_only():
     files = {module_name(path) for path in needed_files(["serving.vertex_container", "serving.command"])}
     assert {name for name in files if not name.startswith("serving")} == {
         "components",
         "components.lib",
+        "components.lib.cpus",
         "components.lib.names",
         "components.lib.storage",
         "trainer",

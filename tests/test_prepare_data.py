@@ -3,8 +3,10 @@ import json
 import pytest
 
 from components import prepare_data
+from components.lib import cpus
+from components.lib.cpus import available_cpus
 from components.lib.sources import DataError, default_image_size
-from components.prepare_data import assign_split, available_cpus, prepare, shard_count
+from components.prepare_data import assign_split, prepare, shard_count
 from tests.conftest import write_images
 from trainer import data
 
@@ -269,8 +271,8 @@ def test_default_image_size_rule():
     ],
 )
 def test_available_cpus_follows_the_cgroup_limit(monkeypatch, files, expected):
-    monkeypatch.setattr(prepare_data.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(prepare_data, "_read", lambda path: files.get(path, ""))
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(cpus, "_read", lambda path: files.get(path, ""))
     assert available_cpus() == expected
 
 
