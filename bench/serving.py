@@ -16,7 +16,8 @@ class id must equal a direct `serving_default` call's), then loaded by the same 
 (each its own keep-alive `http.client` connection, or `requests.Session` with `--http-client requests`, or gRPC
 channel) in ≤ `--client-processes` spawned processes, so that one process's GIL does not cap the load; one instance
 per request (a test digit: REST body `{"instances": [...]}`, gRPC a serialized `PredictRequest` built with
-`tf.make_tensor_proto`, both encoded once before the run). Every configuration is measured once per round
+`tf.make_tensor_proto`, both encoded once before the run), and for ours without batching (both thread settings, both
+protocols, the most clients) also `--large-request` instances a request. Every configuration is measured once per round
 (`--warmup` s unmeasured, then `--duration` s), rounds interleaved so that drift in the machine's load hits every
 configuration alike. Reported: QPS (median of rounds, and each round), latency p50/p99 (pooled), errors (must be 0),
 server and client CPU per request.
@@ -26,12 +27,14 @@ The comparison is reported in two sections, in this order:
       both; one thread on both), the same model, clients and rounds; ratio of median QPS and each round's ratio;
   best configurations: each side's configuration with the highest median QPS at the most clients over REST (ours:
       any of its four; KServe: either of its two), labelled with its settings; the ratio of the two.
+Then gRPC against REST on ours: the same server, request size and clients, the ratio of median QPS.
 Also measured: the model call itself (`serving_default` on one example, in a fresh process per thread setting,
 warmed up, then timed), and request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client
 writes it vs the serialized gRPC `PredictRequest`.
 
 Goals: ours ≥ 1.5× KServe QPS at the most REST clients, like for like at each thread setting (the best
-configurations' ratio is reported beside it, not as the goal); gRPC ≤ 0.3× REST bytes.
+configurations' ratio is reported beside it, not as the goal); gRPC at least REST's QPS on ours; gRPC ≤ 0.3× REST
+bytes.
 Results: bench/results/serving.json.
 """
 
@@ -343,29 +346,32 @@ def ours_ready(url: str):
     return lambda: any(s.get("state") == "AVAILABLE" for s in (_get_json(url) or {}).get("model_version_status", []))
 
 
-def check_rest(url: str, bodies: list, expected: np.ndarray) -> bool:
-    """Every body's answer has the expected class id (row format: one object per instance)."""
+def check_rest(url: str, bodies: list, expected: list[np.ndarray]) -> bool:
+    """Every body's answer has the expected class ids (row format: one object per instance)."""
     import requests
 
     with requests.Session() as s:
         got = [
-            s.post(url, data=b, headers={"Content-Type": "application/json"}, timeout=30).json()["predictions"][0][
-                "class_id"
+            [
+                p["class_id"]
+                for p in s.post(url, data=b, headers={"Content-Type": "application/json"}, timeout=30).json()[
+                    "predictions"
+                ]
             ]
             for b in bodies
         ]
-    return bool(np.array_equal(np.array(got), expected))
+    return all(np.array_equal(np.array(g), e) for g, e in zip(got, expected, strict=True))
 
 
-def check_grpc(target: str, bodies: list, expected: np.ndarray) -> bool:
+def check_grpc(target: str, bodies: list, expected: list[np.ndarray]) -> bool:
     import grpc
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2
 
     with grpc.insecure_channel(target) as channel:
         predict = channel.unary_unary(PREDICT_METHOD, response_deserializer=predict_pb2.PredictResponse.FromString)
-        got = [int(tf.make_ndarray(predict(b, timeout=30).outputs["class_id"])[0]) for b in bodies]
-    return bool(np.array_equal(np.array(got), expected))
+        got = [tf.make_ndarray(predict(b, timeout=30).outputs["class_id"]) for b in bodies]
+    return all(np.array_equal(g, e) for g, e in zip(got, expected, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -426,6 +432,7 @@ SERVERS = {
     "ours_batching_1t": ("ours+batch 1 thr", "ours", "one", True, ["rest"]),
 }
 NAMES = {key: spec[0] for key, spec in SERVERS.items()}
+LARGE_REQUESTS = ("ours", "ours_1t")  # also measured with --large-request instances a request, at the most clients
 THREADS = {"default": "default (one per CPU)", "one": "1 intra-op, 1 inter-op"}
 LIKE_FOR_LIKE = {"default_threads": ("ours", "kserve"), "one_tf_thread": ("ours_1t", "kserve_1t")}
 
@@ -474,8 +481,19 @@ def run(args, workdir: Path) -> dict:
     images = test[:64]
     expected = tf.saved_model.load(model_dir).signatures["serving_default"](image=tf.constant(images))
     expected = expected["class_id"].numpy()
-    rest_bodies = [rest_body(x[None]) for x in images]
-    grpc_bodies = [grpc_request(x[None]).SerializeToString() for x in images]
+    sizes = [1] + ([args.large_request] if args.large_request > 1 else [])
+    picks = {
+        n: [np.arange(k * n, (k + 1) * n) % len(images) for k in range(len(images) if n == 1 else 8)] for n in sizes
+    }
+    bodies = {
+        (n, protocol): [
+            rest_body(images[p]) if protocol == "rest" else grpc_request(images[p]).SerializeToString()
+            for p in picks[n]
+        ]
+        for n in sizes
+        for protocol in ("rest", "grpc")
+    }
+    expected_ids = {n: [expected[p] for p in picks[n]] for n in sizes}
     setup_seconds = time.time() - started
     calls = {
         threads: model_call_ms(model_dir, images, threads == "one", args.model_calls, args.model_calls // 10)
@@ -521,7 +539,9 @@ def run(args, workdir: Path) -> dict:
             ready = ours_ready(rest_url)
         servers[key] = (cmd, rest_url, grpc_port, ready, protocols, ONE_THREAD if threads == "one" else {})
     configs = [(key, protocol) for key, (*_, protocols, _) in servers.items() for protocol in protocols]
-    raw: dict[tuple, list] = {(k, p, c): [] for k, p in configs for c in args.clients}
+    measured = [(k, p, 1, c) for c in args.clients for k, p in configs]  # (server, protocol, instances, clients)
+    measured += [(k, p, n, max(args.clients)) for n in sizes[1:] for k, p in configs if k in LARGE_REQUESTS]
+    raw: dict[tuple, list] = {m: [] for m in measured}
     correct, startup = {}, {}
     with contextlib.ExitStack() as stack:
         procs = {
@@ -532,61 +552,64 @@ def run(args, workdir: Path) -> dict:
             startup[key] = round(wait_ready(procs[key], ready, workdir / f"{key}.log", NAMES[key]), 1)
             for protocol in protocols:
                 target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
-                bodies = rest_bodies if protocol == "rest" else grpc_bodies
-                correct[key, protocol] = (check_rest if protocol == "rest" else check_grpc)(target, bodies, expected)
+                check = check_rest if protocol == "rest" else check_grpc
+                for n in sizes if key in LARGE_REQUESTS else [1]:
+                    correct[key, protocol, n] = check(target, bodies[n, protocol], expected_ids[n])
         print(
             f"[bench] servers ready (s): {startup}; class ids match: "
-            f"{ {f'{k}/{p}': v for (k, p), v in correct.items()} }",
+            f"{ {f'{k}/{p}/{n}': v for (k, p, n), v in correct.items()} }",
             flush=True,
         )
         for round_ in range(args.rounds):  # interleaved, so that drift in the machine's load hits every config
-            for clients in args.clients:
-                for key, protocol in configs:
-                    rest_url, grpc_port = servers[key][1], servers[key][2]
-                    target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
-                    m = load(
-                        protocol,
-                        target,
-                        rest_bodies if protocol == "rest" else grpc_bodies,
-                        clients,
-                        args.client_processes,
-                        args.warmup,
-                        args.duration,
-                        procs[key].pid,
-                        args.http_client,
-                    )
-                    raw[key, protocol, clients].append(m)
-                    print(
-                        f"[bench] round {round_ + 1}/{args.rounds} {NAMES[key]:<17}{protocol:<5}{clients:>3} clients:"
-                        f" {len(m['latencies_ms']) / m['duration']:>8,.0f} QPS, errors {m['errors']}",
-                        flush=True,
-                    )
+            for key, protocol, n, clients in measured:
+                rest_url, grpc_port = servers[key][1], servers[key][2]
+                target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
+                m = load(
+                    protocol,
+                    target,
+                    bodies[n, protocol],
+                    clients,
+                    args.client_processes,
+                    args.warmup,
+                    args.duration,
+                    procs[key].pid,
+                    args.http_client,
+                )
+                raw[key, protocol, n, clients].append(m)
+                print(
+                    f"[bench] round {round_ + 1}/{args.rounds} {NAMES[key]:<17}{protocol:<5}{n:>3} inst{clients:>3}"
+                    f" clients: {len(m['latencies_ms']) / m['duration']:>8,.0f} QPS, errors {m['errors']}",
+                    flush=True,
+                )
     rows = [
         {
             "server": k,
             "side": SERVERS[k][1],
             "protocol": p,
+            "instances": n,
             "clients": c,
             "batching": SERVERS[k][3],
             "tensorflow_threads": THREADS[SERVERS[k][2]],
-            "class_ids_match": correct[k, p],
-            **summarize(raw[k, p, c]),
+            "class_ids_match": correct[k, p, n],
+            **summarize(raw[k, p, n, c]),
         }
-        for c in args.clients
-        for k, p in configs
+        for k, p, n, c in measured
     ]
+    for row in rows:
+        row["instances_per_s"] = round(row["qps"] * row["instances"], 1)
     bytes_cmp = request_bytes(args.bytes_batch, args.bytes_size)
     top = max(args.clients)
     comparisons = compare(rows, raw, args.clients)
     like = comparisons["like_for_like"]
     goal_pairs = [like[name][str(top)] for name in like if str(top) in like[name]]
     errors = sum(r["errors"] for r in rows)
+    grpc_rest = grpc_vs_rest(rows)
     return {
         "dataset": "builtin:digits",
         "epochs": args.epochs,
         "model_reused": reused,
         "model_input": [None, 8, 8, 1],
-        "request_instances": 1,
+        "request_instances": sizes,
         "settings": {
             "duration_s": args.duration,
             "warmup_s": args.warmup,
@@ -636,6 +659,7 @@ def run(args, workdir: Path) -> dict:
         },
         "runs": rows,
         "like_for_like": like,
+        "grpc_vs_rest": grpc_rest,
         "best": comparisons["best"],
         "request_bytes": bytes_cmp,
         "goal": {
@@ -647,6 +671,7 @@ def run(args, workdir: Path) -> dict:
             "grpc_to_rest_bytes": bytes_cmp["grpc_to_rest"],
             "bytes_ratio_max": 0.3,
             "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3,
+            "grpc_at_least_rest": {f"{c['server']}/{c['instances']}/{c['clients']}": c["met"] for c in grpc_rest},
             "errors": errors,
             "all_correct": all(r["class_ids_match"] for r in rows),
         },
@@ -658,7 +683,14 @@ def compare(rows: list[dict], raw: dict, client_counts: list[int]) -> dict:
     each side's best configuration (highest median QPS), with the ratio of median QPS and each round's ratio."""
 
     def row(server, clients):
-        return next((r for r in rows if (r["server"], r["protocol"], r["clients"]) == (server, "rest", clients)), None)
+        return next(
+            (
+                r
+                for r in rows
+                if (r["server"], r["protocol"], r["instances"], r["clients"]) == (server, "rest", 1, clients)
+            ),
+            None,
+        )
 
     def pair(ours_key, kserve_key, clients) -> dict | None:
         o, k = row(ours_key, clients), row(kserve_key, clients)
@@ -666,7 +698,7 @@ def compare(rows: list[dict], raw: dict, client_counts: list[int]) -> dict:
             return None
         rounds = [
             round(len(a["latencies_ms"]) / len(b["latencies_ms"]), 3) if len(b["latencies_ms"]) else None
-            for a, b in zip(raw[ours_key, "rest", clients], raw[kserve_key, "rest", clients])
+            for a, b in zip(raw[ours_key, "rest", 1, clients], raw[kserve_key, "rest", 1, clients])
         ]
         return {
             "ours": ours_key,
@@ -694,7 +726,11 @@ def compare(rows: list[dict], raw: dict, client_counts: list[int]) -> dict:
     best: dict[str, dict] = {}
     for clients in client_counts:
         candidates = {
-            side: [r for r in rows if r["side"] == side and r["protocol"] == "rest" and r["clients"] == clients]
+            side: [
+                r
+                for r in rows
+                if r["side"] == side and r["protocol"] == "rest" and r["instances"] == 1 and r["clients"] == clients
+            ]
             for side in ("ours", "kserve")
         }
         if all(candidates.values()):
@@ -708,6 +744,32 @@ def compare(rows: list[dict], raw: dict, client_counts: list[int]) -> dict:
     return {"like_for_like": like, "best": best}
 
 
+def grpc_vs_rest(rows: list[dict]) -> list[dict]:
+    """Ours over gRPC against ours over REST, the same server, request size and clients: the ratio of median QPS."""
+    out = []
+    for g in rows:
+        if g["protocol"] != "grpc":
+            continue
+        same = ("server", "instances", "clients")
+        r = next((r for r in rows if r["protocol"] == "rest" and all(r[k] == g[k] for k in same)), None)
+        if r and r["qps"]:
+            out.append(
+                {
+                    **{k: g[k] for k in same},
+                    "label": NAMES[g["server"]],
+                    "grpc_qps": g["qps"],
+                    "rest_qps": r["qps"],
+                    "grpc_server_cpu_ms_per_request": g["server_cpu_ms_per_request"],
+                    "rest_server_cpu_ms_per_request": r["server_cpu_ms_per_request"],
+                    "grpc_client_cpu_ms_per_request": g["client_cpu_ms_per_request"],
+                    "rest_client_cpu_ms_per_request": r["client_cpu_ms_per_request"],
+                    "ratio": round(g["qps"] / r["qps"], 3),
+                    "met": g["qps"] >= r["qps"],
+                }
+            )
+    return out
+
+
 def _version(package: str) -> str:
     try:
         return metadata.version(package)
@@ -719,7 +781,7 @@ def print_report(r: dict) -> None:
     s = r["settings"]
     b = s["ours_batching"]
     print(
-        f"\nServing {r['dataset']} (1 instance/request), {s['rounds']} interleaved rounds of {s['warmup_s']} s "
+        f"\nServing {r['dataset']} ({' or '.join(map(str, r['request_instances']))} instances/request), {s['rounds']} interleaved rounds of {s['warmup_s']} s "
         f"warm-up + {s['duration_s']} s measured (QPS: median of rounds, latency: pooled), client processes ≤ "
         f"{s['client_processes']}, REST client {s['http_client']}; batching: max {b['max_batch_size']}, timeout "
         f"{b['batch_timeout_ms']} ms, {b['num_batch_threads']} thread(s); kserve {r['versions']['kserve']}, "
@@ -730,20 +792,23 @@ def print_report(r: dict) -> None:
         f"{r['model_call_ms']['one_tf_thread']:.3f} ms on one thread"
     )
     print(
-        f"{'server':<17}{'proto':<6}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'server':<17}{'proto':<6}{'inst':>5}{'clients':>8}{'QPS':>9}{'rounds min-max':>16}{'p50 ms':>9}{'p99 ms':>9}"
         f"{'errors':>8}{'srv ms/req':>11}{'srv cores':>10}{'cli ms/req':>11}{'correct':>9}"
     )
     for row in r["runs"]:
         spread = f"{min(row['qps_rounds']):,.0f}-{max(row['qps_rounds']):,.0f}"
         print(
-            f"{NAMES[row['server']]:<17}{row['protocol']:<6}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
+            f"{NAMES[row['server']]:<17}{row['protocol']:<6}{row['instances']:>5}{row['clients']:>8}{row['qps']:>9,.0f}{spread:>16}"
             f"{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['errors']:>8}{row['server_cpu_ms_per_request']:>11.3f}"
             f"{row['server_cpu_cores']:>10.2f}{row['client_cpu_ms_per_request']:>11.3f}"
             f"{str(row['class_ids_match']):>9}"
         )
     for row in r["runs"]:
         if row["errors"]:
-            print(f"errors in {NAMES[row['server']]} {row['protocol']} {row['clients']}: {row['first_error']}")
+            print(
+                f"errors in {NAMES[row['server']]} {row['protocol']} {row['instances']} instances {row['clients']} "
+                f"clients: {row['first_error']}"
+            )
     q = r["request_bytes"]
     print(
         f"request bytes, {q['images']} random {q['shape'][1]}×{q['shape'][2]} float32 images: REST JSON "
@@ -766,6 +831,12 @@ def print_report(r: dict) -> None:
             print(f"  {name.replace('_', ' ')}: {line(c)} ... {'PASS' if c['met'] else 'FAIL'}")
     if top in r["best"]:
         print(f"each side's best configuration (REST, {top} clients; not the goal): {line(r['best'][top])}")
+    print("gRPC against REST (ours, the same server, request size and clients); goal ≥ 1×:")
+    for c in r["grpc_vs_rest"]:
+        print(
+            f"  {c['label']}, {c['instances']} instance(s), {c['clients']} clients: {c['grpc_qps']:,.0f} / "
+            f"{c['rest_qps']:,.0f} QPS = {c['ratio']:.2f}× ... {'PASS' if c['met'] else 'FAIL'}"
+        )
     print(f"goal gRPC ≤ 0.3× REST bytes: {g['grpc_to_rest_bytes']:.3f}× ... {'PASS' if g['bytes_met'] else 'FAIL'}")
     print(
         f"errors: {g['errors']} ({'PASS' if g['errors'] == 0 else 'FAIL'}); class ids match a direct call: "
@@ -787,6 +858,12 @@ def main(argv=None) -> None:
         help="REST client of the load generator; requests.Session costs ~1 ms of client CPU per request "
         "(about 4× http.client's, more than the servers' own), which on a small machine takes the CPU "
         "the servers would use and pulls every REST QPS towards the same value",
+    )
+    p.add_argument(
+        "--large-request",
+        type=int,
+        default=32,
+        help="instances a request in the request-size comparison (ours, REST and gRPC, the most clients; 1: none)",
     )
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument(

@@ -204,6 +204,10 @@ class ModelManager:
     def ready(self) -> bool:
         return bool(self._servables)
 
+    def loaded(self) -> frozenset[int]:
+        """The versions loaded now."""
+        return frozenset(self._servables)
+
     def resolve(self, version: int | None = None, label: str | None = None) -> Servable:
         """The servable a request names: a version, a label's version, or the newest loaded one."""
         with self._lock:

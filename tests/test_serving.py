@@ -571,3 +571,26 @@ def test_flat_call_answers_what_the_structured_call_answers(tmp_path):
     assert flat.keys() == structured.keys()
     for key in flat:
         np.testing.assert_array_equal(flat[key], structured[key])
+
+
+def test_the_heap_is_frozen_once_models_load_and_an_unloaded_version_is_collected(tmp_path):
+    """After a version loads, everything alive is out of the garbage collector's passes (gc.freeze); the cycles an
+    unloaded version leaves (thousands of objects) are collected at the next poll, not kept frozen."""
+    import gc
+
+    toy_model(str(tmp_path / "toy" / "1"), k=1)
+    models = ServedModels(Repository(str(tmp_path), ("toy",), Policy(), {}), poll_seconds=3600)  # polled by hand
+    models.start()
+    try:
+        assert gc.get_freeze_count() > 0
+        publish(toy_model(str(tmp_path / "staging"), k=2), str(tmp_path), "toy", "2")
+        models.poll()  # loads version 2, unloads version 1
+        assert models.resolve("toy").version == 2
+        models.poll()  # settles
+        frozen = gc.get_freeze_count()
+        gc.unfreeze()
+        left = gc.collect()  # what the settle left uncollected
+        assert frozen > 0 and left < 50
+    finally:
+        models.stop()
+        gc.unfreeze()
