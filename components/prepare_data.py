@@ -1,102 +1,36 @@
-"""Data prep: a source → TFRecord shards for train/val/test, stats.json and quarantine.jsonl.
+"""Data prep: a source → TFRecord shards for train/val/test, stats.json and quarantine.jsonl, through one Apache
+Beam pipeline (components.lib.prep_pipeline) on every target.
 
-The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts and
-worker counts. Every split gets at least `num_workers` non-empty shards, as FILE auto-sharding needs.
-
-Images are decoded and resized on every core the step may use (a process pool; `processes`), and the records are
-written by this process in one fixed order, so the output is byte for byte the same as a single-process run's.
-Records are written without TensorFlow (`components.lib.records`): the step does not pay its start-up. Progress lines
-(`trainer.progress`, stage `prepare`): records read and written, and quarantined, of the total, every 2 s and at the
-end.
+The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts, worker
+counts and runners; so is each record's shard. Every split gets at least `num_workers` shards, as FILE auto-sharding
+needs. Sources are read where they live (components.lib.source_reads): CSV files in ranges, images one by one; the
+data is never held whole. Locally the pipeline runs on Beam's direct runner: in this process for small data, on
+`processes` worker processes above `parallel_min_records` records; the output is byte for byte the same either way.
+Progress (`trainer.progress`, stage `prepare`): records read, written and quarantined, at the end.
 """
 
-import hashlib
 import json
 import math
-import multiprocessing
 import os
-from collections import Counter, defaultdict
-from concurrent.futures import ProcessPoolExecutor
+import shutil
+import tempfile
 from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Output
 
 from components.lib.cpus import available_cpus
-from components.lib.records import TFRecordWriter, encode_example
-from components.lib.sources import BadRecord, DataError, open_source
-from components.lib.storage import staged
+from components.lib.prep_rules import shard_count
+from components.lib.source_reads import CsvPlan, is_glob, list_folder, match_files, plan_csv
+from components.lib.sources import IMAGE_EXTENSIONS, BadRecord, DataError, builtin, check_builtin
+from components.lib.storage import is_gcs
 from trainer import progress
-from trainer.schema import SPLITS, TABULAR, shard_name
+from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
 
-PARALLEL_MIN_RECORDS = 64  # fewer images are decoded in this process (a pool's start-up would cost more)
-
-
-def key_point(key: str, salt: str = "") -> float:
-    """A deterministic pseudo-random point in [0, 1) for a record key (SHA-256)."""
-    return int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big") / 2**64
+PARALLEL_MIN_RECORDS = 20_000  # fewer records are prepared in this process (worker processes' start-up would dominate)
+ITEMS_PER_WORKER = 8  # work items per worker process, for balance
 
 
-def assign_split(key: str, val_fraction: float, test_fraction: float, salt: str = "") -> str:
-    """Deterministic split from the key's hash point: test, then val, then train."""
-    point = key_point(key, salt)
-    if point < test_fraction:
-        return "test"
-    if point < test_fraction + val_fraction:
-        return "val"
-    return "train"
-
-
-def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> int:
-    """A multiple of the worker count, at most `examples_per_shard` examples each, and up to 4 files per worker
-    (for parallel reads) while each file still gets at least 100 examples."""
-    per_worker = max(
-        math.ceil(expected / (num_workers * examples_per_shard)), min(4, int(expected // (num_workers * 100))), 1
-    )
-    return num_workers * per_worker
-
-
-def _load(load):
-    """Run one record's loader: the example, or the BadRecord's reason."""
-    try:
-        return True, load()
-    except BadRecord as e:
-        return False, str(e)
-
-
-def _encoded(task: tuple):
-    """In a pool process: load and encode one record, `(load, key, label index, kind)` → (True, the record's bytes)
-    or (False, the BadRecord's reason)."""
-    load, key, label, kind = task
-    ok, value = _load(load)
-    return (True, encode_example(key, label, value, kind)) if ok else (False, value)
-
-
-class _Pool:
-    """An ordered `map` on `processes` processes, the pool forked on first use (nothing to import again) and only
-    when there is more than one process; else the built-in `map`. Ordered, so results do not depend on it. A process
-    that dies (killed for memory) fails the step (BrokenProcessPool) instead of hanging it."""
-
-    def __init__(self, processes: int):
-        self.processes = processes if "fork" in multiprocessing.get_all_start_methods() else 1
-        self._pool = None
-
-    def map(self, func, items):
-        items = list(items)
-        if self.processes <= 1 or len(items) < PARALLEL_MIN_RECORDS:
-            return map(func, items)
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("fork"))
-        return self._pool.map(func, items, chunksize=max(1, min(64, len(items) // (8 * self.processes))))
-
-    def __enter__(self) -> "_Pool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard):
+def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard, processes):
     if num_workers < 1:
         raise DataError(f"num_workers must be >= 1, got {num_workers}")
     if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
@@ -108,6 +42,100 @@ def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fractio
         raise DataError(f"max_corrupt_fraction must be in [0, 1], got {max_corrupt_fraction}")
     if examples_per_shard < 1:
         raise DataError(f"examples_per_shard must be >= 1, got {examples_per_shard}")
+    if processes < 0:
+        raise DataError(f"processes must be >= 0, got {processes}")
+
+
+class Source:
+    """What a data source gives the pipeline: its kind, labels when known before the read, the records to expect,
+    the work items, and for CSV files their plan."""
+
+    def __init__(self, data_source: str, label_column: str, parts: int):
+        self.csv_plan: CsvPlan | None = None
+        self.items: list = []
+        self.ignored: list[str] = []
+        self.folder = False
+        self.feature_names: list[str] = []
+        self.input_shape: list[int] = []
+        if data_source.startswith("builtin:"):
+            src = builtin(check_builtin(data_source.split(":", 1)[1]))
+            self.kind, self.labels, self.input_shape = src.kind, src.labels, src.input_shape
+            self.feature_names, self.size_reason = src.feature_names, src.size_reason
+            records = [(key, label, (i,), load()) for i, (key, label, load) in enumerate(src.candidates)]
+            self.expected = len(records)
+            self.items = _chunks(records, parts)
+        elif _is_csv(data_source):
+            files = match_files(data_source) if is_glob(data_source) else [_existing_file(data_source)]
+            sizes = sum(_size(f) for f in files)
+            self.csv_plan = plan_csv(files, label_column, max(1 << 20, min(8 << 20, math.ceil(sizes / parts))))
+            self.kind, self.labels, self.size_reason = TABULAR, [], ""
+            self.input_shape, self.feature_names = [len(self.csv_plan.feature_names)], self.csv_plan.feature_names
+            self.expected = self.csv_plan.lines
+            self.items = list(self.csv_plan.ranges)
+        else:
+            self.kind, self.folder, self.size_reason = IMAGE, True, ""
+            listing = list_folder(data_source.rstrip("/"))
+            in_class = [(rel, uri) for rel, uri in listing if "/" in rel]
+            self.ignored = sorted(rel for rel, _ in listing if "/" not in rel)
+            images = [rel for rel, _ in in_class if os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS]
+            if not images:
+                raise DataError(f"no PNG or JPEG images in class sub-folders of {data_source}")
+            self.labels = sorted({rel.split("/", 1)[0] for rel in images})
+            records = [
+                (
+                    rel,
+                    rel.split("/", 1)[0],
+                    (i,),
+                    uri
+                    if os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS
+                    else BadRecord("not a PNG or JPEG file"),
+                )
+                for i, (rel, uri) in enumerate(in_class)
+            ]
+            self.expected = len(records)
+            self.items = _chunks(records, parts)
+
+
+def _is_csv(data_source: str) -> bool:
+    if is_glob(data_source) or data_source.lower().endswith(".csv"):
+        return True
+    if is_gcs(data_source) or os.path.isdir(data_source):
+        return False
+    if not os.path.exists(data_source):
+        raise DataError(f"data source not found: {data_source}")
+    raise DataError(f"unsupported data source {data_source!r}: use builtin:NAME, an image folder or a .csv file")
+
+
+def _existing_file(uri: str) -> str:
+    if not is_gcs(uri) and not os.path.isfile(uri):
+        raise DataError(f"CSV file not found: {uri}")
+    return uri
+
+
+def _size(uri: str) -> int:
+    if not is_gcs(uri):
+        return os.path.getsize(uri)
+    from components.lib.storage import gcs_client, split_gcs
+
+    bucket, name = split_gcs(uri)
+    blob = gcs_client().bucket(bucket).get_blob(name)
+    if blob is None:
+        raise FileNotFoundError(f"nothing found at {uri}")
+    return blob.size
+
+
+def _chunks(records: list, parts: int) -> list[list]:
+    size = max(1, min(256, math.ceil(len(records) / parts)))
+    return [records[i : i + size] for i in range(0, len(records), size)]
+
+
+def pipeline_options(processes: int, parallel: bool):
+    """The direct runner: in this process, or on `processes` worker processes."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    if not parallel:
+        return PipelineOptions(runner="DirectRunner", direct_running_mode="in_memory", direct_num_workers=1)
+    return PipelineOptions(runner="DirectRunner", direct_running_mode="multi_processing", direct_num_workers=processes)
 
 
 def prepare(
@@ -123,107 +151,117 @@ def prepare(
     examples_per_shard: int = 2000,
     data_fingerprint: str = "",
     processes: int = 0,
+    parallel_min_records: int = PARALLEL_MIN_RECORDS,
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
-    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). `processes`: how many
-    processes decode images (0: every CPU this process may use, see `available_cpus`)."""
-    _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard)
-    if processes < 0:
-        raise DataError(f"processes must be >= 0, got {processes}")
-    processes = processes or available_cpus()
-    os.makedirs(output_dir, exist_ok=True)
-    with staged(data_source.removeprefix("file://")) as local, _Pool(processes) as pool:
-        source = open_source(data_source, local, image_size, label_column, headers=pool.map)
-        if not source.candidates:
-            raise DataError(f"no records found in {data_source}")
-        if len(source.labels) < 2:
-            raise DataError(f"need at least two classes, found {len(source.labels)}: {source.labels}")
-        label_index = {name: i for i, name in enumerate(source.labels)}
-        fractions = {"train": 1 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
-        shards = {
-            s: shard_count(len(source.candidates) * fractions[s], num_workers, examples_per_shard) for s in SPLITS
-        }
-        writers = {
-            s: [TFRecordWriter(os.path.join(output_dir, shard_name(s, i, n))) for i in range(n)]
-            for s, n in shards.items()
-        }
-        per_class: dict[str, Counter] = {s: Counter() for s in SPLITS}
-        sums: defaultdict[str | tuple[str, int], float] = defaultdict(float)
-        quarantine: list[dict] = []
-        # records are written in hash order, so shards hold no class runs and a modest shuffle buffer mixes well
-        ordered = sorted(source.candidates, key=lambda c: key_point(c[0], "order" + split_salt))
-        if source.parallel:  # decoded and encoded in the pool: records come back in order
-            loaded = pool.map(_encoded, [(load, key, label_index[label], source.kind) for key, label, load in ordered])
-        else:
-            loaded = map(_load, [load for _, _, load in ordered])
-        total = len(ordered)
-        counter = progress.Counter(
-            "prepare",
-            "records",
-            lambda c: f"{c['done']}/{total} records read, {c['written']} written, {c['quarantined']} quarantined",
-            total=total,
-        )
-        try:
-            for done, ((key, label, _), (ok, value)) in enumerate(zip(ordered, loaded)):
-                counter.update(done=done, written=done - len(quarantine), quarantined=len(quarantine))
-                if not ok:
-                    quarantine.append({"key": key, "label": label, "reason": value})
-                    continue
-                split = assign_split(key, val_fraction, test_fraction, split_salt)
-                n = sum(per_class[split].values())
-                writers[split][n % shards[split]].write(
-                    value if source.parallel else encode_example(key, label_index[label], value, source.kind)
-                )
-                per_class[split][label] += 1
-                if source.kind == TABULAR and split == "train":
-                    sums["n"] += 1
-                    for j, v in enumerate(value):
-                        sums[("s", j)] += float(v)
-                        sums[("q", j)] += float(v) * float(v)
-            counter.finish(done=total, written=total - len(quarantine), quarantined=len(quarantine))
-        finally:
-            for split_writers in writers.values():
-                for w in split_writers:
-                    w.close()
+    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). `processes`: the direct
+    runner's worker processes when there are at least `parallel_min_records` records (0: every CPU this process may
+    use, see `available_cpus`)."""
+    import apache_beam as beam
 
-    with open(os.path.join(output_dir, "quarantine.jsonl"), "w") as f:
-        f.writelines(json.dumps(q) + "\n" for q in quarantine)
-    good = total - len(quarantine)
+    from components.lib import prep_pipeline
+
+    _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard, processes)
+    processes = processes or available_cpus()
+    data_source = data_source.removeprefix("file://")
+    source = Source(data_source, label_column, processes * ITEMS_PER_WORKER)
+    if not source.expected:
+        raise DataError(f"no records found in {data_source}")
+    if source.labels and len(source.labels) < 2:
+        raise DataError(f"need at least two classes, found {len(source.labels)}: {source.labels}")
+    fractions = {"train": 1 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
+    shards = {s: shard_count(source.expected * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
+    os.makedirs(output_dir, exist_ok=True)
+    temp_dir = tempfile.mkdtemp(prefix=".prep-", dir=output_dir)
+    layout = prep_pipeline.Layout(
+        source.kind,
+        shards,
+        val_fraction,
+        test_fraction,
+        split_salt,
+        output_dir,
+        temp_dir,
+        image_size,
+        tuple(source.labels),
+    )
+    parallel = processes > 1 and source.expected >= parallel_min_records
+    try:
+        with beam.Pipeline(options=pipeline_options(processes, parallel)) as p:
+            prep_pipeline.build(p, layout, source.items, source.csv_plan, source.folder)
+        found = prep_pipeline.summaries(layout)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    stats = _stats(data_source, data_fingerprint, source, layout, found)
+    with open(os.path.join(output_dir, "stats.json"), "w") as f:
+        json.dump(stats, f, indent=2)
+    progress.Counter(
+        "prepare",
+        "records",
+        lambda c: (
+            f"{c['done']}/{stats['records']} records read, {c['written']} written, {c['quarantined']} quarantined"
+        ),
+        total=stats["records"],
+    ).finish(done=stats["records"], written=stats["examples"], quarantined=stats["quarantined"])
+    _check(stats, output_dir, max_corrupt_fraction)
+    return stats
+
+
+def _stats(data_source: str, data_fingerprint: str, source: Source, layout, found: dict) -> dict:
+    """stats.json from the pipeline's summaries, added up in shard order; empty shards and quarantine written."""
+    from components.lib.prep_pipeline import QUARANTINE
+
+    if QUARANTINE not in found:
+        open(os.path.join(layout.output_dir, QUARANTINE), "w").close()
+    labels = found.get("labels.json", list(source.labels))
+    input_shape, size_reason = source.input_shape, source.size_reason
+    if source.folder:
+        shape = found["image_shape.json"]
+        input_shape, size_reason = [shape["size"], shape["size"], shape["channels"]], shape["reason"]
+    splits: dict[str, dict] = {}
+    sums = squares = None
+    for split in SPLITS:
+        count = layout.shards[split]
+        per_class = dict.fromkeys(labels, 0)
+        examples = size = 0
+        for i in range(count):
+            name = shard_name(split, i, count)
+            summary = found.get(name)
+            if summary is None:
+                open(os.path.join(layout.output_dir, name), "wb").close()
+                continue
+            examples, size = examples + summary["examples"], size + summary["bytes"]
+            for label, n in summary["per_class"].items():
+                per_class[label] += n
+            if summary["feature_sums"] is not None:
+                sums = (
+                    summary["feature_sums"] if sums is None else [a + b for a, b in zip(sums, summary["feature_sums"])]
+                )
+                sq = summary["feature_squares"]
+                squares = sq if squares is None else [a + b for a, b in zip(squares, sq)]
+        splits[split] = {"examples": examples, "per_class": per_class, "shards": count, "bytes": size}
+    quarantined = found.get(QUARANTINE, {}).get("quarantined", 0)
+    good = sum(s["examples"] for s in splits.values())
+    total = good + quarantined
     stats: dict[str, Any] = {
         "source": data_source,
         "data_fingerprint": data_fingerprint,
         "kind": source.kind,
-        "input_shape": source.input_shape,
-        "image_size": {"pixels": source.input_shape[0], "reason": source.size_reason} if source.size_reason else None,
-        "labels": source.labels,
+        "input_shape": input_shape,
+        "image_size": {"pixels": input_shape[0], "reason": size_reason} if size_reason else None,
+        "labels": labels,
         "feature_names": source.feature_names,
         "records": total,
         "examples": good,
-        "quarantined": len(quarantine),
-        "corrupt_fraction": round(len(quarantine) / total, 6),
+        "quarantined": quarantined,
+        "corrupt_fraction": round(quarantined / total, 6) if total else 0.0,
         "ignored_files": source.ignored,
-        "split": {"val_fraction": val_fraction, "test_fraction": test_fraction, "salt": split_salt},
-        "splits": {
-            s: {
-                "examples": sum(per_class[s].values()),
-                "per_class": {label: per_class[s][label] for label in source.labels},
-                "shards": shards[s],
-                "bytes": sum(
-                    os.path.getsize(os.path.join(output_dir, shard_name(s, i, shards[s]))) for i in range(shards[s])
-                ),
-            }
-            for s in SPLITS
-        },
+        "split": {"val_fraction": layout.val_fraction, "test_fraction": layout.test_fraction, "salt": layout.salt},
+        "splits": splits,
     }
-    if source.kind == TABULAR and sums["n"]:
-        count = sums["n"]
-        stats["feature_mean"] = [sums[("s", j)] / count for j in range(source.input_shape[0])]
-        stats["feature_variance"] = [
-            max(sums[("q", j)] / count - (sums[("s", j)] / count) ** 2, 0.0) for j in range(source.input_shape[0])
-        ]
-    with open(os.path.join(output_dir, "stats.json"), "w") as f:
-        json.dump(stats, f, indent=2)
-    _check(stats, output_dir, max_corrupt_fraction)
+    train = splits["train"]["examples"]
+    if source.kind == TABULAR and train and sums is not None and squares is not None:
+        stats["feature_mean"] = [s / train for s in sums]
+        stats["feature_variance"] = [max(q / train - (s / train) ** 2, 0.0) for s, q in zip(sums, squares)]
     return stats
 
 

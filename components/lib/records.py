@@ -97,16 +97,20 @@ def read_records(stream) -> Iterator[bytes | str]:
 
 
 class TFRecordWriter:
-    """Writes records to a local file in TFRecord framing (no compression); a context manager."""
+    """Writes records in TFRecord framing (no compression) to a local file or a gs:// object; `bytes` counts what
+    it wrote. A context manager."""
 
     def __init__(self, path: str):
-        self._file = open(path, "wb")
+        from components.lib.storage import open_write
+
+        self._file = open_write(path)
+        self.bytes = 0
 
     def write(self, record: bytes) -> None:
         length = struct.pack("<Q", len(record))
-        self._file.write(
-            length + struct.pack("<I", masked_crc(length)) + record + struct.pack("<I", masked_crc(record))
-        )
+        framed = length + struct.pack("<I", masked_crc(length)) + record + struct.pack("<I", masked_crc(record))
+        self._file.write(framed)
+        self.bytes += len(framed)
 
     def close(self) -> None:
         self._file.close()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from components.lib.storage import open_read
 from trainer.schema import IMAGE, TABULAR
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg"}
@@ -74,12 +75,12 @@ def builtin(name: str) -> Source:
 
 
 def load_image(path: str, size: int, channels: int) -> np.ndarray:
-    """The image at `path` as a uint8 size×size×channels array (bilinear resize); BadRecord when unreadable."""
+    """The image at `path` (a local path or a gs:// URI, read in place) as a uint8 size×size×channels array (bilinear resize); BadRecord when unreadable."""
     from PIL import Image, UnidentifiedImageError
 
     mode = "L" if channels == 1 else "RGB"
     try:
-        with Image.open(path) as img:
+        with open_read(path) as stream, Image.open(stream) as img:
             img.load()
             resized = (img if img.mode == mode else img.convert(mode)).resize((size, size), Image.Resampling.BILINEAR)
             pixels = resized.tobytes()
@@ -106,7 +107,7 @@ def image_header(path: str) -> tuple[str, int] | None:
     from PIL import Image
 
     try:
-        with Image.open(path) as img:
+        with open_read(path) as stream, Image.open(stream) as img:
             return img.mode, min(img.size)
     except Exception:
         return None

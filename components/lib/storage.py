@@ -56,6 +56,30 @@ def gcs_objects(uri: str, fields: str | None = None) -> tuple[str | None, list]:
     return folder, blobs
 
 
+RANGE_BYTES = 8 << 20
+
+
+def open_read(uri: str):
+    """A seekable binary stream of a local file or a gs:// object, read where it lives (ranged reads of
+    `RANGE_BYTES`)."""
+    if not is_gcs(uri):
+        return open(uri, "rb")
+    bucket, name = split_gcs(uri)
+    blob = gcs_client().bucket(bucket).get_blob(name)
+    if blob is None:
+        raise FileNotFoundError(f"nothing found at {uri}")
+    return blob.open("rb", chunk_size=RANGE_BYTES)
+
+
+def open_write(uri: str):
+    """A binary stream writing the local file (its folders made) or the gs:// object `uri`."""
+    if not is_gcs(uri):
+        os.makedirs(os.path.dirname(uri) or ".", exist_ok=True)
+        return open(uri, "wb")
+    bucket, name = split_gcs(uri)
+    return gcs_client().bucket(bucket).blob(name).open("wb", chunk_size=RANGE_BYTES, ignore_flush=True)
+
+
 def read_bytes(uri: str) -> bytes | None:
     """The content of the file or object `uri`, None when there is none."""
     if not is_gcs(uri):

@@ -1,0 +1,315 @@
+"""prepare-data's Apache Beam pipeline: the same transforms on every runner (the direct runner in this process or on
+several, Dataflow on Vertex AI).
+
+    work items ─ Read and prepare ─┬─ records ─ sorted runs ─ group by shard ─ merge ─ TFRecord shards
+    (CSV ranges, image files,      ├─ labels (a combiner) ───────────────────────────┘ (side input: label ids)
+     built-in records)             └─ quarantined ─ sorted runs ─ merge ─ quarantine.jsonl
+
+Memory does not grow with the data: a record is read, prepared and routed by its key's hash to a shard fixed before
+the read (components.lib.prep_rules); each worker keeps at most `RUN_RECORDS` records before writing them, sorted, to
+a run file per shard; each shard is then written by merging its runs in order. No transform holds a shard or the
+data whole, and since a shard's order is a total order of its records, the output does not depend on how the runner
+cut the work (tests/test_prepare_data.py compares one process with several). Each merge writes a summary (counts per
+class, bytes, and for training shards the sums of the features and of their squares, added in the shard's order), which
+`components.prepare_data` adds up in shard order into stats.json.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import pickle
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+
+from components.lib import prep_rules
+from components.lib.records import TFRecordWriter, encode_example
+from components.lib.source_reads import CsvPlan, CsvRange, read_csv_range
+from components.lib.sources import BadRecord, image_header, load_image
+from components.lib.storage import open_write
+from trainer.schema import IMAGE, shard_name
+
+QUARANTINE = "quarantine.jsonl"
+RUN_RECORDS = 50_000  # records a worker holds before writing them out as sorted runs
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the records go, decided before the data is read."""
+
+    kind: str
+    shards: dict[str, int]
+    val_fraction: float
+    test_fraction: float
+    salt: str
+    output_dir: str
+    temp_dir: str
+    image_size: int = 0  # image folders: the size asked for (0: the images' own, see `ImageShape`)
+    labels: tuple[str, ...] = ()  # known before the read (image folders, built-ins); else the records' own, sorted
+
+    def destination(self, key: str) -> str:
+        split = prep_rules.assign_split(key, self.val_fraction, self.test_fraction, self.salt)
+        count = self.shards[split]
+        return shard_name(split, prep_rules.shard_of(key, count, self.salt), count)
+
+    def destinations(self) -> list[str]:
+        return [shard_name(s, i, n) for s, n in self.shards.items() for i in range(n)]
+
+
+@dataclass(frozen=True)
+class ImageShape:
+    """The prepared images' size and channels, from every image's header (`components.lib.sources` rules)."""
+
+    size: int
+    channels: int
+    reason: str
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Work items: what a worker reads in one go
+
+
+def read_item(item, csv_plan: CsvPlan | None) -> Iterator[tuple[str, str, tuple, object]]:
+    """(key, label, position, what to prepare) for each record of a work item: a CSV range (features, or the
+    BadRecord of a bad row), a list of image files `(key, label, position, URI or BadRecord)`, or built-in records
+    (their arrays)."""
+    if isinstance(item, CsvRange):
+        assert csv_plan is not None
+        yield from read_csv_range(csv_plan, item)
+    else:
+        yield from item
+
+
+class Prepare(beam.DoFn):
+    """A record → (destination, order, record) or ("quarantine.jsonl", order, its JSON line)."""
+
+    def __init__(self, layout: Layout, csv_plan: CsvPlan | None):
+        self.layout, self.csv_plan = layout, csv_plan
+
+    def process(self, item, shape=None):
+        for key, label, position, value in read_item(item, self.csv_plan):
+            order = prep_rules.order_key(key, position, self.layout.salt)
+            try:
+                if isinstance(value, BadRecord):
+                    raise value
+                if isinstance(value, str):  # an image's URI
+                    value = load_image(value, shape.size, shape.channels)
+            except BadRecord as e:
+                line = json.dumps({"key": key, "label": label, "reason": str(e)}) + "\n"
+                yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, order, line.encode()))
+                continue
+            payload = np.ascontiguousarray(value).tobytes()
+            yield self.layout.destination(key), order, (key, label, payload)
+
+
+class WriteRuns(beam.DoFn):
+    """Records → sorted run files, one per destination every `RUN_RECORDS` records and at the end of a bundle;
+    emits (destination, run file)."""
+
+    def __init__(self, temp_dir: str, run_records: int = RUN_RECORDS):
+        self.temp_dir, self.run_records = temp_dir, run_records
+
+    def start_bundle(self):
+        self.held: dict[str, list] = {}
+        self.count = 0
+        self.written: list[tuple[str, str]] = []
+
+    def process(self, element):
+        destination, order, record = element
+        self.held.setdefault(destination, []).append((order, record))
+        self.count += 1
+        if self.count >= self.run_records:
+            self._flush()
+
+    def _flush(self) -> None:
+        for destination, records in self.held.items():
+            records.sort(key=lambda r: r[0])
+            path = f"{self.temp_dir}/runs/{destination}/{uuid.uuid4().hex}.run"
+            with open_write(path) as f:
+                for r in records:
+                    pickle.dump(r, f, protocol=pickle.HIGHEST_PROTOCOL)
+            self.written.append((destination, path))
+        self.held, self.count = {}, 0
+
+    def finish_bundle(self):
+        self._flush()
+        for pair in self.written:
+            yield WindowedValue(pair, 0, [GlobalWindow()])
+
+
+def read_run(path: str) -> Iterator[tuple]:
+    from components.lib.storage import open_read
+
+    with open_read(path) as f:
+        while True:
+            try:
+                yield pickle.load(f)
+            except EOFError:
+                return
+
+
+class Merge(beam.DoFn):
+    """(destination, run files) → the destination written in order from its runs; a summary JSON beside them."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+
+    def process(self, element, labels):
+        destination, runs = element
+        merged = heapq.merge(*(read_run(p) for p in sorted(runs)), key=lambda r: r[0])
+        summary = write_quarantine(self.layout, merged) if destination == QUARANTINE else None
+        if summary is None:
+            summary = write_shard(self.layout, destination, merged, {name: i for i, name in enumerate(labels)})
+        with open_write(f"{self.layout.temp_dir}/summaries/{destination}.json") as f:
+            f.write(json.dumps(summary).encode())
+        yield destination
+
+
+def write_shard(layout: Layout, destination: str, records, label_ids: dict[str, int]) -> dict:
+    """Encode and write one shard's records (in order); its summary."""
+    per_class: Counter = Counter()
+    sums = squares = None
+    train = destination.startswith("train-")
+    path = f"{layout.output_dir}/{destination}"
+    with TFRecordWriter(path) as writer:
+        for _, (key, label, payload) in records:
+            if layout.kind == IMAGE:
+                value = np.frombuffer(payload, np.uint8)
+            else:
+                value = np.frombuffer(payload, np.float32)
+                if train:
+                    as64 = value.astype(np.float64)
+                    sums = as64 if sums is None else sums + as64
+                    squares = as64 * as64 if squares is None else squares + as64 * as64
+            writer.write(encode_example(key, label_ids[label], value, layout.kind))
+            per_class[label] += 1
+    return {
+        "examples": sum(per_class.values()),
+        "per_class": dict(per_class),
+        "bytes": writer.bytes,
+        "feature_sums": None if sums is None else sums.tolist(),
+        "feature_squares": None if squares is None else squares.tolist(),
+    }
+
+
+def write_quarantine(layout: Layout, records) -> dict:
+    count = 0
+    with open_write(f"{layout.output_dir}/{QUARANTINE}") as f:
+        for _, line in records:
+            f.write(line)
+            count += 1
+    return {"quarantined": count}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Image shape: a combiner over the images' headers
+
+
+class ShapeOf(beam.CombineFn):
+    """Image headers (mode, shorter side) → (the modes seen, the smallest side, the largest)."""
+
+    def create_accumulator(self):
+        return frozenset(), None, None
+
+    def add_input(self, acc, header):
+        modes, low, high = acc
+        mode, side = header
+        return modes | {mode}, side if low is None else min(low, side), side if high is None else max(high, side)
+
+    def merge_accumulators(self, accs):
+        modes, low, high = frozenset(), None, None
+        for m, lo, hi in accs:
+            modes |= m
+            low = lo if low is None else (low if lo is None else min(low, lo))
+            high = hi if high is None else (high if hi is None else max(high, hi))
+        return modes, low, high
+
+    def extract_output(self, acc):
+        return acc
+
+
+def image_shape(headers: tuple, image_size: int) -> ImageShape:
+    """The ImageShape of the combined headers (explicit size, or the images' own up to the cap)."""
+    from components.lib.sources import GRAYSCALE_MODES, default_image_size
+
+    modes, low, high = headers
+    channels = 1 if modes and modes <= GRAYSCALE_MODES else 3
+    if image_size:
+        return ImageShape(image_size, channels, f"{image_size} px: set by image_size")
+    size, reason = default_image_size([s for s in (low, high) if s is not None])
+    return ImageShape(size, channels, reason)
+
+
+def _headers(item) -> Iterator[tuple[str, int]]:
+    for _key, _label, _position, value in item:
+        if isinstance(value, str):
+            header = image_header(value)
+            if header is not None:
+                yield header
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The pipeline
+
+
+def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | None, folder: bool) -> None:
+    """Add the transforms to `p`: `items` are CSV ranges or lists of (key, label, position, value) records; an image
+    `folder`'s values are URIs, whose headers set the images' shape."""
+    work = p | "Work" >> beam.Create(items)
+    shape = None
+    if folder:
+        shape = beam.pvalue.AsSingleton(
+            work
+            | "Headers" >> beam.FlatMap(_headers)
+            | "Shape" >> beam.CombineGlobally(ShapeOf())
+            | "Size" >> beam.Map(image_shape, layout.image_size)
+            | "Note size" >> beam.Map(_note, f"{layout.temp_dir}/summaries/image_shape.json")
+        )
+    prepared = work | "Prepare" >> beam.ParDo(Prepare(layout, csv_plan), shape=shape).with_outputs(
+        "quarantined", main="records"
+    )
+    if layout.labels:
+        labels = p | "Labels" >> beam.Create([list(layout.labels)])
+    else:
+        labels = (
+            prepared.records
+            | "Labels" >> beam.Map(lambda r: r[2][1])
+            | "Distinct" >> beam.Distinct()
+            | "All" >> beam.combiners.ToList()
+            | "Sorted" >> beam.Map(sorted)
+        )
+    _ = (
+        (prepared.records, prepared.quarantined)
+        | "Together" >> beam.Flatten()
+        | "Runs" >> beam.ParDo(WriteRuns(layout.temp_dir))
+        | "By destination" >> beam.GroupByKey()
+        | "Merge" >> beam.ParDo(Merge(layout), labels=beam.pvalue.AsSingleton(labels))
+    )
+    _ = labels | "Note labels" >> beam.Map(_note, f"{layout.temp_dir}/summaries/labels.json")
+
+
+def _note(value, path: str):
+    """Write `value` (JSON) to `path` for the driver; pass it on."""
+    payload = value.__dict__ if isinstance(value, ImageShape) else value
+    with open_write(path) as f:
+        f.write(json.dumps(payload).encode())
+    return value
+
+
+def summaries(layout: Layout) -> dict:
+    """What the pipeline noted: {name: summary} (shards, quarantine, labels, image shape)."""
+    from components.lib.storage import read_bytes
+
+    found = {}
+    for name in [*layout.destinations(), QUARANTINE, "labels.json", "image_shape.json"]:
+        data = read_bytes(f"{layout.temp_dir}/summaries/{name}" + ("" if name.endswith(".json") else ".json"))
+        if data is not None:
+            found[name] = json.loads(data)
+    return found

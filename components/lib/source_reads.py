@@ -1,0 +1,154 @@
+"""Data prep's sources read where they live (local paths or gs:// objects), a piece at a time: nothing downloads a
+whole source, and no piece holds more than one range of a CSV or one image.
+
+- CSV files (one, or every file a glob matches): `plan_csv` reads each file once, counting lines, and cuts it into
+  ranges of about `range_bytes` that end at line ends; `read_csv_range` parses one range. A row is a line (a quoted
+  field may not span lines). A row's key is its file name and content: identical rows share a key, and with it a
+  split (no row is in training and in test at once).
+- Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk);
+  `components.lib.sources.load_image` reads each image through `open_read`.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import glob
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from components.lib.sources import BadRecord, DataError, file_kind, folder_files
+from components.lib.storage import RANGE_BYTES, gcs_client, gcs_objects, is_gcs, open_read, split_gcs
+
+
+def is_glob(uri: str) -> bool:
+    return any(c in uri for c in "*?[")
+
+
+def match_files(pattern: str) -> list[str]:
+    """The files a glob matches (local or gs://), sorted; FileNotFoundError when none."""
+    if is_gcs(pattern):
+        bucket, name = split_gcs(pattern)
+        fixed = name[: min(name.index(c) for c in "*?[" if c in name)]
+        blobs = gcs_client().list_blobs(bucket, prefix=fixed, fields="items(name),nextPageToken")
+        found = sorted(f"gs://{bucket}/{b.name}" for b in blobs if fnmatch.fnmatchcase(b.name, name))
+    else:
+        found = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
+    if not found:
+        raise FileNotFoundError(f"nothing found at {pattern}")
+    return found
+
+
+def list_folder(root: str) -> list[tuple[str, str]]:
+    """Every file under the folder `root` as (path relative to it, URI), sorted: a walk, or a GCS listing."""
+    if not is_gcs(root):
+        if not os.path.isdir(root):
+            raise DataError(f"image folder not found: {root}")
+        return [(rel, os.path.join(root, rel)) for rel in folder_files(root)]
+    folder, blobs = gcs_objects(root, fields="items(name),nextPageToken")
+    if folder is None:  # one object: a CSV would have been read as one
+        file_kind(root, root)
+        raise DataError(f"{root} is a file, not an image folder")
+    bucket, _ = split_gcs(root)
+    return sorted((b.name[len(folder) :], f"gs://{bucket}/{b.name}") for b in blobs)
+
+
+@dataclass(frozen=True)
+class CsvRange:
+    file: int  # index in CsvPlan.files
+    start: int  # byte offsets: [start, end), whole lines
+    end: int
+    first_line: int  # the line number (1: the header) of the range's first line
+
+
+@dataclass(frozen=True)
+class CsvPlan:
+    files: list[str]
+    header: list[str]
+    label_index: int
+    feature_names: list[str]
+    ranges: list[CsvRange]
+    lines: int  # data lines of every file (blank ones included): the rows to expect, at most
+
+
+def _parse_header(line: bytes, uri: str) -> list[str]:
+    text = line.decode("utf-8-sig").rstrip("\r\n")
+    row = next(csv.reader([text]), [])
+    if not any(cell.strip() for cell in row):
+        raise DataError(f"{uri} is empty (a header row is required)")
+    return [h.strip() for h in row]
+
+
+def plan_csv(files: list[str], label_column: str, range_bytes: int = RANGE_BYTES) -> CsvPlan:
+    """Read each CSV file once: its header (the same in every file), and ranges of whole lines of about
+    `range_bytes`."""
+    header: list[str] = []
+    ranges: list[CsvRange] = []
+    lines = 0
+    for index, uri in enumerate(files):
+        with open_read(uri) as f:
+            first = f.readline()
+            this = _parse_header(first, uri)
+            if index and this != header:
+                raise DataError(f"{uri} has the columns {this}, {files[0]} has {header}: every file needs the same")
+            header = this
+            position, line = len(first), 2
+            while True:
+                chunk = f.read(range_bytes)
+                if not chunk:
+                    break
+                if not chunk.endswith(b"\n"):
+                    chunk += f.readline()
+                ranges.append(CsvRange(index, position, position + len(chunk), line))
+                count = chunk.count(b"\n") + (0 if chunk.endswith(b"\n") else 1)
+                position, line, lines = position + len(chunk), line + count, lines + count
+    if label_column not in header:
+        raise DataError(f"label column {label_column!r} not in {files[0]}; columns are: {', '.join(header)}")
+    label_index = header.index(label_column)
+    feature_names = [h for i, h in enumerate(header) if i != label_index]
+    if not feature_names:
+        raise DataError(f"{files[0]} has no feature columns besides {label_column!r}")
+    return CsvPlan(files, header, label_index, feature_names, ranges, lines)
+
+
+def read_csv_range(plan: CsvPlan, r: CsvRange) -> Iterator[tuple[str, str, tuple, np.ndarray | BadRecord]]:
+    """The rows of one range: (key, label, position, features), or the BadRecord of a bad row in its place."""
+    uri = plan.files[r.file]
+    with open_read(uri) as f:
+        f.seek(r.start)
+        data = f.read(r.end - r.start)
+    name, width = os.path.basename(uri), len(plan.header)
+    for offset, row in enumerate(csv.reader(data.decode("utf-8").splitlines())):
+        line_no = r.first_line + offset
+        if not any(cell.strip() for cell in row):
+            continue  # blank line
+        key, position = f"{name}:{','.join(row)}", (r.file, line_no)
+        if len(row) != width:
+            yield key, "", position, BadRecord(f"line {line_no}: {len(row)} fields, header has {width}")
+            continue
+        label = row[plan.label_index].strip()
+        if not label:
+            yield key, label, position, BadRecord(f"line {line_no}: empty label")
+            continue
+        try:
+            yield key, label, position, parse_features(row, plan.label_index, plan.feature_names, line_no)
+        except BadRecord as e:
+            yield key, label, position, e
+
+
+def parse_features(row: list[str], label_index: int, feature_names: list[str], line_no: int) -> np.ndarray:
+    """A row's features as float32; BadRecord naming the first cell that is no finite number."""
+    values = [cell for i, cell in enumerate(row) if i != label_index]
+    out = np.empty(len(values), np.float32)
+    for j, (name, cell) in enumerate(zip(feature_names, values)):
+        try:
+            out[j] = float(cell)
+        except ValueError:
+            raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not a number") from None
+        if not math.isfinite(out[j]):
+            raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not finite")
+    return out
