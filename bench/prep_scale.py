@@ -4,10 +4,11 @@
 
 Synthetic sources, written once into `--workdir` (kept and reused when given): CSV files of 10 float features and a
 3-class label (`label` column), and image folders of 96×96 RGB JPEGs (random pixels) in 3 class folders. Each size is
-prepared in a fresh process with the pipeline's defaults (2 training workers, image size from the data, every usable
-CPU for decoding). Reported per size: records, prepare's own seconds (the call, after the process has started and
-imported), records per second over them, and peak memory: the resident memory of the process and its children
-(the image decoders), sampled every 0.05 s with `pipelines.step_memory`, as the run summary measures a step.
+prepared in a fresh process with the pipeline's defaults (2 training workers, image size from the data; the Beam
+direct runner in that process for CSV files, on a worker process per usable CPU for image folders). Reported per
+size: records, prepare's own seconds (the call, after the process has started and imported), records per second over
+them, and peak memory: the resident memory of the process and its children (the direct runner's worker processes),
+sampled every 0.05 s with `pipelines.step_memory`, as the run summary measures a step.
 
 Goals: peak memory at the most rows ≤ 1.5× that at the fewest, and under 0.5 GB; at least 20,000 rows/s and 4,500
 images/s at the largest sizes. Results: bench/results/prep_scale.json.

@@ -4,8 +4,8 @@ Beam pipeline (components.lib.prep_pipeline) on every target.
 The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts, worker
 counts and runners; so is each record's shard. Every split gets at least `num_workers` shards, as FILE auto-sharding
 needs. Sources are read where they live (components.lib.source_reads): CSV files in ranges, images one by one; the
-data is never held whole. Locally the pipeline runs on Beam's direct runner: in this process for small data, on
-`processes` worker processes above `parallel_min_records` records; the output is byte for byte the same either way.
+data is never held whole. Locally the pipeline runs on Beam's direct runner, in this process or on `processes`
+worker processes (image folders from `PARALLEL_MIN_IMAGES` images); the output is byte for byte the same either way.
 Progress (`trainer.progress`, stage `prepare`): records read, written and quarantined, at the end.
 """
 
@@ -26,7 +26,7 @@ from components.lib.storage import is_gcs
 from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
 
-PARALLEL_MIN_RECORDS = 20_000  # fewer records are prepared in this process (worker processes' start-up would dominate)
+PARALLEL_MIN_IMAGES = 2_000  # fewer images are prepared in this process (worker processes' start-up would dominate)
 ITEMS_PER_WORKER = 8  # work items per worker process, for balance
 
 
@@ -134,8 +134,10 @@ def pipeline_options(processes: int, parallel: bool):
     from apache_beam.options.pipeline_options import PipelineOptions
 
     if not parallel:
-        return PipelineOptions(runner="DirectRunner", direct_running_mode="in_memory", direct_num_workers=1)
-    return PipelineOptions(runner="DirectRunner", direct_running_mode="multi_processing", direct_num_workers=processes)
+        return PipelineOptions([], runner="DirectRunner", direct_running_mode="in_memory", direct_num_workers=1)
+    return PipelineOptions(
+        [], runner="DirectRunner", direct_running_mode="multi_processing", direct_num_workers=processes
+    )
 
 
 def prepare(
@@ -151,12 +153,14 @@ def prepare(
     examples_per_shard: int = 2000,
     data_fingerprint: str = "",
     processes: int = 0,
-    parallel_min_records: int = PARALLEL_MIN_RECORDS,
+    parallel_min_records: int | None = None,
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
     `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). `processes`: the direct
     runner's worker processes when there are at least `parallel_min_records` records (0: every CPU this process may
-    use, see `available_cpus`)."""
+    use, see `available_cpus`). By default image folders of `PARALLEL_MIN_IMAGES` images and more are decoded on
+    worker processes, and CSV rows and built-in records are prepared in this process: a row costs less to parse
+    than to send to another process, and each worker process holds its own copy of Beam (about 0.25 GB)."""
     import apache_beam as beam
 
     from components.lib import prep_pipeline
@@ -184,7 +188,14 @@ def prepare(
         image_size,
         tuple(source.labels),
     )
+    if parallel_min_records is None:
+        parallel_min_records = PARALLEL_MIN_IMAGES if source.folder else source.expected + 1
     parallel = processes > 1 and source.expected >= parallel_min_records
+    counter = progress.Counter(
+        "prepare",
+        "records",
+        lambda c: f"{c['done']}/{counter.total} records read, {c['written']} written, {c['quarantined']} quarantined",
+    )
     try:
         with beam.Pipeline(options=pipeline_options(processes, parallel)) as p:
             prep_pipeline.build(p, layout, source.items, source.csv_plan, source.folder)
@@ -194,14 +205,8 @@ def prepare(
     stats = _stats(data_source, data_fingerprint, source, layout, found)
     with open(os.path.join(output_dir, "stats.json"), "w") as f:
         json.dump(stats, f, indent=2)
-    progress.Counter(
-        "prepare",
-        "records",
-        lambda c: (
-            f"{c['done']}/{stats['records']} records read, {c['written']} written, {c['quarantined']} quarantined"
-        ),
-        total=stats["records"],
-    ).finish(done=stats["records"], written=stats["examples"], quarantined=stats["quarantined"])
+    counter.total = stats["records"]
+    counter.finish(done=stats["records"], written=stats["examples"], quarantined=stats["quarantined"])
     _check(stats, output_dir, max_corrupt_fraction)
     return stats
 
@@ -210,8 +215,6 @@ def _stats(data_source: str, data_fingerprint: str, source: Source, layout, foun
     """stats.json from the pipeline's summaries, added up in shard order; empty shards and quarantine written."""
     from components.lib.prep_pipeline import QUARANTINE
 
-    if QUARANTINE not in found:
-        open(os.path.join(layout.output_dir, QUARANTINE), "w").close()
     labels = found.get("labels.json", list(source.labels))
     input_shape, size_reason = source.input_shape, source.size_reason
     if source.folder:
@@ -239,7 +242,7 @@ def _stats(data_source: str, data_fingerprint: str, source: Source, layout, foun
                 sq = summary["feature_squares"]
                 squares = sq if squares is None else [a + b for a, b in zip(squares, sq)]
         splits[split] = {"examples": examples, "per_class": per_class, "shards": count, "bytes": size}
-    quarantined = found.get(QUARANTINE, {}).get("quarantined", 0)
+    quarantined = found[QUARANTINE]
     good = sum(s["examples"] for s in splits.values())
     total = good + quarantined
     stats: dict[str, Any] = {

@@ -15,7 +15,6 @@ import time
 
 import psutil
 
-
 SETTLE_SECONDS = 0.05
 
 

@@ -1,9 +1,10 @@
 """prepare-data's Apache Beam pipeline: the same transforms on every runner (the direct runner in this process or on
 several, Dataflow on Vertex AI).
 
-    work items ─ Read and prepare ─┬─ records ─ sorted runs ─ group by shard ─ merge ─ TFRecord shards
-    (CSV ranges, image files,      ├─ labels (a combiner) ───────────────────────────┘ (side input: label ids)
-     built-in records)             └─ quarantined ─ sorted runs ─ merge ─ quarantine.jsonl
+    work items ─ read and route ─┬─ records ─ sorted runs ─ group by shard ─ merge (decode images) ─ TFRecord shards
+    (CSV ranges, image files,    ├─ labels (a combiner) ─────────────────┘ side inputs: label ids, image shape
+     built-in records)           └─ quarantined ─ sorted runs ─┐      (image headers → a combiner ┘)
+                                            bad images' runs ──┴─ merged after the run ─ quarantine.jsonl
 
 Memory does not grow with the data: a record is read, prepared and routed by its key's hash to a shard fixed before
 the read (components.lib.prep_rules); each worker keeps at most `RUN_RECORDS` records before writing them, sorted, to
@@ -19,6 +20,7 @@ from __future__ import annotations
 import heapq
 import json
 import pickle
+import typing
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -38,6 +40,7 @@ from trainer.schema import IMAGE, shard_name
 
 QUARANTINE = "quarantine.jsonl"
 RUN_RECORDS = 50_000  # records a worker holds before writing them out as sorted runs
+RUN_BYTES = 16 << 20  # and their payloads' bytes
 
 
 @dataclass(frozen=True)
@@ -87,56 +90,70 @@ def read_item(item, csv_plan: CsvPlan | None) -> Iterator[tuple[str, str, tuple,
         yield from item
 
 
+def quarantined(key: str, label: str, order: tuple, error: BadRecord) -> tuple:
+    """A bad record's run entry: its order and its quarantine.jsonl line."""
+    return order, (json.dumps({"key": key, "label": label, "reason": str(error)}) + "\n").encode()
+
+
 class Prepare(beam.DoFn):
-    """A record → (destination, order, record) or ("quarantine.jsonl", order, its JSON line)."""
+    """A record → (destination, order, (key, label, payload)), or a ("quarantine.jsonl", order, JSON line) output.
+    The payload is the example's bytes, or an image's URI: images are decoded where their shard is written (the runs
+    stay small)."""
 
     def __init__(self, layout: Layout, csv_plan: CsvPlan | None):
         self.layout, self.csv_plan = layout, csv_plan
 
-    def process(self, item, shape=None):
+    def process(self, item):
         for key, label, position, value in read_item(item, self.csv_plan):
             order = prep_rules.order_key(key, position, self.layout.salt)
-            try:
-                if isinstance(value, BadRecord):
-                    raise value
-                if isinstance(value, str):  # an image's URI
-                    value = load_image(value, shape.size, shape.channels)
-            except BadRecord as e:
-                line = json.dumps({"key": key, "label": label, "reason": str(e)}) + "\n"
-                yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, order, line.encode()))
+            if isinstance(value, BadRecord):
+                yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, *quarantined(key, label, order, value)))
                 continue
-            payload = np.ascontiguousarray(value).tobytes()
+            payload = value if isinstance(value, str) else np.ascontiguousarray(value).tobytes()
             yield self.layout.destination(key), order, (key, label, payload)
 
 
-class WriteRuns(beam.DoFn):
-    """Records → sorted run files, one per destination every `RUN_RECORDS` records and at the end of a bundle;
-    emits (destination, run file)."""
+def write_run(temp_dir: str, destination: str, records: list) -> str:
+    """Records (order, ...) sorted into a new run file of `destination`; its path."""
+    records.sort(key=lambda r: r[0])
+    path = f"{temp_dir}/runs/{destination}/{uuid.uuid4().hex}.run"
+    with open_write(path) as f:
+        for r in records:
+            pickle.dump(r, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
 
-    def __init__(self, temp_dir: str, run_records: int = RUN_RECORDS):
-        self.temp_dir, self.run_records = temp_dir, run_records
+
+def run_files(temp_dir: str, destination: str) -> list[str]:
+    """The run files of `destination`, sorted."""
+    from components.lib.storage import list_files
+
+    return list_files(f"{temp_dir}/runs/{destination}")
+
+
+class WriteRuns(beam.DoFn):
+    """Records → sorted run files, one per destination each time the records held reach `RUN_RECORDS` or
+    `RUN_BYTES`, and at the end of a bundle; emits (destination, run file)."""
+
+    def __init__(self, temp_dir: str, run_records: int = RUN_RECORDS, run_bytes: int = RUN_BYTES):
+        self.temp_dir, self.run_records, self.run_bytes = temp_dir, run_records, run_bytes
 
     def start_bundle(self):
         self.held: dict[str, list] = {}
-        self.count = 0
+        self.count = self.size = 0
         self.written: list[tuple[str, str]] = []
 
     def process(self, element):
         destination, order, record = element
         self.held.setdefault(destination, []).append((order, record))
         self.count += 1
-        if self.count >= self.run_records:
+        self.size += len(record[-1]) if isinstance(record, tuple) else len(record)
+        if self.count >= self.run_records or self.size >= self.run_bytes:
             self._flush()
 
     def _flush(self) -> None:
         for destination, records in self.held.items():
-            records.sort(key=lambda r: r[0])
-            path = f"{self.temp_dir}/runs/{destination}/{uuid.uuid4().hex}.run"
-            with open_write(path) as f:
-                for r in records:
-                    pickle.dump(r, f, protocol=pickle.HIGHEST_PROTOCOL)
-            self.written.append((destination, path))
-        self.held, self.count = {}, 0
+            self.written.append((destination, write_run(self.temp_dir, destination, records)))
+        self.held, self.count, self.size = {}, 0, 0
 
     def finish_bundle(self):
         self._flush()
@@ -155,32 +172,50 @@ def read_run(path: str) -> Iterator[tuple]:
                 return
 
 
+def merged(runs) -> Iterator[tuple]:
+    """The entries of sorted run files, in order."""
+    return heapq.merge(*(read_run(p) for p in sorted(runs)), key=lambda r: r[0])
+
+
 class Merge(beam.DoFn):
-    """(destination, run files) → the destination written in order from its runs; a summary JSON beside them."""
+    """(destination, run files) → the shard written in order from its runs (images decoded on the way: a bad one
+    goes to a quarantine run); its summary JSON in the temporary folder."""
 
     def __init__(self, layout: Layout):
         self.layout = layout
 
-    def process(self, element, labels):
+    def process(self, element, labels, shape=None):
         destination, runs = element
-        merged = heapq.merge(*(read_run(p) for p in sorted(runs)), key=lambda r: r[0])
-        summary = write_quarantine(self.layout, merged) if destination == QUARANTINE else None
-        if summary is None:
-            summary = write_shard(self.layout, destination, merged, {name: i for i, name in enumerate(labels)})
+        bad: list = []
+        summary = write_shard(
+            self.layout, destination, merged(runs), {name: i for i, name in enumerate(labels)}, shape, bad
+        )
+        if bad:
+            write_run(self.layout.temp_dir, QUARANTINE, bad)
         with open_write(f"{self.layout.temp_dir}/summaries/{destination}.json") as f:
             f.write(json.dumps(summary).encode())
         yield destination
 
 
-def write_shard(layout: Layout, destination: str, records, label_ids: dict[str, int]) -> dict:
-    """Encode and write one shard's records (in order); its summary."""
+def write_shard(
+    layout: Layout, destination: str, records, label_ids: dict[str, int], shape: ImageShape | None, bad: list
+) -> dict:
+    """Encode and write one shard's records (in order), decoding images given by URI; its summary. Images that do
+    not decode are appended to `bad` as quarantine run entries."""
     per_class: Counter = Counter()
     sums = squares = None
     train = destination.startswith("train-")
     path = f"{layout.output_dir}/{destination}"
     with TFRecordWriter(path) as writer:
-        for _, (key, label, payload) in records:
-            if layout.kind == IMAGE:
+        for order, (key, label, payload) in records:
+            if isinstance(payload, str):  # an image's URI
+                assert shape is not None, "an image folder's shape is a side input of its merge"
+                try:
+                    value = load_image(payload, shape.size, shape.channels)
+                except BadRecord as e:
+                    bad.append(quarantined(key, label, order, e))
+                    continue
+            elif layout.kind == IMAGE:
                 value = np.frombuffer(payload, np.uint8)
             else:
                 value = np.frombuffer(payload, np.float32)
@@ -199,13 +234,14 @@ def write_shard(layout: Layout, destination: str, records, label_ids: dict[str, 
     }
 
 
-def write_quarantine(layout: Layout, records) -> dict:
+def write_quarantine(layout: Layout) -> int:
+    """quarantine.jsonl from every quarantine run (the readers' and the image decoders'), in order; its lines."""
     count = 0
     with open_write(f"{layout.output_dir}/{QUARANTINE}") as f:
-        for _, line in records:
+        for _, line in merged(run_files(layout.temp_dir, QUARANTINE)):
             f.write(line)
             count += 1
-    return {"quarantined": count}
+    return count
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -262,7 +298,7 @@ def _headers(item) -> Iterator[tuple[str, int]]:
 def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | None, folder: bool) -> None:
     """Add the transforms to `p`: `items` are CSV ranges or lists of (key, label, position, value) records; an image
     `folder`'s values are URIs, whose headers set the images' shape."""
-    work = p | "Work" >> beam.Create(items)
+    work = p | "Work" >> beam.Create(items).with_output_types(typing.Any)  # not inferred from every record
     shape = None
     if folder:
         shape = beam.pvalue.AsSingleton(
@@ -272,9 +308,7 @@ def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | Non
             | "Size" >> beam.Map(image_shape, layout.image_size)
             | "Note size" >> beam.Map(_note, f"{layout.temp_dir}/summaries/image_shape.json")
         )
-    prepared = work | "Prepare" >> beam.ParDo(Prepare(layout, csv_plan), shape=shape).with_outputs(
-        "quarantined", main="records"
-    )
+    prepared = work | "Prepare" >> beam.ParDo(Prepare(layout, csv_plan)).with_outputs("quarantined", main="records")
     if layout.labels:
         labels = p | "Labels" >> beam.Create([list(layout.labels)])
     else:
@@ -285,12 +319,12 @@ def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | Non
             | "All" >> beam.combiners.ToList()
             | "Sorted" >> beam.Map(sorted)
         )
+    _ = prepared.quarantined | "Quarantine runs" >> beam.ParDo(WriteRuns(layout.temp_dir))  # merged by `summaries`
     _ = (
-        (prepared.records, prepared.quarantined)
-        | "Together" >> beam.Flatten()
+        prepared.records
         | "Runs" >> beam.ParDo(WriteRuns(layout.temp_dir))
         | "By destination" >> beam.GroupByKey()
-        | "Merge" >> beam.ParDo(Merge(layout), labels=beam.pvalue.AsSingleton(labels))
+        | "Merge" >> beam.ParDo(Merge(layout), labels=beam.pvalue.AsSingleton(labels), shape=shape)
     )
     _ = labels | "Note labels" >> beam.Map(_note, f"{layout.temp_dir}/summaries/labels.json")
 
@@ -304,11 +338,12 @@ def _note(value, path: str):
 
 
 def summaries(layout: Layout) -> dict:
-    """What the pipeline noted: {name: summary} (shards, quarantine, labels, image shape)."""
+    """After the pipeline: quarantine.jsonl written, and what the pipeline noted, {name: summary} (shards, labels,
+    image shape; quarantine.jsonl: its line count)."""
     from components.lib.storage import read_bytes
 
-    found = {}
-    for name in [*layout.destinations(), QUARANTINE, "labels.json", "image_shape.json"]:
+    found: dict = {QUARANTINE: write_quarantine(layout)}
+    for name in [*layout.destinations(), "labels.json", "image_shape.json"]:
         data = read_bytes(f"{layout.temp_dir}/summaries/{name}" + ("" if name.endswith(".json") else ".json"))
         if data is not None:
             found[name] = json.loads(data)

@@ -80,6 +80,17 @@ def open_write(uri: str):
     return gcs_client().bucket(bucket).blob(name).open("wb", chunk_size=RANGE_BYTES, ignore_flush=True)
 
 
+def list_files(folder: str) -> list[str]:
+    """The files directly in the local folder or under the gs:// prefix `folder`, sorted (none: [])."""
+    if not is_gcs(folder):
+        try:
+            return sorted(os.path.join(folder, n) for n in os.listdir(folder))
+        except FileNotFoundError:
+            return []
+    bucket, prefix = split_gcs(folder.rstrip("/") + "/")
+    return sorted(f"gs://{bucket}/{b.name}" for b in gcs_client().list_blobs(bucket, prefix=prefix))
+
+
 def read_bytes(uri: str) -> bytes | None:
     """The content of the file or object `uri`, None when there is none."""
     if not is_gcs(uri):
