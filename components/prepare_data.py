@@ -12,21 +12,21 @@ Progress (`trainer.progress`, stage `prepare`): records read, written and quaran
 import json
 import math
 import os
-import shutil
-import tempfile
+import uuid
 from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Output
 
+from components.lib import dataflow
 from components.lib.cpus import available_cpus
 from components.lib.prep_rules import shard_count
 from components.lib.source_reads import CsvPlan, is_glob, list_folder, match_files, plan_csv
 from components.lib.sources import IMAGE_EXTENSIONS, BadRecord, DataError, builtin, check_builtin
-from components.lib.storage import is_gcs
+from components.lib.storage import is_gcs, open_write, remove_tree
 from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
 
-PARALLEL_MIN_IMAGES = 2_000  # fewer images are prepared in this process (worker processes' start-up would dominate)
+PARALLEL_MIN_IMAGES = 10_000  # fewer images are prepared in this process (worker processes start in about 2 s)
 ITEMS_PER_WORKER = 8  # work items per worker process, for balance
 
 
@@ -154,13 +154,17 @@ def prepare(
     data_fingerprint: str = "",
     processes: int = 0,
     parallel_min_records: int | None = None,
+    runner: str = "direct",
+    dataflow_options: dict | None = None,
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
     `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). `processes`: the direct
     runner's worker processes when there are at least `parallel_min_records` records (0: every CPU this process may
     use, see `available_cpus`). By default image folders of `PARALLEL_MIN_IMAGES` images and more are decoded on
     worker processes, and CSV rows and built-in records are prepared in this process: a row costs less to parse
-    than to send to another process, and each worker process holds its own copy of Beam (about 0.25 GB)."""
+    than to send to another process, and each worker process holds its own copy of Beam (about 0.25 GB).
+    `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.dataflow); `output_dir` is then a
+    gs:// URI."""
     import apache_beam as beam
 
     from components.lib import prep_pipeline
@@ -175,8 +179,12 @@ def prepare(
         raise DataError(f"need at least two classes, found {len(source.labels)}: {source.labels}")
     fractions = {"train": 1 - val_fraction - test_fraction, "val": val_fraction, "test": test_fraction}
     shards = {s: shard_count(source.expected * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
-    os.makedirs(output_dir, exist_ok=True)
-    temp_dir = tempfile.mkdtemp(prefix=".prep-", dir=output_dir)
+    if runner not in ("direct", "dataflow"):
+        raise DataError(f"runner must be direct or dataflow, got {runner!r}")
+    output_dir = output_dir.rstrip("/")
+    if not is_gcs(output_dir):
+        os.makedirs(output_dir, exist_ok=True)
+    temp_dir = f"{output_dir}/.prep-{uuid.uuid4().hex[:12]}"
     layout = prep_pipeline.Layout(
         source.kind,
         shards,
@@ -191,20 +199,27 @@ def prepare(
     if parallel_min_records is None:
         parallel_min_records = PARALLEL_MIN_IMAGES if source.folder else source.expected + 1
     parallel = processes > 1 and source.expected >= parallel_min_records
+    options = pipeline_options(processes, parallel)
+    if runner == "dataflow":
+        sent = dataflow.options(dataflow_options or {}, output_dir, dataflow.step_project())
+        if os.environ.get(dataflow.RECORD_ENV):  # the rehearsal: what would be sent, then the direct runner
+            dataflow.record(os.environ[dataflow.RECORD_ENV], sent)
+        else:
+            options = sent
     counter = progress.Counter(
         "prepare",
         "records",
         lambda c: f"{c['done']}/{counter.total} records read, {c['written']} written, {c['quarantined']} quarantined",
     )
     try:
-        with beam.Pipeline(options=pipeline_options(processes, parallel)) as p:
+        with beam.Pipeline(options=options) as p:
             prep_pipeline.build(p, layout, source.items, source.csv_plan, source.folder)
         found = prep_pipeline.summaries(layout)
     finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        remove_tree(temp_dir)
     stats = _stats(data_source, data_fingerprint, source, layout, found)
-    with open(os.path.join(output_dir, "stats.json"), "w") as f:
-        json.dump(stats, f, indent=2)
+    with open_write(f"{output_dir}/stats.json") as f:
+        f.write(json.dumps(stats, indent=2).encode())
     counter.total = stats["records"]
     counter.finish(done=stats["records"], written=stats["examples"], quarantined=stats["quarantined"])
     _check(stats, output_dir, max_corrupt_fraction)
@@ -230,7 +245,7 @@ def _stats(data_source: str, data_fingerprint: str, source: Source, layout, foun
             name = shard_name(split, i, count)
             summary = found.get(name)
             if summary is None:
-                open(os.path.join(layout.output_dir, name), "wb").close()
+                open_write(f"{layout.output_dir}/{name}").close()
                 continue
             examples, size = examples + summary["examples"], size + summary["bytes"]
             for label, n in summary["per_class"].items():
@@ -301,9 +316,12 @@ def prepare_data(
     dataset: Output[Dataset],
     stats: Output[Artifact],
     data_fingerprint: str = "",
+    runner: str = "direct",
+    dataflow_options: dict = {},  # noqa: B006 (KFP's parameter default; never mutated)
 ):
     """KFP step: prepare the data into the `dataset` artifact (shards, stats.json, quarantine.jsonl).
     `data_fingerprint` (the fingerprint step's digest) makes the cache key follow the data; recorded in stats.json.
+    On Dataflow the job writes the artifact's gs:// URI.
 
     Args:
         data_source: The data: builtin:digits, builtin:iris, an image folder or a CSV file; a local path or gs:// URI.
@@ -315,15 +333,18 @@ def prepare_data(
         max_corrupt_fraction: The step fails above this share of unreadable records.
         split_salt: Salt of the deterministic split.
         data_fingerprint: The fingerprint step's digest of the source (keys the cache on the data).
+        runner: direct (Beam's direct runner in the step) or dataflow.
+        dataflow_options: The Dataflow job's settings (components.lib.dataflow.flags), compiled by the vertex target.
     """
     import json
-    import shutil
 
+    from components.lib.storage import read_bytes
     from components.prepare_data import prepare
 
+    output = dataset.uri if runner == "dataflow" else dataset.path
     result = prepare(
         data_source,
-        dataset.path,
+        output,
         num_workers,
         val_fraction,
         test_fraction,
@@ -332,8 +353,11 @@ def prepare_data(
         max_corrupt_fraction,
         split_salt,
         data_fingerprint=data_fingerprint,
+        runner=runner,
+        dataflow_options=dataflow_options,
     )
-    shutil.copy(f"{dataset.path}/stats.json", stats.path)
+    with open(stats.path, "wb") as f:
+        f.write(read_bytes(f"{output}/stats.json") or b"")
     dataset.metadata.update({k: result[k] for k in ("kind", "input_shape", "examples", "quarantined")})
     dataset.metadata["labels"] = result["labels"]
     if data_fingerprint:

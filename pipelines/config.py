@@ -346,6 +346,20 @@ class Resources(BaseModel):
         return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 
 
+class DataPrepSettings(BaseModel):
+    """Where the vertex target prepares data: on Dataflow (one job per run, scaled out; its workers run the
+    components image, which must then start Beam's SDK harness, see docs/vertex.md) or in the step's own container
+    on Beam's direct runner (the default). The local and kubeflow targets always use the direct runner."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runner: Literal["dataflow", "direct"] = "direct"
+    machine_type: str = "n1-standard-4"  # Dataflow workers' machine type
+    max_workers: int = Field(10, ge=1)  # Dataflow's autoscaling ceiling
+    region: str = ""  # "" = `location`
+    subnetwork: str = ""  # regions/REGION/subnetworks/NAME or its full URL ("" = `network`'s default subnetwork)
+
+
 class StepLimits(BaseModel):
     """A Vertex AI Pipelines lightweight step's CPU and memory limits (Vertex picks a machine that has them)."""
 
@@ -505,6 +519,7 @@ class Platform(BaseModel):
     batch_machine_type: str = "n1-standard-4"
     batch_starting_replicas: int = Field(1, ge=1)
     batch_max_replicas: int = Field(2, ge=1)
+    data_prep: DataPrepSettings = DataPrepSettings()  # Vertex: Dataflow or the direct runner for data prep
     step_limits: dict[str, StepLimits] = {}  # Vertex: lightweight steps' CPU and memory limits by step name, e.g.
     #                                         prepare-data (which decodes images on every CPU it gets)
 

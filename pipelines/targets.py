@@ -383,6 +383,31 @@ class VertexOps(_SameEverywhere):
             task.set_memory_limit(limits.memory_limit)
         return task
 
+    def prepare_data(self, data_source, **options):
+        """Data prep as the other targets run it, on Dataflow unless `platform.data_prep.runner` is "direct": the
+        job as the runs' service account, on their network, with their CMEK key and labels, the components image on
+        its workers; temp and staging under the pipeline root (beside the dataset when none is set)."""
+        p, prep = self.platform, self.platform.data_prep
+        root = p.pipeline_root.rstrip("/")
+        dataflow = {
+            "project": p.project,
+            "region": prep.region or p.location,
+            "service_account": p.service_account,
+            "network": p.network.rsplit("/", 1)[-1],  # Dataflow takes the network's name
+            "subnetwork": prep.subnetwork,
+            "kms_key": p.encryption_spec_key_name,
+            "labels": self.labels,
+            "machine_type": prep.machine_type,
+            "max_workers": prep.max_workers,
+            "sdk_container_image": p.components_image,
+            "temp_location": f"{root}/dataflow/temp" if root else "",
+            "staging_location": f"{root}/dataflow/staging" if root else "",
+        }
+        on_dataflow = prep.runner == "dataflow"
+        return super().prepare_data(
+            data_source, runner=prep.runner, dataflow_options=dataflow if on_dataflow else {}, **options
+        )
+
     @property
     def identity(self) -> dict:
         """The run's identity for the jobs that take it: service account, VPC network, CMEK key."""

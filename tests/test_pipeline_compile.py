@@ -879,3 +879,40 @@ def test_no_cached_step_takes_a_value_unique_to_the_run(tmp_path, target, platfo
                     offenders.append(f"{name}.{key}={value}")
     assert offenders == []
     assert cached >= (1 if pipeline == "batch_prediction" or target == "local" else 5)
+
+
+def test_vertex_data_prep_runs_on_dataflow_with_the_runs_identity(tmp_path):
+    """platform.data_prep.runner dataflow: a Dataflow job as the runs' service account, on their network, with their
+    CMEK key and labels, the components image on its workers; "direct" (the default) keeps prep in the step's
+    container."""
+    config = load_config(
+        None, sets=["platform.data_prep={runner: dataflow, machine_type: n1-highmem-4, max_workers: 20}"]
+    )
+    platform = PLATFORM.model_copy(update={"data_prep": config.platform.data_prep, "pipeline_root": "gs://b/root"})
+    _, spec = compile_spec("vertex", tmp_path, platform=platform)
+    prep = params(dag(spec)["prepare-data"])
+    assert prep["runner"] == "dataflow"
+    assert prep["dataflow_options"] == {
+        "project": "",
+        "region": "europe-west4",
+        "service_account": SA,
+        "network": "vpc",
+        "subnetwork": "",
+        "kms_key": KEY,
+        "labels": LABELS,
+        "machine_type": "n1-highmem-4",
+        "max_workers": 20,
+        "sdk_container_image": PLATFORM.components_image,
+        "temp_location": "gs://b/root/dataflow/temp",
+        "staging_location": "gs://b/root/dataflow/staging",
+    }
+    direct = PLATFORM.model_copy(
+        update={"data_prep": config.platform.data_prep.model_copy(update={"runner": "direct"})}
+    )
+    _, spec = compile_spec("vertex", tmp_path, platform=direct)
+    assert {k: params(dag(spec)["prepare-data"])[k] for k in ("runner", "dataflow_options")} == {
+        "runner": "direct",
+        "dataflow_options": {},
+    }
+    _, local = compile_spec("kubeflow", tmp_path)
+    assert "runner" not in params(dag(local)["prepare-data"])  # the component's default: direct

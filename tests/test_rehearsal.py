@@ -4,6 +4,7 @@ are checked with the same expectations as the GAPIC-boundary tests (tests/vertex
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ IDENTITY = [
     "platform.labels={env: test}",
     "platform.model_labels={team: ml}",
     "platform.keep_previous=0",
+    "platform.data_prep={runner: dataflow}",
     "study.max_trial_count=2",
     "study.parallel_trial_count=2",
 ]
@@ -236,6 +238,22 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     [model] = summary["vertex"]["models"]
     assert set(model["versions"][0]["aliases"]) == {"default", "champion"}  # moved once the version served
     expect.check_custom_job(recorded(tmp_path / "run1", "JobService.CreateCustomJob")[0], platform, workers=2)
+    # data prep: the Dataflow job it would have sent (checked by Beam's validator), run on the direct runner
+    sent = json.loads((tmp_path / "run1" / "dataflow" / "dataflow-options.json").read_text())
+    assert {k: sent[k] for k in ("runner", "project", "region", "service_account_email", "network")} == {
+        "runner": "DataflowRunner",
+        "project": "my-project",
+        "region": platform.location,
+        "service_account_email": platform.service_account,
+        "network": "vpc",
+    }
+    assert sent["dataflow_kms_key"] == platform.encryption_spec_key_name
+    assert sent["sdk_container_image"] == platform.components_image and sent["sdk_location"] == "container"
+    assert re.fullmatch(
+        r"gs://rehearsal/pipeline-root/[-\w]+/prepare-data/dataset-dataflow/temp", sent["temp_location"]
+    )
+    assert {"env=test", "team=ml"} <= set(sent["labels"])
+    assert summary["dataset"]["examples"] == 1797
     expect.check_upload(recorded(tmp_path / "run1", "POST models:upload")[0], platform)
     expect.check_endpoint_create(recorded(tmp_path / "run1", "POST endpoints")[0], platform)
     expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)

@@ -91,6 +91,16 @@ def list_files(folder: str) -> list[str]:
     return sorted(f"gs://{bucket}/{b.name}" for b in gcs_client().list_blobs(bucket, prefix=prefix))
 
 
+def remove_tree(uri: str) -> None:
+    """Delete the local folder or every object under the gs:// prefix `uri` (nothing there: nothing to do)."""
+    if not is_gcs(uri):
+        shutil.rmtree(uri, ignore_errors=True)
+        return
+    bucket, prefix = split_gcs(uri.rstrip("/") + "/")
+    for blob in gcs_client().list_blobs(bucket, prefix=prefix):
+        blob.delete()
+
+
 def read_bytes(uri: str) -> bytes | None:
     """The content of the file or object `uri`, None when there is none."""
     if not is_gcs(uri):

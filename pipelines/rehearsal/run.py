@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from components.lib import dataflow
 from pipelines.rehearsal import gcs, redirect
 from pipelines.rehearsal.api import VertexDouble
 from pipelines.rehearsal.cache import vertex_cache
@@ -203,6 +204,7 @@ def rehearse(
                     **tensorflow_env,
                     **LEGACY_KERAS,
                     "TF_CPP_MIN_LOG_LEVEL": "2",
+                    dataflow.RECORD_ENV: str(out / "dataflow"),  # prep's Dataflow job: recorded, run directly
                 }
             ),
             _kfp_local_patches(project, location),

@@ -1,0 +1,97 @@
+"""Dataflow, data prep's runner on Vertex AI: the Beam pipeline options of a prep job, from the settings the vertex
+target compiles into the step (`platform.data_prep`), checked by Beam's own validator before anything is sent.
+
+The workers run the components image (`sdk_container_image`, Runner v2, `sdk_location=container`): the same
+packages as the step, nothing installed at start-up. The job runs as the runs' service account, on their network or
+subnetwork, with their CMEK key and labels; its temp and staging locations are beside the dataset artifact, under
+the pipeline root.
+
+The rehearsal sets `RECORD_ENV` to a folder: the step then writes the options it would have sent there
+(`dataflow-options.json`) and runs the same pipeline on the direct runner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+RECORD_ENV = "TFPIPE_DATAFLOW_RECORD"
+RECORD_FILE = "dataflow-options.json"
+
+
+class DataflowOptionsError(ValueError):
+    """The options Dataflow would refuse (Beam's validator), one per line."""
+
+
+def job_name(output_dir: str, now: float | None = None) -> str:
+    """A Dataflow job name ([-a-z0-9], a letter first): the step's and the dataset's, unique per run."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    digest = hashlib.sha256(output_dir.encode()).hexdigest()[:8]
+    return f"tfpipe-prepare-data-{stamp}-{digest}"
+
+
+def flags(settings: dict, output_dir: str, project: str = "") -> list[str]:
+    """Beam's flags for DataflowRunner: `settings` as compiled (region, service_account, network, subnetwork,
+    kms_key, labels, machine_type, max_workers, sdk_container_image, temp_location, staging_location; "" or absent:
+    Dataflow's default), the project (the settings' or the step's own), temp and staging beside `output_dir` when
+    the settings give none."""
+    base = output_dir.rstrip("/") + "-dataflow"
+    values = {
+        "runner": "DataflowRunner",
+        "project": settings.get("project") or project,
+        "region": settings.get("region", ""),
+        "job_name": job_name(output_dir),
+        "temp_location": settings.get("temp_location") or f"{base}/temp",
+        "staging_location": settings.get("staging_location") or f"{base}/staging",
+        "service_account_email": settings.get("service_account", ""),
+        "network": settings.get("network", ""),
+        "subnetwork": settings.get("subnetwork", ""),
+        "dataflow_kms_key": settings.get("kms_key", ""),
+        "machine_type": settings.get("machine_type", ""),
+        "max_num_workers": str(settings.get("max_workers") or ""),
+        "sdk_container_image": settings.get("sdk_container_image", ""),
+        "sdk_location": "container",
+        "experiments": "use_runner_v2",
+    }
+    out = [f"--{name}={value}" for name, value in values.items() if value]
+    out += [f"--labels={key}={value}" for key, value in sorted((settings.get("labels") or {}).items())]
+    return out
+
+
+def options(settings: dict, output_dir: str, project: str = ""):
+    """The PipelineOptions of the job; DataflowOptionsError with every reason Beam's validator gives."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+
+    result = PipelineOptions(flags(settings, output_dir, project))
+    errors = PipelineOptionsValidator(result, DataflowRunner()).validate()
+    if not settings.get("sdk_container_image"):
+        errors.append("sdk_container_image: the workers' image (the components image) is required")
+    if errors:
+        raise DataflowOptionsError("Dataflow would refuse this job:\n" + "\n".join(errors))
+    return result
+
+
+def step_project() -> str:
+    """The project the step runs in: Vertex's CLOUD_ML_PROJECT_ID, else Application Default Credentials'."""
+    project = os.environ.get("CLOUD_ML_PROJECT_ID", "")
+    if project:
+        return project
+    try:
+        import google.auth
+
+        return google.auth.default()[1] or ""
+    except Exception:  # noqa: BLE001 (no credentials: the validator names the missing project)
+        return ""
+
+
+def record(folder: str, sent) -> str:
+    """Write the options that would have been sent (the rehearsal); the file's path."""
+    path = os.path.join(folder, RECORD_FILE)
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(sent.get_all_options(drop_default=True), f, indent=2, sort_keys=True)
+    return path
