@@ -105,7 +105,7 @@ def test_gcs_folder_added_rewritten_or_unchanged(tmp_path, gcs_emulator, monkeyp
     uri = "gs://test-bucket/flowers"
     first = fingerprint(uri)
     assert first["kind"] == "folder" and first["files"] == 6
-    with staged(uri) as local:  # exactly what prep downloads
+    with staged(uri) as local:  # every file prep reads
         assert len(folder_files(local)) == first["files"]
         assert sum(os.path.getsize(os.path.join(local, f)) for f in folder_files(local)) == first["bytes"]
     assert fingerprint(uri) == first  # nothing changed

@@ -1,16 +1,13 @@
-"""Data sources for data prep: `builtin:<name>`, an image folder (one sub-folder per class) or a CSV file.
+"""Data prep's source rules: the built-in data sets, image decoding and the default image size, and which kind a
+source is (`source_kind`; the fingerprint step shares it). Reading sources in pieces is `components.lib.source_reads`.
 
-A source yields candidates `(key, label, load)`: `key` identifies the record (and decides its split), `load()`
-returns the example (uint8 H×W×C image or float feature vector) or raises `BadRecord` with the reason.
+A built-in source yields candidates `(key, label, load)`: `key` identifies the record (and decides its split),
+`load()` returns the example (uint8 H×W×C image or float feature vector).
 """
 
 from __future__ import annotations
 
-import csv
-import functools
-import math
 import os
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -42,7 +39,6 @@ class Source:
     feature_names: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # files outside any class folder
     size_reason: str = ""  # images: why the input has its size
-    parallel: bool = False  # the loaders are picklable and worth running in other processes (decoding images)
 
 
 def check_builtin(name: str) -> str:
@@ -89,18 +85,6 @@ def load_image(path: str, size: int, channels: int) -> np.ndarray:
     return np.frombuffer(pixels, np.uint8).reshape(size, size, channels)
 
 
-def _load_image(path: str, size: int, channels: int):
-    return functools.partial(load_image, path, size, channels)  # picklable: data prep decodes in other processes
-
-
-def _raise(reason: str):
-    raise BadRecord(reason)
-
-
-def _bad(reason: str):
-    return functools.partial(_raise, reason)
-
-
 def image_header(path: str) -> tuple[str, int] | None:
     """The image's mode and shorter side from its header (no decoding); None when unreadable (it is quarantined
     later, with the decoder's reason)."""
@@ -136,90 +120,6 @@ def folder_files(root: str) -> list[str]:
     )
 
 
-def image_folder(root: str, image_size: int = 0, headers=map) -> Source:
-    """Images under `root/<class>/...` (PNG/JPEG, any size, grayscale or RGB), resized to `image_size`, by default
-    to the images' own size up to MAX_IMAGE_SIZE (see `default_image_size`). `headers`: a `map` that reads the image
-    headers (data prep passes its process pool's)."""
-    if not os.path.isdir(root):
-        raise DataError(f"image folder not found: {root}")
-    files: list[str] = []
-    ignored: list[str] = []
-    for rel in folder_files(root):
-        (files if os.sep in rel else ignored).append(rel)
-    images = [f for f in files if os.path.splitext(f)[1].lower() in IMAGE_EXTENSIONS]
-    if not images:
-        raise DataError(f"no PNG or JPEG images in class sub-folders of {root}")
-    found = [h for h in headers(image_header, [os.path.join(root, f) for f in images]) if h is not None]
-    modes = {mode for mode, _ in found}
-    channels = 1 if modes and modes <= GRAYSCALE_MODES else 3
-    if image_size:
-        size, reason = image_size, f"{image_size} px: set by image_size"
-    else:
-        size, reason = default_image_size([side for _, side in found])
-    candidates = []
-    for rel in files:
-        label = rel.split(os.sep, 1)[0]
-        if os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS:
-            candidates.append((rel, label, _load_image(os.path.join(root, rel), size, channels)))
-        else:
-            candidates.append((rel, label, _bad("not a PNG or JPEG file")))
-    labels = sorted({rel.split(os.sep, 1)[0] for rel in images})
-    return Source(
-        IMAGE, labels, [size, size, channels], candidates, ignored=sorted(ignored), size_reason=reason, parallel=True
-    )
-
-
-def csv_file(path: str, label_column: str) -> Source:
-    """A CSV with a header, a label column and numeric feature columns."""
-    if not os.path.isfile(path):
-        raise DataError(f"CSV file not found: {path}")
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.reader(f))
-    if not rows or not any(rows[0]):
-        raise DataError(f"{path} is empty (a header row is required)")
-    header = [h.strip() for h in rows[0]]
-    if label_column not in header:
-        raise DataError(f"label column {label_column!r} not in {path}; columns are: {', '.join(header)}")
-    label_index = header.index(label_column)
-    feature_names = [h for i, h in enumerate(header) if i != label_index]
-    if not feature_names:
-        raise DataError(f"{path} has no feature columns besides {label_column!r}")
-    occurrences: Counter = Counter()
-    candidates, labels = [], set()
-    for line_no, row in enumerate(rows[1:], start=2):
-        if not any(cell.strip() for cell in row):
-            continue  # blank line
-        text = ",".join(row)
-        occurrences[text] += 1
-        key = f"{os.path.basename(path)}:{text}#{occurrences[text]}"  # content key: stable when rows move
-        label = row[label_index].strip() if len(row) == len(header) else ""
-        if len(row) != len(header):
-            candidates.append((key, label, _bad(f"line {line_no}: {len(row)} fields, header has {len(header)}")))
-            continue
-        if not label:
-            candidates.append((key, label, _bad(f"line {line_no}: empty label")))
-            continue
-        labels.add(label)
-        candidates.append((key, label, _parse_row(row, label_index, feature_names, line_no)))
-    return Source(TABULAR, sorted(labels), [len(feature_names)], candidates, feature_names)
-
-
-def _parse_row(row, label_index, feature_names, line_no):
-    def load():
-        values = [cell for i, cell in enumerate(row) if i != label_index]
-        out = np.empty(len(values), np.float32)
-        for j, (name, cell) in enumerate(zip(feature_names, values)):
-            try:
-                out[j] = float(cell)
-            except ValueError:
-                raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not a number") from None
-            if not math.isfinite(out[j]):
-                raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not finite")
-        return out
-
-    return load
-
-
 def file_kind(data_source: str, path: str) -> str:
     """The kind of an existing file source: "csv", else the unsupported-source DataError."""
     if path.lower().endswith(".csv"):
@@ -240,14 +140,3 @@ def source_kind(data_source: str, local_path: str) -> str:
     if not os.path.exists(local_path):
         raise DataError(f"data source not found: {data_source}")
     return file_kind(data_source, local_path)
-
-
-def open_source(data_source: str, local_path: str, image_size: int, label_column: str, headers=map) -> Source:
-    """Build the source for `data_source`; `local_path` is where a file or folder source is (staged) locally.
-    `headers`: the `map` an image folder reads its image headers with."""
-    kind = source_kind(data_source, local_path)
-    if kind == "builtin":
-        return builtin(data_source.split(":", 1)[1])
-    if kind == "folder":
-        return image_folder(local_path, image_size, headers)
-    return csv_file(local_path, label_column)
