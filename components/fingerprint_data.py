@@ -7,6 +7,7 @@ it is what prep reads):
 
 - `gs://` object or folder: each object's name (relative to the folder) with its size and generation;
 - local CSV file or image folder (every file under it): relative path, size and mtime_ns;
+- a CSV glob (local or gs://): each matched file's path (or object name) with the same;
 - `builtin:NAME`: the name and the installed scikit-learn version (the data set is fixed per version).
 
 The digest is SHA-256 over a canonical, sorted JSON listing.
@@ -17,7 +18,8 @@ import json
 import os
 from importlib import metadata
 
-from components.lib.sources import check_builtin, file_kind, folder_files, source_kind
+from components.lib.source_reads import match_files, match_gcs
+from components.lib.sources import check_builtin, file_kind, folder_files, is_glob, source_kind
 from components.lib.storage import gcs_objects, is_gcs
 
 GCS_FIELDS = "items(name,generation,size),nextPageToken"  # a cheap listing; nextPageToken keeps paging on
@@ -25,6 +27,11 @@ GCS_FIELDS = "items(name,generation,size),nextPageToken"  # a cheap listing; nex
 
 def _gcs_listing(data_source: str) -> tuple[str, list]:
     """The kind and `[name, size, generation]` of each object."""
+    if is_glob(data_source):
+        blobs = match_gcs(data_source, GCS_FIELDS)
+        if not blobs:
+            raise FileNotFoundError(f"nothing found at {data_source}")
+        return "csv", [[b.name, int(b.size), int(b.generation)] for b in blobs]
     folder, blobs = gcs_objects(data_source, fields=GCS_FIELDS)
     if folder is None:
         name = os.path.basename(blobs[0].name)
@@ -37,11 +44,10 @@ def _local_listing(data_source: str) -> tuple[str, list]:
     """The kind and `[relative path, size, mtime_ns]` of each file."""
     path = data_source.removeprefix("file://")
     kind = source_kind(data_source, path)
-    files = (
-        [(rel, os.path.join(path, rel)) for rel in folder_files(path)]
-        if kind == "folder"
-        else [(os.path.basename(path), path)]
-    )
+    if kind == "folder":
+        files = [(rel, os.path.join(path, rel)) for rel in folder_files(path)]
+    else:
+        files = [(p, p) for p in match_files(path)] if is_glob(path) else [(os.path.basename(path), path)]
     entries = []
     for rel, full in files:
         try:

@@ -20,8 +20,8 @@ from kfp.dsl import Artifact, Dataset, Output
 from components.lib import dataflow
 from components.lib.cpus import available_cpus
 from components.lib.prep_rules import shard_count
-from components.lib.source_reads import CsvPlan, is_glob, list_folder, match_files, plan_csv
-from components.lib.sources import IMAGE_EXTENSIONS, BadRecord, DataError, builtin, check_builtin
+from components.lib.source_reads import CsvPlan, list_folder, match_files, plan_csv
+from components.lib.sources import IMAGE_EXTENSIONS, BadRecord, DataError, builtin, is_glob, source_kind
 from components.lib.storage import is_gcs, open_write, remove_tree
 from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
@@ -57,15 +57,16 @@ class Source:
         self.folder = False
         self.feature_names: list[str] = []
         self.input_shape: list[int] = []
-        if data_source.startswith("builtin:"):
-            src = builtin(check_builtin(data_source.split(":", 1)[1]))
+        kind = _kind(data_source)
+        if kind == "builtin":
+            src = builtin(data_source.split(":", 1)[1])
             self.kind, self.labels, self.input_shape = src.kind, src.labels, src.input_shape
             self.feature_names, self.size_reason = src.feature_names, src.size_reason
             records = [(key, label, (i,), load()) for i, (key, label, load) in enumerate(src.candidates)]
             self.expected = len(records)
             self.items = _chunks(records, parts)
-        elif _is_csv(data_source):
-            files = match_files(data_source) if is_glob(data_source) else [_existing_file(data_source)]
+        elif kind == "csv":
+            files = match_files(data_source) if is_glob(data_source) else [data_source]
             sizes = sum(_size(f) for f in files)
             self.csv_plan = plan_csv(files, label_column, max(1 << 20, min(8 << 20, math.ceil(sizes / parts))))
             self.kind, self.labels, self.size_reason = TABULAR, [], ""
@@ -96,20 +97,12 @@ class Source:
             self.items = _chunks(records, parts)
 
 
-def _is_csv(data_source: str) -> bool:
-    if is_glob(data_source) or data_source.lower().endswith(".csv"):
-        return True
-    if is_gcs(data_source) or os.path.isdir(data_source):
-        return False
-    if not os.path.exists(data_source):
-        raise DataError(f"data source not found: {data_source}")
-    raise DataError(f"unsupported data source {data_source!r}: use builtin:NAME, an image folder or a .csv file")
-
-
-def _existing_file(uri: str) -> str:
-    if not is_gcs(uri) and not os.path.isfile(uri):
-        raise DataError(f"CSV file not found: {uri}")
-    return uri
+def _kind(data_source: str) -> str:
+    """`source_kind` (the fingerprint step's too); a gs:// source is a CSV by its name (an object or a glob), else a
+    folder, whose listing names what else it might be."""
+    if is_gcs(data_source):
+        return "csv" if is_glob(data_source) or data_source.lower().endswith(".csv") else "folder"
+    return source_kind(data_source, data_source)
 
 
 def _size(uri: str) -> int:

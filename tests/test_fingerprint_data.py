@@ -55,6 +55,37 @@ def test_local_csv_file(tmp_path):
     assert fingerprint(str(path))["digest"] != result["digest"]
 
 
+def test_csv_globs_list_every_matched_file_local_and_gcs(tmp_path, gcs_emulator):
+    """A glob data source (prep reads every file it matches) runs through the fingerprint step too: a matching file
+    added changes the digest; a glob that matches nothing fails as prep does."""
+    header, rows = "a,b,label\n", "".join(f"{i},{i % 3},{'xy'[i % 2]}\n" for i in range(30))
+    for part in ("part-1.csv", "part-2.csv"):
+        (tmp_path / part).write_text(header + rows)
+    (tmp_path / "notes.txt").write_text("not matched")
+    pattern = str(tmp_path / "part-*.csv")
+    first = fingerprint(pattern)
+    assert (first["kind"], first["files"]) == ("csv", 2) and fingerprint(pattern) == first
+    (tmp_path / "part-3.csv").write_text(header + rows)
+    assert fingerprint(pattern)["files"] == 3 and fingerprint(pattern)["digest"] != first["digest"]
+    stats = prepare_source(pattern, tmp_path / "out")
+    assert stats["records"] == 90
+    assert _same_error_as_prep(str(tmp_path / "none-*.csv"), tmp_path) == f"nothing found at {tmp_path}/none-*.csv"
+
+    for part in ("tables/part-1.csv", "tables/part-2.csv", "tables/other.txt"):
+        gcs_emulator.blob(part).upload_from_string(header + rows)
+    remote = fingerprint("gs://test-bucket/tables/part-*.csv")
+    assert (remote["kind"], remote["files"]) == ("csv", 2)
+    gcs_emulator.blob("tables/part-1.csv").upload_from_string(header + rows)  # rewritten: a new generation
+    assert fingerprint("gs://test-bucket/tables/part-*.csv")["digest"] != remote["digest"]
+    assert _same_error_as_prep("gs://test-bucket/tables/none-*.csv", tmp_path).startswith("nothing found at gs://")
+
+
+def prepare_source(data_source, out):
+    from components.prepare_data import prepare
+
+    return prepare(data_source, str(out), num_workers=1, val_fraction=0.2, test_fraction=0.2)
+
+
 def test_builtin_is_stable_per_dataset_and_scikit_learn_version(monkeypatch):
     digits = fingerprint("builtin:digits")
     assert digits == fingerprint("builtin:digits")

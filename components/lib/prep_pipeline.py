@@ -35,7 +35,7 @@ from components.lib import prep_rules
 from components.lib.records import TFRecordWriter, encode_example
 from components.lib.source_reads import CsvPlan, CsvRange, read_csv_range
 from components.lib.sources import BadRecord, image_header, load_image
-from components.lib.storage import open_write
+from components.lib.storage import list_files, open_read, open_write, read_bytes
 from trainer.schema import IMAGE, shard_name
 
 QUARANTINE = "quarantine.jsonl"
@@ -125,8 +125,6 @@ def write_run(temp_dir: str, destination: str, records: list) -> str:
 
 def run_files(temp_dir: str, destination: str) -> list[str]:
     """The run files of `destination`, sorted."""
-    from components.lib.storage import list_files
-
     return list_files(f"{temp_dir}/runs/{destination}")
 
 
@@ -162,8 +160,6 @@ class WriteRuns(beam.DoFn):
 
 
 def read_run(path: str) -> Iterator[tuple]:
-    from components.lib.storage import open_read
-
     with open_read(path) as f:
         while True:
             try:
@@ -340,8 +336,6 @@ def _note(value, path: str):
 def summaries(layout: Layout) -> dict:
     """After the pipeline: quarantine.jsonl written, and what the pipeline noted, {name: summary} (shards, labels,
     image shape; quarantine.jsonl: its line count)."""
-    from components.lib.storage import read_bytes
-
     found: dict = {QUARANTINE: write_quarantine(layout)}
     for name in [*layout.destinations(), "labels.json", "image_shape.json"]:
         data = read_bytes(f"{layout.temp_dir}/summaries/{name}" + ("" if name.endswith(".json") else ".json"))

@@ -25,17 +25,19 @@ from components.lib.sources import BadRecord, DataError, file_kind, folder_files
 from components.lib.storage import RANGE_BYTES, gcs_client, gcs_objects, is_gcs, open_read, split_gcs
 
 
-def is_glob(uri: str) -> bool:
-    return any(c in uri for c in "*?[")
+def match_gcs(pattern: str, fields: str = "items(name),nextPageToken") -> list:
+    """The objects a gs:// glob matches, sorted by name (`fields` trims the listing; keep nextPageToken)."""
+    bucket, name = split_gcs(pattern)
+    fixed = name[: min(name.index(c) for c in "*?[" if c in name)]
+    blobs = gcs_client().list_blobs(bucket, prefix=fixed, fields=fields)
+    return sorted((b for b in blobs if fnmatch.fnmatchcase(b.name, name)), key=lambda b: b.name)
 
 
 def match_files(pattern: str) -> list[str]:
     """The files a glob matches (local or gs://), sorted; FileNotFoundError when none."""
     if is_gcs(pattern):
-        bucket, name = split_gcs(pattern)
-        fixed = name[: min(name.index(c) for c in "*?[" if c in name)]
-        blobs = gcs_client().list_blobs(bucket, prefix=fixed, fields="items(name),nextPageToken")
-        found = sorted(f"gs://{bucket}/{b.name}" for b in blobs if fnmatch.fnmatchcase(b.name, name))
+        bucket, _ = split_gcs(pattern)
+        found = [f"gs://{bucket}/{b.name}" for b in match_gcs(pattern)]
     else:
         found = sorted(p for p in glob.glob(pattern) if os.path.isfile(p))
     if not found:

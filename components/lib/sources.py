@@ -120,6 +120,11 @@ def folder_files(root: str) -> list[str]:
     )
 
 
+def is_glob(uri: str) -> bool:
+    """A pattern of CSV files (`data/part-*.csv`)."""
+    return any(c in uri for c in "*?[")
+
+
 def file_kind(data_source: str, path: str) -> str:
     """The kind of an existing file source: "csv", else the unsupported-source DataError."""
     if path.lower().endswith(".csv"):
@@ -129,10 +134,13 @@ def file_kind(data_source: str, path: str) -> str:
 
 def source_kind(data_source: str, local_path: str) -> str:
     """What `data_source` is, `local_path` being where a file or folder source is (staged) locally: "builtin",
-    "folder" (an image folder) or "csv"; a DataError for an unknown, missing or unsupported source."""
+    "folder" (an image folder) or "csv" (a file, or a glob of files); a DataError for an unknown, missing or
+    unsupported source."""
     if data_source.startswith("builtin:"):
         check_builtin(data_source.split(":", 1)[1])
         return "builtin"
+    if is_glob(local_path):
+        return "csv"
     if os.path.isdir(local_path):
         return "folder"
     if local_path.lower().endswith(".csv") and not os.path.isfile(local_path):
