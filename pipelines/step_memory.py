@@ -4,9 +4,11 @@ memory so far (Linux's VmHWM; elsewhere the resident memory now) of this process
 the step began (a server an earlier step left running is not the step's), every `interval` seconds (every
 `first_interval` in a step's first second, so that a short step is sampled too), and keeps the highest sum:
 processes that run together count together, one after the other do not. What a process reaches after its last
-sample is missed, and a step whose processes all end within `first_interval` has no figure. A process younger than
-`SETTLE_SECONDS` is not counted yet: between fork and exec a child reports its parent's memory (seen as a 1.4 GB
-step under pytest)."""
+sample is missed, and a step whose processes all end within `first_interval` has no figure. A child whose command
+line is still its parent's is not counted until it has been seen for `SETTLE_SECONDS`: between (v)fork and exec it
+shares or copies its parent's memory figures (seen as a 1.5 GB step under pytest). Its age is counted from when the
+sampler first saw it, not from psutil's create_time, which rests on the whole-second boot time of /proc/stat and can
+be off by up to a second."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import time
 
 import psutil
 
-SETTLE_SECONDS = 0.05
+SETTLE_SECONDS = 1.0
 
 
 def _peak_rss(process: psutil.Process) -> int:
@@ -30,6 +32,12 @@ def _peak_rss(process: psutil.Process) -> int:
     return process.memory_info().rss
 
 
+def _not_execd(process: psutil.Process) -> bool:
+    """Whether the process still runs its parent's program with its parent's arguments: forked, not yet exec'd."""
+    parent = process.parent()
+    return parent is not None and process.cmdline() == parent.cmdline()
+
+
 class StepMemory:
     """`begin()` at a step's start, `end()` at its end: the peak in bytes (None when nothing was measured)."""
 
@@ -40,6 +48,7 @@ class StepMemory:
         self._lock = threading.Lock()
         self._peak = 0
         self._earlier: set[int] = set()  # descendants alive when the step began
+        self._first_seen: dict[int, float] = {}  # pid: when the sampler first saw it (monotonic)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -47,17 +56,21 @@ class StepMemory:
     def sample(self) -> int:
         """The step's live processes' peak resident bytes so far, added up."""
         total = 0
-        now = time.time()
-        for child in self._process.children(recursive=True):
+        now = time.monotonic()
+        children = self._process.children(recursive=True)
+        for child in children:
             if child.pid in self._earlier:
                 continue
             try:
-                if now - child.create_time() < SETTLE_SECONDS:
-                    continue  # may not have exec'd yet: a vfork'd child reports its parent's memory
+                seen = self._first_seen.setdefault(child.pid, now)
+                if now - seen < SETTLE_SECONDS and _not_execd(child):
+                    continue
                 total += _peak_rss(child)
             except psutil.Error:  # ended meanwhile
                 continue
+        alive = {child.pid for child in children}
         with self._lock:
+            self._first_seen = {pid: t for pid, t in self._first_seen.items() if pid in alive}
             self._peak = max(self._peak, total)
         return total
 

@@ -34,6 +34,16 @@ def test_a_step_child_peak_is_measured_and_an_earlier_process_is_not_counted():
     assert small is not None and small < 200 * MB
 
 
+def test_a_forked_child_is_not_counted_before_it_execs():
+    """A fork reports its parent's figures until it execs (vfork shares them): counting it doubles the step."""
+    code = "import os, time; x = bytearray(300 * 1000 * 1000); os.fork(); time.sleep(0.6)"
+    with StepMemory(interval=0.05) as memory:
+        memory.begin()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        peak = memory.end()
+    assert peak is not None and 300 * MB <= peak < 450 * MB
+
+
 def test_step_log_line_summary_and_report_show_the_peak(tmp_path):
     console = io.StringIO()
 
