@@ -149,6 +149,8 @@ def prepare(
     parallel_min_records: int | None = None,
     runner: str = "direct",
     dataflow_options: dict | None = None,
+    dataflow_min_records: int = 0,
+    dataflow_output_dir: str = "",
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
     `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). `processes`: the direct
@@ -156,8 +158,9 @@ def prepare(
     use, see `available_cpus`). By default image folders of `PARALLEL_MIN_IMAGES` images and more are decoded on
     worker processes, and CSV rows and built-in records are prepared in this process: a row costs less to parse
     than to send to another process, and each worker process holds its own copy of Beam (about 0.25 GB).
-    `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.dataflow); `output_dir` is then a
-    gs:// URI."""
+    `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.dataflow; checked whatever the
+    size) writing to `dataflow_output_dir` (the gs:// URI of `output_dir`, which is this step's view of it; "":
+    `output_dir` is that URI), or the direct runner here for fewer than `dataflow_min_records` records."""
     import apache_beam as beam
 
     from components.lib import prep_pipeline
@@ -174,6 +177,17 @@ def prepare(
     shards = {s: shard_count(source.expected * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
     if runner not in ("direct", "dataflow"):
         raise DataError(f"runner must be direct or dataflow, got {runner!r}")
+    if runner == "dataflow":
+        job_output = (dataflow_output_dir or output_dir).rstrip("/")
+        sent = dataflow.options(dataflow_options or {}, job_output, dataflow.step_project())
+        if source.expected < dataflow_min_records:
+            print(
+                f"{source.expected} records, fewer than dataflow_min_records ({dataflow_min_records}): prepared in "
+                "this step on Beam's direct runner (a Dataflow job takes minutes to start)"
+            )
+            runner = "direct"
+        else:
+            output_dir = job_output
     output_dir = output_dir.rstrip("/")
     if not is_gcs(output_dir):
         os.makedirs(output_dir, exist_ok=True)
@@ -194,7 +208,6 @@ def prepare(
     parallel = processes > 1 and source.expected >= parallel_min_records
     options = pipeline_options(processes, parallel)
     if runner == "dataflow":
-        sent = dataflow.options(dataflow_options or {}, output_dir, dataflow.step_project())
         if os.environ.get(dataflow.RECORD_ENV):  # the rehearsal: what would be sent, then the direct runner
             dataflow.record(os.environ[dataflow.RECORD_ENV], sent)
         else:
@@ -212,11 +225,16 @@ def prepare(
         remove_tree(temp_dir)
     stats = _stats(data_source, data_fingerprint, source, layout, found)
     with open_write(f"{output_dir}/stats.json") as f:
-        f.write(json.dumps(stats, indent=2).encode())
+        f.write(stats_json(stats))
     counter.total = stats["records"]
     counter.finish(done=stats["records"], written=stats["examples"], quarantined=stats["quarantined"])
     _check(stats, output_dir, max_corrupt_fraction)
     return stats
+
+
+def stats_json(stats: dict) -> bytes:
+    """stats.json's bytes."""
+    return json.dumps(stats, indent=2).encode()
 
 
 def _stats(data_source: str, data_fingerprint: str, source: Source, layout, found: dict) -> dict:
@@ -311,6 +329,7 @@ def prepare_data(
     data_fingerprint: str = "",
     runner: str = "direct",
     dataflow_options: dict = {},  # noqa: B006 (KFP's parameter default; never mutated)
+    dataflow_min_records: int = 0,
 ):
     """KFP step: prepare the data into the `dataset` artifact (shards, stats.json, quarantine.jsonl).
     `data_fingerprint` (the fingerprint step's digest) makes the cache key follow the data; recorded in stats.json.
@@ -328,16 +347,15 @@ def prepare_data(
         data_fingerprint: The fingerprint step's digest of the source (keys the cache on the data).
         runner: direct (Beam's direct runner in the step) or dataflow.
         dataflow_options: The Dataflow job's settings (components.lib.dataflow.flags), compiled by the vertex target.
+        dataflow_min_records: On Dataflow, fewer records are prepared in the step (a job takes minutes to start).
     """
     import json
 
-    from components.lib.storage import read_bytes
-    from components.prepare_data import prepare
+    from components.prepare_data import prepare, stats_json
 
-    output = dataset.uri if runner == "dataflow" else dataset.path
     result = prepare(
         data_source,
-        output,
+        dataset.path,
         num_workers,
         val_fraction,
         test_fraction,
@@ -348,9 +366,11 @@ def prepare_data(
         data_fingerprint=data_fingerprint,
         runner=runner,
         dataflow_options=dataflow_options,
+        dataflow_min_records=dataflow_min_records,
+        dataflow_output_dir=dataset.uri,
     )
     with open(stats.path, "wb") as f:
-        f.write(read_bytes(f"{output}/stats.json") or b"")
+        f.write(stats_json(result))
     dataset.metadata.update({k: result[k] for k in ("kind", "input_shape", "examples", "quarantined")})
     dataset.metadata["labels"] = result["labels"]
     if data_fingerprint:

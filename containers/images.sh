@@ -46,6 +46,34 @@ if ! podman image exists "$BASE"; then
     --change 'CMD ["python3"]' - "$BASE" >/dev/null
 fi
 
+# The components image takes /opt/apache/beam/boot from Beam's SDK image (BEAM_SDK_IMAGE, the Dockerfile's default).
+# Where its registry cannot be reached, a stand-in whose boot refuses to start, saying why: the image then runs the
+# pipeline's steps but cannot be Dataflow's worker image (build that where the registry is reachable: Cloud Build).
+beam_sdk_image() {
+  local wanted
+  wanted=$(sed -n 's/^ARG BEAM_SDK_IMAGE=//p' containers/components.Dockerfile)
+  if podman image exists "$wanted" || timeout 120 podman pull --quiet "$wanted" >/dev/null 2>&1; then
+    echo "$wanted"
+    return
+  fi
+  local standin=localhost/tfpipe-beam-unavailable:${wanted##*:} dir
+  if ! podman image exists "$standin"; then
+    dir=$(mktemp -d)
+    cat >"$dir/boot" <<EOF
+#!/bin/sh
+echo "this image was built without Beam's SDK harness launcher ($wanted could not be pulled):" \
+  "Dataflow cannot start its workers on it; build it where that registry is reachable (Cloud Build)" >&2
+exit 70
+EOF
+    chmod 755 "$dir/boot"
+    printf 'FROM %s\nCOPY boot /opt/apache/beam/boot\n' "$BASE" >"$dir/Containerfile"
+    podman build --quiet -t "$standin" "$dir" >/dev/null
+    rm -rf "$dir"
+  fi
+  echo "$wanted could not be pulled: the components image gets a stand-in Beam launcher that refuses Dataflow" >&2
+  echo "$standin"
+}
+
 images=("$@")
 [ ${#images[@]} -gt 0 ] || images=(components trainer serving)
 mkdir -p "$CACHE/uv"
@@ -53,6 +81,7 @@ for name in "${images[@]}"; do
   args=(--build-arg "PYTHON_IMAGE=$BASE" --build-arg UV_NO_CACHE=false --volume "$CACHE/uv:/root/.cache/uv")
   dockerfile=containers/$name.Dockerfile
   case "$name" in
+    components) args+=(--build-arg "BEAM_SDK_IMAGE=$(beam_sdk_image)") ;;
     trainer-gpu) args+=(--build-arg LOCK=requirements-gpu.lock); dockerfile=containers/trainer.Dockerfile ;;
     serving-gpu) args+=(--build-arg LOCK=requirements-serving-gpu.lock); dockerfile=containers/serving.Dockerfile ;;
   esac

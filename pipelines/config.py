@@ -347,13 +347,16 @@ class Resources(BaseModel):
 
 
 class DataPrepSettings(BaseModel):
-    """Where the vertex target prepares data: on Dataflow (one job per run, scaled out; its workers run the
-    components image, which must then start Beam's SDK harness, see docs/vertex.md) or in the step's own container
-    on Beam's direct runner (the default). The local and kubeflow targets always use the direct runner."""
+    """Where the vertex target prepares data: on Dataflow (the default: one job per run, scaled out; its workers run
+    the components image, which starts Beam's SDK harness) or in the step's own container on Beam's direct runner.
+    A source of fewer than `dataflow_min_records` records is prepared in the step on Dataflow's settings too: a job
+    takes minutes to start, more than such data takes to prepare. The local and kubeflow targets always use the
+    direct runner."""
 
     model_config = ConfigDict(extra="forbid")
 
-    runner: Literal["dataflow", "direct"] = "direct"
+    runner: Literal["dataflow", "direct"] = "dataflow"
+    dataflow_min_records: int = Field(100_000, ge=0)  # fewer records: prepared in the step (0: always Dataflow)
     machine_type: str = "n1-standard-4"  # Dataflow workers' machine type
     max_workers: int = Field(10, ge=1)  # Dataflow's autoscaling ceiling
     region: str = ""  # "" = `location`

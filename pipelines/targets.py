@@ -384,9 +384,10 @@ class VertexOps(_SameEverywhere):
         return task
 
     def prepare_data(self, data_source, **options):
-        """Data prep as the other targets run it, on Dataflow unless `platform.data_prep.runner` is "direct": the
-        job as the runs' service account, on their network, with their CMEK key and labels, the components image on
-        its workers; temp and staging under the pipeline root (beside the dataset when none is set)."""
+        """Data prep as the other targets run it, on Dataflow unless `platform.data_prep.runner` is "direct" or the
+        step finds fewer than `dataflow_min_records` records: the job as the runs' service account, on their network,
+        with their CMEK key and labels, the components image on its workers; temp and staging under the pipeline
+        root (beside the dataset when none is set)."""
         p, prep = self.platform, self.platform.data_prep
         root = p.pipeline_root.rstrip("/")
         dataflow = {
@@ -403,10 +404,9 @@ class VertexOps(_SameEverywhere):
             "temp_location": f"{root}/dataflow/temp" if root else "",
             "staging_location": f"{root}/dataflow/staging" if root else "",
         }
-        on_dataflow = prep.runner == "dataflow"
-        return super().prepare_data(
-            data_source, runner=prep.runner, dataflow_options=dataflow if on_dataflow else {}, **options
-        )
+        if prep.runner == "dataflow":
+            options.update(dataflow_options=dataflow, dataflow_min_records=prep.dataflow_min_records)
+        return super().prepare_data(data_source, runner=prep.runner, **options)
 
     @property
     def identity(self) -> dict:

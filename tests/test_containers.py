@@ -228,7 +228,24 @@ def test_components_image_has_the_compilers_kfp():
     assert lock_pin("kfp") == kfp.__version__ == lock_pins("requirements-components.lock")["kfp"]
     parser = parse(ROOT / "containers" / "components.Dockerfile")
     assert "requirements-components.lock" in copy_sources(parser)
-    assert not any(i["instruction"] == "ENTRYPOINT" for i in parser.structure), "components bring their command"
+
+
+def test_components_image_starts_beams_sdk_harness_for_dataflow():
+    """Dataflow's workers start the image's /opt/apache/beam/boot (Beam's launcher, from Beam's SDK image for the
+    image's Python at the lock's apache-beam version), which runs the SDK harness with the environment's Python."""
+    parser = parse(ROOT / "containers" / "components.Dockerfile")
+    [beam_image] = re.findall(r"^ARG BEAM_SDK_IMAGE=(\S+)$", parser.content, re.M)
+    assert (
+        beam_image == f"docker.io/apache/beam_python3.11_sdk:{lock_pins('requirements-components.lock')['apache-beam']}"
+    )
+    assert re.search(r"^FROM \$\{BEAM_SDK_IMAGE\} AS beam$", parser.content, re.M)
+    runtime = stages(parser)[-1]
+    copies = [i["value"] for i in runtime if i["instruction"] == "COPY"]
+    assert "--from=beam /opt/apache/beam /opt/apache/beam" in copies
+    [entrypoint] = [i["value"] for i in runtime if i["instruction"] == "ENTRYPOINT"]
+    assert json.loads(entrypoint) == ["/opt/apache/beam/boot"]  # the components' command replaces it
+    assert parser.envs["RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT"] == "1"  # else boot makes a venv without /opt/venv
+    assert parser.envs["PATH"].startswith("/opt/venv/bin:")  # the `python` boot runs
 
 
 def test_serving_entrypoint_port_and_lock():

@@ -43,6 +43,8 @@ def test_flags_from_the_settings(monkeypatch):
         "--labels=env=prod",
         "--labels=pipeline=tfpipe-training",
     ]
+    # a compiled dict's numbers are doubles: 20.0 in Python's JSON of the executor input (Beam refuses "20.0")
+    assert "--max_num_workers=20" in dataflow.flags({**SETTINGS, "max_workers": 20.0}, "gs://b/d")
     given = dataflow.flags({**SETTINGS, "temp_location": "gs://b/root/dataflow/temp", "project": ""}, "gs://b/d", "p2")
     assert "--temp_location=gs://b/root/dataflow/temp" in given and "--project=p2" in given
 
@@ -97,3 +99,41 @@ def test_the_rehearsal_records_the_job_and_prepares_on_the_direct_runner(tmp_pat
         local = tmp_path / "direct" / name.rsplit("/", 1)[1]
         assert gcs_emulator.blob(name).download_as_bytes() == local.read_bytes()
     assert direct["splits"] == stats["splits"]
+
+
+def test_a_small_source_is_prepared_in_the_step_with_the_options_checked_all_the_same(tmp_path, monkeypatch, capsys):
+    """Fewer records than dataflow_min_records: the step's direct runner writes its own view of the dataset (no job,
+    nothing recorded); settings Dataflow would refuse are refused whatever the size."""
+    monkeypatch.setenv(dataflow.RECORD_ENV, str(tmp_path / "record"))
+    small = dict(runner="dataflow", dataflow_options=SETTINGS, dataflow_output_dir="gs://test-bucket/run/dataset")
+    stats = prepare("builtin:iris", str(tmp_path / "view"), num_workers=1, dataflow_min_records=151, **small)
+    assert stats["records"] == 150
+    assert (tmp_path / "view" / "stats.json").is_file() and not (tmp_path / "record").exists()
+    assert "150 records, fewer than dataflow_min_records (151): prepared in this step" in capsys.readouterr().out
+    assert prepare("builtin:iris", str(tmp_path / "direct"), num_workers=1)["splits"] == stats["splits"]
+    with pytest.raises(dataflow.DataflowOptionsError, match="Invalid Project ID"):
+        prepare(
+            "builtin:iris",
+            str(tmp_path / "refused"),
+            num_workers=1,
+            dataflow_min_records=151,
+            **{**small, "dataflow_options": {**SETTINGS, "project": "My Project"}},
+        )
+    assert not (tmp_path / "refused").exists()
+
+
+def test_at_the_threshold_the_job_writes_the_gs_uri_not_the_steps_view(tmp_path, monkeypatch, gcs_emulator):
+    monkeypatch.setenv(dataflow.RECORD_ENV, str(tmp_path / "record"))
+    stats = prepare(
+        "builtin:iris",
+        str(tmp_path / "view"),
+        num_workers=1,
+        runner="dataflow",
+        dataflow_options=SETTINGS,
+        dataflow_min_records=150,
+        dataflow_output_dir="gs://test-bucket/job/dataset",
+    )
+    sent = json.loads((tmp_path / "record" / dataflow.RECORD_FILE).read_text())
+    assert sent["temp_location"] == "gs://test-bucket/job/dataset-dataflow/temp"
+    assert json.loads(gcs_emulator.blob("job/dataset/stats.json").download_as_bytes()) == stats
+    assert not (tmp_path / "view").exists()

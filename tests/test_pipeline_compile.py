@@ -882,16 +882,14 @@ def test_no_cached_step_takes_a_value_unique_to_the_run(tmp_path, target, platfo
 
 
 def test_vertex_data_prep_runs_on_dataflow_with_the_runs_identity(tmp_path):
-    """platform.data_prep.runner dataflow: a Dataflow job as the runs' service account, on their network, with their
-    CMEK key and labels, the components image on its workers; "direct" (the default) keeps prep in the step's
-    container."""
-    config = load_config(
-        None, sets=["platform.data_prep={runner: dataflow, machine_type: n1-highmem-4, max_workers: 20}"]
-    )
+    """Dataflow by default (platform.data_prep.runner): a job as the runs' service account, on their network, with
+    their CMEK key and labels, the components image on its workers, for sources of dataflow_min_records records and
+    more; "direct" keeps prep in the step's container."""
+    config = load_config(None, sets=["platform.data_prep={machine_type: n1-highmem-4, max_workers: 20}"])
     platform = PLATFORM.model_copy(update={"data_prep": config.platform.data_prep, "pipeline_root": "gs://b/root"})
     _, spec = compile_spec("vertex", tmp_path, platform=platform)
     prep = params(dag(spec)["prepare-data"])
-    assert prep["runner"] == "dataflow"
+    assert prep["runner"] == "dataflow" and prep["dataflow_min_records"] == 100_000
     assert prep["dataflow_options"] == {
         "project": "",
         "region": "europe-west4",
@@ -910,9 +908,7 @@ def test_vertex_data_prep_runs_on_dataflow_with_the_runs_identity(tmp_path):
         update={"data_prep": config.platform.data_prep.model_copy(update={"runner": "direct"})}
     )
     _, spec = compile_spec("vertex", tmp_path, platform=direct)
-    assert {k: params(dag(spec)["prepare-data"])[k] for k in ("runner", "dataflow_options")} == {
-        "runner": "direct",
-        "dataflow_options": {},
-    }
+    prep = params(dag(spec)["prepare-data"])
+    assert prep["runner"] == "direct" and not {"dataflow_options", "dataflow_min_records"} & set(prep)
     _, local = compile_spec("kubeflow", tmp_path)
     assert "runner" not in params(dag(local)["prepare-data"])  # the component's default: direct

@@ -28,7 +28,7 @@ IDENTITY = [
     "platform.labels={env: test}",
     "platform.model_labels={team: ml}",
     "platform.keep_previous=0",
-    "platform.data_prep={runner: dataflow}",
+    "platform.data_prep={runner: dataflow, dataflow_min_records: 0}",  # the digits are few: Dataflow all the same
     "study.max_trial_count=2",
     "study.parallel_trial_count=2",
 ]

@@ -50,7 +50,8 @@ def flags(settings: dict, output_dir: str, project: str = "") -> list[str]:
         "subnetwork": settings.get("subnetwork", ""),
         "dataflow_kms_key": settings.get("kms_key", ""),
         "machine_type": settings.get("machine_type", ""),
-        "max_num_workers": str(settings.get("max_workers") or ""),
+        # a whole number: a dict parameter's numbers are protobuf doubles, 10.0 where its JSON keeps the fraction
+        "max_num_workers": str(int(settings.get("max_workers") or 0) or ""),
         "sdk_container_image": settings.get("sdk_container_image", ""),
         "sdk_location": "container",
         "experiments": "use_runner_v2",

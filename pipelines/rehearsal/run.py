@@ -196,7 +196,10 @@ def rehearse(
     try:
         with (
             gcs.gcs_emulator(str(state_dir / "gcs"), EMULATOR_BUCKET) as emulator,
-            _environment({"STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": project}),
+            # CLOUD_ML_PROJECT_ID: the project Vertex gives a pipeline step's job
+            _environment(
+                {"STORAGE_EMULATOR_HOST": emulator, "GOOGLE_CLOUD_PROJECT": project, "CLOUD_ML_PROJECT_ID": project}
+            ),
             gcs.tensorflow_gcs(emulator, state_dir / "tls") as tensorflow_env,
             _environment(
                 {

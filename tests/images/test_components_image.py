@@ -14,6 +14,7 @@ from kfp import dsl
 from tests.images.conftest import WORKERS, compiled
 from tests.images.reference import model_outputs, split_examples
 from tests.images.vertex import fuse_path, run_step
+from tests.podman import image, podman, run
 
 
 def test_data_prep_writes_the_shards_and_metadata_the_trainer_reads(prepared, storage):
@@ -27,6 +28,33 @@ def test_data_prep_writes_the_shards_and_metadata_the_trainer_reads(prepared, st
     assert sum(s["examples"] for s in stats["splits"].values()) == 1797
     assert all(s["shards"] >= WORKERS for s in stats["splits"].values())
     assert os.stat(folder / "stats.json").st_uid == 1000  # written by the image's user
+
+
+def test_data_prep_compiled_for_dataflow_prepares_few_records_in_the_step(vertex_training_spec, prepared, step_logs):
+    parameters = vertex_training_spec["root"]["dag"]["tasks"]["prepare-data"]["inputs"]["parameters"]
+    assert parameters["runner"]["runtimeValue"]["constant"] == "dataflow"
+    assert "1797 records, fewer than dataflow_min_records (100000): prepared in this step" in step_logs["prepare-data"]
+
+
+def test_dataflow_workers_find_beams_launcher_and_the_environments_python():
+    """Dataflow starts the image's entrypoint, Beam's launcher, which runs the SDK harness module with `python` on
+    PATH, in that environment (no fresh virtual environment)."""
+    [config] = json.loads(podman("image", "inspect", image("components")).stdout)
+    assert config["Config"]["Entrypoint"] == ["/opt/apache/beam/boot"]
+    assert "RUN_PYTHON_SDK_IN_DEFAULT_ENVIRONMENT=1" in config["Config"]["Env"]
+    code, out = run(
+        image("components"),
+        ["-c", "import shutil, apache_beam.runners.worker.sdk_worker_main; print(shutil.which('python'))"],
+        entrypoint=["python"],
+    )
+    assert code == 0 and out.strip().splitlines()[-1] == "/opt/venv/bin/python", out
+    code, out = run(image("components"), [])  # the launcher as Dataflow starts it, here without its flags
+    if "could not be pulled" in out:
+        pytest.skip("built with containers/images.sh's stand-in launcher: Beam's SDK image could not be pulled")
+    code, magic = run(
+        image("components"), ["-c", "print(open('/opt/apache/beam/boot', 'rb').read(4))"], entrypoint=["python"]
+    )
+    assert code == 0 and "\\x7fELF" in magic  # Beam's Go launcher
 
 
 def artifact(cls, uri: str, metadata: dict | None = None):

@@ -57,9 +57,15 @@ def executor_input(spec: dict, component: str, arguments: dict, task_root: str) 
     return executor_input_to_dict(message, component_spec)
 
 
-def run_step(spec: dict, task: str, arguments: dict, storage: CloudStorage, run: str = "run-1") -> dict:
+PROJECT = "tfpipe-images"
+
+
+def run_step(
+    spec: dict, task: str, arguments: dict, storage: CloudStorage, run: str = "run-1", logs: dict | None = None
+) -> dict:
     """Run the compiled pipeline's step `task` (e.g. "prepare-data") in its image, with the executor's own command,
-    arguments and env, as Vertex runs a container step; return its executor output (what the next steps read)."""
+    arguments and env, as Vertex runs a container step (with the job's project in CLOUD_ML_PROJECT_ID); return its
+    executor output (what the next steps read). `logs`, when given, gets the step's output under `task`."""
     from kfp.local.placeholder_utils import replace_placeholders
 
     component = f"comp-{task}"
@@ -75,9 +81,11 @@ def run_step(spec: dict, task: str, arguments: dict, storage: CloudStorage, run:
         unique_pipeline_id=run,
     )
     n = len(executor["command"])
-    env = {e["name"]: e["value"] for e in executor.get("env", [])}
+    env = {"CLOUD_ML_PROJECT_ID": PROJECT, **{e["name"]: e["value"] for e in executor.get("env", [])}}
     container = Container(executor["image"], command[n:], entrypoint=command[:n], env=env, volumes=storage.volumes)
     code = container.wait(900)
     assert code == 0, f"{task} exited with {code}:\n{container.log()[-3000:]}"
+    if logs is not None:
+        logs[task] = container.log()
     output = storage.host(values["outputs"]["outputFile"].removeprefix(FUSE + "/"))
     return json.loads(output.read_text())
