@@ -20,8 +20,8 @@ from kfp.dsl import Artifact, Dataset, Output
 from components.lib import dataflow
 from components.lib.cpus import available_cpus
 from components.lib.prep_rules import shard_count
-from components.lib.source_reads import CsvPlan, list_folder, match_files, plan_csv
-from components.lib.sources import IMAGE_EXTENSIONS, BadRecord, DataError, builtin, is_glob, source_kind
+from components.lib.source_reads import CsvPlan, ImageFiles, list_folder, match_files, plan_csv
+from components.lib.sources import IMAGE_EXTENSIONS, DataError, builtin, is_glob, source_kind
 from components.lib.storage import is_gcs, open_write, remove_tree
 from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
@@ -64,7 +64,8 @@ class Source:
             self.feature_names, self.size_reason = src.feature_names, src.size_reason
             records = [(key, label, (i,), load()) for i, (key, label, load) in enumerate(src.candidates)]
             self.expected = len(records)
-            self.items = _chunks(records, parts)
+            size = _chunk_size(len(records), parts)
+            self.items = [records[i : i + size] for i in range(0, len(records), size)]
         elif kind == "csv":
             files = match_files(data_source) if is_glob(data_source) else [data_source]
             sizes = sum(_size(f) for f in files)
@@ -75,26 +76,17 @@ class Source:
             self.items = list(self.csv_plan.ranges)
         else:
             self.kind, self.folder, self.size_reason = IMAGE, True, ""
-            listing = list_folder(data_source.rstrip("/"))
-            in_class = [(rel, uri) for rel, uri in listing if "/" in rel]
-            self.ignored = sorted(rel for rel, _ in listing if "/" not in rel)
-            images = [rel for rel, _ in in_class if os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS]
+            root = data_source.rstrip("/")
+            listing = list_folder(root)
+            in_class = [rel for rel in listing if "/" in rel]
+            self.ignored = sorted(rel for rel in listing if "/" not in rel)
+            images = [rel for rel in in_class if os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS]
             if not images:
                 raise DataError(f"no PNG or JPEG images in class sub-folders of {data_source}")
             self.labels = sorted({rel.split("/", 1)[0] for rel in images})
-            records = [
-                (
-                    rel,
-                    rel.split("/", 1)[0],
-                    (i,),
-                    uri
-                    if os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS
-                    else BadRecord("not a PNG or JPEG file"),
-                )
-                for i, (rel, uri) in enumerate(in_class)
-            ]
-            self.expected = len(records)
-            self.items = _chunks(records, parts)
+            self.expected = len(in_class)
+            size = _chunk_size(len(in_class), parts)
+            self.items = [ImageFiles(root, i, tuple(in_class[i : i + size])) for i in range(0, len(in_class), size)]
 
 
 def _kind(data_source: str) -> str:
@@ -117,9 +109,9 @@ def _size(uri: str) -> int:
     return blob.size
 
 
-def _chunks(records: list, parts: int) -> list[list]:
-    size = max(1, min(256, math.ceil(len(records) / parts)))
-    return [records[i : i + size] for i in range(0, len(records), size)]
+def _chunk_size(records: int, parts: int) -> int:
+    """Records per work item: about `parts` items, of at most 256 records."""
+    return max(1, min(256, math.ceil(records / parts)))
 
 
 def pipeline_options(processes: int, parallel: bool):

@@ -3,7 +3,8 @@ several, Dataflow on Vertex AI).
 
     work items ─ read and route ─┬─ records ─ sorted runs ─ group by shard ─ merge (decode images) ─ TFRecord shards
     (CSV ranges, image files,    ├─ labels (a combiner) ─────────────────┘ side inputs: label ids, image shape
-     built-in records)           └─ quarantined ─ sorted runs ─┐      (image headers → a combiner ┘)
+     built-in records)           ├─ image headers (a combiner) ──────────────────────────────────────┘
+                                 └─ quarantined ─ sorted runs ─┐
                                             bad images' runs ──┴─ merged after the run ─ quarantine.jsonl
 
 Memory does not grow with the data: a record is read, prepared and routed by its key's hash to a shard fixed before
@@ -33,8 +34,16 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from components.lib import prep_rules
 from components.lib.records import TFRecordWriter, encode_example
-from components.lib.source_reads import CsvPlan, CsvRange, read_csv_range
-from components.lib.sources import BadRecord, image_header, load_image
+from components.lib.source_reads import (
+    CsvPlan,
+    CsvRange,
+    ImageFiles,
+    read_csv_range,
+    read_header,
+    read_image,
+    read_images,
+)
+from components.lib.sources import BadRecord
 from components.lib.storage import list_files, open_read, open_write, read_bytes
 from trainer.schema import IMAGE, shard_name
 
@@ -81,11 +90,13 @@ class ImageShape:
 
 def read_item(item, csv_plan: CsvPlan | None) -> Iterator[tuple[str, str, tuple, object]]:
     """(key, label, position, what to prepare) for each record of a work item: a CSV range (features, or the
-    BadRecord of a bad row), a list of image files `(key, label, position, URI or BadRecord)`, or built-in records
+    BadRecord of a bad row), image files (URIs, or the BadRecord of a file that is no image), or built-in records
     (their arrays)."""
     if isinstance(item, CsvRange):
         assert csv_plan is not None
         yield from read_csv_range(csv_plan, item)
+    elif isinstance(item, ImageFiles):
+        yield from read_images(item)
     else:
         yield from item
 
@@ -96,21 +107,29 @@ def quarantined(key: str, label: str, order: tuple, error: BadRecord) -> tuple:
 
 
 class Prepare(beam.DoFn):
-    """A record → (destination, order, (key, label, payload)), or a ("quarantine.jsonl", order, JSON line) output.
-    The payload is the example's bytes, or an image's URI: images are decoded where their shard is written (the runs
-    stay small)."""
+    """A work item's records → (destination, order, (key, label, payload)) each, or a ("quarantine.jsonl", order,
+    JSON line) output; for image files, a "headers" output of their headers' `ShapeOf` summary. The payload is the
+    example's bytes, or an image's URI: images are decoded where their shard is written, once their size is known
+    (the runs stay small)."""
 
     def __init__(self, layout: Layout, csv_plan: CsvPlan | None):
         self.layout, self.csv_plan = layout, csv_plan
 
     def process(self, item):
+        headers = []
         for key, label, position, value in read_item(item, self.csv_plan):
             order = prep_rules.order_key(key, position, self.layout.salt)
             if isinstance(value, BadRecord):
                 yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, *quarantined(key, label, order, value)))
                 continue
-            payload = value if isinstance(value, str) else np.ascontiguousarray(value).tobytes()
+            if isinstance(value, str):
+                headers.append(read_header(value))
+                payload: str | bytes = value
+            else:
+                payload = np.ascontiguousarray(value).tobytes()
             yield self.layout.destination(key), order, (key, label, payload)
+        if headers:
+            yield beam.pvalue.TaggedOutput("headers", header_summary(headers))
 
 
 def write_run(temp_dir: str, destination: str, records: list) -> str:
@@ -207,7 +226,7 @@ def write_shard(
             if isinstance(payload, str):  # an image's URI
                 assert shape is not None, "an image folder's shape is a side input of its merge"
                 try:
-                    value = load_image(payload, shape.size, shape.channels)
+                    value = read_image(payload, shape.size, shape.channels)
                 except BadRecord as e:
                     bad.append(quarantined(key, label, order, e))
                     continue
@@ -244,16 +263,21 @@ def write_quarantine(layout: Layout) -> int:
 # Image shape: a combiner over the images' headers
 
 
+def header_summary(headers: list[tuple[str, int] | None]) -> tuple:
+    """Image headers (mode, shorter side; None: unreadable) → (the modes seen, the smallest side, the largest)."""
+    read = [h for h in headers if h is not None]
+    sides = [side for _, side in read]
+    return frozenset(mode for mode, _ in read), min(sides, default=None), max(sides, default=None)
+
+
 class ShapeOf(beam.CombineFn):
-    """Image headers (mode, shorter side) → (the modes seen, the smallest side, the largest)."""
+    """`header_summary`s → the summary of all their headers."""
 
     def create_accumulator(self):
         return frozenset(), None, None
 
-    def add_input(self, acc, header):
-        modes, low, high = acc
-        mode, side = header
-        return modes | {mode}, side if low is None else min(low, side), side if high is None else max(high, side)
+    def add_input(self, acc, summary):
+        return self.merge_accumulators([acc, summary])
 
     def merge_accumulators(self, accs):
         modes, low, high = frozenset(), None, None
@@ -279,32 +303,25 @@ def image_shape(headers: tuple, image_size: int) -> ImageShape:
     return ImageShape(size, channels, reason)
 
 
-def _headers(item) -> Iterator[tuple[str, int]]:
-    for _key, _label, _position, value in item:
-        if isinstance(value, str):
-            header = image_header(value)
-            if header is not None:
-                yield header
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # The pipeline
 
 
 def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | None, folder: bool) -> None:
-    """Add the transforms to `p`: `items` are CSV ranges or lists of (key, label, position, value) records; an image
-    `folder`'s values are URIs, whose headers set the images' shape."""
+    """Add the transforms to `p`: `items` are CSV ranges, image files (an image `folder`: their headers set the
+    images' shape) or lists of (key, label, position, value) records."""
     work = p | "Work" >> beam.Create(items).with_output_types(typing.Any)  # not inferred from every record
+    prepared = work | "Prepare" >> beam.ParDo(Prepare(layout, csv_plan)).with_outputs(
+        "quarantined", "headers", main="records"
+    )
     shape = None
     if folder:
         shape = beam.pvalue.AsSingleton(
-            work
-            | "Headers" >> beam.FlatMap(_headers)
+            prepared.headers
             | "Shape" >> beam.CombineGlobally(ShapeOf())
             | "Size" >> beam.Map(image_shape, layout.image_size)
             | "Note size" >> beam.Map(_note, f"{layout.temp_dir}/summaries/image_shape.json")
         )
-    prepared = work | "Prepare" >> beam.ParDo(Prepare(layout, csv_plan)).with_outputs("quarantined", main="records")
     if layout.labels:
         labels = p | "Labels" >> beam.Create([list(layout.labels)])
     else:

@@ -5,8 +5,11 @@ whole source, and no piece holds more than one range of a CSV or one image.
   ranges of about `range_bytes` that end at line ends; `read_csv_range` parses one range. A row is a line (a quoted
   field may not span lines). A row's key is its file name and content: identical rows share a key, and with it a
   split (no row is in training and in test at once).
-- Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk);
-  `components.lib.sources.load_image` reads each image through `open_read`.
+- Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk), in work
+  items of `ImageFiles`. An image is read in one go, and PIL parses (`read_header`) or decodes (`read_image`) its
+  bytes in memory: through a file, PIL's many small reads and seeks take longer than the header parse itself. The
+  output is `components.lib.sources`' `image_header` and `load_image`'s, which read an image that does not open
+  from its bytes, so that its quarantine reason is theirs.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import glob
+import io
 import math
 import os
 from collections.abc import Iterator
@@ -21,8 +25,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.lib.sources import BadRecord, DataError, file_kind, folder_files
-from components.lib.storage import RANGE_BYTES, gcs_client, gcs_objects, is_gcs, open_read, split_gcs
+from components.lib.sources import (
+    IMAGE_EXTENSIONS,
+    BadRecord,
+    DataError,
+    file_kind,
+    folder_files,
+    image_header,
+    load_image,
+)
+from components.lib.storage import RANGE_BYTES, gcs_client, gcs_objects, is_gcs, open_read, read_bytes, split_gcs
 
 
 def match_gcs(pattern: str, fields: str = "items(name),nextPageToken") -> list:
@@ -45,18 +57,72 @@ def match_files(pattern: str) -> list[str]:
     return found
 
 
-def list_folder(root: str) -> list[tuple[str, str]]:
-    """Every file under the folder `root` as (path relative to it, URI), sorted: a walk, or a GCS listing."""
+def list_folder(root: str) -> list[str]:
+    """Every file under the folder `root` (no trailing slash) as its path relative to it (its URI: `root/path`),
+    sorted: a walk, or a GCS listing."""
     if not is_gcs(root):
         if not os.path.isdir(root):
             raise DataError(f"image folder not found: {root}")
-        return [(rel, os.path.join(root, rel)) for rel in folder_files(root)]
+        return folder_files(root)
     folder, blobs = gcs_objects(root, fields="items(name),nextPageToken")
     if folder is None:  # one object: a CSV would have been read as one
         file_kind(root, root)
         raise DataError(f"{root} is a file, not an image folder")
-    bucket, _ = split_gcs(root)
-    return sorted((b.name[len(folder) :], f"gs://{bucket}/{b.name}") for b in blobs)
+    return sorted(b.name[len(folder) :] for b in blobs)
+
+
+@dataclass(frozen=True)
+class ImageFiles:
+    """A work item of the image folder `root`: files of its class folders (paths relative to `root`), the first at
+    `first` in their listing. One object, so that Beam infers no type from each file; no URIs, so that the
+    pipeline's description stays small."""
+
+    root: str
+    first: int
+    files: tuple[str, ...]
+
+
+def read_images(item: ImageFiles) -> Iterator[tuple[str, str, tuple, str | BadRecord]]:
+    """The records of an image work item: (key: the relative path, label: the class folder, position, URI), or the
+    BadRecord of a file that is no PNG or JPEG."""
+    for offset, rel in enumerate(item.files):
+        image = os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS
+        value = f"{item.root}/{rel}" if image else BadRecord("not a PNG or JPEG file")
+        yield rel, rel.split("/", 1)[0], (item.first + offset,), value
+
+
+def read_header(uri: str) -> tuple[str, int] | None:
+    """`image_header` of the image at `uri`: its mode and shorter side (no decoding), None when unreadable."""
+    from PIL import Image
+
+    data = read_bytes(uri)
+    if data is not None:
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                return img.mode, min(img.size)
+        except Exception:
+            pass
+    return image_header(uri)
+
+
+def read_image(uri: str, size: int, channels: int) -> np.ndarray:
+    """`load_image` of the image at `uri`: a uint8 size×size×channels array (bilinear resize); BadRecord when
+    unreadable."""
+    from PIL import Image
+
+    data = read_bytes(uri)
+    if data is not None:
+        try:
+            with Image.open(io.BytesIO(data)) as img:
+                img.load()
+                mode = "L" if channels == 1 else "RGB"
+                pixels = img if img.mode == mode else img.convert(mode)
+                if pixels.size != (size, size):  # resize to the same size copies
+                    pixels = pixels.resize((size, size), Image.Resampling.BILINEAR)
+                return np.frombuffer(pixels.tobytes(), np.uint8).reshape(size, size, channels)
+        except Exception:
+            pass
+    return load_image(uri, size, channels)
 
 
 @dataclass(frozen=True)

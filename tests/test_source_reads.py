@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+from PIL import Image
+
+from components.lib.prep_pipeline import ShapeOf, header_summary
+from components.lib.source_reads import ImageFiles, list_folder, read_header, read_image, read_images
+from components.lib.sources import BadRecord, image_header, load_image
+
+
+@pytest.fixture
+def images(tmp_path):
+    """Images of every kind prep meets: JPEG and PNG, grayscale, palette, alpha, sizes that need a resize or not,
+    and unreadable files (truncated, not an image, missing)."""
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)
+    rgb = Image.fromarray(pixels)
+    paths = {}
+    for name, img, fmt in [
+        ("rgb.jpg", rgb, "JPEG"),
+        ("gray.jpg", rgb.convert("L"), "JPEG"),
+        ("square.jpg", rgb.crop((0, 0, 24, 24)), "JPEG"),
+        ("rgba.png", rgb.convert("RGBA"), "PNG"),
+        ("palette.png", rgb.convert("P"), "PNG"),
+        ("cmyk.jpg", rgb.convert("CMYK"), "JPEG"),
+    ]:
+        paths[name] = tmp_path / name
+        img.save(paths[name], fmt)
+    paths["truncated.jpg"] = tmp_path / "truncated.jpg"
+    paths["truncated.jpg"].write_bytes(paths["rgb.jpg"].read_bytes()[:400])
+    paths["text.jpg"] = tmp_path / "text.jpg"
+    paths["text.jpg"].write_bytes(b"not an image")
+    paths["missing.jpg"] = tmp_path / "missing.jpg"
+    return {name: str(path) for name, path in paths.items()}
+
+
+def _outcome(load, *args):
+    try:
+        return load(*args).tobytes()
+    except BadRecord as e:
+        return str(e)
+
+
+def test_images_read_in_one_go_are_what_the_file_readers_give(images):
+    for path in images.values():
+        assert read_header(path) == image_header(path), path
+        for size, channels in [(24, 3), (24, 1), (16, 3)]:
+            ours = _outcome(read_image, path, size, channels)
+            assert ours == _outcome(load_image, path, size, channels), (path, size, channels)
+    assert "cannot identify image file" in _outcome(read_image, images["text.jpg"], 24, 3)  # the file's own reason
+
+
+def test_image_work_items_and_header_summaries(tmp_path):
+    for rel in ["b/2.png", "a/1.jpg", "a/notes.txt", "top.jpg"]:
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_bytes(b"")
+    assert list_folder(str(tmp_path)) == ["a/1.jpg", "a/notes.txt", "b/2.png", "top.jpg"]
+    records = list(read_images(ImageFiles(str(tmp_path), 5, ("a/1.jpg", "a/notes.txt"))))
+    assert records[0] == ("a/1.jpg", "a", (5,), f"{tmp_path}/a/1.jpg")
+    key, label, position, bad = records[1]
+    assert (key, label, position, str(bad)) == ("a/notes.txt", "a", (6,), "not a PNG or JPEG file")
+
+    summaries = [header_summary([("RGB", 30), None]), header_summary([None]), header_summary([("L", 24), ("RGB", 40)])]
+    assert summaries[1] == (frozenset(), None, None)
+    combine = ShapeOf()
+    acc = combine.merge_accumulators([combine.add_input(combine.create_accumulator(), s) for s in summaries])
+    assert combine.extract_output(acc) == (frozenset({"RGB", "L"}), 24, 40)
