@@ -44,16 +44,8 @@ def vertex_training_spec(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def step_logs() -> dict:
-    """The output of the steps run so far, by task name."""
-    return {}
-
-
-@pytest.fixture(scope="session")
-def prepared(vertex_training_spec, storage, step_logs):
-    """prepare-data of the compiled Vertex pipeline, in the components image: (executor output, dataset gs:// URI).
-    The compiled runner is Dataflow; the digits are fewer than its `dataflow_min_records`, so the step prepares them
-    itself after checking the job's options."""
+def prepared(vertex_training_spec, storage):
+    """prepare-data of the compiled Vertex pipeline, in the components image: (executor output, dataset gs:// URI)."""
     output = run_step(
         vertex_training_spec,
         "prepare-data",
@@ -69,7 +61,6 @@ def prepared(vertex_training_spec, storage, step_logs):
             "data_fingerprint": "",
         },
         storage,
-        logs=step_logs,
     )
     (dataset,) = output["artifacts"]["dataset"]["artifacts"]
     return output, dataset["uri"]

@@ -14,7 +14,7 @@ from kfp import dsl
 from tests.images.conftest import WORKERS, compiled
 from tests.images.reference import model_outputs, split_examples
 from tests.images.vertex import fuse_path, run_step
-from tests.podman import image, podman, run
+from tests.podman import Container, image, podman, run
 
 
 def test_data_prep_writes_the_shards_and_metadata_the_trainer_reads(prepared, storage):
@@ -28,12 +28,6 @@ def test_data_prep_writes_the_shards_and_metadata_the_trainer_reads(prepared, st
     assert sum(s["examples"] for s in stats["splits"].values()) == 1797
     assert all(s["shards"] >= WORKERS for s in stats["splits"].values())
     assert os.stat(folder / "stats.json").st_uid == 1000  # written by the image's user
-
-
-def test_data_prep_compiled_for_dataflow_prepares_few_records_in_the_step(vertex_training_spec, prepared, step_logs):
-    parameters = vertex_training_spec["root"]["dag"]["tasks"]["prepare-data"]["inputs"]["parameters"]
-    assert parameters["runner"]["runtimeValue"]["constant"] == "dataflow"
-    assert "1797 records, fewer than dataflow_min_records (100000): prepared in this step" in step_logs["prepare-data"]
 
 
 def test_dataflow_workers_find_beams_launcher_and_the_environments_python():
@@ -55,6 +49,70 @@ def test_dataflow_workers_find_beams_launcher_and_the_environments_python():
         image("components"), ["-c", "print(open('/opt/apache/beam/boot', 'rb').read(4))"], entrypoint=["python"]
     )
     assert code == 0 and "\\x7fELF" in magic  # Beam's Go launcher
+
+
+def test_beams_sdk_harness_in_the_image_runs_data_preps_transforms(tmp_path):
+    """What Dataflow's workers do with the image: its launcher starts Beam's SDK harness (`boot --worker_pool` runs
+    worker_pool_main) and the job's transforms, pickled by the launching step, run there. Here the pipeline of
+    `prepare` runs on Beam's portable runner with that harness in the components image (an external environment),
+    reading the image folder and writing the shards where it finds them (a host folder at the same path): the output
+    is byte for byte that of the direct runner."""
+    import apache_beam as beam  # noqa: F401 (the portable runner's options register on import)
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    import components.prepare_data as prep
+    from components.train_model import free_ports
+    from tests.conftest import write_images
+
+    shared = tmp_path / "shared"
+    write_images(shared / "images", per_class=15)
+    (shared / "images" / "cats" / "broken.png").write_bytes(b"not a png")
+    os.chmod(tmp_path, 0o777)
+    [port] = free_ports(1)
+    pool = Container(
+        image("components"),
+        ["-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
+        entrypoint=["python"],
+        volumes={str(shared): str(shared)},
+    )
+    mask = os.umask(0)  # the harness writes as the image's user into folders this process makes
+    try:
+        wait_for_port(port, pool)
+        direct = prep.prepare(str(shared / "images"), str(shared / "direct"), num_workers=2)
+        portable = PipelineOptions(
+            [
+                "--runner=PortableRunner",
+                "--job_endpoint=embed",
+                "--environment_type=EXTERNAL",
+                f"--environment_config=localhost:{port}",
+            ]
+        )
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(prep, "pipeline_options", lambda processes, parallel: portable)
+            harness = prep.prepare(str(shared / "images"), str(shared / "harness"), num_workers=2)
+    finally:
+        os.umask(mask)
+        pool.stop(grace=5)
+    assert "Starting worker" in pool.log()  # the transforms ran in the image
+    assert harness == direct and direct["quarantined"] == 1
+    names = sorted(p.name for p in (shared / "direct").iterdir())
+    assert names == sorted(p.name for p in (shared / "harness").iterdir())
+    assert all((shared / "direct" / n).read_bytes() == (shared / "harness" / n).read_bytes() for n in names)
+
+
+def wait_for_port(port: int, container: Container, timeout: float = 120) -> None:
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert container.process.poll() is None, container.log()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"nothing listens on {port}:\n{container.log()}")
 
 
 def artifact(cls, uri: str, metadata: dict | None = None):

@@ -60,12 +60,10 @@ def executor_input(spec: dict, component: str, arguments: dict, task_root: str) 
 PROJECT = "tfpipe-images"
 
 
-def run_step(
-    spec: dict, task: str, arguments: dict, storage: CloudStorage, run: str = "run-1", logs: dict | None = None
-) -> dict:
+def run_step(spec: dict, task: str, arguments: dict, storage: CloudStorage, run: str = "run-1") -> dict:
     """Run the compiled pipeline's step `task` (e.g. "prepare-data") in its image, with the executor's own command,
     arguments and env, as Vertex runs a container step (with the job's project in CLOUD_ML_PROJECT_ID); return its
-    executor output (what the next steps read). `logs`, when given, gets the step's output under `task`."""
+    executor output (what the next steps read)."""
     from kfp.local.placeholder_utils import replace_placeholders
 
     component = f"comp-{task}"
@@ -85,7 +83,5 @@ def run_step(
     container = Container(executor["image"], command[n:], entrypoint=command[:n], env=env, volumes=storage.volumes)
     code = container.wait(900)
     assert code == 0, f"{task} exited with {code}:\n{container.log()[-3000:]}"
-    if logs is not None:
-        logs[task] = container.log()
     output = storage.host(values["outputs"]["outputFile"].removeprefix(FUSE + "/"))
     return json.loads(output.read_text())
