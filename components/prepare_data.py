@@ -20,7 +20,7 @@ from kfp.dsl import Artifact, Dataset, Output
 from components.lib import dataflow
 from components.lib.cpus import available_cpus
 from components.lib.prep_rules import shard_count
-from components.lib.source_reads import CsvPlan, ImageFiles, list_folder, match_files, plan_csv
+from components.lib.source_reads import CsvPlan, list_folder, match_files, plan_csv, write_listing
 from components.lib.sources import IMAGE_EXTENSIONS, DataError, builtin, is_glob, source_kind
 from components.lib.storage import is_gcs, open_write, remove_tree
 from trainer import progress
@@ -48,7 +48,7 @@ def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fractio
 
 class Source:
     """What a data source gives the pipeline: its kind, labels when known before the read, the records to expect,
-    the work items, and for CSV files their plan."""
+    the work items (`work_items`), and for CSV files their plan."""
 
     def __init__(self, data_source: str, label_column: str, parts: int):
         self.csv_plan: CsvPlan | None = None
@@ -85,8 +85,13 @@ class Source:
                 raise DataError(f"no PNG or JPEG images in class sub-folders of {data_source}")
             self.labels = sorted({rel.split("/", 1)[0] for rel in images})
             self.expected = len(in_class)
-            size = _chunk_size(len(in_class), parts)
-            self.items = [ImageFiles(root, i, tuple(in_class[i : i + size])) for i in range(0, len(in_class), size)]
+            self.root, self.files, self.per_item = root, in_class, _chunk_size(len(in_class), parts)
+
+    def work_items(self, temp_dir: str) -> list:
+        """The work items; an image folder's listing is written to `temp_dir` first (`write_listing`)."""
+        if not self.folder:
+            return self.items
+        return write_listing(self.root, self.files, f"{temp_dir}/listing.jsonl", self.per_item)
 
 
 def _kind(data_source: str) -> str:
@@ -210,8 +215,9 @@ def prepare(
         lambda c: f"{c['done']}/{counter.total} records read, {c['written']} written, {c['quarantined']} quarantined",
     )
     try:
+        items = source.work_items(temp_dir)
         with beam.Pipeline(options=options) as p:
-            prep_pipeline.build(p, layout, source.items, source.csv_plan, source.folder)
+            prep_pipeline.build(p, layout, items, source.csv_plan, source.folder)
         found = prep_pipeline.summaries(layout)
     finally:
         remove_tree(temp_dir)

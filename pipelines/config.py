@@ -361,6 +361,7 @@ class DataPrepSettings(BaseModel):
     max_workers: int = Field(10, ge=1)  # Dataflow's autoscaling ceiling
     region: str = ""  # "" = `location`
     subnetwork: str = ""  # regions/REGION/subnetworks/NAME or its full URL ("" = `network`'s default subnetwork)
+    endpoint: str = ""  # the Dataflow API's endpoint ("" = Google's; e.g. a Private Service Connect endpoint)
 
 
 class StepLimits(BaseModel):

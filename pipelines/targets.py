@@ -403,6 +403,7 @@ class VertexOps(_SameEverywhere):
             "sdk_container_image": p.components_image,
             "temp_location": f"{root}/dataflow/temp" if root else "",
             "staging_location": f"{root}/dataflow/staging" if root else "",
+            "endpoint": prep.endpoint,
         }
         if prep.runner == "dataflow":
             options.update(dataflow_options=dataflow, dataflow_min_records=prep.dataflow_min_records)

@@ -4,9 +4,11 @@ and in the rehearsal recorded while the same pipeline runs on the direct runner.
 import json
 
 import pytest
+from apache_beam.runners.dataflow.dataflow_runner import DataflowRuntimeException
 
 from components.lib import dataflow
 from components.prepare_data import prepare
+from tests.conftest import write_images
 
 SETTINGS = {
     "project": "my-project",
@@ -101,7 +103,9 @@ def test_the_rehearsal_records_the_job_and_prepares_on_the_direct_runner(tmp_pat
     assert direct["splits"] == stats["splits"]
 
 
-def test_a_small_source_is_prepared_in_the_step_with_the_options_checked_all_the_same(tmp_path, monkeypatch, capsys):
+def test_a_small_source_is_prepared_in_the_step_with_the_options_checked_all_the_same(
+    tmp_path, monkeypatch, capsys, gcs_emulator
+):
     """Fewer records than dataflow_min_records: the step's direct runner writes its own view of the dataset (no job,
     nothing recorded); settings Dataflow would refuse are refused whatever the size."""
     monkeypatch.setenv(dataflow.RECORD_ENV, str(tmp_path / "record"))
@@ -137,3 +141,122 @@ def test_at_the_threshold_the_job_writes_the_gs_uri_not_the_steps_view(tmp_path,
     assert sent["temp_location"] == "gs://test-bucket/job/dataset-dataflow/temp"
     assert json.loads(gcs_emulator.blob("job/dataset/stats.json").download_as_bytes()) == stats
     assert not (tmp_path / "view").exists()
+
+
+@pytest.fixture
+def dataflow_api(gcs_emulator, monkeypatch):
+    """The Dataflow API double (tests/dataflow_double.py), its workers able to pull the components image; Beam gets
+    anonymous credentials, as the emulators take (it would otherwise look for them for half a minute)."""
+    import google.auth
+    from apache_beam.internal.gcp import auth
+    from google.auth.credentials import AnonymousCredentials
+
+    from tests.dataflow_double import DataflowDouble
+
+    monkeypatch.setattr(google.auth, "default", lambda *args, **kwargs: (AnonymousCredentials(), "my-project"))
+    monkeypatch.setattr(auth._Credentials, "_credentials_init", False)
+
+    api = DataflowDouble(images={SETTINGS["sdk_container_image"]})
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def test_the_job_runs_on_dataflow_as_sent_and_writes_what_the_direct_runner_writes(
+    tmp_path, dataflow_api, gcs_emulator
+):
+    """Beam's DataflowRunner stages the pipeline and creates the job through the API double, which checks the request
+    as the service does and runs the staged pipeline: the dataset on gs:// is byte for byte the direct runner's."""
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint, "temp_location": "", "staging_location": ""}
+    stats = prepare(
+        "builtin:iris", "gs://test-bucket/run/dataset", num_workers=1, runner="dataflow", dataflow_options=settings
+    )
+    [job] = dataflow_api.created()
+    [stored] = dataflow_api.jobs.values()
+    assert stored["currentState"] == "JOB_STATE_DONE" and stored["location"] == "europe-west4"
+    assert job["name"].startswith("tfpipe-prepare-data-") and job["labels"] == SETTINGS["labels"]
+    env = job["environment"]
+    assert env["serviceAccountEmail"] == SETTINGS["service_account"]
+    assert env["serviceKmsKeyName"] == SETTINGS["kms_key"]
+    assert env["tempStoragePrefix"].startswith("storage.googleapis.com/test-bucket/run/dataset-dataflow/temp/")
+    [pool] = env["workerPools"]
+    assert pool["network"] == "vpc" and pool["subnetwork"] == SETTINGS["subnetwork"]
+    assert pool["machineType"] == "n1-highmem-4" and pool["autoscalingSettings"] == {"maxNumWorkers": 20}
+    assert {c["containerImage"] for c in pool["sdkHarnessContainerImages"]} == {SETTINGS["sdk_container_image"]}
+    # nothing to install at the workers' start: Beam stages only the list of its submitting environment's packages
+    assert [p["name"] for p in pool["packages"]] == ["submission_environment_dependencies.txt"]
+    options = env["sdkPipelineOptions"]["options"]
+    assert options["sdk_location"] == "container" and "use_runner_v2" in options["experiments"]
+    assert options["pipelineUrl"].startswith("gs://test-bucket/run/dataset-dataflow/staging/")
+    names = sorted(b.name for b in gcs_emulator.client.list_blobs("test-bucket", prefix="run/dataset/"))
+    assert "run/dataset/stats.json" in names and not [n for n in names if "/.prep-" in n]
+    direct = prepare("builtin:iris", str(tmp_path / "direct"), num_workers=1)
+    assert direct["splits"] == stats["splits"]
+    for name in [n for n in names if n.endswith(".tfrecord")]:
+        assert (
+            gcs_emulator.blob(name).download_as_bytes() == (tmp_path / "direct" / name.rsplit("/", 1)[1]).read_bytes()
+        )
+
+
+def test_an_image_folders_listing_stays_out_of_the_job_graph(tmp_path, dataflow_api, gcs_emulator):
+    """Dataflow refuses job graphs over 10 MB: the listing rides in a file, so ten times the images make the same
+    graph but for a few bytes (digits of byte offsets, the names of the outputs). The files have random names, as
+    Beam compresses the graph: in it, 360 more would take about 7 kB."""
+    import uuid
+
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint}
+    for per_class in (20, 200):
+        for path in list(write_images(tmp_path / f"images-{per_class}", per_class=per_class).rglob("*.png")):
+            path.rename(path.with_name(f"{uuid.uuid4().hex}.png"))
+        stats = prepare(
+            str(tmp_path / f"images-{per_class}"),
+            f"gs://test-bucket/images-{per_class}",
+            num_workers=1,
+            processes=1,
+            runner="dataflow",
+            dataflow_options=settings,
+        )
+        assert stats["examples"] == 2 * per_class
+    small, large = dataflow_api.graphs.values()
+    assert abs(large - small) < 1000, (small, large)
+
+
+def test_a_job_whose_workers_cannot_pull_the_image_fails_the_step_with_the_services_message(dataflow_api):
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint, "sdk_container_image": "example.com/tfpipe/gone:1"}
+    with pytest.raises(DataflowRuntimeException, match="Failed to pull image example.com/tfpipe/gone:1"):
+        prepare(
+            "builtin:iris", "gs://test-bucket/pull/dataset", num_workers=1, runner="dataflow", dataflow_options=settings
+        )
+    [job] = dataflow_api.jobs.values()
+    assert job["currentState"] == "JOB_STATE_FAILED"
+
+
+def test_the_api_double_refuses_a_job_graph_over_ten_megabytes(dataflow_api):
+    """What the service refuses, through Beam's own DataflowRunner: a Create of 11 MB (random, as Beam compresses
+    what it pickles) fails the job."""
+    import os
+
+    import apache_beam as beam
+
+    options = dataflow.options({**SETTINGS, "endpoint": dataflow_api.endpoint}, "gs://test-bucket/big")
+    with pytest.raises(DataflowRuntimeException, match="The job graph is too large"):
+        with beam.Pipeline(options=options) as p:
+            _ = p | beam.Create([os.urandom(1 << 20) for _ in range(11)]) | beam.Map(len)
+    assert list(dataflow_api.graphs.values())[0] > 10 * 1024 * 1024
+
+
+def test_a_job_the_service_refuses_fails_the_step_with_its_reason(dataflow_api):
+    """jobs.create answers 400 for a subnetwork in another region: the step fails with the service's words."""
+    from google.api_core.exceptions import BadRequest
+
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint, "subnetwork": "regions/us-central1/subnetworks/ml"}
+    with pytest.raises(BadRequest, match="must be in the job's region europe-west4"):
+        prepare(
+            "builtin:iris",
+            "gs://test-bucket/refused/dataset",
+            num_workers=1,
+            runner="dataflow",
+            dataflow_options=settings,
+        )
+    assert len(dataflow_api.created()) == 1 and not dataflow_api.jobs

@@ -903,6 +903,7 @@ def test_vertex_data_prep_runs_on_dataflow_with_the_runs_identity(tmp_path):
         "sdk_container_image": PLATFORM.components_image,
         "temp_location": "gs://b/root/dataflow/temp",
         "staging_location": "gs://b/root/dataflow/staging",
+        "endpoint": "",
     }
     direct = PLATFORM.model_copy(
         update={"data_prep": config.platform.data_prep.model_copy(update={"runner": "direct"})}

@@ -3,7 +3,7 @@ import pytest
 from PIL import Image
 
 from components.lib.prep_pipeline import ShapeOf, header_summary
-from components.lib.source_reads import ImageFiles, list_folder, read_header, read_image, read_images
+from components.lib.source_reads import list_folder, read_header, read_image, read_images, write_listing
 from components.lib.sources import BadRecord, image_header, load_image
 
 
@@ -54,10 +54,13 @@ def test_image_work_items_and_header_summaries(tmp_path):
         (tmp_path / rel).parent.mkdir(exist_ok=True)
         (tmp_path / rel).write_bytes(b"")
     assert list_folder(str(tmp_path)) == ["a/1.jpg", "a/notes.txt", "b/2.png", "top.jpg"]
-    records = list(read_images(ImageFiles(str(tmp_path), 5, ("a/1.jpg", "a/notes.txt"))))
-    assert records[0] == ("a/1.jpg", "a", (5,), f"{tmp_path}/a/1.jpg")
-    key, label, position, bad = records[1]
-    assert (key, label, position, str(bad)) == ("a/notes.txt", "a", (6,), "not a PNG or JPEG file")
+    files = ["a/1.jpg", "a/notes.txt", "a/line\nbreak é.png", "b/2.png", "b/3.png"]
+    items = write_listing(str(tmp_path), files, str(tmp_path / "tmp" / "listing.jsonl"), per_item=2)
+    assert [(i.first, i.end - i.start > 0) for i in items] == [(0, True), (2, True), (4, True)]
+    records = [r for item in items for r in read_images(item)]
+    assert [r[:3] for r in records] == [(rel, rel[0], (i,)) for i, rel in enumerate(files)]
+    assert records[0][3] == f"{tmp_path}/a/1.jpg" and records[2][3] == f"{tmp_path}/a/line\nbreak é.png"
+    assert str(records[1][3]) == "not a PNG or JPEG file"
 
     summaries = [header_summary([("RGB", 30), None]), header_summary([None]), header_summary([("L", 24), ("RGB", 40)])]
     assert summaries[1] == (frozenset(), None, None)

@@ -34,8 +34,8 @@ def job_name(output_dir: str, now: float | None = None) -> str:
 
 def flags(settings: dict, output_dir: str, project: str = "") -> list[str]:
     """Beam's flags for DataflowRunner: `settings` as compiled (region, service_account, network, subnetwork,
-    kms_key, labels, machine_type, max_workers, sdk_container_image, temp_location, staging_location; "" or absent:
-    Dataflow's default), the project (the settings' or the step's own), temp and staging beside `output_dir` when
+    kms_key, labels, machine_type, max_workers, sdk_container_image, temp_location, staging_location, endpoint; "" or
+    absent: Dataflow's default), the project (the settings' or the step's own), temp and staging beside `output_dir` when
     the settings give none."""
     base = output_dir.rstrip("/") + "-dataflow"
     values = {
@@ -55,6 +55,7 @@ def flags(settings: dict, output_dir: str, project: str = "") -> list[str]:
         "sdk_container_image": settings.get("sdk_container_image", ""),
         "sdk_location": "container",
         "experiments": "use_runner_v2",
+        "dataflow_endpoint": settings.get("endpoint", ""),
     }
     out = [f"--{name}={value}" for name, value in values.items() if value]
     out += [f"--labels={key}={value}" for key, value in sorted((settings.get("labels") or {}).items())]

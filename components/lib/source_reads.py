@@ -5,8 +5,8 @@ whole source, and no piece holds more than one range of a CSV or one image.
   ranges of about `range_bytes` that end at line ends; `read_csv_range` parses one range. A row is a line (a quoted
   field may not span lines). A row's key is its file name and content: identical rows share a key, and with it a
   split (no row is in training and in test at once).
-- Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk), in work
-  items of `ImageFiles`. An image is read in one go, and PIL parses (`read_header`) or decodes (`read_image`) its
+- Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk);
+  `write_listing` writes the listing to a file, in work items of `ImageFiles` (ranges of it). An image is read in one go, and PIL parses (`read_header`) or decodes (`read_image`) its
   bytes in memory: through a file, PIL's many small reads and seeks take longer than the header parse itself. The
   output is `components.lib.sources`' `image_header` and `load_image`'s, which read an image that does not open
   from its bytes, so that its quarantine reason is theirs.
@@ -18,6 +18,7 @@ import csv
 import fnmatch
 import glob
 import io
+import json
 import math
 import os
 from collections.abc import Iterator
@@ -34,7 +35,16 @@ from components.lib.sources import (
     image_header,
     load_image,
 )
-from components.lib.storage import RANGE_BYTES, gcs_client, gcs_objects, is_gcs, open_read, read_bytes, split_gcs
+from components.lib.storage import (
+    RANGE_BYTES,
+    gcs_client,
+    gcs_objects,
+    is_gcs,
+    open_read,
+    open_write,
+    read_bytes,
+    split_gcs,
+)
 
 
 def match_gcs(pattern: str, fields: str = "items(name),nextPageToken") -> list:
@@ -73,19 +83,39 @@ def list_folder(root: str) -> list[str]:
 
 @dataclass(frozen=True)
 class ImageFiles:
-    """A work item of the image folder `root`: files of its class folders (paths relative to `root`), the first at
-    `first` in their listing. One object, so that Beam infers no type from each file; no URIs, so that the
-    pipeline's description stays small."""
+    """A work item of the image folder `root`: the files at positions `first`, `first + 1`, ... of its listing,
+    which are the lines in bytes [start, end) of the listing file `listing` (a path relative to `root` per line, as
+    a JSON string). The listing rides in a file, not in the pipeline's description, which then stays the same size
+    for ten images or ten million (Dataflow refuses a job graph over 10 MB: about 400,000 paths)."""
 
     root: str
+    listing: str
     first: int
-    files: tuple[str, ...]
+    start: int
+    end: int
+
+
+def write_listing(root: str, files: list[str], uri: str, per_item: int) -> list[ImageFiles]:
+    """Write `files` (relative to `root`) to the listing file `uri`; the work items of `per_item` files each."""
+    lines = [json.dumps(rel).encode() + b"\n" for rel in files]
+    items, position = [], 0
+    for first in range(0, len(lines), per_item):
+        size = sum(map(len, lines[first : first + per_item]))
+        items.append(ImageFiles(root, uri, first, position, position + size))
+        position += size
+    with open_write(uri) as f:
+        f.write(b"".join(lines))
+    return items
 
 
 def read_images(item: ImageFiles) -> Iterator[tuple[str, str, tuple, str | BadRecord]]:
     """The records of an image work item: (key: the relative path, label: the class folder, position, URI), or the
     BadRecord of a file that is no PNG or JPEG."""
-    for offset, rel in enumerate(item.files):
+    with open_read(item.listing) as f:
+        f.seek(item.start)
+        data = f.read(item.end - item.start)
+    for offset, line in enumerate(data.splitlines()):
+        rel = json.loads(line)
         image = os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS
         value = f"{item.root}/{rel}" if image else BadRecord("not a PNG or JPEG file")
         yield rel, rel.split("/", 1)[0], (item.first + offset,), value
