@@ -174,6 +174,9 @@ def prepare(
     shards = {s: shard_count(source.expected * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
     if runner not in ("direct", "dataflow"):
         raise DataError(f"runner must be direct or dataflow, got {runner!r}")
+    if parallel_min_records is None:
+        parallel_min_records = PARALLEL_MIN_IMAGES if source.folder else source.expected + 1
+    options = pipeline_options(processes, processes > 1 and source.expected >= parallel_min_records)
     if runner == "dataflow":
         job_output = (dataflow_output_dir or output_dir).rstrip("/")
         sent = dataflow.options(dataflow_options or {}, job_output, dataflow.step_project())
@@ -182,9 +185,12 @@ def prepare(
                 f"{source.expected} records, fewer than dataflow_min_records ({dataflow_min_records}): prepared in "
                 "this step on Beam's direct runner (a Dataflow job takes minutes to start)"
             )
-            runner = "direct"
         else:
             output_dir = job_output
+            if os.environ.get(dataflow.RECORD_ENV):  # the rehearsal: what would be sent, then the direct runner
+                dataflow.record(os.environ[dataflow.RECORD_ENV], sent)
+            else:
+                options = sent
     output_dir = output_dir.rstrip("/")
     if not is_gcs(output_dir):
         os.makedirs(output_dir, exist_ok=True)
@@ -200,15 +206,6 @@ def prepare(
         image_size,
         tuple(source.labels),
     )
-    if parallel_min_records is None:
-        parallel_min_records = PARALLEL_MIN_IMAGES if source.folder else source.expected + 1
-    parallel = processes > 1 and source.expected >= parallel_min_records
-    options = pipeline_options(processes, parallel)
-    if runner == "dataflow":
-        if os.environ.get(dataflow.RECORD_ENV):  # the rehearsal: what would be sent, then the direct runner
-            dataflow.record(os.environ[dataflow.RECORD_ENV], sent)
-        else:
-            options = sent
     counter = progress.Counter(
         "prepare",
         "records",
