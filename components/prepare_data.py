@@ -9,6 +9,7 @@ worker processes (image folders from `PARALLEL_MIN_IMAGES` images); the output i
 Progress (`trainer.progress`, stage `prepare`): records read, written and quarantined, at the end.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -177,6 +178,7 @@ def prepare(
     if parallel_min_records is None:
         parallel_min_records = PARALLEL_MIN_IMAGES if source.folder else source.expected + 1
     options = pipeline_options(processes, processes > 1 and source.expected >= parallel_min_records)
+    launched = False  # a Dataflow job: cancelled when the step is terminated
     if runner == "dataflow":
         job_output = (dataflow_output_dir or output_dir).rstrip("/")
         sent = dataflow.options(dataflow_options or {}, job_output, dataflow.step_project())
@@ -190,7 +192,7 @@ def prepare(
             if os.environ.get(dataflow.RECORD_ENV):  # the rehearsal: what would be sent, then the direct runner
                 dataflow.record(os.environ[dataflow.RECORD_ENV], sent)
             else:
-                options = sent
+                options, launched = sent, True
     output_dir = output_dir.rstrip("/")
     if not is_gcs(output_dir):
         os.makedirs(output_dir, exist_ok=True)
@@ -212,9 +214,11 @@ def prepare(
         lambda c: f"{c['done']}/{counter.total} records read, {c['written']} written, {c['quarantined']} quarantined",
     )
     try:
-        items = source.work_items(temp_dir)
-        with beam.Pipeline(options=options) as p:
-            prep_pipeline.build(p, layout, items, source.csv_plan, source.folder)
+        p = beam.Pipeline(options=options)
+        prep_pipeline.build(p, layout, source.work_items(temp_dir), source.csv_plan, source.folder)
+        result = p.run()
+        with dataflow.cancelled_on_termination(result) if launched else contextlib.nullcontext():
+            result.wait_until_finish()
         found = prep_pipeline.summaries(layout)
     finally:
         remove_tree(temp_dir)

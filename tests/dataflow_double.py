@@ -16,6 +16,8 @@ What it does as the service does:
   pipeline then runs on Beam's FnApiRunner in this process, the image's environment replaced by the embedded one.
 - `jobs.get` and `jobs.messages.list`: the job's state (QUEUED, RUNNING, then DONE or FAILED) and its messages, an
   error message with the worker's traceback when the job fails.
+- `jobs.update` with `requestedState` JOB_STATE_CANCELLED cancels a job that has not ended (400 for one that has).
+  `start` (set by default) lets a test hold jobs in the queue.
 
 Limits: https://cloud.google.com/dataflow/docs/request-quotas (20 MB job requests, 10 MB job graphs, 1,000 workers
 per job); job names and labels: the Dataflow API reference and Cloud labels' rules.
@@ -76,6 +78,8 @@ class DataflowDouble:
         self.lock = threading.RLock()
         self.ids = itertools.count(1)
         self.runs: list[threading.Thread] = []
+        self.start = threading.Event()
+        self.start.set()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -112,6 +116,9 @@ class DataflowDouble:
             def do_POST(self):
                 self._handle("POST")
 
+            def do_PUT(self):
+                self._handle("PUT")
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -141,8 +148,12 @@ class DataflowDouble:
             return self.create(project, location, body or {})
         with self.lock:
             job = self.jobs.get(job_id or "")
-            if method != "GET" or job is None or (job["projectId"], job["location"]) != (project, location):
+            if job is None or (job["projectId"], job["location"]) != (project, location):
                 raise Refused(404, "NOT_FOUND", f"(job {job_id}) not found in project {project}, region {location}")
+            if method == "PUT" and not match["messages"]:
+                return self.update(job, body or {})
+            if method != "GET":
+                raise Refused(404, "NOT_FOUND", f"no such method: {method} {path}")
             if match["messages"]:
                 return {"jobMessages": list(self.messages[job_id])}
             return {k: v for k, v in job.items() if k != "environment"}
@@ -168,6 +179,27 @@ class DataflowDouble:
         run.start()
         return {k: v for k, v in stored.items() if k != "environment"}
 
+    def update(self, job: dict, body: dict) -> dict:
+        from google.cloud.dataflow_v1beta3 import JobState
+
+        requested = body.get("requestedState")
+        if requested is not None and not isinstance(requested, str):
+            requested = JobState(requested).name
+        if requested != "JOB_STATE_CANCELLED":
+            raise Refused(
+                400, "INVALID_ARGUMENT", f"this double updates a job's requestedState to cancel it, not {body}"
+            )
+        if job["currentState"] not in ACTIVE:
+            raise Refused(
+                400,
+                "FAILED_PRECONDITION",
+                f"Workflow modification failed. Causes: (job {job['id']}): Could not cancel workflow; job is in the "
+                f"terminal state {job['currentState']}",
+            )
+        job["currentState"] = "JOB_STATE_CANCELLED"
+        self._say(job["id"], "JOB_MESSAGE_BASIC", "Cancel request is committed for workflow job.")
+        return {k: v for k, v in job.items() if k != "environment"}
+
     # ---------------------------------------------------------------------------------------------------------------
     # the job
 
@@ -181,10 +213,14 @@ class DataflowDouble:
 
     def _state(self, job_id: str, state: str):
         with self.lock:
-            self.jobs[job_id]["currentState"] = state
+            if self.jobs[job_id]["currentState"] != "JOB_STATE_CANCELLED":
+                self.jobs[job_id]["currentState"] = state
 
     def _run(self, job_id: str):
+        self.start.wait()
         self._state(job_id, "JOB_STATE_RUNNING")
+        if self.jobs[job_id]["currentState"] == "JOB_STATE_CANCELLED":
+            return
         try:
             self._execute(job_id)
         except BaseException as e:  # noqa: BLE001 (the job fails with the reason, as the service reports it)

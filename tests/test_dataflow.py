@@ -260,3 +260,37 @@ def test_a_job_the_service_refuses_fails_the_step_with_its_reason(dataflow_api):
             dataflow_options=settings,
         )
     assert len(dataflow_api.created()) == 1 and not dataflow_api.jobs
+
+
+def test_a_terminated_step_cancels_its_job(dataflow_api):
+    """SIGTERM while the step waits (the run cancelled, or its time up) cancels the job through the API, which would
+    otherwise run on without the step; the step then ends."""
+    import os
+    import signal
+    import threading
+    import time
+
+    dataflow_api.start.clear()  # the job stays queued
+
+    def terminate():
+        while not dataflow_api.jobs:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=terminate, daemon=True).start()
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint}
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as ended:
+        prepare(
+            "builtin:iris",
+            "gs://test-bucket/cancel/dataset",
+            num_workers=1,
+            runner="dataflow",
+            dataflow_options=settings,
+        )
+    assert ended.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) == before
+    [job] = dataflow_api.jobs.values()
+    assert job["currentState"] == "JOB_STATE_CANCELLED"
+    [(method, path, body)] = [r for r in dataflow_api.requests if r[0] == "PUT"]
+    assert path.endswith(f"/jobs/{job['id']}") and body["requestedState"] in ("JOB_STATE_CANCELLED", 5)
+    dataflow_api.start.set()

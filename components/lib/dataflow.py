@@ -12,9 +12,12 @@ The rehearsal sets `RECORD_ENV` to a folder: the step then writes the options it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
+import threading
 import time
 
 RECORD_ENV = "TFPIPE_DATAFLOW_RECORD"
@@ -97,3 +100,23 @@ def record(folder: str, sent) -> str:
     with open(path, "w") as f:
         json.dump(sent.get_all_options(drop_default=True), f, indent=2, sort_keys=True)
     return path
+
+
+@contextlib.contextmanager
+def cancelled_on_termination(result):
+    """While the step waits for the job `result`: SIGTERM (the run cancelled, or the step's time up) cancels the
+    job, which would otherwise run on, and bills, without the step; then the step ends."""
+
+    def cancel(signum, frame):
+        print(f"terminated (signal {signum}): cancelling the Dataflow job {result.job_id()}", flush=True)
+        result.cancel()
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, cancel)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
