@@ -39,11 +39,9 @@ from components.lib.source_reads import (
     CsvRange,
     ImageFiles,
     read_csv_range,
-    read_header,
-    read_image,
     read_images,
 )
-from components.lib.sources import BadRecord
+from components.lib.sources import BadRecord, image_header, load_image
 from components.lib.storage import list_files, open_read, open_write, read_bytes
 from trainer.schema import IMAGE, shard_name
 
@@ -123,7 +121,7 @@ class Prepare(beam.DoFn):
                 yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, *quarantined(key, label, order, value)))
                 continue
             if isinstance(value, str):
-                headers.append(read_header(value))
+                headers.append(image_header(value))
                 payload: str | bytes = value
             else:
                 payload = np.ascontiguousarray(value).tobytes()
@@ -226,7 +224,7 @@ def write_shard(
             if isinstance(payload, str):  # an image's URI
                 assert shape is not None, "an image folder's shape is a side input of its merge"
                 try:
-                    value = read_image(payload, shape.size, shape.channels)
+                    value = load_image(payload, shape.size, shape.channels)
                 except BadRecord as e:
                     bad.append(quarantined(key, label, order, e))
                     continue

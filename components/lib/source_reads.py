@@ -6,10 +6,8 @@ whole source, and no piece holds more than one range of a CSV or one image.
   field may not span lines). A row's key is its file name and content: identical rows share a key, and with it a
   split (no row is in training and in test at once).
 - Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk);
-  `write_listing` writes the listing to a file, in work items of `ImageFiles` (ranges of it). An image is read in one go, and PIL parses (`read_header`) or decodes (`read_image`) its
-  bytes in memory: through a file, PIL's many small reads and seeks take longer than the header parse itself. The
-  output is `components.lib.sources`' `image_header` and `load_image`'s, which read an image that does not open
-  from its bytes, so that its quarantine reason is theirs.
+  `write_listing` writes the listing to a file, in work items of `ImageFiles` (ranges of it); `read_images` reads
+  one. `components.lib.sources`' `image_header` and `load_image` read each image in one go.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from __future__ import annotations
 import csv
 import fnmatch
 import glob
-import io
 import json
 import math
 import os
@@ -32,8 +29,6 @@ from components.lib.sources import (
     DataError,
     file_kind,
     folder_files,
-    image_header,
-    load_image,
 )
 from components.lib.storage import (
     RANGE_BYTES,
@@ -42,7 +37,6 @@ from components.lib.storage import (
     is_gcs,
     open_read,
     open_write,
-    read_bytes,
     split_gcs,
 )
 
@@ -119,40 +113,6 @@ def read_images(item: ImageFiles) -> Iterator[tuple[str, str, tuple, str | BadRe
         image = os.path.splitext(rel)[1].lower() in IMAGE_EXTENSIONS
         value = f"{item.root}/{rel}" if image else BadRecord("not a PNG or JPEG file")
         yield rel, rel.split("/", 1)[0], (item.first + offset,), value
-
-
-def read_header(uri: str) -> tuple[str, int] | None:
-    """`image_header` of the image at `uri`: its mode and shorter side (no decoding), None when unreadable."""
-    from PIL import Image
-
-    data = read_bytes(uri)
-    if data is not None:
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                return img.mode, min(img.size)
-        except Exception:
-            pass
-    return image_header(uri)
-
-
-def read_image(uri: str, size: int, channels: int) -> np.ndarray:
-    """`load_image` of the image at `uri`: a uint8 size×size×channels array (bilinear resize); BadRecord when
-    unreadable."""
-    from PIL import Image
-
-    data = read_bytes(uri)
-    if data is not None:
-        try:
-            with Image.open(io.BytesIO(data)) as img:
-                img.load()
-                mode = "L" if channels == 1 else "RGB"
-                pixels = img if img.mode == mode else img.convert(mode)
-                if pixels.size != (size, size):  # resize to the same size copies
-                    pixels = pixels.resize((size, size), Image.Resampling.BILINEAR)
-                return np.frombuffer(pixels.tobytes(), np.uint8).reshape(size, size, channels)
-        except Exception:
-            pass
-    return load_image(uri, size, channels)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ A built-in source yields candidates `(key, label, load)`: `key` identifies the r
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,19 +71,36 @@ def builtin(name: str) -> Source:
     return Source(TABULAR, names, [bunch.data.shape[1]], candidates, [str(f) for f in bunch.feature_names])
 
 
+class _FileBytes(io.BytesIO):
+    """The content of the file at `path` (a local path or a gs:// URI), read in one go: PIL parses an image in memory
+    faster than through a file, whose many small reads and seeks take longer than the header parse itself. Its repr
+    is the file stream's, which PIL names in "cannot identify image file ..."."""
+
+    def __init__(self, path: str):
+        with open_read(path) as stream:
+            super().__init__(stream.read())
+            self.stream = repr(stream)
+
+    def __repr__(self) -> str:
+        return self.stream
+
+
 def load_image(path: str, size: int, channels: int) -> np.ndarray:
-    """The image at `path` (a local path or a gs:// URI, read in place) as a uint8 size×size×channels array (bilinear resize); BadRecord when unreadable."""
+    """The image at `path` (a local path or a gs:// URI) as a uint8 size×size×channels array (bilinear resize);
+    BadRecord when unreadable."""
     from PIL import Image, UnidentifiedImageError
 
     mode = "L" if channels == 1 else "RGB"
     try:
-        with open_read(path) as stream, Image.open(stream) as img:
+        with Image.open(_FileBytes(path)) as img:
             img.load()
-            resized = (img if img.mode == mode else img.convert(mode)).resize((size, size), Image.Resampling.BILINEAR)
-            pixels = resized.tobytes()
+            pixels = img if img.mode == mode else img.convert(mode)
+            if pixels.size != (size, size):  # a resize to the same size only copies
+                pixels = pixels.resize((size, size), Image.Resampling.BILINEAR)
+            data = pixels.tobytes()
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise BadRecord(f"unreadable image: {e}") from None
-    return np.frombuffer(pixels, np.uint8).reshape(size, size, channels)
+    return np.frombuffer(data, np.uint8).reshape(size, size, channels)
 
 
 def image_header(path: str) -> tuple[str, int] | None:
@@ -91,7 +109,7 @@ def image_header(path: str) -> tuple[str, int] | None:
     from PIL import Image
 
     try:
-        with open_read(path) as stream, Image.open(stream) as img:
+        with Image.open(_FileBytes(path)) as img:
             return img.mode, min(img.size)
     except Exception:
         return None
