@@ -167,8 +167,14 @@ def image_folder_model(tmp_path_factory):
 
 @pytest.fixture
 def gcs_emulator(monkeypatch):
-    """A real GCS JSON API server (gcp-storage-emulator), in memory, on a free localhost port."""
+    """A real GCS JSON API server (gcp-storage-emulator), in memory, on a free localhost port. It answers one
+    request at a time; its listen backlog is raised from socketserver's 5, or clients reading at once (prep's
+    REMOTE_READS) see their connections dropped and retried a second later, which Cloud Storage never does."""
+    import http.server
+
     from gcp_storage_emulator.server import create_server
+
+    monkeypatch.setattr(http.server.HTTPServer, "request_queue_size", 128)
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

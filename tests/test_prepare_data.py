@@ -186,6 +186,20 @@ def test_gcs_image_folder_and_csv(tmp_path, gcs_emulator):
     )
     assert stats["examples"] == 20 and stats["quarantined"] == 1 and stats["labels"] == ["cats", "dogs"]
     assert stats["source"] == "gs://test-bucket/flowers"
+    # read REMOTE_READS at a time from gs://, one by one from a local folder: the same shards
+    (tmp_path / "src" / "cats" / "corrupt.png").write_bytes(b"nope")
+    local = prepare(
+        str(tmp_path / "src"),
+        str(tmp_path / "local"),
+        num_workers=1,
+        image_size=8,
+        val_fraction=0.2,
+        test_fraction=0.2,
+        max_corrupt_fraction=0.1,
+    )
+    assert local["splits"] == stats["splits"]
+    shards = sorted(p.name for p in (tmp_path / "out").glob("*.tfrecord"))
+    assert shards and all((tmp_path / "out" / n).read_bytes() == (tmp_path / "local" / n).read_bytes() for n in shards)
 
     gcs_emulator.blob("tables/d.csv").upload_from_string(
         "f1,f2,label\n" + "".join(f"{i},{i % 3},{i % 2}\n" for i in range(40))
@@ -322,3 +336,27 @@ def test_mixed_size_images_default_size_trains_as_well_as_a_larger_explicit_size
     assert tests["default"] == tests["explicit"]  # the same images in the test split (split by file name)
     one_example = 1 / tests["default"]
     assert accuracy["default"] >= accuracy["explicit"] - one_example - 1e-9 and accuracy["default"] >= 0.85, accuracy
+
+
+def test_remote_reads_run_a_window_at_a_time_and_keep_their_order():
+    import threading
+    import time
+
+    from components.lib.prep_pipeline import in_order
+
+    active, most, lock = 0, 0, threading.Lock()
+
+    def read(i):
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+        time.sleep(0.01)
+        with lock:
+            active -= 1
+        return i * i
+
+    assert list(in_order(read, range(100), 4)) == [i * i for i in range(100)]
+    assert 1 < most <= 4
+    most = 0
+    assert list(in_order(read, range(5), 0)) == [0, 1, 4, 9, 16] and most == 1

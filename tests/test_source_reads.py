@@ -58,9 +58,9 @@ def test_images_read_in_one_go_are_what_pil_gives_through_the_file(images):
         "text.jpg": None,
         "missing.jpg": None,
     }
-    reasons = {  # the file's own reason: the stream PIL was given names it
+    reasons = {  # the file's own reason, naming its path
         "truncated.jpg": "unreadable image: Truncated File Read",
-        "text.jpg": f"unreadable image: cannot identify image file <_io.BufferedReader name={images['text.jpg']!r}>",
+        "text.jpg": f"unreadable image: cannot identify image file {images['text.jpg']!r}",
         "missing.jpg": f"unreadable image: [Errno 2] No such file or directory: {images['missing.jpg']!r}",
     }
     assert headers.keys() == images.keys()

@@ -19,12 +19,15 @@ class, bytes, and for training shards the sums of the features and of their squa
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
+import os
 import pickle
 import typing
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -42,12 +45,13 @@ from components.lib.source_reads import (
     read_images,
 )
 from components.lib.sources import BadRecord, image_header, load_image
-from components.lib.storage import list_files, open_read, open_write, read_bytes
+from components.lib.storage import is_gcs, list_files, open_read, open_write, read_bytes
 from trainer.schema import IMAGE, shard_name
 
 QUARANTINE = "quarantine.jsonl"
 RUN_RECORDS = 50_000  # records a worker holds before writing them out as sorted runs
 RUN_BYTES = 16 << 20  # and their payloads' bytes
+REMOTE_READS = 16  # images of a gs:// folder read at once by a worker (each read waits on the network)
 
 
 @dataclass(frozen=True)
@@ -114,20 +118,48 @@ class Prepare(beam.DoFn):
         self.layout, self.csv_plan = layout, csv_plan
 
     def process(self, item):
-        headers = []
-        for key, label, position, value in read_item(item, self.csv_plan):
+        records = read_item(item, self.csv_plan)
+        headers: list = []
+        if isinstance(item, ImageFiles):  # at most 256 files: their headers read at once from gs://
+            records = list(records)
+            uris = [value for *_, value in records if isinstance(value, str)]
+            headers = list(in_order(image_header, uris, REMOTE_READS if is_gcs(item.root) else 0))
+        for key, label, position, value in records:
             order = prep_rules.order_key(key, position, self.layout.salt)
             if isinstance(value, BadRecord):
                 yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, *quarantined(key, label, order, value)))
                 continue
-            if isinstance(value, str):
-                headers.append(image_header(value))
-                payload: str | bytes = value
-            else:
-                payload = np.ascontiguousarray(value).tobytes()
+            payload = value if isinstance(value, str) else np.ascontiguousarray(value).tobytes()
             yield self.layout.destination(key), order, (key, label, payload)
         if headers:
             yield beam.pvalue.TaggedOutput("headers", header_summary(headers))
+
+
+def in_order(fn, args, window: int) -> Iterator:
+    """`fn` of each of `args`, in order, with up to `window` calls at once on threads (0: one at a time, here): for
+    reads that wait on the network."""
+    if not window:
+        yield from map(fn, args)
+        return
+    pool = _readers(window)
+    pending: deque[Future] = deque()
+    for arg in args:
+        pending.append(pool.submit(fn, arg))
+        if len(pending) >= 2 * window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _readers(threads: int) -> ThreadPoolExecutor:
+    """This process's reader threads (kept: each keeps its GCS client and connections)."""
+    key = (os.getpid(), threads)
+    if key not in _pools:
+        _pools[key] = ThreadPoolExecutor(threads, thread_name_prefix="prep-reads")
+    return _pools[key]
 
 
 def write_run(temp_dir: str, destination: str, records: list) -> str:
@@ -210,6 +242,30 @@ class Merge(beam.DoFn):
         yield destination
 
 
+def with_images(records, shape: ImageShape | None) -> Iterator[tuple]:
+    """Each record with its image decoded (its pixels or its BadRecord) when its payload is an image's URI, else
+    None; images on gs:// are read `REMOTE_READS` at once, in a window that moves along the stream."""
+    records = iter(records)
+    first = next(records, None)
+    if first is None:
+        return
+    stream = itertools.chain([first], records)
+    remote = isinstance(first[1][2], str) and is_gcs(first[1][2])
+    a, b = itertools.tee(stream)
+
+    def decode(record):
+        payload = record[1][2]
+        if not isinstance(payload, str):
+            return None
+        assert shape is not None, "an image folder's shape is a side input of its merge"
+        try:
+            return load_image(payload, shape.size, shape.channels)
+        except BadRecord as e:
+            return e
+
+    yield from zip(a, in_order(decode, b, REMOTE_READS if remote else 0))
+
+
 def write_shard(
     layout: Layout, destination: str, records, label_ids: dict[str, int], shape: ImageShape | None, bad: list
 ) -> dict:
@@ -220,14 +276,12 @@ def write_shard(
     train = destination.startswith("train-")
     path = f"{layout.output_dir}/{destination}"
     with TFRecordWriter(path) as writer:
-        for order, (key, label, payload) in records:
-            if isinstance(payload, str):  # an image's URI
-                assert shape is not None, "an image folder's shape is a side input of its merge"
-                try:
-                    value = load_image(payload, shape.size, shape.channels)
-                except BadRecord as e:
-                    bad.append(quarantined(key, label, order, e))
-                    continue
+        for (order, (key, label, payload)), image in with_images(records, shape):
+            if isinstance(image, BadRecord):
+                bad.append(quarantined(key, label, order, image))
+                continue
+            if image is not None:
+                value = image
             elif layout.kind == IMAGE:
                 value = np.frombuffer(payload, np.uint8)
             else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from components.lib.storage import open_read
+from components.lib.storage import read_object
 from trainer.schema import IMAGE, TABULAR
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg"}
@@ -72,17 +72,16 @@ def builtin(name: str) -> Source:
 
 
 class _FileBytes(io.BytesIO):
-    """The content of the file at `path` (a local path or a gs:// URI), read in one go: PIL parses an image in memory
-    faster than through a file, whose many small reads and seeks take longer than the header parse itself. Its repr
-    is the file stream's, which PIL names in "cannot identify image file ..."."""
+    """The content of the file at `path` (a local path or a gs:// URI), read in one go (one request for an object):
+    PIL parses an image in memory faster than through a file, whose many small reads and seeks take longer than the
+    header parse itself. Its repr is the path's, which PIL names in "cannot identify image file ..."."""
 
     def __init__(self, path: str):
-        with open_read(path) as stream:
-            super().__init__(stream.read())
-            self.stream = repr(stream)
+        super().__init__(read_object(path))
+        self.path = path
 
     def __repr__(self) -> str:
-        return self.stream
+        return repr(self.path)
 
 
 def load_image(path: str, size: int, channels: int) -> np.ndarray:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,16 +29,26 @@ def split_gcs(uri: str) -> tuple[str, str]:
     return bucket, prefix
 
 
+_clients = threading.local()
+
+
 def gcs_client():
+    """This thread's GCS client (one per thread and process, made once: a client finds its credentials and opens
+    its connections when made, which would cost every read a lookup and a TLS handshake)."""
     from google.cloud import storage
 
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
+    key = (os.getpid(), os.environ.get("STORAGE_EMULATOR_HOST", ""), os.environ.get("GOOGLE_CLOUD_PROJECT", ""))
+    cached = getattr(_clients, "client", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    if key[1]:
         from google.auth.credentials import AnonymousCredentials
 
-        return storage.Client(
-            project=os.environ.get("GOOGLE_CLOUD_PROJECT", "local"), credentials=AnonymousCredentials()
-        )
-    return storage.Client()
+        client = storage.Client(project=key[2] or "local", credentials=AnonymousCredentials())
+    else:
+        client = storage.Client()
+    _clients.client = (key, client)
+    return client
 
 
 def gcs_objects(uri: str, fields: str | None = None) -> tuple[str | None, list]:
@@ -101,17 +112,26 @@ def remove_tree(uri: str) -> None:
         blob.delete()
 
 
+def read_object(uri: str) -> bytes:
+    """The whole content of the local file or gs:// object `uri`, in one request; FileNotFoundError when none."""
+    if not is_gcs(uri):
+        with open(uri, "rb") as f:
+            return f.read()
+    from google.api_core.exceptions import NotFound
+
+    bucket, name = split_gcs(uri)
+    try:
+        return gcs_client().bucket(bucket).blob(name).download_as_bytes()
+    except NotFound:
+        raise FileNotFoundError(f"nothing found at {uri}") from None
+
+
 def read_bytes(uri: str) -> bytes | None:
     """The content of the file or object `uri`, None when there is none."""
-    if not is_gcs(uri):
-        try:
-            with open(uri, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-    bucket, name = split_gcs(uri)
-    blob = gcs_client().bucket(bucket).get_blob(name)
-    return None if blob is None else blob.download_as_bytes()
+    try:
+        return read_object(uri)
+    except FileNotFoundError:
+        return None
 
 
 def _download(uri: str, dest: str, threads: int = 16) -> str:
