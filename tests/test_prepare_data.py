@@ -175,28 +175,13 @@ def test_gcs_image_folder_and_csv(tmp_path, gcs_emulator):
     for path in sorted((tmp_path / "src").rglob("*.png")):
         gcs_emulator.blob(f"flowers/{path.relative_to(tmp_path / 'src')}").upload_from_filename(str(path))
     gcs_emulator.blob("flowers/cats/corrupt.png").upload_from_string(b"nope")
-    stats = prepare(
-        "gs://test-bucket/flowers",
-        str(tmp_path / "out"),
-        num_workers=1,
-        image_size=8,
-        val_fraction=0.2,
-        test_fraction=0.2,
-        max_corrupt_fraction=0.1,
-    )
+    settings = dict(num_workers=1, image_size=8, val_fraction=0.2, test_fraction=0.2, max_corrupt_fraction=0.1)
+    stats = prepare("gs://test-bucket/flowers", str(tmp_path / "out"), **settings)
     assert stats["examples"] == 20 and stats["quarantined"] == 1 and stats["labels"] == ["cats", "dogs"]
     assert stats["source"] == "gs://test-bucket/flowers"
     # read REMOTE_READS at a time from gs://, one by one from a local folder: the same shards
     (tmp_path / "src" / "cats" / "corrupt.png").write_bytes(b"nope")
-    local = prepare(
-        str(tmp_path / "src"),
-        str(tmp_path / "local"),
-        num_workers=1,
-        image_size=8,
-        val_fraction=0.2,
-        test_fraction=0.2,
-        max_corrupt_fraction=0.1,
-    )
+    local = prepare(str(tmp_path / "src"), str(tmp_path / "local"), **settings)
     assert local["splits"] == stats["splits"]
     shards = sorted(p.name for p in (tmp_path / "out").glob("*.tfrecord"))
     assert shards and all((tmp_path / "out" / n).read_bytes() == (tmp_path / "local" / n).read_bytes() for n in shards)
