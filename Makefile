@@ -48,6 +48,7 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.batch_predict
 	$(PY) -m bench.serving
 	$(PY) -m bench.prep_scale
+	$(PY) -m bench.remote_reads
 	$(PY) -m bench.rehearse
 	$(PY) -m bench.test_suite
 
