@@ -207,6 +207,7 @@ def prepare(
         temp_dir,
         image_size,
         tuple(source.labels),
+        prep_pipeline.REMOTE_READS if source.folder and is_gcs(data_source) else 0,
     )
     counter = progress.Counter(
         "prepare",

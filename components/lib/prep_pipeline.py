@@ -19,7 +19,6 @@ class, bytes, and for training shards the sums of the features and of their squa
 from __future__ import annotations
 
 import heapq
-import itertools
 import json
 import os
 import pickle
@@ -45,7 +44,7 @@ from components.lib.source_reads import (
     read_images,
 )
 from components.lib.sources import BadRecord, image_header, load_image
-from components.lib.storage import is_gcs, list_files, open_read, open_write, read_bytes
+from components.lib.storage import list_files, open_read, open_write, read_bytes
 from trainer.schema import IMAGE, shard_name
 
 QUARANTINE = "quarantine.jsonl"
@@ -67,6 +66,7 @@ class Layout:
     temp_dir: str
     image_size: int = 0  # image folders: the size asked for (0: the images' own, see `ImageShape`)
     labels: tuple[str, ...] = ()  # known before the read (image folders, built-ins); else the records' own, sorted
+    reads: int = 0  # images read at once by a worker: REMOTE_READS for a gs:// folder (0: one at a time)
 
     def destination(self, key: str) -> str:
         split = prep_rules.assign_split(key, self.val_fraction, self.test_fraction, self.salt)
@@ -123,7 +123,7 @@ class Prepare(beam.DoFn):
         if isinstance(item, ImageFiles):  # at most 256 files: their headers read at once from gs://
             records = list(records)
             uris = [value for *_, value in records if isinstance(value, str)]
-            headers = list(in_order(image_header, uris, REMOTE_READS if is_gcs(item.root) else 0))
+            headers = list(in_order(image_header, uris, self.layout.reads))
         for key, label, position, value in records:
             order = prep_rules.order_key(key, position, self.layout.salt)
             if isinstance(value, BadRecord):
@@ -242,28 +242,21 @@ class Merge(beam.DoFn):
         yield destination
 
 
-def with_images(records, shape: ImageShape | None) -> Iterator[tuple]:
+def with_images(records, shape: ImageShape | None, window: int) -> Iterator[tuple]:
     """Each record with its image decoded (its pixels or its BadRecord) when its payload is an image's URI, else
-    None; images on gs:// are read `REMOTE_READS` at once, in a window that moves along the stream."""
-    records = iter(records)
-    first = next(records, None)
-    if first is None:
-        return
-    stream = itertools.chain([first], records)
-    remote = isinstance(first[1][2], str) and is_gcs(first[1][2])
-    a, b = itertools.tee(stream)
+    None; `window` images read at once (`in_order`), in a window that moves along the stream."""
 
-    def decode(record):
+    def decoded(record):
         payload = record[1][2]
         if not isinstance(payload, str):
-            return None
+            return record, None
         assert shape is not None, "an image folder's shape is a side input of its merge"
         try:
-            return load_image(payload, shape.size, shape.channels)
+            return record, load_image(payload, shape.size, shape.channels)
         except BadRecord as e:
-            return e
+            return record, e
 
-    yield from zip(a, in_order(decode, b, REMOTE_READS if remote else 0))
+    return in_order(decoded, records, window)
 
 
 def write_shard(
@@ -276,7 +269,7 @@ def write_shard(
     train = destination.startswith("train-")
     path = f"{layout.output_dir}/{destination}"
     with TFRecordWriter(path) as writer:
-        for (order, (key, label, payload)), image in with_images(records, shape):
+        for (order, (key, label, payload)), image in with_images(records, shape, layout.reads):
             if isinstance(image, BadRecord):
                 bad.append(quarantined(key, label, order, image))
                 continue
