@@ -89,3 +89,54 @@ def test_image_work_items_and_header_summaries(tmp_path):
     combine = ShapeOf()
     acc = combine.merge_accumulators([combine.add_input(combine.create_accumulator(), s) for s in summaries])
     assert combine.extract_output(acc) == (frozenset({"RGB", "L"}), 24, 40)
+
+
+def _jpeg(path, pixels, **options):
+    Image.fromarray(pixels).save(path, "JPEG", **options)
+    return str(path)
+
+
+def test_a_header_past_the_first_bytes_is_read_from_the_whole_file(tmp_path, gcs_emulator):
+    """A JPEG whose colour profile pushes its frame header past `HEADER_BYTES` (Pillow splits a profile into
+    several segments): its header is still found, locally and on gs://, where the first bytes are one ranged
+    request."""
+    from components.lib.sources import HEADER_BYTES
+    from components.lib.storage import read_object
+
+    rng = np.random.default_rng(1)
+    path = _jpeg(
+        tmp_path / "profiled.jpg", rng.integers(0, 256, (30, 50, 3), dtype=np.uint8), icc_profile=b"p" * 150_000
+    )
+    data = open(path, "rb").read()
+    assert data.index(b"\xff\xc0") > HEADER_BYTES  # the frame header (SOF0) lies past the first bytes
+    gcs_emulator.blob("profiled.jpg").upload_from_filename(path)
+    uri = "gs://test-bucket/profiled.jpg"
+    assert read_object(uri, 100) == data[:100] and read_object(uri) == data
+    assert image_header(path) == image_header(uri) == ("RGB", 30)
+    assert load_image(uri, 16, 3).tobytes() == _through_the_file(path, 16, 3)
+
+
+def test_a_large_jpeg_is_decoded_at_a_reduced_scale_close_to_a_full_decode(tmp_path, monkeypatch):
+    """Both sides 4× the size or more: libjpeg-turbo decodes at a DCT scale keeping them at least twice the size,
+    then the bilinear resize; the pixels stay within a few levels of a full decode's. Smaller images, and targets
+    that need colour-to-gray, are decoded whole (the pixels PIL gives)."""
+    import simplejpeg
+
+    shapes = []
+    decode = simplejpeg.decode_jpeg
+
+    def recorded(*args, **kwargs):
+        pixels = decode(*args, **kwargs)
+        shapes.append(pixels.shape)
+        return pixels
+
+    monkeypatch.setattr(simplejpeg, "decode_jpeg", recorded)
+    y, x = np.mgrid[0:400, 0:320]
+    smooth = np.stack([(x * 0.7) % 256, (y * 0.5) % 256, (x + y) * 0.3 % 256], axis=-1).astype(np.uint8)
+    path = _jpeg(tmp_path / "photo.jpg", smooth, quality=95)
+    reduced = load_image(path, 40, 3)
+    assert shapes == [(100, 80, 3)]  # 1/4 scale: both sides still ≥ 80
+    full = np.frombuffer(_through_the_file(path, 40, 3), np.uint8).reshape(40, 40, 3)
+    assert np.abs(reduced.astype(int) - full).mean() < 2.0
+    assert load_image(path, 100, 3).tobytes() == _through_the_file(path, 100, 3)  # 320 < 4 × 100: whole
+    assert shapes[-1] == (400, 320, 3)

@@ -41,24 +41,25 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _key(number: int) -> bytes:
-    return _varint(number << 3 | 2)  # a length-delimited field (wire type 2)
+_NAMES = {name: b"\x0a" + _varint(len(name)) + name for name in (b"features", b"image", b"key", b"label")}
 
 
-def _field(number: int, *parts: bytes) -> list[bytes]:
-    """A length-delimited field of the concatenated `parts`, as parts (joined once, at the end: an image's bytes
-    are not copied at every level of nesting)."""
-    return [_key(number), _varint(sum(map(len, parts))), *parts]
+def _wrapped(tag: bytes, parts: list, size: int) -> tuple[list, int]:
+    """A length-delimited field (`tag`: its key byte) around `parts` of `size` bytes, as (parts, size): joined once,
+    at the end, so that an image's bytes are not copied at every level of nesting."""
+    head = tag + _varint(size)
+    return [head, *parts], size + len(head)
 
 
-def _feature(kind: str, value) -> list[bytes]:
-    """A `Feature`: bytes_list (1) of one value, float_list (2) or int64_list (3), lists packed."""
+def _feature(kind: str, value) -> tuple[list, int]:
+    """A `Feature`: bytes_list (field 1) of one value, float_list (2) or int64_list (3), lists packed."""
     if kind == "bytes":
-        return _field(1, *_field(1, value))
+        return _wrapped(b"\x0a", *_wrapped(b"\x0a", [value], len(value)))
     if kind == "float":
-        values = np.asarray(value, dtype="<f4")
-        return _field(2, *(_field(1, values.tobytes()) if len(values) else []))
-    return _field(3, *_field(1, b"".join(_varint(int(v)) for v in value)))
+        raw = np.asarray(value, dtype="<f4").tobytes()
+        return _wrapped(b"\x12", *(_wrapped(b"\x0a", [raw], len(raw)) if raw else ([], 0)))
+    packed = b"".join(_varint(int(v)) for v in value)
+    return _wrapped(b"\x1a", *_wrapped(b"\x0a", [packed], len(packed)))
 
 
 def encode_example(key: str, label: int, value, kind: str) -> bytes:
@@ -69,12 +70,15 @@ def encode_example(key: str, label: int, value, kind: str) -> bytes:
         features["image"] = ("bytes", np.ascontiguousarray(value, dtype=np.uint8).reshape(-1).data)  # no copy
     else:
         features["features"] = ("float", value)
-    entries = [
-        part
-        for name in sorted(features)
-        for part in _field(1, *_field(1, name.encode()), *_field(2, *_feature(*features[name])))
-    ]
-    return b"".join(_field(1, *entries))
+    parts: list = []
+    size = 0
+    for name in sorted(features):  # a map entry each: key (field 1) the name, value (field 2) the Feature
+        label_part = _NAMES[name.encode()]
+        value_parts, value_size = _wrapped(b"\x12", *_feature(*features[name]))
+        entry, entry_size = _wrapped(b"\x0a", [label_part, *value_parts], len(label_part) + value_size)
+        parts += entry
+        size += entry_size
+    return b"".join(_wrapped(b"\x0a", parts, size)[0])
 
 
 def read_records(stream) -> Iterator[bytes | str]:
