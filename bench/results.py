@@ -8,7 +8,7 @@ taken then) and ends with `recorder.save(figures, path)`, which writes
 `provenance` holds the commit (`git rev-parse HEAD`, whether tracked files differ from it and which), the machine
 (CPUs online and usable, the CPU model from /proc/cpuinfo, memory, platform, Python and TensorFlow versions), the
 exact command (`sys.orig_argv`) and its parsed arguments, the start and end times and seconds, the 1-, 5- and
-15-minute load averages at the start and at the end, and `quick` (a reduced run: `--quick`, whose result goes to
+15-minute load averages at the start and at the end, the machine's speed at the start (`calibration`), and `quick` (a reduced run: `--quick`, whose result goes to
 `quick_output(NAME)` outside bench/results/ unless `--output` says otherwise; docs never quote one).
 """
 
@@ -102,6 +102,29 @@ def machine() -> dict[str, Any]:
     }
 
 
+def calibration() -> dict[str, float]:
+    """How fast this machine ran when the benchmark started, best of three: seconds for five million Python loop
+    additions (the interpreter) and for SHA-256 of 64 MiB (compiled code). The same machine kind can run at another
+    speed on another day: two result files' absolute figures compare only as far as their calibrations agree."""
+    import hashlib
+
+    def best(work) -> float:
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - start)
+        return round(min(times), 3)
+
+    def loop() -> None:
+        total = 0
+        for i in range(5_000_000):
+            total += i
+
+    data = bytes(64 << 20)
+    return {"python_loop_5m_s": best(loop), "sha256_64mib_s": best(lambda: hashlib.sha256(data).digest())}
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -122,6 +145,7 @@ class Recorder:
         self.started = time.time()
         self.loadavg_start = loadavg()
         self.commit = commit()  # at the start: what was measured
+        self.calibration = calibration()
 
     def provenance(self) -> dict[str, Any]:
         return {
@@ -135,6 +159,7 @@ class Recorder:
             "seconds": round(time.time() - self.started, 1),
             "loadavg_start": self.loadavg_start,
             "loadavg_end": loadavg(),
+            "calibration": self.calibration,
         }
 
     def save(self, figures: dict[str, Any], path: Path) -> dict[str, Any]:

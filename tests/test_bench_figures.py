@@ -284,3 +284,14 @@ def test_provenance_dirty_leaves_out_result_files(tmp_path, monkeypatch):
     assert results.commit()["dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert results.commit()["changed_paths"] == ["code.py"] and results.commit()["dirty"] is True
+
+
+def test_provenance_records_the_machines_speed_at_the_start():
+    """Each result file says how fast the machine ran (a Python loop and a hash, best of three), so that figures
+    measured on days of different speed can be told apart."""
+    from bench.results import Recorder
+
+    provenance = Recorder("speed", {"x": 1}).provenance()
+    speed = provenance["calibration"]
+    assert set(speed) == {"python_loop_5m_s", "sha256_64mib_s"}
+    assert all(isinstance(v, float) and 0 < v < 60 for v in speed.values())
