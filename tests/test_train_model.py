@@ -43,6 +43,13 @@ def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     # the non-chief worker's temporary model and log directories are gone
     assert not [d for d in set(os.listdir("/tmp")) - before if d.startswith("tfpipe-worker")]
     assert sorted(os.listdir(tmp_path / "logs")) == ["chief.attempt-1.log", "worker-0.attempt-1.log"]
+    # the steps in one compiled call per epoch (the default's 32, capped at the epoch's 23 steps) train and validate
+    # exactly as one step a call: the same losses and accuracies, the validation pass included
+    again = tmp_path / "one-step"
+    flags = ["--data-dir", str(digits_data), "--job-dir", str(again), "--epochs", "2", "--steps-per-execution", "1"]
+    launch(2, flags, str(tmp_path / "logs-one-step"), sink=io.StringIO())
+    figures = ("loss", "accuracy", "val_loss", "val_accuracy")
+    assert [[h[k] for k in figures] for h in history(again)] == [[h[k] for k in figures] for h in history(job)]
 
 
 def wine_csv(path, bad_row: int = 5):

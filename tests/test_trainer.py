@@ -104,3 +104,29 @@ def test_training_input_yields_full_batches_from_less_than_one_batch_of_data(tmp
     taken = [(features.shape, labels.shape) for features, labels in batches.take(3)]
     assert taken == [((2 * examples, 13), (2 * examples,))] * 3
     assert data.steps_per_epoch(stats, "train", 96) == -(-examples // 96)  # the partial batch counts
+
+
+def test_one_process_trains_alike_whatever_the_steps_per_call(digits_data, tmp_path):
+    """Without a cluster too, an epoch's steps in one compiled call (the default) give exactly the losses and
+    accuracies of one step a call, the validation pass's included."""
+    import subprocess
+    import sys
+
+    figures = ("loss", "accuracy", "val_loss", "val_accuracy")
+    runs = {}
+    for per_call in ("32", "1"):
+        job = tmp_path / per_call
+        flags = [
+            "--data-dir",
+            str(digits_data),
+            "--job-dir",
+            str(job),
+            "--epochs",
+            "2",
+            "--steps-per-execution",
+            per_call,
+        ]
+        subprocess.run([sys.executable, "-m", "trainer.task", *flags], check=True, capture_output=True)
+        history = [json.loads(line) for line in (job / "history.jsonl").read_text().splitlines()]
+        runs[per_call] = [[h[k] for k in figures] for h in history]
+    assert len(runs["1"]) == 2 and runs["32"] == runs["1"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -59,11 +60,17 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p.add_argument("--filters", type=_integer, default=16, help="filters of the first conv block (doubles per block)")
     p.add_argument("--image-size", type=_integer, default=0, help="model input size; 0 = the prepared image size")
     p.add_argument("--steps-per-epoch", type=_integer, default=0, help="0 = one pass over the training split")
+    p.add_argument(
+        "--steps-per-execution",
+        type=_integer,
+        default=32,
+        help="training steps per call of the compiled step (at most an epoch's): fewer Python round trips per step",
+    )
     p.add_argument("--seed", type=_integer, default=42)
     p.add_argument("--cache-max-mb", type=_integer, default=512, help="cache the training split in memory below this")
     p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
     args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
-    for name in ("epochs", "batch_size", "hidden_units", "filters"):
+    for name in ("epochs", "batch_size", "hidden_units", "filters", "steps_per_execution"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if not 0 <= args.dropout < 1:
@@ -83,6 +90,12 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     args.checkpoint_dir = (args.checkpoint_dir or f"{args.job_dir}/checkpoints").rstrip("/")
     args.log_dir = (args.log_dir or f"{args.job_dir}/logs").rstrip("/")
     return args
+
+
+def validation_steps(stats: dict, global_batch: int, workers: int) -> int:
+    """Steps of one pass over the validation split, which every worker reads whole in batches of its share of the
+    global batch, the last one partial: with `steps_per_execution` above 1, Keras must be given the count."""
+    return max(1, math.ceil(stats["splits"]["val"]["examples"] * workers / global_batch))
 
 
 def main(argv=None) -> int:
@@ -120,6 +133,7 @@ def main(argv=None) -> int:
     val_ds = data.make_dataset(args.data_dir, "val", stats, global_batch, training=False)
     steps = args.steps_per_epoch or data.steps_per_epoch(stats, "train", global_batch)
 
+    execution = min(args.steps_per_execution, steps)
     models.keras.utils.set_random_seed(args.seed)
     with strategy.scope():
         model = build(stats, args)
@@ -128,6 +142,7 @@ def main(argv=None) -> int:
             optimizer=models.keras.optimizers.Adam(args.learning_rate),
             loss=models.keras.losses.SparseCategoricalCrossentropy(),
             metrics=["accuracy"],
+            steps_per_execution=execution,
         )
 
     log_dir = distribute.write_location(args.log_dir, cluster)
@@ -142,6 +157,8 @@ def main(argv=None) -> int:
         epochs=args.epochs,
         steps_per_epoch=steps,
         validation_data=val_ds,
+        # one step a call: Keras finds the end of the validation stream itself (tests compare the two)
+        validation_steps=validation_steps(stats, global_batch, cluster.num_workers) if execution > 1 else None,
         verbose=2,
         callbacks=[
             models.keras.callbacks.BackupAndRestore(backup_dir),
