@@ -132,7 +132,7 @@ def run(args, workdir: Path) -> dict:
         "images_per_second": images_large["records_per_second"] >= 4_500,
     }
     return {
-        "implementation": "components.prepare_data.prepare: the Beam pipeline on the direct runner (CSV in the calling process, image folders of 10,000 images or more on a worker process per usable CPU)",
+        "implementation": "components.prepare_data.prepare: the Beam pipeline on the direct runner (CSV in the calling process, image folders of 30,000 images or more on a worker process per usable CPU)",
         "csv": {"features": FEATURES, "classes": CLASSES, "runs": runs["csv"]},
         "images": {
             "side": IMAGE_SIDE,

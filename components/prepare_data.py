@@ -27,7 +27,9 @@ from components.lib.storage import is_gcs, open_write, remove_tree
 from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
 
-PARALLEL_MIN_IMAGES = 10_000  # fewer images are prepared in this process (worker processes start in about 2 s)
+# fewer images are prepared in this process: each of Beam's worker processes imports Beam, and they are stopped one
+# after the other, seconds that two CPUs win back only from about this many images (where the two took as long)
+PARALLEL_MIN_IMAGES = 30_000
 ITEMS_PER_WORKER = 8  # work items per worker process, for balance
 
 
