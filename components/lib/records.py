@@ -41,7 +41,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_NAMES = {name: b"\x0a" + _varint(len(name)) + name for name in (b"features", b"image", b"key", b"label")}
+_NAMES = {name: b"\x0a" + _varint(len(name)) + name.encode() for name in ("features", "image", "key", "label")}
 
 
 def _wrapped(tag: bytes, parts: list, size: int) -> tuple[list, int]:
@@ -73,7 +73,7 @@ def encode_example(key: str, label: int, value, kind: str) -> bytes:
     parts: list = []
     size = 0
     for name in sorted(features):  # a map entry each: key (field 1) the name, value (field 2) the Feature
-        label_part = _NAMES[name.encode()]
+        label_part = _NAMES[name]
         value_parts, value_size = _wrapped(b"\x12", *_feature(*features[name]))
         entry, entry_size = _wrapped(b"\x0a", [label_part, *value_parts], len(label_part) + value_size)
         parts += entry

@@ -123,14 +123,12 @@ def _decoded_jpeg(data: bytes, size: int, channels: int) -> np.ndarray | None:
     PIL's are. A JPEG with both sides at least 4× `size` is decoded at a reduced DCT scale that keeps both at least
     2× `size` (what Pillow's `thumbnail` does): a camera photo decodes many times faster. None for any other image
     or any error (PIL then decodes it, or names what is wrong)."""
-    if data[:2] != b"\xff\xd8":
+    header = _jpeg_header(data)
+    if header is None or (channels == 1 and header[2] != "Gray"):  # PIL's colour-to-gray formula differs
         return None
     import simplejpeg
 
     try:
-        space = simplejpeg.decode_jpeg_header(data)[2]
-        if space not in JPEG_SPACES or (channels == 1 and space != "Gray"):  # PIL's colour-to-gray formula differs
-            return None
         pixels = simplejpeg.decode_jpeg(
             data, "GRAY" if channels == 1 else "RGB", min_height=2 * size, min_width=2 * size, min_factor=2
         )
@@ -157,16 +155,23 @@ def image_header(path: str) -> tuple[str, int] | None:
         return None
 
 
-def _header(data: bytes, path: str) -> tuple[str, int] | None:
-    if data[:2] == b"\xff\xd8":
-        import simplejpeg
+def _jpeg_header(data: bytes) -> tuple[int, int, str] | None:
+    """A JPEG's height, width and colour space when libjpeg-turbo decodes it here (`JPEG_SPACES`), else None."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    import simplejpeg
 
-        try:
-            height, width, space, _ = simplejpeg.decode_jpeg_header(data)
-            if space in JPEG_SPACES:
-                return JPEG_SPACES[space], min(height, width)
-        except ValueError:
-            pass
+    try:
+        height, width, space, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    return (height, width, space) if space in JPEG_SPACES else None
+
+
+def _header(data: bytes, path: str) -> tuple[str, int] | None:
+    jpeg = _jpeg_header(data)
+    if jpeg is not None:
+        return JPEG_SPACES[jpeg[2]], min(jpeg[:2])
     from PIL import Image
 
     try:
