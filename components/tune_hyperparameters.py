@@ -14,6 +14,7 @@ While it runs, the study writes progress lines (`StudyProgress`): trial k of N s
 and each running trial's epoch, read from the trainer's own progress lines in the trial's log.
 """
 
+import contextlib
 import csv
 import json
 import os
@@ -90,10 +91,11 @@ def make_designer(spec: StudySpec, seed: int = 0):
         from vizier._src.algorithms.designers.random import RandomDesigner
 
         return RandomDesigner(problem.search_space, seed=seed)
-    import jax
-    from vizier._src.algorithms.designers.gp_bandit import VizierGPBandit
-    from vizier._src.algorithms.optimizers import eagle_strategy, vectorized_base
-    from vizier.pyvizier.converters import padding
+    with _without_tensorflow():
+        import jax
+        from vizier._src.algorithms.designers.gp_bandit import VizierGPBandit
+        from vizier._src.algorithms.optimizers import eagle_strategy, vectorized_base
+        from vizier.pyvizier.converters import padding
 
     factory = vectorized_base.VectorizedOptimizerFactory(
         strategy_factory=eagle_strategy.VectorizedEagleStrategyFactory(), max_evaluations=2000, suggestion_batch_size=25
@@ -105,6 +107,22 @@ def make_designer(spec: StudySpec, seed: int = 0):
         rng=jax.random.PRNGKey(seed),
         padding_schedule=padding.PaddingSchedule(num_trials=padding.PaddingType.MULTIPLES_OF_10),
     )
+
+
+@contextlib.contextmanager
+def _without_tensorflow():
+    """Imports in this block see no TensorFlow, unless this process has already imported it. TensorFlow
+    Probability's JAX substrate (Vizier's GP) imports TensorFlow only to copy its docstrings, and skips that when the
+    import fails: most of the GP bandit's import time (about 5 of 8 s on 2 cores), paid while the trial runners
+    import TensorFlow themselves."""
+    if "tensorflow" in sys.modules:
+        yield
+        return
+    sys.modules["tensorflow"] = None  # `import tensorflow` raises ImportError
+    try:
+        yield
+    finally:
+        del sys.modules["tensorflow"]
 
 
 # What a trial of `trainer.task` imports: a runner loads it before it has a trial (trainer.task first: it sets
@@ -163,12 +181,17 @@ class TrialRunner:
             return self.process.returncode if self.process.returncode not in (None, 0) else 1
         return int(json.loads(answer)["exit"])
 
-    def close(self) -> None:
+    def end(self) -> None:
+        """Tell the runner to exit (end of its stdin)."""
         if self.process.stdin and not self.process.stdin.closed:
             try:
                 self.process.stdin.close()
             except OSError:
                 pass
+
+    def close(self) -> None:
+        """End the runner and wait for it (killed after 10 s)."""
+        self.end()
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
@@ -209,6 +232,9 @@ class RunnerPool:
         return code
 
     def close(self) -> None:
+        """End every runner: all are told at once, then waited for (each exits at once: `trial_runner`)."""
+        for runner in self._all:
+            runner.end()
         for runner in self._all:
             runner.close()
 

@@ -74,3 +74,23 @@ def test_runner_protocol_from_the_command_line(tmp_path, module):
     )
     assert done.returncode == 0 and done.stdout == '{"exit": 0}\n'
     assert "trial 7" in (tmp_path / "t.log").read_text()
+
+
+def test_a_runner_leaves_without_the_interpreters_teardown(tmp_path, module):
+    """The end of its stdin ends the runner at once: exit handlers (TensorFlow's teardown among them) do not run,
+    where a plain interpreter that imported the same module runs them."""
+    marker = tmp_path / "torn-down"
+    (tmp_path / "exit_hook.py").write_text(
+        f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
+    )
+    runner = subprocess.run(
+        [sys.executable, "-m", "components.lib.trial_runner", "--preload", "exit_hook", "fake_trial"],
+        input="",
+        capture_output=True,
+        text=True,
+        env={**module},
+        timeout=60,
+    )
+    assert runner.returncode == 0 and not marker.exists()
+    subprocess.run([sys.executable, "-c", "import exit_hook"], env={**module}, check=True, timeout=60)
+    assert marker.exists()

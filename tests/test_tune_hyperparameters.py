@@ -194,3 +194,28 @@ def test_the_trials_plot_is_titled_with_labelled_axes(tmp_path, monkeypatch):
         "accuracy",
     )
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["accuracy", "best so far"]
+
+
+def test_the_gp_designer_loads_without_tensorflow_and_leaves_it_importable():
+    """The study process does not import TensorFlow for Vizier's GP (TensorFlow Probability would, for docstrings
+    only); the GP still suggests, and nothing is left in `sys.modules` that would stop a later import."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from components.lib.study_spec import StudySpec
+from components.tune_hyperparameters import Trial, _to_vizier, make_designer
+from vizier import algorithms as vza
+s = StudySpec.model_validate({"parameters": [
+    {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 1.0, "scale": "log"}]})
+designer = make_designer(s)
+(seed,) = designer.suggest(1)
+done = Trial("1", seed.parameters.as_dict(), status="SUCCEEDED", metric=0.5)
+designer.update(vza.CompletedTrials([_to_vizier(done, s, 1)]), vza.ActiveTrials())
+(gp,) = designer.suggest(1)
+print("tensorflow" in sys.modules, 1e-4 <= gp.parameters["learning_rate"].value <= 1.0)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"]  # neither imported nor blocked (a None entry) any more
