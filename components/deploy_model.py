@@ -366,6 +366,9 @@ def deploy_model(
         rest_port: The local server's REST port (0: any free port).
         grpc_port: The local server's gRPC port (0: any free port).
     """
+    from trainer.fast_exit import skip_exit_collection
+
+    skip_exit_collection()
     import json
     from collections import namedtuple
 

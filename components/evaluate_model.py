@@ -237,6 +237,9 @@ def evaluate_model(
         champion_name: The champion's name in the gate's reason.
         champion_model_uri: The champion's model URI (a candidate with the same artifacts is not blessed).
     """
+    from trainer.fast_exit import skip_exit_collection
+
+    skip_exit_collection()
     import json
 
     from components.evaluate_model import evaluate

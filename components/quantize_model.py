@@ -291,6 +291,9 @@ def quantize_model(
         int8_io: int8 mode: int8 input and output tensors too.
         allow_flex: Accept models that need Select TF (Flex) ops.
     """
+    from trainer.fast_exit import skip_exit_collection
+
+    skip_exit_collection()
     import json
     import os
     import shutil

@@ -907,6 +907,9 @@ def run_batch_prediction(
         max_error_fraction: The step fails when a larger share of the instances failed.
         signature_name: The signature to call (empty: chosen from the model and the instances).
     """
+    from trainer.fast_exit import skip_exit_collection
+
+    skip_exit_collection()
     import os
     from collections import namedtuple
 

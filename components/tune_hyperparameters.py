@@ -597,6 +597,9 @@ def tune_hyperparameters(
         learning_rate: The pipeline's learning rate.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
+    from trainer.fast_exit import skip_exit_collection
+
+    skip_exit_collection()
 
     from components.lib.study_spec import (
         StudySpec,

@@ -100,7 +100,9 @@ def validation_steps(stats: dict, global_batch: int, workers: int) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from trainer import distribute
+    from trainer import distribute, fast_exit
+
+    fast_exit.skip_exit_collection()
 
     cluster = distribute.cluster_from_env()  # sets TF_CONFIG from CLUSTER_SPEC before the strategy exists
     import numpy as np
