@@ -2,11 +2,13 @@
 input shape than the champion of its model name stops here, before the study and the training, with the gate's
 message (`evaluate_model.check_compatible`, which checks the trained model again, input names and signatures too).
 
-The champion's side is read from its artifacts without loading the model: the labels and feature files the trainer
-writes beside the SavedModel and the `serving_default` input of `saved_model.pb`; the candidate's from the prepared
-data's `stats.json` (examples of float32 `[None, *input_shape]`, which the champion's input must take: the same
-rank and channels, any size where it takes any).
+The champion's side is read from its artifacts without loading the model or importing TensorFlow: the labels and
+feature files the trainer writes beside the SavedModel and the `serving_default` input of `saved_model.pb`; the
+candidate's from the prepared data's `stats.json` (examples of float32 `[None, *input_shape]`, which the champion's
+input must take: the same rank and channels, any size where it takes any).
 """
+
+import functools
 
 from kfp.dsl import Dataset, Input
 
@@ -17,18 +19,42 @@ def _lines(data: bytes | None) -> list[str] | None:
     return None if data is None else [line for line in data.decode().splitlines() if line]
 
 
+@functools.cache
+def _saved_model_class():
+    """TensorFlow's `SavedModel` message (saved_model.proto: a schema version and the meta graphs) over TensorBoard's
+    copy of TensorFlow's `MetaGraphDef`: reading a signature this way does not import TensorFlow (about 5 s a step)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from tensorboard.compat.proto import meta_graph_pb2
+
+    field = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name="tfpipe/saved_model.proto", package="tfpipe", syntax="proto3", dependency=[meta_graph_pb2.DESCRIPTOR.name]
+    )
+    message = file.message_type.add(name="SavedModel")
+    message.field.add(name="saved_model_schema_version", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
+    message.field.add(
+        name="meta_graphs",
+        number=2,
+        type=field.TYPE_MESSAGE,
+        label=field.LABEL_REPEATED,
+        type_name=".tensorboard.MetaGraphDef",
+    )
+    pool = descriptor_pool.Default()
+    pool.AddSerializedFile(file.SerializeToString())
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tfpipe.SavedModel"))
+
+
 def serving_input(saved_model_pb: bytes) -> tuple[str, list]:
     """(dtype, shape) of the `serving_default` signature's input in a `saved_model.pb` (None for any size)."""
-    import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorboard.compat.tensorflow_stub import dtypes
 
-    model = saved_model_pb2.SavedModel.FromString(saved_model_pb)
+    model = _saved_model_class().FromString(saved_model_pb)
     for graph in model.meta_graphs:
         signature = graph.signature_def.get("serving_default")
         if signature is not None and signature.inputs:
             (info,) = signature.inputs.values()
             dims = [None if d.size < 0 else d.size for d in info.tensor_shape.dim]
-            return tf.dtypes.as_dtype(info.dtype).name, dims
+            return dtypes.as_dtype(info.dtype).name, dims
     raise ValueError("the champion's saved_model.pb has no serving_default signature with an input")
 
 

@@ -93,3 +93,29 @@ def test_a_champion_on_cloud_storage(trained_model, digits_data, gcs_emulator):
 )
 def test_which_inputs_take_the_data(champion, data, fits):
     assert takes(champion, data) is fits
+
+
+def test_the_champions_signature_is_read_without_tensorflow(trained_model):
+    """The step reads saved_model.pb with TensorBoard's copy of TensorFlow's protos: the same answer as TensorFlow's
+    own `SavedModel` message, and no TensorFlow import (seconds of every run that has a champion)."""
+    import subprocess
+    import sys
+
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = (trained_model / "model" / "saved_model.pb").read_bytes()
+    ours = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from components.check_champion import serving_input; "
+            f"print(serving_input(open({str(trained_model / 'model' / 'saved_model.pb')!r}, 'rb').read()), "
+            "'tensorflow' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout.strip()
+    (info,) = saved_model_pb2.SavedModel.FromString(pb).meta_graphs[0].signature_def["serving_default"].inputs.values()
+    assert ours == f"('float32', {[None if d.size < 0 else d.size for d in info.tensor_shape.dim]}) False"

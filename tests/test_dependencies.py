@@ -11,8 +11,6 @@ from tests.imports import PACKAGES, ROOT
 
 # Declared without an import of their own, and why.
 NOT_IMPORTED = {
-    "tensorboard": "tf.summary.scalar & co. (the trainer's TensorBoard callback) import it; tensorflow does not "
-    "require it",
     "jaxlib": "pinned with jax for google-vizier (see pyproject.toml)",
 }
 DEPENDENCIES = [
