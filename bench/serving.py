@@ -27,7 +27,9 @@ The comparison is reported in two sections, in this order:
       both; one thread on both), the same model, clients and rounds; ratio of median QPS and each round's ratio;
   best configurations: each side's configuration with the highest median QPS at the most clients over REST (ours:
       any of its four; KServe: either of its two), labelled with its settings; the ratio of the two.
-Then gRPC against REST on ours: the same server, request size and clients, the ratio of median QPS.
+Then gRPC against REST on ours: the same server, request size and clients, the ratio of median QPS; and ours with
+its model calls on the event loop (the default on ≤ 2 CPUs, serving.dispatch) against a pool of one thread per
+usable CPU (at least 2; `ours_pool`, REST, the most clients).
 Also measured: the model call itself (`serving_default` on one example, in a fresh process per thread setting,
 warmed up, then timed), and request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client
 writes it vs the serialized gRPC `PredictRequest`.
@@ -59,6 +61,7 @@ import numpy as np
 
 from bench import ROOT, train_digits
 from bench.results import Recorder, result_path
+from components.lib.cpus import available_cpus
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -430,7 +433,12 @@ SERVERS = {
     "ours_1t": ("ours 1 TF thr", "ours", "one", False, ["rest", "grpc"]),
     "ours_batching": ("ours+batching", "ours", "default", True, ["rest", "grpc"]),
     "ours_batching_1t": ("ours+batch 1 thr", "ours", "one", True, ["rest"]),
+    "ours_pool": ("ours, call pool", "ours", "default", False, ["rest"]),
 }
+# ours_pool: the model calls of overlapping requests on a pool of one thread per usable CPU (at least 2) instead of
+# the event loop (serving.dispatch.default_threads), to show what the default's choice is worth on this machine
+POOL_THREADS = max(2, available_cpus())
+EXTRA_ARGS = {"ours_pool": ["--request-threads", str(POOL_THREADS)]}
 NAMES = {key: spec[0] for key, spec in SERVERS.items()}
 LARGE_REQUESTS = ("ours", "ours_1t")  # also measured with --large-request instances a request, at the most clients
 THREADS = {"default": "default (one per CPU)", "one": "1 intra-op, 1 inter-op"}
@@ -536,6 +544,7 @@ def run(args, workdir: Path) -> dict:
                 str(grpc_port),
             ]
             cmd += batching if batched else []
+            cmd += EXTRA_ARGS.get(key, [])
             ready = ours_ready(rest_url)
         servers[key] = (cmd, rest_url, grpc_port, ready, protocols, ONE_THREAD if threads == "one" else {})
     configs = [(key, protocol) for key, (*_, protocols, _) in servers.items() for protocol in protocols]
@@ -604,6 +613,12 @@ def run(args, workdir: Path) -> dict:
     goal_pairs = [like[name][str(top)] for name in like if str(top) in like[name]]
     errors = sum(r["errors"] for r in rows)
     grpc_rest = grpc_vs_rest(rows)
+    inline, pool = (
+        next(
+            (r for r in rows if (r["server"], r["protocol"], r["instances"], r["clients"]) == (k, "rest", 1, top)), None
+        )
+        for k in ("ours", "ours_pool")
+    )
     return {
         "dataset": "builtin:digits",
         "epochs": args.epochs,
@@ -620,7 +635,12 @@ def run(args, workdir: Path) -> dict:
             "client": "closed loop; requests.Session or http.client (REST) / grpc channel with pre-serialized "
             "PredictRequest (gRPC), one per client; bodies encoded once before the run",
             "servers": {
-                key: {"side": side, "tensorflow_threads": THREADS[threads], "batching": batched}
+                key: {
+                    "side": side,
+                    "tensorflow_threads": THREADS[threads],
+                    "batching": batched,
+                    **({"request_threads": POOL_THREADS} if key in EXTRA_ARGS else {}),
+                }
                 for key, (_label, side, threads, batched, _protocols) in SERVERS.items()
                 if key in servers
             },
@@ -660,6 +680,15 @@ def run(args, workdir: Path) -> dict:
         "runs": rows,
         "like_for_like": like,
         "grpc_vs_rest": grpc_rest,
+        "request_threads": {
+            "clients": top,
+            "event_loop_qps": inline["qps"],
+            "pool_qps": pool["qps"],
+            "pool_threads": POOL_THREADS,
+            "event_loop_to_pool": round(inline["qps"] / pool["qps"], 3),
+        }
+        if inline and pool and pool["qps"]
+        else None,
         "best": comparisons["best"],
         "request_bytes": bytes_cmp,
         "goal": {
@@ -836,6 +865,12 @@ def print_report(r: dict) -> None:
         print(
             f"  {c['label']}, {c['instances']} instance(s), {c['clients']} clients: {c['grpc_qps']:,.0f} / "
             f"{c['rest_qps']:,.0f} QPS = {c['ratio']:.2f}× ... {'PASS' if c['met'] else 'FAIL'}"
+        )
+    if t := r["request_threads"]:
+        print(
+            f"ours' model calls on the event loop (the default here) against a pool of {t['pool_threads']} threads, "
+            f"REST, {t['clients']} clients: {t['event_loop_qps']:,.0f} / {t['pool_qps']:,.0f} QPS = "
+            f"{t['event_loop_to_pool']:.2f}×"
         )
     print(f"goal gRPC ≤ 0.3× REST bytes: {g['grpc_to_rest_bytes']:.3f}× ... {'PASS' if g['bytes_met'] else 'FAIL'}")
     print(

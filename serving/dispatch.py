@@ -15,11 +15,18 @@ from components.lib.cpus import available_cpus
 from serving.models import Servable
 
 
+def default_threads(cpus: int) -> int:
+    """Model-call threads for `cpus` usable CPUs: none (every call on the loop) up to 2, else one per CPU. On 2 CPUs
+    the hand-offs to a pool cost more than the overlap frees (bench/results/serving.json, `request_threads`)."""
+    return 1 if cpus <= 2 else cpus
+
+
 class Dispatcher:
-    """Runs model calls for the event loop's handlers. `threads` (0: one per CPU it may use, `available_cpus`; 1: every call on the loop)."""
+    """Runs model calls for the event loop's handlers. `threads` (0: `default_threads` for the CPUs it may use,
+    `available_cpus`; 1: every call on the loop)."""
 
     def __init__(self, threads: int = 0):
-        threads = threads or available_cpus()
+        threads = threads or default_threads(available_cpus())
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="model-call") if threads > 1 else None
         self._in_flight = 0
 
