@@ -60,8 +60,8 @@ if TYPE_CHECKING:
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="threads that run the model calls of overlapping REST requests (0: one per usable CPU; 1: every call on "
-    "the event loop)",
+    help="threads that run the model calls of overlapping REST requests (0: one per usable CPU above 2 CPUs, else "
+    "none; 1: every call on the event loop)",
 )
 @click.option(
     "--grpc-max-threads",

@@ -1,8 +1,8 @@
 """Where a request's model call runs: on the event loop when the request is alone, on a pool of threads when requests
-overlap. A call on the loop has no hand-off (the lowest latency for one client); on the pool, TensorFlow computes
-with the GIL released while the loop reads, parses and answers other requests, so the server uses more than one CPU
-(bench/results/serving.json: like-for-like QPS at 16 clients). REST's handlers use it; gRPC runs each call on a
-worker thread of its own server (serving.grpc_service)."""
+overlap (when there is a pool: `default_threads`). A call on the loop has no hand-off (the lowest latency for one
+client); on the pool, TensorFlow computes with the GIL released while the loop reads, parses and answers other
+requests, so the server can use more than one CPU. REST's handlers use it; gRPC runs each call on a worker thread of
+its own server (serving.grpc_service)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 
 from components.lib.cpus import available_cpus
 from serving.batching import BatchingOptions
-from serving.dispatch import Dispatcher
+from serving.dispatch import Dispatcher, default_threads
 from serving.repository import Repository, ServedModels
 from serving.server import ModelServer, ServerOptions
 
@@ -62,6 +62,11 @@ def test_one_thread_keeps_every_call_on_the_loop():
 
     loop_thread = asyncio.run(main())
     assert servable.calls == [(loop_thread, False)] * 4
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [(1, 1), (2, 1), (3, 3), (16, 16)])
+def test_default_threads_keep_calls_on_the_loop_up_to_two_cpus(cpus, threads):
+    assert default_threads(cpus) == threads
 
 
 @pytest.mark.parametrize(
