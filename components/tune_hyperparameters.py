@@ -76,7 +76,7 @@ def vizier_problem(spec: StudySpec):
 
 def make_designer(spec: StudySpec, seed: int = 0):
     """Vizier designer for the spec's algorithm. The GP bandit's acquisition search is sized for small machines
-    (2,000 evaluations, 2 ARD restarts: about 4 s a suggestion on 2 cores instead of about 20 s), and its trials are
+    (2,000 evaluations, 2 ARD restarts: about a fifth of the default's time a suggestion on 2 cores), and its trials are
     padded to a multiple of 10, so the GP's JAX functions compile once per 10 trials instead of at every suggestion
     (then under 1 s a suggestion; the padding is masked out, the suggestions are the same).
 
