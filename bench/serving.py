@@ -5,8 +5,8 @@
                             [--num-batch-threads 1] [--kserve-request-logs] [--epochs 3] [--workdir DIR] [--quick]
 
 Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epochs`; `--workdir` keeps and reuses it)
-and serves its SavedModel (input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from six
-separate processes, all started up front: KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`
+and serves its SavedModel (input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from separate
+processes, all started up front: KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`
 in its sync `predict`, `kserve.ModelServer(workers=1)`, v1 protocol, per-request logs off unless
 `--kserve-request-logs`) and ours (`python -m pipelines serve`), each once with TensorFlow's default thread pools (a
 thread per CPU) and once with one TensorFlow thread (`TF_NUM_INTRAOP_THREADS` and `TF_NUM_INTEROP_THREADS` = 1, the
@@ -26,10 +26,12 @@ The comparison is reported in two sections, in this order:
   like for like: ours vs KServe, REST, both without batching, with the same TensorFlow threads (default pools on
       both; one thread on both), the same model, clients and rounds; ratio of median QPS and each round's ratio;
   best configurations: each side's configuration with the highest median QPS at the most clients over REST (ours:
-      any of its four; KServe: either of its two), labelled with its settings; the ratio of the two.
+      any of its own with a model; KServe: either of its two), labelled with its settings; the ratio of the two.
 Then gRPC against REST on ours: the same server, request size and clients, the ratio of median QPS; and ours with
 its model calls on the event loop (the default on ≤ 2 CPUs, serving.dispatch) against a pool of one thread per
-usable CPU (at least 2; `ours_pool`, REST, the most clients).
+usable CPU (at least 2; `ours_pool`, REST, the most clients); and the transports alone: our server's REST and gRPC
+stacks with no model (`floor`, bench/transport_floor.py, each client count), gRPC against REST and the server CPU of
+each.
 Also measured: the model call itself (`serving_default` on one example, in a fresh process per thread setting,
 warmed up, then timed), and request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client
 writes it vs the serialized gRPC `PredictRequest`.
@@ -434,9 +436,11 @@ SERVERS = {
     "ours_batching": ("ours+batching", "ours", "default", True, ["rest", "grpc"]),
     "ours_batching_1t": ("ours+batch 1 thr", "ours", "one", True, ["rest"]),
     "ours_pool": ("ours, call pool", "ours", "default", False, ["rest"]),
+    "floor": ("no model", "floor", "default", False, ["rest", "grpc"]),
 }
 # ours_pool: the model calls of overlapping requests on a pool of one thread per usable CPU (at least 2) instead of
-# the event loop (serving.dispatch.default_threads), to show what the default's choice is worth on this machine
+# the event loop (serving.dispatch.default_threads), to show what the default's choice is worth on this machine.
+# floor: our server's REST and gRPC stacks with no model (bench/transport_floor.py), what each protocol costs alone
 POOL_THREADS = max(2, available_cpus())
 EXTRA_ARGS = {"ours_pool": ["--request-threads", str(POOL_THREADS)]}
 NAMES = {key: spec[0] for key, spec in SERVERS.items()}
@@ -528,6 +532,10 @@ def run(args, workdir: Path) -> dict:
             cmd = [sys.executable, "-m", "bench.kserve_peer", model_dir, MODEL_NAME, str(http), str(grpc_port)]
             cmd += ["--request-logs"] if args.kserve_request_logs else []
             ready = kserve_ready(rest_url)
+        elif side == "floor":
+            threads_ = str(2 * available_cpus())  # ours' default gRPC workers without batching
+            cmd = [sys.executable, "-m", "bench.transport_floor", MODEL_NAME, str(http), str(grpc_port), threads_]
+            ready = ours_ready(rest_url)
         else:
             cmd = [
                 sys.executable,
@@ -551,7 +559,8 @@ def run(args, workdir: Path) -> dict:
     measured = [(k, p, 1, c) for c in args.clients for k, p in configs]  # (server, protocol, instances, clients)
     measured += [(k, p, n, max(args.clients)) for n in sizes[1:] for k, p in configs if k in LARGE_REQUESTS]
     raw: dict[tuple, list] = {m: [] for m in measured}
-    correct, startup = {}, {}
+    correct: dict[tuple, bool | None] = {}  # None: the floor, no model to match
+    startup = {}
     with contextlib.ExitStack() as stack:
         procs = {
             key: stack.enter_context(server_process(cmd, workdir / f"{key}.log", server[-1]))
@@ -561,6 +570,9 @@ def run(args, workdir: Path) -> dict:
             startup[key] = round(wait_ready(procs[key], ready, workdir / f"{key}.log", NAMES[key]), 1)
             for protocol in protocols:
                 target = f"{rest_url}:predict" if protocol == "rest" else f"127.0.0.1:{grpc_port}"
+                if SERVERS[key][1] == "floor":  # no model: its fixed answer has nothing to match
+                    correct[key, protocol, 1] = None
+                    continue
                 check = check_rest if protocol == "rest" else check_grpc
                 for n in sizes if key in LARGE_REQUESTS else [1]:
                     correct[key, protocol, n] = check(target, bodies[n, protocol], expected_ids[n])
@@ -612,7 +624,7 @@ def run(args, workdir: Path) -> dict:
     like = comparisons["like_for_like"]
     goal_pairs = [like[name][str(top)] for name in like if str(top) in like[name]]
     errors = sum(r["errors"] for r in rows)
-    grpc_rest = grpc_vs_rest(rows)
+    grpc_rest = grpc_vs_rest([r for r in rows if r["side"] == "ours"])
     return {
         "dataset": "builtin:digits",
         "epochs": args.epochs,
@@ -674,6 +686,7 @@ def run(args, workdir: Path) -> dict:
         "runs": rows,
         "like_for_like": like,
         "grpc_vs_rest": grpc_rest,
+        "transport_floor": grpc_vs_rest([r for r in rows if r["side"] == "floor"]),
         "request_threads": comparisons["request_threads"],
         "best": comparisons["best"],
         "request_bytes": bytes_cmp,
@@ -688,7 +701,7 @@ def run(args, workdir: Path) -> dict:
             "bytes_met": bytes_cmp["grpc_to_rest"] <= 0.3,
             "grpc_at_least_rest": {f"{c['server']}/{c['instances']}/{c['clients']}": c["met"] for c in grpc_rest},
             "errors": errors,
-            "all_correct": all(r["class_ids_match"] for r in rows),
+            "all_correct": all(r["class_ids_match"] for r in rows if r["side"] != "floor"),
         },
     }
 
@@ -865,6 +878,12 @@ def print_report(r: dict) -> None:
         print(
             f"  {c['label']}, {c['instances']} instance(s), {c['clients']} clients: {c['grpc_qps']:,.0f} / "
             f"{c['rest_qps']:,.0f} QPS = {c['ratio']:.2f}× ... {'PASS' if c['met'] else 'FAIL'}"
+        )
+    print("the transports alone (no model: bench/transport_floor.py), gRPC against REST:")
+    for c in r["transport_floor"]:
+        print(
+            f"  {c['clients']} clients: {c['grpc_qps']:,.0f} / {c['rest_qps']:,.0f} QPS = {c['ratio']:.2f}×; server CPU "
+            f"{c['grpc_server_cpu_ms_per_request']:.3f} / {c['rest_server_cpu_ms_per_request']:.3f} ms a request"
         )
     if t := r["request_threads"]:
         print(
