@@ -101,6 +101,12 @@ if TYPE_CHECKING:
     show_default=True,
     help="TensorFlow ops run at once (0: TensorFlow's default)",
 )
+@click.option(
+    "--tensorflow-spin-wait/--no-tensorflow-spin-wait",
+    "spin_wait",
+    default=None,
+    help="whether TensorFlow's idle pool threads spin before sleeping  [default: only above 2 usable CPUs]",
+)
 @click.pass_context
 def serve(
     ctx,
@@ -119,6 +125,7 @@ def serve(
     version_policy,
     intra_op,
     inter_op,
+    spin_wait,
     **options,
 ):
     """Serve a model repository's models with TF Serving's REST and gRPC APIs (a stand-in for tensorflow/serving):
@@ -155,7 +162,7 @@ def serve(
     from serving.server import ModelServer, ServerOptions, run, set_tensorflow_threads
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    set_tensorflow_threads(intra_op, inter_op)
+    set_tensorflow_threads(intra_op, inter_op, spin_wait)
     policy = Policy(version_policy, latest_versions, specific)
     try:
         source = (

@@ -31,18 +31,36 @@ def run(main):
         return runner.run(main)
 
 
-def set_tensorflow_threads(intra_op: int = 0, inter_op: int = 0) -> None:
+def set_tensorflow_threads(intra_op: int = 0, inter_op: int = 0, spin_wait: bool | None = None) -> None:
     """TensorFlow's thread pools (TF Serving's --tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism;
     0: TensorFlow's default, one thread per CPU). Before any model loads. Small models answer single requests faster
-    on one thread each: a pool's hand-offs cost more than the kernels (`model_call_ms` in bench/results/serving.json)."""
-    if not intra_op and not inter_op:
-        return
+    on one thread each: a pool's hand-offs cost more than the kernels (`model_call_ms` in bench/results/serving.json).
+    `spin_wait`: whether a pool's idle threads spin before they sleep (TensorFlow's default; None: only above 2
+    usable CPUs, `default_spin_wait`)."""
     import tensorflow as tf
 
     if intra_op:
         tf.config.threading.set_intra_op_parallelism_threads(intra_op)
     if inter_op:
         tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    if spin_wait is None:
+        spin_wait = default_spin_wait(available_cpus())
+    if not spin_wait:
+        from tensorflow.core.protobuf import config_pb2
+        from tensorflow.python.eager import context
+
+        # ConfigProto.experimental.disable_thread_spinning, read when the eager runtime starts (no public setter)
+        config = config_pb2.ConfigProto()
+        config.CopyFrom(context.context()._config or config)
+        config.experimental.disable_thread_spinning = True
+        context.context()._config = config
+
+
+def default_spin_wait(cpus: int) -> bool:
+    """Whether TensorFlow's idle pool threads spin on `cpus` usable CPUs: not up to 2, where a spinning thread takes
+    the CPU that the request path and the other requests need (ours, default threads, 16 clients:
+    bench/results/serving.json)."""
+    return cpus > 2
 
 
 @dataclass

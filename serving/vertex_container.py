@@ -171,11 +171,12 @@ def main(environ: Mapping[str, str] = os.environ) -> int:
 
     from serving.batching import BatchingOptions
     from serving.repository import Repository, ServedModels
-    from serving.server import ModelServer, ServerOptions, run
+    from serving.server import ModelServer, ServerOptions, run, set_tensorflow_threads
 
     # Vertex stops the container with SIGTERM. While serving, uvicorn takes the signal over, shuts down gracefully,
     # then raises it again, into this handler.
     signal.signal(signal.SIGTERM, _stopped)
+    set_tensorflow_threads()  # TensorFlow's default pools; their threads spin only above 2 CPUs
     repository = tempfile.mkdtemp(prefix="tfpipe-serving-")
     try:
         os.makedirs(os.path.join(repository, MODEL_NAME))

@@ -550,12 +550,27 @@ def test_event_loop_is_uvloop_and_tensorflow_threads_are_settable():
 
     assert run(loop_module()).startswith("uvloop")
     code = (
-        "from serving.server import set_tensorflow_threads; set_tensorflow_threads(1, 2); "
-        "import tensorflow as tf; print(tf.config.threading.get_intra_op_parallelism_threads(), "
-        "tf.config.threading.get_inter_op_parallelism_threads())"
+        "import sys; from serving.server import set_tensorflow_threads; "
+        "set_tensorflow_threads(1, 2, spin_wait={spin}); "
+        "import tensorflow as tf; from tensorflow.python.eager import context; "
+        "sent = []; original = context.pywrap_tfe.TFE_ContextOptionsSetConfig; "
+        "context.pywrap_tfe.TFE_ContextOptionsSetConfig = lambda o, c: (sent.append(c), original(o, c))[1]; "
+        "tf.constant(1.0) + 1; config = context.config_pb2.ConfigProto.FromString(sent[0]); "
+        "print(tf.config.threading.get_intra_op_parallelism_threads(), "
+        "tf.config.threading.get_inter_op_parallelism_threads(), config.intra_op_parallelism_threads, "
+        "config.inter_op_parallelism_threads, config.experimental.disable_thread_spinning)"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.stdout.split() == ["1", "2"], done.stderr[-500:]
+    for spin, disabled in ((False, "True"), (True, "False")):  # what the runtime is started with
+        done = subprocess.run(
+            [sys.executable, "-c", code.format(spin=spin)], capture_output=True, text=True, timeout=120
+        )
+        assert done.stdout.split() == ["1", "2", "1", "2", disabled], done.stderr[-500:]
+
+
+def test_tensorflow_pools_spin_only_above_two_cpus():
+    from serving.server import default_spin_wait
+
+    assert [default_spin_wait(cpus) for cpus in (1, 2, 3, 16)] == [False, False, True, True]
 
 
 def test_flat_call_answers_what_the_structured_call_answers(tmp_path):
