@@ -30,7 +30,7 @@ The comparison is reported in two sections, in this order:
 Then gRPC against REST on ours: the same server, request size and clients, the ratio of median QPS; and ours with
 its model calls on the event loop (the default on ≤ 2 CPUs, serving.dispatch) against a pool of one thread per
 usable CPU (at least 2; `ours_pool`, REST, the most clients); and the transports alone: our server's REST and gRPC
-stacks with no model (`floor`, bench/transport_floor.py, each client count), gRPC against REST and the server CPU of
+stacks with no model (`floor`, bench/floor_peer.py, each client count), gRPC against REST and the server CPU of
 each.
 Also measured: the model call itself (`serving_default` on one example, in a fresh process per thread setting,
 warmed up, then timed), and request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client
@@ -440,7 +440,7 @@ SERVERS = {
 }
 # ours_pool: the model calls of overlapping requests on a pool of one thread per usable CPU (at least 2) instead of
 # the event loop (serving.dispatch.default_threads), to show what the default's choice is worth on this machine.
-# floor: our server's REST and gRPC stacks with no model (bench/transport_floor.py), what each protocol costs alone
+# floor: our server's REST and gRPC stacks with no model (bench/floor_peer.py), what each protocol costs alone
 POOL_THREADS = max(2, available_cpus())
 EXTRA_ARGS = {"ours_pool": ["--request-threads", str(POOL_THREADS)]}
 NAMES = {key: spec[0] for key, spec in SERVERS.items()}
@@ -534,7 +534,7 @@ def run(args, workdir: Path) -> dict:
             ready = kserve_ready(rest_url)
         elif side == "floor":
             threads_ = str(2 * available_cpus())  # ours' default gRPC workers without batching
-            cmd = [sys.executable, "-m", "bench.transport_floor", MODEL_NAME, str(http), str(grpc_port), threads_]
+            cmd = [sys.executable, "-m", "bench.floor_peer", MODEL_NAME, str(http), str(grpc_port), threads_]
             ready = ours_ready(rest_url)
         else:
             cmd = [
@@ -879,7 +879,7 @@ def print_report(r: dict) -> None:
             f"  {c['label']}, {c['instances']} instance(s), {c['clients']} clients: {c['grpc_qps']:,.0f} / "
             f"{c['rest_qps']:,.0f} QPS = {c['ratio']:.2f}× ... {'PASS' if c['met'] else 'FAIL'}"
         )
-    print("the transports alone (no model: bench/transport_floor.py), gRPC against REST:")
+    print("the transports alone (no model: bench/floor_peer.py), gRPC against REST:")
     for c in r["transport_floor"]:
         print(
             f"  {c['clients']} clients: {c['grpc_qps']:,.0f} / {c['rest_qps']:,.0f} QPS = {c['ratio']:.2f}×; server CPU "

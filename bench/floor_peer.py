@@ -1,7 +1,7 @@
 """A server with our server's two protocol stacks and no model, for `bench.serving`: what a request costs the
 transport alone.
 
-    python -m bench.transport_floor NAME HTTP_PORT GRPC_PORT GRPC_THREADS
+    python -m bench.floor_peer NAME HTTP_PORT GRPC_PORT GRPC_THREADS
 
 REST: Starlette on uvicorn on uvloop (serving.server.run), `POST /v1/models/NAME:predict` parses the JSON body with
 orjson and answers a fixed body of one prediction; `GET /v1/models/NAME` answers an AVAILABLE version (the benchmark's
