@@ -9,7 +9,6 @@ worker processes (image folders from `PARALLEL_MIN_IMAGES` images); the output i
 Progress (`trainer.progress`, stage `prepare`): records read, written and quarantined, at the end.
 """
 
-import contextlib
 import json
 import math
 import os
@@ -219,9 +218,12 @@ def prepare(
     try:
         p = beam.Pipeline(options=options)
         prep_pipeline.build(p, layout, source.work_items(temp_dir), source.csv_plan, source.folder)
-        result = p.run()
-        with dataflow.cancelled_on_termination(result) if launched else contextlib.nullcontext():
-            result.wait_until_finish()
+        if launched:
+            with dataflow.cancelled_on_termination() as launch:
+                launch.launched(p.run())
+                launch.result.wait_until_finish()
+        else:
+            p.run().wait_until_finish()
         found = prep_pipeline.summaries(layout)
     finally:
         remove_tree(temp_dir)

@@ -294,3 +294,35 @@ def test_a_terminated_step_cancels_its_job(dataflow_api):
     [(method, path, body)] = [r for r in dataflow_api.requests if r[0] == "PUT"]
     assert path.endswith(f"/jobs/{job['id']}") and body["requestedState"] in ("JOB_STATE_CANCELLED", 5)
     dataflow_api.start.set()
+
+
+def test_a_step_terminated_while_its_job_is_created_cancels_the_job_once_it_exists(dataflow_api, monkeypatch, capsys):
+    """SIGTERM that comes while the create request is in flight (the job exists in the service, the step does not
+    know its id yet) is kept until the job is known, then cancels it: no job runs on without its step."""
+    import os
+    import signal
+
+    dataflow_api.start.clear()  # the job stays queued
+    create = dataflow_api.create
+
+    def terminated_while_creating(*args):
+        answer = create(*args)
+        os.kill(os.getpid(), signal.SIGTERM)  # before the step has the answer
+        return answer
+
+    monkeypatch.setattr(dataflow_api, "create", terminated_while_creating)
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint}
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as ended:
+        prepare(
+            "builtin:iris",
+            "gs://test-bucket/cancel-early/dataset",
+            num_workers=1,
+            runner="dataflow",
+            dataflow_options=settings,
+        )
+    assert ended.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) == before
+    [job] = dataflow_api.jobs.values()
+    assert job["currentState"] == "JOB_STATE_CANCELLED"
+    assert f"terminated (signal {signal.SIGTERM}): cancelling the Dataflow job {job['id']}" in capsys.readouterr().out
+    dataflow_api.start.set()

@@ -102,21 +102,43 @@ def record(folder: str, sent) -> str:
     return path
 
 
-@contextlib.contextmanager
-def cancelled_on_termination(result):
-    """While the step waits for the job `result`: SIGTERM (the run cancelled, or the step's time up) cancels the
-    job, which would otherwise run on, and bills, without the step; then the step ends."""
+class _Launch:
+    """The job a step launches, cancelled on SIGTERM (`cancelled_on_termination`)."""
 
-    def cancel(signum, frame):
-        print(f"terminated (signal {signum}): cancelling the Dataflow job {result.job_id()}", flush=True)
-        result.cancel()
+    def __init__(self):
+        self.result = None
+        self.signum = 0
+
+    def on_signal(self, signum, frame):
+        if self.result is None:  # the job is being created: it is cancelled as soon as it exists
+            self.signum = signum
+            return
+        self.cancel(signum)
+
+    def launched(self, result) -> None:
+        """The job exists (`Pipeline.run()` returned it); a SIGTERM received while it was created cancels it now."""
+        self.result = result
+        if self.signum:
+            self.cancel(self.signum)
+
+    def cancel(self, signum: int):
+        print(f"terminated (signal {signum}): cancelling the Dataflow job {self.result.job_id()}", flush=True)
+        self.result.cancel()
         raise SystemExit(128 + signum)
 
+
+@contextlib.contextmanager
+def cancelled_on_termination():
+    """Around a step's launch of its job and its wait for it: SIGTERM (the run cancelled, or the step's time up)
+    cancels the job, which would otherwise run on, and bill, without the step; then the step ends. Yields a
+    `_Launch` to give the job to (`launched`) once `Pipeline.run()` returns it: a SIGTERM that comes while the job is
+    being created cancels it then."""
+    launch = _Launch()
     if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
-        yield
+        yield launch
         return
-    previous = signal.signal(signal.SIGTERM, cancel)
+    previous = signal.signal(signal.SIGTERM, launch.on_signal)
     try:
-        yield
+        yield launch
     finally:
         signal.signal(signal.SIGTERM, previous)
