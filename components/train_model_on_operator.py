@@ -7,8 +7,9 @@ prepared data set onto it, the chief writes the model, metrics and history there
 and the step copies them into its output artifacts once the job has succeeded. Any failing replica restarts
 (`restartPolicy: OnFailure`; MultiWorkerMirroredStrategy's other workers then fail and restart too, and the group
 resumes from the `BackupAndRestore` backup on the volume), at most `max_restarts` times per replica
-(`runPolicy.backoffLimit`). The step prints each new job condition, fails with the job's own message and the chief's
-last log lines, and deletes the job when the run is cancelled (SIGTERM) or times out.
+(`runPolicy.backoffLimit`). The step prints each new job condition, fails with the job's own message and the last
+log lines of the first replica seen failing (else the chief's), and deletes the job when the run is cancelled
+(SIGTERM) or times out.
 """
 
 import contextlib
@@ -113,42 +114,68 @@ def as_dict(job) -> dict:
     return client.ApiClient().sanitize_for_serialization(job)
 
 
-class ChiefLog:
-    """The chief's last log lines, read at every poll and kept: the operator deletes every pod when the job fails on
-    its backoff limit or deadline, so a failure's own lines must be read while its container is still there (after a
-    crash, the kubelet waits before it restarts a container; once restarted, its previous attempt's lines)."""
+class FailureLog:
+    """The last log lines of the first replica seen failing (its container exited with an error, or restarted after
+    one), else the chief's: read at every poll and kept, since the operator deletes every pod when the job
+    fails on its backoff limit or deadline, so a failure's own lines must be read while its container is still there
+    (after a crash, the kubelet waits before it restarts a container; once restarted, its previous attempt's lines).
+    """
 
     def __init__(self, api, namespace: str, name: str, lines: int = 20):
         self.api, self.namespace, self.name, self.lines = api, namespace, name, lines
-        self.kept = ""
+        self.kept, self.replica, self.failed_pod = "", "chief", ""
 
     def watch(self) -> str:
-        """The chief's current lines, or its previous attempt's once it has restarted; the last ones read when the
-        chief (or its log) is gone."""
+        """The chosen replica's current lines, or its previous attempt's once it has restarted; the last ones read
+        when the pods (or their logs) are gone. `replica` names whose lines they are (`chief`, `worker 1`)."""
         from kubernetes import client
 
         try:
             core = client.CoreV1Api(self.api)
             pods = core.list_namespaced_pod(
-                self.namespace,
-                label_selector=f"training.kubeflow.org/job-name={self.name},training.kubeflow.org/replica-type=chief",
+                self.namespace, label_selector=f"training.kubeflow.org/job-name={self.name}"
             ).items
-            if pods:
-                statuses = (pods[0].status.container_statuses or []) if pods[0].status else []
-                running_again = any(
-                    s.name == CONTAINER and s.restart_count and s.state and s.state.running for s in statuses
-                )
-                tail = core.read_namespaced_pod_log(
-                    pods[0].metadata.name,
-                    self.namespace,
-                    container=CONTAINER,
-                    tail_lines=self.lines,
-                    previous=running_again,
-                )
-                self.kept = tail or self.kept
+            statuses = {p.metadata.name: _container_status(p) for p in pods}
+            if not self.failed_pod:  # the first replica seen failing: the others may fail after it, because of it
+                self.failed_pod = next((n for n, status in statuses.items() if _failed(status)), "")
+            chosen = self.failed_pod or next(
+                (p.metadata.name for p in pods if _label(p, "replica-type") == "chief"), ""
+            )
+            pod = next((p for p in pods if p.metadata.name == chosen), None)
+            if pod is None:
+                return self.kept
+            status = statuses[chosen]
+            tail = core.read_namespaced_pod_log(
+                pod.metadata.name,
+                self.namespace,
+                container=CONTAINER,
+                tail_lines=self.lines,
+                previous=bool(status and status.restart_count and status.state and status.state.running),
+            )
+            if tail:
+                self.kept = tail
+                kind = _label(pod, "replica-type")
+                self.replica = kind if kind == "chief" else f"{kind} {_label(pod, 'replica-index')}"
         except Exception:  # noqa: BLE001 (best effort: the job's message is the error)
             pass
         return self.kept
+
+
+def _label(pod, key: str) -> str:
+    return (pod.metadata.labels or {}).get(f"training.kubeflow.org/{key}", "")
+
+
+def _container_status(pod):
+    statuses = (pod.status.container_statuses or []) if pod.status else []
+    return next((s for s in statuses if s.name == CONTAINER), None)
+
+
+def _failed(status) -> bool:
+    """Whether the container exited with an error, now or in its previous attempt."""
+    if status is None:
+        return False
+    ended = [s.terminated for s in (status.state, status.last_state) if s is not None and s.terminated]
+    return bool(status.restart_count) or any(t.exit_code for t in ended)
 
 
 def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
@@ -177,7 +204,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log)
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
-    chief = ChiefLog(api, namespace, name)
+    replica_log = FailureLog(api, namespace, name)
 
     def read():
         return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
@@ -187,12 +214,12 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         if kube.condition(obj, "Succeeded"):
             return obj
         if failed := kube.condition(obj, "Failed"):
-            tail = chief.watch()
+            tail = replica_log.watch()
             raise TrainingJobFailed(
                 f"{what} failed: {failed.get('message') or failed.get('reason')}"
-                + (f"\nchief's last log lines:\n{tail}" if tail else "")
+                + (f"\n{replica_log.replica}'s last log lines:\n{tail}" if tail else "")
             )
-        chief.watch()
+        replica_log.watch()
         return None
 
     def remove():

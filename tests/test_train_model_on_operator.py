@@ -150,6 +150,47 @@ def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
     assert log_call.query == {"container": ["tensorflow"], "tailLines": ["20"], "previous": ["False"]}
 
 
+def test_fails_with_the_log_of_the_replica_that_failed_not_the_chiefs(api_server):
+    """A worker that crashed while the chief still runs: its lines are the ones that say why (the chief's would be
+    the collective's error, or nothing yet)."""
+    api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}, {"conditions": [CREATED, FAILED]}]
+
+    def pod(replica, index, state, restarts=0):
+        return {
+            "metadata": {
+                "name": f"tfpipe-train-abc-{replica}-{index}",
+                "labels": {
+                    "training.kubeflow.org/job-name": "tfpipe-train-abc",
+                    "training.kubeflow.org/replica-type": replica,
+                    "training.kubeflow.org/replica-index": str(index),
+                },
+            },
+            "status": {
+                "containerStatuses": [
+                    {
+                        "name": "tensorflow",
+                        "image": "x",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": restarts,
+                        "state": state,
+                    }
+                ]
+            },
+        }
+
+    api_server.pods = [
+        pod("chief", 0, {"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+        pod("worker", 1, {"terminated": {"exitCode": 1, "reason": "Error"}}),
+    ]
+    api_server.logs["tfpipe-train-abc-chief-0"] = "Epoch 1/5\n"
+    api_server.logs["tfpipe-train-abc-worker-1"] = "ModuleNotFoundError: No module named 'models'\n"
+    with pytest.raises(TrainingJobFailed) as e:
+        run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
+    assert str(e.value).endswith("\nworker 1's last log lines:\nModuleNotFoundError: No module named 'models'\n")
+    assert {c.path.rsplit("/", 2)[-2] for c in api_server.calls("GET", "log")} == {"tfpipe-train-abc-worker-1"}
+
+
 def test_missing_training_operator_fails_at_once_naming_the_kind():
     server = KubeAPI(installed={})
     try:
@@ -395,7 +436,7 @@ def test_a_failing_trainer_fails_the_component_with_the_jobs_message_and_the_chi
     with pytest.raises(TrainingJobFailed) as e:
         run_component(volume, digits_data, tmp_path, model_builder="models.missing:build", max_restarts=0)
     assert "has failed because it has reached the specified backoff limit" in str(e.value)
-    assert "chief's last log lines" in str(e.value) and "models.missing" in str(e.value)
+    assert "last log lines" in str(e.value) and "models.missing" in str(e.value)  # whichever replica failed first
 
 
 @pytest.mark.e2e
