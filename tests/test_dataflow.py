@@ -262,6 +262,21 @@ def test_a_job_the_service_refuses_fails_the_step_with_its_reason(dataflow_api):
     assert len(dataflow_api.created()) == 1 and not dataflow_api.jobs
 
 
+def prepared_until_terminated(dataflow_api, output: str) -> dict:
+    """Prepare on the double until SIGTERM ends the step: exit status 128 + SIGTERM, the step's handler gone; the
+    job, cancelled."""
+    import signal
+
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint}
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as ended:
+        prepare("builtin:iris", output, num_workers=1, runner="dataflow", dataflow_options=settings)
+    assert ended.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) == before
+    [job] = dataflow_api.jobs.values()
+    assert job["currentState"] == "JOB_STATE_CANCELLED"
+    return job
+
+
 def test_a_terminated_step_cancels_its_job(dataflow_api):
     """SIGTERM while the step waits (the run cancelled, or its time up) cancels the job through the API, which would
     otherwise run on without the step; the step then ends."""
@@ -278,19 +293,7 @@ def test_a_terminated_step_cancels_its_job(dataflow_api):
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=terminate, daemon=True).start()
-    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint}
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as ended:
-        prepare(
-            "builtin:iris",
-            "gs://test-bucket/cancel/dataset",
-            num_workers=1,
-            runner="dataflow",
-            dataflow_options=settings,
-        )
-    assert ended.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) == before
-    [job] = dataflow_api.jobs.values()
-    assert job["currentState"] == "JOB_STATE_CANCELLED"
+    job = prepared_until_terminated(dataflow_api, "gs://test-bucket/cancel/dataset")
     [(method, path, body)] = [r for r in dataflow_api.requests if r[0] == "PUT"]
     assert path.endswith(f"/jobs/{job['id']}") and body["requestedState"] in ("JOB_STATE_CANCELLED", 5)
     dataflow_api.start.set()
@@ -311,18 +314,6 @@ def test_a_step_terminated_while_its_job_is_created_cancels_the_job_once_it_exis
         return answer
 
     monkeypatch.setattr(dataflow_api, "create", terminated_while_creating)
-    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint}
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as ended:
-        prepare(
-            "builtin:iris",
-            "gs://test-bucket/cancel-early/dataset",
-            num_workers=1,
-            runner="dataflow",
-            dataflow_options=settings,
-        )
-    assert ended.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) == before
-    [job] = dataflow_api.jobs.values()
-    assert job["currentState"] == "JOB_STATE_CANCELLED"
+    job = prepared_until_terminated(dataflow_api, "gs://test-bucket/cancel-early/dataset")
     assert f"terminated (signal {signal.SIGTERM}): cancelling the Dataflow job {job['id']}" in capsys.readouterr().out
     dataflow_api.start.set()
