@@ -23,6 +23,8 @@ from trainer.data import serialize_example
         ("iris/0007", 2, np.array([5.1, 3.5, -1.4, 0.2], np.float32), "tabular"),
         ("wine.csv:1,2#1", 200, np.array([1e30, -0.0, 7.25], np.float32), "tabular"),
         ("empty", 1, np.array([], np.float32), "tabular"),
+        ("k" * 20_000, -3, np.arange(300, dtype=np.float32), "tabular"),  # lengths past two-byte varints
+        ("big", 1 << 40, np.full((120, 120, 3), 7, np.uint8), "image"),
     ],
 )
 def test_encode_example_is_tensorflows_deterministic_serialization(key, label, value, kind):
@@ -32,6 +34,11 @@ def test_encode_example_is_tensorflows_deterministic_serialization(key, label, v
     )
     parsed = tf.train.Example.FromString(ours).features.feature
     assert parsed["key"].bytes_list.value == [key.encode()] and parsed["label"].int64_list.value == [label]
+
+
+def test_features_given_as_their_float32_bytes_encode_as_the_vector():
+    value = np.array([1.5, -2.0, 3.25e-7], np.float32)
+    assert encode_example("k", 2, value.astype("<f4").tobytes(), "tabular") == encode_example("k", 2, value, "tabular")
 
 
 def test_writer_writes_tensorflows_framing(tmp_path):

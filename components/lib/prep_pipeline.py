@@ -18,7 +18,9 @@ class, bytes, and for training shards the sums of the features and of their squa
 
 from __future__ import annotations
 
+import functools
 import heapq
+import io
 import json
 import os
 import pickle
@@ -44,7 +46,7 @@ from components.lib.source_reads import (
     read_images,
 )
 from components.lib.sources import BadRecord, image_header, load_image
-from components.lib.storage import list_files, open_read, open_write, read_bytes
+from components.lib.storage import list_files, open_write, read_bytes, read_object
 from trainer.schema import IMAGE, shard_name
 
 QUARANTINE = "quarantine.jsonl"
@@ -70,11 +72,15 @@ class Layout:
 
     def destination(self, key: str) -> str:
         split = prep_rules.assign_split(key, self.val_fraction, self.test_fraction, self.salt)
-        count = self.shards[split]
-        return shard_name(split, prep_rules.shard_of(key, count, self.salt), count)
+        names = self._names[split]
+        return names[prep_rules.shard_of(key, len(names), self.salt)]
 
     def destinations(self) -> list[str]:
-        return [shard_name(s, i, n) for s, n in self.shards.items() for i in range(n)]
+        return [name for names in self._names.values() for name in names]
+
+    @functools.cached_property
+    def _names(self) -> dict[str, list[str]]:
+        return {s: [shard_name(s, i, n) for i in range(n)] for s, n in self.shards.items()}
 
 
 @dataclass(frozen=True)
@@ -109,10 +115,11 @@ def quarantined(key: str, label: str, order: tuple, error: BadRecord) -> tuple:
 
 
 class Prepare(beam.DoFn):
-    """A work item's records → (destination, order, (key, label, payload)) each, or a ("quarantine.jsonl", order,
-    JSON line) output; for image files, a "headers" output of their headers' `ShapeOf` summary. The payload is the
-    example's bytes, or an image's URI: images are decoded where their shard is written, once their size is known
-    (the runs stay small)."""
+    """A work item's records → (destination, [(order, (key, label, payload)), ...]), a batch for each destination it
+    reaches, and a ("quarantine.jsonl", [(order, JSON line), ...]) output; for image files, a "headers" output of
+    their headers' `ShapeOf` summary. The payload is the example's bytes, or an image's URI: images are decoded where
+    their shard is written, once their size is known (the runs stay small). Batches, not records, are the pipeline's
+    elements: Beam's cost per element is paid a few times per work item, not once per record."""
 
     def __init__(self, layout: Layout, csv_plan: CsvPlan | None):
         self.layout, self.csv_plan = layout, csv_plan
@@ -124,13 +131,22 @@ class Prepare(beam.DoFn):
             records = list(records)
             uris = [value for *_, value in records if isinstance(value, str)]
             headers = list(in_order(image_header, uris, self.layout.reads))
+        batches: dict[str, list] = {}
+        bad: list = []
+        salt, destination = self.layout.salt, self.layout.destination
         for key, label, position, value in records:
-            order = prep_rules.order_key(key, position, self.layout.salt)
+            order = prep_rules.order_key(key, position, salt)
             if isinstance(value, BadRecord):
-                yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, *quarantined(key, label, order, value)))
+                bad.append(quarantined(key, label, order, value))
                 continue
-            payload = value if isinstance(value, str) else np.ascontiguousarray(value).tobytes()
-            yield self.layout.destination(key), order, (key, label, payload)
+            payload = value if isinstance(value, str | bytes) else np.ascontiguousarray(value).tobytes()
+            batch = batches.get(where := destination(key))
+            if batch is None:
+                batch = batches[where] = []
+            batch.append((order, (key, label, payload)))
+        yield from batches.items()
+        if bad:
+            yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, bad))
         if headers:
             yield beam.pvalue.TaggedOutput("headers", header_summary(headers))
 
@@ -162,44 +178,59 @@ def _readers(threads: int) -> ThreadPoolExecutor:
     return _pools[key]
 
 
-def write_run(temp_dir: str, destination: str, records: list) -> str:
-    """Records (order, ...) sorted into a new run file of `destination`; its path."""
-    records.sort(key=lambda r: r[0])
-    path = f"{temp_dir}/runs/{destination}/{uuid.uuid4().hex}.run"
+Run = tuple[str, int, int]  # a sorted run: its file, and its bytes [start, end) (end -1: to the end of the file)
+CHUNK_RECORDS = 1024  # run entries pickled together
+
+
+def write_runs(folder: str, held: dict[str, list]) -> list[tuple[str, Run]]:
+    """Each destination's entries (order, ...) sorted into a run, every run in one new file in `folder` (one file
+    per flush, not one per destination and flush: thousands of shards would make a file each); (destination, its
+    run) for each."""
+    path = f"{folder}/{uuid.uuid4().hex}.run"
+    written, position = [], 0
     with open_write(path) as f:
-        for r in records:
-            pickle.dump(r, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return path
+        for destination in sorted(held):
+            entries = sorted(held[destination], key=_order)
+            start = position
+            for i in range(0, len(entries), CHUNK_RECORDS):
+                data = pickle.dumps(entries[i : i + CHUNK_RECORDS], protocol=pickle.HIGHEST_PROTOCOL)
+                f.write(data)
+                position += len(data)
+            written.append((destination, (path, start, position)))
+    return written
 
 
-def run_files(temp_dir: str, destination: str) -> list[str]:
-    """The run files of `destination`, sorted."""
-    return list_files(f"{temp_dir}/runs/{destination}")
+def _order(entry: tuple):
+    return entry[0]
 
 
 class WriteRuns(beam.DoFn):
-    """Records → sorted run files, one per destination each time the records held reach `RUN_RECORDS` or
-    `RUN_BYTES`, and at the end of a bundle; emits (destination, run file)."""
+    """Batches of entries (destination, [(order, ...), ...]) → sorted runs, written to one file in `folder` each time
+    the entries held reach `RUN_RECORDS` or their payloads `RUN_BYTES`, and at the end of a bundle; emits
+    (destination, run)."""
 
-    def __init__(self, temp_dir: str, run_records: int = RUN_RECORDS, run_bytes: int = RUN_BYTES):
-        self.temp_dir, self.run_records, self.run_bytes = temp_dir, run_records, run_bytes
+    def __init__(self, folder: str, run_records: int = RUN_RECORDS, run_bytes: int = RUN_BYTES):
+        self.folder, self.run_records, self.run_bytes = folder, run_records, run_bytes
 
     def start_bundle(self):
         self.held: dict[str, list] = {}
         self.count = self.size = 0
-        self.written: list[tuple[str, str]] = []
+        self.written: list[tuple[str, Run]] = []
 
     def process(self, element):
-        destination, order, record = element
-        self.held.setdefault(destination, []).append((order, record))
-        self.count += 1
-        self.size += len(record[-1]) if isinstance(record, tuple) else len(record)
+        destination, entries = element
+        held = self.held.get(destination)
+        if held is None:
+            held = self.held[destination] = []
+        held += entries
+        self.count += len(entries)
+        self.size += sum(len(value[-1]) if isinstance(value, tuple) else len(value) for _, value in entries)
         if self.count >= self.run_records or self.size >= self.run_bytes:
             self._flush()
 
     def _flush(self) -> None:
-        for destination, records in self.held.items():
-            self.written.append((destination, write_run(self.temp_dir, destination, records)))
+        if self.held:
+            self.written += write_runs(self.folder, self.held)
         self.held, self.count, self.size = {}, 0, 0
 
     def finish_bundle(self):
@@ -208,18 +239,18 @@ class WriteRuns(beam.DoFn):
             yield WindowedValue(pair, 0, [GlobalWindow()])
 
 
-def read_run(path: str) -> Iterator[tuple]:
-    with open_read(path) as f:
-        while True:
-            try:
-                yield pickle.load(f)
-            except EOFError:
-                return
+def read_run(run: Run) -> Iterator[tuple]:
+    """A run's entries, in order (its bytes read in one request; one chunk of entries unpickled at a time)."""
+    path, start, end = run
+    data = read_object(path, end - start if end >= 0 else -1, start)
+    stream = io.BytesIO(data)
+    while stream.tell() < len(data):
+        yield from pickle.load(stream)
 
 
 def merged(runs) -> Iterator[tuple]:
-    """The entries of sorted run files, in order."""
-    return heapq.merge(*(read_run(p) for p in sorted(runs)), key=lambda r: r[0])
+    """The entries of sorted runs, in order."""
+    return heapq.merge(*(read_run(run) for run in sorted(runs)), key=_order)
 
 
 class Merge(beam.DoFn):
@@ -236,7 +267,7 @@ class Merge(beam.DoFn):
             self.layout, destination, merged(runs), {name: i for i, name in enumerate(labels)}, shape, bad
         )
         if bad:
-            write_run(self.layout.temp_dir, QUARANTINE, bad)
+            write_runs(f"{self.layout.temp_dir}/quarantine", {QUARANTINE: bad})
         with open_write(f"{self.layout.temp_dir}/summaries/{destination}.json") as f:
             f.write(json.dumps(summary).encode())
         yield destination
@@ -262,43 +293,66 @@ def with_images(records, shape: ImageShape | None, window: int) -> Iterator[tupl
 def write_shard(
     layout: Layout, destination: str, records, label_ids: dict[str, int], shape: ImageShape | None, bad: list
 ) -> dict:
-    """Encode and write one shard's records (in order), decoding images given by URI; its summary. Images that do
-    not decode are appended to `bad` as quarantine run entries."""
+    """Encode and write one shard's records (in order), decoding images given by URI (`shape`: an image folder's);
+    its summary. Images that do not decode are appended to `bad` as quarantine run entries."""
     per_class: Counter = Counter()
-    sums = squares = None
-    train = destination.startswith("train-")
-    path = f"{layout.output_dir}/{destination}"
-    with TFRecordWriter(path) as writer:
-        for (order, (key, label, payload)), image in with_images(records, shape, layout.reads):
+    kind = layout.kind
+    sums = FeatureSums() if kind != IMAGE and destination.startswith("train-") else None
+    pairs = with_images(records, shape, layout.reads) if shape is not None else ((r, None) for r in records)
+    with TFRecordWriter(f"{layout.output_dir}/{destination}") as writer:
+        for (order, (key, label, payload)), image in pairs:
             if isinstance(image, BadRecord):
                 bad.append(quarantined(key, label, order, image))
                 continue
-            if image is not None:
-                value = image
-            elif layout.kind == IMAGE:
-                value = np.frombuffer(payload, np.uint8)
-            else:
-                value = np.frombuffer(payload, np.float32)
-                if train:
-                    as64 = value.astype(np.float64)
-                    sums = as64 if sums is None else sums + as64
-                    squares = as64 * as64 if squares is None else squares + as64 * as64
-            writer.write(encode_example(key, label_ids[label], value, layout.kind))
+            if image is None:
+                image = np.frombuffer(payload, np.uint8) if kind == IMAGE else payload  # features: float32 bytes
+            writer.write(encode_example(key, label_ids[label], image, kind))
+            if sums is not None:
+                sums.add(payload)
             per_class[label] += 1
+    totals = sums.totals() if sums is not None else None
     return {
         "examples": sum(per_class.values()),
         "per_class": dict(per_class),
         "bytes": writer.bytes,
-        "feature_sums": None if sums is None else sums.tolist(),
-        "feature_squares": None if squares is None else squares.tolist(),
+        "feature_sums": None if totals is None else totals[0],
+        "feature_squares": None if totals is None else totals[1],
     }
+
+
+class FeatureSums:
+    """The sums of feature vectors (float32 bytes) and of their squares, in float64, added a block of
+    `BLOCK` vectors at a time in the order given: the same order, the same sums."""
+
+    BLOCK = 4096
+
+    def __init__(self):
+        self.block: list[bytes] = []
+        self.sums = self.squares = 0.0
+
+    def add(self, payload: bytes) -> None:
+        self.block.append(payload)
+        if len(self.block) == self.BLOCK:
+            self._fold()
+
+    def _fold(self) -> None:
+        width = len(self.block[0]) // 4
+        x = np.frombuffer(b"".join(self.block), "<f4").reshape(-1, width).astype(np.float64)
+        self.sums, self.squares, self.block = self.sums + x.sum(axis=0), self.squares + (x * x).sum(axis=0), []
+
+    def totals(self) -> tuple[list[float], list[float]] | None:
+        if self.block:
+            self._fold()
+        if isinstance(self.sums, float):
+            return None
+        return self.sums.tolist(), self.squares.tolist()
 
 
 def write_quarantine(layout: Layout) -> int:
     """quarantine.jsonl from every quarantine run (the readers' and the image decoders'), in order; its lines."""
     count = 0
     with open_write(f"{layout.output_dir}/{QUARANTINE}") as f:
-        for _, line in merged(run_files(layout.temp_dir, QUARANTINE)):
+        for _, line in merged((path, 0, -1) for path in list_files(f"{layout.temp_dir}/quarantine")):
             f.write(line)
             count += 1
     return count
@@ -372,15 +426,16 @@ def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | Non
     else:
         labels = (
             prepared.records
-            | "Labels" >> beam.Map(lambda r: r[2][1])
+            | "Labels" >> beam.FlatMap(lambda batch: {label for _, (_, label, _) in batch[1]})
             | "Distinct" >> beam.Distinct()
             | "All" >> beam.combiners.ToList()
             | "Sorted" >> beam.Map(sorted)
         )
-    _ = prepared.quarantined | "Quarantine runs" >> beam.ParDo(WriteRuns(layout.temp_dir))  # merged by `summaries`
+    _ = prepared.quarantined | "Quarantine runs" >> beam.ParDo(WriteRuns(f"{layout.temp_dir}/quarantine"))  # merged
+    # by `summaries`
     _ = (
         prepared.records
-        | "Runs" >> beam.ParDo(WriteRuns(layout.temp_dir))
+        | "Runs" >> beam.ParDo(WriteRuns(f"{layout.temp_dir}/runs"))
         | "By destination" >> beam.GroupByKey()
         | "Merge" >> beam.ParDo(Merge(layout), labels=beam.pvalue.AsSingleton(labels), shape=shape)
     )

@@ -41,44 +41,56 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_VARINTS = [_varint(n) for n in range(1 << 14)]  # the lengths and labels of nearly every record
+
+
+def _v(value: int) -> bytes:
+    return _VARINTS[value] if 0 <= value < 1 << 14 else _varint(value)
+
+
 _NAMES = {name: b"\x0a" + _varint(len(name)) + name.encode() for name in ("features", "image", "key", "label")}
+_LIST_TAGS = {"bytes": b"\x0a", "float": b"\x12", "int64": b"\x1a"}  # Feature's oneof: bytes_list, float_list, ...
 
 
-def _wrapped(tag: bytes, parts: list, size: int) -> tuple[list, int]:
-    """A length-delimited field (`tag`: its key byte) around `parts` of `size` bytes, as (parts, size): joined once,
-    at the end, so that an image's bytes are not copied at every level of nesting."""
-    head = tag + _varint(size)
-    return [head, *parts], size + len(head)
-
-
-def _feature(kind: str, value) -> tuple[list, int]:
-    """A `Feature`: bytes_list (field 1) of one value, float_list (2) or int64_list (3), lists packed."""
-    if kind == "bytes":
-        return _wrapped(b"\x0a", *_wrapped(b"\x0a", [value], len(value)))
-    if kind == "float":
-        raw = np.asarray(value, dtype="<f4").tobytes()
-        return _wrapped(b"\x12", *(_wrapped(b"\x0a", [raw], len(raw)) if raw else ([], 0)))
-    packed = b"".join(_varint(int(v)) for v in value)
-    return _wrapped(b"\x1a", *_wrapped(b"\x0a", [packed], len(packed)))
+def _entry(name: str, kind: str, data) -> tuple[bytes, int]:
+    """A `Features` map entry, key (field 1) the name and value (field 2) a Feature whose list holds `data` (one
+    bytes value, or numbers packed; an empty float list has no field): the bytes before `data`, and the entry's
+    size with it. The caller joins them once, so that an image's bytes are not copied at every level of nesting."""
+    n = len(data)
+    inner = b"\x0a" + _v(n) if n or kind != "float" else b""
+    feature = _LIST_TAGS[kind] + _v(len(inner) + n) + inner
+    value_head = b"\x12" + _v(len(feature) + n)
+    label = _NAMES[name]
+    head = b"\x0a" + _v(len(label) + len(value_head) + len(feature) + n) + label + value_head + feature
+    return head, len(head) + n
 
 
 def encode_example(key: str, label: int, value, kind: str) -> bytes:
     """One record of the prepared-data contract: `key`, `label` and `image` (the raw bytes of a uint8 H×W×C array)
-    or `features` (a float vector)."""
-    features = {"key": ("bytes", key.encode()), "label": ("int64", [int(label)])}
+    or `features` (a float vector, or its little-endian float32 bytes)."""
     if kind == IMAGE:
-        features["image"] = ("bytes", np.ascontiguousarray(value, dtype=np.uint8).reshape(-1).data)  # no copy
+        name, list_kind, data = "image", "bytes", np.ascontiguousarray(value, dtype=np.uint8).reshape(-1).data
     else:
-        features["features"] = ("float", value)
-    parts: list = []
-    size = 0
-    for name in sorted(features):  # a map entry each: key (field 1) the name, value (field 2) the Feature
-        label_part = _NAMES[name]
-        value_parts, value_size = _wrapped(b"\x12", *_feature(*features[name]))
-        entry, entry_size = _wrapped(b"\x0a", [label_part, *value_parts], len(label_part) + value_size)
-        parts += entry
-        size += entry_size
-    return b"".join(_wrapped(b"\x0a", parts, size)[0])
+        name, list_kind = "features", "float"
+        data = value if isinstance(value, bytes) else np.asarray(value, dtype="<f4").tobytes()
+    head, size = _entry(name, list_kind, data)
+    key_bytes = key.encode()
+    key_head, key_size = _entry("key", "bytes", key_bytes)
+    label_entry, label_size = _label_entry(label)
+    return b"".join((b"\x0a", _v(size + key_size + label_size), head, data, key_head, key_bytes, label_entry))
+
+
+_LABELS: dict[int, tuple[bytes, int]] = {}
+
+
+def _label_entry(label: int) -> tuple[bytes, int]:
+    """The `label` entry (its varint inside): the same few for every record, kept."""
+    entry = _LABELS.get(label)
+    if entry is None:
+        packed = _varint(int(label))
+        head, _ = _entry("label", "int64", packed)
+        entry = _LABELS[label] = (head + packed, len(head) + len(packed))
+    return entry
 
 
 def read_records(stream) -> Iterator[bytes | str]:

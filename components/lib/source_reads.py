@@ -18,6 +18,7 @@ import glob
 import json
 import math
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from components.lib.storage import (
     is_gcs,
     open_read,
     open_write,
+    read_object,
     split_gcs,
 )
 
@@ -173,40 +175,43 @@ def plan_csv(files: list[str], label_column: str, range_bytes: int = RANGE_BYTES
     return CsvPlan(files, header, label_index, feature_names, ranges, lines)
 
 
-def read_csv_range(plan: CsvPlan, r: CsvRange) -> Iterator[tuple[str, str, tuple, np.ndarray | BadRecord]]:
-    """The rows of one range: (key, label, position, features), or the BadRecord of a bad row in its place."""
+def read_csv_range(plan: CsvPlan, r: CsvRange) -> Iterator[tuple[str, str, tuple, bytes | BadRecord]]:
+    """The rows of one range (read in one request): (key, label, position, features as little-endian float32
+    bytes), or the BadRecord of a bad row in its place."""
     uri = plan.files[r.file]
-    with open_read(uri) as f:
-        f.seek(r.start)
-        data = f.read(r.end - r.start)
-    name, width = os.path.basename(uri), len(plan.header)
+    data = read_object(uri, r.end - r.start, r.start)
+    name, width, label_index = os.path.basename(uri), len(plan.header), plan.label_index
+    pack = struct.Struct(f"<{width - 1}f").pack
     for offset, row in enumerate(csv.reader(data.decode("utf-8").splitlines())):
         line_no = r.first_line + offset
-        if not any(cell.strip() for cell in row):
+        if not (row and row[0].strip()) and not any(cell.strip() for cell in row):
             continue  # blank line
         key, position = f"{name}:{','.join(row)}", (r.file, line_no)
         if len(row) != width:
             yield key, "", position, BadRecord(f"line {line_no}: {len(row)} fields, header has {width}")
             continue
-        label = row[plan.label_index].strip()
+        label = row.pop(label_index).strip()
         if not label:
             yield key, label, position, BadRecord(f"line {line_no}: empty label")
             continue
         try:
-            yield key, label, position, parse_features(row, plan.label_index, plan.feature_names, line_no)
-        except BadRecord as e:
-            yield key, label, position, e
+            values = list(map(float, row))
+            if all(map(math.isfinite, values)):
+                yield key, label, position, pack(*values)  # raises OverflowError past float32's range
+                continue
+        except (ValueError, OverflowError):
+            pass
+        yield key, label, position, bad_features(row, plan.feature_names, line_no)
 
 
-def parse_features(row: list[str], label_index: int, feature_names: list[str], line_no: int) -> np.ndarray:
-    """A row's features as float32; BadRecord naming the first cell that is no finite number."""
-    values = [cell for i, cell in enumerate(row) if i != label_index]
-    out = np.empty(len(values), np.float32)
-    for j, (name, cell) in enumerate(zip(feature_names, values)):
+def bad_features(values: list[str], feature_names: list[str], line_no: int) -> BadRecord:
+    """The BadRecord of a row's feature cells, naming the first that is no finite float32."""
+    for name, cell in zip(feature_names, values):
         try:
-            out[j] = float(cell)
+            with np.errstate(over="ignore"):
+                number = np.float32(float(cell))
         except ValueError:
-            raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not a number") from None
-        if not math.isfinite(out[j]):
-            raise BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not finite")
-    return out
+            return BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not a number")
+        if not np.isfinite(number):
+            return BadRecord(f"line {line_no}: column {name!r}: {cell!r} is not finite")
+    raise AssertionError(f"line {line_no}: every feature is a finite number")

@@ -112,18 +112,23 @@ def remove_tree(uri: str) -> None:
         blob.delete()
 
 
-def read_object(uri: str, length: int = -1) -> bytes:
-    """The content of the local file or gs:// object `uri` (its first `length` bytes when `length` > 0: a ranged
-    request), in one request; FileNotFoundError when none."""
+def read_object(uri: str, length: int = -1, start: int = 0) -> bytes:
+    """The content of the local file or gs:// object `uri` from byte `start` (its next `length` bytes when `length`
+    > 0: a ranged request), in one request; FileNotFoundError when none."""
     if not is_gcs(uri):
         with open(uri, "rb") as f:
+            f.seek(start)
             return f.read(length)
+    if length == 0:
+        return b""
     from google.api_core.exceptions import NotFound
 
     bucket, name = split_gcs(uri)
     try:
         blob = gcs_client().bucket(bucket).blob(name)
-        return blob.download_as_bytes() if length < 0 else blob.download_as_bytes(start=0, end=length - 1)
+        if length < 0:
+            return blob.download_as_bytes(start=start or None)
+        return blob.download_as_bytes(start=start, end=start + length - 1)
     except NotFound:
         raise FileNotFoundError(f"nothing found at {uri}") from None
 
