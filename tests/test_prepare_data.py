@@ -4,7 +4,7 @@ import pytest
 
 from components.lib import cpus
 from components.lib.cpus import available_cpus
-from components.lib.prep_rules import assign_split, shard_count
+from components.lib.prep_rules import route, shard_count
 from components.lib.sources import DataError, default_image_size
 from components.prepare_data import prepare
 from tests.conftest import write_images
@@ -43,8 +43,18 @@ def test_split_is_stable_across_reruns_and_shard_counts(tmp_path, digits_data):
     for split in ("train", "val", "test"):
         assert sorted(read_split(digits_data, split)[0]) == sorted(read_split(tmp_path / "four", split)[0])
     assert len(data.split_files(str(tmp_path / "four"), "train")) == 12  # 4 workers × 3 files of ≥ 100
-    assert assign_split("x/1.png", 0.1, 0.1) == assign_split("x/1.png", 0.1, 0.1)
-    assert assign_split("x/1.png", 0.1, 0.1, salt="a") in ("train", "val", "test")
+
+
+@pytest.mark.parametrize(
+    "key, salt, expected",
+    [  # SHA-256 of the salted key: the split, shard and order a record has had in every release
+        ("x/1.png", "", ("test", 3, (531201345405562526, "x/1.png", (0, 2)))),
+        ("rows.csv:0.1,0.2,c1", "s1", ("train", 3, (5145664442018797047, "rows.csv:0.1,0.2,c1", (0, 2)))),
+        ("digits/0007", "", ("train", 5, (7257096826073355668, "digits/0007", (0, 2)))),
+    ],
+)
+def test_a_record_keeps_its_split_shard_and_order_across_releases(key, salt, expected):
+    assert route(key, (0, 2), 0.1, 0.1, {"train": 8, "val": 8, "test": 8}, salt) == expected
 
 
 def test_shard_count_is_a_multiple_of_workers():
@@ -124,7 +134,7 @@ def test_bad_image_folders(tmp_path, setup, message):
 
 def test_csv_source_and_malformed_rows(tmp_path):
     rows = ["a,b,species"] + [f"{i % 7},{(i * 3) % 5},{'x' if i % 2 else 'y'}" for i in range(60)]
-    rows += ["1,oops,x", "1,2", "3,4,"]
+    rows += ["1,oops,x", "1,2", "3,4,", "nan,1,x", "1e39,1,y"]  # 1e39: a float64, past float32's range
     (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
     stats = prepare(
         str(tmp_path / "d.csv"),
@@ -136,11 +146,13 @@ def test_csv_source_and_malformed_rows(tmp_path):
         test_fraction=0.2,
     )
     assert stats["kind"] == "tabular" and stats["input_shape"] == [2] and stats["feature_names"] == ["a", "b"]
-    assert stats["labels"] == ["x", "y"] and stats["quarantined"] == 3
+    assert stats["labels"] == ["x", "y"] and stats["quarantined"] == 5
     reasons = [json.loads(line)["reason"] for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
     assert any("column 'b': 'oops' is not a number" in r for r in reasons)
     assert any("2 fields, header has 3" in r for r in reasons)
     assert any("empty label" in r for r in reasons)
+    assert any("column 'a': 'nan' is not finite" in r for r in reasons)
+    assert any("column 'a': '1e39' is not finite" in r for r in reasons)
     assert len(stats["feature_mean"]) == 2
 
 

@@ -112,6 +112,8 @@ def test_a_header_past_the_first_bytes_is_read_from_the_whole_file(tmp_path, gcs
     gcs_emulator.blob("profiled.jpg").upload_from_filename(path)
     uri = "gs://test-bucket/profiled.jpg"
     assert read_object(uri, 100) == data[:100] and read_object(uri) == data
+    for where in (uri, path):  # from a byte: the next bytes, or the rest
+        assert read_object(where, 100, 50) == data[50:150] and read_object(where, -1, 100) == data[100:]
     assert image_header(path) == image_header(uri) == ("RGB", 30)
     assert load_image(uri, 16, 3).tobytes() == _through_the_file(path, 16, 3)
 

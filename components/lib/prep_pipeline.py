@@ -8,10 +8,12 @@ several, Dataflow on Vertex AI).
                                             bad images' runs ──┴─ merged after the run ─ quarantine.jsonl
 
 Memory does not grow with the data: a record is read, prepared and routed by its key's hash to a shard fixed before
-the read (components.lib.prep_rules); each worker keeps at most `RUN_RECORDS` records before writing them, sorted, to
-a run file per shard; each shard is then written by merging its runs in order. No transform holds a shard or the
-data whole, and since a shard's order is a total order of its records, the output does not depend on how the runner
-cut the work (tests/test_prepare_data.py compares one process with several). Each merge writes a summary (counts per
+the read (components.lib.prep_rules); each worker keeps at most `RUN_RECORDS` records before writing them, each shard's
+sorted, as runs in one file; each shard is then written by merging its runs in order. No transform holds more than a
+work item's records, a flush's, or a shard's runs; and since a shard's order is a total order of its records, the
+output does not depend on how the runner cut the work (tests/test_prepare_data.py compares one process with several).
+The pipeline's elements are batches (a work item's records for one shard), so Beam's cost per element is not paid
+per record. Each merge writes a summary (counts per
 class, bytes, and for training shards the sums of the features and of their squares, added in the shard's order), which
 `components.prepare_data` adds up in shard order into stats.json.
 """
@@ -70,10 +72,12 @@ class Layout:
     labels: tuple[str, ...] = ()  # known before the read (image folders, built-ins); else the records' own, sorted
     reads: int = 0  # images read at once by a worker: REMOTE_READS for a gs:// folder (0: one at a time)
 
-    def destination(self, key: str) -> str:
-        split = prep_rules.assign_split(key, self.val_fraction, self.test_fraction, self.salt)
-        names = self._names[split]
-        return names[prep_rules.shard_of(key, len(names), self.salt)]
+    def route(self, key: str, position: tuple) -> tuple[str, tuple]:
+        """A record's shard file and its order there (`prep_rules.route`)."""
+        split, shard, order = prep_rules.route(
+            key, position, self.val_fraction, self.test_fraction, self.shards, self.salt
+        )
+        return self._names[split][shard], order
 
     def destinations(self) -> list[str]:
         return [name for names in self._names.values() for name in names]
@@ -133,14 +137,14 @@ class Prepare(beam.DoFn):
             headers = list(in_order(image_header, uris, self.layout.reads))
         batches: dict[str, list] = {}
         bad: list = []
-        salt, destination = self.layout.salt, self.layout.destination
+        route = self.layout.route
         for key, label, position, value in records:
-            order = prep_rules.order_key(key, position, salt)
+            where, order = route(key, position)
             if isinstance(value, BadRecord):
                 bad.append(quarantined(key, label, order, value))
                 continue
             payload = value if isinstance(value, str | bytes) else np.ascontiguousarray(value).tobytes()
-            batch = batches.get(where := destination(key))
+            batch = batches.get(where)
             if batch is None:
                 batch = batches[where] = []
             batch.append((order, (key, label, payload)))
@@ -254,7 +258,7 @@ def merged(runs) -> Iterator[tuple]:
 
 
 class Merge(beam.DoFn):
-    """(destination, run files) → the shard written in order from its runs (images decoded on the way: a bad one
+    """(destination, runs) → the shard written in order from its runs (images decoded on the way: a bad one
     goes to a quarantine run); its summary JSON in the temporary folder."""
 
     def __init__(self, layout: Layout):

@@ -11,28 +11,44 @@ them directly.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import math
+import struct
+from hashlib import sha256
 
 
-def key_point(key: str, salt: str = "") -> float:
-    """A deterministic pseudo-random point in [0, 1) for a record key (SHA-256)."""
-    return key_hash(key, salt) / 2**64
+@functools.lru_cache(maxsize=8)
+def _prefixes(salt: str) -> tuple[bytes, bytes, bytes]:
+    return f"{salt}:".encode(), f"shard{salt}:".encode(), f"order{salt}:".encode()
 
 
-def key_hash(key: str, salt: str = "") -> int:
-    """The first 64 bits of SHA-256(salt:key)."""
-    return int.from_bytes(hashlib.sha256(f"{salt}:{key}".encode()).digest()[:8], "big")
+def key_hashes(key: str, salt: str = "") -> tuple[int, int, int]:
+    """The key's split, shard and order hashes: the first 64 bits (big-endian) of SHA-256 of `salt:key`,
+    `shard<salt>:key` and `order<salt>:key`."""
+    data = key.encode()
+    split, shard, order = _prefixes(salt)
+    return (
+        _first64(sha256(split + data).digest())[0],
+        _first64(sha256(shard + data).digest())[0],
+        _first64(sha256(order + data).digest())[0],
+    )
 
 
-def assign_split(key: str, val_fraction: float, test_fraction: float, salt: str = "") -> str:
-    """Deterministic split from the key's hash point: test, then val, then train."""
-    point = key_point(key, salt)
-    if point < test_fraction:
-        return "test"
-    if point < test_fraction + val_fraction:
-        return "val"
-    return "train"
+_first64 = struct.Struct(">Q").unpack_from
+
+
+def route(
+    key: str, position: tuple, val_fraction: float, test_fraction: float, shards: dict[str, int], salt: str = ""
+) -> tuple[str, int, tuple]:
+    """A record's split, its shard among `shards[split]`, and its order within the shard.
+
+    - split: its split hash as a point in [0, 1): test below `test_fraction`, then val, then train;
+    - shard: its shard hash scaled to the split's shard count;
+    - order: by its order hash, then the key, then its place in the source (duplicate keys: identical CSV rows)."""
+    split_hash, shard_hash, order_hash = key_hashes(key, salt)
+    point = split_hash / 2**64
+    split = "test" if point < test_fraction else "val" if point < test_fraction + val_fraction else "train"
+    return split, shard_hash * shards[split] >> 64, (order_hash, key, position)
 
 
 def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> int:
@@ -42,14 +58,3 @@ def shard_count(expected: float, num_workers: int, examples_per_shard: int) -> i
         math.ceil(expected / (num_workers * examples_per_shard)), min(4, int(expected // (num_workers * 100))), 1
     )
     return num_workers * per_worker
-
-
-def shard_of(key: str, shards: int, salt: str = "") -> int:
-    """The shard of a record among `shards`, from its key's hash."""
-    return key_hash(key, "shard" + salt) * shards >> 64
-
-
-def order_key(key: str, position: tuple, salt: str = "") -> tuple:
-    """Where a record goes within its shard: by a hash of its key, then the key, then its place in the source
-    (duplicate keys: identical CSV rows)."""
-    return key_hash(key, "order" + salt), key, position

@@ -55,14 +55,23 @@ _LIST_TAGS = {"bytes": b"\x0a", "float": b"\x12", "int64": b"\x1a"}  # Feature's
 def _entry(name: str, kind: str, data) -> tuple[bytes, int]:
     """A `Features` map entry, key (field 1) the name and value (field 2) a Feature whose list holds `data` (one
     bytes value, or numbers packed; an empty float list has no field): the bytes before `data`, and the entry's
-    size with it. The caller joins them once, so that an image's bytes are not copied at every level of nesting."""
+    size with it. The caller joins them once, so that an image's bytes are not copied at every level of nesting.
+    The bytes before `data` depend only on its length: they are kept (a data set's records have a few lengths)."""
     n = len(data)
-    inner = b"\x0a" + _v(n) if n or kind != "float" else b""
-    feature = _LIST_TAGS[kind] + _v(len(inner) + n) + inner
-    value_head = b"\x12" + _v(len(feature) + n)
-    label = _NAMES[name]
-    head = b"\x0a" + _v(len(label) + len(value_head) + len(feature) + n) + label + value_head + feature
+    head = _HEADS.get((name, kind, n))
+    if head is None:
+        if len(_HEADS) >= 4096:
+            _HEADS.clear()
+        inner = b"\x0a" + _v(n) if n or kind != "float" else b""
+        feature = _LIST_TAGS[kind] + _v(len(inner) + n) + inner
+        value_head = b"\x12" + _v(len(feature) + n)
+        label = _NAMES[name]
+        head = b"\x0a" + _v(len(label) + len(value_head) + len(feature) + n) + label + value_head + feature
+        _HEADS[name, kind, n] = head
     return head, len(head) + n
+
+
+_HEADS: dict[tuple[str, str, int], bytes] = {}
 
 
 def encode_example(key: str, label: int, value, kind: str) -> bytes:
