@@ -77,6 +77,7 @@ _HEADS: dict[tuple[str, str, int], bytes] = {}
 def encode_example(key: str, label: int, value, kind: str) -> bytes:
     """One record of the prepared-data contract: `key`, `label` and `image` (the raw bytes of a uint8 H×W×C array)
     or `features` (a float vector, or its little-endian float32 bytes)."""
+    data: bytes | memoryview
     if kind == IMAGE:
         name, list_kind, data = "image", "bytes", np.ascontiguousarray(value, dtype=np.uint8).reshape(-1).data
     else:
