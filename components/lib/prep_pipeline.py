@@ -52,6 +52,7 @@ from components.lib.storage import list_files, open_write, read_bytes, read_obje
 from trainer.schema import IMAGE, shard_name
 
 QUARANTINE = "quarantine.jsonl"
+BATCH_RECORDS = 20_000  # records of a work item held before they go on, in batches
 RUN_RECORDS = 50_000  # records a worker holds before writing them out as sorted runs
 RUN_BYTES = 16 << 20  # and their payloads' bytes
 REMOTE_READS = 16  # images of a gs:// folder read at once by a worker (each read waits on the network)
@@ -123,7 +124,7 @@ class Prepare(beam.DoFn):
     reaches, and a ("quarantine.jsonl", [(order, JSON line), ...]) output; for image files, a "headers" output of
     their headers' `ShapeOf` summary. The payload is the example's bytes, or an image's URI: images are decoded where
     their shard is written, once their size is known (the runs stay small). Batches, not records, are the pipeline's
-    elements: Beam's cost per element is paid a few times per work item, not once per record."""
+    elements: Beam's cost per element is paid a few times per `BATCH_RECORDS` records, not once per record."""
 
     def __init__(self, layout: Layout, csv_plan: CsvPlan | None):
         self.layout, self.csv_plan = layout, csv_plan
@@ -136,6 +137,7 @@ class Prepare(beam.DoFn):
             uris = [value for *_, value in records if isinstance(value, str)]
             headers = list(in_order(image_header, uris, self.layout.reads))
         batches: dict[str, list] = {}
+        held = 0
         bad: list = []
         route = self.layout.route
         for key, label, position, value in records:
@@ -148,6 +150,10 @@ class Prepare(beam.DoFn):
             if batch is None:
                 batch = batches[where] = []
             batch.append((order, (key, label, payload)))
+            held += 1
+            if held == BATCH_RECORDS:
+                yield from batches.items()
+                batches, held = {}, 0
         yield from batches.items()
         if bad:
             yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, bad))
