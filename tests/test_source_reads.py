@@ -65,10 +65,14 @@ def test_images_read_in_one_go_are_what_pil_gives_through_the_file(images):
     }
     assert headers.keys() == images.keys()
     for name, path in images.items():
-        assert image_header(path) == headers[name], name
+        header, kept = image_header(path)
+        assert header == headers[name], name
+        assert kept == (None if name == "missing.jpg" else open(path, "rb").read()), name  # small files: their bytes
         for size, channels in [(24, 3), (24, 1), (16, 3)]:  # square.jpg at 24: no resize
             expected = reasons[name] if name in reasons else _through_the_file(path, size, channels)
             assert _outcome(load_image, path, size, channels) == expected, (name, size, channels)
+            if kept is not None:  # decoded from the bytes kept: the same pixels, the same reasons
+                assert _outcome(load_image, path, size, channels, kept) == expected, (name, size, channels)
 
 
 def test_image_work_items_and_header_summaries(tmp_path):
@@ -114,7 +118,7 @@ def test_a_header_past_the_first_bytes_is_read_from_the_whole_file(tmp_path, gcs
     assert read_object(uri, 100) == data[:100] and read_object(uri) == data
     for where in (uri, path):  # from a byte: the next bytes, or the rest
         assert read_object(where, 100, 50) == data[50:150] and read_object(where, -1, 100) == data[100:]
-    assert image_header(path) == image_header(uri) == ("RGB", 30)
+    assert image_header(path) == image_header(uri) == (("RGB", 30), None)  # a large file: not kept
     assert load_image(uri, 16, 3).tobytes() == _through_the_file(path, 16, 3)
 
 

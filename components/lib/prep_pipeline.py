@@ -122,8 +122,9 @@ def quarantined(key: str, label: str, order: tuple, error: BadRecord) -> tuple:
 class Prepare(beam.DoFn):
     """A work item's records → (destination, [(order, (key, label, payload)), ...]), a batch for each destination it
     reaches, and a ("quarantine.jsonl", [(order, JSON line), ...]) output; for image files, a "headers" output of
-    their headers' `ShapeOf` summary. The payload is the example's bytes, or an image's URI: images are decoded where
-    their shard is written, once their size is known (the runs stay small). Batches, not records, are the pipeline's
+    their headers' `ShapeOf` summary. The payload is the example's bytes, or an image's URI (with its bytes when the
+    file is small, `SMALL_IMAGE_BYTES`: read once): images are decoded where their shard is written, once their size
+    is known (the runs stay small). Batches, not records, are the pipeline's
     elements: Beam's cost per element is paid a few times per `BATCH_RECORDS` records, not once per record."""
 
     def __init__(self, layout: Layout, csv_plan: CsvPlan | None):
@@ -135,7 +136,9 @@ class Prepare(beam.DoFn):
         if isinstance(item, ImageFiles):  # at most 256 files: their headers read at once from gs://
             records = list(records)
             uris = [value for *_, value in records if isinstance(value, str)]
-            headers = list(in_order(image_header, uris, self.layout.reads))
+            heads = dict(zip(uris, in_order(image_header, uris, self.layout.reads)))
+            headers = [header for header, _ in heads.values()]
+            records = [(*r[:3], _with_bytes(r[3], heads)) for r in records]
         batches: dict[str, list] = {}
         held = 0
         bad: list = []
@@ -145,7 +148,7 @@ class Prepare(beam.DoFn):
             if isinstance(value, BadRecord):
                 bad.append(quarantined(key, label, order, value))
                 continue
-            payload = value if isinstance(value, str | bytes) else np.ascontiguousarray(value).tobytes()
+            payload = value if isinstance(value, str | bytes | tuple) else np.ascontiguousarray(value).tobytes()
             batch = batches.get(where)
             if batch is None:
                 batch = batches[where] = []
@@ -159,6 +162,18 @@ class Prepare(beam.DoFn):
             yield beam.pvalue.TaggedOutput("quarantined", (QUARANTINE, bad))
         if headers:
             yield beam.pvalue.TaggedOutput("headers", header_summary(headers))
+
+
+def _with_bytes(value, heads: dict):
+    """An image file's payload: its URI, or (URI, its bytes) when its header's read got the whole of a small file."""
+    if not isinstance(value, str) or heads[value][1] is None:
+        return value
+    return value, heads[value][1]
+
+
+def payload_size(payload) -> int:
+    """The bytes a payload holds: an example's, a small image's, or a URI's."""
+    return len(payload[1]) if isinstance(payload, tuple) else len(payload)
 
 
 def in_order(fn, args, window: int) -> Iterator:
@@ -234,7 +249,7 @@ class WriteRuns(beam.DoFn):
             held = self.held[destination] = []
         held += entries
         self.count += len(entries)
-        self.size += sum(len(value[-1]) if isinstance(value, tuple) else len(value) for _, value in entries)
+        self.size += sum(payload_size(value[-1]) if isinstance(value, tuple) else len(value) for _, value in entries)
         if self.count >= self.run_records or self.size >= self.run_bytes:
             self._flush()
 
@@ -284,16 +299,21 @@ class Merge(beam.DoFn):
 
 
 def with_images(records, shape: ImageShape | None, window: int) -> Iterator[tuple]:
-    """Each record with its image decoded (its pixels or its BadRecord) when its payload is an image's URI, else
-    None; `window` images read at once (`in_order`), in a window that moves along the stream."""
+    """Each record with its image decoded (its pixels or its BadRecord) when its payload is an image's URI (or a
+    small image's URI and bytes), else None; `window` images read at once (`in_order`), in a window that moves along
+    the stream."""
 
     def decoded(record):
         payload = record[1][2]
-        if not isinstance(payload, str):
+        if isinstance(payload, str):
+            uri, data = payload, None
+        elif isinstance(payload, tuple):
+            uri, data = payload
+        else:
             return record, None
         assert shape is not None, "an image folder's shape is a side input of its merge"
         try:
-            return record, load_image(payload, shape.size, shape.channels)
+            return record, load_image(uri, shape.size, shape.channels, data)
         except BadRecord as e:
             return record, e
 

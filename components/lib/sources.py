@@ -71,6 +71,9 @@ def builtin(name: str) -> Source:
     return Source(TABULAR, names, [bunch.data.shape[1]], candidates, [str(f) for f in bunch.feature_names])
 
 
+SMALL_IMAGE_BYTES = 32 << 10  # an image file this small, read whole for its header, goes to its decoder with its
+# bytes: read once (one request for a gs:// object), its bytes in the runs (a shard's merge holds at most
+# examples_per_shard of them)
 HEADER_BYTES = 64 << 10  # what `image_header` reads of a file first: a JPEG's or PNG's header, unless its metadata
 # outgrows it (then the whole file is read)
 JPEG_SPACES = {"Gray": "L", "YCbCr": "RGB"}  # JPEG colour spaces libjpeg-turbo decodes here, and their PIL modes
@@ -89,15 +92,16 @@ class _FileBytes(io.BytesIO):
         return repr(self.path)
 
 
-def load_image(path: str, size: int, channels: int) -> np.ndarray:
-    """The image at `path` (a local path or a gs:// URI; read in one request) as a uint8 size×size×channels array
-    (bilinear resize); BadRecord when unreadable. JPEGs go to `_decoded_jpeg`, the rest (and any JPEG it leaves) to
-    PIL."""
+def load_image(path: str, size: int, channels: int, data: bytes | None = None) -> np.ndarray:
+    """The image at `path` (a local path or a gs:// URI; read in one request, unless its bytes are given as `data`)
+    as a uint8 size×size×channels array (bilinear resize); BadRecord when unreadable. JPEGs go to `_decoded_jpeg`,
+    the rest (and any JPEG it leaves) to PIL."""
     from PIL import Image, UnidentifiedImageError
 
     mode = "L" if channels == 1 else "RGB"
     try:
-        data = read_object(path)
+        if data is None:
+            data = read_object(path)
         pixels = _decoded_jpeg(data, size, channels)
         if pixels is not None:
             return pixels
@@ -141,18 +145,23 @@ def _decoded_jpeg(data: bytes, size: int, channels: int) -> np.ndarray | None:
     return _resized(Image.fromarray(pixels[..., 0] if channels == 1 else pixels), size, channels)
 
 
-def image_header(path: str) -> tuple[str, int] | None:
+def image_header(path: str) -> tuple[tuple[str, int] | None, bytes | None]:
     """The image's mode (PIL's) and shorter side from its header, reading its first `HEADER_BYTES` (a ranged request
     on gs://), and the whole file only when the header does not end there; None when unreadable (it is quarantined
-    later, with the decoder's reason)."""
+    later, with the decoder's reason). With it, the file's bytes when that first read got the whole file and it is
+    at most `SMALL_IMAGE_BYTES` (else None): a small image need not be read again to be decoded."""
     try:
         data = read_object(path, HEADER_BYTES)
+    except Exception:
+        return None, None
+    whole = data if len(data) <= SMALL_IMAGE_BYTES else None
+    try:
         header = _header(data, path)
         if header is None and len(data) == HEADER_BYTES:  # the header may go on past the bytes read
             header = _header(read_object(path), path)
-        return header
+        return header, whole
     except Exception:
-        return None
+        return None, whole
 
 
 def _jpeg_header(data: bytes) -> tuple[int, int, str] | None:
