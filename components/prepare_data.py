@@ -21,7 +21,7 @@ from components.lib import dataflow
 from components.lib.cpus import available_cpus
 from components.lib.prep_rules import shard_count
 from components.lib.source_reads import CsvPlan, list_folder, match_files, plan_csv, write_listing
-from components.lib.sources import IMAGE_EXTENSIONS, DataError, builtin, is_glob, source_kind
+from components.lib.sources import IMAGE_EXTENSIONS, SMALL_IMAGE_BYTES, DataError, builtin, is_glob, source_kind
 from components.lib.storage import is_gcs, open_write, remove_tree
 from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
@@ -209,6 +209,7 @@ def prepare(
         image_size,
         tuple(source.labels),
         prep_pipeline.REMOTE_READS if source.folder and is_gcs(data_source) else 0,
+        SMALL_IMAGE_BYTES if source.folder and is_gcs(data_source) else 0,
     )
     counter = progress.Counter(
         "prepare",

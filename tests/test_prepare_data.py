@@ -225,23 +225,30 @@ def test_parallel_prep_writes_what_one_process_writes(tmp_path):
     assert len(_files(tmp_path / "one")) > 6  # shards of every split, stats.json, quarantine.jsonl
 
 
-def test_a_small_image_is_read_once_and_written_as_when_read_twice(tmp_path, monkeypatch):
+def test_a_small_image_of_a_gcs_folder_is_read_once_and_written_as_when_read_twice(tmp_path, monkeypatch, gcs_emulator):
     from components.lib import sources
 
     write_images(tmp_path / "src", per_class=20, size=(24, 20))
     write_images(tmp_path / "src", classes=("owls",), per_class=20, size=(30, 30), fmt="JPEG", seed=1)
     (tmp_path / "src" / "cats" / "broken.png").write_bytes(b"\x89PNG not really")
+    for path in sorted((tmp_path / "src").rglob("*.*")):
+        gcs_emulator.blob(f"small/{path.relative_to(tmp_path / 'src')}").upload_from_filename(str(path))
     reads: list[str] = []
     read_object = sources.read_object
     monkeypatch.setattr(sources, "read_object", lambda uri, *a: reads.append(uri) or read_object(uri, *a))
-    once = prepare(str(tmp_path / "src"), str(tmp_path / "once"), num_workers=1, processes=1)
+    once = prepare("gs://test-bucket/small", str(tmp_path / "once"), num_workers=1, processes=1)
     assert len(reads) == len(set(reads)) == 61  # each image file, the broken one too
     reads.clear()
-    monkeypatch.setattr(sources, "SMALL_IMAGE_BYTES", 0)  # no file kept: read for its header, then to be decoded
-    twice = prepare(str(tmp_path / "src"), str(tmp_path / "twice"), num_workers=1, processes=1)
+    monkeypatch.setattr("components.prepare_data.SMALL_IMAGE_BYTES", 0)  # read for its header, then to be decoded
+    twice = prepare("gs://test-bucket/small", str(tmp_path / "twice"), num_workers=1, processes=1)
     assert len(reads) == 2 * 61
     assert once == twice and once["quarantined"] == 1
     assert _files(tmp_path / "once") == _files(tmp_path / "twice")
+    reads.clear()
+    prepare(str(tmp_path / "src"), str(tmp_path / "local"), num_workers=1, processes=1)
+    assert len(reads) == 2 * 61  # a local folder: read again, which costs less than carrying the bytes
+    shards = {name: data for name, data in _files(tmp_path / "once").items() if name.endswith(".tfrecord")}
+    assert shards and all((tmp_path / "local" / name).read_bytes() == data for name, data in shards.items())
 
 
 def test_image_folders_default_to_their_own_size_never_upsampled(tmp_path):

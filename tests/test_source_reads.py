@@ -4,7 +4,7 @@ from PIL import Image
 
 from components.lib.prep_pipeline import ShapeOf, header_summary
 from components.lib.source_reads import list_folder, read_images, write_listing
-from components.lib.sources import BadRecord, image_header, load_image
+from components.lib.sources import SMALL_IMAGE_BYTES, BadRecord, image_header, load_image
 
 
 @pytest.fixture
@@ -65,7 +65,8 @@ def test_images_read_in_one_go_are_what_pil_gives_through_the_file(images):
     }
     assert headers.keys() == images.keys()
     for name, path in images.items():
-        header, kept = image_header(path)
+        assert image_header(path) == (headers[name], None), name
+        header, kept = image_header(path, keep=SMALL_IMAGE_BYTES)
         assert header == headers[name], name
         assert kept == (None if name == "missing.jpg" else open(path, "rb").read()), name  # small files: their bytes
         for size, channels in [(24, 3), (24, 1), (16, 3)]:  # square.jpg at 24: no resize
@@ -118,7 +119,7 @@ def test_a_header_past_the_first_bytes_is_read_from_the_whole_file(tmp_path, gcs
     assert read_object(uri, 100) == data[:100] and read_object(uri) == data
     for where in (uri, path):  # from a byte: the next bytes, or the rest
         assert read_object(where, 100, 50) == data[50:150] and read_object(where, -1, 100) == data[100:]
-    assert image_header(path) == image_header(uri) == (("RGB", 30), None)  # a large file: not kept
+    assert image_header(path, SMALL_IMAGE_BYTES) == image_header(uri, SMALL_IMAGE_BYTES) == (("RGB", 30), None)
     assert load_image(uri, 16, 3).tobytes() == _through_the_file(path, 16, 3)
 
 

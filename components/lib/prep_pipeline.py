@@ -72,6 +72,7 @@ class Layout:
     image_size: int = 0  # image folders: the size asked for (0: the images' own, see `ImageShape`)
     labels: tuple[str, ...] = ()  # known before the read (image folders, built-ins); else the records' own, sorted
     reads: int = 0  # images read at once by a worker: REMOTE_READS for a gs:// folder (0: one at a time)
+    keep: int = 0  # image files of at most this many bytes go on with their bytes (`image_header`): a gs:// folder's
 
     def route(self, key: str, position: tuple) -> tuple[str, tuple]:
         """A record's shard file and its order there (`prep_rules.route`)."""
@@ -123,7 +124,7 @@ class Prepare(beam.DoFn):
     """A work item's records → (destination, [(order, (key, label, payload)), ...]), a batch for each destination it
     reaches, and a ("quarantine.jsonl", [(order, JSON line), ...]) output; for image files, a "headers" output of
     their headers' `ShapeOf` summary. The payload is the example's bytes, or an image's URI (with its bytes when the
-    file is small, `SMALL_IMAGE_BYTES`: read once): images are decoded where their shard is written, once their size
+    file is small and remote, `Layout.keep`: read once): images are decoded where their shard is written, once their size
     is known (the runs stay small). Batches, not records, are the pipeline's
     elements: Beam's cost per element is paid a few times per `BATCH_RECORDS` records, not once per record."""
 
@@ -136,7 +137,8 @@ class Prepare(beam.DoFn):
         if isinstance(item, ImageFiles):  # at most 256 files: their headers read at once from gs://
             records = list(records)
             uris = [value for *_, value in records if isinstance(value, str)]
-            heads = dict(zip(uris, in_order(image_header, uris, self.layout.reads)))
+            read = functools.partial(image_header, keep=self.layout.keep)
+            heads = dict(zip(uris, in_order(read, uris, self.layout.reads)))
             headers = [header for header, _ in heads.values()]
             records = [(*r[:3], _with_bytes(r[3], heads)) for r in records]
         batches: dict[str, list] = {}

@@ -71,9 +71,9 @@ def builtin(name: str) -> Source:
     return Source(TABULAR, names, [bunch.data.shape[1]], candidates, [str(f) for f in bunch.feature_names])
 
 
-SMALL_IMAGE_BYTES = 32 << 10  # an image file this small, read whole for its header, goes to its decoder with its
-# bytes: read once (one request for a gs:// object), its bytes in the runs (a shard's merge holds at most
-# examples_per_shard of them)
+SMALL_IMAGE_BYTES = 32 << 10  # an image file of a gs:// folder this small, read whole for its header, goes to its
+# decoder with its bytes: one request, not two (its bytes ride in the runs; a shard's merge holds at most
+# examples_per_shard of them). From a local disk, reading a file again costs less than carrying its bytes
 HEADER_BYTES = 64 << 10  # what `image_header` reads of a file first: a JPEG's or PNG's header, unless its metadata
 # outgrows it (then the whole file is read)
 JPEG_SPACES = {"Gray": "L", "YCbCr": "RGB"}  # JPEG colour spaces libjpeg-turbo decodes here, and their PIL modes
@@ -145,16 +145,16 @@ def _decoded_jpeg(data: bytes, size: int, channels: int) -> np.ndarray | None:
     return _resized(Image.fromarray(pixels[..., 0] if channels == 1 else pixels), size, channels)
 
 
-def image_header(path: str) -> tuple[tuple[str, int] | None, bytes | None]:
+def image_header(path: str, keep: int = 0) -> tuple[tuple[str, int] | None, bytes | None]:
     """The image's mode (PIL's) and shorter side from its header, reading its first `HEADER_BYTES` (a ranged request
     on gs://), and the whole file only when the header does not end there; None when unreadable (it is quarantined
     later, with the decoder's reason). With it, the file's bytes when that first read got the whole file and it is
-    at most `SMALL_IMAGE_BYTES` (else None): a small image need not be read again to be decoded."""
+    at most `keep` bytes (else None): such an image need not be read again to be decoded."""
     try:
         data = read_object(path, HEADER_BYTES)
     except Exception:
         return None, None
-    whole = data if len(data) <= SMALL_IMAGE_BYTES else None
+    whole = data if len(data) <= keep and len(data) < HEADER_BYTES else None
     try:
         header = _header(data, path)
         if header is None and len(data) == HEADER_BYTES:  # the header may go on past the bytes read
