@@ -198,6 +198,7 @@ def prepare(
     if not is_gcs(output_dir):
         os.makedirs(output_dir, exist_ok=True)
     temp_dir = f"{output_dir}/.prep-{uuid.uuid4().hex[:12]}"
+    remote_folder = source.folder and is_gcs(data_source)
     layout = prep_pipeline.Layout(
         source.kind,
         shards,
@@ -208,8 +209,8 @@ def prepare(
         temp_dir,
         image_size,
         tuple(source.labels),
-        prep_pipeline.REMOTE_READS if source.folder and is_gcs(data_source) else 0,
-        SMALL_IMAGE_BYTES if source.folder and is_gcs(data_source) else 0,
+        prep_pipeline.REMOTE_READS if remote_folder else 0,
+        SMALL_IMAGE_BYTES if remote_folder else 0,
     )
     counter = progress.Counter(
         "prepare",

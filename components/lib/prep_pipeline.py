@@ -13,9 +13,9 @@ sorted, as runs in one file; each shard is then written by merging its runs in o
 work item's records, a flush's, or a shard's runs; and since a shard's order is a total order of its records, the
 output does not depend on how the runner cut the work (tests/test_prepare_data.py compares one process with several).
 The pipeline's elements are batches (a work item's records for one shard), so Beam's cost per element is not paid
-per record. Each merge writes a summary (counts per
-class, bytes, and for training shards the sums of the features and of their squares, added in the shard's order), which
-`components.prepare_data` adds up in shard order into stats.json.
+per record. Each merge writes a summary (counts per class, bytes, and for training shards the sums of the features and
+of their squares, added in the shard's order), which `components.prepare_data` adds up in shard order into
+stats.json.
 """
 
 from __future__ import annotations
@@ -124,9 +124,9 @@ class Prepare(beam.DoFn):
     """A work item's records → (destination, [(order, (key, label, payload)), ...]), a batch for each destination it
     reaches, and a ("quarantine.jsonl", [(order, JSON line), ...]) output; for image files, a "headers" output of
     their headers' `ShapeOf` summary. The payload is the example's bytes, or an image's URI (with its bytes when the
-    file is small and remote, `Layout.keep`: read once): images are decoded where their shard is written, once their size
-    is known (the runs stay small). Batches, not records, are the pipeline's
-    elements: Beam's cost per element is paid a few times per `BATCH_RECORDS` records, not once per record."""
+    file is small and remote, `Layout.keep`: read once): images are decoded where their shard is written, once their
+    size is known (the runs stay small). Batches, not records, are the pipeline's elements: Beam's cost per element
+    is paid a few times per `BATCH_RECORDS` records, not once per record."""
 
     def __init__(self, layout: Layout, csv_plan: CsvPlan | None):
         self.layout, self.csv_plan = layout, csv_plan
@@ -173,8 +173,12 @@ def _with_bytes(value, heads: dict):
     return value, heads[value][1]
 
 
-def payload_size(payload) -> int:
-    """The bytes a payload holds: an example's, a small image's, or a URI's."""
+def _value_bytes(value) -> int:
+    """The bytes a run entry's value holds: a quarantine line's, or its payload's (an example's, a URI's, or a small
+    image's URI and bytes: its bytes')."""
+    if not isinstance(value, tuple):
+        return len(value)
+    payload = value[-1]
     return len(payload[1]) if isinstance(payload, tuple) else len(payload)
 
 
@@ -251,7 +255,7 @@ class WriteRuns(beam.DoFn):
             held = self.held[destination] = []
         held += entries
         self.count += len(entries)
-        self.size += sum(payload_size(value[-1]) if isinstance(value, tuple) else len(value) for _, value in entries)
+        self.size += sum(_value_bytes(value) for _, value in entries)
         if self.count >= self.run_records or self.size >= self.run_bytes:
             self._flush()
 
@@ -360,7 +364,7 @@ class FeatureSums:
 
     def __init__(self):
         self.block: list[bytes] = []
-        self.sums = self.squares = 0.0
+        self.sums = self.squares = None
 
     def add(self, payload: bytes) -> None:
         self.block.append(payload)
@@ -370,12 +374,15 @@ class FeatureSums:
     def _fold(self) -> None:
         width = len(self.block[0]) // 4
         x = np.frombuffer(b"".join(self.block), "<f4").reshape(-1, width).astype(np.float64)
-        self.sums, self.squares, self.block = self.sums + x.sum(axis=0), self.squares + (x * x).sum(axis=0), []
+        sums, squares = x.sum(axis=0), (x * x).sum(axis=0)
+        self.sums = sums if self.sums is None else self.sums + sums
+        self.squares = squares if self.squares is None else self.squares + squares
+        self.block = []
 
     def totals(self) -> tuple[list[float], list[float]] | None:
         if self.block:
             self._fold()
-        if isinstance(self.sums, float):
+        if self.sums is None or self.squares is None:
             return None
         return self.sums.tolist(), self.squares.tolist()
 
@@ -463,8 +470,8 @@ def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | Non
             | "All" >> beam.combiners.ToList()
             | "Sorted" >> beam.Map(sorted)
         )
-    _ = prepared.quarantined | "Quarantine runs" >> beam.ParDo(WriteRuns(f"{layout.temp_dir}/quarantine"))  # merged
-    # by `summaries`
+    quarantine_runs = WriteRuns(f"{layout.temp_dir}/quarantine")  # merged into quarantine.jsonl by `summaries`
+    _ = prepared.quarantined | "Quarantine runs" >> beam.ParDo(quarantine_runs)
     _ = (
         prepared.records
         | "Runs" >> beam.ParDo(WriteRuns(f"{layout.temp_dir}/runs"))
