@@ -225,6 +225,24 @@ def test_parallel_prep_writes_what_one_process_writes(tmp_path):
     assert len(_files(tmp_path / "one")) > 6  # shards of every split, stats.json, quarantine.jsonl
 
 
+def test_prep_runs_on_the_python_direct_runner_and_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    """Beam's "DirectRunner" first tries the Prism runner (a binary it downloads, another engine where the network
+    allows it): each try leaves a beam-temp folder behind, one more every scheduled run."""
+    import tempfile
+
+    from components.prepare_data import pipeline_options
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    for parallel in (False, True):
+        assert pipeline_options(2, parallel).get_all_options()["runner"] == "FnApiRunner"
+    write_images(tmp_path / "src", classes=("cats", "dogs"), per_class=20, size=(16, 16))
+    prepare("builtin:iris", str(tmp_path / "iris"), num_workers=1)
+    prepare(str(tmp_path / "src"), str(tmp_path / "two"), num_workers=1, processes=2, parallel_min_records=0)
+    assert sorted(p.name for p in temp.iterdir()) == []
+
+
 def test_a_small_image_of_a_gcs_folder_is_read_once_and_written_as_when_read_twice(tmp_path, monkeypatch, gcs_emulator):
     from components.lib import sources
 
