@@ -156,6 +156,37 @@ def test_csv_source_and_malformed_rows(tmp_path):
     assert len(stats["feature_mean"]) == 2
 
 
+def test_csv_rows_are_lines_cut_at_newlines_and_bad_lines_are_quarantined_by_number(tmp_path):
+    good = [b"%d,%d,%s" % (i % 7, i % 5, b"x" if i % 2 else b"y") for i in range(40)]
+    bad = [
+        b"1,2\x0c3,x",  # a form feed in a cell: one row, its cell no number (splitlines() made two rows)
+        b"4\xe2\x80\xa85,6,y",  # U+2028 in a cell, the same
+        b"1\r2,3,x",  # a carriage return inside a field: the csv module refuses it
+        b'"7,8,x',  # a quote that runs on ...
+        b'9",1,y',  # ... past its line: both lines go, as one bad row
+        b"5,6,caf\xe9",  # Latin-1, not UTF-8
+    ]
+    lines = [b"a,b,species", *good[:20], *bad, *good[20:]]
+    (tmp_path / "d.csv").write_bytes(b"\n".join(lines) + b"\n")
+    stats = prepare(
+        str(tmp_path / "d.csv"), str(tmp_path / "out"), num_workers=1, label_column="species", max_corrupt_fraction=0.2
+    )
+    assert stats["examples"] == 40 and stats["quarantined"] == 5 and stats["labels"] == ["x", "y"]
+    found = [json.loads(line) for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    reasons = sorted(q["reason"] for q in found)
+    assert reasons == [
+        "line 22: column 'b': '2\\x0c3' is not a number",
+        "line 23: column 'a': '4\\u20285' is not a number",
+        "line 24: new-line character seen in unquoted field - do you need to open the file in universal-newline mode?",
+        "line 27: not UTF-8 text",
+        "lines 25-26: a quoted field runs on past the end of line 25",
+    ]
+    assert {"d.csv:5,6,caf\\xe9", "d.csv:7,8,x9,1,y"} <= {q["key"] for q in found}
+    (tmp_path / "latin.csv").write_bytes(b"a,b,esp\xe8ce\n1,2,x\n")
+    with pytest.raises(DataError, match=r"the header of .*latin.csv is not UTF-8 text"):
+        prepare(str(tmp_path / "latin.csv"), str(tmp_path / "out2"), num_workers=1, label_column="species")
+
+
 def test_csv_unknown_label_column(tmp_path):
     (tmp_path / "d.csv").write_text("a,b,c\n1,2,3\n")
     with pytest.raises(DataError, match=r"label column 'label' not in .*columns are: a, b, c"):

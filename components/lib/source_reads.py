@@ -136,7 +136,10 @@ class CsvPlan:
 
 
 def _parse_header(line: bytes, uri: str) -> list[str]:
-    text = line.decode("utf-8-sig").rstrip("\r\n")
+    try:
+        text = line.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise DataError(f"the header of {uri} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     row = next(csv.reader([text]), [])
     if not any(cell.strip() for cell in row):
         raise DataError(f"{uri} is empty (a header row is required)")
@@ -177,22 +180,46 @@ def plan_csv(files: list[str], label_column: str, range_bytes: int = RANGE_BYTES
 
 def read_csv_range(plan: CsvPlan, r: CsvRange) -> Iterator[tuple[str, str, tuple, bytes | BadRecord]]:
     """The rows of one range (read in one request): (key, label, position, features as little-endian float32
-    bytes), or the BadRecord of a bad row in its place."""
+    bytes), or the BadRecord of a bad row in its place. A row is a line, cut at "\\n" only (as `plan_csv` counts
+    them): a line that is not UTF-8, that the csv module cannot parse, or whose quoted field runs on past its end is
+    a bad row, named by its line numbers."""
     uri = plan.files[r.file]
     data = read_object(uri, r.end - r.start, r.start)
     name, width, label_index = os.path.basename(uri), len(plan.header), plan.label_index
     pack = struct.Struct(f"<{width - 1}f").pack
-    for offset, row in enumerate(csv.reader(data.decode("utf-8").splitlines())):
-        line_no = r.first_line + offset
+    try:
+        text, utf8 = data.decode("utf-8"), True
+    except UnicodeDecodeError:  # the lines that are UTF-8 go on; the others are bad rows
+        text, utf8 = data.decode("utf-8", "surrogateescape"), False
+    lines = text.split("\n")
+    rows = csv.reader(lines)
+    line_no = r.first_line  # the line the next row starts on
+    while True:
+        try:
+            row = next(rows)
+            error = None
+        except StopIteration:
+            return
+        except csv.Error as e:
+            row, error = [lines[rows.line_num - 1]], f"line {line_no}: {e}"
+        first, line_no = line_no, r.first_line + rows.line_num
         if not (row and row[0].strip()) and not any(cell.strip() for cell in row):
             continue  # blank line
-        key, position = f"{name}:{','.join(row)}", (r.file, line_no)
+        key, position = f"{name}:{','.join(row)}", (r.file, first)
+        if not utf8 and not _is_utf8(key):
+            key = key.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            error = error or f"line {first}: not UTF-8 text"
+        if line_no - first > 1:
+            error = f"lines {first}-{line_no - 1}: a quoted field runs on past the end of line {first}"
+        if error is not None:
+            yield key, "", position, BadRecord(error)
+            continue
         if len(row) != width:
-            yield key, "", position, BadRecord(f"line {line_no}: {len(row)} fields, header has {width}")
+            yield key, "", position, BadRecord(f"line {first}: {len(row)} fields, header has {width}")
             continue
         label = row.pop(label_index).strip()
         if not label:
-            yield key, label, position, BadRecord(f"line {line_no}: empty label")
+            yield key, label, position, BadRecord(f"line {first}: empty label")
             continue
         try:
             values = list(map(float, row))
@@ -201,7 +228,15 @@ def read_csv_range(plan: CsvPlan, r: CsvRange) -> Iterator[tuple[str, str, tuple
                 continue
         except (ValueError, OverflowError):
             pass
-        yield key, label, position, bad_features(row, plan.feature_names, line_no)
+        yield key, label, position, bad_features(row, plan.feature_names, first)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a byte that was no UTF-8, kept as a lone surrogate
+        return False
+    return True
 
 
 def bad_features(values: list[str], feature_names: list[str], line_no: int) -> BadRecord:
