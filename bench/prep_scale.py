@@ -10,8 +10,14 @@ size: records, prepare's own seconds (the call, after the process has started an
 them, and peak memory: the resident memory of the process and its children (the direct runner's worker processes),
 sampled every 0.05 s with `pipelines.step_memory`, as the run summary measures a step.
 
+The baseline, in the same run on the same sources: the implementation the Beam pipeline replaced (`BASELINE`, the
+last commit before it: one process reading a source whole, images decoded by a forked process pool), extracted with
+`git archive` and run the same way (`--no-baseline` skips it). The rate goals are that implementation's rates, so
+each large size also reports its rate as a ratio of the baseline's on this machine.
+
 Goals: peak memory at the most rows ≤ 1.5× that at the fewest, and under 0.5 GB; at least 20,000 rows/s and 4,500
-images/s at the largest sizes. Results: bench/results/prep_scale.json.
+images/s at the largest sizes (the baseline's figures on the machine where they were set), and at least the
+baseline's rates measured in the same run. Results: bench/results/prep_scale.json.
 """
 
 import argparse
@@ -32,6 +38,8 @@ FEATURES = 10
 CLASSES = 3
 IMAGE_SIDE = 96
 GB = 1e9
+
+BASELINE = "074d245"  # the last commit before prepare-data ran on Beam
 
 PREPARE = (
     "import json, sys, time\n"
@@ -77,14 +85,28 @@ def source(workdir: Path, kind: str, size: int) -> Path:
     return path
 
 
-def measure(data: Path, workdir: Path) -> dict:
-    """prepare() on `data` in a fresh process: its seconds and counts, and the process tree's peak memory."""
+def baseline_tree(workdir: Path) -> Path:
+    """The `BASELINE` commit's files, extracted once into `workdir`."""
+    tree = workdir / f"baseline-{BASELINE}"
+    done = tree.with_name(tree.name + ".done")
+    if not done.exists():
+        shutil.rmtree(tree, ignore_errors=True)
+        tree.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", BASELINE], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        done.touch()
+    return tree
+
+
+def measure(data: Path, workdir: Path, code: Path = ROOT) -> dict:
+    """prepare() of the implementation in `code` on `data` in a fresh process: its seconds and counts, and the
+    process tree's peak memory."""
     out = workdir / "out"
     shutil.rmtree(out, ignore_errors=True)
     with StepMemory(interval=0.05, first_interval=0.01) as memory:
         memory.begin()
         done = subprocess.run(
-            [sys.executable, "-c", PREPARE, str(data), str(out)], cwd=ROOT, capture_output=True, text=True
+            [sys.executable, "-c", PREPARE, str(data), str(out)], cwd=code, capture_output=True, text=True
         )
         peak = memory.end()
     if done.returncode:
@@ -103,15 +125,18 @@ def measure(data: Path, workdir: Path) -> dict:
 
 def run(args, workdir: Path) -> dict:
     runs: dict[str, dict[str, dict]] = {"csv": {}, "images": {}}
+    baseline: dict[str, dict[str, dict]] = {"csv": {}, "images": {}}
+    code = {"beam": ROOT} | ({} if args.no_baseline else {"baseline": baseline_tree(workdir)})
     for kind, sizes in (("csv", args.rows), ("images", args.images)):
         for size in sizes:
-            m = measure(source(workdir, kind, size), workdir)
-            runs[kind][str(size)] = m
-            print(
-                f"[bench] {kind} {size:>9,}: {m['seconds']:7.2f} s, {m['records_per_second']:>10,.0f} records/s, "
-                f"peak {m['peak_memory_gb']:.3f} GB",
-                flush=True,
-            )
+            for side, tree in code.items():  # the two implementations one after the other on each source
+                m = measure(source(workdir, kind, size), workdir, tree)
+                (runs if side == "beam" else baseline)[kind][str(size)] = m
+                print(
+                    f"[bench] {side:8} {kind} {size:>9,}: {m['seconds']:7.2f} s, "
+                    f"{m['records_per_second']:>10,.0f} records/s, peak {m['peak_memory_gb']:.3f} GB",
+                    flush=True,
+                )
     csv_small, csv_large = runs["csv"][str(min(args.rows))], runs["csv"][str(max(args.rows))]
     images_large = runs["images"][str(max(args.images))]
     memory_ratio = round(csv_large["peak_memory_bytes"] / csv_small["peak_memory_bytes"], 3)
@@ -131,6 +156,12 @@ def run(args, workdir: Path) -> dict:
         "rows_per_second": csv_large["records_per_second"] >= 20_000,
         "images_per_second": images_large["records_per_second"] >= 4_500,
     }
+    if not args.no_baseline:
+        for kind, large in (("csv", csv_large), ("images", images_large)):
+            base = baseline[kind][str(max(args.rows if kind == "csv" else args.images))]
+            ratio = round(large["records_per_second"] / base["records_per_second"], 3)
+            goals[f"{kind}_rate_vs_baseline"] = ratio
+            goals["met"][f"{kind}_rate_vs_baseline"] = ratio >= 1.0
     return {
         "implementation": "components.prepare_data.prepare: the Beam pipeline on the direct runner (CSV in the calling process, image folders of 30,000 images or more on a worker process per usable CPU)",
         "csv": {"features": FEATURES, "classes": CLASSES, "runs": runs["csv"]},
@@ -139,6 +170,15 @@ def run(args, workdir: Path) -> dict:
             "format": "JPEG, RGB, random pixels",
             "classes": CLASSES,
             "runs": runs["images"],
+        },
+        "baseline": None
+        if args.no_baseline
+        else {
+            "commit": BASELINE,
+            "implementation": "components.prepare_data.prepare before Beam: the source read whole in one process, "
+            "images decoded by a forked process pool",
+            "csv": baseline["csv"],
+            "images": baseline["images"],
         },
         "goal": goals,
     }
@@ -149,6 +189,7 @@ def main(argv=None) -> None:
     p.add_argument("--rows", type=int, nargs="+", default=[20_000, 200_000, 2_000_000])
     p.add_argument("--images", type=int, nargs="+", default=[3_000, 30_000])
     p.add_argument("--workdir", type=Path, help="keep the synthetic sources here and reuse them")
+    p.add_argument("--no-baseline", action="store_true", help=f"skip the implementation before Beam ({BASELINE})")
     p.add_argument("--quick", action="store_true", help="2,000 and 20,000 rows, 300 images: checks that it works")
     p.add_argument("--output", type=Path, help="JSON results [bench/results/prep_scale.json]")
     args = p.parse_args(argv)
