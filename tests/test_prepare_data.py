@@ -57,6 +57,25 @@ def test_a_record_keeps_its_split_shard_and_order_across_releases(key, salt, exp
     assert route(key, (0, 2), 0.1, 0.1, {"train": 8, "val": 8, "test": 8}, salt) == expected
 
 
+@pytest.mark.parametrize("name", ["digits", "iris", "wine"])
+def test_builtin_sets_are_what_scikit_learn_loads(name):
+    import numpy as np
+    from sklearn import datasets
+
+    from components.lib.sources import builtin
+
+    source, bunch = builtin(name), getattr(datasets, f"load_{name}")()
+    values = np.stack([load() for _, _, load in source.candidates])
+    labels = [label for _, label, _ in source.candidates]
+    if name == "digits":
+        np.testing.assert_array_equal(values[..., 0], np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8))
+        assert labels == [str(t) for t in bunch.target] and source.labels == [str(t) for t in range(10)]
+    else:
+        np.testing.assert_array_equal(values, bunch.data.astype(np.float32))
+        assert labels == [bunch.target_names[t] for t in bunch.target] and source.labels == list(bunch.target_names)
+        assert source.feature_names == list(bunch.feature_names) and source.input_shape == [bunch.data.shape[1]]
+
+
 def test_shard_count_is_a_multiple_of_workers():
     assert shard_count(10, 3, 2000) == 3
     assert shard_count(1438, 2, 2000) == 8  # 4 files per worker for parallel reads

@@ -51,24 +51,56 @@ def check_builtin(name: str) -> str:
 
 def builtin(name: str) -> Source:
     """scikit-learn's bundled datasets: `digits` (8×8 grayscale images), `iris` and `wine` (tabular)."""
-    from sklearn import datasets
-
     check_builtin(name)
     if name == "digits":
-        bunch = datasets.load_digits()
-        images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
-        labels = [str(int(t)) for t in bunch.target]
+        table = np.loadtxt(_bundled("digits.csv.gz"), delimiter=",")
+        images = np.round(table[:, :-1].reshape(-1, 8, 8) * (255.0 / 16.0)).astype(np.uint8)[..., None]
+        labels = [str(int(t)) for t in table[:, -1]]
         candidates = [(f"digits/{i:04d}", labels[i], lambda img=img: img) for i, img in enumerate(images)]
         return Source(
             IMAGE, sorted(set(labels), key=int), [8, 8, 1], candidates, size_reason="8 px: the data set's own size"
         )
-    bunch = getattr(datasets, f"load_{name}")()
-    names = [str(n) for n in bunch.target_names]
+    with open(_bundled(f"{name}{'_data' if name == 'wine' else ''}.csv"), encoding="utf-8") as f:
+        names = f.readline().strip().split(",")[2:]  # samples, features, the class names
+        table = np.loadtxt(f, delimiter=",")
+    data, target = table[:, :-1], table[:, -1].astype(int)
     candidates = [
         (f"{name}/{i:04d}", names[t], lambda row=row: row.astype(np.float32))
-        for i, (row, t) in enumerate(zip(bunch.data, bunch.target))
+        for i, (row, t) in enumerate(zip(data, target))
     ]
-    return Source(TABULAR, names, [bunch.data.shape[1]], candidates, [str(f) for f in bunch.feature_names])
+    return Source(TABULAR, names, [data.shape[1]], candidates, FEATURE_NAMES[name])
+
+
+FEATURE_NAMES = {  # scikit-learn's names for the tabular sets' columns (its loaders name them in code)
+    "iris": ["sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"],
+    "wine": [
+        "alcohol",
+        "malic_acid",
+        "ash",
+        "alcalinity_of_ash",
+        "magnesium",
+        "total_phenols",
+        "flavanoids",
+        "nonflavanoid_phenols",
+        "proanthocyanins",
+        "color_intensity",
+        "hue",
+        "od280/od315_of_diluted_wines",
+        "proline",
+    ],
+}
+
+
+def _bundled(filename: str) -> str:
+    """A data file scikit-learn ships (sklearn/datasets/data/), found without importing scikit-learn, whose import
+    (scipy's with it, about 1.5 s) was most of a built-in source's prep. tests/test_prepare_data.py checks what is read
+    here against scikit-learn's own loaders."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataError("the built-in data sets need scikit-learn installed")
+    return os.path.join(spec.submodule_search_locations[0], "datasets", "data", filename)
 
 
 SMALL_IMAGE_BYTES = 32 << 10  # an image file of a gs:// folder this small, read whole for its header, goes to its
