@@ -5,9 +5,9 @@
 Synthetic sources, written once into `--workdir` (kept and reused when given): CSV files of 10 float features and a
 3-class label (`label` column), and image folders of 96×96 RGB JPEGs (random pixels) in 3 class folders. Each size is
 prepared in a fresh process with the pipeline's defaults (2 training workers, image size from the data; the Beam
-direct runner in that process for CSV files, on a worker process per usable CPU for image folders). Reported per
+direct runner in that process, an image folder's shards written by a pool of a process per usable CPU). Reported per
 size: records, prepare's own seconds (the call, after the process has started and imported), records per second over
-them, and peak memory: the resident memory of the process and its children (the direct runner's worker processes),
+them, and peak memory: the resident memory of the process and its children (the shard writers' processes),
 sampled every 0.05 s with `pipelines.step_memory`, as the run summary measures a step.
 
 The baseline, in the same run on the same sources: the implementation the Beam pipeline replaced (`BASELINE`, the
@@ -163,7 +163,7 @@ def run(args, workdir: Path) -> dict:
             goals[f"{kind}_rate_vs_baseline"] = ratio
             goals["met"][f"{kind}_rate_vs_baseline"] = ratio >= 1.0
     return {
-        "implementation": "components.prepare_data.prepare: the Beam pipeline on the direct runner (CSV in the calling process, image folders of 30,000 images or more on a worker process per usable CPU)",
+        "implementation": "components.prepare_data.prepare: the Beam pipeline on the direct runner in the calling process, an image folder's shards written by a pool of a process per usable CPU",
         "csv": {"features": FEATURES, "classes": CLASSES, "runs": runs["csv"]},
         "images": {
             "side": IMAGE_SIDE,

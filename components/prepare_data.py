@@ -4,8 +4,9 @@ Beam pipeline (components.lib.prep_pipeline) on every target.
 The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts, worker
 counts and runners; so is each record's shard. Every split gets at least `num_workers` shards, as FILE auto-sharding
 needs. Sources are read where they live (components.lib.source_reads): CSV files in ranges, images one by one; the
-data is never held whole. Locally the pipeline runs on Beam's direct runner, in this process or on `processes`
-worker processes (image folders from `PARALLEL_MIN_IMAGES` images); the output is byte for byte the same either way.
+data is never held whole. Locally the pipeline runs on Beam's direct runner in this process, an image folder's shards
+written by a pool of `processes` processes (`prep_shards.shard_writers`), or on `processes` of Beam's worker processes
+when asked (`parallel_min_records`); the output is byte for byte the same every way.
 Progress (`trainer.progress`, stage `prepare`): records read, written and quarantined, at the end.
 """
 
@@ -26,9 +27,6 @@ from components.lib.storage import is_gcs, open_write, remove_tree
 from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
 
-# fewer images are prepared in this process: each of Beam's worker processes imports Beam, and they are stopped one
-# after the other, seconds that two CPUs win back only from about this many images (where the two took as long)
-PARALLEL_MIN_IMAGES = 30_000
 ITEMS_PER_WORKER = 8  # work items per worker process, for balance
 
 
@@ -154,17 +152,22 @@ def prepare(
     dataflow_output_dir: str = "",
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
-    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). `processes`: the direct
-    runner's worker processes when there are at least `parallel_min_records` records (0: every CPU this process may
-    use, see `available_cpus`). By default image folders of `PARALLEL_MIN_IMAGES` images and more are decoded on
-    worker processes, and CSV rows and built-in records are prepared in this process: a row costs less to parse
-    than to send to another process, and each worker process holds its own copy of Beam (about 0.25 GB).
+    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). The direct runner runs in
+    this process; an image folder's shards are written (images decoded, examples encoded) by a pool of `processes`
+    processes (0: every CPU this process may use, see `available_cpus`), which start in a fraction of a second.
+    From `parallel_min_records` records (None: never), the pipeline runs on `processes` of Beam's worker processes
+    instead, each of which imports Beam (seconds, about 0.25 GB) and which are stopped one after the other: on 2
+    CPUs slower at every size measured (bench.prep_scale). CSV rows and built-in records cost less to prepare than
+    to send to another process.
     `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.dataflow; checked whatever the
     size) writing to `dataflow_output_dir` (the gs:// URI of `output_dir`, which is this step's view of it; "":
     `output_dir` is that URI), or the direct runner here for fewer than `dataflow_min_records` records."""
+    import contextlib
+    import dataclasses
+
     import apache_beam as beam
 
-    from components.lib import prep_pipeline
+    from components.lib import prep_pipeline, prep_shards
 
     _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard, processes)
     processes = processes or available_cpus()
@@ -178,9 +181,8 @@ def prepare(
     shards = {s: shard_count(source.expected * fractions[s], num_workers, examples_per_shard) for s in SPLITS}
     if runner not in ("direct", "dataflow"):
         raise DataError(f"runner must be direct or dataflow, got {runner!r}")
-    if parallel_min_records is None:
-        parallel_min_records = PARALLEL_MIN_IMAGES if source.folder else source.expected + 1
-    options = pipeline_options(processes, processes > 1 and source.expected >= parallel_min_records)
+    parallel = processes > 1 and parallel_min_records is not None and source.expected >= parallel_min_records
+    options = pipeline_options(processes, parallel)
     launched = False  # a Dataflow job: cancelled when the step is terminated
     if runner == "dataflow":
         job_output = (dataflow_output_dir or output_dir).rstrip("/")
@@ -201,7 +203,7 @@ def prepare(
         os.makedirs(output_dir, exist_ok=True)
     temp_dir = f"{output_dir}/.prep-{uuid.uuid4().hex[:12]}"
     remote_folder = source.folder and is_gcs(data_source)
-    layout = prep_pipeline.Layout(
+    layout = prep_shards.Layout(
         source.kind,
         shards,
         val_fraction,
@@ -214,11 +216,15 @@ def prepare(
         prep_pipeline.REMOTE_READS if remote_folder else 0,
         SMALL_IMAGE_BYTES if remote_folder else 0,
     )
+    writers = source.folder and processes > 1 and not (parallel or launched)
     counter = progress.Counter(
         "prepare",
         "records",
         lambda c: f"{c['done']}/{counter.total} records read, {c['written']} written, {c['quarantined']} quarantined",
     )
+    stack = contextlib.ExitStack()
+    if writers:
+        layout = dataclasses.replace(layout, writers=stack.enter_context(prep_shards.shard_writers(processes)))
     try:
         p = beam.Pipeline(options=options)
         prep_pipeline.build(p, layout, source.work_items(temp_dir), source.csv_plan, source.folder)
@@ -230,6 +236,7 @@ def prepare(
             p.run().wait_until_finish()
         found = prep_pipeline.summaries(layout)
     finally:
+        stack.close()
         remove_tree(temp_dir)
     stats = _stats(data_source, data_fingerprint, source, layout, found)
     with open_write(f"{output_dir}/stats.json") as f:
@@ -247,7 +254,7 @@ def stats_json(stats: dict) -> bytes:
 
 def _stats(data_source: str, data_fingerprint: str, source: Source, layout, found: dict) -> dict:
     """stats.json from the pipeline's summaries, added up in shard order; empty shards and quarantine written."""
-    from components.lib.prep_pipeline import QUARANTINE
+    from components.lib.prep_shards import QUARANTINE
 
     labels = found.get("labels.json", list(source.labels))
     input_shape, size_reason = source.input_shape, source.size_reason

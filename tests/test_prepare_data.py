@@ -263,16 +263,40 @@ def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_parallel_prep_writes_what_one_process_writes(tmp_path):
+def test_parallel_prep_writes_what_one_process_writes(tmp_path, monkeypatch):
+    from components.lib import prep_shards
+
+    pools: list[int] = []
+    real = prep_shards.shard_writers
+    monkeypatch.setattr(prep_shards, "shard_writers", lambda n: (pools.append(n), real(n))[1])
     write_images(tmp_path / "src", classes=("cats", "dogs", "owls"), per_class=40, size=(24, 20))
     write_images(tmp_path / "src", classes=("owls",), per_class=10, size=(30, 30), fmt="JPEG", seed=1)
     (tmp_path / "src" / "cats" / "broken.png").write_bytes(b"\x89PNG not really")
     (tmp_path / "src" / "dogs" / "notes.txt").write_text("hello")
     one = prepare(str(tmp_path / "src"), str(tmp_path / "one"), num_workers=2, processes=1)
+    pool = prepare(str(tmp_path / "src"), str(tmp_path / "pool"), num_workers=2, processes=2)  # shards in a pool
     two = prepare(str(tmp_path / "src"), str(tmp_path / "two"), num_workers=2, processes=2, parallel_min_records=0)
-    assert one == two and one["examples"] == 130 and one["quarantined"] == 2
-    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+    assert pools == [2]  # the pool's run only
+    assert one == pool == two and one["examples"] == 130 and one["quarantined"] == 2
+    assert _files(tmp_path / "one") == _files(tmp_path / "pool") == _files(tmp_path / "two")
     assert len(_files(tmp_path / "one")) > 6  # shards of every split, stats.json, quarantine.jsonl
+
+
+def test_the_shard_writers_start_without_beam_and_report_their_errors(tmp_path, monkeypatch):
+    from components.lib import prep_shards
+
+    with prep_shards.shard_writers(1):  # the fork server starts before the variable is set
+        pass
+    monkeypatch.setenv("TFPIPE_TEST_WRITERS", "set later")
+    with prep_shards.shard_writers(2) as key:
+        pool = prep_shards.writer_pool(key)
+        assert pool is not None
+        assert pool.submit(eval, "'apache_beam' in __import__('sys').modules").result() is False
+        assert pool.submit(eval, "'components.lib.prep_shards' in __import__('sys').modules").result() is True
+        assert pool.submit(eval, "__import__('os').environ.get('TFPIPE_TEST_WRITERS')").result() == "set later"
+        with pytest.raises(FileNotFoundError, match="no-such.run"):
+            pool.submit(prep_shards.read_object, str(tmp_path / "no-such.run")).result()
+    assert prep_shards.writer_pool(key) is None
 
 
 def test_prep_runs_on_the_python_direct_runner_and_leaves_no_temporary_folder(tmp_path, monkeypatch):
@@ -433,7 +457,7 @@ def test_remote_reads_run_a_window_at_a_time_and_keep_their_order():
     import threading
     import time
 
-    from components.lib.prep_pipeline import in_order
+    from components.lib.prep_shards import in_order
 
     active, most, lock = 0, 0, threading.Lock()
 

@@ -21,25 +21,28 @@ stats.json.
 from __future__ import annotations
 
 import functools
-import heapq
-import io
 import json
-import os
-import pickle
 import typing
-import uuid
-from collections import Counter, deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from components.lib import prep_rules
-from components.lib.records import TFRecordWriter, encode_example
+from components.lib.prep_shards import (
+    QUARANTINE,
+    ImageShape,
+    Layout,
+    Run,
+    in_order,
+    quarantined,
+    write_destination,
+    write_quarantine,
+    write_runs,
+    writer_pool,
+)
 from components.lib.source_reads import (
     CsvPlan,
     CsvRange,
@@ -47,55 +50,13 @@ from components.lib.source_reads import (
     read_csv_range,
     read_images,
 )
-from components.lib.sources import BadRecord, image_header, load_image
-from components.lib.storage import list_files, open_write, read_bytes, read_object
-from trainer.schema import IMAGE, shard_name
+from components.lib.sources import BadRecord, image_header
+from components.lib.storage import open_write, read_bytes
 
-QUARANTINE = "quarantine.jsonl"
 BATCH_RECORDS = 20_000  # records of a work item held before they go on, in batches
 RUN_RECORDS = 50_000  # records a worker holds before writing them out as sorted runs
 RUN_BYTES = 16 << 20  # and their payloads' bytes
 REMOTE_READS = 16  # images of a gs:// folder read at once by a worker (each read waits on the network)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the records go, decided before the data is read."""
-
-    kind: str
-    shards: dict[str, int]
-    val_fraction: float
-    test_fraction: float
-    salt: str
-    output_dir: str
-    temp_dir: str
-    image_size: int = 0  # image folders: the size asked for (0: the images' own, see `ImageShape`)
-    labels: tuple[str, ...] = ()  # known before the read (image folders, built-ins); else the records' own, sorted
-    reads: int = 0  # images read at once by a worker: REMOTE_READS for a gs:// folder (0: one at a time)
-    keep: int = 0  # image files of at most this many bytes go on with their bytes (`image_header`): a gs:// folder's
-
-    def route(self, key: str, position: tuple) -> tuple[str, tuple]:
-        """A record's shard file and its order there (`prep_rules.route`)."""
-        split, shard, order = prep_rules.route(
-            key, position, self.val_fraction, self.test_fraction, self.shards, self.salt
-        )
-        return self._names[split][shard], order
-
-    def destinations(self) -> list[str]:
-        return [name for names in self._names.values() for name in names]
-
-    @functools.cached_property
-    def _names(self) -> dict[str, list[str]]:
-        return {s: [shard_name(s, i, n) for i in range(n)] for s, n in self.shards.items()}
-
-
-@dataclass(frozen=True)
-class ImageShape:
-    """The prepared images' size and channels, from every image's header (`components.lib.sources` rules)."""
-
-    size: int
-    channels: int
-    reason: str
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -113,11 +74,6 @@ def read_item(item, csv_plan: CsvPlan | None) -> Iterator[tuple[str, str, tuple,
         yield from read_images(item)
     else:
         yield from item
-
-
-def quarantined(key: str, label: str, order: tuple, error: BadRecord) -> tuple:
-    """A bad record's run entry: its order and its quarantine.jsonl line."""
-    return order, (json.dumps({"key": key, "label": label, "reason": str(error)}) + "\n").encode()
 
 
 class Prepare(beam.DoFn):
@@ -182,59 +138,6 @@ def _value_bytes(value) -> int:
     return len(payload[1]) if isinstance(payload, tuple) else len(payload)
 
 
-def in_order(fn, args, window: int) -> Iterator:
-    """`fn` of each of `args`, in order, with up to `window` calls at once on threads (0: one at a time, here): for
-    reads that wait on the network."""
-    if not window:
-        yield from map(fn, args)
-        return
-    pool = _readers(window)
-    pending: deque[Future] = deque()
-    for arg in args:
-        pending.append(pool.submit(fn, arg))
-        if len(pending) >= 2 * window:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
-
-
-_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
-
-
-def _readers(threads: int) -> ThreadPoolExecutor:
-    """This process's reader threads (kept: each keeps its GCS client and connections)."""
-    key = (os.getpid(), threads)
-    if key not in _pools:
-        _pools[key] = ThreadPoolExecutor(threads, thread_name_prefix="prep-reads")
-    return _pools[key]
-
-
-Run = tuple[str, int, int]  # a sorted run: its file, and its bytes [start, end) (end -1: to the end of the file)
-CHUNK_RECORDS = 1024  # run entries pickled together
-
-
-def write_runs(folder: str, held: dict[str, list]) -> list[tuple[str, Run]]:
-    """Each destination's entries (order, ...) sorted into a run, every run in one new file in `folder` (one file
-    per flush, not one per destination and flush: thousands of shards would make a file each); (destination, its
-    run) for each."""
-    path = f"{folder}/{uuid.uuid4().hex}.run"
-    written, position = [], 0
-    with open_write(path) as f:
-        for destination in sorted(held):
-            entries = sorted(held[destination], key=_order)
-            start = position
-            for i in range(0, len(entries), CHUNK_RECORDS):
-                data = pickle.dumps(entries[i : i + CHUNK_RECORDS], protocol=pickle.HIGHEST_PROTOCOL)
-                f.write(data)
-                position += len(data)
-            written.append((destination, (path, start, position)))
-    return written
-
-
-def _order(entry: tuple):
-    return entry[0]
-
-
 class WriteRuns(beam.DoFn):
     """Batches of entries (destination, [(order, ...), ...]) → sorted runs, written to one file in `folder` each time
     the entries held reach `RUN_RECORDS` or their payloads `RUN_BYTES`, and at the end of a bundle; emits
@@ -270,131 +173,28 @@ class WriteRuns(beam.DoFn):
             yield WindowedValue(pair, 0, [GlobalWindow()])
 
 
-def read_run(run: Run) -> Iterator[tuple]:
-    """A run's entries, in order (its bytes read in one request; one chunk of entries unpickled at a time)."""
-    path, start, end = run
-    data = read_object(path, end - start if end >= 0 else -1, start)
-    stream = io.BytesIO(data)
-    while stream.tell() < len(data):
-        yield from pickle.load(stream)
-
-
-def merged(runs) -> Iterator[tuple]:
-    """The entries of sorted runs, in order."""
-    return heapq.merge(*(read_run(run) for run in sorted(runs)), key=_order)
-
-
 class Merge(beam.DoFn):
-    """(destination, runs) → the shard written in order from its runs (images decoded on the way: a bad one
-    goes to a quarantine run); its summary JSON in the temporary folder."""
+    """(destination, runs) → the shard written in order from its runs, images decoded on the way
+    (`prep_shards.write_destination`): here, or on this process's pool of shard writers (`Layout.writers`), which writes
+    every shard of the bundle at once (they are waited for at its end)."""
 
     def __init__(self, layout: Layout):
         self.layout = layout
 
+    def start_bundle(self):
+        self.pending: list[Future] = []
+
     def process(self, element, labels, shape=None):
         destination, runs = element
-        bad: list = []
-        summary = write_shard(
-            self.layout, destination, merged(runs), {name: i for i, name in enumerate(labels)}, shape, bad
-        )
-        if bad:
-            write_runs(f"{self.layout.temp_dir}/quarantine", {QUARANTINE: bad})
-        with open_write(f"{self.layout.temp_dir}/summaries/{destination}.json") as f:
-            f.write(json.dumps(summary).encode())
-        yield destination
-
-
-def with_images(records, shape: ImageShape | None, window: int) -> Iterator[tuple]:
-    """Each record with its image decoded (its pixels or its BadRecord) when its payload is an image's URI (or a
-    small image's URI and bytes), else None; `window` images read at once (`in_order`), in a window that moves along
-    the stream."""
-
-    def decoded(record):
-        payload = record[1][2]
-        if isinstance(payload, str):
-            uri, data = payload, None
-        elif isinstance(payload, tuple):
-            uri, data = payload
+        pool = writer_pool(self.layout.writers)
+        if pool is None:
+            write_destination(self.layout, destination, runs, labels, shape)
         else:
-            return record, None
-        assert shape is not None, "an image folder's shape is a side input of its merge"
-        try:
-            return record, load_image(uri, shape.size, shape.channels, data)
-        except BadRecord as e:
-            return record, e
+            self.pending.append(pool.submit(write_destination, self.layout, destination, list(runs), labels, shape))
 
-    return in_order(decoded, records, window)
-
-
-def write_shard(
-    layout: Layout, destination: str, records, label_ids: dict[str, int], shape: ImageShape | None, bad: list
-) -> dict:
-    """Encode and write one shard's records (in order), decoding images given by URI (`shape`: an image folder's);
-    its summary. Images that do not decode are appended to `bad` as quarantine run entries."""
-    per_class: Counter = Counter()
-    kind = layout.kind
-    sums = FeatureSums() if kind != IMAGE and destination.startswith("train-") else None
-    pairs = with_images(records, shape, layout.reads) if shape is not None else ((r, None) for r in records)
-    with TFRecordWriter(f"{layout.output_dir}/{destination}") as writer:
-        for (order, (key, label, payload)), image in pairs:
-            if isinstance(image, BadRecord):
-                bad.append(quarantined(key, label, order, image))
-                continue
-            if image is None:
-                image = np.frombuffer(payload, np.uint8) if kind == IMAGE else payload  # features: float32 bytes
-            writer.write(encode_example(key, label_ids[label], image, kind))
-            if sums is not None:
-                sums.add(payload)
-            per_class[label] += 1
-    totals = sums.totals() if sums is not None else None
-    return {
-        "examples": sum(per_class.values()),
-        "per_class": dict(per_class),
-        "bytes": writer.bytes,
-        "feature_sums": None if totals is None else totals[0],
-        "feature_squares": None if totals is None else totals[1],
-    }
-
-
-class FeatureSums:
-    """The sums of feature vectors (float32 bytes) and of their squares, in float64, added a block of
-    `BLOCK` vectors at a time in the order given: the same order, the same sums."""
-
-    BLOCK = 4096
-
-    def __init__(self):
-        self.block: list[bytes] = []
-        self.sums = self.squares = None
-
-    def add(self, payload: bytes) -> None:
-        self.block.append(payload)
-        if len(self.block) == self.BLOCK:
-            self._fold()
-
-    def _fold(self) -> None:
-        width = len(self.block[0]) // 4
-        x = np.frombuffer(b"".join(self.block), "<f4").reshape(-1, width).astype(np.float64)
-        sums, squares = x.sum(axis=0), (x * x).sum(axis=0)
-        self.sums = sums if self.sums is None else self.sums + sums
-        self.squares = squares if self.squares is None else self.squares + squares
-        self.block = []
-
-    def totals(self) -> tuple[list[float], list[float]] | None:
-        if self.block:
-            self._fold()
-        if self.sums is None or self.squares is None:
-            return None
-        return self.sums.tolist(), self.squares.tolist()
-
-
-def write_quarantine(layout: Layout) -> int:
-    """quarantine.jsonl from every quarantine run (the readers' and the image decoders'), in order; its lines."""
-    count = 0
-    with open_write(f"{layout.output_dir}/{QUARANTINE}") as f:
-        for _, line in merged((path, 0, -1) for path in list_files(f"{layout.temp_dir}/quarantine")):
-            f.write(line)
-            count += 1
-    return count
+    def finish_bundle(self):
+        for done in self.pending:
+            done.result()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
