@@ -4,9 +4,10 @@ Beam pipeline (components.lib.prep_pipeline) on every target.
 The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts, worker
 counts and runners; so is each record's shard. Every split gets at least `num_workers` shards, as FILE auto-sharding
 needs. Sources are read where they live (components.lib.source_reads): CSV files in ranges, images one by one; the
-data is never held whole. Locally the pipeline runs on Beam's direct runner in this process, an image folder's shards
-written by a pool of `processes` processes (`prep_shards.shard_writers`), or on `processes` of Beam's worker processes
-when asked (`parallel_min_records`); the output is byte for byte the same every way.
+data is never held whole. Locally the pipeline runs on Beam's direct runner in this process, the shards of an image
+folder of `WRITERS_MIN_IMAGES` images or more written by a pool of `processes` processes
+(`prep_shards.shard_writers`), or on `processes` of Beam's worker processes when asked (`parallel_min_records`); the
+output is byte for byte the same every way.
 Progress (`trainer.progress`, stage `prepare`): records read, written and quarantined, at the end.
 """
 
@@ -28,6 +29,10 @@ from trainer import progress
 from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
 
 ITEMS_PER_WORKER = 8  # work items per worker process, for balance
+# fewer images are written in this process: the shard writers' start (their server imports numpy, Pillow and the
+# prep modules) costs about half a second, which 2 CPUs won back from about 3,000 images (2,000: 4.13 s against 3.69;
+# 3,000: 3.73 s against 3.96)
+WRITERS_MIN_IMAGES = 3_000
 
 
 def _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard, processes):
@@ -146,6 +151,7 @@ def prepare(
     data_fingerprint: str = "",
     processes: int = 0,
     parallel_min_records: int | None = None,
+    writers_min_images: int = WRITERS_MIN_IMAGES,
     runner: str = "direct",
     dataflow_options: dict | None = None,
     dataflow_min_records: int = 0,
@@ -153,8 +159,9 @@ def prepare(
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
     `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). The direct runner runs in
-    this process; an image folder's shards are written (images decoded, examples encoded) by a pool of `processes`
-    processes (0: every CPU this process may use, see `available_cpus`), which start in a fraction of a second.
+    this process; the shards of an image folder of at least `writers_min_images` images are written (images
+    decoded, examples encoded) by a pool of `processes` processes (0: every CPU this process may use, see
+    `available_cpus`), which start in about half a second.
     From `parallel_min_records` records (None: never), the pipeline runs on `processes` of Beam's worker processes
     instead, each of which imports Beam (seconds, about 0.25 GB) and which are stopped one after the other: on 2
     CPUs slower at every size measured (bench.prep_scale). CSV rows and built-in records cost less to prepare than
@@ -216,7 +223,7 @@ def prepare(
         prep_pipeline.REMOTE_READS if remote_folder else 0,
         SMALL_IMAGE_BYTES if remote_folder else 0,
     )
-    writers = source.folder and processes > 1 and not (parallel or launched)
+    writers = source.folder and source.expected >= writers_min_images and processes > 1 and not (parallel or launched)
     counter = progress.Counter(
         "prepare",
         "records",

@@ -274,11 +274,14 @@ def test_parallel_prep_writes_what_one_process_writes(tmp_path, monkeypatch):
     (tmp_path / "src" / "cats" / "broken.png").write_bytes(b"\x89PNG not really")
     (tmp_path / "src" / "dogs" / "notes.txt").write_text("hello")
     one = prepare(str(tmp_path / "src"), str(tmp_path / "one"), num_workers=2, processes=1)
-    pool = prepare(str(tmp_path / "src"), str(tmp_path / "pool"), num_workers=2, processes=2)  # shards in a pool
+    pool = prepare(str(tmp_path / "src"), str(tmp_path / "pool"), num_workers=2, processes=2, writers_min_images=0)
     two = prepare(str(tmp_path / "src"), str(tmp_path / "two"), num_workers=2, processes=2, parallel_min_records=0)
+    small = prepare(str(tmp_path / "src"), str(tmp_path / "small"), num_workers=2, processes=2)  # < 3,000 images
     assert pools == [2]  # the pool's run only
-    assert one == pool == two and one["examples"] == 130 and one["quarantined"] == 2
-    assert _files(tmp_path / "one") == _files(tmp_path / "pool") == _files(tmp_path / "two")
+    assert one == pool == two == small and one["examples"] == 130 and one["quarantined"] == 2
+    assert (
+        _files(tmp_path / "one") == _files(tmp_path / "pool") == _files(tmp_path / "two") == _files(tmp_path / "small")
+    )
     assert len(_files(tmp_path / "one")) > 6  # shards of every split, stats.json, quarantine.jsonl
 
 
