@@ -164,7 +164,7 @@ def prepare(
     `available_cpus`), which start in about half a second.
     From `parallel_min_records` records (None: never), the pipeline runs on `processes` of Beam's worker processes
     instead, each of which imports Beam (seconds, about 0.25 GB) and which are stopped one after the other: on 2
-    CPUs slower at every size measured (bench.prep_scale). CSV rows and built-in records cost less to prepare than
+    CPUs slower than the pool from 3,000 to 30,000 images. CSV rows and built-in records cost less to prepare than
     to send to another process.
     `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.dataflow; checked whatever the
     size) writing to `dataflow_output_dir` (the gs:// URI of `output_dir`, which is this step's view of it; "":
@@ -229,21 +229,20 @@ def prepare(
         "records",
         lambda c: f"{c['done']}/{counter.total} records read, {c['written']} written, {c['quarantined']} quarantined",
     )
-    stack = contextlib.ExitStack()
-    if writers:
-        layout = dataclasses.replace(layout, writers=stack.enter_context(prep_shards.shard_writers(processes)))
+    pool = prep_shards.shard_writers(processes) if writers else contextlib.nullcontext("")
     try:
-        p = beam.Pipeline(options=options)
-        prep_pipeline.build(p, layout, source.work_items(temp_dir), source.csv_plan, source.folder)
-        if launched:
-            with dataflow.cancelled_on_termination() as launch:
-                launch.launched(p.run())
-                launch.result.wait_until_finish()
-        else:
-            p.run().wait_until_finish()
+        with pool as key:
+            layout = dataclasses.replace(layout, writers=key)
+            p = beam.Pipeline(options=options)
+            prep_pipeline.build(p, layout, source.work_items(temp_dir), source.csv_plan, source.folder)
+            if launched:
+                with dataflow.cancelled_on_termination() as launch:
+                    launch.launched(p.run())
+                    launch.result.wait_until_finish()
+            else:
+                p.run().wait_until_finish()
         found = prep_pipeline.summaries(layout)
     finally:
-        stack.close()
         remove_tree(temp_dir)
     stats = _stats(data_source, data_fingerprint, source, layout, found)
     with open_write(f"{output_dir}/stats.json") as f:

@@ -108,7 +108,7 @@ def shard_writers(processes: int) -> Iterator[str]:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     key = uuid.uuid4().hex
-    # the server was forked with this process's environment of the first pool's time: each worker takes today's
+    # the fork server keeps the environment of its start (the first pool's): each worker takes the current one
     _pools[key] = pool = ProcessPoolExecutor(processes, context, initializer=_environ, initargs=(dict(os.environ),))
     for _ in range(processes):  # started now, while this process builds the pipeline and reads the headers
         pool.submit(os.getpid)
