@@ -36,8 +36,9 @@ test-fast: lint
 	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
 
 # Every result file of bench/results/, one benchmark after the other (each records the commit, the machine, the
-# command and the load average; docs/benchmarks.md says what each measures). About 40 min on the 2-core machine, the
-# test suite's run 15 of them; run nothing else meanwhile.
+# command and the load average), then docs/benchmarks.md generated from them and from each benchmark's docstring
+# (bench/page.py). The page is generated before the test suite's run too, which checks that it is up to date, and
+# again after it, with the suite's own result. The suite's run is the longest; run nothing else meanwhile.
 bench: $(VENV)/.installed
 	$(PY) -m bench.input_pipeline
 	$(PY) -m bench.image_size
@@ -50,7 +51,9 @@ bench: $(VENV)/.installed
 	$(PY) -m bench.prep_scale
 	$(PY) -m bench.remote_reads
 	$(PY) -m bench.rehearse
+	$(PY) -m bench.page
 	$(PY) -m bench.test_suite
+	$(PY) -m bench.page
 
 # The images, built with podman on a locally made base image (no Docker engine, no registry): IMAGES="serving" builds
 # one, IMAGES="trainer-gpu" the GPU trainer image.

@@ -1,6 +1,9 @@
-"""Benchmarks, `python -m bench.<name>`; each prints its ratios and writes bench/results/<name>.json through
-`bench.results.Recorder` (the figures with the commit, the machine, the command and the load averages).
-`--quick` runs a reduced size to check that a benchmark works; its result goes outside bench/results/."""
+"""Benchmarks, `python -m bench.<name>`: each module's docstring says what it measures and how; each run prints its
+ratios and writes bench/results/<name>.json through `bench.results.Recorder` (the figures with the commit, the
+machine, the command and the load averages). `--quick` runs a reduced size to check that a benchmark works; its
+result goes outside bench/results/. `python -m bench.page` writes docs/benchmarks.md from the result files and the
+docstrings.
+"""
 
 import subprocess
 import sys

@@ -1,23 +1,19 @@
-"""Default image size benchmark: what the default model input (an image folder's smallest image side, capped at
-180 px) costs and gives against explicit sizes, on images of mixed sizes, some larger than the cap.
+"""What the default model input of an image folder costs and gives against explicit sizes.
 
     python -m bench.image_size [--per-class 150] [--sides 48 64 96 200 240] [--explicit 96 180] [--epochs 15]
                                [--seeds 0 1] [--workdir DIR] [--quick]
 
-Draws one image folder of simple shapes (circle, square, triangle; `--per-class` each; the drawing of
-tests/conftest.py's `write_shapes`) whose images have mixed sizes: each image's shorter side is one of `--sides`
-(in turn), its longer side up to 1.5× that, either way round, so that some images are larger than the 180 px cap
-and others smaller. Then, for the default (`image_size=0`: the smallest shorter side, here 48 px, so that no image
-is upsampled) and each `--explicit` size (by default 96 px and the cap, 180 px: every image under it upsampled):
-`components.prepare_data.prepare` (one process), `python -m trainer.task` (`--epochs`, learning rate 0.003, the
-trainer's other defaults, one worker) once per `--seeds` seed, and the SavedModel's test accuracy. The three data
-sets differ (their input shapes, their shards' bytes and digests are recorded and must differ), the splits hold
-the same images (the split is by file name).
+An image folder's default model input is its smallest image's shorter side, capped at 180 px, so that no image is
+upsampled. The benchmark draws one folder of shapes (circle, square, triangle; `--per-class` each) of mixed sizes:
+the shorter sides cycle through `--sides`, each longer side up to half as long again, so that some images are larger
+than the cap and some smaller. The same images are prepared with the default size and at each `--explicit` size
+(the cap among them: every image under it upsampled); the training splits must differ. Each data set is trained by
+`python -m trainer.task` (`--epochs`, learning rate 0.003, one worker) once per seed of `--seeds` and evaluated on
+the test split, which holds the same images for every size.
 
-Reported per size: the model input and the reason data prep gives for it, the training split's bytes, prep seconds,
-test accuracy per seed and mean, train-model seconds per seed and median. Goal: the default's mean test accuracy is
-within one test example of the best explicit size's (where the default gives up pixels of the larger images), at
-its fraction of the training time. Results: bench/results/image_size.json.
+Figures of merit, per size: mean test accuracy, and the median train-model time and training split's bytes as
+ratios to the default's. Goal: the default's mean test accuracy within one test example of the best explicit
+size's, at its fraction of the training time. Each seed is one training run: times of one size vary between seeds.
 """
 
 from __future__ import annotations

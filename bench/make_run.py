@@ -1,19 +1,19 @@
-"""End-to-end benchmark of `make run`: the whole local pipeline, timed from outside.
+"""The whole local pipeline, as `make run` runs it on builtin:digits, timed from outside.
 
     python -m bench.make_run [--goal 90] [--variants default no-tune] [--keep] [--quick]
                              [-- extra `pipelines run` options]
 
-Runs `python -m pipelines run --out <tmp> --model-repository <tmp>/repo` in a subprocess (this interpreter, same
-environment, cwd = the repository root), so the user's runs/ and model repository are left alone, once per variant:
-`default` (the settings a new user gets: the study on) and `no-tune` (`--no-tune`). Each run starts its own local
-server on free ports, stopped after the run. Prints the wall time, the per-step breakdown from
-`<tmp>/run_summary.json` (with what the steps leave: start-up, orchestration and the report) and whether the goal
-(default ≤ 90 s, on the default variant) is met; writes bench/results/make_run.json. `--quick`: the `no-tune`
-variant alone, 1 epoch, no deploy (checks that it works).
+Runs `python -m pipelines run` in a subprocess from the repository root, in this environment (compiled bytecode, as
+`make` installs it), its output and model repository in a temporary folder and its server on free ports, stopped
+after the run: once with the settings a new user gets (`default`: the study on, deploy on), once with `--no-tune`.
+The steps' times are the run summary's; what they leave of the wall time is start-up, orchestration and the report.
+`kfp.local` runs the steps one after another, so the wall time is their sum plus that. Also recorded: each run's
+test accuracy and whether it was blessed, and how long `import tensorflow` takes in this environment and in a fresh
+process without bytecode (an empty bytecode cache and `PYTHONDONTWRITEBYTECODE=1`, as in an environment installed
+without `--compile-bytecode`): every TensorFlow step of a run pays that start-up.
 
-Also recorded: whether this environment's TensorFlow has compiled bytecode (`make` installs it so) and how long
-`import tensorflow` takes here with it and without it (a fresh process whose bytecode cache is an empty folder and
-`PYTHONDONTWRITEBYTECODE=1`, as in an environment installed without it).
+Figure of merit: the default run's wall time. Goal: at most `--goal` seconds. Compare runs on one machine only.
+`--quick`: the `no-tune` run alone, one epoch, no deploy.
 """
 
 from __future__ import annotations

@@ -1,23 +1,24 @@
-"""Data prep at scale: rows/s, images/s and peak memory of `components.prepare_data.prepare` as the data grows.
+"""Data prep's rows/s, images/s and peak memory as the data grows, against the implementation before Beam.
 
-    python -m bench.prep_scale [--rows 20000 200000 2000000] [--images 3000 30000] [--workdir DIR] [--quick]
+    python -m bench.prep_scale [--rows 20000 200000 2000000] [--images 3000 30000] [--workdir DIR] [--no-baseline]
+                               [--quick]
 
-Synthetic sources, written once into `--workdir` (kept and reused when given): CSV files of 10 float features and a
-3-class label (`label` column), and image folders of 96×96 RGB JPEGs (random pixels) in 3 class folders. Each size is
-prepared in a fresh process with the pipeline's defaults (2 training workers, image size from the data; the Beam
-direct runner in that process, an image folder's shards written by a pool of a process per usable CPU). Reported per
-size: records, prepare's own seconds (the call, after the process has started and imported), records per second over
-them, and peak memory: the resident memory of the process and its children (the shard writers' processes),
-sampled every 0.05 s with `pipelines.step_memory`, as the run summary measures a step.
+Synthetic sources, written once (kept and reused in `--workdir`): CSV files of 10 float features and a 3-class
+label, and folders of 96×96 RGB JPEGs of random pixels (the slowest kind to decode) in 3 class folders. Each size is
+prepared by `components.prepare_data.prepare` in a fresh process with the pipeline's defaults (2 training workers,
+the image size from the data; the Beam pipeline on the direct runner in that process, an image folder's shards
+written by a pool of a process per usable CPU). Reported per size: the call's own seconds (after the process has
+started and imported), records a second, and peak memory: the process's and its children's, added up, sampled as
+the run summary measures a step.
 
-The baseline, in the same run on the same sources: the implementation the Beam pipeline replaced (`BASELINE`, the
-last commit before it: one process reading a source whole, images decoded by a forked process pool), extracted with
-`git archive` and run the same way (`--no-baseline` skips it). The rate goals are that implementation's rates, so
-each large size also reports its rate as a ratio of the baseline's on this machine.
+Baseline, in the same run on the same sources: the implementation the Beam pipeline replaced (the source read whole
+in one process, images decoded by a forked process pool), extracted from its commit with `git archive` and run the
+same way (`--no-baseline` skips it).
 
-Goals: peak memory at the most rows ≤ 1.5× that at the fewest, and under 0.5 GB; at least 20,000 rows/s and 4,500
-images/s at the largest sizes (the baseline's figures on the machine where they were set), and at least the
-baseline's rates measured in the same run. Results: bench/results/prep_scale.json.
+Goals (data of any size): peak memory at the most rows at most 1.5× that at the fewest, and under 0.5 GB; at least
+20,000 rows/s and 4,500 images/s at the largest sizes (the baseline's rates on the machine where the goals were
+set), and at least the baseline's rates measured in the same run. Small sizes pay a fixed start-up that the baseline
+did not: Beam's import and the pipeline's construction.
 """
 
 import argparse

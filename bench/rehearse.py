@@ -1,19 +1,19 @@
-"""Rehearsal overhead: `python -m pipelines rehearse` (the compiled Vertex template against the local Vertex AI
-double) next to `python -m pipelines run` (the self-hosted DAG) on the same data and settings, in one run.
+"""A rehearsal's wall time (the compiled Vertex template against the local Vertex AI double) against `run`'s.
 
     python -m bench.rehearse [--goal 1.5] [--quick]
 
-Both run with the default settings (what `make run` does), in subprocesses of this interpreter from the repository root, one after the other, with fresh state
-(their own model repository / rehearsal state, so neither finds a champion). Like for like: the same data
-(builtin:digits), epochs, workers and study; both deploy. The rehearsal does more work by design (every artifact
-and job output on a GCS emulator, TensorFlow's gs:// through a local HTTPS proxy, the steps' inputs and outputs
-copied through the /gcs/ mount, the API double, GCPC's launcher processes with their polling, a serving container
-started per deploy on a copy of the model); `run` reuses nothing either. Each side's study picks its own
-hyperparameters, which set the final training's length, so a second pair runs both without the study (the same
-hyperparameters: like for like on the training too). Prints both ratios rehearse / run and whether the goal (default
-≤ 1.5, on the default settings) is met; writes bench/results/rehearse.json with the hyperparameters each side
-trained with. `--quick`: both with 1 epoch, no study and no
-deploy (checks that it works).
+Two pairs, each `python -m pipelines run` then `python -m pipelines rehearse` (the compiled Vertex template against
+the local Vertex AI double), in subprocesses from the repository root, each with fresh state so that neither finds a
+champion and the rehearsal's cache serves nothing; builtin:digits, deploy on, both sides alike. The default pair
+runs both with the default settings (the study on, as `make run`): the pair the goal is about. The no-tune pair
+runs both without the study (`run --no-tune`, `rehearse --param tune=false`), so that both train with the same
+default hyperparameters: each side's study picks its own, which set the training's length. Reported per side: the
+wall time, the steps' times and the hyperparameters it trained with.
+
+Figure of merit: rehearse / run wall time. Goal: at most `--goal` with the default settings. The rehearsal does more
+work by design: every artifact and job output goes to a GCS emulator through a local HTTPS proxy, the Vertex steps
+are GCPC's launchers polling the API double, each look-up step is a fresh process importing the aiplatform SDK, and
+each deploy starts a serving container on a copy of the model, where `run` works on local disk.
 """
 
 from __future__ import annotations

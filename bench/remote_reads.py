@@ -1,14 +1,16 @@
-"""Data prep on a gs:// image folder: `REMOTE_READS` images read at once against one at a time.
+"""Data prep on a gs:// image folder: `REMOTE_READS` images read at once against one at a time, over latency.
 
     python -m bench.remote_reads [--images 600] [--latency-ms 20] [--rounds 2] [--quick]
 
-The folder (`bench.prep_scale`'s: 96 px JPEGs of random pixels in 3 class folders) is uploaded to a GCS emulator (gcp-storage-emulator) in its own
-process, made to answer as a Cloud Storage endpoint across a network would: each request waits `--latency-ms` before
-it is handled, and requests are handled on threads (the emulator's own server takes one connection at a time). Both
-sides run `components.prepare_data.prepare` in this process, on the direct runner in one process (`processes=1`),
-into a local folder, alternating over `--rounds`; the only difference is `prep_pipeline.REMOTE_READS` (16 or 0).
-Like for like: the same emulator, data and options; the latency is a stand-in for the network, chosen, not measured.
-Result: bench/results/remote_reads.json (seconds per side, their ratio, and whether the shards are the same bytes).
+The folder (`bench.prep_scale`'s images: 96 px JPEGs of random pixels in 3 class folders) lives on a GCS emulator in
+its own process that handles requests on threads and delays each by `--latency-ms`, a stand-in for the network
+between a worker and Cloud Storage (chosen, not measured). Both sides run `components.prepare_data.prepare` on the
+direct runner in one process into a local folder, alternating over `--rounds`, with the same emulator, data and
+options; the only difference is data prep's `REMOTE_READS`: 16 (what prep uses) or 0 (one image at a time).
+
+Figure of merit: the seconds one at a time / at 16, best round against best round; the shards written must be the
+same bytes. An image under `SMALL_IMAGE_BYTES` costs one round trip (the read for its header gets the whole file),
+a larger one two (its header, then its pixels); the window overlaps them.
 """
 
 import argparse

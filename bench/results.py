@@ -9,8 +9,8 @@ taken then) and ends with `recorder.save(figures, path)`, which writes
 (CPUs online and usable, the CPU model from /proc/cpuinfo, memory, platform, Python and TensorFlow versions), the
 exact command (`sys.orig_argv`) and its parsed arguments, the start and end times and seconds, the 1-, 5- and
 15-minute load averages at the start and at the end, the machine's speed at the start (`calibration`), and `quick`
-(a reduced run: `--quick`, whose result goes to `quick_output(NAME)` outside bench/results/ unless `--output` says
-otherwise; docs never quote one).
+(a reduced run: `--quick`, whose result `result_path` puts outside bench/results/ unless `--output` says otherwise;
+`python -m bench.page` refuses one).
 """
 
 from __future__ import annotations

@@ -1,45 +1,30 @@
-"""Serving benchmark: our TF-Serving-compatible server vs KServe's Python model server, one load generator.
+"""Our TF-Serving-compatible server against KServe's Python model server, under one load generator.
 
     python -m bench.serving [--rounds 3] [--duration 3] [--warmup 0.5] [--clients 1 16] [--client-processes 4]
-                            [--http-client http.client|requests] [--max-batch-size 32] [--batch-timeout-ms 0]
-                            [--num-batch-threads 1] [--kserve-request-logs] [--epochs 3] [--workdir DIR] [--quick]
+                            [--http-client http.client|requests] [--large-request 32] [--max-batch-size 32]
+                            [--batch-timeout-ms 0] [--num-batch-threads 1] [--kserve-request-logs] [--epochs 3]
+                            [--workdir DIR] [--quick]
 
-Trains the digits model once (builtin:digits, `python -m trainer.task`, `--epochs`; `--workdir` keeps and reuses it)
-and serves its SavedModel (input `image` float32 [None,8,8,1]; outputs `probabilities`, `class_id`) from separate
-processes, all started up front: KServe (`bench/kserve_peer.py`: a `kserve.Model` calling `serving_default`
-in its sync `predict`, `kserve.ModelServer(workers=1)`, v1 protocol, per-request logs off unless
-`--kserve-request-logs`) and ours (`python -m pipelines serve`), each once with TensorFlow's default thread pools (a
-thread per CPU) and once with one TensorFlow thread (`TF_NUM_INTRAOP_THREADS` and `TF_NUM_INTEROP_THREADS` = 1, the
-same variables in both servers' environments), and ours with `--enable-batching` at both thread settings (batching
-is ours alone: KServe's Python server has none). Each server is checked first (64 test digits one by one: every
-class id must equal a direct `serving_default` call's), then loaded by the same generator: N closed-loop clients
-(each its own keep-alive `http.client` connection, or `requests.Session` with `--http-client requests`, or gRPC
-channel) in ≤ `--client-processes` spawned processes, so that one process's GIL does not cap the load; one instance
-per request (a test digit: REST body `{"instances": [...]}`, gRPC a serialized `PredictRequest` built with
-`tf.make_tensor_proto`, both encoded once before the run), and for ours without batching (both thread settings, both
-protocols, the most clients) also `--large-request` instances a request. Every configuration is measured once per round
-(`--warmup` s unmeasured, then `--duration` s), rounds interleaved so that drift in the machine's load hits every
-configuration alike. Reported: QPS (median of rounds, and each round), latency p50/p99 (pooled), errors (must be 0),
-server and client CPU per request.
+The digits SavedModel (an 8×8 image an instance) is served by ours (`python -m pipelines serve`) and by a
+`kserve.Model` hosting the same SavedModel (`bench/kserve_peer.py`, v1 protocol, request logs off as on ours), each
+server its own process, all started before the first measurement. Each runs with TensorFlow's default thread pools
+and with one TensorFlow thread (the same variables in both servers' environments); ours also with
+`--enable-batching` at both settings, and with its model calls on a thread pool instead of its event loop. A last
+server runs our two protocol stacks with no model (`bench/floor_peer.py`): what the transport alone costs.
 
-The comparison is reported in two sections, in this order:
-  like for like: ours vs KServe, REST, both without batching, with the same TensorFlow threads (default pools on
-      both; one thread on both), the same model, clients and rounds; ratio of median QPS and each round's ratio;
-  best configurations: each side's configuration with the highest median QPS at the most clients over REST (ours:
-      any of its own with a model; KServe: either of its two), labelled with its settings; the ratio of the two.
-Then gRPC against REST on ours: the same server, request size and clients, the ratio of median QPS; and ours with
-its model calls on the event loop (the default on ≤ 2 CPUs, serving.dispatch) against a pool of one thread per
-usable CPU (at least 2; `ours_pool`, REST, the most clients); and the transports alone: our server's REST and gRPC
-stacks with no model (`floor`, bench/floor_peer.py, each client count), gRPC against REST and the server CPU of
-each.
-Also measured: the model call itself (`serving_default` on one example, in a fresh process per thread setting,
-warmed up, then timed), and request bytes for 32 random 28×28 float32 images: the REST JSON body as the seed client
-writes it vs the serialized gRPC `PredictRequest`.
+One load generator for all: closed-loop clients in up to `--client-processes` processes (`http.client` keep-alive
+connections for REST; for gRPC, a `PredictRequest` serialized once), one instance a request, and for ours without
+batching also `--large-request` instances a request. Every server's answers are first checked against a direct
+model call. Each configuration runs once per round (`--warmup` seconds unmeasured, then `--duration` seconds),
+rounds interleaved so that drift in the machine's load hits every configuration alike; QPS is the median of the
+rounds, latencies are pooled. Also measured: the model call alone, and the bytes of a request of 32 28×28 float32
+images as REST JSON and as a gRPC `PredictRequest`.
 
-Goals: ours ≥ 1.5× KServe QPS at the most REST clients, like for like at each thread setting (the best
-configurations' ratio is reported beside it, not as the goal); gRPC at least REST's QPS on ours; gRPC ≤ 0.3× REST
-bytes.
-Results: bench/results/serving.json.
+Goals: ours ≥ 1.5× KServe's QPS at the most clients over REST, like for like (both without batching, the same
+TensorFlow threads), at each thread setting; gRPC at least REST's QPS on ours; a gRPC request at most 0.3× the REST
+request's bytes. The best configurations' ratio (each side's highest QPS at the most clients) is reported beside
+the goal, not as it, since the two differ in more than the server. The load generator shares the CPUs with the
+servers: on a small machine it takes CPU they would use.
 """
 
 import argparse

@@ -1,12 +1,12 @@
-"""Test-suite benchmark: how many tests `make test` runs and how long they take on this machine.
+"""How many tests `make test` runs and how long they take.
 
     python -m bench.test_suite [--quick] [-- pytest arguments]
 
-Runs `python -m pytest -p no:cacheprovider --junitxml=...` from the repository root in a subprocess (the
-environment `make` sets: TF_USE_LEGACY_KERAS=1, TF_CPP_MIN_LOG_LEVEL=2; every test, the `e2e` ones included, as
-`make test` runs them after its lint), times it from outside and counts the tests from the JUnit report: tests,
-passed, failed, errors, skipped, and the ten slowest. Lint is not timed. `--quick` runs tests/test_bench_figures.py
-alone (checks that it works). Results: bench/results/test_suite.json.
+Runs `python -m pytest -p no:cacheprovider --junitxml=...` from the repository root in a subprocess, in the
+environment `make` sets (TF_USE_LEGACY_KERAS=1, TF_CPP_MIN_LOG_LEVEL=2): every test, the `e2e` ones included, as
+`make test` runs them after its lint (the lint is not timed). It times the run from outside and counts the tests
+from pytest's JUnit report: passed, failed, errors, skipped, and the ten slowest. `make bench` runs it after the
+other benchmarks. `--quick` runs tests/test_bench_figures.py alone.
 """
 
 from __future__ import annotations

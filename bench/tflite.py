@@ -1,21 +1,20 @@
-"""TFLite benchmark: size, accuracy drop and single-example latency of each quantization mode.
+"""Size, accuracy drop and one-example latency of each TFLite quantization mode against float32.
 
     python -m bench.tflite [--epochs 20] [--image-size 0] [--repeats 5] [--warmup 50] [--workdir DIR] [--quick]
 
-Trains the digits model once (builtin:digits, `python -m trainer.task`; `--image-size` sets the model's input size,
-so a larger model can be measured too), converts it in every mode (`components.quantize_model.quantize`: float32,
-dynamic, float16, int8 with float input and output) and once more in int8 with int8 input and output ("int8-io",
-`int8_io=True`), and measures in one run: size ratio vs the float32 `.tflite`, accuracy drop (points) vs the
-SavedModel, and single-example latency (LiteRT, one thread) as a ratio to the float32 `.tflite` and to the
-SavedModel's `serving_default` called from Python one example at a time.
+Trains the digits model (builtin:digits, `python -m trainer.task`; `--image-size` sets its input size, so that a
+larger model can be measured too: `make bench` runs it a second time with `--image-size 32`), converts it in every
+mode of the quantize step (float32, dynamic, float16, int8 with float input and output) and once more in int8 with
+int8 input and output (int8-io), and measures each `.tflite` file: its bytes against float32's (its weights alone
+too: the rest is the flatbuffer's overhead), its accuracy drop in points against the SavedModel on the test split,
+and the latency of one-example calls with LiteRT on one thread. A call is what a caller holding float32 pixels pays:
+for int8-io, quantizing the input and dequantizing the output are inside the timed call. Each model first answers
+`--warmup` unmeasured calls, then the test split is run `--repeats` times; the SavedModel's `serving_default`,
+called from Python one example at a time, is timed the same way as a reference.
 
-Latency is measured here, not taken from the quantize report: each interpreter (and the SavedModel) first answers
-`--warmup` unmeasured calls, then the test split is run `--repeats` times; a call is what a caller holding float32
-pixels pays: for an int8-input model the float → int8 quantization of the input with the input tensor's scale and
-zero point, `set_tensor`, `invoke`, `get_tensor` and the int8 → float dequantization of the output are all inside
-the timed region (the int8 model with float input does both inside the interpreter). Mean = the timed passes' total
-over their calls; p95 from each call's own time. Goal: int8 ≤ 0.3× size with ≤ 0.5 point drop. Results:
-bench/results/tflite.json (`--image-size 32 --output bench/results/tflite_32px.json` for the larger model).
+Goal: int8 at most 0.3× float32's bytes, with at most 0.5 point of accuracy drop. The part of the flatbuffer that
+does not shrink (quantization parameters, int32 biases and shapes, tensor tables) weighs more in a small model,
+hence the larger one. float16 saves bytes, not time: its weights are expanded back to float32 when loaded.
 """
 
 import argparse

@@ -1,14 +1,11 @@
-"""Every benchmark figure quoted in docs/ is in the result file it is attributed to.
+"""Benchmark figures in the docs come from the result files, bench/results/*.json.
 
-The convention (docs/benchmarks.md says it too):
-
-- docs/benchmarks.md: each `## ` section names its result file(s), `bench/results/NAME.json` in code, and every
-  number of the section (prose and tables) is a figure of those files. The text before the first `## ` section
-  quotes no number.
-- the other docs: a sentence or table row that names `bench/results/NAME.json` quotes that file, and every number in
-  it is checked; a sentence that links to benchmarks.md, or names `python -m bench.NAME`, and quotes a measured
-  figure (a number with a unit: ms, s, min, ×, %, B, KB, MB, ex/s, QPS, instances/s) without naming a result file is
-  a figure with nothing behind it.
+- docs/benchmarks.md is generated from them by `python -m bench.page` (each benchmark's method note from its
+  module's docstring): it must be byte for byte what the generator writes from the result files as they are.
+- The other docs quote figures by hand: a sentence or table row that names `bench/results/NAME.json` quotes that
+  file, and every number in it is checked; a sentence that links to benchmarks.md, or names `python -m bench.NAME`,
+  and quotes a measured figure (a number with a unit: ms, s, min, ×, %, B, KB, MB, ex/s, QPS, instances/s) without
+  naming a result file is a figure with nothing behind it.
 - What is not a figure: numbers in code spans and fenced blocks (commands, options, file names), in link targets and
   HTML comments, and digits inside words (int8, float32, p99, x86_64, v1).
 - A figure is found when a number of the file (a JSON number, or one written inside a JSON string such as a version
@@ -24,6 +21,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from bench import page
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -85,14 +84,6 @@ def matches(value: float, decimals: int, percent: bool, numbers: list[float]) ->
     return any(abs(n - c) <= t for n in numbers for c, t in zip(candidates, tolerances))
 
 
-def sections(markdown: str) -> list[tuple[str, str]]:
-    """(heading, body) of each `## ` section; the text before the first is ("", intro)."""
-    parts = re.split(r"^## (.*)$", markdown, flags=re.M)
-    out = [("", parts[0])]
-    out += [(parts[i].strip(), parts[i + 1]) for i in range(1, len(parts), 2)]
-    return out
-
-
 def units(markdown: str) -> list[str]:
     """Sentences and table rows: a table row is one unit, prose is split after . ! ? before whitespace."""
     out = []
@@ -127,25 +118,6 @@ def check_text(text: str, files: set[str], where: str) -> list[str]:
     return problems
 
 
-def check_benchmarks_page(markdown: str) -> list[str]:
-    problems = []
-    for heading, body in sections(markdown):
-        where = f"benchmarks.md, section {heading!r}" if heading else "benchmarks.md, before the first section"
-        if not heading:
-            problems += [
-                f"{where}: {written!r} (the introduction quotes no figure)"
-                for written, *_ in figures(strip_non_figures(body))
-            ]
-            continue
-        files = set(RESULT_FILE.findall(body))
-        if not files:
-            if figures(strip_non_figures(f"{heading}\n{body}")):
-                problems.append(f"{where}: quotes figures but names no bench/results/*.json")
-            continue
-        problems += check_text(f"{heading}\n{body}", files, where)
-    return problems
-
-
 def check_other_page(name: str, markdown: str) -> list[str]:
     problems = []
     for unit in units(markdown):
@@ -158,33 +130,50 @@ def check_other_page(name: str, markdown: str) -> list[str]:
     return problems
 
 
-def check_docs(pages: dict[str, str]) -> list[str]:
-    problems = []
-    for name, markdown in sorted(pages.items()):
-        problems += check_benchmarks_page(markdown) if name == "benchmarks.md" else check_other_page(name, markdown)
-    return problems
-
-
-def test_every_doc_figure_is_in_its_result_file():
-    pages = {p.name: p.read_text() for p in sorted(DOCS.glob("*.md"))}
+def test_every_figure_of_the_other_docs_is_in_its_result_file():
+    pages = {p.name: p.read_text() for p in sorted(DOCS.glob("*.md")) if p != BENCHMARKS}
     pages["../README.md"] = (ROOT / "README.md").read_text()
-    problems = check_docs(pages)
+    problems = [problem for name, markdown in sorted(pages.items()) for problem in check_other_page(name, markdown)]
     assert not problems, "\n".join(problems)
 
 
-def test_every_result_file_is_presented():
-    markdown = BENCHMARKS.read_text()
-    quoted = set(RESULT_FILE.findall(markdown))
-    on_disk = {p.name for p in (ROOT / "bench" / "results").glob("*.json")}
-    assert on_disk <= quoted, f"result files docs/benchmarks.md does not present: {sorted(on_disk - quoted)}"
+def test_the_benchmarks_page_is_what_bench_page_writes():
+    stale = BENCHMARKS.read_bytes() != page.render().encode()
+    assert not stale, "docs/benchmarks.md is stale: run python -m bench.page"
 
 
-def test_make_bench_runs_every_benchmark():
+def test_bench_page_check_names_a_stale_page(tmp_path, monkeypatch, capsys):
+    copy = tmp_path / "benchmarks.md"
+    copy.write_text(page.render())
+    monkeypatch.setattr(page, "PAGE", copy)
+    assert page.main(["--check"]) == 0
+    copy.write_text(page.render().replace("Measured at commit", "Measured at", 1))
+    assert page.main(["--check"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].endswith("benchmarks.md is stale: run python -m bench.page"), lines
+
+
+@pytest.mark.parametrize(
+    "result, problem",
+    [
+        ({"benchmark": "nothing", "provenance": {"quick": False}}, "no renderer for benchmark 'nothing'"),
+        ({"benchmark": "tuning", "provenance": {"quick": True}}, "a quick run (--quick)"),
+    ],
+)
+def test_bench_page_refuses_what_it_cannot_publish(tmp_path, result, problem):
+    (tmp_path / "r.json").write_text(json.dumps(result))
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        page.render(tmp_path)
+
+
+def test_make_bench_runs_every_benchmark_then_writes_the_page():
     makefile = (ROOT / "Makefile").read_text()
     recipe = re.search(r"^bench:.*\n((?:\t.*\n)+)", makefile, flags=re.M)
     assert recipe, "no bench target"
-    run = set(re.findall(r"-m bench\.(\w+)", recipe.group(1)))
-    modules = {p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.endswith("_peer")} - {"__init__", "results"}
+    assert recipe.group(1).splitlines()[-1] == "\t$(PY) -m bench.page", "make bench does not end with bench.page"
+    run = set(re.findall(r"-m bench\.(\w+)", recipe.group(1))) - {"page"}
+    modules = {p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.endswith("_peer")}
+    modules -= {"__init__", "results", "page"}
     assert modules <= run, f"benchmarks make bench does not run: {sorted(modules - run)}"
     outputs = set(re.findall(r"--output bench/results/([\w.-]+\.json)", recipe.group(1)))
     written = {f"{m}.json" for m in run} | outputs
@@ -192,7 +181,7 @@ def test_make_bench_runs_every_benchmark():
     assert on_disk <= written, f"result files make bench does not write: {sorted(on_disk - written)}"
 
 
-# The checks fail where they should: a page of mistakes.
+# The checks fail where they should: pages of mistakes.
 
 SELF_TEST_RESULT = "make_run.json"
 
@@ -201,12 +190,11 @@ def test_self_test_a_wrong_figure_fails():
     result = load_results({SELF_TEST_RESULT})[SELF_TEST_RESULT]
     assert isinstance(result, dict)
     wall = result["runs"][0]["wall_seconds"]
-    right = f"## Wall\n\nResult file: `bench/results/{SELF_TEST_RESULT}`. The run took **{wall:.1f} s**.\n"
-    assert check_benchmarks_page(right) == []
+    right = f"The run took **{wall:.1f} s** (`bench/results/{SELF_TEST_RESULT}`).\n"
+    assert check_other_page("pipeline.md", right) == []
     wrong = right.replace(f"{wall:.1f}", f"{wall + 0.3:.1f}")
-    assert check_benchmarks_page(wrong) == [
-        f"benchmarks.md, section 'Wall': '{wall + 0.3:.1f}' is in none of {SELF_TEST_RESULT}"
-    ]
+    problems = check_other_page("pipeline.md", wrong)
+    assert len(problems) == 1 and problems[0].endswith(f"'{wall + 0.3:.1f}' is in none of {SELF_TEST_RESULT}")
 
 
 def test_self_test_rounding_and_thousands(tmp_path, monkeypatch):
@@ -215,23 +203,15 @@ def test_self_test_rounding_and_thousands(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
 
     def problems(text):
-        return check_benchmarks_page(f"## R\n\n`bench/results/r.json`: {text}\n")
+        return check_other_page("serving.md", f"In `bench/results/r.json`: {text}\n")
 
     assert problems("**2,609** QPS, 2609.4 QPS, 0.849×, 0.85×, 85 %, 5 runs") == []
     assert problems("2,610 QPS") and problems("0.848×") and problems("0.8495×") and problems("84 %")
 
 
-@pytest.mark.parametrize(
-    "page, problem",
-    [
-        ("# B\n\nOn 2 CPUs.\n", "before the first section: '2'"),
-        ("# B\n\n## Wall\n\nIt took 74.8 s.\n", "quotes figures but names no bench/results/*.json"),
-        ("# B\n\n## Wall\n\n`bench/results/nothing.json`: 1 s.\n", "nothing.json, which does not exist"),
-    ],
-)
-def test_self_test_the_page_rules(page, problem):
-    problems = check_benchmarks_page(page)
-    assert len(problems) == 1 and problem in problems[0], problems
+def test_self_test_a_missing_result_file():
+    problems = check_other_page("serving.md", "It took 1 s (`bench/results/nothing.json`).\n")
+    assert len(problems) == 1 and problems[0].endswith("names bench/results/nothing.json, which does not exist")
 
 
 def test_self_test_other_pages():
@@ -256,10 +236,10 @@ def test_self_test_quick_results_are_refused(tmp_path, monkeypatch):
     results.mkdir(parents=True)
     (results / "q.json").write_text(json.dumps({"provenance": {"quick": True}, "x": 1.5}))
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
-    problems = check_benchmarks_page("## Q\n\n`bench/results/q.json`: 1.5 s.\n")
-    assert problems == [
-        "benchmarks.md, section 'Q': bench/results/q.json is a quick run (--quick): not a result to quote"
-    ]
+    problems = check_other_page("serving.md", "It took 1.5 s (`bench/results/q.json`).\n")
+    assert len(problems) == 1 and problems[0].endswith(
+        "bench/results/q.json is a quick run (--quick): not a result to quote"
+    )
 
 
 def test_provenance_dirty_leaves_out_result_files(tmp_path, monkeypatch):
