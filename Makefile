@@ -28,6 +28,7 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)

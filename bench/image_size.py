@@ -37,7 +37,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 CLASSES = ("circle", "square", "triangle")
-CAP = 180  # components.lib.sources.MAX_IMAGE_SIZE, checked in main
+CAP = 180  # components.lib.prep.sources.MAX_IMAGE_SIZE, checked in main
 
 
 def write_mixed_shapes(root: Path, per_class: int, sides: list[int], seed: int = 0) -> list[tuple[int, int]]:
@@ -81,7 +81,7 @@ def shards_digest(data_dir: Path) -> tuple[int, str]:
 
 
 def run_size(name: str, image_size: int, images: Path, work: Path, epochs: int, seeds: list[int]) -> dict:
-    from components.evaluate_model import evaluate_saved_model
+    from components.lib.evaluation import evaluate_saved_model
     from components.prepare_data import prepare
 
     data = work / f"data-{name}"
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.per_class, args.sides, args.explicit, args.epochs, args.seeds = 10, [24, 32, 200], [64], 2, [0]
-    from components.lib.sources import MAX_IMAGE_SIZE
+    from components.lib.prep.sources import MAX_IMAGE_SIZE
 
     assert MAX_IMAGE_SIZE == CAP, f"the cap is {MAX_IMAGE_SIZE} px now: update bench/image_size.py"
     default_size = min(min(args.sides), CAP)

@@ -178,7 +178,7 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
 
     _warm_up_tensorflow(next(folder.glob("*/*.jpg")))
 
-    from components.lib.cpus import available_cpus
+    from core.cpus import available_cpus
 
     prep_times: dict[str, list[float]] = {"all_cpus": [], "one_process": []}
     for r in range(repeats):  # the output is the same either way (tests/test_prepare_data.py)

@@ -93,7 +93,7 @@ def run_variant(name: str, extra: list[str], goal: float, keep: bool) -> dict:
     wall = time.perf_counter() - started
     load_after = _loadavg()
     os.environ["TFPIPE_SERVING_STATE"] = env["TFPIPE_SERVING_STATE"]
-    from components.deploy_model import stop_server
+    from serving.lifecycle import stop_server
 
     stop_server(str(Path(tmp) / "repo"), "tfpipe-model")
 

@@ -77,7 +77,7 @@ def _pair(run_extra: list[str], rehearse_extra: list[str]) -> tuple[dict, dict]:
             tmp / "run" / "run_summary.json",
         )
         os.environ["TFPIPE_SERVING_STATE"] = env["TFPIPE_SERVING_STATE"]
-        from components.deploy_model import stop_server
+        from serving.lifecycle import stop_server
 
         stop_server(str(tmp / "repo"))
         rehearsal = _timed(

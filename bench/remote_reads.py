@@ -63,9 +63,9 @@ def run(args, workdir: Path) -> dict:
     try:
         os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
         from bench.prep_scale import write_images
-        from components.lib import prep_pipeline
-        from components.lib.storage import gcs_client
+        from components.lib.prep import pipeline as prep_pipeline
         from components.prepare_data import prepare
+        from core.storage import gcs_client
 
         for _ in range(100):
             try:

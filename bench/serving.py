@@ -48,7 +48,7 @@ import numpy as np
 
 from bench import ROOT, train_digits
 from bench.results import Recorder, result_path
-from components.lib.cpus import available_cpus
+from core.cpus import available_cpus
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

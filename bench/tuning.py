@@ -35,7 +35,7 @@ def main(argv=None) -> None:
         args.seeds, args.trials, args.epochs = 1, 2, 1
     recorder = Recorder("tuning", args, quick=args.quick)
 
-    from components.lib.study_spec import DEFAULT_STUDY
+    from components.lib.study.spec import DEFAULT_STUDY
     from components.prepare_data import prepare
     from components.tune_hyperparameters import run_study
 

@@ -15,8 +15,8 @@ def check_batch_prediction_job(gcp_resources: str, max_error_fraction: float) ->
     """
     from collections import namedtuple
 
-    from components.lib.vertex_registry import batch_job_counts
-    from components.run_batch_prediction import check_error_budget
+    from components.lib.batch.budget import check_error_budget
+    from components.lib.vertex.registry import batch_job_counts
 
     name, succeeded, failed = batch_job_counts(gcp_resources)
     print(f"{name}: {check_error_budget(succeeded, failed, max_error_fraction, f' (job {name})')}")

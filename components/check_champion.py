@@ -1,6 +1,6 @@
 """The champion check right after data prep: a run whose data has other labels, other feature columns or another
 input shape than the champion of its model name stops here, before the study and the training, with the gate's
-message (`evaluate_model.check_compatible`, which checks the trained model again, input names and signatures too).
+message (`components.lib.evaluation.check_compatible`, which checks the trained model again, input names and signatures too).
 
 The champion's side is read from its artifacts without loading the model or importing TensorFlow: the labels and
 feature files the trainer writes beside the SavedModel and the `serving_default` input of `saved_model.pb`; the
@@ -12,7 +12,7 @@ import functools
 
 from kfp.dsl import Dataset, Input
 
-from trainer.schema import FEATURES_FILE, LABELS_FILE
+from core.schema import FEATURES_FILE, LABELS_FILE
 
 
 def _lines(data: bytes | None) -> list[str] | None:
@@ -60,8 +60,8 @@ def serving_input(saved_model_pb: bytes) -> tuple[str, list]:
 
 def champion_identity(champion_path: str) -> dict:
     """The champion's labels and feature columns (None without their files) and its serving input."""
-    from components.evaluate_model import ModelError
-    from components.lib.storage import read_bytes
+    from components.lib.evaluation import ModelError
+    from core.storage import read_bytes
 
     root = champion_path.rstrip("/")
     saved_model = read_bytes(f"{root}/saved_model.pb")
@@ -103,7 +103,7 @@ def _spec(value: tuple[str, list]) -> str:
 
 def check(stats: dict, champion_path: str, champion_name: str) -> str:
     """ModelError (the gate's message) when the data do not fit the champion; else what was compared."""
-    from components.evaluate_model import different_model
+    from components.lib.evaluation import different_model
 
     if not champion_path:
         return "no champion: nothing to compare with"

@@ -10,7 +10,7 @@ def crown_vertex_model(model: Input[Artifact], aliases: list) -> str:
         model: The uploaded model version.
         aliases: Version aliases moved to it (the first marks the champion).
     """
-    from components.lib.vertex_rollout import move_aliases
+    from components.lib.vertex.rollout import move_aliases
 
     move_aliases(model.metadata["resourceName"], list(aliases))
     return model.metadata["resourceName"]

@@ -8,6 +8,6 @@ def default_hyperparameters(batch_size: int, learning_rate: float) -> dict:
         batch_size: The pipeline's batch size per replica.
         learning_rate: The pipeline's learning rate.
     """
-    from components.lib.study_spec import pipeline_hyperparameters
+    from components.lib.study.spec import pipeline_hyperparameters
 
     return pipeline_hyperparameters(batch_size, learning_rate)

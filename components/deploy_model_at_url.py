@@ -1,4 +1,4 @@
-"""Kubeflow deploy with `serving: url`: check the TF Serving at the URL (`components.deploy_model`)."""
+"""Kubeflow deploy with `serving: url`: check the TF Serving at the URL (`components.lib.deploy.tf_serving`)."""
 
 from typing import NamedTuple
 
@@ -27,7 +27,7 @@ def deploy_model_at_url(
     import json
     from collections import namedtuple
 
-    from components.deploy_model import DeployError, deploy
+    from components.lib.deploy.tf_serving import DeployError, deploy
 
     if not serving_url:
         raise DeployError(

@@ -46,7 +46,7 @@ class ServingFailed(RuntimeError):
 def storage_uri(version_path: str, claim_name: str, mount_path: str) -> str:
     """The URI KServe's storage initializer reads a repository version from: `pvc://CLAIM/PATH` for a version on
     the shared volume, a `gs://` or `s3://` URI as it is."""
-    from components.lib.kube import on_volume
+    from components.lib.kube.api import on_volume
 
     if "://" in version_path:
         return version_path
@@ -141,7 +141,7 @@ def smoke_url(obj: dict) -> str:
 def ready(obj: dict, before: str) -> bool | None:
     """True once a revision newer than `before` (the latest created before this deploy; "" for a new service) is
     the latest ready one of a Ready InferenceService; raises ServingFailed on a failed revision or model load."""
-    from components.lib import kube
+    from components.lib.kube import api as kube
 
     created = latest_created(obj)
     if not created or created == before:
@@ -201,7 +201,7 @@ def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=prin
     before it; [] when the cluster has no Knative (raw deployment mode keeps no revisions)."""
     from kubernetes.client.exceptions import ApiException
 
-    from components.lib import kube
+    from components.lib.kube import api as kube
 
     group, version, plural = REVISIONS
     objects = kube.custom(api)
@@ -235,7 +235,7 @@ def _wait_terminated(
     gone) is waited out first, so that a new one can be created."""
     from kubernetes.client.exceptions import ApiException
 
-    from components.lib import kube
+    from components.lib.kube import api as kube
 
     def read():
         try:
@@ -284,7 +284,7 @@ def deploy_to_kserve(
     import copy
     import time
 
-    from components.lib import kube
+    from components.lib.kube import api as kube
 
     sleep = sleep or time.sleep
     kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
@@ -450,9 +450,10 @@ def deploy_model_on_kserve(
     from collections import namedtuple
 
     from components.deploy_model_on_kserve import deploy_to_kserve, predictor, storage_uri
-    from components.lib import kube, names
-    from components.lib.model_repository import remove_version
-    from components.lib.smoke import reference_checks
+    from components.lib.deploy.model_repository import remove_version
+    from components.lib.deploy.smoke import reference_checks
+    from components.lib.kube import api as kube
+    from core import names
 
     names.model_name(model_name)  # run parameters can be set without the CLI (the KFP UI, a recurring run)
     names.location(model_repository, "model_repository")

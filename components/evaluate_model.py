@@ -6,86 +6,13 @@ version on kubeflow/local, the registry version holding the champion alias on Ve
 run's test split with the same code as the candidate, so the two accuracies are comparable. A champion with other
 labels or another serving input (its `serving_default` inputs, or a signature its clients may call that the
 candidate lacks or takes differently, e.g. `serving_image_bytes`) is a different model: the gate fails instead of
-comparing. Progress lines (`trainer.progress`, stage `evaluate`) say which model is being evaluated.
+comparing. Progress lines (`core.progress`, stage `evaluate`) say which model is being evaluated.
 """
 
-import numpy as np
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
-from components.lib import storage
-from trainer import progress
-from trainer.schema import LABELS_FILE  # written by the trainer next to the SavedModel
-
-
-class ModelError(ValueError):
-    """The model cannot be evaluated or compared (user-facing message)."""
-
-
-def _load_serving(model_dir: str):
-    """The SavedModel's `serving_default` signature and what identifies the model to its clients: its labels (None
-    when the model carries no labels file), its serving inputs ({name: "dtype[shape]"}) and those of every other
-    signature."""
-    import tensorflow as tf
-
-    if not tf.io.gfile.exists(f"{model_dir}/saved_model.pb"):
-        raise ModelError(f"no SavedModel at {model_dir} (saved_model.pb missing)")
-    signatures = tf.saved_model.load(model_dir).signatures
-    signature = signatures.get("serving_default")
-    if signature is None:
-        raise ModelError(f"the SavedModel at {model_dir} has no serving_default signature")
-    labels = None
-    if tf.io.gfile.exists(f"{model_dir}/{LABELS_FILE}"):
-        with tf.io.gfile.GFile(f"{model_dir}/{LABELS_FILE}") as f:
-            labels = [line for line in f.read().splitlines() if line]
-
-    def inputs(fn) -> dict:
-        return {
-            name: f"{spec.dtype.name}{[d for d in spec.shape.as_list()]}"
-            for name, spec in fn.structured_input_signature[1].items()
-        }
-
-    others = {name: inputs(fn) for name, fn in signatures.items() if name != "serving_default"}
-    return signature, {"labels": labels, "inputs": inputs(signature), "signatures": others}
-
-
-def _evaluate_signature(signature, data_dir: str, split: str, batch_size: int) -> dict:
-    import tensorflow as tf
-
-    from trainer import data
-
-    stats = data.load_stats(data_dir)
-    input_name = next(iter(signature.structured_input_signature[1]))
-    num_classes = len(stats["labels"])
-    matrix = np.zeros((num_classes, num_classes), np.int64)
-    loss_sum, count = 0.0, 0
-    for inputs, labels in data.make_dataset(data_dir, split, stats, batch_size, training=False):
-        probabilities = signature(**{input_name: tf.cast(inputs, tf.float32)})["probabilities"].numpy()
-        if probabilities.shape[-1] != num_classes:
-            raise ModelError(f"model outputs {probabilities.shape[-1]} classes, the data has {num_classes}")
-        labels = labels.numpy()
-        predicted = probabilities.argmax(-1)
-        np.add.at(matrix, (labels, predicted), 1)
-        loss_sum += float(-np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-12, 1.0)).sum())
-        count += len(labels)
-    per_class = {
-        label: float(matrix[i, i] / row) if (row := matrix[i].sum()) else None
-        for i, label in enumerate(stats["labels"])
-    }
-    return {
-        "split": split,
-        "examples": count,
-        "accuracy": float(np.trace(matrix) / count),
-        "loss": loss_sum / count,
-        "labels": stats["labels"],
-        "confusion_matrix": matrix.tolist(),
-        "per_class_accuracy": per_class,
-    }
-
-
-def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", batch_size: int = 256) -> dict:
-    """Accuracy, cross-entropy loss and confusion matrix of a SavedModel's `serving_default` on a split."""
-    signature, _ = _load_serving(model_dir)
-    return _evaluate_signature(signature, data_dir, split, batch_size)
+from components.lib.evaluation import ModelError, check_compatible, evaluate_signature, load_serving
+from core import progress, storage
 
 
 def decide(
@@ -120,33 +47,6 @@ def same_artifacts(a: str, b: str) -> bool:
     return bool(a and b) and norm(a) == norm(b)
 
 
-def check_compatible(candidate: dict, champion: dict, champion_name: str) -> None:
-    """Fail when the champion answers with other labels or takes another serving input than the candidate."""
-    problems = []
-    if champion["labels"] is not None and candidate["labels"] is not None and champion["labels"] != candidate["labels"]:
-        problems.append(f"labels {champion['labels']} (this model: {candidate['labels']})")
-    if champion["inputs"] != candidate["inputs"]:
-        problems.append(f"serving input {champion['inputs']} (this model: {candidate['inputs']})")
-    for name, inputs in champion.get("signatures", {}).items():  # extra signatures of the candidate are fine
-        theirs = candidate.get("signatures", {}).get(name)
-        if theirs != inputs:
-            problems.append(
-                f"signature {name!r} with input {inputs} (this model: "
-                f"{'no such signature' if theirs is None else theirs})"
-            )
-    if problems:
-        raise different_model(champion_name, problems)
-
-
-def different_model(champion_name: str, problems: list[str]) -> ModelError:
-    """The error of a champion that is another model than the candidate (`problems`: what it has instead)."""
-    return ModelError(
-        f"{champion_name} is a different model: it has {' and '.join(problems)}. Publishing this model as its "
-        "next version would change what its clients get: use another model name for this data (the model_name "
-        "parameter; on Vertex AI platform.model_display_name)"
-    )
-
-
 def evaluate(
     model_dir: str,
     data_dir: str,
@@ -168,8 +68,8 @@ def evaluate(
     progress.emit(
         "evaluate", "candidate", "evaluating the candidate on the test split", done=0, total=comparisons, unit="models"
     )
-    signature, identity = _load_serving(model_dir)
-    report = _evaluate_signature(signature, data_dir, "test", 256)
+    signature, identity = load_serving(model_dir)
+    report = evaluate_signature(signature, data_dir, "test", 256)
     champion_info, champion_accuracy = None, None
     name = champion_name or "the champion"
     if champion_path:
@@ -183,9 +83,9 @@ def evaluate(
             accuracy=report["accuracy"],
         )
         with storage.staged(champion_path) as local_copy:  # gs://: through google-cloud-storage, like the rest
-            champion_signature, champion_identity = _load_serving(local_copy)
+            champion_signature, champion_identity = load_serving(local_copy)
             check_compatible(identity, champion_identity, name)
-            champion_accuracy = _evaluate_signature(champion_signature, data_dir, "test", 256)["accuracy"]
+            champion_accuracy = evaluate_signature(champion_signature, data_dir, "test", 256)["accuracy"]
         champion_info = {
             "name": name,
             "path": champion_path,
@@ -237,7 +137,7 @@ def evaluate_model(
         champion_name: The champion's name in the gate's reason.
         champion_model_uri: The champion's model URI (a candidate with the same artifacts is not blessed).
     """
-    from trainer.fast_exit import skip_exit_collection
+    from core.fast_exit import skip_exit_collection
 
     skip_exit_collection()
     import json

@@ -15,7 +15,7 @@ def find_model(display_name: str, project: str, location: str) -> NamedTuple(
     """
     from collections import namedtuple
 
-    from components.lib.vertex_registry import find_resource, resource_uri
+    from components.lib.vertex.registry import find_resource, resource_uri
 
     name = find_resource("model", display_name, project, location)
     Outputs = namedtuple("Outputs", ["resource_name", "resource_uri"])

@@ -17,7 +17,7 @@ def find_registry_champion(display_name: str, alias: str, project: str, location
     """
     from collections import namedtuple
 
-    from components.lib.vertex_registry import champion_version
+    from components.lib.vertex.registry import champion_version
 
     name, artifact_uri = champion_version(display_name, alias, project, location)
     Outputs = namedtuple("Outputs", ["path", "name", "model_uri"])

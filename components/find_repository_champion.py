@@ -22,8 +22,8 @@ def find_repository_champion(model_repository: str, model_name: str) -> NamedTup
     """
     from collections import namedtuple
 
-    from components.lib import names
-    from components.lib.model_repository import champion
+    from components.lib.deploy.model_repository import champion
+    from core import names
 
     names.model_name(model_name)  # run parameters can be set without the CLI (the KFP UI, a recurring run)
     if model_repository:

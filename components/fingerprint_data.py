@@ -18,9 +18,9 @@ import json
 import os
 from importlib import metadata
 
-from components.lib.source_reads import match_files, match_gcs
-from components.lib.sources import check_builtin, file_kind, folder_files, is_glob, source_kind
-from components.lib.storage import gcs_objects, is_gcs
+from components.lib.prep.source_reads import match_files, match_gcs
+from components.lib.prep.sources import check_builtin, file_kind, folder_files, is_glob, source_kind
+from core.storage import gcs_objects, is_gcs
 
 GCS_FIELDS = "items(name,generation,size),nextPageToken"  # a cheap listing; nextPageToken keeps paging on
 

@@ -1,4 +1,4 @@
-"""The end of a Vertex AI rollout (`components.lib.vertex_rollout`): undeploy the previous models, move the aliases."""
+"""The end of a Vertex AI rollout (`components.lib.vertex.rollout`): undeploy the previous models, move the aliases."""
 
 from kfp.dsl import Artifact, Input
 
@@ -20,7 +20,7 @@ def finish_vertex_rollout(
         keep_previous: Previous deployed models kept (at 0 %) after a full rollout.
         aliases: Version aliases moved to the new version (the first marks the champion).
     """
-    from components.lib.vertex_rollout import finish_rollout
+    from components.lib.vertex.rollout import finish_rollout
 
     return finish_rollout(
         endpoint.metadata["resourceName"],

@@ -8,6 +8,6 @@ def merge_hyperparameters(defaults: dict, best: dict) -> dict:
         defaults: The pipeline's hyperparameters.
         best: The best trial's parameter values.
     """
-    from components.lib.study_spec import with_best_trial
+    from components.lib.study.spec import with_best_trial
 
     return with_best_trial(defaults, best)

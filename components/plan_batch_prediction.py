@@ -38,10 +38,10 @@ def plan_batch_prediction(
     """KFP step (Vertex): the model version, the instances as gs:// URIs (comma-separated; `/gcs/` FUSE paths are
     turned back into gs://), the output prefix (`output_prefix`, else this step's artifact URI: one per run), the
     display name (`<run_name>-batch`) of a batch job, and its instance config: the field options checked and
-    completed as on the self-hosted targets (`components.run_batch_prediction.instance_config`: by default CSV columns
+    completed as on the self-hosted targets (`components.lib.batch.instances.instance_config`: by default CSV columns
     and array-typed JSONL objects carry the model's feature columns, read from the version's artifacts), and the
     job's `model_parameters`: `{"signature_name": ...}` when the job must call another signature than
-    `serving_default` (`signature_name`, or `components.run_batch_prediction.choose_signature`'s: a file list of images
+    `serving_default` (`signature_name`, or `components.lib.batch.signatures.choose_signature`'s: a file list of images
     goes to an image model's `serving_image_bytes`), which this project's serving container honours.
 
     Args:
@@ -62,10 +62,11 @@ def plan_batch_prediction(
     """
     from collections import namedtuple
 
-    from components.lib.instance_formats import B64_FORMATS
-    from components.lib.vertex_registry import find_model_version, resource_uri
-    from components.plan_vertex_training import job_display_name
-    from components.run_batch_prediction import choose_signature, instance_config, model_feature_names, model_signatures
+    from components.lib.batch.instance_formats import B64_FORMATS
+    from components.lib.batch.instances import instance_config
+    from components.lib.batch.signatures import choose_signature, model_feature_names, model_signatures
+    from components.lib.vertex.registry import find_model_version, resource_uri
+    from core.names import job_display_name
 
     uris = []
     for item in (i.strip() for i in instances.split(",")):

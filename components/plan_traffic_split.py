@@ -9,7 +9,7 @@ def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
         endpoint_name: The endpoint's resource name (empty: a new endpoint).
         traffic_percentage: The new model's share of the traffic in %.
     """
-    from components.lib.vertex_registry import endpoint_traffic, traffic_split
+    from components.lib.vertex.registry import endpoint_traffic, traffic_split
 
     current = endpoint_traffic(endpoint_name) if endpoint_name else {}
     split = traffic_split(current, traffic_percentage)

@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
-from components.train_model import trainer_flags
 from trainer.environment import LEGACY_KERAS
+from trainer.flags import TRAINER_COMMAND, command_line
 
 
 def worker_pool_specs(
@@ -30,8 +30,8 @@ def worker_pool_specs(
         machine_spec.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count)
     container = {
         "image_uri": image,
-        "command": ["python", "-m", "trainer.task"],
-        "args": ["--data-dir", data_uri, *trainer_flags(hyperparameters)],
+        "command": list(TRAINER_COMMAND),
+        "args": command_line(hyperparameters, data_dir=data_uri),
         "env": [{"name": name, "value": value} for name, value in LEGACY_KERAS.items()],
     }
     pool = {
@@ -43,12 +43,6 @@ def worker_pool_specs(
     if workers > 1:
         specs.append({**pool, "replica_count": workers - 1})
     return specs
-
-
-def job_display_name(name: str, purpose: str) -> str:
-    """`<name>-<purpose>`, the name shortened to fit Vertex's 128-character display names."""
-    suffix = f"-{purpose}"
-    return name[: 128 - len(suffix)] + suffix
 
 
 def plan_vertex_training(
@@ -88,7 +82,8 @@ def plan_vertex_training(
     """
     from collections import namedtuple
 
-    from components.plan_vertex_training import job_display_name, worker_pool_specs
+    from components.plan_vertex_training import worker_pool_specs
+    from core.names import job_display_name
 
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
     flags = {"model": model_builder, **fixed, "epochs": epochs}

@@ -1,14 +1,14 @@
 """Data prep: a source → TFRecord shards for train/val/test, stats.json and quarantine.jsonl, through one Apache
-Beam pipeline (components.lib.prep_pipeline) on every target.
+Beam pipeline (components.lib.prep.pipeline) on every target.
 
 The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts, worker
 counts and runners; so is each record's shard. Every split gets at least `num_workers` shards, as FILE auto-sharding
-needs. Sources are read where they live (components.lib.source_reads): CSV files in ranges, images one by one; the
+needs. Sources are read where they live (components.lib.prep.source_reads): CSV files in ranges, images one by one; the
 data is never held whole. Locally the pipeline runs on Beam's direct runner in this process, the shards of an image
 folder of `WRITERS_MIN_IMAGES` images or more written by a pool of `processes` processes
 (`prep_shards.shard_writers`), or on `processes` of Beam's worker processes when asked (`parallel_min_records`); the
 output is byte for byte the same every way.
-Progress (`trainer.progress`, stage `prepare`): records read, written and quarantined, at the end.
+Progress (`core.progress`, stage `prepare`): records read, written and quarantined, at the end.
 """
 
 import json
@@ -19,14 +19,14 @@ from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Output
 
-from components.lib import dataflow
-from components.lib.cpus import available_cpus
-from components.lib.prep_rules import shard_count
-from components.lib.source_reads import CsvPlan, list_folder, match_files, plan_csv, write_listing
-from components.lib.sources import IMAGE_EXTENSIONS, SMALL_IMAGE_BYTES, DataError, builtin, is_glob, source_kind
-from components.lib.storage import is_gcs, open_write, remove_tree
-from trainer import progress
-from trainer.schema import IMAGE, SPLITS, TABULAR, shard_name
+from components.lib.prep import dataflow
+from components.lib.prep.rules import shard_count
+from components.lib.prep.source_reads import CsvPlan, list_folder, match_files, plan_csv, write_listing
+from components.lib.prep.sources import IMAGE_EXTENSIONS, SMALL_IMAGE_BYTES, DataError, builtin, is_glob, source_kind
+from core import progress
+from core.cpus import available_cpus
+from core.schema import IMAGE, SPLITS, TABULAR, shard_name
+from core.storage import is_gcs, open_write, remove_tree
 
 ITEMS_PER_WORKER = 8  # work items per worker process, for balance
 # fewer images are written in this process: the shard writers' start (their server imports numpy, Pillow and the
@@ -110,7 +110,7 @@ def _kind(data_source: str) -> str:
 def _size(uri: str) -> int:
     if not is_gcs(uri):
         return os.path.getsize(uri)
-    from components.lib.storage import gcs_client, split_gcs
+    from core.storage import gcs_client, split_gcs
 
     bucket, name = split_gcs(uri)
     blob = gcs_client().bucket(bucket).get_blob(name)
@@ -166,7 +166,7 @@ def prepare(
     instead, each of which imports Beam (seconds, about 0.25 GB) and which are stopped one after the other: on 2
     CPUs slower than the pool from 3,000 to 30,000 images. CSV rows and built-in records cost less to prepare than
     to send to another process.
-    `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.dataflow; checked whatever the
+    `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.prep.dataflow; checked whatever the
     size) writing to `dataflow_output_dir` (the gs:// URI of `output_dir`, which is this step's view of it; "":
     `output_dir` is that URI), or the direct runner here for fewer than `dataflow_min_records` records."""
     import contextlib
@@ -174,7 +174,7 @@ def prepare(
 
     import apache_beam as beam
 
-    from components.lib import prep_pipeline, prep_shards
+    from components.lib.prep import pipeline as prep_pipeline, shards as prep_shards
 
     _validate_args(num_workers, val_fraction, test_fraction, max_corrupt_fraction, examples_per_shard, processes)
     processes = processes or available_cpus()
@@ -260,7 +260,7 @@ def stats_json(stats: dict) -> bytes:
 
 def _stats(data_source: str, data_fingerprint: str, source: Source, layout, found: dict) -> dict:
     """stats.json from the pipeline's summaries, added up in shard order; empty shards and quarantine written."""
-    from components.lib.prep_shards import QUARANTINE
+    from components.lib.prep.shards import QUARANTINE
 
     labels = found.get("labels.json", list(source.labels))
     input_shape, size_reason = source.input_shape, source.size_reason
@@ -367,7 +367,7 @@ def prepare_data(
         split_salt: Salt of the deterministic split.
         data_fingerprint: The fingerprint step's digest of the source (keys the cache on the data).
         runner: direct (Beam's direct runner in the step) or dataflow.
-        dataflow_options: The Dataflow job's settings (components.lib.dataflow.flags), compiled by the vertex target.
+        dataflow_options: The Dataflow job's settings (components.lib.prep.dataflow.flags), compiled by the vertex target.
         dataflow_min_records: On Dataflow, fewer records are prepared in the step (a job takes minutes to start).
     """
     import json

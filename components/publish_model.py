@@ -57,9 +57,9 @@ def publish_model(
     import json
     from collections import namedtuple
 
-    from components.lib import names
-    from components.lib.model_repository import publish
+    from components.lib.deploy.model_repository import publish
     from components.publish_model import version_metadata
+    from core import names
 
     names.model_name(model_name)  # run parameters can be set without the CLI (the KFP UI, a recurring run)
     if model_repository:

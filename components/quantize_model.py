@@ -7,7 +7,7 @@ within `max_accuracy_drop` points and it needs no Select TF (Flex) ops (unless a
 
 Modes: `float32` (no optimization), `dynamic` (int8 weights), `float16` (float16 weights), `int8` (full integer,
 calibrated on ~200 training examples; `int8_io` also makes the input/output tensors int8). Progress lines
-(`trainer.progress`, stage `tflite`) say which mode is being converted and evaluated.
+(`core.progress`, stage `tflite`) say which mode is being converted and evaluated.
 """
 
 import os
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
 
-from components.lib.units import size
-from trainer import progress
+from core import progress
+from core.units import size
 
 MODES = ("float32", "dynamic", "float16", "int8")
 TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8", 7: "int16", 10: "float64"}
@@ -189,7 +189,7 @@ def quantize(
 ) -> dict:
     """Convert and evaluate `evaluate_modes` (+ float32, the reference, + `publish_mode`), write every `.tflite` to
     `output_dir`, and decide whether `publish_mode` is published. Returns the report."""
-    from components.evaluate_model import evaluate_saved_model
+    from components.lib.evaluation import evaluate_saved_model
     from trainer import data
 
     modes = check_modes(["float32", *evaluate_modes, publish_mode])
@@ -291,7 +291,7 @@ def quantize_model(
         int8_io: int8 mode: int8 input and output tensors too.
         allow_flex: Accept models that need Select TF (Flex) ops.
     """
-    from trainer.fast_exit import skip_exit_collection
+    from core.fast_exit import skip_exit_collection
 
     skip_exit_collection()
     import json

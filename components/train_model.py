@@ -5,7 +5,7 @@ custom job (`TF_CONFIG` with one `chief` and N−1 `worker`s; `AIP_*` output loc
 with the task name. When a worker is lost (killed by a signal: preempted, OOM-killed, stopped) it stops the others
 and restarts the whole group (bounded), which resumes from the `BackupAndRestore` backup. When a worker exits on
 its own with an error (a Python exception: the same input fails the same way on every attempt) it stops the
-others and fails at once with that worker's error. The chief's progress lines (`trainer.progress`) are relayed as
+others and fails at once with that worker's error. The chief's progress lines (`core.progress`) are relayed as
 they are, and a restart adds one of its own.
 """
 
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-from trainer import progress
+from core import progress
 from trainer.environment import LEGACY_KERAS
+from trainer.flags import TRAINER_MODULE
 
 
 class TrainingError(RuntimeError):
@@ -108,7 +109,7 @@ def _start_group(
         name = task_name(index)
         log_file = open(os.path.join(log_dir, f"{name}.attempt-{attempt}.log"), "w")
         proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "trainer.task", *trainer_args],
+            [sys.executable, "-u", "-m", TRAINER_MODULE, *trainer_args],
             env=worker_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -226,18 +227,6 @@ def launch(
     )
 
 
-def trainer_flags(hyperparameters: dict) -> list[str]:
-    """`{"learning_rate": 0.01, "batch_size": 32.0}` → `["--learning-rate", "0.01", "--batch-size", "32"]`.
-
-    Integral floats are written as integers: KFP passes dict parameters through JSON/protobuf numbers, which turn
-    every int into a float, and the trainer's integer flags reject "32.0"."""
-
-    def text(value):
-        return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-    return [item for k, v in hyperparameters.items() for item in (f"--{k.replace('_', '-')}", text(v))]
-
-
 def train_model(
     dataset: Input[Dataset],
     workers: int,
@@ -264,20 +253,15 @@ def train_model(
     import json
     import os
 
-    from components.train_model import launch, trainer_flags
+    from components.train_model import launch
     from trainer.environment import output_dirs
+    from trainer.flags import command_line
 
     job_dir = training.path
     os.makedirs(job_dir, exist_ok=True)
-    args = [
-        "--data-dir",
-        dataset.path,
-        "--job-dir",
-        job_dir,
-        "--model",
-        model_builder,
-        *trainer_flags({**hyperparameters, "epochs": epochs}),
-    ]
+    args = command_line(
+        {**hyperparameters, "epochs": epochs}, data_dir=dataset.path, job_dir=job_dir, model=model_builder
+    )
     env = {  # what Vertex AI sets for a custom job
         **output_dirs(job_dir, model_dir=model.path),
         "CLOUD_ML_HP_METRIC_FILE": os.path.join(job_dir, "hypertune", "output.metrics"),

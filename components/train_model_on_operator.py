@@ -12,7 +12,6 @@ log lines of the first replica seen failing (else the chief's), and deletes the 
 (SIGTERM) or times out.
 """
 
-import contextlib
 import json
 import os
 import shutil
@@ -28,7 +27,6 @@ MISSING_HINT = (
     "in the step's pod)"
 )
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # a job's pods must be able to finish (Kubeflow's mesh)
-STAGED_DATASET, STAGED_SOURCE = "dataset", ".dataset-source"  # a run folder's copy of the data set, and its source
 
 
 class TrainingJobFailed(RuntimeError):
@@ -60,7 +58,7 @@ def tfjob(
     )
     from kubernetes import client
 
-    from components.lib.kube import VOLUME_SECURITY, volume_parts
+    from components.lib.kube.api import VOLUME_SECURITY, volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     container = client.V1Container(
@@ -185,7 +183,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
 
     from kubeflow.training import TrainingClient
 
-    from components.lib import kube
+    from components.lib.kube import api as kube
 
     body = as_dict(job)
     namespace, name = job.metadata.namespace, job.metadata.name
@@ -229,41 +227,6 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
     return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
 
 
-def stage_dataset(data_path: str, run_dir: str, mount_path: str) -> str:
-    """The data set's directory on the shared volume: `data_path` itself when it is on the volume, else a copy in
-    `<run_dir>/dataset` (made once per run and source: the tuning and training steps share it; a partial copy of
-    an interrupted step is made again)."""
-    from components.lib.kube import on_volume
-
-    if on_volume(data_path, mount_path):
-        return data_path
-    target = os.path.join(run_dir, STAGED_DATASET)
-    marker = os.path.join(run_dir, STAGED_SOURCE)
-    if os.path.isdir(target) and os.path.isfile(marker) and open(marker).read() == data_path:
-        return target
-    if os.path.isdir(target):
-        shutil.rmtree(target)
-    staging = f"{target}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(data_path, staging)
-    os.rename(staging, target)
-    with open(marker, "w") as f:
-        f.write(data_path)
-    return target
-
-
-def release_run_folder(run_dir: str, staged: bool) -> None:
-    """After the job's outputs are in the step's artifacts: its folder on the volume and, when the step copied the
-    data set there (`staged`), that copy go, so that run after run the volume does not fill up."""
-    shutil.rmtree(os.path.join(run_dir, "train-model"), ignore_errors=True)
-    if staged:
-        shutil.rmtree(os.path.join(run_dir, STAGED_DATASET), ignore_errors=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(run_dir, STAGED_SOURCE))
-    with contextlib.suppress(OSError):
-        os.rmdir(run_dir)  # only when nothing else is left in it
-
-
 def collect_outputs(job_dir: str, model_path: str, training_path: str) -> dict:
     """Copy the chief's model and training record from the volume into the step's artifacts; the summary."""
     if os.path.isdir(model_path):
@@ -304,23 +267,15 @@ def train_with_operator(
     sleep=None,
 ) -> dict:
     """Stage the data on the volume, run the TFJob, collect the model: the training summary (metrics.json)."""
-    from components.lib import kube
-    from components.train_model import trainer_flags
+    from components.lib.kube import api as kube, volume
+    from trainer.flags import command_line
 
     name = kube.object_name("tfpipe-train", run_id, "train-model")
     run_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run")
     job_dir = os.path.join(run_dir, "train-model")
     os.makedirs(job_dir, exist_ok=True)
-    data_dir = stage_dataset(data_path, run_dir, mount_path)
-    args = [
-        "--data-dir",
-        data_dir,
-        "--job-dir",
-        job_dir,
-        "--model",
-        model_builder,
-        *trainer_flags({**hyperparameters, "epochs": epochs}),
-    ]
+    data_dir = volume.stage_dataset(data_path, run_dir, mount_path)
+    args = command_line({**hyperparameters, "epochs": epochs}, data_dir=data_dir, job_dir=job_dir, model=model_builder)
     env = {
         **output_dirs(job_dir),
         "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
@@ -344,7 +299,7 @@ def train_with_operator(
     )
     run_tfjob(api, job, poll_seconds, timeout_seconds, log, sleep)
     summary = collect_outputs(job_dir, model_path, training_path)
-    release_run_folder(run_dir, data_dir != data_path)
+    volume.release_run_folder(run_dir, data_dir != data_path)
     summary.update(tfjob=f"{namespace}/{name}")
     with open(os.path.join(training_path, "metrics.json"), "w") as f:
         json.dump(summary, f, indent=2)
@@ -390,7 +345,7 @@ def train_model_on_operator(
         timeout_minutes: The step fails when the TFJob has not finished by then.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
-    from components.lib import kube
+    from components.lib.kube import api as kube
     from components.train_model_on_operator import train_with_operator
 
     summary = train_with_operator(

@@ -6,7 +6,7 @@ Vertex does), at most `parallel_trial_count` at once. The trial's metric is read
 `hypertune` library wrote. Suggestions come from OSS Vizier's designers: GP bandit (`default`, the algorithm
 behind Vertex's default), grid or random search.
 
-Trials run in warm runner processes (`components.lib.trial_runner`): `parallel_trial_count` of them start with the
+Trials run in warm runner processes (`components.lib.study.trial_runner`): `parallel_trial_count` of them start with the
 study and import TensorFlow while Vizier loads and suggests, then each runs trials one after another (a runner
 whose trial fails is replaced), so the study starts P TensorFlow processes instead of one per trial.
 
@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
-from components.lib.hypertune_metrics import trial_metric
-from components.lib.study_spec import StudySpec
-from components.lib.units import assignments
-from components.train_model import trainer_flags
-from trainer import progress
+from components.lib.study.hypertune_metrics import trial_metric
+from components.lib.study.spec import StudySpec
+from core import progress
+from core.units import assignments
 from trainer.environment import output_dirs
+from trainer.flags import TRAINER_MODULE, command_line
 
 
 class StudyFailed(RuntimeError):
@@ -128,7 +128,7 @@ def _without_tensorflow():
 # What a trial of `trainer.task` imports: a runner loads it before it has a trial (trainer.task first: it sets
 # TF_USE_LEGACY_KERAS before tf-keras is imported)
 PRELOAD = {
-    "trainer.task": [
+    TRAINER_MODULE: [
         "trainer.task",
         "tensorflow",
         "tf_keras",
@@ -136,14 +136,14 @@ PRELOAD = {
         "trainer.callbacks",
         "trainer.data",
         "trainer.model",
-        "trainer.warmup",
+        "core.warmup",
         "trainer.distribute",
     ]
 }
 
 
 class TrialRunner:
-    """One warm `python -m components.lib.trial_runner` process (see that module): started at once, so its imports
+    """One warm `python -m components.lib.study.trial_runner` process (see that module): started at once, so its imports
     run while the study waits for Vizier; `run` sends it a trial and waits for the exit code."""
 
     def __init__(self, module: str, env: dict, log_path: str):
@@ -153,7 +153,7 @@ class TrialRunner:
                 [
                     sys.executable,
                     "-m",
-                    "components.lib.trial_runner",
+                    "components.lib.study.trial_runner",
                     "--preload",
                     ",".join(PRELOAD.get(module, [])),
                     module,
@@ -253,7 +253,7 @@ def run_trial(
     fixed_args: list[str],
     env: dict,
     runners: RunnerPool | None = None,
-    flags=trainer_flags,
+    flags=command_line,
     output_base: str = "",
 ) -> Trial:
     """Run one trial to completion (in a warm runner of `runners`, else a fresh `python -m module` process), its
@@ -291,7 +291,7 @@ def run_trial(
 
 
 class StudyProgress:
-    """The study's progress lines (`trainer.progress`, stage `study`, written with `out`): each trial as it starts
+    """The study's progress lines (`core.progress`, stage `study`, written with `out`): each trial as it starts
     and finishes (its metric, the best so far, the trials running) and, every `interval` seconds while trials run and
     something changed, each running trial's latest epoch or step, read from the progress lines of its log."""
 
@@ -437,11 +437,11 @@ def run_study(
     spec: StudySpec,
     base_dir: str,
     fixed_args: list[str],
-    module: str = "trainer.task",
+    module: str = TRAINER_MODULE,
     env: dict | None = None,
     seed: int = 0,
     log=progress.write,
-    flags=trainer_flags,
+    flags=command_line,
     output_base: str = "",
 ) -> dict:
     """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files. Each
@@ -597,11 +597,11 @@ def tune_hyperparameters(
         learning_rate: The pipeline's learning rate.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
-    from trainer.fast_exit import skip_exit_collection
+    from core.fast_exit import skip_exit_collection
 
     skip_exit_collection()
 
-    from components.lib.study_spec import (
+    from components.lib.study.spec import (
         StudySpec,
         best_trial_message,
         pipeline_hyperparameters,
@@ -609,6 +609,7 @@ def tune_hyperparameters(
         write_skipped_study,
     )
     from components.tune_hyperparameters import run_study
+    from trainer.flags import command_line
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
     if not enabled:
@@ -617,16 +618,7 @@ def tune_hyperparameters(
     result = run_study(
         StudySpec.model_validate(study_spec),
         tuning.path,
-        [
-            "--data-dir",
-            dataset.path,
-            "--model",
-            model_builder,
-            "--epochs",
-            str(trial_epochs),
-            "--batch-size",
-            str(batch_size),
-        ],
+        command_line({"epochs": trial_epochs, "batch_size": batch_size}, data_dir=dataset.path, model=model_builder),
     )
     hyperparameters = with_best_trial(hyperparameters, result["best"]["parameters"])
     tuning.metadata.update(

@@ -27,7 +27,8 @@ from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
-from trainer.environment import LEGACY_KERAS, TRAINER_COMMAND, output_dirs
+from trainer.environment import LEGACY_KERAS, output_dirs
+from trainer.flags import TRAINER_COMMAND, command_line, flag
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1beta1", "experiments", "Experiment"
 MISSING_HINT = "install Katib (v0.19) or set platform.kubeflow.tuning: pod (trials as processes in the step's pod)"
@@ -118,16 +119,15 @@ def experiment(
     labels: dict | None = None,
 ) -> dict:
     """The Katib Experiment (kubeflow.org/v1beta1) for `spec` (a StudySpec)."""
-    from components.lib.kube import VOLUME_SECURITY, volume_parts
+    from components.lib.kube.api import VOLUME_SECURITY, volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     trial_dir = f"{trials_dir}/${{trialParameters.trialName}}"
     args = [
         *fixed_args,
-        "--job-dir",
-        trial_dir,
+        *command_line(job_dir=trial_dir),
         *(
-            f"--{p.parameter_id.replace('_', '-')}=${{trialParameters.{trial_parameter_name(p.parameter_id)}}}"
+            f"{flag(p.parameter_id)}=${{trialParameters.{trial_parameter_name(p.parameter_id)}}}"
             for p in spec.parameters
         ),
     ]
@@ -239,7 +239,7 @@ def run_experiment(
     StudyFailed with Katib's message, TimeoutError (experiment deleted) or kube.Cancelled (experiment deleted)."""
     import time
 
-    from components.lib import kube
+    from components.lib.kube import api as kube
 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     what = f"{KIND} {namespace}/{name}"
@@ -309,8 +309,8 @@ def tune_with_katib(
     sleep=None,
 ) -> dict:
     """Stage the data on the volume, run the experiment, record it: the best trial."""
-    from components.lib import kube
-    from components.train_model_on_operator import stage_dataset
+    from components.lib.kube import api as kube
+    from components.lib.kube.volume import stage_dataset
 
     name = kube.object_name("tfpipe-tune", run_id, "tune-hyperparameters")
     run_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run")
@@ -322,16 +322,7 @@ def tune_with_katib(
         namespace,
         spec,
         image,
-        [
-            "--data-dir",
-            data_dir,
-            "--model",
-            model_builder,
-            "--epochs",
-            str(trial_epochs),
-            "--batch-size",
-            str(batch_size),
-        ],
+        command_line({"epochs": trial_epochs, "batch_size": batch_size}, data_dir=data_dir, model=model_builder),
         trials_dir,
         resources,
         claim_name,
@@ -398,8 +389,8 @@ def tune_on_katib(
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
 
-    from components.lib import kube
-    from components.lib.study_spec import (
+    from components.lib.kube import api as kube
+    from components.lib.study.spec import (
         StudySpec,
         best_trial_message,
         pipeline_hyperparameters,

@@ -31,10 +31,8 @@ RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
 # The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
-COPY trainer/ trainer/
+COPY core/ core/
 COPY serving/ serving/
-COPY components/__init__.py components/
-COPY components/lib/ components/lib/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .
 
 # ---- runtime: the environment only, no build tools, non-root ----

@@ -32,6 +32,7 @@ RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
 # The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
+COPY core/ core/
 COPY trainer/ trainer/
 COPY models/ models/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .

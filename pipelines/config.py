@@ -22,9 +22,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from components.lib import names
-from components.lib.instance_formats import InstancesFormat
-from components.lib.study_spec import DEFAULT_STUDY, StudySpec
+from components.lib.batch.instance_formats import InstancesFormat
+from components.lib.study.spec import DEFAULT_STUDY, StudySpec
+from core import names
 from pipelines.cron import parse_cron
 from trainer import builder
 
@@ -32,7 +32,7 @@ TARGETS = ("vertex", "kubeflow", "local")
 # the pipelines (`--pipeline`) and their compiled names (also their package names in a template registry)
 PIPELINE_NAMES = {"training": "tfpipe-training", "batch_prediction": "tfpipe-batch-prediction"}
 PIPELINES = tuple(PIPELINE_NAMES)
-# Vertex AI naming rules (Model.version_aliases, resource labels: components.lib.names), also the rehearsal double's
+# Vertex AI naming rules (Model.version_aliases, resource labels: core.names), also the rehearsal double's
 _ALIAS, LABEL_KEY, LABEL_VALUE, MAX_LABELS = names.VERSION_ALIAS, names.LABEL_KEY, names.LABEL_VALUE, names.MAX_LABELS
 PIPELINE_LABEL = "pipeline"  # the label naming the pipeline on each Vertex job and resource a run creates
 # Vertex AI Pipelines adds its own label (vertex-ai-pipelines-run-billing-id) to every job and resource a run's
@@ -65,7 +65,7 @@ class ConfigError(ValueError):
 
 
 def _named(rule, value: str, optional: bool = False, **options) -> str:
-    """`value` if it follows `rule` (components.lib.names), or is "" and `optional`; else the rule's
+    """`value` if it follows `rule` (core.names), or is "" and `optional`; else the rule's
     `RULE (got VALUE)` as the ValueError pydantic reports at the field (whose location names the parameter)."""
     if optional and not value:
         return value

@@ -2,7 +2,7 @@
 
 kfp.local streams every step's output to stdout, line by line as the step writes it; `StepLog` splits that stream
 into one log file per step, times the steps and shows a line as each starts and ends, with the step's progress
-lines (`trainer.progress`) under the running one: on a terminal one line updated in place, else a plain line
+lines (`core.progress`) under the running one: on a terminal one line updated in place, else a plain line
 at most every `PLAIN_INTERVAL` seconds. `verbose=True` streams everything instead; `quiet=True` shows nothing.
 """
 
@@ -20,9 +20,9 @@ from contextlib import redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.lib.units import size
+from core import progress
+from core.units import size
 from pipelines.step_memory import StepMemory
-from trainer import progress
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r"Executing task '([^']+)'")

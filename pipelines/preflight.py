@@ -61,7 +61,7 @@ def check_bucket(pipeline_root: str, project: str = "") -> list[str]:
     from google.api_core import exceptions
     from google.cloud.storage import Client
 
-    from components.lib.storage import gcs_client, split_gcs
+    from core.storage import gcs_client, split_gcs
 
     bucket_name, prefix = split_gcs(pipeline_root)
     probe = f"{prefix.strip('/')}/.tfpipe-preflight-{uuid.uuid4().hex[:12]}".lstrip("/")

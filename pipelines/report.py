@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-from components.lib.units import size, value
+from core.units import size, value
 
 
 def _json(path: Path | None):

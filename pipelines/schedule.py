@@ -39,7 +39,7 @@ def vertex_schedules(platform: Platform, display_name: str | None = None, creden
     """The schedules of the project and location (`display_name`: only those named so), oldest first."""
     from google.cloud import aiplatform
 
-    from components.lib.vertex_registry import display_name_filter
+    from components.lib.vertex.registry import display_name_filter
 
     with quiet_aiplatform():
         found = aiplatform.PipelineJobSchedule.list(

@@ -62,7 +62,7 @@ from components import (
     tune_hyperparameters,
     tune_on_katib,
 )
-from components.lib.study_spec import StudySpec
+from components.lib.study.spec import StudySpec
 from pipelines.config import ConfigError, Platform
 from trainer.builder import DEFAULT_BUILDER
 
@@ -729,10 +729,10 @@ class KubeflowOps(SelfHostedOps):
         )
 
     def _engine(self, task):
-        """An engine step's pod: `_place`'s, and the run's name in its environment (components.lib.kube.run_id)."""
+        """An engine step's pod: `_place`'s, and the run's name in its environment (components.lib.kube.api.run_id)."""
         from kfp import kubernetes
 
-        from components.lib import kube
+        from components.lib.kube import api as kube
 
         return kubernetes.use_field_path_as_env(self._place(task), kube.RUN_ID_ENV, kube.RUN_ID_FIELD)
 

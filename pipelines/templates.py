@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from components.lib import names
+from core import names
 from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, Config, ConfigError, PipelineParameters
 
 _NO_DEFAULT = object()

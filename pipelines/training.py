@@ -7,7 +7,7 @@ and TFLite quantization. Tuning, training, upload and deploy are platform servic
 
 from kfp import dsl
 
-from components.lib.study_spec import DEFAULT_STUDY, StudySpec
+from components.lib.study.spec import DEFAULT_STUDY, StudySpec
 from pipelines import targets
 from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform, TrainerSettings, described_by
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from components.lib.storage import local_path
+from core.storage import local_path
 
 if TYPE_CHECKING:
     from serving.repository import ModelConfigFile
@@ -154,7 +154,7 @@ def serve(
 
     import logging
 
-    from components.lib.names import InvalidName
+    from core.names import InvalidName
     from serving.batching import BatchingOptions
     from serving.models import Policy
     from serving.ports import PortError

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from components.lib.cpus import available_cpus
+from core.cpus import available_cpus
 from serving.models import Servable
 
 

@@ -1,5 +1,5 @@
 """TF Serving's gRPC API on the tensorflow-serving-api servicer classes: `PredictionService.Predict`,
-`GetModelMetadata` and `ModelService.GetModelStatus`. A model name that is no model name (components.lib.names) is
+`GetModelMetadata` and `ModelService.GetModelStatus`. A model name that is no model name (core.names) is
 INVALID_ARGUMENT.
 
 gRPC's thread-pool server, as TF Serving's (`--grpc_max_threads`): each call runs in a worker thread, the model call
@@ -19,7 +19,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from components.lib.names import InvalidName
+from core.names import InvalidName
 from serving import codec, tensors
 from serving.models import DEFAULT_SIGNATURE, NotFound
 from serving.ports import PortError

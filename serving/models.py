@@ -17,9 +17,9 @@ from typing import Literal
 
 import numpy as np
 
+from core.warmup import WARMUP_FILE
 from serving import codec
 from serving.batching import Batcher, BatchingOptions
-from trainer.warmup import WARMUP_FILE
 
 log = logging.getLogger("tfpipe.serving")
 

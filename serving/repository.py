@@ -3,7 +3,7 @@ names given), or a ModelServerConfig text file. Polled with the versions: a mode
 is added, one removed or named in the skip file (`stop-serving --model-name`) is unloaded. Each model has its own
 ModelManager (version policy, labels, hot swap); requests for one never wait on another's loading.
 
-Model names follow components.lib.names.model_name (one path segment): a repository's folders with other names are
+Model names follow core.names.model_name (one path segment): a repository's folders with other names are
 not served, names given or configured otherwise are refused, and a request for such a name is refused before any
 look-up (InvalidName, a ValueError: 400 / INVALID_ARGUMENT)."""
 
@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from components.lib import names as rules
+from core import names as rules
 from serving.batching import BatchingOptions
 from serving.models import ModelManager, NotFound, Policy, Servable, VersionStatus
 

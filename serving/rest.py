@@ -1,6 +1,6 @@
 """TF Serving's REST API (g3doc/api_rest.md) plus Vertex AI's custom-container health and predict routes, as a
 Starlette ASGI app. Every error is `{"error": "<message>"}` with a 4xx status for client errors; a model name in a
-path that is no model name (components.lib.names: one path segment) is a 400, before any look-up."""
+path that is no model name (core.names: one path segment) is a 400, before any look-up."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from components.lib.names import InvalidName, model_name
+from core.names import InvalidName, model_name
 from serving import codec
 from serving.dispatch import Dispatcher
 from serving.models import NotFound, VersionStatus

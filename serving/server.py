@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
-from components.lib.cpus import available_cpus
+from core.cpus import available_cpus
 from serving import grpc_service, ports, rest
 from serving.dispatch import Dispatcher
 from serving.repository import ServedModels

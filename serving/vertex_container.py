@@ -34,7 +34,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from components.lib.storage import _download, gcs_client, is_gcs, split_gcs
+from core.storage import download, gcs_client, is_gcs, split_gcs
 
 log = logging.getLogger("tfpipe.serving")
 
@@ -118,7 +118,7 @@ def place_model(uri: str, version_dir: str) -> None:
         return
     partial = os.path.join(os.path.dirname(version_dir), f".{VERSION}.partial")  # not a version: the poller skips it
     os.makedirs(partial)
-    _download(uri.rstrip("/") + "/", partial)
+    download(uri.rstrip("/") + "/", partial)
     os.rename(partial, version_dir)
 
 

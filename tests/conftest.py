@@ -183,7 +183,7 @@ def gcs_emulator(monkeypatch):
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     try:
-        from components.lib.storage import gcs_client
+        from core.storage import gcs_client
 
         yield gcs_client().bucket("test-bucket")
     finally:

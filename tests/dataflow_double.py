@@ -238,7 +238,7 @@ class DataflowDouble:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         from apache_beam.transforms import environments
 
-        from components.lib.storage import read_bytes
+        from core.storage import read_bytes
 
         job = self.jobs[job_id]
         options = job["environment"]["sdkPipelineOptions"]["options"]

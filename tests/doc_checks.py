@@ -32,6 +32,7 @@ from pipelines.config import (
     profile_names,
 )
 from serving.command import serve
+from tests.imports import imported_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
@@ -535,7 +536,7 @@ def check_make(args: list[str], env: dict[str, str]) -> list[str]:
 
 def check_module(module: str, args: list[str], complete: bool, profiles: set[str]) -> list[str]:
     """`python -m MODULE ...`: the CLIs' commands and options; a repository module exists and takes the options
-    its argparse parser declares; another module is installed."""
+    its argparse parser declares (in the module or a repository module it imports); another module is installed."""
     if module in CLIS:
         return check_click(CLIS[module], f"python -m {module}", args, complete, profiles)
     if module.split(".")[0] not in repository_packages():
@@ -543,7 +544,10 @@ def check_module(module: str, args: list[str], complete: bool, profiles: set[str
     path = module_file(module, main=True)
     if path is None:
         return [f"python -m {module}: no such module in the repository"]
-    known = argparse_options(path) | {"-h", "--help"}
+    known = argparse_options(path).union(
+        *(argparse_options(module_file(name)) for name in imported_modules(path) if module_file(name)),
+        {"-h", "--help"},
+    )
     flags = (a.split("=")[0] for a in args if a.startswith("-") and not NUMBER.fullmatch(a))
     return [f"python -m {module}: no option {flag}" for flag in flags if len(known) > 2 and flag not in known]
 

@@ -5,7 +5,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("components", "models", "pipelines", "serving", "trainer")
+PACKAGES = ("components", "core", "models", "pipelines", "serving", "trainer")
 
 
 def module_file(name: str) -> Path | None:

@@ -7,7 +7,7 @@ import shutil
 
 import tensorflow as tf
 
-from trainer.warmup import write_warmup_requests
+from core.warmup import write_warmup_requests
 
 
 def toy_model(path: str, k: int, single_output: bool = False, warmup_inputs: dict | None = None) -> str:

@@ -147,7 +147,7 @@ def test_check_names_what_a_built_model_lacks():
 
 
 def test_trainer_flag(capsys):
-    from trainer.task import parse_args
+    from trainer.flags import parse_args
 
     assert parse_args(["--data-dir", "d", "--job-dir", "j"], {}).model == "trainer.model:build_model"
     assert parse_args(["--data-dir", "d", "--job-dir", "j", "--model", CUSTOM], {}).model == CUSTOM

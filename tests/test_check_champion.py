@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from components.check_champion import champion_identity, check, takes
-from components.evaluate_model import ModelError
+from components.lib.evaluation import ModelError
 from components.prepare_data import prepare
 
 TAIL = (

@@ -179,7 +179,8 @@ def test_bytecode_is_compiled_at_install():
 
 
 def test_make_test_runs_the_linters_first():
-    """`make test` (what CI runs) depends on `make lint`: ruff's checks, ruff's format check and mypy."""
+    """`make test` (what CI runs) depends on `make lint`: ruff's checks, ruff's format check, mypy and the layer
+    contracts (import-linter)."""
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test: lint$", makefile, re.M) and re.search(r"^test-fast: lint$", makefile, re.M)
     recipe = re.search(r"^lint:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
@@ -187,6 +188,7 @@ def test_make_test_runs_the_linters_first():
         "$(PY) -m ruff check .",
         "$(PY) -m ruff format --check .",
         "$(PY) -m mypy",
+        "$(VENV)/bin/lint-imports --no-cache",
     ]
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 from apache_beam.runners.dataflow.dataflow_runner import DataflowRuntimeException
 
-from components.lib import dataflow
+from components.lib.prep import dataflow
 from components.prepare_data import prepare
 from tests.conftest import write_images
 

@@ -9,10 +9,10 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from components import deploy_model
-from components.lib.model_repository import publish, versions
+from components.lib.deploy import tf_serving
+from components.lib.deploy.model_repository import publish, versions
 from pipelines.cli import cli
-from serving import ports
+from serving import lifecycle, ports
 from tests import serving_models
 from tests.serving_models import toy_model
 
@@ -23,7 +23,7 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
     base, model_dir = str(tmp_path / "repo"), str(trained_model / "model")
 
     def deploy(version, name="digits"):
-        return deploy_model.deploy(version.number, version.path, str(digits_data), base, name, rest_port=0, grpc_port=0)
+        return tf_serving.deploy(version.number, version.path, str(digits_data), base, name, rest_port=0, grpc_port=0)
 
     first = publish(model_dir, base, "digits", {"run": 1})
     try:
@@ -32,7 +32,7 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
         # the pixel arrays and, PNG-encoded, the same images on the encoded-image signature
         assert info["smoke"]["signatures"] == ["serving_default", "serving_image_bytes"]
         assert info["stop"] == f"python -m pipelines stop-serving --model-base-path {base} --model-name digits"
-        with open(deploy_model.state_file(base, 0, 0)) as f:
+        with open(lifecycle.state_file(base, 0, 0)) as f:
             assert json.load(f)["rest_url"] == info["rest_url"]
 
         second = publish(model_dir, base, "digits", {"run": 2})
@@ -50,7 +50,7 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
         toy_model(str(broken), k=1)  # loads fine, but its signature does not classify images
         third = publish(str(broken), base, "digits", {"run": 4})
         with pytest.raises(
-            deploy_model.DeployError,
+            tf_serving.DeployError,
             match=r"version 3 failed, rolled back: the published model's "
             r"serving_default has no class_id output \(\['version', 'y'\]\) \(serving version 2 again\)",
         ):
@@ -59,20 +59,20 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
         status = requests.get(f"{info['rest_url']}/v1/models/digits/versions/2").json()
         assert status["model_version_status"][0]["state"] == "AVAILABLE"
         where = f"pid {info['pid']}, REST {info['rest_url']}"
-        assert deploy_model.stop_server(base, "digits") == (
+        assert lifecycle.stop_server(base, "digits") == (
             f"stopped serving digits; the server ({where}) keeps serving shapes"
         )
         redeployed = deploy(publish(model_dir, base, "digits", {"run": 5}))  # a run serves a stopped model again
         assert redeployed["pid"] == info["pid"] and redeployed["version"] == 4
-        assert deploy_model.stop_server(base, "shapes") == (
+        assert lifecycle.stop_server(base, "shapes") == (
             f"stopped serving shapes; the server ({where}) keeps serving digits"
         )
-        assert deploy_model.stop_server(base, "digits") == (
+        assert lifecycle.stop_server(base, "digits") == (
             f"stopped the server for {base} ({where}): digits was its last model"
         )
     finally:
-        deploy_model.stop_server(base)
-    assert deploy_model.running_server(base, 0, 0) is None
+        lifecycle.stop_server(base)
+    assert lifecycle.running_server(base, 0, 0) is None
 
 
 def test_stop_one_model_then_the_whole_server(tmp_path, monkeypatch):
@@ -82,26 +82,26 @@ def test_stop_one_model_then_the_whole_server(tmp_path, monkeypatch):
     base = str(tmp_path / "repo")
     for name in ("a", "b"):
         toy_model(f"{base}/{name}/1", k=1)
-    server = deploy_model.wait_ready(deploy_model.launch_server(base, 0, 0))
+    server = lifecycle.wait_ready(lifecycle.launch_server(base, 0, 0))
     url, where = server["rest_url"], f"pid {server['pid']}, REST {server['rest_url']}"
     try:
         for name in ("a", "b"):
-            deploy_model.wait_available(url, name, 1)
+            tf_serving.wait_available(url, name, 1)
         stop_a = CliRunner().invoke(cli, ["stop-serving", "--model-base-path", base, "--model-name", "a"])
         assert (stop_a.exit_code, stop_a.output) == (0, f"stopped serving a; the server ({where}) keeps serving b\n")
         serving_models.publish(toy_model(str(tmp_path / "staging"), k=3), base, "c", "1")
-        deploy_model.wait_available(url, "c", 1)
+        tf_serving.wait_available(url, "c", 1)
         assert requests.get(f"{url}/v1/models/a").status_code == 404
-        deploy_model.wait_available(url, "b", 1)
+        tf_serving.wait_available(url, "b", 1)
         with pytest.raises(ValueError, match=f"{base} has no model nope \\(its models: a, b, c\\)"):
-            deploy_model.stop_server(base, "nope")
+            lifecycle.stop_server(base, "nope")
         stop_all = CliRunner().invoke(cli, ["stop-serving", "--model-base-path", base])
         assert (stop_all.exit_code, stop_all.output) == (0, f"stopped the server for {base} ({where})\n")
     finally:
-        deploy_model.stop_server(base)
+        lifecycle.stop_server(base)
     with pytest.raises(requests.ConnectionError):
         requests.get(f"{url}/v1/models/b", timeout=5)
-    assert deploy_model.running_server(base, 0, 0) is None
+    assert lifecycle.running_server(base, 0, 0) is None
     none = CliRunner().invoke(cli, ["stop-serving", "--model-base-path", base])
     assert (none.exit_code, none.output) == (1, f"Error: no server is running for {base}\n")
 
@@ -115,11 +115,11 @@ def test_a_port_in_use_fails_the_deploy_in_one_line_naming_it(trained_model, dig
         held.bind(("127.0.0.1", 0))
         held.listen()
         port, holder = held.getsockname()[1], ports.holder(held.getsockname()[1])
-        with pytest.raises(deploy_model.DeployError) as error:
-            deploy_model.deploy(
+        with pytest.raises(tf_serving.DeployError) as error:
+            tf_serving.deploy(
                 version.number, version.path, str(digits_data), base, "digits", rest_port=port, grpc_port=0
             )
-    log = deploy_model.state_file(base, port, 0).removesuffix(".json") + ".log"
+    log = lifecycle.state_file(base, port, 0).removesuffix(".json") + ".log"
     assert str(error.value) == (
         "deploying digits version 1 failed, rolled back: the model server did not start (exit code 1): "
         f"port {port} (REST, 127.0.0.1) is in use by {holder}; choose another with --rest-port PORT, or "
@@ -131,7 +131,7 @@ def test_a_port_in_use_fails_the_deploy_in_one_line_naming_it(trained_model, dig
 def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
     import numpy as np
 
-    from components.lib.smoke import SmokeCheck, SmokeFailed
+    from components.lib.deploy.smoke import SmokeCheck, SmokeFailed
     from serving.repository import Repository, ServedModels
     from serving.server import ModelServer, ServerOptions
 
@@ -140,13 +140,13 @@ def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
     try:
         images = SmokeCheck("serving_default", np.zeros((2, 8, 8, 1), np.float32), np.array([0, 0]))
         with pytest.raises(
-            deploy_model.DeployError,
+            tf_serving.DeployError,
             match=r"smoke prediction on serving_default failed \(400\): "
             r"input 'x' expects",
         ):
-            deploy_model.smoke_test(server.rest_url, "toy", 1, images)
+            tf_serving.smoke_test(server.rest_url, "toy", 1, images)
         rows = SmokeCheck("serving_default", np.ones((2, 3), np.float32), np.array([0, 0]))
         with pytest.raises(SmokeFailed, match="smoke prediction on serving_default has no class_id"):
-            deploy_model.smoke_test(server.rest_url, "toy", 1, rows)
+            tf_serving.smoke_test(server.rest_url, "toy", 1, rows)
     finally:
         server.stop()

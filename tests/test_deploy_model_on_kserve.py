@@ -18,8 +18,8 @@ from components.deploy_model_on_kserve import (
     smoke_url,
     storage_uri,
 )
-from components.lib import kube
-from components.lib.smoke import SmokeCheck
+from components.lib.deploy.smoke import SmokeCheck
+from components.lib.kube import api as kube
 from tests.k8s_double import KubeAPI, engine_arguments, in_run, point_clients_at, shipped_rules
 from tests.k8s_double.kserve_operator import KServeOperator
 from tests.k8s_double.network import Network
@@ -367,7 +367,7 @@ def serving_cluster(monkeypatch, tmp_path):
 
 def run_component(volume, model_dir, data_dir, name, traffic=100, tmp=None):
     """publish-model's output for `model_dir`, then the deploy step's component function."""
-    from components.lib.model_repository import publish
+    from components.lib.deploy.model_repository import publish
 
     repository = str(volume / "model-repository")
     version = publish(str(model_dir), repository, name, {"run": "r"})
@@ -421,7 +421,7 @@ def test_the_component_smoke_tests_both_signatures_of_an_image_model(
 
 @pytest.mark.e2e
 def test_the_component_removes_the_version_when_the_service_does_not_serve_it(serving_cluster, iris_model, tmp_path):
-    from components.lib.model_repository import versions
+    from components.lib.deploy.model_repository import versions
 
     cluster, volume = serving_cluster
     data = iris_model.parent / "data"

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from components.lib.cpus import available_cpus
+from core.cpus import available_cpus
 from serving.batching import BatchingOptions
 from serving.dispatch import Dispatcher, default_threads
 from serving.repository import Repository, ServedModels

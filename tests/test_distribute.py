@@ -3,7 +3,7 @@ import json
 import pytest
 
 from trainer import distribute
-from trainer.task import parse_args
+from trainer.flags import parse_args
 
 
 def test_plain_tf_config_worker_zero_is_chief():

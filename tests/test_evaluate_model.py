@@ -13,10 +13,11 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
 from google.cloud.aiplatform_v1.types import model as model_pb, model_service
 
-from components.evaluate_model import ModelError, decide, evaluate, evaluate_saved_model, same_artifacts
+from components.evaluate_model import decide, evaluate, same_artifacts
 from components.find_registry_champion import find_registry_champion
 from components.find_repository_champion import find_repository_champion
-from components.lib import model_repository
+from components.lib.deploy import model_repository
+from components.lib.evaluation import ModelError, evaluate_saved_model
 from tests.gapic import FakeStub
 
 PARENT = "projects/my-project/locations/europe-west4"

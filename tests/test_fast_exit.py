@@ -7,7 +7,7 @@ import pytest
 
 CODE = """
 import sys
-from trainer.fast_exit import skip_exit_collection
+from core.fast_exit import skip_exit_collection
 if sys.argv[2] == "skip":
     skip_exit_collection()
 

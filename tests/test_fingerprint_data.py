@@ -6,8 +6,8 @@ import yaml
 
 from components import fingerprint_data as fp_module
 from components.fingerprint_data import GCS_FIELDS, fingerprint, fingerprint_data
-from components.lib.sources import DataError, folder_files
-from components.lib.storage import staged
+from components.lib.prep.sources import DataError, folder_files
+from core.storage import staged
 from tests.conftest import write_images
 
 IMAGE = "example.com/tfpipe/components:abc"

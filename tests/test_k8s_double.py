@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from components.lib import kube
+from components.lib.kube import api as kube
 from tests.k8s_double import KubeAPI, admission, schema, shipped_rules
 from tests.k8s_double.katib import INJECTION
 from tests.k8s_double.server import SCHEMAS
@@ -98,7 +98,7 @@ def test_what_the_schemas_refuse(api, body, plural, message):
 
 
 def test_katibs_go_types_refuse_a_field_they_do_not_have(api):
-    from components.lib.study_spec import DEFAULT_STUDY
+    from components.lib.study.spec import DEFAULT_STUDY
     from components.tune_on_katib import experiment
 
     body = experiment("tune", "ml", DEFAULT_STUDY, "example.com/t:1", [], "/mnt/t/trials", {}, "tfpipe", "/mnt/t")
@@ -157,7 +157,7 @@ def test_what_the_operators_webhooks_deny(api, body, plural, ns, message):
 
 
 def test_katibs_webhook_needs_the_collector_label_and_consistent_counts(api):
-    from components.lib.study_spec import DEFAULT_STUDY
+    from components.lib.study.spec import DEFAULT_STUDY
     from components.tune_on_katib import experiment
 
     body = experiment("tune", "bare", DEFAULT_STUDY, "example.com/t:1", [], "/mnt/t/trials", {}, "tfpipe", "/mnt/t")

@@ -237,7 +237,7 @@ def test_compiled_kubeflow_template_defaults_the_model_repository_to_the_volume(
     ],
 )
 def test_a_study_katib_cannot_express_fails_at_compile_time(parameter, message):
-    from components.lib.study_spec import StudySpec
+    from components.lib.study.spec import StudySpec
 
     study = StudySpec(parameters=[{"type": "double", "parameter_id": "momentum", **parameter}])
     with pytest.raises(
@@ -305,7 +305,7 @@ def test_kubeflow_config_from_file_env_and_set(tmp_path):
 
 
 def test_engine_steps_take_the_run_from_their_pod(monkeypatch):
-    from components.lib import kube
+    from components.lib.kube import api as kube
 
     monkeypatch.delenv(kube.RUN_ID_ENV, raising=False)
     with pytest.raises(RuntimeError, match=r"TFPIPE_RUN_ID is not set: .* from their pod's metadata.labels\["):

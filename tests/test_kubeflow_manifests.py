@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from components.lib.kube import IMAGE_UID
+from components.lib.kube.api import IMAGE_UID
 from pipelines.config import Volume, load_config
 from pipelines.templates import compile_template, kubeflow_model_repository
 from tests.k8s_double import schema

@@ -25,7 +25,7 @@ def serving_state(tmp_path, monkeypatch):
     """Isolated local-server records; stops any server a run left behind."""
     monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "serving"))
     yield
-    from components.deploy_model import stop_server
+    from serving.lifecycle import stop_server
 
     stop_server(str(tmp_path / "repo"))  # the whole server, every model a test published
 

@@ -4,7 +4,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from components.lib import units
+from core import units
 from pipelines import report
 from pipelines.cli.local import _print_summary
 from pipelines.local_run import Step, StepLog, step_names
@@ -15,7 +15,7 @@ def test_step_log_times_steps_splits_logs_and_keeps_the_error(tmp_path):
     console = io.StringIO()
     log = StepLog(tmp_path, console)
     log.write("11:00:00.000 - INFO - Executing task \x1b[96m'prepare-data'\x1b[0m\n    reading...\n")
-    log.write("    components.lib.sources.DataError: need at least two classes, found 1: ['a']\n")
+    log.write("    components.lib.prep.sources.DataError: need at least two classes, found 1: ['a']\n")
     log.write("11:00:01.000 - INFO - Task \x1b[96m'prepare-data'\x1b[0m finished with status \x1b[91mFAILURE\x1b[0m\n")
     step = log.steps["prepare-data"]
     assert step.status == "FAILED" and step.error == "need at least two classes, found 1: ['a']"

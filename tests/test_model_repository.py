@@ -4,9 +4,9 @@ from http import HTTPStatus
 
 import pytest
 
-from components.lib import model_repository
-from components.lib.model_repository import champion, publish, read_version, remove_version, versions
-from components.lib.names import InvalidName
+from components.lib.deploy import model_repository
+from components.lib.deploy.model_repository import champion, publish, read_version, remove_version, versions
+from core.names import InvalidName
 
 
 @pytest.fixture(scope="session")

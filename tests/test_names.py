@@ -1,4 +1,4 @@
-"""The name rules (components.lib.names), and hostile names fed to the config, the publish and deploy steps and the
+"""The name rules (core.names), and hostile names fed to the config, the publish and deploy steps and the
 local server's routes: each is accepted and stays inside its root, or refused with one line."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from components.lib import model_repository, names
-from components.lib.names import InvalidName
+from components.lib.deploy import model_repository
+from core import names
+from core.names import InvalidName
 from pipelines.config import ConfigError, load_config
 
 # names an attacker or a careless user might try: separators, dot segments, unicode, empty, very long, spaces,
@@ -284,7 +285,8 @@ def publish(artifacts: Path, top: Path, repo: Path, name: str) -> None:
 def kserve(monkeypatch):
     """The KServe deploy step with the cluster stubbed out: the names it would create objects with."""
     import components.deploy_model_on_kserve as step
-    from components.lib import kube, smoke
+    from components.lib.deploy import smoke
+    from components.lib.kube import api as kube
 
     created = []
 
@@ -344,14 +346,15 @@ def deploy_on_kserve(artifacts: Path, kserve, top: Path, repo: Path, name: str) 
 
 
 def test_the_local_deploy_step_refuses_a_hostile_name_before_looking_for_a_server(tmp_path, monkeypatch):
-    from components import deploy_model
+    from components.lib.deploy import tf_serving
+    from serving import lifecycle
 
     monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
     for name in ("../x", "a\nb", ""):
         with pytest.raises(InvalidName, match="^model_name: "):
-            deploy_model.deploy(1, str(tmp_path / "v"), str(tmp_path / "d"), str(tmp_path / "repo"), name)
+            tf_serving.deploy(1, str(tmp_path / "v"), str(tmp_path / "d"), str(tmp_path / "repo"), name)
         with pytest.raises(InvalidName, match="^--model-name: "):
-            deploy_model.stop_server(str(tmp_path / "repo"), name or "..")
+            lifecycle.stop_server(str(tmp_path / "repo"), name or "..")
     assert not (tmp_path / "state").exists()
 
 

@@ -22,25 +22,23 @@ def test_the_import_reader_sees_every_kind_of_import():
     run_batch_prediction = imported_modules(ROOT / "components" / "run_batch_prediction.py")
     assert {
         "serving.codec",
-        "components.lib.storage",
-        "components.lib.model_repository",
-        "trainer.schema",
+        "core.storage",
+        "components.lib.deploy.model_repository",
+        "components.lib.batch.signatures",
     } <= run_batch_prediction
-    assert "serving" in imported_modules(ROOT / "components" / "deploy_model.py")  # python -m serving
-    assert "components.lib.trial_runner" in imported_modules(ROOT / "components" / "tune_hyperparameters.py")
+    assert "serving" in imported_modules(ROOT / "serving" / "lifecycle.py")  # python -m serving
+    assert "components.lib.study.trial_runner" in imported_modules(ROOT / "components" / "tune_hyperparameters.py")
     assert "pipelines.cli" in imported_modules(ROOT / "pipelines" / "__main__.py")
 
 
-def test_the_server_needs_the_storage_library_the_name_rules_the_cpu_count_and_the_trainers_warmup_only():
+def test_the_server_needs_only_the_bottom_package_its_storage_name_rules_cpu_count_and_warmup_records():
     files = {module_name(path) for path in needed_files(["serving.vertex_container", "serving.command"])}
     assert {name for name in files if not name.startswith("serving")} == {
-        "components",
-        "components.lib",
-        "components.lib.cpus",
-        "components.lib.names",
-        "components.lib.storage",
-        "trainer",
-        "trainer.warmup",
+        "core",
+        "core.cpus",
+        "core.names",
+        "core.storage",
+        "core.warmup",
     }
 
 

@@ -2,7 +2,7 @@ import pytest
 import yaml
 from google.auth.credentials import AnonymousCredentials
 
-from components.lib.study_spec import DEFAULT_STUDY
+from components.lib.study.spec import DEFAULT_STUDY
 from components.plan_vertex_training import worker_pool_specs
 from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import ConfigError, Platform, load_config

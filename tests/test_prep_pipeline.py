@@ -5,8 +5,8 @@ import random
 
 import numpy as np
 
-from components.lib.prep_pipeline import WriteRuns
-from components.lib.prep_shards import CHUNK_RECORDS, FeatureSums, merged, read_run
+from components.lib.prep.pipeline import WriteRuns
+from components.lib.prep.shards import CHUNK_RECORDS, FeatureSums, merged, read_run
 
 
 def _entries(destination: str, count: int, rng: random.Random) -> list[tuple]:

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from components.lib import cpus
-from components.lib.cpus import available_cpus
-from components.lib.prep_rules import route, shard_count
-from components.lib.sources import DataError, default_image_size
+from components.lib.prep.rules import route, shard_count
+from components.lib.prep.sources import DataError, default_image_size
 from components.prepare_data import prepare
+from core import cpus
+from core.cpus import available_cpus
 from tests.conftest import write_images
 from trainer import data
 
@@ -62,7 +62,7 @@ def test_builtin_sets_are_what_scikit_learn_loads(name):
     import numpy as np
     from sklearn import datasets
 
-    from components.lib.sources import builtin
+    from components.lib.prep.sources import builtin
 
     source, bunch = builtin(name), getattr(datasets, f"load_{name}")()
     values = np.stack([load() for _, _, load in source.candidates])
@@ -264,7 +264,7 @@ def _files(folder):
 
 
 def test_parallel_prep_writes_what_one_process_writes(tmp_path, monkeypatch):
-    from components.lib import prep_shards
+    from components.lib.prep import shards as prep_shards
 
     pools: list[int] = []
     real = prep_shards.shard_writers
@@ -286,7 +286,7 @@ def test_parallel_prep_writes_what_one_process_writes(tmp_path, monkeypatch):
 
 
 def test_the_shard_writers_start_without_beam_and_report_their_errors(tmp_path, monkeypatch):
-    from components.lib import prep_shards
+    from components.lib.prep import shards as prep_shards
 
     with prep_shards.shard_writers(1):  # the fork server starts before the variable is set
         pass
@@ -295,7 +295,7 @@ def test_the_shard_writers_start_without_beam_and_report_their_errors(tmp_path, 
         pool = prep_shards.writer_pool(key)
         assert pool is not None
         assert pool.submit(eval, "'apache_beam' in __import__('sys').modules").result() is False
-        assert pool.submit(eval, "'components.lib.prep_shards' in __import__('sys').modules").result() is True
+        assert pool.submit(eval, "'components.lib.prep.shards' in __import__('sys').modules").result() is True
         assert pool.submit(eval, "__import__('os').environ.get('TFPIPE_TEST_WRITERS')").result() == "set later"
         with pytest.raises(FileNotFoundError, match="no-such.run"):
             pool.submit(prep_shards.read_object, str(tmp_path / "no-such.run")).result()
@@ -321,7 +321,7 @@ def test_prep_runs_on_the_python_direct_runner_and_leaves_no_temporary_folder(tm
 
 
 def test_a_small_image_of_a_gcs_folder_is_read_once_and_written_as_when_read_twice(tmp_path, monkeypatch, gcs_emulator):
-    from components.lib import sources
+    from components.lib.prep import sources
 
     write_images(tmp_path / "src", per_class=20, size=(24, 20))
     write_images(tmp_path / "src", classes=("owls",), per_class=20, size=(30, 30), fmt="JPEG", seed=1)
@@ -417,7 +417,7 @@ def test_mixed_size_images_default_size_trains_as_well_as_a_larger_explicit_size
     import sys
 
     from bench.image_size import shards_digest, write_mixed_shapes
-    from components.evaluate_model import evaluate_saved_model
+    from components.lib.evaluation import evaluate_saved_model
 
     write_mixed_shapes(tmp_path / "shapes", per_class=100, sides=[32, 48, 200])
     accuracy, shards, tests = {}, {}, {}
@@ -460,7 +460,7 @@ def test_remote_reads_run_a_window_at_a_time_and_keep_their_order():
     import threading
     import time
 
-    from components.lib.prep_shards import in_order
+    from components.lib.prep.shards import in_order
 
     active, most, lock = 0, 0, threading.Lock()
 

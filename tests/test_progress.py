@@ -1,4 +1,4 @@
-"""Progress lines (`trainer.progress`): their format, the rate limit, where the steps emit them, and what the local
+"""Progress lines (`core.progress`): their format, the rate limit, where the steps emit them, and what the local
 runner shows of them, on a terminal (a screen replayed from what the runner wrote) and without one."""
 
 import io
@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from components.lib.study_spec import DEFAULT_STUDY
+from components.lib.study.spec import DEFAULT_STUDY
 from components.train_model import _pump
 from components.tune_hyperparameters import StudyProgress, Trial
+from core import progress
 from pipelines.local_run import StepLog
-from trainer import progress
 
 
 class Clock:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from components.lib.records import TFRecordWriter, encode_example, read_records
+from components.lib.prep.records import TFRecordWriter, encode_example, read_records
 from trainer.data import serialize_example
 
 

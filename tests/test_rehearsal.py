@@ -335,7 +335,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     assert job["batch_prediction_job"]["model"] == f"{model['name']}@2"  # the promoted champion
     output = summary["batch_prediction"]["output_directory"]
     assert output.startswith("gs://")
-    from components.lib.storage import gcs_client, split_gcs
+    from core.storage import gcs_client, split_gcs
     from pipelines.rehearsal import gcs
 
     with gcs.gcs_emulator(str(state / "gcs"), "rehearsal") as host:  # the rehearsals' Cloud Storage, kept in --state

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from components.run_batch_prediction import instance_config
+from components.lib.batch.instances import instance_config
 from pipelines.rehearsal import jobs
 from pipelines.rehearsal.batch import predict_files
 

@@ -23,7 +23,7 @@ def emulator(tmp_path, monkeypatch):
 
 
 def blobs(prefix: str) -> dict:
-    from components.lib.storage import gcs_client
+    from core.storage import gcs_client
 
     return {b.name: b for b in gcs_client().list_blobs("b", prefix=prefix)}
 
@@ -135,7 +135,7 @@ def test_a_deployed_models_copy(emulator, tmp_path):
     (tmp_path / "m" / "variables" / "v.data").write_bytes(b"weights")
     gcs.upload(tmp_path / "m", "gs://b/models/m")
     assert gcs.copy_folder("gs://b/models/m", "gs://tenant/copy/m") == "gs://tenant/copy/m"
-    from components.lib.storage import gcs_client
+    from core.storage import gcs_client
 
     copied = {b.name: b.download_as_bytes() for b in gcs_client().list_blobs("tenant")}
     assert copied == {"copy/m/saved_model.pb": b"graph", "copy/m/variables/v.data": b"weights"}
@@ -146,7 +146,7 @@ def test_a_deployed_models_copy(emulator, tmp_path):
 def test_the_rehearsals_buckets_keep_nothing_deleted(emulator):
     """What rehearsals delete (deployed models' copies, the trainer's temporary files) leaves the disk at once: the
     rehearsal's buckets have no soft delete (Cloud Storage keeps deleted objects 7 days by default)."""
-    from components.lib.storage import gcs_client
+    from core.storage import gcs_client
 
     gcs.upload(Path(__file__), "gs://b/x.py")
     gcs.copy_folder("gs://b/x.py", "gs://tenant/copy")

@@ -7,14 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.run_batch_prediction import (
-    BatchPredictionError,
-    InstanceConfig,
-    batch_predict,
-    check_error_budget,
-    instance_config,
-    resolve_model,
-)
+from components.lib.batch.budget import BatchPredictionError, check_error_budget
+from components.lib.batch.instances import InstanceConfig, instance_config
+from components.run_batch_prediction import batch_predict, resolve_model
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
@@ -418,7 +413,7 @@ def test_a_file_list_of_images_is_predicted_from_the_files_bytes(image_folder_mo
 
 
 def test_signature_choice():
-    from components.run_batch_prediction import choose_signature
+    from components.lib.batch.signatures import choose_signature
 
     image = {"serving_default": {"image": False}, "serving_image_bytes": {"image_bytes": True}}
     assert choose_signature(image, "", "file-list") == "serving_image_bytes"
@@ -476,7 +471,7 @@ def test_bad_arguments_are_rejected_before_any_output(strings_model, tmp_path):
 def test_model_resolution_and_kfp_step(strings_model, tmp_path):
     from kfp.dsl import Artifact
 
-    from components.lib.model_repository import publish
+    from components.lib.deploy.model_repository import publish
     from components.run_batch_prediction import run_batch_prediction
 
     repo = str(tmp_path / "repo")
@@ -507,7 +502,8 @@ def test_a_run_with_more_failed_instances_than_its_budget_fails_the_step(tabular
     the counts, after writing every errors line."""
     from kfp.dsl import Artifact
 
-    from components.run_batch_prediction import BatchPredictionError, run_batch_prediction
+    from components.lib.batch.budget import BatchPredictionError
+    from components.run_batch_prediction import run_batch_prediction
 
     write_lines(tmp_path / "a.csv", ["a,b,c,label", "1,2,3,x", "4,5,6,y", "7,8,9,z"])
     predictions = Artifact(uri=str(tmp_path / "predictions"))

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.lib.prep_pipeline import ShapeOf, header_summary
-from components.lib.source_reads import list_folder, read_images, write_listing
-from components.lib.sources import SMALL_IMAGE_BYTES, BadRecord, image_header, load_image
+from components.lib.prep.pipeline import ShapeOf, header_summary
+from components.lib.prep.source_reads import list_folder, read_images, write_listing
+from components.lib.prep.sources import SMALL_IMAGE_BYTES, BadRecord, image_header, load_image
 
 
 @pytest.fixture
@@ -105,8 +105,8 @@ def test_a_header_past_the_first_bytes_is_read_from_the_whole_file(tmp_path, gcs
     """A JPEG whose colour profile pushes its frame header past `HEADER_BYTES` (Pillow splits a profile into
     several segments): its header is still found, locally and on gs://, where the first bytes are one ranged
     request."""
-    from components.lib.sources import HEADER_BYTES
-    from components.lib.storage import read_object
+    from components.lib.prep.sources import HEADER_BYTES
+    from core.storage import read_object
 
     rng = np.random.default_rng(1)
     path = _jpeg(

@@ -9,8 +9,8 @@ from google.cloud.aiplatform_v1.types import hyperparameter_tuning_job, study
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from components.lib.hypertune_metrics import read_reports, trial_metric
-from components.lib.study_spec import DEFAULT_STUDY, StudySpec
+from components.lib.study.hypertune_metrics import read_reports, trial_metric
+from components.lib.study.spec import DEFAULT_STUDY, StudySpec
 from components.read_best_trial import NoFeasibleTrial, best_trial, fetch_best_trial, read_best_trial
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from components.train_model import TrainingError, error_summary, launch, lost, tf_config, trainer_flags
+from components.train_model import TrainingError, error_summary, launch, lost, tf_config
 
 
 def history(job):
@@ -190,16 +190,3 @@ def test_tf_config_for_local_workers_uses_vertex_layout():
     }
     assert tf_config([1000, 1001, 1002], 2)["task"] == {"type": "worker", "index": 1}
     assert tf_config([1000], 0) == {"cluster": {"chief": ["localhost:1000"]}, "task": {"type": "chief", "index": 0}}
-
-
-def test_trainer_flags_from_kfp_dicts():
-    assert trainer_flags({"batch_size": 32.0, "learning_rate": 0.003, "dropout": 0.0, "epochs": 5}) == [
-        "--batch-size",
-        "32",
-        "--learning-rate",
-        "0.003",
-        "--dropout",
-        "0",
-        "--epochs",
-        "5",
-    ]

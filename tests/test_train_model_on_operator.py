@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from components.lib import kube
+from components.lib.kube import api as kube
 from components.train_model_on_operator import TrainingJobFailed, as_dict, run_tfjob, tfjob, train_with_operator
 from tests.k8s_double import KubeAPI, engine_arguments, in_run
 

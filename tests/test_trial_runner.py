@@ -65,7 +65,7 @@ def test_a_raising_or_dying_trial_is_a_failure_and_its_runner_is_replaced(tmp_pa
 def test_runner_protocol_from_the_command_line(tmp_path, module):
     job = json.dumps({"argv": ["ok"], "env": {"CLOUD_ML_TRIAL_ID": "7"}, "log": str(tmp_path / "t.log")})
     done = subprocess.run(
-        [sys.executable, "-m", "components.lib.trial_runner", "--preload", "json", "fake_trial"],
+        [sys.executable, "-m", "components.lib.study.trial_runner", "--preload", "json", "fake_trial"],
         input=job + "\n",
         capture_output=True,
         text=True,
@@ -84,7 +84,7 @@ def test_a_runner_leaves_without_the_interpreters_teardown(tmp_path, module):
         f"import atexit\natexit.register(lambda: open({str(marker)!r}, 'w').close())\n"
     )
     runner = subprocess.run(
-        [sys.executable, "-m", "components.lib.trial_runner", "--preload", "exit_hook", "fake_trial"],
+        [sys.executable, "-m", "components.lib.study.trial_runner", "--preload", "exit_hook", "fake_trial"],
         input="",
         capture_output=True,
         text=True,

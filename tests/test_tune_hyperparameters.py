@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from components.lib.study_spec import StudySpec
+from components.lib.study.spec import StudySpec
 from components.tune_hyperparameters import StudyFailed, run_study
 
 
@@ -204,7 +204,7 @@ def test_the_gp_designer_loads_without_tensorflow_and_leaves_it_importable():
 
     code = """
 import sys
-from components.lib.study_spec import StudySpec
+from components.lib.study.spec import StudySpec
 from components.tune_hyperparameters import Trial, _to_vizier, make_designer
 from vizier import algorithms as vza
 s = StudySpec.model_validate({"parameters": [

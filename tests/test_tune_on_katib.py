@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from components.lib import kube
-from components.lib.study_spec import DEFAULT_STUDY, StudySpec
+from components.lib.kube import api as kube
+from components.lib.study.spec import DEFAULT_STUDY, StudySpec
 from components.tune_on_katib import (
     METRICS_FILE,
     StudyFailed,
@@ -24,7 +24,7 @@ from components.tune_on_katib import (
     tune_with_katib,
 )
 from tests.k8s_double import KubeAPI, engine_arguments, in_run
-from trainer.environment import TRAINER_COMMAND
+from trainer.flags import TRAINER_COMMAND
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
 CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}
@@ -433,7 +433,7 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     record = json.loads((tmp_path / "tuning" / "trials.json").read_text())
     assert record["engine"] == "katib" and record["best"]["trial"] == "tfpipe-tune-abc-x7k2"
     # the training step of the same run finds the staged copy and does not copy again
-    from components.train_model_on_operator import stage_dataset
+    from components.lib.kube.volume import stage_dataset
 
     (run_dir / "dataset" / "marker").write_text("kept")
     assert stage_dataset(str(data), str(run_dir), str(mount)) == str(run_dir / "dataset")

@@ -1,4 +1,4 @@
-"""Vertex AI registry / endpoint look-ups, traffic split and batch model resolution (components/lib/vertex_registry.py).
+"""Vertex AI registry / endpoint look-ups, traffic split and batch model resolution (components/lib/vertex/registry.py).
 
 The GAPIC clients run for real (request coercion, routing headers, regional endpoint, pagination); only the gRPC
 stubs of their transports are replaced, answering with real aiplatform_v1 messages.
@@ -13,7 +13,7 @@ from kfp import dsl
 
 from components.find_endpoint import find_endpoint
 from components.find_model import find_model
-from components.lib.vertex_registry import display_name_filter, find_resource, resolve_model_version, traffic_split
+from components.lib.vertex.registry import display_name_filter, find_resource, resolve_model_version, traffic_split
 from components.plan_batch_prediction import plan_batch_prediction
 from components.plan_traffic_split import plan_traffic_split
 from tests.gapic import FakeStub

@@ -18,7 +18,7 @@ from google.cloud.aiplatform_v1.types import (
 )
 from google.oauth2.credentials import Credentials
 
-from components.lib.study_spec import DEFAULT_STUDY
+from components.lib.study.spec import DEFAULT_STUDY
 from pipelines.rehearsal.api import _dict
 from tests import vertex_expectations as expect
 from tests.gapic import FakeStub
@@ -309,7 +309,7 @@ def test_a_batch_job_whose_instances_all_failed_fails_the_check_step(specs, monk
     """Vertex's job SUCCEEDS whatever its instances do: the next step reads the job (named in the launcher's
     `gcp_resources`) and fails with its counts when the error budget is exceeded."""
     from components.check_batch_prediction_job import check_batch_prediction_job
-    from components.run_batch_prediction import BatchPredictionError
+    from components.lib.batch.budget import BatchPredictionError
 
     model_dir = tmp_path / "plain"
     model_dir.mkdir()

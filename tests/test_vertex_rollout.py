@@ -1,4 +1,4 @@
-"""One clean Vertex AI endpoint (components/lib/vertex_rollout.py): what a full rollout, a canary, `promote` and
+"""One clean Vertex AI endpoint (components/lib/vertex/rollout.py): what a full rollout, a canary, `promote` and
 `rollback` ask of Vertex AI, asserted request by request at the GAPIC boundary (tests/gapic.py's RegistryDouble)."""
 
 import pytest
@@ -9,7 +9,7 @@ from kfp import dsl
 
 from components.crown_vertex_model import crown_vertex_model
 from components.finish_vertex_rollout import finish_vertex_rollout
-from components.lib.vertex_rollout import RolloutError, finish_rollout, promote, rollback
+from components.lib.vertex.rollout import RolloutError, finish_rollout, promote, rollback
 from tests.gapic import RegistryDouble, numbered
 
 ENDPOINT = "projects/my-project/locations/europe-west4/endpoints/777"

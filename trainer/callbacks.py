@@ -9,7 +9,7 @@ import hypertune
 import tensorflow as tf
 import tf_keras as keras
 
-from trainer import progress
+from core import progress
 
 HPARAMS = ("learning_rate", "batch_size", "dropout", "hidden_units", "filters", "image_size", "seed")
 
@@ -50,7 +50,7 @@ class EpochLog(keras.callbacks.Callback):
 
 
 class ProgressLog(keras.callbacks.Callback):
-    """Progress lines (`trainer.progress`, stage `train`) of the chief: where training starts (epoch 1, or
+    """Progress lines (`core.progress`, stage `train`) of the chief: where training starts (epoch 1, or
     where a restarted group resumes), the running epoch's step and loss at most every `interval` seconds, and each
     completed epoch with its metrics, examples/s and an estimate of the time left."""
 

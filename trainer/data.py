@@ -15,7 +15,7 @@ import math
 
 import tensorflow as tf
 
-from trainer.schema import (  # noqa: F401 (re-exported)
+from core.schema import (  # noqa: F401 (re-exported)
     FEATURES_FILE,
     IMAGE,
     IMAGE_BYTES_INPUT,

@@ -6,9 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
-# The trainer image's ENTRYPOINT (containers/trainer.Dockerfile), for the pods that must name their command.
-TRAINER_COMMAND = ("python", "-m", "trainer.task")
-
 # Keras 3 cannot fit under MultiWorkerMirroredStrategy (keras#20585): tf-keras, chosen before TensorFlow loads.
 LEGACY_KERAS = {"TF_USE_LEGACY_KERAS": "1"}
 

@@ -11,8 +11,8 @@ use_legacy_keras()
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
+from core.schema import IMAGE_BYTES_INPUT, IMAGE_BYTES_SIGNATURE  # noqa: E402
 from trainer.data import IMAGE  # noqa: E402
-from trainer.schema import IMAGE_BYTES_INPUT, IMAGE_BYTES_SIGNATURE  # noqa: E402
 
 
 def conv_blocks_for(size: int) -> int:

@@ -4,92 +4,21 @@
 Output locations follow Vertex AI: `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and `AIP_TENSORBOARD_LOG_DIR` when set,
 else `<job-dir>/model`, `<job-dir>/checkpoints`, `<job-dir>/logs`. The chief also writes `<job-dir>/metrics.json`
 and `<job-dir>/history.jsonl` (one line per completed epoch, across restarts), and prints the progress lines of
-`trainer.progress` (stage `train`).
+`core.progress` (stage `train`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import sys
 import time
 
 from trainer import builder
 from trainer.environment import use_legacy_keras
+from trainer.flags import parse_args
 
 use_legacy_keras()
-
-
-def _underscored_flags(argv: list[str]) -> list[str]:
-    """Vertex AI tuning jobs pass trial values as `--learning_rate=0.01`; accept them as `--learning-rate`."""
-    out = []
-    for arg in argv:
-        if arg.startswith("--"):
-            name, sep, value = arg.partition("=")
-            arg = name.replace("_", "-") + sep + value
-        out.append(arg)
-    return out
-
-
-def _integer(text: str) -> int:
-    """An integer flag's value: `64`, or `64.0`, as Vertex AI's tuning service passes integer parameters."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not value.is_integer():
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (not a whole number)")
-    return int(value)
-
-
-def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m trainer.task", description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", required=True, help="prepared dataset directory (local or gs://)")
-    p.add_argument("--job-dir", default="", help="base output directory (default: parent of AIP_MODEL_DIR)")
-    p.add_argument("--model-dir", default=environ.get("AIP_MODEL_DIR", ""))
-    p.add_argument("--checkpoint-dir", default=environ.get("AIP_CHECKPOINT_DIR", ""))
-    p.add_argument("--log-dir", default=environ.get("AIP_TENSORBOARD_LOG_DIR", ""))
-    p.add_argument("--model", default=builder.DEFAULT_BUILDER, help="the model builder, package.module:function")
-    p.add_argument("--epochs", type=_integer, default=10)
-    p.add_argument("--batch-size", type=_integer, default=32, help="per-replica batch size")
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--dropout", type=float, default=0.2)
-    p.add_argument("--hidden-units", type=_integer, default=128)
-    p.add_argument("--filters", type=_integer, default=16, help="filters of the first conv block (doubles per block)")
-    p.add_argument("--image-size", type=_integer, default=0, help="model input size; 0 = the prepared image size")
-    p.add_argument("--steps-per-epoch", type=_integer, default=0, help="0 = one pass over the training split")
-    p.add_argument(
-        "--steps-per-execution",
-        type=_integer,
-        default=32,
-        help="training steps per call of the compiled step (at most an epoch's): fewer Python round trips per step",
-    )
-    p.add_argument("--seed", type=_integer, default=42)
-    p.add_argument("--cache-max-mb", type=_integer, default=512, help="cache the training split in memory below this")
-    p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
-    args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
-    for name in ("epochs", "batch_size", "hidden_units", "filters", "steps_per_execution"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if not 0 <= args.dropout < 1:
-        p.error("--dropout must be in [0, 1)")
-    if args.learning_rate <= 0:
-        p.error("--learning-rate must be > 0")
-    try:
-        builder.parse(args.model)
-    except builder.BuilderError as e:
-        p.error(f"--model: {e}")
-    if not args.job_dir:
-        if not args.model_dir:
-            p.error("give --job-dir or --model-dir (or set AIP_MODEL_DIR)")
-        args.job_dir = os.path.dirname(args.model_dir.rstrip("/"))
-    args.job_dir = args.job_dir.rstrip("/")
-    args.model_dir = (args.model_dir or f"{args.job_dir}/model").rstrip("/")
-    args.checkpoint_dir = (args.checkpoint_dir or f"{args.job_dir}/checkpoints").rstrip("/")
-    args.log_dir = (args.log_dir or f"{args.job_dir}/logs").rstrip("/")
-    return args
 
 
 def validation_steps(stats: dict, global_batch: int, workers: int) -> int:
@@ -100,7 +29,8 @@ def validation_steps(stats: dict, global_batch: int, workers: int) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from trainer import distribute, fast_exit
+    from core import fast_exit
+    from trainer import distribute
 
     fast_exit.skip_exit_collection()
 
@@ -108,7 +38,8 @@ def main(argv=None) -> int:
     import numpy as np
     import tensorflow as tf
 
-    from trainer import callbacks, data, model as models, warmup
+    from core import warmup
+    from trainer import callbacks, data, model as models
 
     build = builder.load(args.model)  # a missing builder fails before the cluster forms
     started = time.time()

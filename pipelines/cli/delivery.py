@@ -114,8 +114,8 @@ def _only_with(target, wanted, **given):
 
 
 def _check_names(target, run_name=None, experiment=None, display_name=None):
-    """The names given as options, by the rules of where they go (components/lib/names.py), in one line."""
-    from components.lib import names
+    """The names given as options, by the rules of where they go (core/names.py), in one line."""
+    from core import names
 
     try:
         if run_name is not None:

@@ -30,7 +30,7 @@ def endpoint_options(func):
 
 
 def _endpoint_name(platform, endpoint):
-    from components.lib.vertex_registry import find_resource
+    from components.lib.vertex.registry import find_resource
 
     if not platform.project:
         _fail(
@@ -49,7 +49,7 @@ def _endpoint_name(platform, endpoint):
 def _run(action, platform, endpoint, rehearsal_state, **arguments):
     import contextlib
 
-    from components.lib.vertex_rollout import RolloutError
+    from components.lib.vertex.rollout import RolloutError
 
     api = contextlib.nullcontext()
     if rehearsal_state:
@@ -80,7 +80,7 @@ def _run(action, platform, endpoint, rehearsal_state, **arguments):
 def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state, config_file, profile, sets):
     """Give the canary all of the endpoint's traffic, undeploy the other models (but --keep-previous) and move the
     champion alias to its version."""
-    from components.lib.vertex_rollout import promote as promote_canary
+    from components.lib.vertex.rollout import promote as promote_canary
 
     platform = _load(config_file, profile, sets).platform
     kept = platform.keep_previous if keep_previous is None else keep_previous
@@ -95,7 +95,7 @@ def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state,
 def rollback(target, endpoint, rehearsal_state, config_file, profile, sets):
     """Give the previous deployed model all of the endpoint's traffic and undeploy the newest one (the canary, or
     the last full rollout if platform.keep_previous kept its predecessor deployed)."""
-    from components.lib.vertex_rollout import rollback as roll_back
+    from components.lib.vertex.rollout import rollback as roll_back
 
     result = _run(roll_back, _load(config_file, profile, sets).platform, endpoint, rehearsal_state)
     click.echo(f"rolled back to {result['model_version']} (deployed model {result['deployed_model_id']})")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from components.lib.instance_formats import FORMATS
-from components.lib.storage import local_path
+from components.lib.batch.instance_formats import FORMATS
+from core.storage import local_path
 from pipelines.cli import _fail, _load, _refuse_examples, _source_commit, cli, config_options
 from pipelines.config import PIPELINES, ConfigError
 from trainer.environment import use_legacy_keras
@@ -142,7 +142,7 @@ def _finish(summary: dict, out: Path) -> None:
 def _local_instances(instances: str) -> str:
     """Comma-separated instances with local paths made absolute; each local one must exist or match something
     (the batch predictor's own expansion; gs:// ones are checked by the step)."""
-    from components.run_batch_prediction import expand_inputs
+    from components.lib.batch.instances import expand_inputs
 
     items = [i if i.startswith("gs://") else local_path(i) for i in (i.strip() for i in instances.split(",")) if i]
     if not items:
@@ -225,7 +225,7 @@ def _run_batch(out_dir, config_source, output, instances, instances_format, mode
 
 
 def _print_summary(s: dict) -> None:
-    from components.lib.units import assignments
+    from core.units import assignments
 
     click.echo(f"\n{s['pipeline']}: {s['status']} in {s['seconds']:.1f}s")
     for step in s["steps"]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from components.lib.storage import local_path
+from core.storage import local_path
 from pipelines.cli import _fail, _load, cli, config_options
 from pipelines.config import PIPELINES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from components.lib.storage import local_path
+from core.storage import local_path
 from pipelines.cli import _fail, cli
 from serving.command import serve
 
@@ -21,7 +21,7 @@ cli.add_command(serve)
 )
 def stop_serving(model_base_path, model_name):
     """Stop the local server that pipeline runs started for this repository, or only its serving of one model."""
-    from components.deploy_model import stop_server
+    from serving.lifecycle import stop_server
 
     try:
         done = stop_server(local_path(model_base_path), model_name)

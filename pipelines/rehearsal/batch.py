@@ -3,7 +3,7 @@
 The model's serving container runs on a copy of its artifacts (as for a deployment; `api.py` starts it). Each input
 file's records become instances as Vertex documents it (JSONL values; CSV rows as arrays; TFRecords and listed
 files as `{"b64": ...}`; the instance config's key, included and excluded fields and instance type:
-`components.run_batch_prediction.read_instances`, the same reading as the self-hosted batch step), `batch_size`
+`components.lib.batch.instances.read_instances`, the same reading as the self-hosted batch step), `batch_size`
 instances go to the container's predict route per request with the job's `model_parameters` as `parameters`, and
 the answers are written in Vertex's layout: `prediction-MODEL-TIME/prediction.results-*` (the instance or its key,
 and the prediction) and `prediction.errors_stats-*` (the instance and the error). A request the container refuses
@@ -17,17 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import requests
 
-from components.run_batch_prediction import (
-    INTERNAL,
-    INVALID_ARGUMENT,
-    Files,
-    InstanceConfig,
-    Item,
-    Shard,
-    read_instances,
-    shard_uri,
-    valid_batches,
-)
+from components.lib.batch.instances import Files, InstanceConfig, Item, read_instances
+from components.lib.batch.outputs import INTERNAL, INVALID_ARGUMENT, Shard, shard_uri, valid_batches
 
 FILES_AT_ONCE = 4  # input files read and sent concurrently
 REQUEST_TIMEOUT = 600  # seconds

@@ -23,8 +23,8 @@ import ssl
 import threading
 from pathlib import Path
 
-from components.lib import storage
 from components.train_model import free_ports
+from core import storage
 
 GOOGLE_STORAGE_HOSTS = ("www.googleapis.com", "storage.googleapis.com")  # the hosts TensorFlow's gs:// calls
 LOCAL_HOSTS = "127.0.0.1,localhost"

@@ -25,9 +25,10 @@ import sys
 import time
 import urllib.request
 
+from trainer import flags
 from trainer.environment import output_dirs
 
-TRAINER_COMMAND = ["python", "-m", "trainer.task"]  # the trainer image's entry point
+TRAINER_COMMAND = list(flags.TRAINER_COMMAND)  # the trainer image's entry point
 HEALTH_TIMEOUT = 300  # seconds a deployed container has to answer its health route
 
 
@@ -151,7 +152,7 @@ def study_spec(job: dict):
     """This project's StudySpec for a HyperparameterTuningJob request."""
     from pydantic import ValidationError
 
-    from components.lib.study_spec import StudySpec
+    from components.lib.study.spec import StudySpec
 
     study = job.get("study_spec", {})
     metrics = study.get("metrics", [])
@@ -262,8 +263,9 @@ def run_tuning_job(job: dict, work_dir: str, sink) -> list[dict]:
 def run_batch_job(job: dict, predict_url: str, display_name: str) -> dict:
     """Send the job's instances to the model's container at `predict_url` (batch.py); return `output_info` and
     `completion_stats`."""
-    from components.lib.instance_formats import FORMATS
-    from components.run_batch_prediction import expand_inputs, instance_config, vertex_output_directory
+    from components.lib.batch.instance_formats import FORMATS
+    from components.lib.batch.instances import expand_inputs, instance_config
+    from components.lib.batch.outputs import vertex_output_directory
     from pipelines.rehearsal.batch import predict_files
 
     source = job.get("input_config", {})

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from components.lib import dataflow
+from components.lib.prep import dataflow
 from pipelines.rehearsal import gcs, redirect
 from pipelines.rehearsal.api import VertexDouble
 from pipelines.rehearsal.cache import vertex_cache
@@ -142,7 +142,7 @@ def _environment(values: dict):
 def stage_local(value: str, folder: str) -> str:
     """Local files or folders (comma-separated paths or globs) copied into the rehearsal bucket's `folder`, as a user
     copies them to Cloud Storage for Vertex; gs:// URIs and builtin: sources kept."""
-    from components.run_batch_prediction import expand_inputs
+    from components.lib.batch.instances import expand_inputs
 
     uris = []
     for item in (i.strip() for i in value.split(",") if i.strip()):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.lib import kube
+from components.lib.kube import api as kube
 from tests.k8s_double import KubeAPI, point_clients_at, shipped_rules
 from tests.k8s_double.kubelet import Claim, Kubelet
 from tests.podman import image
@@ -100,7 +100,7 @@ def test_the_inference_service_serves_the_trained_model_in_the_serving_image(
 
 @pytest.mark.parametrize("security, code", [({}, 1), (kube.VOLUME_SECURITY, 0)])
 def test_the_images_user_writes_a_fresh_claim_only_through_fs_group(volume, security, code):
-    """The step pods' fsGroup (components/lib/kube.py) is what lets uid 1000 write the root-owned volume."""
+    """The step pods' fsGroup (components/lib/kube/api.py) is what lets uid 1000 write the root-owned volume."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from components.lib.hypertune_metrics import read_reports
-from components.lib.study_spec import DEFAULT_STUDY
+from components.lib.study.hypertune_metrics import read_reports
+from components.lib.study.spec import DEFAULT_STUDY
 from tests.images.conftest import WORKERS
 from tests.images.vertex import BUCKET, fuse_path
 from tests.podman import Container, image

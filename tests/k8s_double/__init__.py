@@ -42,8 +42,8 @@ def point_clients_at(api: KubeAPI, monkeypatch, home) -> None:
 @contextlib.contextmanager
 def in_run(run_id: str = "run-1"):
     """An engine step's environment in the run `run_id`: the variable the compiled pipeline gives its pod from the
-    pod's Argo Workflow label (components.lib.kube.run_id)."""
-    from components.lib import kube
+    pod's Argo Workflow label (components.lib.kube.api.run_id)."""
+    from components.lib.kube import api as kube
 
     saved = os.environ.get(kube.RUN_ID_ENV)
     os.environ[kube.RUN_ID_ENV] = run_id

@@ -1,5 +1,5 @@
 """A Kubernetes API server double as strict as the real one, for the kubeflow engine steps: a local HTTP server that
-the official `kubernetes` client talks to (`components.lib.kube.api_client(host=api.url)`, or a kube-config).
+the official `kubernetes` client talks to (`components.lib.kube.api.api_client(host=api.url)`, or a kube-config).
 
 What it does as the API server does:
 - discovery (`GET /apis/GROUP/VERSION`) for the kinds it is told are installed; 404 for the others;

@@ -1,4 +1,4 @@
-"""A warm trial process for the self-hosted study: `python -m components.lib.trial_runner [--preload M,...] MODULE`.
+"""A warm trial process for the self-hosted study: `python -m components.lib.study.trial_runner [--preload M,...] MODULE`.
 
 It imports the trainer's heavy dependencies (`--preload`: TensorFlow, tf-keras, the trainer's modules) as soon as
 it starts, before the study has a suggestion for it, then runs trials one after another, each as
@@ -63,7 +63,7 @@ def run_trial(module: str, argv: list[str], env: dict, base_env: dict) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m components.lib.trial_runner", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m components.lib.study.trial_runner", description=__doc__.splitlines()[0])
     p.add_argument("--preload", default="", help="comma-separated modules to import before the first trial")
     p.add_argument("module", help="the trial's module, run as `python -m MODULE`")
     args = p.parse_args(argv)

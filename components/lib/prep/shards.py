@@ -1,6 +1,6 @@
 """prepare-data's plain parts, without Beam: where records go (`Layout`), sorted runs of them (written, read back,
 merged), and shards written from their runs, each record's `tf.train.Example` encoded and its image decoded on the
-way. The transforms of `components.lib.prep_pipeline` call them; tests reach them directly.
+way. The transforms of `components.lib.prep.pipeline` call them; tests reach them directly.
 
 Being free of Beam, they also run in a pool of processes (`shard_writers`): with the direct runner in this process,
 an image folder's shard goes to one of them whole (its runs read, its images decoded, its examples encoded, the
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.lib import prep_rules
-from components.lib.records import TFRecordWriter, encode_example
-from components.lib.sources import BadRecord, load_image
-from components.lib.storage import list_files, open_write, read_object
-from trainer.schema import IMAGE, shard_name
+from components.lib.prep import rules as prep_rules
+from components.lib.prep.records import TFRecordWriter, encode_example
+from components.lib.prep.sources import BadRecord, load_image
+from core.schema import IMAGE, shard_name
+from core.storage import list_files, open_write, read_object
 
 QUARANTINE = "quarantine.jsonl"
 
@@ -69,7 +69,7 @@ class Layout:
 
 @dataclass(frozen=True)
 class ImageShape:
-    """The prepared images' size and channels, from every image's header (`components.lib.sources` rules)."""
+    """The prepared images' size and channels, from every image's header (`components.lib.prep.sources` rules)."""
 
     size: int
     channels: int

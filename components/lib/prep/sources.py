@@ -1,5 +1,5 @@
 """Data prep's source rules: the built-in data sets, image decoding and the default image size, and which kind a
-source is (`source_kind`; the fingerprint step shares it). Reading sources in pieces is `components.lib.source_reads`.
+source is (`source_kind`; the fingerprint step shares it). Reading sources in pieces is `components.lib.prep.source_reads`.
 
 A built-in source yields candidates `(key, label, load)`: `key` identifies the record (and decides its split),
 `load()` returns the example (uint8 H×W×C image or float feature vector).
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from components.lib.storage import read_object
-from trainer.schema import IMAGE, TABULAR
+from core.schema import IMAGE, TABULAR
+from core.storage import read_object
 
 IMAGE_EXTENSIONS = {".png", ".jpg", ".jpeg"}
 GRAYSCALE_MODES = {"1", "L", "LA", "I", "I;16", "F"}

@@ -1,4 +1,4 @@
-"""Data prep's rules, one record at a time: the Beam transforms (components.lib.prep_pipeline) call them, the tests reach
+"""Data prep's rules, one record at a time: the Beam transforms (components.lib.prep.pipeline) call them, the tests reach
 them directly.
 
 - Split: a salted hash of the record's key, so a record keeps its split across reruns, shard counts, worker counts

@@ -10,7 +10,7 @@ lost to a concurrent publish; claims outlive removed versions. An existing versi
 version appears and disappears at once (rename of a whole folder); GCS has no rename, so saved_model.pb is uploaded
 last and deleted first.
 
-A model name is one path segment (components.lib.names.model_name), checked by every function here; a local
+A model name is one path segment (core.names.model_name), checked by every function here; a local
 version is written or removed only once its model folder, resolved, lies inside the repository (a model folder that
 is a link to elsewhere is refused).
 """
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from components.lib import names, storage
+from core import names, storage
 
 METADATA_FILE = "assets.extra/model_metadata.json"
 MODEL_FILE = "saved_model.pb"

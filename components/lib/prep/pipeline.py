@@ -8,7 +8,7 @@ several, Dataflow on Vertex AI).
                                             bad images' runs ──┴─ merged after the run ─ quarantine.jsonl
 
 Memory does not grow with the data: a record is read, prepared and routed by its key's hash to a shard fixed before
-the read (components.lib.prep_rules); each worker keeps at most `RUN_RECORDS` records before writing them, each shard's
+the read (components.lib.prep.rules); each worker keeps at most `RUN_RECORDS` records before writing them, each shard's
 sorted, as runs in one file; each shard is then written by merging its runs in order. No transform holds more than a
 work item's records, a flush's, or a shard's runs; and since a shard's order is a total order of its records, the
 output does not depend on how the runner cut the work (tests/test_prepare_data.py compares one process with several).
@@ -31,7 +31,7 @@ import numpy as np
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from components.lib.prep_shards import (
+from components.lib.prep.shards import (
     QUARANTINE,
     ImageShape,
     Layout,
@@ -43,15 +43,15 @@ from components.lib.prep_shards import (
     write_runs,
     writer_pool,
 )
-from components.lib.source_reads import (
+from components.lib.prep.source_reads import (
     CsvPlan,
     CsvRange,
     ImageFiles,
     read_csv_range,
     read_images,
 )
-from components.lib.sources import BadRecord, image_header
-from components.lib.storage import open_write, read_bytes
+from components.lib.prep.sources import BadRecord, image_header
+from core.storage import open_write, read_bytes
 
 BATCH_RECORDS = 20_000  # records of a work item held before they go on, in batches
 RUN_RECORDS = 50_000  # records a worker holds before writing them out as sorted runs
@@ -231,7 +231,7 @@ class ShapeOf(beam.CombineFn):
 
 def image_shape(headers: tuple, image_size: int) -> ImageShape:
     """The ImageShape of the combined headers (explicit size, or the images' own up to the cap)."""
-    from components.lib.sources import GRAYSCALE_MODES, default_image_size
+    from components.lib.prep.sources import GRAYSCALE_MODES, default_image_size
 
     modes, low, high = headers
     channels = 1 if modes and modes <= GRAYSCALE_MODES else 3

@@ -7,7 +7,7 @@ whole source, and no piece holds more than one range of a CSV or one image.
   split (no row is in training and in test at once).
 - Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk);
   `write_listing` writes the listing to a file, in work items of `ImageFiles` (ranges of it); `read_images` reads
-  one. `components.lib.sources`' `image_header` and `load_image` read each image in one go.
+  one. `components.lib.prep.sources`' `image_header` and `load_image` read each image in one go.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from components.lib.sources import (
+from components.lib.prep.sources import (
     IMAGE_EXTENSIONS,
     BadRecord,
     DataError,
     file_kind,
     folder_files,
 )
-from components.lib.storage import (
+from core.storage import (
     RANGE_BYTES,
     gcs_client,
     gcs_objects,

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import google_crc32c
 import numpy as np
 
-from trainer.schema import IMAGE
+from core.schema import IMAGE
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -127,7 +127,7 @@ class TFRecordWriter:
     it wrote. A context manager."""
 
     def __init__(self, path: str):
-        from components.lib.storage import open_write
+        from core.storage import open_write
 
         self._file = open_write(path)
         self.bytes = 0

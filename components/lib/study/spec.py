@@ -192,6 +192,6 @@ def write_skipped_study(directory: str) -> None:
 
 def best_trial_message(trial_id, metric_id: str, metric: float, hyperparameters: dict) -> str:
     """The tuning steps' last log line: the best trial and what the final training takes."""
-    from components.lib.units import assignments, value
+    from core.units import assignments, value
 
     return f"best trial {trial_id}: {metric_id}={value(metric)}; training with {assignments(hyperparameters)}"

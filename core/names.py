@@ -163,3 +163,9 @@ def inside(root: str, path: str, param: str) -> Path:
     if target != base and base not in target.parents:
         raise InvalidName(param, f"must stay inside {base}", str(target))
     return target
+
+
+def job_display_name(name: str, purpose: str) -> str:
+    """`<name>-<purpose>`, the name shortened to fit Vertex AI's display names (DISPLAY_NAME_MAX characters)."""
+    suffix = f"-{purpose}"
+    return name[: DISPLAY_NAME_MAX - len(suffix)] + suffix

@@ -141,7 +141,7 @@ def read_bytes(uri: str) -> bytes | None:
         return None
 
 
-def _download(uri: str, dest: str, threads: int = 16) -> str:
+def download(uri: str, dest: str, threads: int = 16) -> str:
     """Download the object `uri`, or every object under the folder `uri`, into `dest`; return the local path."""
     folder, blobs = gcs_objects(uri)
     if folder is None:
@@ -167,6 +167,6 @@ def staged(uri: str):
         return
     tmp = tempfile.mkdtemp(prefix="tfpipe-stage-")
     try:
-        yield _download(uri, tmp)
+        yield download(uri, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -27,7 +27,7 @@ def _location(resource_name: str) -> str:
 def _endpoints(location: str):
     from google.cloud import aiplatform_v1
 
-    from components.lib.vertex_registry import api_endpoint
+    from components.lib.vertex.registry import api_endpoint
 
     return aiplatform_v1.EndpointServiceClient(client_options={"api_endpoint": api_endpoint(location)})
 
@@ -35,7 +35,7 @@ def _endpoints(location: str):
 def _models(location: str):
     from google.cloud import aiplatform_v1
 
-    from components.lib.vertex_registry import api_endpoint
+    from components.lib.vertex.registry import api_endpoint
 
     return aiplatform_v1.ModelServiceClient(client_options={"api_endpoint": api_endpoint(location)})
 

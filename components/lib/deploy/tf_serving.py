@@ -1,0 +1,128 @@
+"""Deploy on a TF-Serving-compatible server watching a model repository, shared by the self-hosted deploy steps:
+serve a published version (the local server, started or reused through `serving.lifecycle`, or the server at a
+URL, only checked), wait until it is AVAILABLE, send a smoke prediction and compare it with the SavedModel's own
+answer; on any failure remove the new version (rollback) so that the server falls back to the previous one.
+"""
+
+from __future__ import annotations
+
+import time
+
+from components.lib.deploy.smoke import SmokeCheck, reference_checks
+from serving import lifecycle
+
+
+class DeployError(RuntimeError):
+    """The new version could not be served; it has been rolled back."""
+
+
+def wait_available(rest_url: str, model_name: str, version: int, timeout: float = 180) -> None:
+    """Until the server reports `version` AVAILABLE; a load error fails at once (END without an error is a version
+    unloaded earlier that may load again, e.g. after a rollback)."""
+    import requests
+
+    deadline, last = time.time() + timeout, "no answer"
+    while time.time() < deadline:
+        try:
+            response = requests.get(f"{rest_url}/v1/models/{model_name}/versions/{version}", timeout=5)
+            if response.status_code == 200:
+                (status,) = response.json()["model_version_status"]
+                if status["state"] == "AVAILABLE":
+                    return
+                if status["state"] == "END" and status["status"]["error_code"] != "OK":
+                    raise DeployError(f"version {version} failed to load: {status['status']['error_message']}")
+                last = status["state"]
+            else:
+                last = response.json().get("error", response.text)
+        except requests.RequestException as e:
+            last = str(e)
+        time.sleep(0.2)
+    raise DeployError(f"version {version} was not AVAILABLE after {timeout:.0f}s (last: {last})")
+
+
+def smoke_test(rest_url: str, model_name: str, version: int, check: SmokeCheck) -> dict:
+    """Predict a check's examples through the server (TF Serving's REST API); its class ids must equal the
+    SavedModel's."""
+    import requests
+
+    response = requests.post(
+        f"{rest_url}/v1/models/{model_name}/versions/{version}:predict",
+        json={"signature_name": check.signature, "instances": check.instances()},
+        timeout=30,
+    )
+    body = response.json()
+    if response.status_code != 200:
+        raise DeployError(f"smoke prediction on {check.signature} failed ({response.status_code}): {body.get('error')}")
+    return check.compare(body)
+
+
+def deploy(
+    version: int,
+    version_path: str,
+    data_dir: str,
+    base: str,
+    model_name: str,
+    serving_url: str = "",
+    rest_port: int = 8501,
+    grpc_port: int = 8500,
+    timeout: float = 180,
+) -> dict:
+    """Serve `version` (already published) and check it; roll it back and raise DeployError on failure (an
+    invalid `serving_url` too). `model_name` and `base` must be valid (core.names): InvalidName."""
+    from components.lib.deploy.model_repository import remove_version
+    from core import names
+
+    names.model_name(model_name)  # also a line of the server's skip file and a URL path segment
+    names.location(base, "model_repository")
+    server: dict | None = None
+    try:
+        launched = None
+        if serving_url:
+            names.url(serving_url, "serving_url")
+            server = {
+                "rest_url": serving_url.rstrip("/"),
+                "grpc_target": "",
+                "pid": None,
+                "log": None,
+                "started": False,
+            }
+        elif (server := lifecycle.reuse_server(base, rest_port, grpc_port, model_name)) is not None:
+            server = {**server, "started": False}
+        else:
+            launched = lifecycle.launch_server(base, rest_port, grpc_port)
+        checks = reference_checks(version_path, data_dir)  # while a launched server starts
+        if launched:
+            server = {**lifecycle.wait_ready(launched, timeout), "started": True}
+        assert server is not None  # one of the three branches above set it
+        wait_available(server["rest_url"], model_name, version, timeout)
+        smokes = [smoke_test(server["rest_url"], model_name, version, check) for check in checks]
+        smoke = {**smokes[0], "signatures": [s["signature_name"] for s in smokes]}
+    except Exception as e:
+        remove_version(base, model_name, version)
+        raise DeployError(
+            f"deploying {model_name} version {version} failed, rolled back: {e}" + _restored(server, base, model_name)
+        ) from e
+    return {
+        **server,
+        "model_name": model_name,
+        "version": version,
+        "base_path": base,
+        "smoke": smoke,
+        "stop": f"python -m pipelines stop-serving --model-base-path {base} --model-name {model_name}"
+        if server.get("pid")
+        else "",
+    }
+
+
+def _restored(server: dict | None, base: str, model_name: str, timeout: float = 60) -> str:
+    """After a rollback: wait until the server is back on the previous version; say which one (or why not)."""
+    from components.lib.deploy.model_repository import champion
+
+    previous = champion(base, model_name)
+    if server is None or previous is None:
+        return ""
+    try:
+        wait_available(server["rest_url"], model_name, previous.number, timeout)
+    except DeployError as e:
+        return f" (the previous version {previous.number} is not serving: {e})"
+    return f" (serving version {previous.number} again)"

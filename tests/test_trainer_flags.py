@@ -1,0 +1,42 @@
+"""The trainer's command line: the one builder every launcher uses, read back by the trainer's own parser."""
+
+from trainer.flags import TRAINER_COMMAND, command_line, parse_args
+
+
+def test_hyperparameters_from_kfp_dicts_are_flags_with_integral_floats_as_integers():
+    assert command_line({"batch_size": 32.0, "learning_rate": 0.003, "dropout": 0.0, "epochs": 5}) == [
+        "--batch-size",
+        "32",
+        "--learning-rate",
+        "0.003",
+        "--dropout",
+        "0",
+        "--epochs",
+        "5",
+    ]
+
+
+def test_locations_and_model_come_first_and_only_when_given():
+    assert command_line({"epochs": 2}, data_dir="gs://b/data", model="models.cnn:build") == [
+        "--data-dir",
+        "gs://b/data",
+        "--model",
+        "models.cnn:build",
+        "--epochs",
+        "2",
+    ]
+    assert command_line(job_dir="/jobs/7") == ["--job-dir", "/jobs/7"]
+    assert TRAINER_COMMAND == ("python", "-m", "trainer.task")
+
+
+def test_what_the_builder_writes_the_parser_reads_back():
+    values = {"batch_size": 16.0, "learning_rate": 0.02, "hidden_units": 64, "dropout": 0.1, "epochs": 3}
+    args = parse_args(command_line(values, data_dir="d", job_dir="j", model="trainer.model:build_model"), {})
+    assert (args.data_dir, args.job_dir, args.model) == ("d", "j", "trainer.model:build_model")
+    assert {k: getattr(args, k) for k in values} == {
+        "batch_size": 16,
+        "learning_rate": 0.02,
+        "hidden_units": 64,
+        "dropout": 0.1,
+        "epochs": 3,
+    }
