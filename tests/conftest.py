@@ -1,5 +1,4 @@
 import os
-import socket
 from pathlib import Path
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -8,6 +7,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
+
+from tests.helpers.processes import free_port, train  # noqa: E402
+from tests.helpers.shared import built_once  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -63,105 +65,54 @@ def write_shapes(root, per_class=150, size=40, seed=0):
 @pytest.fixture(scope="session")
 def digits_data(tmp_path_factory):
     """builtin:digits prepared for 2 workers (shared by trainer, evaluation and repository tests)."""
-    from components.prepare_data import prepare
 
-    out = tmp_path_factory.mktemp("digits") / "data"
-    prepare("builtin:digits", str(out), num_workers=2)
-    return out
+    def build(folder):
+        from components.prepare_data import prepare
+
+        prepare("builtin:digits", str(folder / "data"), num_workers=2)
+
+    return built_once(tmp_path_factory, "digits", build) / "data"
 
 
 @pytest.fixture(scope="session")
 def trained_model(digits_data, tmp_path_factory):
     """A small model trained on digits by one trainer process (no cluster: default strategy)."""
-    import subprocess
-    import sys
 
-    job = tmp_path_factory.mktemp("job")
-    env = {**os.environ, "CLOUD_ML_HP_METRIC_FILE": str(job / "hypertune" / "output.metrics"), "CLOUD_ML_TRIAL_ID": "7"}
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--data-dir",
-            str(digits_data),
-            "--job-dir",
-            str(job),
-            "--epochs",
-            "8",
-            "--learning-rate",
-            "0.003",
-        ],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
-    return job
+    def build(job):
+        hypertune = {"CLOUD_ML_HP_METRIC_FILE": str(job / "hypertune" / "output.metrics"), "CLOUD_ML_TRIAL_ID": "7"}
+        train(digits_data, job, "--epochs", "8", "--learning-rate", "0.003", env=hypertune)
+
+    return built_once(tmp_path_factory, "trained-model", build)
 
 
 @pytest.fixture(scope="session")
 def iris_model(tmp_path_factory):
     """An MLP trained on builtin:iris by one trainer process: a tabular model naming its 4 feature columns."""
-    import subprocess
-    import sys
 
-    from components.prepare_data import prepare
+    def build(root):
+        from components.prepare_data import prepare
 
-    root = tmp_path_factory.mktemp("iris")
-    prepare("builtin:iris", str(root / "data"), num_workers=1, val_fraction=0.2, test_fraction=0.2)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--data-dir",
-            str(root / "data"),
-            "--job-dir",
-            str(root / "job"),
-            "--epochs",
-            "30",
-            "--batch-size",
-            "16",
-            "--learning-rate",
-            "0.01",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return root / "job"
+        prepare("builtin:iris", str(root / "data"), num_workers=1, val_fraction=0.2, test_fraction=0.2)
+        train(root / "data", root / "job", "--epochs", "30", "--batch-size", "16", "--learning-rate", "0.01")
+
+    return built_once(tmp_path_factory, "iris", build) / "job"
 
 
 @pytest.fixture(scope="session")
 def image_folder_model(tmp_path_factory):
     """A CNN trained by one trainer process on an image folder (RGB PNGs of 20×16 px in class folders `cats`,
     `dogs`, prepared at 12×12): (folder, prepared data, job directory)."""
-    import subprocess
-    import sys
 
-    from components.prepare_data import prepare
+    def build(root):
+        from components.prepare_data import prepare
 
-    root = tmp_path_factory.mktemp("folder")
-    write_images(root / "images", per_class=16, size=(20, 16))
-    prepare(str(root / "images"), str(root / "data"), num_workers=1, image_size=12, val_fraction=0.2, test_fraction=0.2)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--data-dir",
-            str(root / "data"),
-            "--job-dir",
-            str(root / "job"),
-            "--epochs",
-            "8",
-            "--batch-size",
-            "8",
-            "--learning-rate",
-            "0.01",
-        ],
-        check=True,
-        capture_output=True,
-    )
+        write_images(root / "images", per_class=16, size=(20, 16))
+        prepare(
+            str(root / "images"), str(root / "data"), num_workers=1, image_size=12, val_fraction=0.2, test_fraction=0.2
+        )
+        train(root / "data", root / "job", "--epochs", "8", "--batch-size", "8", "--learning-rate", "0.01")
+
+    root = built_once(tmp_path_factory, "image-folder", build)
     return root / "images", root / "data", root / "job"
 
 
@@ -176,9 +127,7 @@ def gcs_emulator(monkeypatch):
 
     monkeypatch.setattr(http.server.HTTPServer, "request_queue_size", 128)
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
     server.start()
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")

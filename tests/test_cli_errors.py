@@ -4,7 +4,6 @@ Default Credentials anywhere. The other errors: the real exception types raised 
 (tests/test_delivery.py's Vertex double) or by real local HTTP servers and closed ports."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from google.rpc import error_details_pb2
 
 from pipelines.cli import cli
 from tests import test_delivery as delivery
+from tests.helpers.processes import free_port  # nothing listens there
 from tests.test_config import edited_shipped_config
 from tests.test_delivery import PARENT, PREFLIGHT_OK, schedule_answers
 
@@ -255,14 +255,8 @@ def test_refused_credentials_say_how_to_log_in_again(vertex, config, vertex_spec
     assert vertex.api_calls() == []
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_an_unreachable_kfp_host_or_registry_is_one_line(config, kubeflow_spec, tmp_path):
-    host = f"http://127.0.0.1:{closed_port()}"
+    host = f"http://127.0.0.1:{free_port()}"
     template = tmp_path / "kubeflow.yaml"
     template.write_text(yaml.safe_dump_all([kubeflow_spec["pipeline_spec"], kubeflow_spec["platform_spec"]]))
     prod = ["--config", config, "--profile", "prod"]

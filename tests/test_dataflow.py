@@ -234,18 +234,22 @@ def test_a_job_whose_workers_cannot_pull_the_image_fails_the_step_with_the_servi
     assert job["currentState"] == "JOB_STATE_FAILED"
 
 
-def test_the_api_double_refuses_a_job_graph_over_ten_megabytes(dataflow_api):
-    """What the service refuses, through Beam's own DataflowRunner: a Create of 11 MB (random, as Beam compresses
-    what it pickles) fails the job."""
+def test_the_api_double_refuses_a_job_graph_over_its_limit(dataflow_api):
+    """What the service refuses (a job graph over 10 MB), through Beam's own DataflowRunner, with the double's limit
+    lowered to 1 MiB so that a Create of 2 MiB reaches it (random, as Beam compresses what it pickles)."""
     import os
 
     import apache_beam as beam
 
+    from tests.dataflow_double import GRAPH_LIMIT
+
+    assert GRAPH_LIMIT == 10 * 1024 * 1024
+    dataflow_api.graph_limit = 1 << 20
     options = dataflow.options({**SETTINGS, "endpoint": dataflow_api.endpoint}, "gs://test-bucket/big")
     with pytest.raises(DataflowRuntimeException, match="The job graph is too large"):
         with beam.Pipeline(options=options) as p:
-            _ = p | beam.Create([os.urandom(1 << 20) for _ in range(11)]) | beam.Map(len)
-    assert list(dataflow_api.graphs.values())[0] > 10 * 1024 * 1024
+            _ = p | beam.Create([os.urandom(1 << 20) for _ in range(2)]) | beam.Map(len)
+    assert list(dataflow_api.graphs.values())[0] > 1 << 20
 
 
 def test_a_job_the_service_refuses_fails_the_step_with_its_reason(dataflow_api):

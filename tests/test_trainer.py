@@ -109,24 +109,13 @@ def test_training_input_yields_full_batches_from_less_than_one_batch_of_data(tmp
 def test_one_process_trains_alike_whatever_the_steps_per_call(digits_data, tmp_path):
     """Without a cluster too, an epoch's steps in one compiled call (the default) give exactly the losses and
     accuracies of one step a call, the validation pass's included."""
-    import subprocess
-    import sys
+    from tests.helpers.processes import train
 
     figures = ("loss", "accuracy", "val_loss", "val_accuracy")
     runs = {}
     for per_call in ("32", "1"):
         job = tmp_path / per_call
-        flags = [
-            "--data-dir",
-            str(digits_data),
-            "--job-dir",
-            str(job),
-            "--epochs",
-            "2",
-            "--steps-per-execution",
-            per_call,
-        ]
-        subprocess.run([sys.executable, "-m", "trainer.task", *flags], check=True, capture_output=True)
+        train(digits_data, job, "--epochs", "2", "--steps-per-execution", per_call)
         history = [json.loads(line) for line in (job / "history.jsonl").read_text().splitlines()]
         runs[per_call] = [[h[k] for k in figures] for h in history]
     assert len(runs["1"]) == 2 and runs["32"] == runs["1"]

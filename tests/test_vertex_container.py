@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,12 @@ import pytest
 import requests
 
 from serving.vertex_container import ContainerError, Settings, place_model
+from tests.helpers.processes import free_port
 from tests.serving_models import image_bytes_model, toy_model
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRYPOINT = [sys.executable, "-m", "serving.vertex_container"]
 ROUTE = "/v1/endpoints/1234/deployedModels/5678"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def upload(bucket, folder: Path, prefix: str) -> list[str]:

@@ -27,19 +27,6 @@ from core.schema import (  # noqa: F401 (re-exported)
 )
 
 
-def serialize_example(key: str, label: int, value, kind: str) -> bytes:
-    """Encode one example (numpy uint8 image array or float feature vector)."""
-    feature = {
-        "key": tf.train.Feature(bytes_list=tf.train.BytesList(value=[key.encode()])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-    }
-    if kind == IMAGE:
-        feature["image"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.tobytes()]))
-    else:
-        feature["features"] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in value]))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
 def load_stats(data_dir: str) -> dict:
     with tf.io.gfile.GFile(f"{data_dir}/stats.json") as f:
         return json.load(f)

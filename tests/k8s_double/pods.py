@@ -20,7 +20,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,16 +30,11 @@ from pathlib import Path
 
 from dockerfile_parse import DockerfileParser
 
+from tests.helpers.processes import free_port
 from tests.k8s_double.server import send
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def image_config(dockerfile: str) -> dict:

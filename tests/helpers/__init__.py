@@ -1,0 +1,1 @@
+"""What several test modules share: data builders, ports, processes, terminals, the import reader, expectations."""

@@ -1,0 +1,28 @@
+"""The processes tests start: the trainer as the launchers run it, and a free localhost port for a server."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A localhost port free at the time of asking."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train(data_dir: Path, job_dir: Path, *flags: str, env: dict | None = None) -> Path:
+    """`python -m trainer.task` on a prepared data set, one process (no cluster: the default strategy); the job
+    folder. A failing trainer fails the caller with the trainer's last lines."""
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.task", "--data-dir", str(data_dir), "--job-dir", str(job_dir), *flags],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if done.returncode:
+        raise RuntimeError(f"the trainer failed ({done.returncode}):\n" + "\n".join(done.stderr.splitlines()[-20:]))
+    return job_dir
