@@ -4,11 +4,12 @@
     python -m bench.page --check    # exit 1 if docs/benchmarks.md is not what it would write
 
 One section per benchmark with a result file, in the order of SECTIONS: its heading, its method note (the module's
-docstring, read from bench/NAME.py with `ast`: importing a benchmark would import TensorFlow), then for each of its
-result files (by name) the figures as tables and a line of provenance: the commit, the machine and the date. Each
-benchmark's result file has a layout of its own, so each has a renderer that picks the figures a reader needs;
-every number on the page is formatted here from the file's values, and a goal is said met or not only where the
-file says so. A result file of a benchmark with no renderer, or of a quick run, is an error.
+docstring, read from bench/NAME.py, or bench/NAME/__init__.py for a package, with `ast`: importing a benchmark would
+import TensorFlow), then for each of its result files (by name) the figures as tables and a line of provenance: the
+commit, the machine and the date. Each benchmark's result file has a layout of its own, so each has a renderer that
+picks the figures a reader needs; every number on the page is formatted here from the file's values, and a goal is
+said met or not only where the file says so. A result file of a benchmark with no renderer, or of a quick run, is an
+error.
 """
 
 from __future__ import annotations
@@ -116,10 +117,13 @@ def merged(sequences: Iterable[Sequence[str]]) -> list[str]:
 
 
 def method_note(benchmark: str) -> str:
-    """The benchmark module's docstring as markdown: its indented blocks (the synopsis) fenced."""
-    docstring = ast.get_docstring(ast.parse((ROOT / "bench" / f"{benchmark}.py").read_text()))
+    """The benchmark's docstring (its module's, or its package's when it is one) as markdown: its indented blocks
+    (the synopsis) fenced."""
+    module = ROOT / "bench" / f"{benchmark}.py"
+    path = module if module.is_file() else ROOT / "bench" / benchmark / "__init__.py"
+    docstring = ast.get_docstring(ast.parse(path.read_text()))
     if not docstring:
-        raise ValueError(f"bench/{benchmark}.py has no docstring: its method note")
+        raise ValueError(f"{path.relative_to(ROOT)} has no docstring: its method note")
     blocks = []
     for block in docstring.split("\n\n"):
         lines = block.split("\n")

@@ -27,7 +27,9 @@ def test_the_import_reader_sees_every_kind_of_import():
         "components.lib.batch.signatures",
     } <= run_batch_prediction
     assert "serving" in imported_modules(ROOT / "serving" / "lifecycle.py")  # python -m serving
-    assert "components.lib.study.trial_runner" in imported_modules(ROOT / "components" / "tune_hyperparameters.py")
+    assert "components.lib.study.trial_runner" in imported_modules(
+        ROOT / "components" / "lib" / "study" / "runner_pool.py"
+    )
     assert "pipelines.cli" in imported_modules(ROOT / "pipelines" / "__main__.py")
 
 

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
+from components.lib.study.progress import StudyProgress
 from components.lib.study.spec import DEFAULT_STUDY
+from components.lib.study.trials import Trial
 from components.train_model import _pump
-from components.tune_hyperparameters import StudyProgress, Trial
 from core import progress
 from pipelines.local_run import StepLog
 from tests.helpers.terminal import Screen, Terminal

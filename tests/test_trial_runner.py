@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from components.tune_hyperparameters import RunnerPool, TrialRunner
+from components.lib.study.runner_pool import RunnerPool, TrialRunner
 
 TRIAL = """
 import os, sys

@@ -123,7 +123,7 @@ def test_max_failed_trial_count_is_the_number_of_failures_that_fails_the_study(t
 def test_local_grid_enumerates_every_integer_of_a_range():
     """Vertex's GRID_SEARCH takes integer ranges (not doubles); the local grid designer (OSS Vizier) makes every
     integer of the range a grid point, whatever the scale, crossed with the categorical and discrete values."""
-    from components.tune_hyperparameters import _python_values, make_designer
+    from components.lib.study.suggestions import make_designer, python_values
 
     s = spec(
         algorithm="grid",
@@ -132,7 +132,7 @@ def test_local_grid_enumerates_every_integer_of_a_range():
             {"type": "categorical", "parameter_id": "mode", "values": ["ok", "silent"]},
         ],
     )
-    points = [_python_values(t.parameters.as_dict(), s) for t in make_designer(s).suggest(8)]
+    points = [python_values(t.parameters.as_dict(), s) for t in make_designer(s).suggest(8)]
     assert sorted((p["hidden_units"], p["mode"]) for p in points) == [
         (u, m) for u in (30, 31, 32, 33) for m in ("ok", "silent")
     ]
@@ -181,7 +181,7 @@ def test_trainer_trials_share_a_warm_runner(tmp_path, digits_data):
 def test_the_trials_plot_is_titled_with_labelled_axes(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
-    from components.tune_hyperparameters import plot_trials
+    from components.lib.study.results import plot_trials
 
     saved = []
     monkeypatch.setattr(Figure, "savefig", lambda fig, path, **options: saved.append(fig))
@@ -205,14 +205,15 @@ def test_the_gp_designer_loads_without_tensorflow_and_leaves_it_importable():
     code = """
 import sys
 from components.lib.study.spec import StudySpec
-from components.tune_hyperparameters import Trial, _to_vizier, make_designer
+from components.lib.study.suggestions import make_designer, to_vizier
+from components.lib.study.trials import Trial
 from vizier import algorithms as vza
 s = StudySpec.model_validate({"parameters": [
     {"type": "double", "parameter_id": "learning_rate", "min": 1e-4, "max": 1.0, "scale": "log"}]})
 designer = make_designer(s)
 (seed,) = designer.suggest(1)
 done = Trial("1", seed.parameters.as_dict(), status="SUCCEEDED", metric=0.5)
-designer.update(vza.CompletedTrials([_to_vizier(done, s, 1)]), vza.ActiveTrials())
+designer.update(vza.CompletedTrials([to_vizier(done, s, 1)]), vza.ActiveTrials())
 (gp,) = designer.suggest(1)
 print("tensorflow" in sys.modules, 1e-4 <= gp.parameters["learning_rate"].value <= 1.0)
 """
