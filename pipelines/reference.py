@@ -379,7 +379,7 @@ def config_page() -> str:
     intro = (
         "Every section and field of the config file (`--config FILE`) with its type, its default and its "
         "description; `<name>` in a path stands for any key of a mapping, `[]` for each item of a list. Profiles, "
-        "environment variables, `--set` overrides and the rules names follow: "
+        "environment variables, `--set` overrides and the rules that names follow: "
         "[the configuration guide](../guides/configuration.md)."
     )
     return page("Configuration reference", intro, parts)
