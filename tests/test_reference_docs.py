@@ -80,7 +80,7 @@ def config_paths(model: type[BaseModel], path: str) -> list[str]:
     return paths
 
 
-@pytest.mark.parametrize("section", ["platform", "trainer"])
+@pytest.mark.parametrize("section", ["platform", "study", "trainer"])
 def test_the_configuration_page_shows_every_field(section):
     text = reference.config_page()
     for path in config_paths(reference.unwrap(Config.model_fields[section].annotation), section):
