@@ -5,7 +5,7 @@
 # GPU trainer image (worker pools with platform.accelerator_type), the same versions plus TensorFlow's CUDA libraries:
 #   docker build -f containers/trainer.Dockerfile --build-arg LOCK=requirements-gpu.lock -t IMAGE .
 # Your own networks (config trainer.model: models.MODULE:FUNCTION) come from models/, installed with the other
-# packages (docs/model.md); a builder in another package needs its folder copied and installed the same way.
+# packages (docs/guides/model.md); a builder in another package needs its folder copied and installed the same way.
 # The build stage is the same as components.Dockerfile's up to the lock's install:
 # concurrent or later builds share those (large) layers; each image then installs only the packages it needs.
 

@@ -1,5 +1,5 @@
 """The rules of the names, identifiers and locations a user or a run parameter sets, each by where it goes (the
-"Names" section of docs/config.md). Every rule returns the value or raises InvalidName, whose message is one line:
+"Validation" section of docs/guides/configuration.md). Every rule returns the value or raises InvalidName, whose message is one line:
 `PARAM: RULE (got VALUE)`. The config (pipelines/config.py) checks them on load, the steps again at start (a
 compiled pipeline's parameters can be changed in the KFP UI), the local server in its routes; no TensorFlow, no
 pydantic here.

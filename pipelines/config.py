@@ -79,7 +79,7 @@ def _rule(rule, optional: bool = True, **options) -> AfterValidator:
     return AfterValidator(lambda value: _named(rule, value, optional, **options))
 
 
-# the names and locations of the config and the pipeline inputs (docs/config.md, "Names"); the optional ones may be
+# the names and locations of the config and the pipeline inputs (docs/guides/configuration.md, "Validation"); the optional ones may be
 # "" (not set)
 ModelName = Annotated[str, _rule(names.model_name, optional=False)]
 Location = Annotated[str, _rule(names.location)]
@@ -704,7 +704,7 @@ class TrainerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = builder.DEFAULT_BUILDER  # the model builder, package.module:function (docs/model.md)
+    model: str = builder.DEFAULT_BUILDER  # the model builder, package.module:function (docs/guides/model.md)
 
     @field_validator("model")
     @classmethod

@@ -85,7 +85,7 @@ def check_images(images: list[str], session) -> list[str]:
     for image in images:
         answer = session.request("HEAD", manifest_url(image), headers={"Accept": MANIFEST_TYPES})
         if answer.status_code == 404:
-            problems.append(f"image {image} is not in its registry: build and push it (docs/containers-and-ci.md)")
+            problems.append(f"image {image} is not in its registry: build and push it (docs/guides/ci-cd.md)")
         elif answer.status_code in (401, 403):
             problems.append(
                 f"image {image}: you may not read it (HTTP {answer.status_code}): grant roles/artifactregistry.reader "

@@ -1,5 +1,5 @@
 """A model builder outside the trainer package, for the tests of `trainer.model: tests.custom_model:build_small_cnn`
-(the contract: docs/model.md)."""
+(the contract: docs/guides/model.md)."""
 
 import tf_keras as keras
 

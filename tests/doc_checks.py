@@ -1,4 +1,4 @@
-"""The checks of tests/test_docs.py: the commands and config snippets of README.md and docs/*.md (fenced bash, yaml
+"""The checks of tests/test_docs.py: the commands and config snippets of README.md and docs/**/*.md (fenced bash, yaml
 and python blocks, inline code) read out and checked against the code: the click CLI (introspected, never run),
 the config loader, the Makefile, the repository's files, cloudbuild.yaml and the docs' own headings. A check
 returns its problems, each `FILE:LINE: what is wrong` and the offending snippet."""
@@ -35,7 +35,7 @@ from serving.command import serve
 from tests.imports import imported_modules
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
+DOCS = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))]
 CONFIG_KEYS = {*SECTIONS, "profiles"}
 LANGUAGES = {"bash": "bash", "sh": "bash", "shell": "bash", "yaml": "yaml", "yml": "yaml", "python": "python"}
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")

@@ -131,7 +131,7 @@ def check_other_page(name: str, markdown: str) -> list[str]:
 
 
 def test_every_figure_of_the_other_docs_is_in_its_result_file():
-    pages = {p.name: p.read_text() for p in sorted(DOCS.glob("*.md")) if p != BENCHMARKS}
+    pages = {p.relative_to(DOCS).as_posix(): p.read_text() for p in sorted(DOCS.rglob("*.md")) if p != BENCHMARKS}
     pages["../README.md"] = (ROOT / "README.md").read_text()
     problems = [problem for name, markdown in sorted(pages.items()) for problem in check_other_page(name, markdown)]
     assert not problems, "\n".join(problems)

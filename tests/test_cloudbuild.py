@@ -184,12 +184,12 @@ def test_substitutions_declared_documented_and_used():
     assert {n for n in used if n.startswith("_")} == set(declared), "used and declared substitutions differ"
     assert used - set(declared) <= set(BUILTINS), "unknown substitution (write shell variables as $$NAME)"
     header = re.match(r"(?:#.*\n)*", TEXT).group(0)
-    ci_docs = (ROOT / "docs/containers-and-ci.md").read_text()
-    section = ci_docs.split("## CI/CD with Cloud Build", 1)[1].split("\n## ", 1)[0]
+    ci_docs = (ROOT / "docs/guides/ci-cd.md").read_text()
+    section = ci_docs.split("## Cloud Build on merge", 1)[1].split("\n## ", 1)[0]
     for name, value in declared.items():
         assert re.fullmatch(r"_[A-Z0-9_]+", name) and isinstance(value, str), name
         assert re.search(rf"^#\s+{name}\s", header, re.M), f"{name} is not documented at the top of the file"
-        assert f"`{name}`" in section, f"{name} is not documented in docs/containers-and-ci.md"
+        assert f"`{name}`" in section, f"{name} is not documented in docs/guides/ci-cd.md"
     for name in used & set(BUILTINS):
         assert name in header
 

@@ -747,7 +747,7 @@ def test_run_takes_profiles_and_sets(config_file, tmp_path, monkeypatch):
 
 
 def edited_shipped_config(folder: Path) -> Path:
-    """tfpipe.yaml as its header asks to edit it (docs/vertex.md): the example project ids replaced."""
+    """tfpipe.yaml as its header asks to edit it (docs/guides/vertex.md): the example project ids replaced."""
     path = folder / "tfpipe.yaml"
     path.write_text(SHIPPED.read_text().replace("my-dev-project", "acme-ml-dev").replace("my-project", "acme-ml-prod"))
     return path

@@ -1245,7 +1245,7 @@ def test_vertex_submit_stops_at_the_pre_flight_checks_before_creating_anything(v
     result = invoke("submit", "--target", "vertex", "--config", config, "--profile", "prod", *IMAGES)
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        f"Error: image {TRAINER} is not in its registry: build and push it (docs/containers-and-ci.md)",
+        f"Error: image {TRAINER} is not in its registry: build and push it (docs/guides/ci-cd.md)",
         f"Error: platform.service_account: {SA} may not act as itself, which its steps need to start the jobs and the "
         f"deployment: gcloud iam service-accounts add-iam-policy-binding {SA} --member=serviceAccount:{SA} "
         "--role=roles/iam.serviceAccountUser",

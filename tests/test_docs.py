@@ -1,4 +1,4 @@
-"""README.md and docs/*.md stay true to the code: every command, config snippet, path and link they show is checked
+"""README.md and docs/**/*.md stay true to the code: every command, config snippet, path and link they show is checked
 (tests/doc_checks.py) against the CLI, the config loader, the Makefile, the repository and the pages' headings; the
 names tfpipe.yaml, cloudbuild.yaml and the docs share (registries, regions, images, the schedule) agree."""
 
@@ -81,7 +81,7 @@ client.forecast([1])
 ```
 
 See `containers/nothere.Dockerfile`, `build/vertex.yaml`, `platform.kubeflow.trainig`, `run --epoch 3`,
-[the CLI](docs/nothere.md), [a section](#no-such-section), [the config](docs/config.md#no-such-heading).
+[the CLI](docs/nothere.md), [a section](#no-such-section), [the config](docs/reference/configuration.md#no-such-heading).
 """
 
 EXPECTED = [  # (check, line, what the problem says)
@@ -105,7 +105,11 @@ EXPECTED = [  # (check, line, what the problem says)
     ("commands", 30, "python -m pipelines run: no option --epoch"),
     ("links", 31, "link to docs/nothere.md: no such file"),
     ("links", 31, "link to #no-such-section: no such heading in SELFTEST.md"),
-    ("links", 31, "link to docs/config.md#no-such-heading: no such heading in docs/config.md"),
+    (
+        "links",
+        31,
+        "link to docs/reference/configuration.md#no-such-heading: no such heading in docs/reference/configuration.md",
+    ),
 ]
 
 

@@ -1,6 +1,6 @@
 """manifests/kubeflow: what a namespace needs for the engine steps, valid against Kubernetes 1.32's schemas, one
 kustomization applying all of it, and consistent with the config's defaults (the claim, its mount path, the images'
-user) and with docs/kubeflow.md's kind set-up (its profile and its image names). The engine tests enforce the Role's
+user) and with docs/guides/kubeflow.md's kind set-up (its profile and its image names). The engine tests enforce the Role's
 rules on every request the steps make (tests/k8s_double)."""
 
 import re
@@ -15,7 +15,7 @@ from tests.k8s_double import schema
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests" / "kubeflow"
-DOC = ROOT / "docs" / "kubeflow.md"
+DOC = ROOT / "docs" / "guides" / "kubeflow.md"
 PROFILE = "local-kubeflow"
 # Knative Serving resolves an image tag to a digest at the image's registry, except for these registries: the default
 # of config-deployment's registries-skipping-tag-resolving (knative/serving knative-v1.15.2, the version KServe

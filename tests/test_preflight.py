@@ -101,7 +101,7 @@ def test_images_missing_or_unreadable_are_named():
         }
     )
     assert check_images([present, missing, private], http) == [
-        f"image {missing} is not in its registry: build and push it (docs/containers-and-ci.md)",
+        f"image {missing} is not in its registry: build and push it (docs/guides/ci-cd.md)",
         f"image {private}: you may not read it (HTTP 403): grant roles/artifactregistry.reader on its repository "
         "to yourself and to the runs' service account",
     ]

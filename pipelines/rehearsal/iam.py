@@ -4,7 +4,7 @@
     {"service_accounts": {"runner@p.iam.gserviceaccount.com": {"act_as": ["serviceAccount:runner@p.iam..."]}}}
 
 Vertex AI refuses a job or a deployment whose `service_account` its caller may not act as. A run's steps call
-Vertex AI as the runs' service account, so that account needs act-as on itself (docs/vertex.md's set-up grants it).
+Vertex AI as the runs' service account, so that account needs act-as on itself (docs/guides/vertex.md's set-up grants it).
 A rehearsal starts from that set-up: the runs' account (the config's, else the project's Compute Engine default
 account) exists and may act as itself. Edit iam.json to rehearse another set-up: without the binding, the first job
 is refused with Vertex's message.
