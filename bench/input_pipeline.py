@@ -181,7 +181,7 @@ def run(images: int, workdir: Path, epochs: int, repeats: int) -> dict:
     from core.cpus import available_cpus
 
     prep_times: dict[str, list[float]] = {"all_cpus": [], "one_process": []}
-    for r in range(repeats):  # the output is the same either way (tests/test_prepare_data.py)
+    for r in range(repeats):  # the output is the same either way (tests/unit/components/test_prepare_data.py)
         for mode in ("all_cpus", "one_process") if r % 2 == 0 else ("one_process", "all_cpus"):
             shutil.rmtree(prepared, ignore_errors=True)
             t = time.perf_counter()

@@ -6,7 +6,7 @@ Runs `python -m pytest -p no:cacheprovider --junitxml=...` from the repository r
 environment `make` sets (TF_USE_LEGACY_KERAS=1, TF_CPP_MIN_LOG_LEVEL=2): every test, the `e2e` ones included, as
 `make test` runs them after its lint (the lint is not timed). It times the run from outside and counts the tests
 from pytest's JUnit report: passed, failed, errors, skipped, and the ten slowest. `make bench` runs it after the
-other benchmarks. `--quick` runs tests/test_bench_figures.py alone.
+other benchmarks. `--quick` runs tests/contract/repository/test_bench_figures.py alone.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ def junit_counts(path: Path) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.test_suite", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="tests/test_bench_figures.py alone: checks that it works")
+    p.add_argument("--quick", action="store_true", help="tests/contract/repository/test_bench_figures.py alone: checks that it works")
     p.add_argument("--output", type=Path, help="JSON results [bench/results/test_suite.json]")
     p.add_argument("pytest_args", nargs="*", help="pytest arguments (after --; default: the whole suite)")
     args = p.parse_args(argv)
     if args.quick and not args.pytest_args:
-        args.pytest_args = ["tests/test_bench_figures.py"]
+        args.pytest_args = ["tests/contract/repository/test_bench_figures.py"]
     recorder = Recorder("test_suite", args, quick=args.quick)
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory(prefix="bench-test-suite-") as tmp:

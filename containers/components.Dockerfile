@@ -11,7 +11,7 @@
 # Exact tag (Python 3.11 as pyproject.toml requires). To pin the digest too, pass
 # --build-arg PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:<digest from your registry mirror>.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
-# Beam's own SDK image for Python 3.11 at the lock's apache-beam version (tests/test_containers.py checks both): the
+# Beam's own SDK image for Python 3.11 at the lock's apache-beam version (tests/contract/repository/test_containers.py checks both): the
 # source of /opt/apache/beam/boot. containers/images.sh passes a stand-in where this registry cannot be reached.
 ARG BEAM_SDK_IMAGE=docker.io/apache/beam_python3.11_sdk:2.77.0
 
@@ -33,7 +33,7 @@ COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
-# The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
+# The packages this image runs, and only those (tests/contract/repository/test_containers.py checks them against the imports).
 COPY core/ core/
 COPY trainer/ trainer/
 COPY serving/ serving/

@@ -30,7 +30,7 @@ COPY ${LOCK} requirements.lock
 RUN uv pip sync --python /opt/venv/bin/python requirements.lock
 # setuptools comes from the lock (no build isolation: nothing unpinned is downloaded).
 COPY pyproject.toml README.md ./
-# The packages this image runs, and only those (tests/test_containers.py checks them against the imports).
+# The packages this image runs, and only those (tests/contract/repository/test_containers.py checks them against the imports).
 COPY core/ core/
 COPY serving/ serving/
 RUN uv pip install --python /opt/venv/bin/python --no-deps --no-build-isolation .

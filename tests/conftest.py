@@ -16,6 +16,14 @@ def pytest_addoption(parser):
     parser.addoption("--images", action="store_true", help="run tests/images: the built images (make test-images)")
 
 
+def pytest_collection_modifyitems(items):
+    """The tests under tests/e2e are the `e2e` tier (`make test` runs it after `make test-fast`)."""
+    e2e = Path(__file__).parent / "e2e"
+    for item in items:
+        if e2e in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
 def pytest_ignore_collect(collection_path, config):
     """tests/images runs the images `make images` built: only with --images (`make test-images`)."""
     if collection_path == Path(__file__).parent / "images" and not config.getoption("--images"):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from tests.helpers.podman import Container, image, missing_images
 from tests.images.vertex import BUCKET, CloudStorage, fuse_path, run_step
-from tests.podman import Container, image, missing_images
 
 IMAGES = ("components", "trainer", "serving")
 WORKERS = 2

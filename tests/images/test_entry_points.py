@@ -8,8 +8,8 @@ import json
 import pytest
 
 from components.deploy_vertex_model import LAUNCHER
-from tests.imports import ENTRY_MODULES, external_modules, module_name, needed_files
-from tests.podman import image, run
+from tests.helpers.imports import ENTRY_MODULES, external_modules, module_name, needed_files
+from tests.helpers.podman import image, run
 
 # what the compiled pipelines run from an image by name (`python -m`), not reached through an import
 RUN_BY_NAME = {"components.Dockerfile": {LAUNCHER}}

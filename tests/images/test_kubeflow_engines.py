@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from components.lib.kube import api as kube
-from tests.k8s_double import KubeAPI, point_clients_at, shipped_rules
-from tests.k8s_double.kubelet import Claim, Kubelet
-from tests.podman import image
+from tests.doubles.k8s import KubeAPI, point_clients_at, shipped_rules
+from tests.doubles.k8s.kubelet import Claim, Kubelet
+from tests.helpers.podman import image
 
 TRAINER = {"tfpipe/trainer:dev": image("trainer")}
 
@@ -29,8 +29,8 @@ def prepared_dir(prepared, storage):
 
 
 def test_the_tfjob_trains_a_chief_and_a_worker_in_the_trainer_image(monkeypatch, tmp_path, volume, prepared_dir):
-    from tests.k8s_double.training_operator import TrainingOperator
-    from tests.test_train_model_on_operator import run_component
+    from tests.contract.kubeflow.test_train_model_on_operator import run_component
+    from tests.doubles.k8s.training_operator import TrainingOperator
 
     operator = TrainingOperator(Kubelet({"tfpipe": Claim(str(volume))}, TRAINER, runtime="podman"))
     api = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}}, controllers=[operator], rbac=shipped_rules())
@@ -50,7 +50,7 @@ def test_the_tfjob_trains_a_chief_and_a_worker_in_the_trainer_image(monkeypatch,
 def test_katib_trials_run_the_trainer_image_and_report_through_the_collector(
     monkeypatch, tmp_path, volume, prepared_dir
 ):
-    from tests.test_tune_on_katib import katib_api, run_component
+    from tests.contract.kubeflow.test_tune_on_katib import katib_api, run_component
 
     kubelet = Kubelet({"tfpipe": Claim(str(volume))}, TRAINER, runtime="podman")
     api, operator = katib_api(kubelet, monkeypatch, tmp_path / "home")
@@ -71,9 +71,9 @@ def test_katib_trials_run_the_trainer_image_and_report_through_the_collector(
 def test_the_inference_service_serves_the_trained_model_in_the_serving_image(
     monkeypatch, tmp_path, volume, prepared_dir, trained_model_uri, storage
 ):
-    from tests.k8s_double.kserve_operator import KServeOperator, process_pods
-    from tests.k8s_double.network import Network
-    from tests.test_deploy_model_on_kserve import KSERVE, run_component
+    from tests.contract.kubeflow.test_deploy_model_on_kserve import KSERVE, run_component
+    from tests.doubles.k8s.kserve_operator import KServeOperator, process_pods
+    from tests.doubles.k8s.network import Network
 
     network = Network()
     operator = KServeOperator(

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from tests.podman import Container
+from tests.helpers.podman import Container
 
 BUCKET = "tfpipe-images"
 FUSE = "/gcs"

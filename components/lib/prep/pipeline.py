@@ -11,7 +11,7 @@ Memory does not grow with the data: a record is read, prepared and routed by its
 the read (components.lib.prep.rules); each worker keeps at most `RUN_RECORDS` records before writing them, each shard's
 sorted, as runs in one file; each shard is then written by merging its runs in order. No transform holds more than a
 work item's records, a flush's, or a shard's runs; and since a shard's order is a total order of its records, the
-output does not depend on how the runner cut the work (tests/test_prepare_data.py compares one process with several).
+output does not depend on how the runner cut the work (tests/unit/components/test_prepare_data.py compares one process with several).
 The pipeline's elements are batches (a work item's records for one shard), so Beam's cost per element is not paid
 per record. Each merge writes a summary (counts per class, bytes, and for training shards the sums of the features and
 of their squares, added in the shard's order), which `components.prepare_data` adds up in shard order into

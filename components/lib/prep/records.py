@@ -7,7 +7,7 @@ formats are small and fixed:
   data` (little-endian), as `tf.io.TFRecordWriter` writes them;
 - `encode_example` writes the `tf.train.Example` protobuf of this project's records (`key` bytes, `label` int64,
   `image` bytes or `features` floats) with its fields in sorted order, byte for byte what
-  `tf.train.Example.SerializeToString(deterministic=True)` gives (tests/test_records.py checks both against
+  `tf.train.Example.SerializeToString(deterministic=True)` gives (tests/unit/components/test_records.py checks both against
   TensorFlow).
 """
 

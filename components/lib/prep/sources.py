@@ -93,7 +93,7 @@ FEATURE_NAMES = {  # scikit-learn's names for the tabular sets' columns (its loa
 
 def _bundled(filename: str) -> str:
     """A data file scikit-learn ships (sklearn/datasets/data/), found without importing scikit-learn, whose import
-    (scipy's with it, about 1.5 s) was most of a built-in source's prep. tests/test_prepare_data.py checks what is read
+    (scipy's with it, about 1.5 s) was most of a built-in source's prep. tests/unit/components/test_prepare_data.py checks what is read
     here against scikit-learn's own loaders."""
     import importlib.util
 

@@ -1,0 +1,1 @@
+"""Contract tests: what the project sends to and takes from the services it runs on (Vertex AI, Kubernetes and its operators, Dataflow, Cloud Storage) through doubles built from their own definitions, and what the repository promises (images, docs, layers)."""

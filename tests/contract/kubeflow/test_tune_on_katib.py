@@ -1,0 +1,573 @@
+"""The kubeflow tuning step against a Kubernetes API double: the exact Katib Experiment from the study spec, the
+metric format Katib's File collector parses, and the step on each transition (succeeded with a best trial, failed
+trials, cancelled, Katib missing)."""
+
+import json
+import os
+import signal
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from components.lib.kube import api as kube
+from components.lib.study.spec import DEFAULT_STUDY, StudySpec
+from components.tune_on_katib import (
+    METRICS_FILE,
+    StudyFailed,
+    best_trial,
+    experiment,
+    run_experiment,
+    search_space,
+    tune_with_katib,
+)
+from tests.doubles.k8s import KubeAPI, engine_arguments, in_run
+from trainer.flags import TRAINER_COMMAND
+
+EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
+CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}
+RUNNING = {"type": "Running", "status": "True", "reason": "ExperimentRunning", "message": "Experiment is running"}
+SUCCEEDED = {
+    "type": "Succeeded",
+    "status": "True",
+    "reason": "ExperimentMaxTrialsReached",
+    "message": "Experiment has succeeded because max trial count has reached",
+}
+FAILED = {
+    "type": "Failed",
+    "status": "True",
+    "reason": "ExperimentFailed",
+    "message": "Experiment has failed because max failed count has reached",
+}
+OPTIMAL = {
+    "bestTrialName": "tfpipe-tune-abc-x7k2",
+    "parameterAssignments": [
+        {"name": "learning_rate", "value": "0.0042"},
+        {"name": "hidden_units", "value": "96"},
+        {"name": "dropout", "value": "0.1"},
+    ],
+    "observation": {"metrics": [{"name": "accuracy", "latest": "0.93", "max": "0.95", "min": "0.61"}]},
+}
+
+
+@pytest.fixture
+def api_server():
+    server = KubeAPI(installed=dict(EXPERIMENTS))
+    yield server
+    server.close()
+
+
+def build(spec=DEFAULT_STUDY, **overrides):
+    values = dict(
+        name="tfpipe-tune-abc",
+        namespace="ml",
+        spec=spec,
+        image="example.com/trainer:1",
+        fixed_args=["--data-dir", "/mnt/tfpipe/runs/r/dataset", "--epochs", "2", "--batch-size", "32"],
+        trials_dir="/mnt/tfpipe/runs/r/tune-hyperparameters/trials",
+        resources={"requests": {"cpu": "2"}},
+        claim_name="tfpipe",
+        mount_path="/mnt/tfpipe",
+        service_account="trainer",
+        labels={"tfpipe/run-id": "r"},
+    )
+    return experiment(**{**values, **overrides})
+
+
+def test_experiment_from_the_study_spec():
+    trial = "/mnt/tfpipe/runs/r/tune-hyperparameters/trials/${trialParameters.trialName}"
+    assert build() == {
+        "apiVersion": "kubeflow.org/v1beta1",
+        "kind": "Experiment",
+        "metadata": {"name": "tfpipe-tune-abc", "namespace": "ml", "labels": {"tfpipe/run-id": "r"}},
+        "spec": {
+            "objective": {
+                "type": "maximize",
+                "objectiveMetricName": "accuracy",
+                "metricStrategies": [{"name": "accuracy", "value": "latest"}],
+            },
+            "algorithm": {"algorithmName": "bayesianoptimization"},
+            "parallelTrialCount": 2,
+            "maxTrialCount": 4,
+            "maxFailedTrialCount": 1,
+            "metricsCollectorSpec": {
+                "collector": {"kind": "File"},
+                "source": {
+                    "fileSystemPath": {"path": "/var/log/katib/tfpipe/output.metrics", "kind": "File", "format": "JSON"}
+                },
+            },
+            "parameters": [
+                {
+                    "name": "learning_rate",
+                    "parameterType": "double",
+                    "feasibleSpace": {"min": "0.0001", "max": "0.03", "distribution": "logUniform"},
+                },
+                {
+                    "name": "hidden_units",
+                    "parameterType": "int",
+                    "feasibleSpace": {"min": "32", "max": "256", "distribution": "logUniform"},
+                },
+                {
+                    "name": "dropout",
+                    "parameterType": "discrete",
+                    "feasibleSpace": {"list": ["0.0", "0.1", "0.2", "0.3"]},
+                },
+            ],
+            "trialTemplate": {
+                "primaryContainerName": "training-container",
+                "trialParameters": [
+                    {"name": "learningRate", "description": "--learning_rate", "reference": "learning_rate"},
+                    {"name": "hiddenUnits", "description": "--hidden_units", "reference": "hidden_units"},
+                    {"name": "dropout", "description": "--dropout", "reference": "dropout"},
+                    {
+                        "name": "trialName",
+                        "description": "the trial's name (its output folder)",
+                        "reference": "${trialSpec.Name}",
+                    },
+                ],
+                "trialSpec": {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "spec": {
+                        "backoffLimit": 0,
+                        "template": {
+                            "metadata": {
+                                "labels": {"tfpipe/run-id": "r"},
+                                "annotations": {"sidecar.istio.io/inject": "false"},
+                            },
+                            "spec": {
+                                "restartPolicy": "Never",
+                                "containers": [
+                                    {
+                                        "name": "training-container",
+                                        "image": "example.com/trainer:1",
+                                        "command": ["python", "-m", "trainer.task"],
+                                        "args": [
+                                            "--data-dir",
+                                            "/mnt/tfpipe/runs/r/dataset",
+                                            "--epochs",
+                                            "2",
+                                            "--batch-size",
+                                            "32",
+                                            "--job-dir",
+                                            trial,
+                                            "--learning-rate=${trialParameters.learningRate}",
+                                            "--hidden-units=${trialParameters.hiddenUnits}",
+                                            "--dropout=${trialParameters.dropout}",
+                                        ],
+                                        "env": [
+                                            {
+                                                "name": "CLOUD_ML_HP_METRIC_FILE",
+                                                "value": "/var/log/katib/tfpipe/output.metrics",
+                                            },
+                                            {"name": "CLOUD_ML_TRIAL_ID", "value": "${trialParameters.trialName}"},
+                                            {"name": "AIP_MODEL_DIR", "value": f"{trial}/model"},
+                                            {"name": "AIP_CHECKPOINT_DIR", "value": f"{trial}/checkpoints"},
+                                            {"name": "AIP_TENSORBOARD_LOG_DIR", "value": f"{trial}/logs"},
+                                            {"name": "TF_USE_LEGACY_KERAS", "value": "1"},
+                                            {"name": "PYTHONUNBUFFERED", "value": "1"},
+                                        ],
+                                        "resources": {"requests": {"cpu": "2"}},
+                                        "volumeMounts": [{"name": "tfpipe-data", "mountPath": "/mnt/tfpipe"}],
+                                    }
+                                ],
+                                "volumes": [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "tfpipe"}}],
+                                "serviceAccountName": "trainer",
+                                "securityContext": {"fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch"},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    "changes, algorithm, strategy",
+    [
+        ({"algorithm": "random"}, "random", "latest"),
+        (
+            {
+                "algorithm": "grid",
+                "parameters": [
+                    {"type": "integer", "parameter_id": "hidden_units", "min": 32, "max": 64},
+                    {"type": "categorical", "parameter_id": "activation", "values": ["relu", "gelu"]},
+                ],
+            },
+            "grid",
+            "latest",
+        ),
+        ({"measurement": "best"}, "bayesianoptimization", "max"),
+        ({"measurement": "best", "goal": "minimize", "metric_id": "loss"}, "bayesianoptimization", "min"),
+    ],
+)
+def test_algorithm_and_metric_strategy_mapping(changes, algorithm, strategy):
+    spec = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), **changes})
+    body = build(spec)["spec"]
+    assert body["algorithm"] == {"algorithmName": algorithm}
+    assert body["objective"]["metricStrategies"] == [{"name": spec.metric_id, "value": strategy}]
+    assert body["objective"]["type"] == spec.goal
+    if changes.get("algorithm") == "grid":
+        assert body["parameters"] == [
+            {
+                "name": "hidden_units",
+                "parameterType": "int",
+                "feasibleSpace": {"min": "32", "max": "64", "distribution": "uniform"},
+            },
+            {"name": "activation", "parameterType": "categorical", "feasibleSpace": {"list": ["relu", "gelu"]}},
+        ]
+
+
+def test_the_trial_command_is_the_trainer_images_entrypoint():
+    from dockerfile_parse import DockerfileParser
+
+    dockerfile = DockerfileParser(str(Path(__file__).resolve().parents[3] / "containers" / "trainer.Dockerfile"))
+    (entrypoint,) = [i["value"] for i in dockerfile.structure if i["instruction"] == "ENTRYPOINT"]
+    trial = build()["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]
+    assert trial["command"] == json.loads(entrypoint) == list(TRAINER_COMMAND)
+
+
+@pytest.mark.parametrize("low", [0.0, -0.5])
+def test_a_double_reaching_zero_is_refused_for_katibs_bayesian_optimization(low):
+    spec = StudySpec(parameters=[{"type": "double", "parameter_id": "dropout", "min": low, "max": 0.5}])
+    with pytest.raises(
+        ValueError,
+        match=r"dropout: Katib's bayesianoptimization \(scikit-optimize\) samples every double log-uniformly",
+    ):
+        search_space(spec)
+    assert search_space(spec.model_copy(update={"algorithm": "random"}))[0]["feasibleSpace"]["min"] == str(low)
+
+
+def test_reverse_log_has_no_katib_distribution():
+    spec = StudySpec(
+        parameters=[{"type": "double", "parameter_id": "momentum", "min": 0.5, "max": 0.99, "scale": "reverse_log"}]
+    )
+    with pytest.raises(ValueError, match="momentum: Katib has no reverse_log distribution"):
+        search_space(spec)
+
+
+def katib_json_collector(text: str, metrics: list[str]) -> list[tuple[str, str, str]]:
+    """Katib's File metrics collector, JSON format (pkg/metricscollector/v1beta1/file-metricscollector,
+    parseLogsInJsonFormat): every non-empty line must be a JSON object (else the whole file fails); a metric is
+    taken only when its value is a string; `timestamp` is RFC 3339 or a float of epoch seconds."""
+    found = []
+    for line in text.split("\n"):
+        if not line:
+            continue
+        record = json.loads(line)
+        stamp = record.get("timestamp")
+        assert isinstance(stamp, (str, float)), f"Katib cannot read the timestamp {stamp!r}"
+        if isinstance(stamp, str):
+            datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        for m in metrics:
+            if isinstance(record.get(m), str):
+                found.append((m, record[m], str(stamp)))
+    return found
+
+
+def test_hypertune_reports_are_what_katibs_json_file_collector_parses(tmp_path, monkeypatch):
+    import hypertune
+
+    path = tmp_path / "katib" / "output.metrics"
+    monkeypatch.setenv("CLOUD_ML_HP_METRIC_FILE", str(path))
+    monkeypatch.setenv("CLOUD_ML_TRIAL_ID", "tfpipe-tune-abc-x7k2")
+    reporter = hypertune.HyperTune()
+    for step, value in enumerate([0.61, 0.88, 0.93], start=1):
+        reporter.report_hyperparameter_tuning_metric(
+            hyperparameter_metric_tag="accuracy", metric_value=value, global_step=step
+        )
+        time.sleep(0.001)
+    reports = katib_json_collector(path.read_text(), ["accuracy"])
+    assert [(m, v) for m, v, _ in reports] == [("accuracy", "0.61"), ("accuracy", "0.88"), ("accuracy", "0.93")]
+    assert os.path.dirname(METRICS_FILE) == "/var/log/katib/tfpipe"  # the collector's mounted folder
+
+
+def test_succeeds_with_the_best_trials_values(api_server):
+    api_server.scripts["experiments"] = [
+        {"conditions": [CREATED]},
+        {"conditions": [CREATED, RUNNING], "trials": 2, "trialsRunning": 2},
+        {
+            "conditions": [CREATED, RUNNING],
+            "trials": 4,
+            "trialsSucceeded": 3,
+            "trialsRunning": 1,
+            "currentOptimalTrial": OPTIMAL,
+        },
+        {
+            "conditions": [CREATED, RUNNING, SUCCEEDED],
+            "trials": 4,
+            "trialsSucceeded": 4,
+            "currentOptimalTrial": OPTIMAL,
+        },
+    ]
+    lines = []
+    best = run_experiment(
+        kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lines.append, sleep=lambda s: None
+    )
+    assert {k: best[k] for k in ("trial", "parameters", "metric")} == {
+        "trial": "tfpipe-tune-abc-x7k2",
+        "parameters": {"learning_rate": 0.0042, "hidden_units": 96, "dropout": 0.1},
+        "metric": 0.93,
+    }
+    assert api_server.created("experiments") == [build()]
+    assert lines[0] == "created Experiment ml/tfpipe-tune-abc: bayesianoptimization, up to 4 trials, 2 at a time"
+    assert (
+        "Experiment ml/tfpipe-tune-abc: 4 trial(s): 3 succeeded, 0 failed, 1 running; best tfpipe-tune-abc-x7k2: "
+        "accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, 'dropout': 0.1}" in lines
+    )
+    assert lines[-2:] == [
+        "Experiment ml/tfpipe-tune-abc: Succeeded=True (ExperimentMaxTrialsReached): Experiment has "
+        "succeeded because max trial count has reached",
+        "Experiment ml/tfpipe-tune-abc: 4 trial(s): 4 succeeded, 0 failed, 0 running; best "
+        "tfpipe-tune-abc-x7k2: accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, "
+        "'dropout': 0.1}",
+    ]
+
+
+def test_best_trial_by_measurement():
+    spec = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), "measurement": "best"})
+    assert best_trial({"status": {"currentOptimalTrial": OPTIMAL}}, spec)["metric"] == 0.95
+    assert best_trial({"status": {"currentOptimalTrial": {"bestTrialName": ""}}}, spec) is None
+
+
+def test_failed_trials_fail_the_step_with_katibs_message(api_server):
+    api_server.scripts["experiments"] = [{"conditions": [CREATED, RUNNING, FAILED], "trials": 1, "trialsFailed": 1}]
+    with pytest.raises(
+        StudyFailed,
+        match=r"^Experiment ml/tfpipe-tune-abc failed: Experiment has failed because max "
+        r"failed count has reached \(1 failed trial\(s\); max_failed_trial_count=1\)",
+    ):
+        run_experiment(
+            kube.api_client(api_server.url),
+            build(),
+            DEFAULT_STUDY,
+            poll_seconds=0,
+            log=lambda m: None,
+            sleep=lambda s: None,
+        )
+
+
+def test_success_without_a_reported_metric_fails(api_server):
+    api_server.scripts["experiments"] = [{"conditions": [CREATED, SUCCEEDED], "trials": 4, "trialsSucceeded": 4}]
+    with pytest.raises(StudyFailed, match="without a best trial: no trial reported 'accuracy'"):
+        run_experiment(
+            kube.api_client(api_server.url),
+            build(),
+            DEFAULT_STUDY,
+            poll_seconds=0,
+            log=lambda m: None,
+            sleep=lambda s: None,
+        )
+
+
+def test_katib_missing_fails_at_once_naming_the_kind():
+    server = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}})
+    try:
+        with pytest.raises(
+            kube.EngineMissing,
+            match=r"^the cluster has no Experiment "
+            r"\(experiments.kubeflow.org/v1beta1\): install Katib",
+        ):
+            run_experiment(kube.api_client(server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lambda m: None)
+        assert not server.calls("POST")
+    finally:
+        server.close()
+
+
+def test_a_cancelled_run_deletes_the_experiment(api_server):
+    api_server.scripts["experiments"] = [{"conditions": [CREATED, RUNNING]}]
+    api_server.on_get["experiments"] = lambda obj: (
+        sent or (sent.append(1), threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start())
+    )
+    sent = []
+    with pytest.raises(kube.Cancelled):
+        run_experiment(kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0.02, log=lambda m: None)
+    assert [r.path for r in api_server.calls("DELETE")] == [
+        "/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/tfpipe-tune-abc"
+    ]
+
+
+def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, tmp_path):
+    mount, data = tmp_path / "volume", tmp_path / "artifacts" / "dataset"
+    data.mkdir(parents=True)
+    (data / "stats.json").write_text("{}")
+    api_server.scripts["experiments"] = [{"conditions": [SUCCEEDED], "currentOptimalTrial": OPTIMAL}]
+    best = tune_with_katib(
+        kube.api_client(api_server.url),
+        str(data),
+        str(tmp_path / "tuning"),
+        spec=DEFAULT_STUDY,
+        trial_epochs=2,
+        batch_size=16,
+        model_builder="tests.helpers.custom_model:build_small_cnn",
+        image="example.com/trainer:1",
+        namespace="ml",
+        service_account="",
+        claim_name="tfpipe",
+        mount_path=str(mount),
+        resources={},
+        run_id="tfpipe-training-x1",
+        poll_seconds=0,
+        log=lambda m: None,
+        sleep=lambda s: None,
+    )
+    assert best["parameters"]["hidden_units"] == 96
+    (created,) = api_server.created("experiments")
+    assert created["metadata"]["name"] == kube.object_name("tfpipe-tune", "tfpipe-training-x1", "tune-hyperparameters")
+    args = created["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    run_dir = mount / "runs" / "tfpipe-training-x1"
+    assert args[:8] == [
+        "--data-dir",
+        str(run_dir / "dataset"),
+        "--model",
+        "tests.helpers.custom_model:build_small_cnn",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+    ]
+    assert (run_dir / "dataset" / "stats.json").exists()
+    record = json.loads((tmp_path / "tuning" / "trials.json").read_text())
+    assert record["engine"] == "katib" and record["best"]["trial"] == "tfpipe-tune-abc-x7k2"
+    # the training step of the same run finds the staged copy and does not copy again
+    from components.lib.kube.volume import stage_dataset
+
+    (run_dir / "dataset" / "marker").write_text("kept")
+    assert stage_dataset(str(data), str(run_dir), str(mount)) == str(run_dir / "dataset")
+    assert (run_dir / "dataset" / "marker").exists()
+
+
+def katib_api(kubelet, monkeypatch, home):
+    """The double with Katib's controllers over `kubelet`, its namespace labelled for the metrics collector."""
+    from tests.doubles.k8s import point_clients_at, shipped_rules
+    from tests.doubles.k8s.katib import INJECTION
+    from tests.doubles.k8s.katib_operator import KatibOperator
+
+    operator = KatibOperator(kubelet)
+    api = KubeAPI(
+        installed=dict(EXPERIMENTS),
+        controllers=[operator],
+        namespaces={"ml": {INJECTION: "enabled"}},
+        rbac=shipped_rules(),
+    )
+    point_clients_at(api, monkeypatch, home)
+    return api, operator
+
+
+@pytest.fixture
+def katib_cluster(monkeypatch, tmp_path):
+    """Katib's double with the trainer as a process, the claim a folder."""
+    from tests.doubles.k8s.kubelet import Claim, Kubelet
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    kubelet = Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"})
+    api, operator = katib_api(kubelet, monkeypatch, tmp_path / "home")
+    yield api, operator, volume
+    api.close()
+
+
+SMALL_STUDY = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), "max_trial_count": 2, "parallel_trial_count": 2})
+
+
+def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build_model"):
+    from types import SimpleNamespace
+
+    from components.tune_on_katib import tune_on_katib
+
+    tuning = SimpleNamespace(path=str(tmp_path / "tuning"), metadata={})
+    with in_run():
+        hyperparameters = tune_on_katib(
+            dataset=SimpleNamespace(path=str(data_dir)),
+            study_spec=SMALL_STUDY.model_dump(),
+            enabled=True,
+            trial_epochs=1,
+            batch_size=32,
+            learning_rate=0.01,
+            model_builder=model_builder,
+            trainer_image="tfpipe/trainer:dev",
+            **engine_arguments(volume),
+            tuning=tuning,
+        )
+    return hyperparameters, tuning
+
+
+@pytest.mark.e2e
+def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster, digits_data, tmp_path):
+    api, operator, volume = katib_cluster
+    hyperparameters, tuning = run_component(volume, digits_data, tmp_path)
+    (experiment,) = api.items("experiments")
+    assert experiment["status"]["trialsSucceeded"] == 2 and operator.events == []
+    best = experiment["status"]["currentOptimalTrial"]
+    assert tuning.metadata["best_trial"] == best["bestTrialName"]
+    assert hyperparameters["learning_rate"] == float(
+        next(a["value"] for a in best["parameterAssignments"] if a["name"] == "learning_rate")
+    )
+    # each trial wrote to its own folder on the claim, named by ${trialSpec.Name}; the study removed them
+    folders = {e["value"] for p in api.pods for e in p["spec"]["containers"][0]["env"] if e["name"] == "AIP_MODEL_DIR"}
+    trials_dir = volume / "runs" / "run-1" / "tune-hyperparameters" / "trials"
+    assert folders == {f"{trials_dir}/{t['metadata']['name']}/model" for t in api.items("trials")}
+    assert not trials_dir.exists() and (volume / "runs" / "run-1" / "dataset").is_dir()  # the training reads it next
+    pod = api.pods[0]["spec"]["containers"][0]
+    assert pod["command"] == ["sh", "-c"] and pod["args"][0].startswith("python -m trainer.task --data-dir ")
+    assert pod["args"][0].endswith(" && echo completed > /var/log/katib/tfpipe/$$$$.pid")
+
+
+@pytest.mark.e2e
+def test_failing_trials_fail_the_component_with_katibs_message(katib_cluster, digits_data, tmp_path):
+    api, operator, volume = katib_cluster
+    with pytest.raises(
+        StudyFailed, match=r"Experiment has failed because max failed count has reached \([12] failed trial"
+    ):
+        run_component(volume, digits_data, tmp_path, model_builder="models.missing:build")
+    assert api.items("experiments")[0]["status"]["trialsFailed"] >= 1
+
+
+def test_trial_pods_without_a_command_are_refused_when_the_registry_cannot_be_read(katib_cluster, digits_data):
+    """What the trials met before they named their command: every pod refused, the study waiting out its timeout."""
+    api, operator, volume = katib_cluster
+    body = experiment(
+        "tfpipe-tune-nocommand",
+        "ml",
+        SMALL_STUDY,
+        "tfpipe/trainer:dev",
+        ["--data-dir", str(digits_data)],
+        f"{volume}/trials",
+        {},
+        "tfpipe",
+        str(volume),
+    )
+    del body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    with pytest.raises(TimeoutError):
+        run_experiment(
+            kube.api_client(api.url), body, SMALL_STUDY, poll_seconds=0.05, timeout_seconds=1, log=lambda m: None
+        )
+    assert len(operator.events) == 2 and all(
+        "denied the request: Failed to get container image" in e for e in operator.events
+    )
+    assert api.pods == []
+
+
+def test_bayesian_optimization_on_a_double_reaching_zero_never_starts_a_trial(katib_cluster):
+    """What a study with such a double met on Katib before the compile-time refusal: the suggestion service fails
+    every request and the experiment stays Created until the step's timeout."""
+    api, operator, volume = katib_cluster
+    spec = StudySpec(
+        parameters=[{"type": "double", "parameter_id": "dropout", "min": 0.1, "max": 0.5}],
+        max_trial_count=2,
+        parallel_trial_count=2,
+    )
+    body = experiment(
+        "tfpipe-tune-zero", "ml", spec, "tfpipe/trainer:dev", [], f"{volume}/trials", {}, "tfpipe", str(volume)
+    )
+    body["spec"]["parameters"][0]["feasibleSpace"]["min"] = "0"  # what search_space() now refuses
+    with pytest.raises(TimeoutError):
+        run_experiment(kube.api_client(api.url), body, spec, poll_seconds=0.05, timeout_seconds=1, log=lambda m: None)
+    assert operator.events == [
+        "Suggestion ml/tfpipe-tune-zero: ReconcileError: rpc error: code = Unknown desc = Exception calling "
+        "application: search space should not contain 0 when using log-uniform prior"
+    ]
+    assert api.items("trials") == []

@@ -1,0 +1,915 @@
+import pytest
+import yaml
+from google.auth.credentials import AnonymousCredentials
+
+from components.lib.study.spec import DEFAULT_STUDY
+from components.plan_vertex_training import worker_pool_specs
+from pipelines.batch_prediction import build_batch_pipeline
+from pipelines.config import ConfigError, Platform, load_config
+from pipelines.training import build_pipeline
+
+PLATFORM = Platform(
+    components_image="example.com/tfpipe/components:abc",
+    trainer_image="example.com/tfpipe/trainer:abc",
+    serving_image="example.com/serving:2",
+    serving_gpu_image="example.com/serving-gpu:2",
+    machine_type="n1-standard-8",
+    location="europe-west4",
+    model_display_name="digits",
+    model_version_aliases=["champion", "blue"],
+    model_labels={"team": "ml-platform"},
+    endpoint_display_name="digits-endpoint",
+    serving_machine_type="n1-highcpu-4",
+    serving_min_replicas=2,
+    serving_max_replicas=5,
+    serving_accelerator_type="NVIDIA_TESLA_T4",
+    serving_accelerator_count=1,
+    batch_machine_type="n1-highmem-8",
+    batch_starting_replicas=3,
+    batch_max_replicas=7,
+    service_account="runner@my-project.iam.gserviceaccount.com",
+    network="projects/123456789/global/networks/vpc",
+    encryption_spec_key_name="projects/my-project/locations/europe-west4/keyRings/ml/cryptoKeys/tfpipe",
+    tensorboard="projects/my-project/locations/europe-west4/tensorboards/42",
+    labels={"env": "prod"},
+    keep_previous=1,
+)
+PROJECT = "{{$.pipeline_google_cloud_project_id}}"
+SA, NETWORK, KEY = PLATFORM.service_account, PLATFORM.network, PLATFORM.encryption_spec_key_name
+IDENTITY = {"service_account": SA, "network": NETWORK, "encryption_spec_key_name": KEY}
+LABELS = {"env": "prod", "team": "ml-platform", "pipeline": "tfpipe-training"}
+
+
+# the kubeflow target with today's in-pod steps (a cluster with Kubeflow Pipelines only)
+IN_POD = PLATFORM.model_copy(
+    update={"kubeflow": PLATFORM.kubeflow.model_copy(update={"training": "pod", "tuning": "pod", "serving": "url"})}
+)
+
+
+def compile_spec(target, tmp_path, pipeline="training", platform=None):
+    from kfp import compiler
+
+    platform = platform or (IN_POD if target == "kubeflow" else PLATFORM)
+    path = tmp_path / f"{target}-{pipeline}.yaml"
+    func = build_pipeline(target, platform) if pipeline == "training" else build_batch_pipeline(target, platform)
+    compiler.Compiler().compile(func, str(path))
+    return path, next(yaml.safe_load_all(path.read_text()))  # the pipeline spec (then the platform spec)
+
+
+def params(task):
+    """A task's parameter inputs: constants as values, the rest as their reference."""
+    return {
+        k: v["runtimeValue"]["constant"] if "runtimeValue" in v else v
+        for k, v in task["inputs"].get("parameters", {}).items()
+    }
+
+
+def dag(spec, component=None):
+    return (spec["components"][component]["dag"] if component else spec["root"]["dag"])["tasks"]
+
+
+def deps(tasks, name):
+    return sorted(tasks[name].get("dependentTasks", []))
+
+
+def root_inputs(spec):
+    """The pipeline's parameter inputs: type, default, optional (their descriptions: test_input_descriptions)."""
+    return {
+        name: {k: v for k, v in d.items() if k != "description"}
+        for name, d in spec["root"]["inputDefinitions"]["parameters"].items()
+    }
+
+
+def images(spec):
+    return {
+        name: e["container"]["image"] for name, e in spec["deploymentSpec"]["executors"].items() if "container" in e
+    }
+
+
+def test_vertex_dag(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    root = dag(spec)
+    assert set(root) == {
+        "fingerprint-data",
+        "prepare-data",
+        "check-champion",
+        "condition-branches-1",
+        "plan-vertex-training-2",
+        "custom-training-job",
+        "import-trained-model",
+        "find-registry-champion",
+        "evaluate-model",
+        "condition-4",
+    }
+    # fresh data, fresh run: prepare-data (cached) is keyed on the never-cached fingerprint of the source
+    assert root["fingerprint-data"]["cachingOptions"] == {}
+    assert params(root["fingerprint-data"]) == {"data_source": {"componentInputParameter": "data_source"}}
+    assert params(root["prepare-data"])["data_fingerprint"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "fingerprint-data"}
+    }
+    assert root["prepare-data"]["cachingOptions"] == {"enableCache": True}
+    # the champion check after data prep; the tuning (or fixed) branch waits for it
+    assert deps(root, "check-champion") == ["find-registry-champion", "prepare-data"]
+    assert deps(root, "condition-branches-1") == ["check-champion", "prepare-data"]
+    assert deps(root, "plan-vertex-training-2") == ["condition-branches-1", "prepare-data"]
+    assert deps(root, "custom-training-job") == ["plan-vertex-training-2"]
+    assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training-2"]
+    assert deps(root, "evaluate-model") == ["find-registry-champion", "import-trained-model", "prepare-data"]
+    job = root["custom-training-job"]
+    planned = {
+        key: {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-vertex-training-2"}}
+        for key in ("worker_pool_specs", "base_output_directory", "display_name")
+    }
+    # the run's identity, labels and TensorBoard on the custom job; its display name from the run's name
+    assert params(job) == {
+        **planned,
+        "location": "europe-west4",
+        "restart_job_on_worker_restart": True,
+        "tensorboard": PLATFORM.tensorboard,
+        "labels": LABELS,
+        **IDENTITY,
+    }
+    plan_inputs = params(root["plan-vertex-training-2"])
+    assert plan_inputs["trainer_image"] == "example.com/tfpipe/trainer:abc"
+    assert plan_inputs["machine_type"] == "n1-standard-8"
+    assert plan_inputs["workers"] == {"componentInputParameter": "workers"}
+    # the pipeline's name, not the run's: the step and the jobs after it stay cacheable
+    assert (plan_inputs["pipeline_name"], plan_inputs["purpose"]) == ("tfpipe-training", "train")
+    # the final training takes the hyperparameters of whichever tuning branch ran (dsl.OneOf)
+    assert plan_inputs["hyperparameters"]["taskOutputParameter"] == {
+        "outputParameterKey": "pipelinechannel--condition-branches-1-oneof-1",
+        "producerTask": "condition-branches-1",
+    }
+    # the gate compares with the registry's champion, looked up on every run
+    champion = root["find-registry-champion"]
+    assert champion["cachingOptions"] == {}
+    assert params(champion) == {
+        "display_name": "digits",
+        "alias": "champion",
+        "project": PROJECT,
+        "location": "europe-west4",
+    }
+    assert params(root["evaluate-model"]) == {
+        "accuracy_threshold": {"componentInputParameter": "accuracy_threshold"},
+        "champion_tolerance": {"componentInputParameter": "champion_tolerance"},
+        **{
+            f"champion_{key}": {
+                "taskOutputParameter": {"outputParameterKey": key, "producerTask": "find-registry-champion"}
+            }
+            for key in ("path", "name", "model_uri")
+        },
+    }
+    assert root["evaluate-model"]["cachingOptions"] == {"enableCache": True}  # a pure function of its inputs
+    # the gate: upload and quantization run only when evaluate-model's output is true
+    condition = root["condition-4"]
+    assert (
+        condition["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
+    )
+    inner = dag(spec, condition["componentRef"]["name"])
+    assert set(inner) == {"importer", "find-model", "condition-branches-5", "condition-branches-8", "quantize-model"}
+    assert deps(inner, "condition-branches-5") == ["find-model", "importer"]
+    assert deps(inner, "condition-branches-8") == ["condition-branches-5"]
+    quantize = inner["quantize-model"]["inputs"]
+    assert quantize["artifacts"]["model"] == {"componentInputArtifact": "pipelinechannel--import-trained-model-model"}
+    assert quantize["parameters"]["mode"]["componentInputParameter"] == "pipelinechannel--tflite_mode"
+    imgs = images(spec)
+    for name in (
+        "exec-prepare-data",
+        "exec-plan-vertex-training",
+        "exec-import-trained-model",
+        "exec-evaluate-model",
+        "exec-quantize-model",
+        "exec-read-best-trial",
+        "exec-merge-hyperparameters",
+        "exec-find-model",
+        "exec-find-endpoint",
+        "exec-plan-traffic-split",
+        "exec-find-registry-champion",
+        "exec-finish-vertex-rollout",
+        "exec-crown-vertex-model",
+        "exec-deploy-vertex-model",  # GCPC's deploy launcher, from the components image
+    ):
+        assert imgs[name] == "example.com/tfpipe/components:abc"
+    for name in (
+        "exec-custom-training-job",
+        "exec-model-upload",
+        "exec-model-upload-2",
+        "exec-endpoint-create",
+    ):
+        assert imgs[name].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
+    importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
+    assert importer["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel"
+    # this project's serving image, its GPU variant as the deployment gets a T4: Vertex's custom-container contract
+    # on port 8080
+    assert importer["metadata"] == {
+        "containerSpec": {"imageUri": "example.com/serving-gpu:2", "ports": [{"containerPort": 8080}]}
+    }
+    cpu = PLATFORM.model_copy(update={"serving_accelerator_type": "", "serving_accelerator_count": 0})
+    assert cpu.serving_container_spec()["imageUri"] == "example.com/serving:2"
+    # lightweight steps must not pip-install kfp at runtime: the components image carries the compiler's kfp
+    assert "pip install" not in " ".join(
+        spec["deploymentSpec"]["executors"]["exec-evaluate-model"]["container"]["command"]
+    )
+
+
+def test_vertex_gpu_training_uses_the_gpu_trainer_image_and_prebuilt_serving_images_need_only_their_uri(tmp_path):
+    from kfp import compiler
+
+    platform = PLATFORM.model_copy(
+        update={
+            "accelerator_type": "NVIDIA_TESLA_T4",
+            "accelerator_count": 1,
+            "trainer_gpu_image": "example.com/tfpipe/trainer-gpu:abc",
+            "serving_image": "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15",
+        }
+    )
+    path = tmp_path / "gpu.yaml"
+    compiler.Compiler().compile(build_pipeline("vertex", platform), str(path))
+    spec = yaml.safe_load(path.read_text())
+    for plan in (dag(spec)["plan-vertex-training-2"], dag(spec, "comp-condition-2")["plan-vertex-training"]):
+        assert params(plan)["trainer_image"] == "example.com/tfpipe/trainer-gpu:abc"
+        assert (params(plan)["accelerator_type"], params(plan)["accelerator_count"]) == ("NVIDIA_TESLA_T4", 1)
+    assert spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]["metadata"] == {
+        "containerSpec": {"imageUri": "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15"}
+    }
+
+
+def test_vertex_tuning_branch(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    branches = dag(spec, "comp-condition-branches-1")
+    assert (
+        branches["condition-2"]["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--tune'] == true"
+    )
+    assert (
+        branches["condition-3"]["triggerPolicy"]["condition"]
+        == "!(inputs.parameter_values['pipelinechannel--tune'] == true)"
+    )
+    assert set(dag(spec, "comp-condition-3")) == {"default-hyperparameters-2"}
+    tuning = dag(spec, "comp-condition-2")
+    assert set(tuning) == {
+        "default-hyperparameters",
+        "plan-vertex-training",
+        "hyperparameter-tuning-job",
+        "read-best-trial",
+        "merge-hyperparameters",
+    }
+    plan = params(tuning["plan-vertex-training"])
+    assert plan["workers"] == 1
+    assert plan["epochs"] == {"componentInputParameter": "pipelinechannel--tuning_trial_epochs"}
+    assert plan["tuned_parameters"] == ["learning_rate", "hidden_units", "dropout"]
+    assert plan["trainer_image"] == "example.com/tfpipe/trainer:abc"
+    assert (plan["pipeline_name"], plan["purpose"]) == ("tfpipe-training", "tune")
+    job = params(tuning["hyperparameter-tuning-job"])
+    for key in ("worker_pool_specs", "base_output_directory", "display_name"):
+        assert job[key] == {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-vertex-training"}}
+    assert {k: job[k] for k in IDENTITY} == IDENTITY  # the tuning job runs as the run's identity, on its network
+    assert job["max_trial_count"] == 4
+    assert job["parallel_trial_count"] == 2
+    assert job["max_failed_trial_count"] == 1
+    assert job["study_spec_algorithm"] == "ALGORITHM_UNSPECIFIED"
+    assert job["study_spec_measurement_selection_type"] == "LAST_MEASUREMENT"
+    # enums by name, as the proto's JSON mapping writes them (KFP would turn enum numbers into floats); the
+    # compiled constants are the study's lists unchanged (tests/unit/components/test_study.py checks the lists themselves)
+    assert job["study_spec_metrics"] == [{"metric_id": "accuracy", "goal": "MAXIMIZE"}]
+    assert job["study_spec_parameters"] == DEFAULT_STUDY.study_spec_parameters()
+    best = params(tuning["read-best-trial"])
+    assert best["gcp_resources"] == {
+        "taskOutputParameter": {"outputParameterKey": "gcp_resources", "producerTask": "hyperparameter-tuning-job"}
+    }
+    assert best["goal"] == "maximize"
+    merge = params(tuning["merge-hyperparameters"])
+    assert merge["best"] == {
+        "taskOutputParameter": {"outputParameterKey": "best_parameters", "producerTask": "read-best-trial"}
+    }
+
+
+def test_vertex_lightweight_steps_get_their_cpu_and_memory_limits(tmp_path):
+    """platform.step_limits: Vertex picks each listed step's machine by its limits (data prep decodes images on every
+    CPU it gets); the other steps keep Vertex's default machine."""
+    config = load_config(
+        None,
+        sets=[
+            "platform.step_limits={prepare-data: {cpu_limit: '8', memory_limit: 32G}, "
+            "evaluate-model: {memory_limit: 16Gi}}"
+        ],
+    )
+    _, spec = compile_spec("vertex", tmp_path, platform=config.platform)
+    resources = {
+        name: {k: v for k, v in e["container"].get("resources", {}).items() if k.startswith("resource")}
+        for name, e in spec["deploymentSpec"]["executors"].items()
+        if "container" in e
+    }
+    assert resources["exec-prepare-data"] == {"resourceCpuLimit": "8", "resourceMemoryLimit": "32G"}
+    assert resources["exec-evaluate-model"] == {"resourceMemoryLimit": "16Gi"}
+    assert {name for name, r in resources.items() if r} == {"exec-prepare-data", "exec-evaluate-model"}
+
+
+def test_worker_pools_one_chief_and_n_minus_one_workers():
+    specs = worker_pool_specs("img:1", "gs://b/data", 3, "n1-standard-4", {"epochs": 5}, "NVIDIA_TESLA_T4", 1)
+    assert [s["replica_count"] for s in specs] == [1, 2]
+    container = specs[0]["container_spec"]
+    assert container["image_uri"] == "img:1" and container["command"] == ["python", "-m", "trainer.task"]
+    assert container["args"] == ["--data-dir", "gs://b/data", "--epochs", "5"]
+    assert specs[1]["machine_spec"] == {
+        "machine_type": "n1-standard-4",
+        "accelerator_type": "NVIDIA_TESLA_T4",
+        "accelerator_count": 1,
+    }
+    assert [s["replica_count"] for s in worker_pool_specs("i", "d", 1, "m", {})] == [1]
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        worker_pool_specs("i", "d", 0, "m", {})
+
+
+def test_kubeflow_dag(tmp_path):
+    _, spec = compile_spec("kubeflow", tmp_path)
+    root = dag(spec)
+    assert set(root) == {
+        "fingerprint-data",
+        "prepare-data",
+        "check-champion",
+        "tune-hyperparameters",
+        "train-model",
+        "find-repository-champion",
+        "evaluate-model",
+        "condition-1",
+    }
+    assert deps(root, "prepare-data") == ["fingerprint-data"] and root["fingerprint-data"]["cachingOptions"] == {}
+    assert deps(root, "check-champion") == ["find-repository-champion", "prepare-data"]
+    assert deps(root, "tune-hyperparameters") == ["check-champion", "prepare-data"]
+    assert deps(root, "train-model") == ["prepare-data", "tune-hyperparameters"]
+    assert root["train-model"]["inputs"]["parameters"]["hyperparameters"]["taskOutputParameter"] == {
+        "outputParameterKey": "Output",
+        "producerTask": "tune-hyperparameters",
+    }
+    tune = root["tune-hyperparameters"]["inputs"]["parameters"]
+    assert tune["enabled"]["componentInputParameter"] == "tune"
+    study = tune["study_spec"]["runtimeValue"]["constant"]
+    assert study["metric_id"] == "accuracy" and study["max_trial_count"] == 4 and study["parallel_trial_count"] == 2
+    assert [p["parameter_id"] for p in study["parameters"]] == ["learning_rate", "hidden_units", "dropout"]
+    # the champion: the repository's newest version, looked up on every run
+    assert root["find-repository-champion"]["cachingOptions"] == {}
+    assert params(root["find-repository-champion"]) == {
+        "model_repository": {"componentInputParameter": "model_repository"},
+        "model_name": {"componentInputParameter": "model_name"},
+    }
+    assert deps(root, "evaluate-model") == ["find-repository-champion", "prepare-data", "train-model"]
+    assert params(root["evaluate-model"])["champion_path"] == {
+        "taskOutputParameter": {"outputParameterKey": "path", "producerTask": "find-repository-champion"}
+    }
+    assert root["condition-1"]["triggerPolicy"]["condition"].startswith(
+        "inputs.parameter_values['pipelinechannel--evaluate-model-Output']"
+    )
+    inner = dag(spec, root["condition-1"]["componentRef"]["name"])
+    assert set(inner) == {"publish-model", "quantize-model", "condition-2"}
+    assert inner["quantize-model"]["inputs"]["artifacts"]["model"] == {
+        "componentInputArtifact": "pipelinechannel--train-model-model"
+    }
+    # deploy (when the `deploy` input is true) serves the version publish-model wrote
+    assert (
+        inner["condition-2"]["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--deploy'] == true"
+    )
+    assert deps(inner, "condition-2") == ["publish-model"]
+    assert inner["condition-2"]["inputs"]["artifacts"]["pipelinechannel--publish-model-published"] == {
+        "taskOutputArtifact": {"outputArtifactKey": "published", "producerTask": "publish-model"}
+    }
+    deploy = dag(spec, "comp-condition-2")
+    assert set(deploy) == {"deploy-model-at-url"}  # serving: url (a pod starts no server of its own)
+    # publishing and serving change state outside the run: never served from the cache
+    assert inner["publish-model"]["cachingOptions"] == {} and deploy["deploy-model-at-url"]["cachingOptions"] == {}
+    assert deploy["deploy-model-at-url"]["inputs"]["artifacts"] == {
+        "published": {"componentInputArtifact": "pipelinechannel--publish-model-published"},
+        "dataset": {"componentInputArtifact": "pipelinechannel--prepare-data-dataset"},
+    }
+    assert params(deploy["deploy-model-at-url"]) == {
+        name: {"componentInputParameter": f"pipelinechannel--{name}"}
+        for name in ("model_repository", "model_name", "serving_url")
+    }
+    assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
+    inputs = root_inputs(spec)
+    assert inputs["workers"] == {"defaultValue": 2, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["accuracy_threshold"]["parameterType"] == "NUMBER_DOUBLE"
+    assert inputs["tflite_mode"] == {"defaultValue": "dynamic", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["deploy"] == {"defaultValue": True, "isOptional": True, "parameterType": "BOOLEAN"}
+    assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["serving_url"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["rest_port"]["defaultValue"] == 8501 and inputs["grpc_port"]["defaultValue"] == 8500
+
+
+@pytest.mark.parametrize(
+    "pipeline, values, name",
+    [
+        (
+            "training",
+            {"workers": 3, "epochs": 5, "data_source": "gs://bucket/flowers", "traffic_percentage": 10},
+            "tfpipe-training",
+        ),
+        (
+            "batch_prediction",
+            {"instances": "gs://bucket/in/*.jsonl", "model": "3", "batch_size": 16},
+            "tfpipe-batch-prediction",
+        ),
+    ],
+)
+def test_vertex_yaml_loads_in_pipeline_job_offline(tmp_path, pipeline, values, name):
+    from google.cloud import aiplatform
+
+    path, _ = compile_spec("vertex", tmp_path, pipeline)
+    job = aiplatform.PipelineJob(
+        display_name="tfpipe-offline-check",
+        template_path=str(path),
+        pipeline_root="gs://bucket/root",
+        project="my-project",
+        location="us-central1",
+        credentials=AnonymousCredentials(),
+        parameter_values=values,
+        enable_caching=False,
+    )
+    resource = job._gca_resource
+    assert resource.display_name == "tfpipe-offline-check"
+    assert resource.runtime_config.gcs_output_directory == "gs://bucket/root"
+    assert dict(resource.runtime_config.parameter_values) == values
+    assert resource.pipeline_spec["pipelineInfo"]["name"] == name
+
+
+def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    blessed = dag(spec, "comp-condition-4")
+    find = blessed["find-model"]
+    assert params(find) == {"display_name": "digits", "project": PROJECT, "location": "europe-west4"}
+    assert find["cachingOptions"] == {}  # a look-up must not be served from the cache
+    branches = dag(spec, "comp-condition-branches-5")
+    assert (
+        branches["condition-6"]["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--find-model-resource_name'] != ''"
+    )
+    assert (
+        branches["condition-7"]["triggerPolicy"]["condition"]
+        == "!(inputs.parameter_values['pipelinechannel--find-model-resource_name'] != '')"
+    )
+    # no version_aliases: the alias moves only once the version serves (or, without a deploy, after the upload)
+    upload = {"display_name": "digits", "location": "europe-west4", "labels": LABELS, "encryption_spec_key_name": KEY}
+    # the model exists: import it as a VertexModel (GCPC reads metadata.resourceName) and upload a version of it
+    existing = dag(spec, "comp-condition-6")
+    assert set(existing) == {"importer-2", "model-upload"}
+    assert existing["model-upload"]["cachingOptions"] == {}
+    assert params(existing["importer-2"]) == {
+        "uri": {"componentInputParameter": "pipelinechannel--find-model-resource_uri"},
+        "metadata": {"componentInputParameter": "pipelinechannel--find-model-resource_name"},
+    }
+    executors = spec["deploymentSpec"]["executors"]
+    assert executors["exec-importer-2"]["importer"] == {
+        "artifactUri": {"runtimeParameter": "uri"},
+        "metadata": {"resourceName": "{{$.inputs.parameters['metadata']}}"},
+        "typeSchema": {"schemaTitle": "google.VertexModel", "schemaVersion": "0.0.1"},
+    }
+    assert params(existing["model-upload"]) == upload
+    assert existing["model-upload"]["inputs"]["artifacts"] == {
+        "parent_model": {"taskOutputArtifact": {"outputArtifactKey": "artifact", "producerTask": "importer-2"}},
+        "unmanaged_container_model": {"componentInputArtifact": "pipelinechannel--importer-artifact"},
+    }
+    # GCPC passes the parent model's metadata.resourceName (what the importer sets) as --parent_model_name
+    assert yaml.safe_load(executors["exec-model-upload"]["container"]["args"][-1]) == {
+        "IfPresent": {
+            "InputName": "parent_model",
+            "Then": ["--parent_model_name", "{{$.inputs.artifacts['parent_model'].metadata['resourceName']}}"],
+        }
+    }
+    # no such model: a plain upload creates it
+    missing = dag(spec, "comp-condition-7")
+    assert set(missing) == {"model-upload-2"}
+    assert params(missing["model-upload-2"]) == upload
+    assert missing["model-upload-2"]["inputs"]["artifacts"] == {
+        "unmanaged_container_model": {"componentInputArtifact": "pipelinechannel--importer-artifact"}
+    }
+    # whichever ran hands its VertexModel on (dsl.OneOf)
+    assert spec["components"]["comp-condition-branches-5"]["dag"]["outputs"]["artifacts"] == {
+        "pipelinechannel--condition-branches-5-oneof-1": {
+            "artifactSelectors": [
+                {"outputArtifactKey": "pipelinechannel--model-upload-model", "producerSubtask": "condition-6"},
+                {"outputArtifactKey": "pipelinechannel--model-upload-2-model", "producerSubtask": "condition-7"},
+            ]
+        }
+    }
+
+
+def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path)
+    branches = dag(spec, "comp-condition-branches-8")
+    assert (
+        branches["condition-12"]["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--deploy'] == true"
+    )
+    assert (
+        branches["condition-13"]["triggerPolicy"]["condition"]
+        == "!(inputs.parameter_values['pipelinechannel--deploy'] == true)"
+    )
+    deploy = dag(spec, "comp-condition-12")
+    assert set(deploy) == {
+        "find-endpoint",
+        "condition-branches-9",
+        "plan-traffic-split",
+        "deploy-vertex-model",
+        "finish-vertex-rollout",
+    }
+    assert params(deploy["find-endpoint"]) == {
+        "display_name": "digits-endpoint",
+        "project": PROJECT,
+        "location": "europe-west4",
+    }
+    assert params(deploy["plan-traffic-split"]) == {
+        "endpoint_name": {
+            "taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "find-endpoint"}
+        },
+        "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
+    }
+    # every step that reads or changes the endpoint runs each time (a deleted endpoint is never served from cache)
+    for name in ("find-endpoint", "plan-traffic-split", "deploy-vertex-model", "finish-vertex-rollout"):
+        assert deploy[name]["cachingOptions"] == {}
+    inner = dag(spec, "comp-condition-branches-9")
+    assert (
+        inner["condition-10"]["triggerPolicy"]["condition"]
+        == "inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != ''"
+    )
+    assert (
+        inner["condition-11"]["triggerPolicy"]["condition"]
+        == "!(inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != '')"
+    )
+    assert set(dag(spec, "comp-condition-10")) == {"importer-3"}
+    assert (
+        spec["deploymentSpec"]["executors"]["exec-importer-3"]["importer"]["typeSchema"]["schemaTitle"]
+        == "google.VertexEndpoint"
+    )
+    assert spec["deploymentSpec"]["executors"]["exec-importer-3"]["importer"]["metadata"] == {
+        "resourceName": "{{$.inputs.parameters['metadata']}}"
+    }
+    created = dag(spec, "comp-condition-11")
+    assert set(created) == {"endpoint-create"}
+    assert created["endpoint-create"]["cachingOptions"] == {}
+    # CMEK and labels; no network: a peered (private) endpoint holds one model, so no canary and no hot swap
+    assert params(created["endpoint-create"]) == {
+        "display_name": "digits-endpoint",
+        "location": "europe-west4",
+        "labels": LABELS,
+        "encryption_spec_key_name": KEY,
+    }
+    assert spec["components"]["comp-condition-branches-9"]["dag"]["outputs"]["artifacts"] == {
+        "pipelinechannel--condition-branches-9-oneof-1": {
+            "artifactSelectors": [
+                {"outputArtifactKey": "pipelinechannel--importer-3-artifact", "producerSubtask": "condition-10"},
+                {"outputArtifactKey": "pipelinechannel--endpoint-create-endpoint", "producerSubtask": "condition-11"},
+            ]
+        }
+    }
+    endpoint = {
+        "taskOutputArtifact": {
+            "outputArtifactKey": "pipelinechannel--condition-branches-9-oneof-1",
+            "producerTask": "condition-branches-9",
+        }
+    }
+    uploaded = {
+        "componentInputArtifact": "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"
+    }
+    task = deploy["deploy-vertex-model"]
+    assert deps(deploy, "deploy-vertex-model") == ["condition-branches-9", "plan-traffic-split"]
+    assert task["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
+    assert params(task) == {
+        "deployed_model_display_name": "digits",
+        "traffic_split": {
+            "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "plan-traffic-split"}
+        },
+        "machine_type": "n1-highcpu-4",
+        "min_replica_count": 2,
+        "max_replica_count": 5,
+        "accelerator_type": "NVIDIA_TESLA_T4",
+        "accelerator_count": 1,
+        "service_account": SA,  # the deployed container runs as the run's service account
+    }
+    # only after the deploy succeeded: undeploy the previous models (but keep_previous) and move the aliases
+    finish = deploy["finish-vertex-rollout"]
+    assert deps(deploy, "finish-vertex-rollout") == ["condition-branches-9", "deploy-vertex-model"]
+    assert finish["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
+    assert params(finish) == {
+        "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
+        "keep_previous": 1,
+        "aliases": ["champion", "blue"],
+    }
+    # deploy disabled: the uploaded version becomes the champion right away
+    crown = dag(spec, "comp-condition-13")
+    assert set(crown) == {"crown-vertex-model"} and crown["crown-vertex-model"]["cachingOptions"] == {}
+    assert crown["crown-vertex-model"]["inputs"]["artifacts"] == {"model": uploaded}
+    assert params(crown["crown-vertex-model"]) == {"aliases": ["champion", "blue"]}
+    assert spec["components"]["comp-plan-traffic-split"]["outputDefinitions"]["parameters"]["Output"] == {
+        "parameterType": "STRUCT"
+    }
+    inputs = root_inputs(spec)
+    assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["deploy"] == {"defaultValue": True, "isOptional": True, "parameterType": "BOOLEAN"}
+
+
+def test_vertex_batch_prediction(tmp_path):
+    _, spec = compile_spec("vertex", tmp_path, "batch_prediction")
+    assert spec["pipelineInfo"]["name"] == "tfpipe-batch-prediction"
+    root = dag(spec)
+    assert set(root) == {"plan-batch-prediction", "importer", "model-batch-predict", "check-batch-prediction-job"}
+    plan = root["plan-batch-prediction"]
+    assert plan["cachingOptions"] == {}
+    assert params(plan) == {
+        "model": {"componentInputParameter": "model"},
+        "display_name": "digits",
+        "alias": "champion",
+        "instances": {"componentInputParameter": "instances"},
+        "output_prefix": {"componentInputParameter": "output_prefix"},
+        "project": PROJECT,
+        "location": "europe-west4",
+        "run_name": "{{$.pipeline_job_name}}",
+        **{
+            name: {"componentInputParameter": name}
+            for name in (
+                "instances_format",
+                "key_field",
+                "included_fields",
+                "excluded_fields",
+                "instance_type",
+                "signature_name",
+            )
+        },
+    }
+    assert params(root["importer"]) == {
+        "uri": {"taskOutputParameter": {"outputParameterKey": "model_uri", "producerTask": "plan-batch-prediction"}},
+        "metadata": {
+            "taskOutputParameter": {"outputParameterKey": "model_name", "producerTask": "plan-batch-prediction"}
+        },
+    }
+    assert (
+        spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]["typeSchema"]["schemaTitle"]
+        == "google.VertexModel"
+    )
+
+    def planned(key):
+        return {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-batch-prediction"}}
+
+    job = root["model-batch-predict"]
+    assert job["cachingOptions"] == {}  # the files behind a glob and the champion change between runs
+    assert job["inputs"]["artifacts"] == {
+        "model": {"taskOutputArtifact": {"outputArtifactKey": "artifact", "producerTask": "importer"}}
+    }
+    assert params(job) == {
+        "job_display_name": planned("job_display_name"),
+        "location": "europe-west4",
+        "gcs_source_uris": planned("gcs_source_uris"),
+        "instances_format": {"componentInputParameter": "instances_format"},
+        "predictions_format": "jsonl",
+        "gcs_destination_output_uri_prefix": planned("output_prefix"),
+        "key_field": {"componentInputParameter": "key_field"},
+        # the instance config as the plan completed it (the model's feature columns by default)
+        "included_fields": planned("included_fields"),
+        "excluded_fields": planned("excluded_fields"),
+        "instance_type": planned("instance_type"),
+        "model_parameters": planned("model_parameters"),  # {"signature_name": ...} when not serving_default
+        "manual_batch_tuning_parameters_batch_size": {"componentInputParameter": "batch_size"},
+        "machine_type": "n1-highmem-8",
+        "starting_replica_count": 3,
+        "max_replica_count": 7,
+        "labels": {**LABELS, "pipeline": "tfpipe-batch-prediction"},
+        "service_account": SA,
+        "encryption_spec_key_name": KEY,
+    }
+    check = root["check-batch-prediction-job"]  # the error budget, on the job's counts
+    assert check["cachingOptions"] == {}
+    assert params(check) == {
+        "gcp_resources": {
+            "taskOutputParameter": {"outputParameterKey": "gcp_resources", "producerTask": "model-batch-predict"}
+        },
+        "max_error_fraction": {"componentInputParameter": "max_error_fraction"},
+    }
+    outputs = spec["components"]["comp-plan-batch-prediction"]["outputDefinitions"]["parameters"]
+    assert outputs["gcs_source_uris"] == {"parameterType": "LIST"}
+    inputs = root_inputs(spec)
+    assert inputs["instances"] == {"parameterType": "STRING"}  # required
+    assert inputs["instances_format"] == {"defaultValue": "jsonl", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["model"] == {"defaultValue": "", "isOptional": True, "parameterType": "STRING"}
+    assert inputs["batch_size"] == {"defaultValue": 64, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
+    assert inputs["included_fields"] == {"defaultValue": [], "isOptional": True, "parameterType": "LIST"}
+    assert inputs["max_error_fraction"] == {"defaultValue": 0.1, "isOptional": True, "parameterType": "NUMBER_DOUBLE"}
+    assert set(inputs) == {
+        "instances",
+        "instances_format",
+        "model",
+        "model_repository",
+        "model_name",
+        "batch_size",
+        "key_field",
+        "included_fields",
+        "excluded_fields",
+        "instance_type",
+        "max_error_fraction",
+        "signature_name",
+        "output_prefix",
+    }
+
+
+def test_kubeflow_batch_prediction(tmp_path):
+    _, spec = compile_spec("kubeflow", tmp_path, "batch_prediction")
+    root = dag(spec)
+    assert set(root) == {"run-batch-prediction"}
+    assert params(root["run-batch-prediction"]) == {
+        name: {"componentInputParameter": name}
+        for name in (
+            "model_repository",
+            "model_name",
+            "model",
+            "instances",
+            "instances_format",
+            "batch_size",
+            "key_field",
+            "included_fields",
+            "excluded_fields",
+            "instance_type",
+            "max_error_fraction",
+            "signature_name",
+        )
+    }
+    assert set(images(spec).values()) == {"example.com/tfpipe/components:abc"}
+    outputs = spec["components"]["comp-run-batch-prediction"]["outputDefinitions"]
+    assert set(outputs["parameters"]) == {"output_directory", "succeeded", "failed"}
+    assert set(outputs["artifacts"]) == {"predictions"}
+
+
+def test_local_steps_deploy_after_publish():
+    from pipelines.local_run import step_names
+
+    names = step_names(build_pipeline("local"))
+    assert names[:8] == [
+        "find-repository-champion",
+        "fingerprint-data",
+        "prepare-data",
+        "check-champion",
+        "tune-hyperparameters",
+        "train-model",
+        "evaluate-model",
+        "publish-model",
+    ]
+    assert set(names[8:]) == {"quantize-model", "deploy-model"} and len(names) == 10
+
+
+def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+
+    (tmp_path / "c.yaml").write_text(
+        "batch:\n  batch_size: 8\n  instances_format: csv\nplatform:\n  batch_machine_type: n1-standard-16\n"
+        "  components_image: europe-west4-docker.pkg.dev/acme-ml/tfpipe/components:abc\n"
+    )
+    out = tmp_path / "batch.yaml"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "compile",
+            "--target",
+            "vertex",
+            "--pipeline",
+            "batch_prediction",
+            "--output",
+            str(out),
+            "--config",
+            str(tmp_path / "c.yaml"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"compiled vertex batch_prediction pipeline to {out}"
+    spec = yaml.safe_load(out.read_text())
+    inputs = root_inputs(spec)
+    assert inputs["batch_size"]["defaultValue"] == 8 and inputs["instances_format"]["defaultValue"] == "csv"
+    assert inputs["instances"] == {"parameterType": "STRING"}
+    assert params(dag(spec)["model-batch-predict"])["machine_type"] == "n1-standard-16"
+
+
+@pytest.mark.parametrize(
+    "section, values, message",
+    [
+        (
+            "parameters",
+            "traffic_percentage: 0",
+            "parameters.traffic_percentage: Input should be greater than or equal to 1",
+        ),
+        (
+            "parameters",
+            "traffic_percentage: 101",
+            "parameters.traffic_percentage: Input should be less than or equal to 100",
+        ),
+        ("parameters", "rest_port: 9000\n  grpc_port: 9000", "rest_port and grpc_port must differ"),
+        ("batch", "instances_format: parquet", "batch.instances_format: Input should be 'jsonl', 'csv'"),
+        ("batch", "batch_size: 0", "batch.batch_size: Input should be greater than or equal to 1"),
+        ("platform", "model_version_aliases: [Champion]", "model_version_aliases: 'Champion' must match"),
+        ("platform", "model_labels: {Team: ml}", "model_labels: Team='ml': keys must match"),
+        (
+            "platform",
+            "serving_min_replicas: 3\n  serving_max_replicas: 2",
+            r"serving_max_replicas \(2\) must be >= serving_min_replicas \(3\)",
+        ),
+        (
+            "platform",
+            "batch_starting_replicas: 4\n  batch_max_replicas: 2",
+            r"batch_max_replicas \(2\) must be >= batch_starting_replicas \(4\)",
+        ),
+        ("platform", "serving_accelerator_type: NVIDIA_TESLA_T4", "must be set together"),
+        ("platform", "step_limits: {prepare-data: {cpu_limit: eight}}", "'eight' is not a CPU limit like 8 or 500m"),
+        ("platform", "step_limits: {prepare-data: {memory_limit: 32GB}}", "'32GB' is not a memory limit like 32G"),
+        ("platform", "step_limits: {Prepare_Data: {cpu_limit: '8'}}", "'Prepare_Data': keys are step names"),
+    ],
+)
+def test_deploy_and_batch_config_validation(tmp_path, section, values, message):
+    (tmp_path / "c.yaml").write_text(f"{section}:\n  {values}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_batch_config_overrides():
+    config = load_config(None, {"epochs": 3}, {"instances": "a.jsonl", "model": None, "batch_size": 4})
+    assert config.batch.pipeline_arguments() == {
+        "instances": "a.jsonl",
+        "instances_format": "jsonl",
+        "model": "",
+        "model_repository": "",
+        "model_name": "tfpipe-model",
+        "batch_size": 4,
+        "key_field": "",
+        "included_fields": [],
+        "excluded_fields": [],
+        "instance_type": "",
+        "max_error_fraction": 0.1,
+        "signature_name": "",
+        "output_prefix": "",
+    }
+    config = load_config(None, None, {"instances": "a.csv", "excluded_fields": "label, id"})
+    assert config.batch.excluded_fields == ["label", "id"]  # comma-separated (CLI, environment) or a YAML list
+    with pytest.raises(ConfigError, match="give included_fields or excluded_fields, not both"):
+        load_config(None, None, {"included_fields": ["a"], "excluded_fields": ["b"]})
+    assert "instances" not in load_config().batch.pipeline_arguments()
+
+
+def test_unknown_target():
+    with pytest.raises(ValueError, match="unknown target 'aws'"):
+        build_pipeline("aws")
+
+
+RUN_UNIQUE = ("{{$.pipeline_job_", "{{$.pipeline_task_")  # the run's or the task's own name, id or times
+
+
+@pytest.mark.parametrize("pipeline", ["training", "batch_prediction"])
+@pytest.mark.parametrize(
+    "target, platform", [("vertex", PLATFORM), ("kubeflow", IN_POD), ("kubeflow", PLATFORM), ("local", PLATFORM)]
+)
+def test_no_cached_step_takes_a_value_unique_to_the_run(tmp_path, target, platform, pipeline):
+    """A cached step's cache key holds its resolved inputs: one that takes the run's name never hits the cache, and
+    neither does anything after it (a scheduled run on unchanged data would retrain)."""
+    _, spec = compile_spec(target, tmp_path, pipeline, platform)
+    offenders, cached = [], 0
+    for component in [spec["root"], *spec["components"].values()]:
+        for name, task in component.get("dag", {}).get("tasks", {}).items():
+            if not task.get("cachingOptions", {}).get("enableCache"):
+                continue
+            cached += 1
+            for key, value in params(task).items():
+                if isinstance(value, str) and value.startswith(RUN_UNIQUE):
+                    offenders.append(f"{name}.{key}={value}")
+    assert offenders == []
+    assert cached >= (1 if pipeline == "batch_prediction" or target == "local" else 5)
+
+
+def test_vertex_data_prep_runs_on_dataflow_with_the_runs_identity(tmp_path):
+    """Dataflow by default (platform.data_prep.runner): a job as the runs' service account, on their network, with
+    their CMEK key and labels, the components image on its workers, for sources of dataflow_min_records records and
+    more; "direct" keeps prep in the step's container."""
+    config = load_config(None, sets=["platform.data_prep={machine_type: n1-highmem-4, max_workers: 20}"])
+    platform = PLATFORM.model_copy(update={"data_prep": config.platform.data_prep, "pipeline_root": "gs://b/root"})
+    _, spec = compile_spec("vertex", tmp_path, platform=platform)
+    prep = params(dag(spec)["prepare-data"])
+    assert prep["runner"] == "dataflow" and prep["dataflow_min_records"] == 100_000
+    assert prep["dataflow_options"] == {
+        "project": "",
+        "region": "europe-west4",
+        "service_account": SA,
+        "network": "vpc",
+        "subnetwork": "",
+        "kms_key": KEY,
+        "labels": LABELS,
+        "machine_type": "n1-highmem-4",
+        "max_workers": 20,
+        "sdk_container_image": PLATFORM.components_image,
+        "temp_location": "gs://b/root/dataflow/temp",
+        "staging_location": "gs://b/root/dataflow/staging",
+        "endpoint": "",
+    }
+    direct = PLATFORM.model_copy(
+        update={"data_prep": config.platform.data_prep.model_copy(update={"runner": "direct"})}
+    )
+    _, spec = compile_spec("vertex", tmp_path, platform=direct)
+    prep = params(dag(spec)["prepare-data"])
+    assert prep["runner"] == "direct" and not {"dataflow_options", "dataflow_min_records"} & set(prep)
+    _, local = compile_spec("kubeflow", tmp_path)
+    assert "runner" not in params(dag(local)["prepare-data"])  # the component's default: direct

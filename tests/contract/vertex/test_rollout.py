@@ -1,0 +1,226 @@
+"""One clean Vertex AI endpoint (components/lib/vertex/rollout.py): what a full rollout, a canary, `promote` and
+`rollback` ask of Vertex AI, asserted request by request at the GAPIC boundary (tests/doubles/gapic.py's RegistryDouble)."""
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud.aiplatform_v1.types import Endpoint, endpoint_service, model_service
+from google.protobuf import field_mask_pb2
+from kfp import dsl
+
+from components.crown_vertex_model import crown_vertex_model
+from components.finish_vertex_rollout import finish_vertex_rollout
+from components.lib.vertex.rollout import RolloutError, finish_rollout, promote, rollback
+from tests.doubles.gapic import RegistryDouble, numbered
+
+ENDPOINT = "projects/my-project/locations/europe-west4/endpoints/777"
+MODEL = "projects/my-project/locations/europe-west4/models/111"
+ANSWERED_MODEL = numbered(MODEL)  # as Vertex names it in its answers: with the project's number
+ALIASES = ["champion", "blue"]
+
+
+@pytest.fixture(autouse=True)
+def anonymous(monkeypatch):
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "other-project"))
+
+
+def double(monkeypatch, deployed, split, aliases=None):
+    return RegistryDouble(monkeypatch, ENDPOINT, MODEL, deployed, split, aliases or {"champion": "1", "default": "1"})
+
+
+def get_endpoint(endpoint=ENDPOINT):
+    return ("get_endpoint", endpoint_service.GetEndpointRequest(name=endpoint))
+
+
+def undeploy(deployed_model_id, endpoint=ENDPOINT):
+    return (
+        "undeploy_model",
+        endpoint_service.UndeployModelRequest(endpoint=endpoint, deployed_model_id=deployed_model_id),
+    )
+
+
+def merge(version, aliases=("champion", "blue", "default"), model=MODEL):
+    return (
+        "merge_version_aliases",
+        model_service.MergeVersionAliasesRequest(name=f"{model}@{version}", version_aliases=list(aliases)),
+    )
+
+
+def traffic(split, endpoint=ENDPOINT):
+    return (
+        "update_endpoint",
+        endpoint_service.UpdateEndpointRequest(
+            endpoint=Endpoint(name=endpoint, traffic_split=split),
+            update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
+        ),
+    )
+
+
+def test_full_rollout_undeploys_the_previous_models_and_moves_the_aliases(monkeypatch):
+    # version 3 was just deployed at 100 %; versions 1 and 2 stayed deployed at 0 %
+    vertex = double(monkeypatch, [("d2", "2", 200), ("d1", "1", 100), ("d3", "3", 300)], {"d3": 100})
+    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 0, ALIASES)
+    assert vertex.calls == [get_endpoint(), undeploy("d1"), undeploy("d2"), merge("3")]
+    assert result == {"deployed_model_id": "d3", "canary": False, "undeployed": ["d1", "d2"], "kept": []}
+    assert [d[0] for d in vertex.deployed] == ["d3"] and vertex.split == {"d3": 100}
+    assert vertex.aliases == {"champion": "3", "blue": "3", "default": "3"}
+
+
+def test_full_rollout_keeps_the_newest_previous_models(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d3": 100})
+    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 1, ALIASES)
+    assert vertex.calls == [get_endpoint(), undeploy("d1"), merge("3")]
+    assert result["undeployed"] == ["d1"] and result["kept"] == ["d2"]
+
+
+def test_a_canary_leaves_the_endpoint_and_the_aliases_alone(monkeypatch, capsys):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 0, ALIASES)
+    assert vertex.calls == [get_endpoint()]  # nothing undeployed, no alias moved
+    assert result == {"deployed_model_id": "d2", "canary": True, "undeployed": [], "kept": ["d1"]}
+    assert "canary: d2" in capsys.readouterr().out and vertex.aliases["champion"] == "1"
+
+
+def test_a_canary_that_got_all_the_traffic_is_a_full_rollout(monkeypatch, capsys):
+    # a 10 % canary where the only other model served 0 % (kept by an earlier rollout): the split gave it 100 %
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100})
+    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 0, ALIASES)
+    assert vertex.calls == [get_endpoint(), undeploy("d1"), merge("2")]
+    assert result == {"deployed_model_id": "d2", "canary": False, "undeployed": ["d1"], "kept": []}
+    assert "serves all the traffic (nothing else served): a full rollout" in capsys.readouterr().out
+    assert vertex.aliases["champion"] == "2"
+
+
+def test_finish_rollout_needs_the_version_on_the_endpoint(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100)], {"d1": 100})
+    with pytest.raises(RolloutError, match=f"{MODEL}@2 is not deployed on the endpoint"):
+        finish_rollout(ENDPOINT, f"{MODEL}@2", 100, 0, ALIASES)
+    assert vertex.calls == [get_endpoint()]
+
+
+def test_promote_gives_the_canary_all_traffic_undeploys_the_rest_and_crowns_it(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    result = promote(ENDPOINT, 0, ALIASES)
+    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2", model=ANSWERED_MODEL)]
+    assert result == {"deployed_model_id": "d2", "model_version": f"{ANSWERED_MODEL}@2", "undeployed": ["d1"]}
+    assert vertex.split == {"d2": 100} and vertex.aliases["champion"] == "2"
+
+
+def test_promote_a_named_deployed_model_keeping_one(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 80, "d2": 10, "d3": 10})
+    promote(ENDPOINT, 1, ALIASES, deployed_model_id="d2")
+    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2", model=ANSWERED_MODEL)]
+    with pytest.raises(RolloutError, match="no deployed model d9 on .*; deployed: d2, d3"):
+        promote(ENDPOINT, 0, ALIASES, deployed_model_id="d9")
+
+
+def test_rollback_of_a_canary(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    result = rollback(ENDPOINT, ALIASES)
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d1": 100}),
+        ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@2")),
+        undeploy("d2"),
+    ]
+    assert result == {
+        "deployed_model_id": "d1",
+        "model_version": f"{ANSWERED_MODEL}@1",
+        "undeployed": ["d2"],
+        "aliases_moved": False,
+    }
+    assert vertex.aliases["champion"] == "1"
+
+
+def test_rollback_of_a_full_rollout_moves_the_aliases_back(monkeypatch):
+    # keep_previous=1 left version 1 deployed at 0 %; version 2 holds the aliases
+    vertex = double(
+        monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100}, {"champion": "2", "blue": "2", "default": "2"}
+    )
+    result = rollback(ENDPOINT, ALIASES)
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d1": 100}),
+        ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@2")),
+        undeploy("d2"),
+        merge("1", model=ANSWERED_MODEL),
+    ]
+    assert result["aliases_moved"] and vertex.aliases == {"champion": "1", "blue": "1", "default": "1"}
+
+
+def test_rollback_needs_a_previous_model(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100)], {"d1": 100})
+    with pytest.raises(RolloutError, match="nothing to roll back to on .*: 1 deployed model"):
+        rollback(ENDPOINT, ALIASES)
+    assert vertex.calls == [get_endpoint()]  # traffic untouched
+
+
+def test_kfp_steps_read_the_resource_names_of_their_artifacts(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100})
+    endpoint = dsl.Artifact(
+        uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{ENDPOINT}", metadata={"resourceName": ENDPOINT}
+    )
+    model = dsl.Artifact(
+        uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@2", metadata={"resourceName": f"{MODEL}@2"}
+    )
+    assert finish_vertex_rollout(endpoint, model, 100, 0, ALIASES)["undeployed"] == ["d1"]
+    assert crown_vertex_model(model, ["champion"]) == f"{MODEL}@2"
+    assert vertex.calls[-1] == merge("2", ["champion", "default"])
+
+
+def test_promote_and_rollback_commands(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+
+    (tmp_path / "c.yaml").write_text(
+        "platform:\n  project: my-project\n  location: europe-west4\n"
+        "  endpoint_display_name: digits-endpoint\n  keep_previous: 1\n"
+        "  model_version_aliases: [champion, blue]\n"
+    )
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 50, "d2": 40, "d3": 10})
+    result = CliRunner().invoke(cli, ["promote", "--target", "vertex", "--config", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 0, result.output
+    # the endpoint by display name, then the promotion with the config's keep_previous and aliases
+    assert vertex.calls[0] == (
+        "list_endpoints",
+        endpoint_service.ListEndpointsRequest(
+            parent="projects/my-project/locations/europe-west4",
+            filter='display_name="digits-endpoint"',
+            order_by="create_time",
+        ),
+    )
+    found = numbered(ENDPOINT)  # the listed endpoint's name, as Vertex answers it
+    assert vertex.calls[1:] == [
+        get_endpoint(found),
+        traffic({"d3": 100}, found),
+        undeploy("d1", found),
+        merge("3", model=ANSWERED_MODEL),
+    ]
+    assert result.output.splitlines()[-1] == f"promoted {ANSWERED_MODEL}@3 (deployed model d3)"
+
+    vertex.calls.clear()
+    result = CliRunner().invoke(
+        cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT]
+    )
+    assert result.exit_code == 0, result.output
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d2": 100}),
+        ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@3")),
+        undeploy("d3"),
+        merge("2", model=ANSWERED_MODEL),
+    ]
+    assert result.output.splitlines()[-1] == f"rolled back to {ANSWERED_MODEL}@2 (deployed model d2)"
+
+    result = CliRunner().invoke(
+        cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT]
+    )
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: nothing to roll back to on {ENDPOINT}: 1 deployed model(s). A full rollout "
+        "keeps platform.keep_previous earlier models deployed for this; redeploy a registry "
+        "version to go back\n"
+    )
+    (tmp_path / "c.yaml").write_text("platform:\n  location: europe-west4\n")
+    result = CliRunner().invoke(cli, ["promote", "--target", "vertex", "--config", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 1 and "platform.project is required on Vertex AI" in result.output

@@ -1,0 +1,292 @@
+"""Katib v0.19's controllers for an Experiment whose trials are batch Jobs, as a step sees them (rules in katib.py):
+
+- the suggestion: values drawn from each parameter's feasible space (uniform, or log-uniform for `logUniform`; a
+  seeded draw stands in for every algorithm's own search); for `bayesianoptimization` the skopt service first builds
+  its search space, and when that raises (a double reaching 0) every suggestion request fails: no trial is ever
+  created and the experiment keeps only its Created condition;
+- trials `<experiment>-<8 characters>`, each a Job from the trial template with `${trialParameters.*}` substituted,
+  checked against Kubernetes' Job schema, its pod admitted by Katib's pod webhook (the primary container's command
+  wrapped for the File collector; no `command` and an image the webhook cannot read from a registry: the pod is
+  refused, and the Job keeps retrying without a pod) and run by the kubelet double with the collector's emptyDir;
+- the File collector parses the metrics file (JSON format); a trial succeeds, fails, or has its metrics unavailable;
+- the experiment's counters, `currentOptimalTrial`, and its conditions: Succeeded when the trials reach
+  `maxTrialCount`, Failed once failed trials reach `maxFailedTrialCount`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+from dataclasses import dataclass, field
+
+from tests.doubles.k8s import katib, schema
+from tests.doubles.k8s.server import now
+
+EXPERIMENTS = ("kubeflow.org/v1beta1", "experiments")
+TRIALS = ("kubeflow.org/v1beta1", "trials")
+ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass
+class Trial:
+    name: str
+    assignments: list
+    pod: object = None
+    state: str = "Pending"  # Pending, Running, Succeeded, Failed, MetricsUnavailable
+    metrics: list = field(default_factory=list)  # [{name, min, max, latest}]
+    refused: str = ""
+    metrics_file: str = ""
+
+
+@dataclass
+class Study:
+    trials: list = field(default_factory=list)
+    conditions: list = field(default_factory=list)
+    suggestion_error: str = ""
+    done: bool = False
+
+
+class KatibOperator:
+    def __init__(self, kubelet, readable_images: dict[str, list[str]] | None = None, seed: int = 0):
+        """`readable_images`: image -> ENTRYPOINT, for the images the pod webhook can read from a registry (none by
+        default: images loaded into the nodes, or private without pull secrets)."""
+        self.kubelet, self.readable = kubelet, dict(readable_images or {})
+        self.random = random.Random(seed)
+        self.studies: dict[tuple, Study] = {}
+        self.events: list[str] = []
+
+    def close(self):
+        for study in self.studies.values():
+            for trial in study.trials:
+                if trial.pod is not None:
+                    trial.pod.stop()
+
+    def reconcile(self, api) -> None:
+        for key, obj in list(api.objects.items()):
+            if (key[0], key[2]) == EXPERIMENTS:
+                self._reconcile(api, key, obj)
+        for key in [k for k in self.studies if k not in api.objects]:
+            study = self.studies.pop(key)
+            for trial in study.trials:
+                if trial.pod is not None:
+                    trial.pod.stop()
+                api.remove((TRIALS[0], key[1], TRIALS[1], trial.name))
+
+    def _set(self, study: Study, kind: str, reason: str, message: str, status: str = "True"):
+        if any((c["type"], c["status"], c["reason"]) == (kind, status, reason) for c in study.conditions):
+            return
+        study.conditions = [c for c in study.conditions if c["type"] != kind]
+        study.conditions.append(
+            {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now()}
+        )
+
+    def _reconcile(self, api, key, obj):
+        _, ns, _, name = key
+        if "deletionTimestamp" in obj["metadata"]:
+            return  # reconcile() stops its trials once the server has removed it
+        spec = obj["spec"]
+        study = self.studies.get(key)
+        if study is None:
+            study = self.studies[key] = Study()
+            self._set(study, "Created", "ExperimentCreated", "Experiment is created")
+            if spec["algorithm"]["algorithmName"] == "bayesianoptimization":
+                study.suggestion_error = next(filter(None, map(katib.skopt_dimension_error, spec["parameters"])), "")
+                if study.suggestion_error:
+                    self.events.append(
+                        f"Suggestion {ns}/{name}: ReconcileError: rpc error: code = Unknown desc = Exception calling "
+                        f"application: {study.suggestion_error}"
+                    )
+        if study.done:
+            return
+        for trial in study.trials:
+            self._follow(trial, spec)
+        if not study.suggestion_error:
+            self._create_trials(api, ns, name, spec, study)
+        self._status(api, key, spec, study)
+
+    def _create_trials(self, api, ns, name, spec, study: Study):
+        states = [t.state for t in study.trials]
+        active = states.count("Pending") + states.count("Running")
+        completed = len(states) - active
+        wanted = min(spec["parallelTrialCount"], spec["maxTrialCount"] - completed) - active
+        for _ in range(max(wanted, 0)):
+            trial_name = f"{name}-{''.join(self.random.choice(ALPHABET) for _ in range(8))}"
+            assignments = [{"name": p["name"], "value": self._draw(p)} for p in spec["parameters"]]
+            trial = Trial(trial_name, assignments)
+            study.trials.append(trial)
+            api.create_owned(
+                (TRIALS[0], ns, TRIALS[1], trial_name),
+                {
+                    "apiVersion": TRIALS[0],
+                    "kind": "Trial",
+                    "metadata": {
+                        "name": trial_name,
+                        "namespace": ns,
+                        "labels": {**obj_labels(api, ns, name), "katib.kubeflow.org/experiment": name},
+                    },
+                    "spec": {"parameterAssignments": assignments},
+                },
+            )
+            self._start(api, ns, name, spec, trial)
+
+    def _draw(self, parameter: dict) -> str:
+        feasible, kind = parameter["feasibleSpace"], parameter["parameterType"]
+        if kind in ("categorical", "discrete"):
+            return self.random.choice(feasible["list"])
+        low, high = float(feasible["min"]), float(feasible["max"])
+        if feasible.get("distribution") == "logUniform":
+            value = math.exp(self.random.uniform(math.log(low), math.log(high)))
+        else:
+            value = self.random.uniform(low, high)
+        return str(round(value)) if kind == "int" else repr(value)
+
+    def _start(self, api, ns, name, spec, trial: Trial):
+        template = spec["trialTemplate"]
+        text = json.dumps(template["trialSpec"])
+        values = {a["name"]: a["value"] for a in trial.assignments}
+        for p in template["trialParameters"]:
+            reference = p["reference"]
+            value = (
+                trial.name
+                if reference == "${trialSpec.Name}"
+                else ns
+                if reference == "${trialSpec.Namespace}"
+                else values[reference]
+            )
+            text = text.replace(f"${{trialParameters.{p['name']}}}", value)
+        job = json.loads(text)
+        job["metadata"] = {**(job.get("metadata") or {}), "name": trial.name, "namespace": ns}
+        errors = schema.core_errors(job)
+        assert not errors, f"trial Job {trial.name} is invalid: {errors}"
+        pod_template = copy.deepcopy(job["spec"]["template"])
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{trial.name}-{''.join(self.random.choice(ALPHABET) for _ in range(5))}",
+                "namespace": ns,
+                "labels": {
+                    **(pod_template.get("metadata") or {}).get("labels", {}),
+                    "katib.kubeflow.org/experiment": name,
+                    "katib.kubeflow.org/trial": trial.name,
+                },
+                "annotations": (pod_template.get("metadata") or {}).get("annotations", {}),
+            },
+            "spec": pod_template["spec"],
+        }
+        primary = template["primaryContainerName"]
+        containers = pod["spec"]["containers"]
+        index = next((i for i, c in enumerate(containers) if c["name"] == primary), None)
+        if index is None:
+            trial.refused = f"Unable to find primary container {primary} in mutated pod containers"
+            self.events.append(f"Job {ns}/{trial.name}: FailedCreate: {trial.refused}")
+            return
+        collector = spec["metricsCollectorSpec"]["source"]["fileSystemPath"]["path"]
+        container = containers[index]
+        try:
+            command, args = katib.wrapped_command(container, collector, self.readable.get(container["image"]))
+        except PermissionError as e:
+            trial.refused = f'admission webhook "mutator.pod.katib.kubeflow.org" denied the request: {e}'
+            self.events.append(f"Job {ns}/{trial.name}: FailedCreate: {trial.refused}")
+            return
+        folder = os.path.dirname(collector)
+        containers[index] = {
+            **container,
+            "command": command,
+            "args": args,
+            "volumeMounts": [*(container.get("volumeMounts") or []), {"name": "metrics-volume", "mountPath": folder}],
+        }
+        pod["spec"] = {
+            **pod["spec"],
+            "volumes": [*(pod["spec"].get("volumes") or []), {"name": "metrics-volume", "emptyDir": {}}],
+            "shareProcessNamespace": True,
+        }
+        api.pods.append(pod)
+        trial.pod = self.kubelet.start(pod, primary)
+        trial.metrics_file = collector
+        trial.state = "Running"
+
+    def _follow(self, trial: Trial, spec):
+        if trial.state != "Running":
+            return
+        code = trial.pod.process.poll()
+        if code is None:
+            return
+        if code != 0:
+            trial.state = "Failed"
+            return
+        host_file = trial.pod.host_path(trial.metrics_file)
+        names = [spec["objective"]["objectiveMetricName"], *(spec["objective"].get("additionalMetricNames") or [])]
+        try:
+            with open(host_file) as f:
+                logs = katib.parse_json_metrics(f.read(), names)
+        except (OSError, ValueError):
+            logs = [{"name": names[0], "value": "unavailable"}]
+        values = [log["value"] for log in logs if log["name"] == names[0]]
+        if values == ["unavailable"]:
+            trial.state = "MetricsUnavailable"
+            return
+        numbers = [float(v) for v in values]
+        trial.metrics = [{"name": names[0], "min": str(min(numbers)), "max": str(max(numbers)), "latest": values[-1]}]
+        trial.state = "Succeeded"
+
+    def _status(self, api, key, spec, study: Study):
+        counts = {
+            s: [t for t in study.trials if t.state == s]
+            for s in ("Pending", "Running", "Succeeded", "Failed", "MetricsUnavailable")
+        }
+        status: dict = {"startTime": study.conditions[0]["lastTransitionTime"]}
+        for field_name, state in (
+            ("trialsPending", "Pending"),
+            ("trialsRunning", "Running"),
+            ("trialsSucceeded", "Succeeded"),
+            ("trialsFailed", "Failed"),
+            ("trialMetricsUnavailable", "MetricsUnavailable"),
+        ):
+            if counts[state]:
+                status[field_name] = len(counts[state])
+        if study.trials:
+            status["trials"] = len(study.trials)
+            self._set(study, "Running", "ExperimentRunning", "Experiment is running")
+        objective = spec["objective"]
+        strategy = next(
+            s["value"] for s in objective["metricStrategies"] if s["name"] == objective["objectiveMetricName"]
+        )
+        scored = [(float(t.metrics[0][strategy]), t) for t in counts["Succeeded"]]
+        if scored:
+            best = (max if objective["type"] == "maximize" else min)(scored, key=lambda s: s[0])[1]
+            status["currentOptimalTrial"] = {
+                "bestTrialName": best.name,
+                "parameterAssignments": best.assignments,
+                "observation": {"metrics": best.metrics},
+            }
+        failed = len(counts["Failed"]) + len(counts["MetricsUnavailable"])
+        completed = len(study.trials) - len(counts["Pending"]) - len(counts["Running"])
+        limit = spec.get("maxFailedTrialCount")
+        if limit is not None and failed and failed >= limit:
+            self._finish(
+                study, "Failed", "ExperimentFailed", "Experiment has failed because max failed count has reached"
+            )
+        elif completed >= spec["maxTrialCount"]:
+            self._finish(
+                study,
+                "Succeeded",
+                "ExperimentMaxTrialsReached",
+                "Experiment has succeeded because max trial count has reached",
+            )
+        status["conditions"] = [dict(c) for c in study.conditions]
+        api.write_status(key, status)
+
+    def _finish(self, study: Study, kind: str, reason: str, message: str):
+        for c in study.conditions:
+            if c["type"] == "Running":
+                c["status"] = "False"
+        self._set(study, kind, reason, message)
+        study.done = True
+
+
+def obj_labels(api, ns: str, name: str) -> dict:
+    return dict((api.get("experiments", name, ns) or {}).get("metadata", {}).get("labels") or {})

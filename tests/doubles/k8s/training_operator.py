@@ -1,0 +1,216 @@
+"""The Kubeflow training operator (release-1.9) for TFJobs, as a step sees it: one pod a replica
+(`<job>-<type>-<i>`, the operator's labels), `TF_CONFIG` (`chief` / `worker` cluster keys, the task's type and
+index, only for more than one replica) with each replica's address at a free local port (the double's DNS), the
+replicas run by the kubelet double; `restartPolicy: OnFailure` restarts a failed container until the restarts reach
+`runPolicy.backoffLimit`; the chief's exit decides success; `activeDeadlineSeconds` fails the job; the conditions and
+messages are the operator's. `cleanPodPolicy: Running` stops the other replicas once the job has finished."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from tests.doubles.k8s.pods import free_port
+from tests.doubles.k8s.server import now
+
+TFJOBS = ("kubeflow.org/v1", "tfjobs")
+
+
+@dataclass
+class Replica:
+    name: str
+    rtype: str
+    index: int
+    pod: dict
+    process: object = None
+    restarts: int = 0
+    failed_at: float | None = None
+
+
+@dataclass
+class Job:
+    replicas: list = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    conditions: list = field(default_factory=list)
+    finished: bool = False
+    cluster: dict = field(default_factory=dict)  # TF_CONFIG's cluster: replica type -> addresses
+    start_time: str = field(default_factory=now)
+
+
+class TrainingOperator:
+    def __init__(self, kubelet, restart_delay: float = 1.0):
+        """`restart_delay`: the kubelet's back-off before it restarts a crashed container (10 s at first there)."""
+        self.kubelet, self.restart_delay = kubelet, restart_delay
+        self.jobs: dict[tuple, Job] = {}
+
+    def close(self):
+        for job in self.jobs.values():
+            self._stop(job)
+
+    def reconcile(self, api) -> None:
+        for key, obj in list(api.objects.items()):
+            if (key[0], key[2]) == TFJOBS:
+                self._reconcile(api, key, obj)
+        for key in [k for k in self.jobs if k not in api.objects]:
+            self._stop(self.jobs.pop(key))
+
+    def _stop(self, job: Job):
+        for replica in job.replicas:
+            if replica.process is not None:
+                replica.process.stop()
+
+    def _condition(self, job: Job, kind: str, reason: str, message: str):
+        for c in job.conditions:
+            if c["type"] == "Running" and kind in ("Succeeded", "Failed"):
+                c["status"] = "False"
+        job.conditions = [c for c in job.conditions if c["type"] != kind]
+        job.conditions.append(
+            {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now()}
+        )
+
+    def _reconcile(self, api, key, obj):
+        _, ns, _, name = key
+        if "deletionTimestamp" in obj["metadata"]:
+            if key in self.jobs:
+                self._stop(self.jobs.pop(key))
+            api.pods[:] = [p for p in api.pods if p["metadata"]["labels"].get("training.kubeflow.org/job-name") != name]
+            return
+        job = self.jobs.get(key)
+        if job is None:
+            job = self.jobs[key] = self._create(api, ns, name, obj)
+        if job.finished:
+            return
+        spec = obj["spec"]
+        run_policy = spec.get("runPolicy") or {}
+        for replica in job.replicas:
+            code = replica.process.process.poll()
+            api.logs[replica.name] = replica.process.log()
+            if code is None or code == 0:
+                continue
+            policy = spec["tfReplicaSpecs"][replica.rtype].get("restartPolicy", "Never")
+            if policy not in ("OnFailure", "Always"):
+                self._fail(api, key, job, f"TFJob {ns}/{name} has failed because 1 {replica.rtype} replica(s) failed.")
+                return
+            # the kubelet restarts the container in place, after a back-off (CrashLoopBackOff)
+            if replica.failed_at is None:
+                replica.failed_at = time.monotonic()
+                self._pod_status(replica, {"terminated": {"exitCode": code, "reason": "Error"}})
+            elif time.monotonic() - replica.failed_at >= self.restart_delay:
+                api.previous_logs[replica.name] = replica.process.log()
+                replica.process.stop()
+                replica.restarts, replica.failed_at = replica.restarts + 1, None
+                replica.process = self.kubelet.start(replica.pod, "tensorflow", self._env(job, replica))
+                self._pod_status(replica, {"running": {"startedAt": now()}})
+        limit = run_policy.get("backoffLimit")
+        if limit is not None and sum(r.restarts for r in job.replicas) >= max(limit, 1):
+            self._fail(api, key, job, f"Job {name} has failed because it has reached the specified backoff limit", True)
+            return
+        deadline = run_policy.get("activeDeadlineSeconds")
+        if deadline and time.monotonic() - job.started >= deadline:
+            self._fail(
+                api, key, job, f"Job {name} has failed because it was active longer than specified deadline", True
+            )
+            return
+        chief = next((r for r in job.replicas if r.rtype in ("Chief", "Master")), job.replicas[0])
+        if chief.process.process.poll() == 0:
+            self._finish(api, key, job, "Succeeded", "TFJobSucceeded", f"TFJob {ns}/{name} successfully completed.")
+            return
+        if not any(c["type"] == "Running" for c in job.conditions):
+            self._condition(job, "Running", "TFJobRunning", f"TFJob {ns}/{name} is running.")
+        self._write(api, key, job)
+
+    def _create(self, api, ns, name, obj) -> Job:
+        job = Job()
+        self._condition(job, "Created", "TFJobCreated", f"TFJob {name} is created.")
+        for rtype, rspec in obj["spec"]["tfReplicaSpecs"].items():
+            for index in range(rspec.get("replicas", 1)):
+                template = rspec["template"]
+                pod_name = f"{name}-{rtype.lower()}-{index}"
+                labels = {
+                    **(template.get("metadata") or {}).get("labels", {}),
+                    "training.kubeflow.org/operator-name": "tfjob-controller",
+                    "training.kubeflow.org/job-name": name,
+                    "training.kubeflow.org/replica-type": rtype.lower(),
+                    "training.kubeflow.org/replica-index": str(index),
+                }
+                restart = rspec.get("restartPolicy", "Never")
+                pod = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod_name,
+                        "namespace": ns,
+                        "labels": labels,
+                        "annotations": (template.get("metadata") or {}).get("annotations", {}),
+                    },
+                    "spec": {**template["spec"], "restartPolicy": "Never" if restart == "ExitCode" else restart},
+                }
+                job.replicas.append(Replica(pod_name, rtype, index, pod))
+                api.pods.append(pod)
+        ports = {r.name: free_port() for r in job.replicas}
+        cluster: dict = {}
+        for r in job.replicas:
+            cluster.setdefault(r.rtype.lower(), []).append(f"127.0.0.1:{ports[r.name]}")
+        job.cluster = cluster
+        for replica in job.replicas:
+            replica.process = self.kubelet.start(replica.pod, "tensorflow", self._env(job, replica))
+            self._pod_status(replica, {"running": {"startedAt": now()}})
+        return job
+
+    @staticmethod
+    def _pod_status(replica: Replica, state: dict) -> None:
+        image = replica.pod["spec"]["containers"][0]["image"]
+        status = {
+            "name": "tensorflow",
+            "image": image,
+            "imageID": "",
+            "ready": "running" in state,
+            "restartCount": replica.restarts,
+            "state": state,
+        }
+        replica.pod["status"] = {"phase": "Running", "containerStatuses": [status]}
+
+    @staticmethod
+    def _env(job: Job, replica: Replica) -> dict:
+        if len(job.replicas) == 1:
+            return {}
+        config = {
+            "cluster": job.cluster,
+            "task": {"type": replica.rtype.lower(), "index": replica.index},
+            "environment": "cloud",
+        }
+        return {"TF_CONFIG": json.dumps(config, separators=(",", ":"))}
+
+    def _fail(self, api, key, job: Job, message: str, delete_pods: bool = False):
+        self._finish(api, key, job, "Failed", "TFJobFailed", message, delete_pods)
+
+    def _finish(self, api, key, job: Job, kind: str, reason: str, message: str, delete_pods: bool = False):
+        """The job's end: cleanPodPolicy Running stops what still runs; a backoff or deadline failure deletes every
+        pod (their logs with them), whatever the policy."""
+        self._condition(job, kind, reason, message)
+        job.finished = True
+        for replica in job.replicas:
+            api.logs[replica.name] = replica.process.log()
+            if replica.process.process.poll() is None:
+                replica.process.stop()
+        if delete_pods:
+            names = {r.name for r in job.replicas}
+            api.pods[:] = [p for p in api.pods if p["metadata"]["name"] not in names]
+            for store in (api.logs, api.previous_logs):
+                for pod_name in names:
+                    store.pop(pod_name, None)
+        self._write(api, key, job)
+
+    @staticmethod
+    def _write(api, key, job: Job):
+        statuses: dict = {}
+        for r in job.replicas:
+            code = r.process.process.poll()
+            bucket = "active" if code is None else "succeeded" if code == 0 else "failed"
+            statuses.setdefault(r.rtype, {}).setdefault(bucket, 0)
+            statuses[r.rtype][bucket] += 1
+        api.write_status(
+            key,
+            {"conditions": [dict(c) for c in job.conditions], "replicaStatuses": statuses, "startTime": job.start_time},
+        )

@@ -1,0 +1,108 @@
+"""What this project sends to Vertex AI, field by field: one set of checks used by the GAPIC-boundary tests
+(tests/contract/vertex/test_requests.py: GCPC launchers run on compiled tasks against stubs) and by the rehearsal tests
+(tests/contract/vertex/test_rehearsal.py: the requests a rehearsal recorded). Each takes the request as a dict with proto field
+names (enums by name) and the Platform the pipeline was compiled with."""
+
+from pipelines.config import Platform
+
+
+def resource_labels(platform: Platform, pipeline: str = "tfpipe-training") -> dict:
+    return {**platform.labels, **platform.model_labels, "pipeline": pipeline}
+
+
+def _identity(spec: dict, platform: Platform, network: bool = True) -> None:
+    assert spec.get("service_account", "") == platform.service_account
+    if network:
+        assert spec.get("network", "") == platform.network
+
+
+def _cmek(resource: dict, platform: Platform) -> None:
+    assert resource.get("encryption_spec", {}).get("kms_key_name", "") == platform.encryption_spec_key_name
+
+
+def check_custom_job(request: dict, platform: Platform, workers: int) -> None:
+    job = request["custom_job"]
+    assert job["display_name"].endswith("-train")
+    assert job.get("labels") == resource_labels(platform)
+    _cmek(job, platform)
+    spec = job["job_spec"]
+    _identity(spec, platform)
+    assert spec.get("tensorboard", "") == platform.tensorboard
+    assert spec["base_output_directory"]["output_uri_prefix"].rstrip("/").endswith("job_dir")
+    assert spec["scheduling"]["restart_job_on_worker_restart"] is True
+    pools = spec["worker_pool_specs"]
+    assert [int(p["replica_count"]) for p in pools] == ([1, workers - 1] if workers > 1 else [1])
+    for pool in pools:
+        assert pool["machine_spec"]["machine_type"] == platform.machine_type
+        assert pool["container_spec"]["image_uri"] == platform.training_image()
+        assert pool["container_spec"]["command"] == ["python", "-m", "trainer.task"]
+        assert pool["container_spec"]["args"][0] == "--data-dir"
+
+
+def check_tuning_job(request: dict, platform: Platform, study) -> None:
+    job = request["hyperparameter_tuning_job"]
+    assert job["display_name"].endswith("-tune")
+    _cmek(job, platform)
+    _identity(job["trial_job_spec"], platform)
+    assert (int(job["max_trial_count"]), int(job["parallel_trial_count"]), int(job["max_failed_trial_count"])) == (
+        study.max_trial_count,
+        study.parallel_trial_count,
+        study.max_failed_trial_count,
+    )
+    assert [(m["metric_id"], m["goal"]) for m in job["study_spec"]["metrics"]] == [
+        (study.metric_id, study.goal.upper())
+    ]
+    assert [p["parameter_id"] for p in job["study_spec"]["parameters"]] == [p.parameter_id for p in study.parameters]
+    assert job["study_spec"]["measurement_selection_type"] == f"{study.measurement.upper()}_MEASUREMENT"
+    [pool] = job["trial_job_spec"]["worker_pool_specs"]
+    assert int(pool["replica_count"]) == 1 and pool["container_spec"]["image_uri"] == platform.training_image()
+
+
+def check_batch_job(request: dict, platform: Platform) -> None:
+    job = request["batch_prediction_job"]
+    assert job["display_name"].endswith("-batch")
+    assert "@" in job["model"]  # a pinned version, never "whatever is default now"
+    assert job.get("service_account", "") == platform.service_account
+    _cmek(job, platform)
+    assert job.get("labels") == resource_labels(platform, "tfpipe-batch-prediction")
+    resources = job["dedicated_resources"]
+    assert resources["machine_spec"]["machine_type"] == platform.batch_machine_type
+    assert (int(resources["starting_replica_count"]), int(resources["max_replica_count"])) == (
+        platform.batch_starting_replicas,
+        platform.batch_max_replicas,
+    )
+
+
+def check_upload(request: dict, platform: Platform) -> None:
+    model = request["model"]
+    assert model["display_name"] == platform.model_display_name
+    assert model.get("labels") == resource_labels(platform)
+    _cmek(model, platform)
+    assert not model.get("version_aliases")  # the alias moves only once the version serves
+    container = model["container_spec"]
+    assert container["image_uri"] == platform.serving_container_spec()["imageUri"]  # the GPU image with accelerators
+    expected_ports = platform.serving_container_spec().get("ports", [])
+    assert [int(p["container_port"]) for p in container.get("ports", [])] == [
+        p["containerPort"] for p in expected_ports
+    ]
+
+
+def check_endpoint_create(request: dict, platform: Platform) -> None:
+    assert request["display_name"] == platform.endpoint_display_name
+    assert request.get("labels") == resource_labels(platform)
+    _cmek(request, platform)
+    assert not request.get("network")  # a peered endpoint holds one model: no canary
+
+
+def check_deploy(request: dict, platform: Platform) -> None:
+    deployed = request["deployed_model"]
+    assert "@" in deployed["model"]
+    assert deployed["display_name"] == platform.model_display_name
+    assert deployed.get("service_account", "") == platform.service_account
+    resources = deployed["dedicated_resources"]
+    assert resources["machine_spec"]["machine_type"] == platform.serving_machine_type
+    assert (int(resources["min_replica_count"]), int(resources["max_replica_count"])) == (
+        platform.serving_min_replicas,
+        platform.serving_max_replicas,
+    )
+    assert sum(int(v) for v in request["traffic_split"].values()) == 100

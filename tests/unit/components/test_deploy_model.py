@@ -1,0 +1,152 @@
+"""Local endpoint deploy: one detached server per repository and ports for all its models, version checks, smoke
+test, rollback, stopping one model or the whole server."""
+
+import json
+import os
+import socket
+
+import pytest
+import requests
+from click.testing import CliRunner
+
+from components.lib.deploy import tf_serving
+from components.lib.deploy.model_repository import publish, versions
+from pipelines.cli import cli
+from serving import lifecycle, ports
+from tests.helpers import serving_models
+from tests.helpers.serving_models import toy_model
+
+
+@pytest.mark.e2e
+def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    base, model_dir = str(tmp_path / "repo"), str(trained_model / "model")
+
+    def deploy(version, name="digits"):
+        return tf_serving.deploy(version.number, version.path, str(digits_data), base, name, rest_port=0, grpc_port=0)
+
+    first = publish(model_dir, base, "digits", {"run": 1})
+    try:
+        info = deploy(first)
+        assert info["started"] and info["version"] == 1 and info["smoke"]["examples"] == 8
+        # the pixel arrays and, PNG-encoded, the same images on the encoded-image signature
+        assert info["smoke"]["signatures"] == ["serving_default", "serving_image_bytes"]
+        assert info["stop"] == f"python -m pipelines stop-serving --model-base-path {base} --model-name digits"
+        with open(lifecycle.state_file(base, 0, 0)) as f:
+            assert json.load(f)["rest_url"] == info["rest_url"]
+
+        second = publish(model_dir, base, "digits", {"run": 2})
+        again = deploy(second)
+        assert not again["started"] and again["pid"] == info["pid"] and again["version"] == 2
+        assert again["log"] == info["log"] and os.path.getsize(again["log"]) > 0  # the reused server's log
+        # another model: the same server picks it up from the repository, and serves both
+        beside = deploy(publish(model_dir, base, "shapes", {"run": 3}), "shapes")
+        assert not beside["started"] and beside["pid"] == info["pid"] and beside["version"] == 1
+        for name, version in (("digits", "2"), ("shapes", "1")):
+            served = requests.get(f"{info['rest_url']}/v1/models/{name}/metadata").json()["model_spec"]["version"]
+            assert served == version
+
+        broken = tmp_path / "broken"
+        toy_model(str(broken), k=1)  # loads fine, but its signature does not classify images
+        third = publish(str(broken), base, "digits", {"run": 4})
+        with pytest.raises(
+            tf_serving.DeployError,
+            match=r"version 3 failed, rolled back: the published model's "
+            r"serving_default has no class_id output \(\['version', 'y'\]\) \(serving version 2 again\)",
+        ):
+            deploy(third)
+        assert versions(base, "digits") == [1, 2]
+        status = requests.get(f"{info['rest_url']}/v1/models/digits/versions/2").json()
+        assert status["model_version_status"][0]["state"] == "AVAILABLE"
+        where = f"pid {info['pid']}, REST {info['rest_url']}"
+        assert lifecycle.stop_server(base, "digits") == (
+            f"stopped serving digits; the server ({where}) keeps serving shapes"
+        )
+        redeployed = deploy(publish(model_dir, base, "digits", {"run": 5}))  # a run serves a stopped model again
+        assert redeployed["pid"] == info["pid"] and redeployed["version"] == 4
+        assert lifecycle.stop_server(base, "shapes") == (
+            f"stopped serving shapes; the server ({where}) keeps serving digits"
+        )
+        assert lifecycle.stop_server(base, "digits") == (
+            f"stopped the server for {base} ({where}): digits was its last model"
+        )
+    finally:
+        lifecycle.stop_server(base)
+    assert lifecycle.running_server(base, 0, 0) is None
+
+
+def test_stop_one_model_then_the_whole_server(tmp_path, monkeypatch):
+    """A server started for the repository serves every model in it; stopping one unloads it for good (models
+    published later are picked up, not it), the others keep serving; without a name the server stops."""
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    base = str(tmp_path / "repo")
+    for name in ("a", "b"):
+        toy_model(f"{base}/{name}/1", k=1)
+    server = lifecycle.wait_ready(lifecycle.launch_server(base, 0, 0))
+    url, where = server["rest_url"], f"pid {server['pid']}, REST {server['rest_url']}"
+    try:
+        for name in ("a", "b"):
+            tf_serving.wait_available(url, name, 1)
+        stop_a = CliRunner().invoke(cli, ["stop-serving", "--model-base-path", base, "--model-name", "a"])
+        assert (stop_a.exit_code, stop_a.output) == (0, f"stopped serving a; the server ({where}) keeps serving b\n")
+        serving_models.publish(toy_model(str(tmp_path / "staging"), k=3), base, "c", "1")
+        tf_serving.wait_available(url, "c", 1)
+        assert requests.get(f"{url}/v1/models/a").status_code == 404
+        tf_serving.wait_available(url, "b", 1)
+        with pytest.raises(ValueError, match=f"{base} has no model nope \\(its models: a, b, c\\)"):
+            lifecycle.stop_server(base, "nope")
+        stop_all = CliRunner().invoke(cli, ["stop-serving", "--model-base-path", base])
+        assert (stop_all.exit_code, stop_all.output) == (0, f"stopped the server for {base} ({where})\n")
+    finally:
+        lifecycle.stop_server(base)
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{url}/v1/models/b", timeout=5)
+    assert lifecycle.running_server(base, 0, 0) is None
+    none = CliRunner().invoke(cli, ["stop-serving", "--model-base-path", base])
+    assert (none.exit_code, none.output) == (1, f"Error: no server is running for {base}\n")
+
+
+def test_a_port_in_use_fails_the_deploy_in_one_line_naming_it(trained_model, digits_data, tmp_path, monkeypatch):
+    """The server's own error reaches the step's message: the port, what holds it, the option that picks another."""
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    base = str(tmp_path / "repo")
+    version = publish(str(trained_model / "model"), base, "digits", {})
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port, holder = held.getsockname()[1], ports.holder(held.getsockname()[1])
+        with pytest.raises(tf_serving.DeployError) as error:
+            tf_serving.deploy(
+                version.number, version.path, str(digits_data), base, "digits", rest_port=port, grpc_port=0
+            )
+    log = lifecycle.state_file(base, port, 0).removesuffix(".json") + ".log"
+    assert str(error.value) == (
+        "deploying digits version 1 failed, rolled back: the model server did not start (exit code 1): "
+        f"port {port} (REST, 127.0.0.1) is in use by {holder}; choose another with --rest-port PORT, or "
+        f"--rest-port 0 for any free port (log: {log})"
+    )
+    assert holder.startswith(f"pid {os.getpid()} (") and versions(base, "digits") == []
+
+
+def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
+    import numpy as np
+
+    from components.lib.deploy.smoke import SmokeCheck, SmokeFailed
+    from serving.repository import Repository, ServedModels
+    from serving.server import ModelServer, ServerOptions
+
+    toy_model(str(tmp_path / "toy" / "1"), k=1)
+    server = ModelServer(ServedModels(Repository(str(tmp_path))), ServerOptions(rest_port=0, grpc_port=-1)).start()
+    try:
+        images = SmokeCheck("serving_default", np.zeros((2, 8, 8, 1), np.float32), np.array([0, 0]))
+        with pytest.raises(
+            tf_serving.DeployError,
+            match=r"smoke prediction on serving_default failed \(400\): "
+            r"input 'x' expects",
+        ):
+            tf_serving.smoke_test(server.rest_url, "toy", 1, images)
+        rows = SmokeCheck("serving_default", np.ones((2, 3), np.float32), np.array([0, 0]))
+        with pytest.raises(SmokeFailed, match="smoke prediction on serving_default has no class_id"):
+            tf_serving.smoke_test(server.rest_url, "toy", 1, rows)
+    finally:
+        server.stop()
