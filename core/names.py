@@ -1,13 +1,15 @@
 """The rules of the names, identifiers and locations a user or a run parameter sets, each by where it goes (the
 "Validation" section of docs/guides/configuration.md). Every rule returns the value or raises InvalidName, whose message is one line:
-`PARAM: RULE (got VALUE)`. The config (pipelines/config.py) checks them on load, the steps again at start (a
-compiled pipeline's parameters can be changed in the KFP UI), the local server in its routes; no TensorFlow, no
-pydantic here.
+`PARAM: RULE (got VALUE)`, or for the Google Cloud rules `PARAM: VALUE RULE` (`'us central1' is not a Google Cloud
+region like ...`). The config (pipelines/config/) checks them on load, the steps again at start (a compiled
+pipeline's parameters can be changed in the KFP UI), the local server in its routes; no TensorFlow, no pydantic
+here.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 MODEL_NAME_MAX = 128
@@ -25,14 +27,22 @@ DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX = 63, 253
 INFERENCE_SERVICE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 INFERENCE_SERVICE_MAX = DNS_LABEL_MAX - len("latest-") - len("-predictor")
 # Vertex AI: display names (models, endpoints, schedules, jobs) hold up to 128 UTF-8 characters; Experiments (a
-# metadata context id) [a-z0-9][a-z0-9-]{0,127}; Model Registry version aliases; Google Cloud labels (their checks
-# and messages in pipelines/config.py)
+# metadata context id) [a-z0-9][a-z0-9-]{0,127}; Model Registry version aliases; Google Cloud labels
 DISPLAY_NAME_MAX = 128
 VERTEX_EXPERIMENT = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
 VERSION_ALIAS = re.compile(r"^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$")  # anchored: messages show the pattern
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 MAX_LABELS = 64  # per Vertex AI resource
+# Google Cloud: regions, project ids (optionally domain-scoped, DOMAIN:ID), service account e-mails, VPC networks
+# (named by project number), Cloud KMS keys and TensorBoard instances (their location and project as groups)
+REGION = re.compile(r"^[a-z]+(-[a-z]+)+[0-9]+$")
+PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.gserviceaccount\.com$")
+NETWORK = re.compile(r"^projects/[0-9]+/global/networks/[^/\s]+$")
+KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/keyRings/[^/\s]+/cryptoKeys/[^/\s]+$")
+TENSORBOARD = re.compile(r"^projects/(?P<project>[^/\s]+)/locations/(?P<location>[^/\s]+)/tensorboards/[0-9]+$")
+URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _GCS = re.compile(r"gs://[a-z0-9][a-z0-9._-]*(/.*)?", re.DOTALL)  # a bucket name, lowercase
@@ -40,17 +50,25 @@ _SHOWN = 80  # characters of a refused value a message shows
 
 
 class InvalidName(ValueError):
-    """A name, identifier or location breaks the rule of a place it goes (`param: rule (got value)`)."""
+    """A name, identifier or location breaks the rule of a place it goes (`param: rule (got value)`). A rule whose
+    message names the value first gives that message as `detail`."""
 
-    def __init__(self, param: str, rule: str, value: object):
-        self.param, self.rule, self.value = param, rule, value
+    def __init__(self, param: str, rule: str, value: object, detail: str = ""):
+        self.param, self.rule, self.value, self._detail = param, rule, value, detail
         super().__init__(f"{param}: {self.detail}")
 
     @property
     def detail(self) -> str:
-        """The message without the parameter: `rule (got value)`."""
+        """The message without the parameter: `rule (got value)`, or the rule's own."""
+        if self._detail:
+            return self._detail
         shown = repr(self.value)
         return f"{self.rule} (got {shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + '...'})"
+
+
+def _refused(param: str, value: str, rule: str) -> InvalidName:
+    """The refusal of a Google Cloud rule: `param: 'value' rule` (`'eu' is not a Google Cloud region like ...`)."""
+    return InvalidName(param, rule, value, f"{value!r} {rule}")
 
 
 def model_name(value: str, param: str = "model_name") -> str:
@@ -120,6 +138,90 @@ def vertex_experiment(value: str, param: str = "vertex_experiment") -> str:
             "a Vertex AI Experiment name: 1 to 128 lowercase letters, digits and '-', starting with a letter or digit",
             value,
         )
+    return value
+
+
+def region(value: str, param: str = "location") -> str:
+    """A Google Cloud region: where the Vertex AI runs, jobs, models and endpoints live."""
+    if not REGION.match(value):
+        raise _refused(param, value, "is not a Google Cloud region like us-central1 or europe-west4")
+    return value
+
+
+def project_id(value: str, param: str = "project") -> str:
+    """A Google Cloud project id."""
+    if not PROJECT.match(value):
+        raise _refused(param, value, "is not a project id (6-30 lowercase letters, digits and hyphens)")
+    return value
+
+
+def service_account(value: str, param: str = "service_account") -> str:
+    """A Google Cloud service account's e-mail."""
+    if not SERVICE_ACCOUNT.match(value):
+        raise _refused(param, value, "is not a service account e-mail like NAME@PROJECT.iam.gserviceaccount.com")
+    return value
+
+
+def network(value: str, param: str = "network") -> str:
+    """A VPC network as Vertex AI peers with it: named by the project's number."""
+    if not NETWORK.match(value):
+        raise _refused(param, value, "must look like projects/PROJECT_NUMBER/global/networks/NAME")
+    return value
+
+
+def _in_region(value: str, param: str, pattern: re.Pattern, form: str, region: str) -> str:
+    match = pattern.match(value)
+    if not match:
+        raise _refused(param, value, f"must look like {form}")
+    if match["location"] != region:
+        raise _refused(param, value, f"is in {match['location']}; Vertex AI needs it in the runs' location {region}")
+    return value
+
+
+def kms_key(value: str, param: str, region: str) -> str:
+    """A Cloud KMS key (CMEK) of the Vertex AI runs in `region`: Vertex takes only a key of that region."""
+    return _in_region(value, param, KMS_KEY, "projects/P/locations/L/keyRings/R/cryptoKeys/K", region)
+
+
+def tensorboard(value: str, param: str, region: str) -> str:
+    """A Vertex AI TensorBoard instance a training job in `region` writes to: one of that region."""
+    return _in_region(value, param, TENSORBOARD, "projects/P/locations/L/tensorboards/ID", region)
+
+
+def version_alias(value: str, param: str = "model_version_aliases") -> str:
+    """A Vertex AI Model Registry version alias."""
+    if not VERSION_ALIAS.fullmatch(value):
+        raise _refused(param, value, f"must match {VERSION_ALIAS.pattern}")
+    return value
+
+
+def labels(value: Mapping[str, str], param: str = "labels") -> Mapping[str, str]:
+    """Google Cloud labels of one resource: keys and values by Google Cloud's rules, no key starting with `goog`
+    (reserved), at most MAX_LABELS."""
+    for key, text in value.items():
+        if not LABEL_KEY.fullmatch(key) or not LABEL_VALUE.fullmatch(text):
+            shown = key if key.isprintable() else repr(key)  # the message stays one line
+            detail = f"{shown}={text!r}: keys must match {LABEL_KEY.pattern} and values {LABEL_VALUE.pattern}"
+            raise InvalidName(param, "Google Cloud labels", value, detail)
+        if key.startswith("goog"):
+            detail = f"{key}: label keys starting with goog are reserved by Google Cloud"
+            raise InvalidName(param, "Google Cloud labels", value, detail)
+    if len(value) > MAX_LABELS:
+        raise InvalidName(param, "Google Cloud labels", value, f"at most {MAX_LABELS} labels, got {len(value)}")
+    return value
+
+
+def uri(value: str, param: str) -> str:
+    """A URI with a scheme: a pipeline root (gs://, minio://), an API endpoint or a registry (https://)."""
+    if not URI.match(value):
+        raise _refused(param, value, "is not a URI (scheme://...)")
+    return value
+
+
+def image_uri(value: str, param: str) -> str:
+    """A container image's URI: not empty, no white space."""
+    if not value or any(c.isspace() for c in value):
+        raise _refused(param, value, "is not an image URI")
     return value
 
 

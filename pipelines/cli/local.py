@@ -112,8 +112,7 @@ def run(out_dir, config_file, profile, sets, verbose, quiet, pipeline, instances
         dag = build_pipeline("local", config.platform, config.study, config.trainer)
     except ConfigError as e:  # trainer.model names no function on this Python path
         _fail(str(e))
-    out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = _make_folder(Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve(), "--out")
 
     use_legacy_keras()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -128,6 +127,16 @@ def run(out_dir, config_file, profile, sets, verbose, quiet, pipeline, instances
     started = time.time()
     steps, run_root = run_local(dag, params, out, verbose, quiet=quiet)
     _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
+
+
+def _make_folder(path: Path, option: str) -> Path:
+    """`path`, created with its parents unless it exists; one `option: ...` line when it cannot be (a file in the
+    way, no permission)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _fail(f"{option}: cannot create the folder {e.filename or path}: {e.strerror or e}")
+    return path
 
 
 def _finish(summary: dict, out: Path) -> None:
@@ -203,8 +212,7 @@ def _run_batch(out_dir, config_source, output, instances, instances_format, mode
             params["model"] = local_path(params["model"])
             if not os.path.exists(params["model"]):
                 _fail(f"model not found: {params['model']}")
-    out = Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = _make_folder(Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve(), "--out")
 
     use_legacy_keras()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -287,8 +295,13 @@ def compile_(target, output, config_file, profile, sets, pipeline):
     _refuse_examples(config, config.cloud_fields(target, pipeline, compiling=True))
     if not output.endswith((".yaml", ".yml", ".json")):
         _fail(f"--output must end in .yaml or .json, got {output}")
+    _make_folder(Path(output).parent, "--output")
     try:
         compile_template(target, pipeline, config, output)
     except TemplateError as e:
         _fail(str(e))
+    except OSError as e:  # the file itself cannot be written (a read-only folder)
+        if e.filename != output:
+            raise
+        _fail(f"--output: cannot write {output}: {e.strerror or e}")
     click.echo(f"compiled {target} {pipeline} pipeline to {output}")

@@ -60,12 +60,11 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
     own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
     if verbose and quiet:
         _fail("-v/--verbose and -q/--quiet: choose one")
-    from pipelines.cli.local import _print_summary
+    from pipelines.cli.local import _make_folder, _print_summary
     from pipelines.rehearsal.run import PIPELINE_ROOT, PROJECT, rehearse as run_rehearsal
     from pipelines.templates import TemplateError, compile_template, load_template, parse_params
 
-    out = Path(out_dir or f"runs/rehearsal-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = _make_folder(Path(out_dir or f"runs/rehearsal-{time.strftime('%Y%m%d-%H%M%S')}").resolve(), "--out")
     config = _load(config_file, profile, sets)
     try:
         if not template:

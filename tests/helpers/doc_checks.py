@@ -799,10 +799,9 @@ def disagreements(what: str, claims: list[Claim]) -> list[str]:
 
 
 def platform_default(field: str) -> tuple[str, str]:
-    """Where pipelines/config.py gives a Platform field its default (FILE:LINE), and the default."""
-    return f"pipelines/config.py:{line_in('pipelines/config.py', f'    {field}: ')}", Platform.model_fields[
-        field
-    ].default
+    """Where pipelines/config/platform.py gives a Platform field its default (FILE:LINE), and the default."""
+    path = "pipelines/config/platform.py"
+    return f"{path}:{line_in(path, f'    {field}: ')}", Platform.model_fields[field].default
 
 
 def substitution(name: str) -> Claim:

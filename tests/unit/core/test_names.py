@@ -169,6 +169,149 @@ def test_inside_follows_links(tmp_path):
         names.inside(str(tmp_path / "repo"), str(tmp_path / "repo" / ".." / "elsewhere"), "model_name")
 
 
+# --- Google Cloud's rules: their messages name the value first ---------------------------------------------------
+
+KEY = "projects/acme-ml/locations/europe-west4/keyRings/ml/cryptoKeys/tfpipe"
+BOARD = "projects/acme-ml/locations/europe-west4/tensorboards/7"
+
+
+def in_region(rule):
+    return lambda value, param: rule(value, param, "europe-west4")
+
+
+GOOGLE_CLOUD_RULES = {
+    "region": names.region,
+    "project_id": names.project_id,
+    "service_account": names.service_account,
+    "network": names.network,
+    "kms_key": in_region(names.kms_key),
+    "tensorboard": in_region(names.tensorboard),
+    "version_alias": names.version_alias,
+    "uri": names.uri,
+    "image_uri": names.image_uri,
+}
+
+
+@pytest.mark.parametrize(
+    "rule, value",
+    [
+        ("region", "us-central1"),
+        ("region", "europe-west4"),
+        ("region", "northamerica-northeast1"),
+        ("project_id", "acme-ml-prod"),
+        ("project_id", "example.com:acme-ml"),
+        ("service_account", "tfpipe-runner@acme-ml.iam.gserviceaccount.com"),
+        ("service_account", "123456789-compute@developer.gserviceaccount.com"),
+        ("network", "projects/123456789/global/networks/vpc"),
+        ("kms_key", KEY),
+        ("tensorboard", BOARD),
+        ("version_alias", "champion"),
+        ("version_alias", "prod-Blue-2"),
+        ("uri", "gs://acme-ml/pipeline-root"),
+        ("uri", "https://europe-west4-kfp.pkg.dev/acme-ml/templates/"),
+        ("image_uri", "europe-west4-docker.pkg.dev/acme-ml/tfpipe/trainer@sha256:" + "0" * 64),
+    ],
+)
+def test_google_cloud_names_are_returned_as_given(rule, value):
+    assert GOOGLE_CLOUD_RULES[rule](value, "field") == value
+
+
+@pytest.mark.parametrize(
+    "rule, value, detail",
+    [
+        ("region", "us central1", "'us central1' is not a Google Cloud region like us-central1 or europe-west4"),
+        ("region", "eu", "'eu' is not a Google Cloud region like us-central1 or europe-west4"),
+        ("region", "", "'' is not a Google Cloud region like us-central1 or europe-west4"),
+        ("project_id", "My_Project", "'My_Project' is not a project id (6-30 lowercase letters, digits and hyphens)"),
+        ("project_id", "acme", "'acme' is not a project id (6-30 lowercase letters, digits and hyphens)"),
+        ("project_id", "7-acme-ml", "'7-acme-ml' is not a project id (6-30 lowercase letters, digits and hyphens)"),
+        (
+            "service_account",
+            "runner",
+            "'runner' is not a service account e-mail like NAME@PROJECT.iam.gserviceaccount.com",
+        ),
+        (
+            "service_account",
+            "runner@example.com",
+            "'runner@example.com' is not a service account e-mail like NAME@PROJECT.iam.gserviceaccount.com",
+        ),
+        ("network", "vpc", "'vpc' must look like projects/PROJECT_NUMBER/global/networks/NAME"),
+        (
+            "network",
+            "projects/acme-ml/global/networks/vpc",
+            "'projects/acme-ml/global/networks/vpc' must look like projects/PROJECT_NUMBER/global/networks/NAME",
+        ),
+        ("kms_key", "my-key", "'my-key' must look like projects/P/locations/L/keyRings/R/cryptoKeys/K"),
+        (
+            "kms_key",
+            KEY.replace("europe-west4", "us-east1"),
+            f"{KEY.replace('europe-west4', 'us-east1')!r} is in us-east1; Vertex AI needs it in the runs' location "
+            "europe-west4",
+        ),
+        ("tensorboard", "tb-1", "'tb-1' must look like projects/P/locations/L/tensorboards/ID"),
+        (
+            "tensorboard",
+            BOARD.replace("europe-west4", "us-central1"),
+            f"{BOARD.replace('europe-west4', 'us-central1')!r} is in us-central1; Vertex AI needs it in the runs' "
+            "location europe-west4",
+        ),
+        ("version_alias", "Champion", "'Champion' must match ^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$"),
+        ("version_alias", "c", "'c' must match ^[a-z][a-zA-Z0-9-]{0,126}[a-z0-9]$"),
+        ("uri", "bucket/root", "'bucket/root' is not a URI (scheme://...)"),
+        ("image_uri", "", "'' is not an image URI"),
+        ("image_uri", "trainer :1", "'trainer :1' is not an image URI"),
+    ],
+)
+def test_other_google_cloud_names_are_refused_naming_the_parameter_and_the_value_first(rule, value, detail):
+    with pytest.raises(InvalidName) as refused:
+        GOOGLE_CLOUD_RULES[rule](value, "platform.field")
+    assert one_line(refused.value) == f"platform.field: {detail}"
+    assert refused.value.detail == detail
+
+
+@PROPERTY
+@given(st.sampled_from(sorted(GOOGLE_CLOUD_RULES)), HOSTILE)
+def test_hostile_google_cloud_names_are_returned_as_given_or_refused_in_one_line_naming_the_value(rule, value):
+    try:
+        assert GOOGLE_CLOUD_RULES[rule](value, "field") == value
+    except InvalidName as e:
+        assert one_line(e).startswith(f"field: {value!r} ")
+
+
+def test_google_cloud_labels_are_returned_as_given():
+    labels = {"team": "ml", "env": "", "cost_center": "r-and-d"}
+    assert names.labels(labels) == labels
+    most = {f"l{i}": "x" for i in range(names.MAX_LABELS)}
+    assert names.labels(most, "labels") == most
+
+
+@pytest.mark.parametrize(
+    "labels, detail",
+    [
+        ({"Team": "ml"}, "Team='ml': keys must match ^[a-z][a-z0-9_-]{0,62}$ and values ^[a-z0-9_-]{0,63}$"),
+        ({"team": "ML"}, "team='ML': keys must match ^[a-z][a-z0-9_-]{0,62}$ and values ^[a-z0-9_-]{0,63}$"),
+        ({"goog-team": "ml"}, "goog-team: label keys starting with goog are reserved by Google Cloud"),
+        ({f"l{i}": "x" for i in range(65)}, "at most 64 labels, got 65"),
+        ({"a\nb": "x"}, "'a\\nb'='x': keys must match ^[a-z][a-z0-9_-]{0,62}$ and values ^[a-z0-9_-]{0,63}$"),
+    ],
+)
+def test_other_google_cloud_labels_are_refused_in_one_line(labels, detail):
+    with pytest.raises(InvalidName) as refused:
+        names.labels(labels, "model_labels")
+    assert one_line(refused.value) == f"model_labels: {detail}"
+
+
+@PROPERTY
+@given(st.dictionaries(HOSTILE, HOSTILE, max_size=3))
+def test_hostile_labels_are_returned_as_given_or_refused_in_one_line(labels):
+    try:
+        assert names.labels(labels, "labels") == labels
+    except InvalidName as e:
+        assert one_line(e).startswith("labels: ")
+        return
+    assert all(names.LABEL_KEY.fullmatch(k) and not k.startswith("goog") for k in labels)
+
+
 # --- the config --------------------------------------------------------------------------------------------------
 
 

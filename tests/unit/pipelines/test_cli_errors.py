@@ -1,7 +1,8 @@
 """Every cloud-facing verb ends an error of a cloud call with one `Error:` line on stderr and exit code 1, the
 traceback only with -v (pipelines/cli/errors.py). No credentials: the real CLI in a subprocess with no Application
 Default Credentials anywhere. The other errors: the real exception types raised at the Google clients' gRPC stubs
-(tests/contract/vertex/test_delivery.py's Vertex double) or by real local HTTP servers and closed ports."""
+(tests/contract/vertex/test_delivery.py's Vertex double) or by real local HTTP servers and closed ports. An output folder that
+cannot be created (`run --out`, `compile --output`, `rehearse --out`) is one `Error:` line too."""
 
 import os
 import subprocess
@@ -342,3 +343,51 @@ def test_aiplatform_prints_neither_its_calls_nor_the_errors_it_passes_over(
     assert [c[0] for c in vertex.api_calls()] == ["create_pipeline_job"]
     assert [r for r in caplog.records if r.name.startswith("google.cloud.aiplatform")] == []
     assert result.stderr == ""
+
+
+# --- an output path that cannot be created -----------------------------------------------------------------------
+
+IMAGES = [
+    f"--set=platform.{field}=europe-west4-docker.pkg.dev/acme-ml/tfpipe/{name}:1"
+    for field, name in (("components_image", "components"), ("trainer_image", "trainer"), ("serving_image", "serving"))
+]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run"],
+        ["run", "--pipeline", "batch_prediction", "--instances", "{instances}"],
+        ["rehearse"],
+    ],
+    ids=["run", "run batch_prediction", "rehearse"],
+)
+def test_an_out_folder_under_a_file_is_one_line(tmp_path, command):
+    (tmp_path / "instances.jsonl").write_text('{"x": [1.0]}\n')
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "run"
+    args = [a.format(instances=tmp_path / "instances.jsonl") for a in command]
+    result = CliRunner().invoke(cli, [*args, "--out", str(out)])
+    assert (result.exit_code, result.stderr) == (1, f"Error: --out: cannot create the folder {out}: Not a directory\n")
+
+
+@pytest.mark.parametrize(
+    "output, line",
+    [
+        ("file/training.yaml", "cannot create the folder {tmp}/file: File exists"),
+        ("file/templates/training.yaml", "cannot create the folder {tmp}/file/templates: Not a directory"),
+    ],
+)
+def test_a_compile_output_under_a_file_is_one_line(tmp_path, output, line):
+    (tmp_path / "file").write_text("")
+    result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--output", str(tmp_path / output), *IMAGES])
+    assert (result.exit_code, result.stderr) == (1, f"Error: --output: {line.format(tmp=tmp_path)}\n")
+    assert (tmp_path / "file").read_text() == ""
+
+
+def test_a_compile_output_in_a_read_only_folder_is_one_line():
+    """/sys refuses new files, to root too."""
+    output = "/sys/tfpipe-training.yaml"
+    result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--output", output, *IMAGES])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: --output: cannot write {output}: ") and result.stderr.count("\n") == 1

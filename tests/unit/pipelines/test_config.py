@@ -1,14 +1,16 @@
 """Configuration: profiles, environment and --set overrides, precedence, validation messages
-(pipelines/config.py, pipelines/cron.py) and the compile command Cloud Build runs."""
+(pipelines/config/, pipelines/cron.py) and the compile command Cloud Build runs."""
 
 import os
 import re
+import typing
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
+from pydantic import BaseModel
 
 from pipelines.cli import cli
 from pipelines.config import PIPELINES, ConfigError, env_overrides, load_config, parse_set, profile_names
@@ -414,6 +416,43 @@ def test_the_images_a_run_uses():
     assert gpu.training_image() == "us-docker.pkg.dev/PROJECT/tfpipe/trainer-gpu:latest"
     assert Platform(trainer_image="example.com/trainer:1").training_image() == "example.com/trainer:1"
     assert default.champion_alias == "champion"
+
+
+def test_every_target_says_what_it_takes_from_the_config():
+    from pipelines.config import TARGETS
+    from pipelines.config.target_use import TARGET_USE
+
+    assert sorted(TARGET_USE) == sorted(TARGETS)
+
+
+def test_every_platform_setting_describes_itself():
+    """Platform's fields and its nested models' carry a description (the reference page's), ending in a period."""
+    from pipelines.config import Platform
+
+    def models(model: type[BaseModel]):
+        yield model
+        for field in model.model_fields.values():
+            for kind in (field.annotation, *typing.get_args(field.annotation)):
+                if isinstance(kind, type) and issubclass(kind, BaseModel):
+                    yield from models(kind)
+
+    nested = set(models(Platform))
+    assert {model.__name__ for model in nested} == {
+        "Platform",
+        "ScheduleSettings",
+        "KubeflowSettings",
+        "Volume",
+        "Resources",
+        "DataPrepSettings",
+        "StepLimits",
+    }
+    undescribed = [
+        f"{model.__name__}.{name}"
+        for model in nested
+        for name, field in model.model_fields.items()
+        if not (field.description or "").endswith(".")
+    ]
+    assert undescribed == []
 
 
 @pytest.mark.parametrize(
