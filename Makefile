@@ -30,11 +30,13 @@ lint: $(VENV)/.installed
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
-
+# The tier without end-to-end tests, on every CPU (pytest-xdist: each worker with its own temporary folders, ports
+# and state); `make test` then runs the end-to-end tier (`e2e`: whole pipeline runs, multi-process training).
 test-fast: lint
-	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto -m "not e2e" $(PYTEST_ARGS)
+
+test: test-fast
+	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
 # Every result file of bench/results/, one benchmark after the other (each records the commit, the machine, the
 # command and the load average), then docs/benchmarks.md generated from them and from each benchmark's docstring

@@ -654,15 +654,42 @@ def rehearse(result: Result) -> Blocks:
 
 
 def test_suite(result: Result) -> Blocks:
-    return [
-        f"**{number(result['tests'])} tests in {seconds(result['wall_seconds'])} ({result['wall']}): "
-        f"{number(result['passed'])} passed, {number(result['failed'])} failed, {number(result['errors'])} errors, "
-        f"{number(result['skipped'])} skipped**; pytest's exit status {result['returncode']}. The slowest tests:",
+    goals = result["goals"]
+    rows = [
+        [
+            f"`{tier}`",
+            f"`{' '.join(run['command'][2:])}`",
+            number(run["tests"]),
+            number(run["passed"]),
+            number(run["failed"] + run["errors"]),
+            seconds(run["wall_seconds"]),
+        ]
+        for tier, run in result["tiers"].items()
+    ]
+    blocks = [
+        table(["tier", "pytest", "tests", "passed", "failed", "wall"], rows),
+        f"Both tiers: **{number(result['tests'])} tests in {seconds(result['wall_seconds'])}** (goal "
+        f"{seconds(goals['total_seconds'], 0)}: {met(goals['total_met'])}); the fast tier's goal "
+        f"{seconds(goals['fast_seconds'], 0)}: {met(goals['fast_met'])}.",
+    ]
+    if result["coverage"]:
+        covered = result["coverage"]
+        blocks.append(
+            f"Line coverage of both tiers (coverage.py, subprocesses included): **{covered['percent_covered']:.2f} %** "
+            f"({number(covered['covered_lines'])} of {number(covered['statements'])} statements)."
+        )
+    slowest = sorted(
+        ((test["seconds"], tier, test["test"]) for tier, run in result["tiers"].items() for test in run["slowest"]),
+        reverse=True,
+    )[:10]
+    blocks += [
+        "The slowest tests:",
         table(
-            ["test", "seconds"],
-            [[f"`{test['test'].removeprefix('tests.')}`", number(test["seconds"], 1)] for test in result["slowest"]],
+            ["test", "tier", "seconds"],
+            [[f"`{test.removeprefix('tests.')}`", tier, number(secs, 1)] for secs, tier, test in slowest],
         ),
     ]
+    return blocks
 
 
 @dataclass(frozen=True)

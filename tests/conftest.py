@@ -4,10 +4,9 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from PIL import Image  # noqa: E402
 
+from tests.helpers.data import write_images  # noqa: E402
 from tests.helpers.processes import free_port, train  # noqa: E402
 from tests.helpers.shared import built_once  # noqa: E402
 
@@ -29,45 +28,6 @@ def pytest_ignore_collect(collection_path, config):
     if collection_path == Path(__file__).parent / "images" and not config.getoption("--images"):
         return True
     return None
-
-
-def write_images(root, classes=("cats", "dogs"), per_class=12, size=(20, 16), mode="RGB", fmt="PNG", seed=0):
-    """An image folder (one sub-folder per class) with simple, learnable class patterns."""
-    rng = np.random.default_rng(seed)
-    for c, name in enumerate(classes):
-        folder = root / name
-        folder.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            base = np.full((size[1], size[0], 3), 40 + 180 * (c % 2), np.uint8)
-            noisy = np.clip(base + rng.integers(-30, 30, base.shape), 0, 255).astype(np.uint8)
-            img = Image.fromarray(noisy, "RGB").convert(mode)
-            img.save(folder / f"{name}_{i:03d}.{fmt.lower().replace('jpeg', 'jpg')}", fmt)
-    return root
-
-
-def write_shapes(root, per_class=150, size=40, seed=0):
-    """An image folder of simple drawn shapes (circle, square, triangle; random place, size and colours) of
-    size×size px PNGs, `per_class` each."""
-    from PIL import ImageDraw
-
-    rng = np.random.default_rng(seed)
-    for name in ("circle", "square", "triangle"):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            background = tuple(int(v) for v in rng.integers(0, 100, 3))
-            img = Image.new("RGB", (size, size), background)
-            r = rng.uniform(0.2, 0.4) * size
-            cx, cy = rng.uniform(r, size - r, 2)
-            fill = tuple(int(v) for v in rng.integers(150, 256, 3))
-            draw = ImageDraw.Draw(img)
-            if name == "circle":
-                draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
-            elif name == "square":
-                draw.rectangle([cx - r, cy - r, cx + r, cy + r], fill=fill)
-            else:
-                draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=fill)
-            img.save(root / name / f"{name}_{i:03d}.png")
-    return root
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import pytest
 
 from core import progress
 from serving.client import PredictionError, ServingClient
-from tests.conftest import write_images, write_shapes
+from tests.helpers.data import write_images, write_shapes
 from tests.helpers.terminal import run_on_a_terminal
 
 
@@ -280,7 +280,7 @@ def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same
     """The wine data as a user's CSV (178 rows, a `label` column, one bad value): trained with 3 workers, each
     holding less than one global batch (96) of the training split, then the same file, label column included,
     predicted with the published model."""
-    from tests.unit.components.test_train_model import wine_csv
+    from tests.helpers.data import wine_csv
 
     data, repo = wine_csv(tmp_path / "wine.csv"), tmp_path / "repo"
     trained = run_cli(
@@ -351,7 +351,7 @@ def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same
 def test_batch_prediction_on_a_users_csv_and_an_all_failing_run(tmp_path, iris_model):
     """`run --pipeline batch_prediction` on a CSV shaped like the training CSV (label column, another column order)
     predicts every row; a run whose instances all fail fails, with the counts."""
-    from tests.unit.components.test_run_batch_prediction import IRIS_FEATURES, iris_csv
+    from tests.helpers.data import IRIS_FEATURES, iris_csv
 
     path, _ = iris_csv(tmp_path / "iris.csv", ["label", *reversed(IRIS_FEATURES)])
     ok = run_cli(

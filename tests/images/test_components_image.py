@@ -62,7 +62,7 @@ def test_beams_sdk_harness_in_the_image_runs_data_preps_transforms(tmp_path):
 
     import components.prepare_data as prep
     from components.train_model import free_ports
-    from tests.conftest import write_images
+    from tests.helpers.data import write_images
 
     shared = tmp_path / "shared"
     write_images(shared / "images", per_class=15)

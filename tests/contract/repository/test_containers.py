@@ -182,7 +182,7 @@ def test_make_test_runs_the_linters_first():
     """`make test` (what CI runs) depends on `make lint`: ruff's checks, ruff's format check, mypy and the layer
     contracts (import-linter)."""
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test: lint$", makefile, re.M) and re.search(r"^test-fast: lint$", makefile, re.M)
+    assert re.search(r"^test: test-fast$", makefile, re.M) and re.search(r"^test-fast: lint$", makefile, re.M)
     recipe = re.search(r"^lint:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
     assert [line.strip() for line in recipe.splitlines()] == [
         "$(PY) -m ruff check .",
@@ -190,6 +190,20 @@ def test_make_test_runs_the_linters_first():
         "$(PY) -m mypy",
         "$(VENV)/bin/lint-imports --no-cache",
     ]
+
+
+def test_the_test_benchmark_runs_the_tiers_as_make_test_does():
+    """`make test-fast` is the fast tier of bench.test_suite and `make test` adds its e2e tier, with the same pytest
+    arguments."""
+    from bench.test_suite import TIERS
+
+    makefile = (ROOT / "Makefile").read_text()
+    recipes = {
+        target: re.search(rf"^{target}:.*\n\t\$\(PY\) -m pytest (.*) \$\(PYTEST_ARGS\)$", makefile, re.M).group(1)
+        for target in ("test-fast", "test")
+    }
+    assert recipes == {"test-fast": '-n auto -m "not e2e"', "test": "-m e2e"}
+    assert TIERS == {"fast": ["-n", "auto", "-m", "not e2e"], "e2e": ["-m", "e2e"]}
 
 
 def test_build_stages_share_the_lock_install():

@@ -8,7 +8,7 @@ from apache_beam.runners.dataflow.dataflow_runner import DataflowRuntimeExceptio
 
 from components.lib.prep import dataflow
 from components.prepare_data import prepare
-from tests.conftest import write_images
+from tests.helpers.data import write_images
 
 SETTINGS = {
     "project": "my-project",

@@ -1,10 +1,8 @@
-"""`python -m pipelines rehearse`: the compiled Vertex template run here against the Vertex AI API double
-(pipelines/rehearsal/). The end-to-end tests run the CLI in subprocesses, as a user would; the recorded requests
-are checked with the same expectations as the GAPIC-boundary tests (tests/helpers/vertex_expectations.py)."""
+"""The rehearsal's Vertex AI API double (pipelines/rehearsal/): its registry, endpoints, lists and routes, as Vertex
+answers them (the whole rehearsal: tests/e2e/test_rehearsals.py)."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -12,39 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
-from pipelines.config import load_config
 from pipelines.rehearsal.registry import ApiError, Registry
-from tests.helpers import vertex_expectations as expect
-from tests.unit.trainer.test_builder import IMAGE_SETS
-
-IDENTITY = [
-    "platform.project=my-project",  # the rehearsal's project: the TensorBoard must be in it
-    "platform.service_account=runner@my-project.iam.gserviceaccount.com",
-    "platform.network=projects/123456789/global/networks/vpc",
-    "platform.encryption_spec_key_name=projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/tfpipe",
-    "platform.tensorboard=projects/my-project/locations/us-central1/tensorboards/42",
-    "platform.labels={env: test}",
-    "platform.model_labels={team: ml}",
-    "platform.keep_previous=0",
-    "platform.data_prep={runner: dataflow, dataflow_min_records: 0}",  # the digits are few: Dataflow all the same
-    "study.max_trial_count=2",
-    "study.parallel_trial_count=2",
-]
-SETS = [arg for item in IDENTITY for arg in ("--set", item)]
-
-
-def cli(*args, timeout=900):
-    return subprocess.run(
-        [sys.executable, "-m", "pipelines", *map(str, args)], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def recorded(out: Path, method: str) -> list[dict]:
-    lines = (out / "vertex" / "vertex_requests.jsonl").read_text().splitlines()
-    return [r["request"] for r in map(json.loads, lines) if r["method"] == method]
-
 
 # --- the double's registry (no TF, fast) ------------------------------------------------------------------------
 
@@ -122,7 +89,6 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
     """DeployModel answers an operation at once; the container starts in it on Vertex's copy of the artifacts with
     Vertex's AIP_* routes; the endpoint's predict route forwards to the container's and refuses a body over an online
     request's 1.5 MiB; undeploying deletes the copy."""
-    import numpy as np
     import requests
     from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service
 
@@ -211,207 +177,3 @@ def test_a_subprocess_talks_to_the_double(tmp_path):
     assert result.stdout.strip() == "[]"
     [line] = (tmp_path / "vertex_requests.jsonl").read_text().splitlines()
     assert json.loads(line)["method"] == "ModelService.ListModels"
-
-
-# --- end to end --------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.e2e
-def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
-    state = tmp_path / "state"
-    platform = load_config(sets=IDENTITY, environ={}).platform
-    study = load_config(sets=IDENTITY, environ={}).study
-    # 1: the fixed-hyperparameter branch, a new registry model and a new endpoint
-    first = cli(
-        "rehearse", "--out", tmp_path / "run1", "--state", state, *SETS, "--param", "tune=false", "--param", "epochs=3"
-    )
-    assert first.returncode == 0, first.stdout + first.stderr
-    summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
-    statuses = {s["name"]: s["status"] for s in summary["steps"]}
-    assert statuses["default-hyperparameters-2"] == "SUCCEEDED" and statuses["hyperparameter-tuning-job"] == "SKIPPED"
-    assert statuses["model-upload-2"] == statuses["endpoint-create"] == "SUCCEEDED"  # nothing existed yet
-    # the trainer's progress lines, unchanged, in the custom job's log (Vertex: the job's container log)
-    [job_log] = (tmp_path / "run1" / "vertex" / "jobs").glob("*/job.log")
-    epochs = [line for line in job_log.read_text().splitlines() if line.startswith('TFPIPE_PROGRESS {"stage": "train"')]
-    assert any('"event": "epoch"' in line and '"done": 3, "total": 3' in line for line in epochs), epochs
-    assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
-    [model] = summary["vertex"]["models"]
-    assert set(model["versions"][0]["aliases"]) == {"default", "champion"}  # moved once the version served
-    expect.check_custom_job(recorded(tmp_path / "run1", "JobService.CreateCustomJob")[0], platform, workers=2)
-    # data prep: the Dataflow job it would have sent (checked by Beam's validator), run on the direct runner
-    sent = json.loads((tmp_path / "run1" / "dataflow" / "dataflow-options.json").read_text())
-    assert {k: sent[k] for k in ("runner", "project", "region", "service_account_email", "network")} == {
-        "runner": "DataflowRunner",
-        "project": "my-project",
-        "region": platform.location,
-        "service_account_email": platform.service_account,
-        "network": "vpc",
-    }
-    assert sent["dataflow_kms_key"] == platform.encryption_spec_key_name
-    assert sent["sdk_container_image"] == platform.components_image and sent["sdk_location"] == "container"
-    assert re.fullmatch(
-        r"gs://rehearsal/pipeline-root/[-\w]+/prepare-data/dataset-dataflow/temp", sent["temp_location"]
-    )
-    assert {"env=test", "team=ml"} <= set(sent["labels"])
-    assert summary["dataset"]["examples"] == 1797
-    expect.check_upload(recorded(tmp_path / "run1", "POST models:upload")[0], platform)
-    expect.check_endpoint_create(recorded(tmp_path / "run1", "POST endpoints")[0], platform)
-    expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)
-
-    # 2: the tuning branch, compared with the first run's version, deployed as a 50 % canary
-    canary = [*SETS, "--param", "epochs=3", "--param", "tuning_trial_epochs=1", "--param", "traffic_percentage=50"]
-    canary += ["--param", "champion_tolerance=1.0"]
-    second = cli("rehearse", "--out", tmp_path / "run2", "--state", state, *canary)
-    assert second.returncode == 0, second.stdout + second.stderr
-    summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
-    statuses = {s["name"]: s["status"] for s in summary["steps"]}
-    assert statuses["hyperparameter-tuning-job"] == statuses["read-best-trial"] == "SUCCEEDED"
-    assert len(summary["tuning"]["trials"]) == 2 and summary["tuning"]["best"]["status"] == "SUCCEEDED"
-    assert statuses["model-upload"] == "SUCCEEDED" and statuses["endpoint-create"] == "SKIPPED"
-    assert summary["gate"]["champion"]["name"] == f"champion {model['name']}@1"
-    assert f"champion {model['name']}@1's" in summary["gate"]["reason"]
-    expect.check_tuning_job(recorded(tmp_path / "run2", "JobService.CreateHyperparameterTuningJob")[0], platform, study)
-    [endpoint] = summary["vertex"]["endpoints"]
-    assert sorted(endpoint["traffic_split"].values()) == [50, 50] and len(endpoint["deployed_models"]) == 2
-    [model] = summary["vertex"]["models"]
-    assert [set(v["aliases"]) for v in model["versions"]] == [{"default", "champion"}, set()]  # canary: no alias
-
-    promoted = cli("promote", "--target", "vertex", "--rehearsal", state, *SETS)
-    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
-    saved = json.loads((state / "vertex_state.json").read_text())
-    [endpoint] = saved["endpoints"].values()
-    assert list(endpoint["traffic_split"].values()) == [100] and len(endpoint["deployed_models"]) == 1
-    assert [set(v["version_aliases"]) for v in next(iter(saved["models"].values()))["versions"]] == [
-        set(),
-        {"champion", "default"},
-    ]
-
-    # 2 again on unchanged data, as a schedule would: Vertex's cache serves the data prep, the tuning job and the
-    # training job (their inputs hold nothing unique to a run); the gate then finds the candidate is the champion
-    again = cli("rehearse", "--out", tmp_path / "run2-again", "--state", state, *canary)
-    assert again.returncode == 0, again.stdout + again.stderr
-    summary = json.loads((tmp_path / "run2-again" / "run_summary.json").read_text())
-    statuses = {s["name"]: s["status"] for s in summary["steps"]}
-    for step in ("prepare-data", "hyperparameter-tuning-job", "custom-training-job", "import-trained-model"):
-        assert statuses[step] == "CACHED", (step, statuses)
-    assert statuses["fingerprint-data"] == statuses["find-registry-champion"] == "SUCCEEDED"  # never cached
-    assert "↺ custom-training-job served from cache" in again.stdout
-    assert not recorded(tmp_path / "run2-again", "JobService.CreateCustomJob")
-    assert not recorded(tmp_path / "run2-again", "JobService.CreateHyperparameterTuningJob")
-
-    # 3: a batch prediction job on the champion, local instances staged into the GCS emulator
-    instances = tmp_path / "instances.jsonl"
-    instances.write_text(
-        "".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(4)) + "not json\n"
-    )
-    batch = cli(
-        "rehearse",
-        "--pipeline",
-        "batch_prediction",
-        "--out",
-        tmp_path / "run3",
-        "--state",
-        state,
-        *SETS,
-        "--param",
-        f"instances={instances}",
-        "--param",
-        "max_error_fraction=0.5",
-    )
-    assert batch.returncode == 0, batch.stdout + batch.stderr
-    summary = json.loads((tmp_path / "run3" / "run_summary.json").read_text())
-    statuses = {s["name"]: s["status"] for s in summary["steps"]}
-    assert statuses["model-batch-predict"] == statuses["check-batch-prediction-job"] == "SUCCEEDED"
-    assert summary["batch_prediction"]["succeeded"] == 4 and summary["batch_prediction"]["failed"] == 1
-    [staged] = summary["batch_prediction"]["files"]
-    assert staged.startswith("gs://") and staged.endswith("/instances.jsonl")
-    assert summary["batch_prediction"]["seconds"] > 0
-    assert (
-        "<h2>Batch prediction</h2><p>5 instances from\n1 file(s): 4 predicted"
-        in (tmp_path / "run3" / "report.html").read_text()
-    )
-    [job] = recorded(tmp_path / "run3", "JobService.CreateBatchPredictionJob")
-    expect.check_batch_job(job, platform)
-    assert job["batch_prediction_job"]["model"] == f"{model['name']}@2"  # the promoted champion
-    output = summary["batch_prediction"]["output_directory"]
-    assert output.startswith("gs://")
-    from core.storage import gcs_client, split_gcs
-    from pipelines.rehearsal import gcs
-
-    with gcs.gcs_emulator(str(state / "gcs"), "rehearsal") as host:  # the rehearsals' Cloud Storage, kept in --state
-        os.environ["STORAGE_EMULATOR_HOST"] = host
-        try:
-            bucket, prefix = split_gcs(output)
-            results = gcs_client().bucket(bucket).blob(f"{prefix}/prediction.results-00000-of-00001")
-            assert len(results.download_as_text().splitlines()) == 4
-        finally:
-            del os.environ["STORAGE_EMULATOR_HOST"]
-    for run in ("run1", "run2", "run3"):  # every artifact and output location Vertex got: gs://
-        locations = _locations(tmp_path / run)
-        assert locations and all(uri.startswith("gs://") for _, uri in locations), (run, locations)
-    assert _locations(tmp_path / "run2-again") == []  # its Vertex jobs were cache hits: no request named a location
-
-
-LOCATIONS = ("artifact_uri", "output_uri_prefix", "uris", "gcs_output_directory", "--data-dir", "--job-dir")
-
-
-def _locations(out: Path) -> list[tuple[str, str]]:
-    """(field, value) of every Cloud Storage location in the recorded requests: URIs fields, and the trainer's
-    location flags in job arguments."""
-    found: list[tuple[str, str]] = []
-
-    def walk(value, key=""):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, k)
-        elif isinstance(value, list):
-            if key == "args":
-                found.extend((a, b) for a, b in zip(value, value[1:]) if a in LOCATIONS)
-            for item in value:
-                walk(item, key)
-        elif key in LOCATIONS and isinstance(value, str):
-            found.append((key, value))
-
-    for line in (out / "vertex" / "vertex_requests.jsonl").read_text().splitlines():
-        walk(json.loads(line)["request"])
-    return found
-
-
-def _deploys(out: Path) -> list[dict]:
-    lines = (out / "vertex" / "vertex_requests.jsonl").read_text().splitlines()
-    return [r["request"] for r in map(json.loads, lines) if r["method"].endswith(":deployModel")]
-
-
-@pytest.mark.e2e
-def test_a_wrong_wire_fails_with_the_step_and_the_apis_message(tmp_path):
-    """The custom job's base output directory wired to the plan's display name instead of its directory: the
-    double refuses CreateCustomJob as Vertex AI would, and the rehearsal names the step and the message."""
-    compiled = tmp_path / "template.yaml"
-    assert cli("compile", "--target", "vertex", *IMAGE_SETS, "--output", compiled).returncode == 0
-    spec = yaml.safe_load(compiled.read_text())
-    wire = spec["root"]["dag"]["tasks"]["custom-training-job"]["inputs"]["parameters"]["base_output_directory"]
-    wire["taskOutputParameter"]["outputParameterKey"] = "display_name"
-    broken = tmp_path / "broken.yaml"
-    broken.write_text(yaml.safe_dump(spec, sort_keys=False))
-    result = cli(
-        "rehearse",
-        "--template",
-        broken,
-        "--out",
-        tmp_path / "run",
-        "--state",
-        tmp_path / "state",
-        "--param",
-        "tune=false",
-        "--param",
-        "epochs=1",
-    )
-    assert result.returncode == 1
-    error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith(
-        "Error: custom-training-job: Vertex AI: job_spec.base_output_directory.output_uri_prefix 'tfpipe-training-"
-    ) and error.endswith("-train' is not a Cloud Storage URI (gs://BUCKET/PATH)")
-    statuses = {
-        s["name"]: s["status"] for s in json.loads((tmp_path / "run" / "run_summary.json").read_text())["steps"]
-    }
-    assert statuses["custom-training-job"] == "FAILED" and statuses["evaluate-model"] == "SKIPPED"

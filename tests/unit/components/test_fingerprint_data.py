@@ -8,7 +8,7 @@ from components import fingerprint_data as fp_module
 from components.fingerprint_data import GCS_FIELDS, fingerprint, fingerprint_data
 from components.lib.prep.sources import DataError, folder_files
 from core.storage import staged
-from tests.conftest import write_images
+from tests.helpers.data import write_images
 
 IMAGE = "example.com/tfpipe/components:abc"
 

@@ -7,7 +7,7 @@ from components.lib.prep.sources import DataError, default_image_size
 from components.prepare_data import prepare
 from core import cpus
 from core.cpus import available_cpus
-from tests.conftest import write_images
+from tests.helpers.data import write_images
 from trainer import data
 
 

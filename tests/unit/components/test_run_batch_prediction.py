@@ -10,6 +10,7 @@ import pytest
 from components.lib.batch.budget import BatchPredictionError, check_error_budget
 from components.lib.batch.instances import InstanceConfig, instance_config
 from components.run_batch_prediction import batch_predict, resolve_model
+from tests.helpers.data import IRIS_FEATURES, iris_csv
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
@@ -138,24 +139,6 @@ def test_csv_rows_become_lists_and_wrong_field_counts_become_errors(tabular_mode
     assert messages['["1", "2"]'] == (3, "the row has 2 fields; the header has 3")
     assert messages['["7", "1", "1", "1"]'] == (3, "the row has 4 fields; the header has 3")
     assert messages['["x", 1, 2]'][0] == 3 and "cannot convert" in messages['["x", 1, 2]'][1]
-
-
-IRIS_FEATURES = ["sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"]
-
-
-def iris_csv(path, columns) -> tuple[str, np.ndarray]:
-    """scikit-learn's iris as a user's CSV with `columns` (feature names, `label`, `id`) in that order; returns the
-    path and the feature matrix in the model's column order."""
-    from sklearn.datasets import load_iris
-
-    bunch = load_iris()
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        for i, (row, target) in enumerate(zip(bunch.data, bunch.target)):
-            values = {**dict(zip(IRIS_FEATURES, row)), "label": bunch.target_names[target], "id": f"r{i}"}
-            writer.writerow([values[c] for c in columns])
-    return str(path), bunch.data.astype(np.float32)
 
 
 def test_csv_shaped_like_the_training_csv_is_matched_to_the_models_feature_columns(iris_model, tmp_path):

@@ -161,25 +161,6 @@ def test_random_search_respects_the_budget(tmp_path):
     assert all(1e-4 <= t["parameters"]["learning_rate"] <= 1.0 for t in result["trials"])
 
 
-@pytest.mark.e2e
-def test_trainer_trials_share_a_warm_runner(tmp_path, digits_data):
-    """Real trainer trials, one at a time: one TensorFlow process runs them all, each with its own metric file,
-    SavedModel and log."""
-    s = StudySpec.model_validate(
-        {
-            "parameters": [{"type": "discrete", "parameter_id": "learning_rate", "values": [0.003, 0.01, 0.03]}],
-            "algorithm": "grid",
-            "max_trial_count": 3,
-            "parallel_trial_count": 1,
-        }
-    )
-    result = run_study(s, str(tmp_path), ["--data-dir", str(digits_data), "--epochs", "1"], log=lambda m: None)
-    assert [t["status"] for t in result["trials"]] == ["SUCCEEDED"] * 3 and result["trial_processes"] == 1
-    for t in result["trials"]:
-        assert 0 < t["metric"] <= 1 and (tmp_path / t["trial_id"] / "model" / "saved_model.pb").is_file()
-        assert "val_accuracy" in (tmp_path / t["trial_id"] / "trial.log").read_text()
-
-
 def test_the_trials_plot_is_titled_with_labelled_axes(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 

@@ -1,0 +1,105 @@
+"""Multi-process training as the local launcher and the study run it: real MultiWorkerMirroredStrategy workers, a
+lost worker restarting the group from its backup, trials sharing a warm TensorFlow process."""
+
+import io
+import json
+import os
+import signal
+import threading
+import time
+
+from components.lib.study.spec import StudySpec
+from components.train_model import launch
+from components.tune_hyperparameters import run_study
+
+
+def history(job):
+    path = job / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
+    job = tmp_path / "job"
+    sink = io.StringIO()
+    before = set(os.listdir("/tmp"))
+    result = launch(
+        2, ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "2"], str(tmp_path / "logs"), sink=sink
+    )
+    assert result.attempts == 1 and result.exit_codes == [[0, 0]]
+    out = sink.getvalue()
+    # both workers ran the same number of steps per epoch (printed by Keras as "N/N")
+    steps = {
+        w: [line.split()[1] for line in out.splitlines() if line.startswith(f"[{w}] ") and "/epoch" in line]
+        for w in ("chief", "worker-0")
+    }
+    assert steps["chief"] == steps["worker-0"] and len(steps["chief"]) == 2
+    assert (job / "model" / "saved_model.pb").exists()
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["num_workers"] == 2 and metrics["strategy"] == "MultiWorkerMirroredStrategy"
+    assert metrics["global_batch_size"] == 64
+    assert [h["epoch"] for h in history(job)] == [1, 2]
+    # the non-chief worker's temporary model and log directories are gone
+    assert not [d for d in set(os.listdir("/tmp")) - before if d.startswith("tfpipe-worker")]
+    assert sorted(os.listdir(tmp_path / "logs")) == ["chief.attempt-1.log", "worker-0.attempt-1.log"]
+    # the steps in one compiled call per epoch (the default's 32, capped at the epoch's 23 steps) train and validate
+    # exactly as one step a call: the same losses and accuracies, the validation pass included
+    again = tmp_path / "one-step"
+    flags = ["--data-dir", str(digits_data), "--job-dir", str(again), "--epochs", "2", "--steps-per-execution", "1"]
+    launch(2, flags, str(tmp_path / "logs-one-step"), sink=io.StringIO())
+    figures = ("loss", "accuracy", "val_loss", "val_accuracy")
+    assert [[h[k] for k in figures] for h in history(again)] == [[h[k] for k in figures] for h in history(job)]
+
+
+def test_killed_worker_restarts_group_and_resumes_from_backup(digits_data, tmp_path):
+    job = tmp_path / "job"
+    killed = []
+
+    def kill_worker_after_two_epochs(attempt, pids):
+        if attempt != 1:
+            return
+
+        def watch():
+            deadline = time.time() + 240
+            while time.time() < deadline and len(history(job)) < 2:
+                time.sleep(0.05)
+            killed.append(len(history(job)))
+            os.kill(pids[1], signal.SIGKILL)
+
+        threading.Thread(target=watch, daemon=True).start()
+
+    sink = io.StringIO()
+    result = launch(
+        2,
+        ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "6", "--steps-per-epoch", "60"],
+        str(tmp_path / "logs"),
+        max_restarts=2,
+        sink=sink,
+        on_start=kill_worker_after_two_epochs,
+    )
+    assert result.attempts == 2 and result.exit_codes[0][1] == -signal.SIGKILL and result.exit_codes[1] == [0, 0]
+    epochs = [h["epoch"] for h in history(job)]
+    assert epochs == list(range(1, 7)), epochs  # continued from the backup, not restarted from epoch 1
+    assert "restarting the group" in sink.getvalue()
+    # the second attempt started after the epochs done before the kill
+    assert "worker-0 exited with code -9" in sink.getvalue()
+    second = (tmp_path / "logs" / "chief.attempt-2.log").read_text()
+    assert f"Epoch {killed[0] + 1}/6" in second and "Epoch 1/6" not in second
+    assert (job / "model" / "saved_model.pb").exists()
+
+
+def test_trainer_trials_share_a_warm_runner(tmp_path, digits_data):
+    """Real trainer trials, one at a time: one TensorFlow process runs them all, each with its own metric file,
+    SavedModel and log."""
+    s = StudySpec.model_validate(
+        {
+            "parameters": [{"type": "discrete", "parameter_id": "learning_rate", "values": [0.003, 0.01, 0.03]}],
+            "algorithm": "grid",
+            "max_trial_count": 3,
+            "parallel_trial_count": 1,
+        }
+    )
+    result = run_study(s, str(tmp_path), ["--data-dir", str(digits_data), "--epochs", "1"], log=lambda m: None)
+    assert [t["status"] for t in result["trials"]] == ["SUCCEEDED"] * 3 and result["trial_processes"] == 1
+    for t in result["trials"]:
+        assert 0 < t["metric"] <= 1 and (tmp_path / t["trial_id"] / "model" / "saved_model.pb").is_file()
+        assert "val_accuracy" in (tmp_path / t["trial_id"] / "trial.log").read_text()

@@ -1,0 +1,35 @@
+"""What the rehearsal tests share: the platform of a production-like rehearsal, the CLI in a subprocess, the requests a
+rehearsal recorded."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+IDENTITY = [
+    "platform.project=my-project",  # the rehearsal's project: the TensorBoard must be in it
+    "platform.service_account=runner@my-project.iam.gserviceaccount.com",
+    "platform.network=projects/123456789/global/networks/vpc",
+    "platform.encryption_spec_key_name=projects/my-project/locations/us-central1/keyRings/ml/cryptoKeys/tfpipe",
+    "platform.tensorboard=projects/my-project/locations/us-central1/tensorboards/42",
+    "platform.labels={env: test}",
+    "platform.model_labels={team: ml}",
+    "platform.keep_previous=0",
+    "platform.data_prep={runner: dataflow, dataflow_min_records: 0}",  # the digits are few: Dataflow all the same
+    "study.max_trial_count=2",
+    "study.parallel_trial_count=2",
+]
+
+
+SETS = [arg for item in IDENTITY for arg in ("--set", item)]
+
+
+def cli(*args, timeout=900):
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def recorded(out: Path, method: str) -> list[dict]:
+    lines = (out / "vertex" / "vertex_requests.jsonl").read_text().splitlines()
+    return [r["request"] for r in map(json.loads, lines) if r["method"] == method]
