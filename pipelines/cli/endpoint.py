@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
+from pipelines.actions import doing
 from pipelines.cli import _fail, _load, cli, config_options
-from pipelines.cli.errors import doing
 
 
 def endpoint_options(func):
