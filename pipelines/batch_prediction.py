@@ -8,6 +8,7 @@ from kfp import dsl
 
 from pipelines import targets
 from pipelines.config import PIPELINE_NAMES, TARGETS, BatchParameters, Platform, described_by
+from pipelines.targets.inputs import BatchPredictInputs, InstanceOptions, Repository
 
 PIPELINE_NAME = PIPELINE_NAMES["batch_prediction"]
 _D = BatchParameters()  # defaults of the typed pipeline inputs
@@ -38,19 +39,22 @@ def build_batch_pipeline(target: str, platform: Platform | None = None):
     ):
         """The batch prediction DAG (inputs: `BatchParameters`)."""
         ops.batch_predict(
-            instances=instances,
-            instances_format=instances_format,
-            model=model,
-            model_repository=model_repository,
-            model_name=model_name,
-            batch_size=batch_size,
-            key_field=key_field,
-            included_fields=included_fields,
-            excluded_fields=excluded_fields,
-            instance_type=instance_type,
-            max_error_fraction=max_error_fraction,
-            signature_name=signature_name,
-            output_prefix=output_prefix,
+            BatchPredictInputs(
+                instances=instances,
+                model=model,
+                repository=Repository(model_repository=model_repository, model_name=model_name),
+                batch_size=batch_size,
+                options=InstanceOptions(
+                    instances_format=instances_format,
+                    key_field=key_field,
+                    included_fields=included_fields,
+                    excluded_fields=excluded_fields,
+                    instance_type=instance_type,
+                    signature_name=signature_name,
+                ),
+                max_error_fraction=max_error_fraction,
+                output_prefix=output_prefix,
+            )
         )
 
     return batch_prediction_pipeline

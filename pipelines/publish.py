@@ -5,12 +5,9 @@ after the pipeline (`tfpipe-training`) and the version after the file's sha256; 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from pipelines.templates import check_tag
-
-_AR_HOST = re.compile(r"^https://[\w-]+-kfp\.pkg\.dev/[^/]+/[^/]+$")
 
 
 class PublishError(ValueError):
@@ -28,10 +25,6 @@ def check_registry(registry: str) -> str:
             f"--registry {registry}: expected an https:// URL like https://REGION-kfp.pkg.dev/PROJECT/REPO"
         )
     return registry
-
-
-def is_artifact_registry(registry: str) -> bool:
-    return bool(_AR_HOST.match(registry.rstrip("/")))
 
 
 def publish_template(registry: str, template_path: str, tags: Sequence[str], auth=None) -> tuple[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pipelines.config import Platform, ScheduleSettings
 from pipelines.cron import Cron
@@ -23,6 +24,17 @@ _DONE = {"pause": "paused", "resume": "resumed", "delete": "deleted"}
 
 class ScheduleError(ValueError):
     """A schedule operation cannot go ahead (user-facing message)."""
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A schedule as `schedule list` shows it."""
+
+    display_name: str
+    state: str
+    cron: str
+    next_run: str  # "" when unknown
+    name: str  # the resource name (Vertex) or recurring run id (Kubeflow)
 
 
 def schedule_console_url(project: str, location: str, schedule_id: str) -> str:
@@ -130,16 +142,15 @@ def change_vertex_schedule(
     return schedules
 
 
-def describe_vertex(schedule) -> dict:
+def describe_vertex(schedule) -> ScheduleRow:
     s = schedule.gca_resource
-    return {
-        "display_name": s.display_name,
-        "state": s.state.name,
-        "cron": s.cron,
-        "next_run": s.next_run_time.isoformat() if s.next_run_time else "",
-        "started_runs": s.started_run_count,
-        "name": s.name,
-    }
+    return ScheduleRow(
+        display_name=s.display_name,
+        state=s.state.name,
+        cron=s.cron,
+        next_run=s.next_run_time.isoformat() if s.next_run_time else "",
+        name=s.name,
+    )
 
 
 # --- Kubeflow Pipelines ------------------------------------------------------------------------------------------
@@ -238,15 +249,15 @@ def change_kfp_recurring_run(
     return runs
 
 
-def describe_kfp(run) -> dict:
+def describe_kfp(run) -> ScheduleRow:
     trigger = run.trigger.cron_schedule.cron if run.trigger and run.trigger.cron_schedule else ""
-    return {
-        "display_name": run.display_name,
-        "state": str(run.status or run.mode or ""),
-        "cron": trigger,
-        "next_run": "",
-        "name": run.recurring_run_id,
-    }
+    return ScheduleRow(
+        display_name=run.display_name,
+        state=str(run.status or run.mode or ""),
+        cron=trigger,
+        next_run="",
+        name=run.recurring_run_id,
+    )
 
 
 def _delete_replaced(existing, delete, name_of, created: str, kind: str, delete_args: str, echo) -> None:

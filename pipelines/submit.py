@@ -25,14 +25,15 @@ class SubmitError(ValueError):
     """The submission cannot go ahead (user-facing message)."""
 
 
-def check_vertex(platform: Platform) -> None:
-    """What a Vertex submission needs from the platform settings."""
+def check_vertex(platform: Platform, running: bool = True) -> None:
+    """What a call to Vertex AI needs from the platform settings (`running`: a run or schedule, which also needs
+    the pipeline root)."""
     if not platform.project:
         raise SubmitError(
             "platform.project is required on Vertex AI: set it in the config (profile), "
             "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT"
         )
-    if not platform.pipeline_root.startswith("gs://"):
+    if running and not platform.pipeline_root.startswith("gs://"):
         raise SubmitError(
             f"platform.pipeline_root must be a gs:// URI on Vertex AI (gs://BUCKET/pipeline-root), "
             f"got {platform.pipeline_root!r}"

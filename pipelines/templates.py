@@ -1,6 +1,7 @@
-"""Pipeline templates: compile one into a file, load a compiled or published one (Artifact Registry:
+"""Pipeline templates: load a compiled or published one (Artifact Registry:
 `https://REGION-kfp.pkg.dev/PROJECT/REPO/PIPELINE/TAG`), and check run parameters (`--param name=value`) against
-its inputs, with the names and types of the compiled spec, before anything is submitted."""
+its inputs, with the names and types of the compiled spec, before anything is submitted. Each target compiles its
+own (pipelines/delivery/)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
 from core import names
-from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, Config, ConfigError, PipelineParameters
+from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, PipelineParameters
 
 _NO_DEFAULT = object()
 _TYPE_NAMES = {
@@ -41,41 +41,6 @@ def pipeline_name(pipeline: str) -> str:
     if pipeline not in PIPELINE_NAMES:
         raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
     return PIPELINE_NAMES[pipeline]
-
-
-def compile_template(target: str, pipeline: str, config: Config, output: str | Path) -> str:
-    """Compile `pipeline` for `target` (vertex | kubeflow) into `output`, with the config's parameters (training) or
-    batch section (batch prediction) as the pipeline's defaults and its platform (and training: study and trainer)
-    sections baked in."""
-    from kfp import compiler
-
-    if pipeline == "batch_prediction":
-        from pipelines.batch_prediction import build_batch_pipeline
-
-        func, defaults = build_batch_pipeline(target, config.platform), config.batch.pipeline_arguments()
-    elif pipeline == "training":
-        from pipelines.training import build_pipeline
-
-        try:
-            config.check_target(target)  # the names the parameters give on this target (the InferenceService's)
-            func = build_pipeline(target, config.platform, config.study, config.trainer)
-        except ConfigError as e:  # or trainer.model names no function on this Python path
-            raise TemplateError(str(e)) from None
-        defaults = config.parameters.model_dump()
-    else:
-        raise TemplateError(f"unknown pipeline {pipeline!r}; use one of: {', '.join(PIPELINES)}")
-    volume = config.platform.kubeflow.volume
-    if target == "kubeflow" and volume.claim_name and not defaults.get("model_repository"):
-        defaults["model_repository"] = kubeflow_model_repository(config.platform)
-    Path(output).parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(func, str(output), pipeline_parameters=defaults)
-    return str(output)
-
-
-def kubeflow_model_repository(platform) -> str:
-    """The kubeflow target's default model repository: on the shared volume, where every step, the TFJob and
-    KServe's storage initializer (`pvc://CLAIM/model-repository/...`) see it."""
-    return f"{platform.kubeflow.volume.mount_path}/model-repository"
 
 
 def published_url(registry: str, pipeline: str, tag: str) -> str:

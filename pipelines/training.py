@@ -10,6 +10,17 @@ from kfp import dsl
 from components.lib.study.spec import DEFAULT_STUDY, StudySpec
 from pipelines import targets
 from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform, TrainerSettings, described_by
+from pipelines.targets.inputs import (
+    ChampionCheckInputs,
+    DeployInputs,
+    EvaluateInputs,
+    PrepareInputs,
+    QuantizeInputs,
+    RegisterInputs,
+    Repository,
+    TrainInputs,
+    TuneInputs,
+)
 
 PIPELINE_NAME = PIPELINE_NAMES["training"]
 _D = PipelineParameters()  # defaults of the typed pipeline inputs
@@ -68,68 +79,82 @@ def build_pipeline(
     ):
         """The training DAG (inputs: `PipelineParameters`)."""
         prep = ops.prepare_data(
-            data_source=data_source,
-            num_workers=workers,
-            val_fraction=val_fraction,
-            test_fraction=test_fraction,
-            image_size=image_size,
-            label_column=label_column,
-            max_corrupt_fraction=max_corrupt_fraction,
-            split_salt=split_salt,
+            PrepareInputs(
+                data_source=data_source,
+                num_workers=workers,
+                val_fraction=val_fraction,
+                test_fraction=test_fraction,
+                image_size=image_size,
+                label_column=label_column,
+                max_corrupt_fraction=max_corrupt_fraction,
+                split_salt=split_salt,
+            )
         ).set_display_name("Prepare data")
-        champion = ops.find_champion(model_repository=model_repository, model_name=model_name)
-        fits = ops.check_champion(dataset=prep.outputs["dataset"], champion=champion)
+        dataset = prep.outputs["dataset"]
+        repository = Repository(model_repository=model_repository, model_name=model_name)
+        champion = ops.find_champion(repository)
+        fits = ops.check_champion(ChampionCheckInputs(dataset=dataset, champion=champion))
         hyperparameters = ops.tune(
-            dataset=prep.outputs["dataset"],
-            study=study,
-            enabled=tune,
-            trial_epochs=tuning_trial_epochs,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            after=fits,
+            TuneInputs(
+                dataset=dataset,
+                study=study,
+                enabled=tune,
+                trial_epochs=tuning_trial_epochs,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+                after=fits,
+            )
         )
         trained = ops.train(
-            dataset=prep.outputs["dataset"],
-            workers=workers,
-            epochs=epochs,
-            hyperparameters=hyperparameters,
-            max_restarts=max_restarts,
+            TrainInputs(
+                dataset=dataset,
+                workers=workers,
+                epochs=epochs,
+                hyperparameters=hyperparameters,
+                max_restarts=max_restarts,
+            )
         )
         gate = ops.evaluate(
-            trained=trained,
-            dataset=prep.outputs["dataset"],
-            accuracy_threshold=accuracy_threshold,
-            champion_tolerance=champion_tolerance,
-            champion=champion,
-        )
-        with dsl.If(gate.outputs["Output"] == True, name="model-blessed"):  # noqa: E712 (KFP condition)
-            registered = ops.register(
+            EvaluateInputs(
                 trained=trained,
-                dataset=prep.outputs["dataset"],
-                evaluation=gate.outputs["evaluation"],
-                model_repository=model_repository,
-                model_name=model_name,
-                source_commit=source_commit,
+                dataset=dataset,
+                accuracy_threshold=accuracy_threshold,
+                champion_tolerance=champion_tolerance,
+                champion=champion,
+            )
+        )
+        with dsl.If(gate.blessed == True, name="model-blessed"):  # noqa: E712 (KFP condition)
+            registered = ops.register(
+                RegisterInputs(
+                    trained=trained,
+                    dataset=dataset,
+                    evaluation=gate.evaluation,
+                    repository=repository,
+                    source_commit=source_commit,
+                )
             )
             ops.deploy(
-                enabled=deploy,
-                registered=registered,
-                dataset=prep.outputs["dataset"],
-                traffic_percentage=traffic_percentage,
-                model_repository=model_repository,
-                model_name=model_name,
-                serving_url=serving_url,
-                rest_port=rest_port,
-                grpc_port=grpc_port,
+                DeployInputs(
+                    enabled=deploy,
+                    registered=registered,
+                    dataset=dataset,
+                    traffic_percentage=traffic_percentage,
+                    repository=repository,
+                    serving_url=serving_url,
+                    rest_port=rest_port,
+                    grpc_port=grpc_port,
+                )
             )
             ops.quantize_model(
-                model=trained.model,
-                dataset=prep.outputs["dataset"],
-                mode=tflite_mode,
-                max_accuracy_drop=tflite_max_accuracy_drop,
-                compare_all_modes=tflite_compare_all_modes,
-                int8_io=tflite_int8_io,
-                allow_flex=tflite_allow_flex,
+                QuantizeInputs(
+                    model=trained.model,
+                    dataset=dataset,
+                    mode=tflite_mode,
+                    max_accuracy_drop=tflite_max_accuracy_drop,
+                    compare_all_modes=tflite_compare_all_modes,
+                    int8_io=tflite_int8_io,
+                    allow_flex=tflite_allow_flex,
+                )
             ).set_display_name("TFLite quantization")
 
     return training_pipeline

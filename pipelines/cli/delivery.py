@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-
 import click
-import yaml
 
 from pipelines.cli import _fail, _load, _refuse_examples, cli, config_options
-from pipelines.cli.errors import doing
 from pipelines.config import PIPELINES
 
 
@@ -62,58 +56,47 @@ def kubeflow_options(func):
     )
 
 
-class _Template:
-    """The template a submit/schedule/publish command runs, resolved before any API call: `path` (a local file),
-    `url` (a published template) and the loaded `spec`."""
+def _template(delivery, pipeline, config, template, template_tag, registry, workdir):
+    """The template a submit/schedule/publish command runs, resolved before any API call."""
+    from pipelines.templates import TemplateError
 
-    def __init__(self, target, pipeline, config, template, template_tag, registry, workdir, credentials=None):
-        from pipelines.templates import TemplateError, compile_template, load_template, published_url
-
-        self.url = None
-        if template and template_tag:
-            _fail("--template and --template-tag: give one of them")
-        if registry and not template_tag:
-            _fail("--registry: only with --template-tag")
-        try:
-            if template_tag:
-                self.url = published_url(registry or config.platform.template_registry, pipeline, template_tag)
-                self.spec = load_template(self.url, config.platform.project or None, credentials)
-                self.path = str(Path(workdir) / "template.yaml")
-                Path(self.path).write_text(yaml.safe_dump(self.spec, sort_keys=False))
-            elif template:
-                self.path = template
-                self.spec = load_template(template)
-            else:
-                self.path = compile_template(target, pipeline, config, Path(workdir) / f"{pipeline}.yaml")
-                self.spec = load_template(self.path)
-        except TemplateError as e:
-            _fail(str(e))
-        self.name = self.spec["pipelineInfo"]["name"]
-        self.source = self.url or (self.path if template else f"{target} {pipeline} pipeline compiled now")
-
-    def params(self, assignments):
-        from pipelines.templates import TemplateError, parse_params
-
-        try:
-            return parse_params(assignments, self.spec)
-        except TemplateError as e:
-            _fail(str(e))
+    if template and template_tag:
+        _fail("--template and --template-tag: give one of them")
+    if registry and not template_tag:
+        _fail("--registry: only with --template-tag")
+    try:
+        return delivery.template(pipeline, config, workdir, template, template_tag, registry)
+    except TemplateError as e:
+        _fail(str(e))
 
 
-def _kubeflow_target(platform, host, namespace):
-    host = host or platform.kfp_host or os.environ.get("KF_PIPELINES_ENDPOINT", "")
-    if not host:
-        _fail("--target kubeflow needs the KFP API endpoint: --host URL, platform.kfp_host or $KF_PIPELINES_ENDPOINT")
-    return host.rstrip("/"), namespace or platform.kfp_namespace
+def _params(chosen, assignments):
+    from pipelines.templates import TemplateError, parse_params
+
+    try:
+        return parse_params(assignments, chosen.spec)
+    except TemplateError as e:
+        _fail(str(e))
 
 
-def _only_with(target, wanted, **given):
+def _attempt(action, *args, **kwargs):
+    """`action`'s result; its DeliveryError as the command's error."""
+    from pipelines.delivery.base import DeliveryError
+
+    try:
+        return action(*args, **kwargs)
+    except DeliveryError as e:
+        _fail(str(e))
+
+
+def _only_kubeflow(delivery, **given):
+    """Refuse the options given (the true values of `given`) unless the target takes the KFP API's options."""
     names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
-    if names and target != wanted:
-        _fail(f"{', '.join(names)}: only with --target {wanted}")
+    if names and not delivery.kfp_options:
+        _fail(f"{', '.join(names)}: only with --target kubeflow")
 
 
-def _check_names(target, run_name=None, experiment=None, display_name=None):
+def _check_names(delivery, run_name=None, experiment=None, display_name=None):
     """The names given as options, by the rules of where they go (core/names.py), in one line."""
     from core import names
 
@@ -123,32 +106,23 @@ def _check_names(target, run_name=None, experiment=None, display_name=None):
         if display_name is not None:
             names.display_name(display_name, "--display-name")
         if experiment is not None:
-            check = names.vertex_experiment if target == "vertex" else names.display_name
-            check(experiment, "--experiment")
+            delivery.check_experiment(experiment, "--experiment")
     except names.InvalidName as e:
         _fail(str(e))
 
 
-def _precheck(target, pipeline, config, template, template_tag, registry, host, namespace):
-    """Settings a run or schedule needs, checked before any API call (example values first); returns kubeflow's
-    (host, namespace)."""
-    from pipelines.submit import SubmitError, check_vertex
-
+def _precheck(delivery, pipeline, config, template, template_tag, registry, host, namespace):
+    """Settings a run or schedule needs, checked before any API call (example values first); returns where the
+    calls go."""
     fields = config.cloud_fields(
-        target,
+        delivery.target,
         pipeline,
         compiling=not (template or template_tag),
         running=True,
         registry=bool(template_tag and not registry),
     )
     _refuse_examples(config, [f for f in fields if not (host and f == "platform.kfp_host")])
-    if target == "kubeflow":
-        return _kubeflow_target(config.platform, host, namespace)
-    try:
-        check_vertex(config.platform)
-    except SubmitError as e:
-        _fail(str(e))
-    return host, namespace
+    return _attempt(delivery.connect, config.platform, host, namespace, running=True)
 
 
 @cli.command()
@@ -194,113 +168,42 @@ def submit(
     checked against the template's inputs before anything is sent."""
     import tempfile
 
-    _only_with(target, "kubeflow", host=host, namespace=namespace)
-    _check_names(target, run_name=run_name, experiment=experiment)
+    from pipelines.delivery import delivery_for
+    from pipelines.delivery.base import Run
+
+    delivery = delivery_for(target)
+    _only_kubeflow(delivery, host=host, namespace=namespace)
+    _check_names(delivery, run_name=run_name, experiment=experiment)
     config = _load(config_file, profile, sets)
     platform = config.platform
     caching = False if no_caching else platform.enable_caching
-    host, namespace = _precheck(target, pipeline, config, template, template_tag, registry, host, namespace)
+    connection = _precheck(delivery, pipeline, config, template, template_tag, registry, host, namespace)
     with tempfile.TemporaryDirectory(prefix="tfpipe-submit-") as workdir:
-        chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
-        values = chosen.params(params)
-        if target == "vertex":
-            _preflight(platform, chosen.spec, skip_checks)
-            _submit_vertex(
-                chosen,
-                values,
-                platform,
-                run_name,
-                caching,
-                wait,
-                poll_seconds,
-                experiment or platform.vertex_experiment,
-            )
-        else:
-            _submit_kubeflow(
-                chosen,
-                values,
-                platform,
-                run_name,
-                caching,
-                wait,
-                poll_seconds,
-                host,
-                namespace,
-                experiment or platform.kfp_experiment,
-            )
+        chosen = _template(delivery, pipeline, config, template, template_tag, registry, workdir)
+        values = _params(chosen, params)
+        _preflight(delivery, platform, chosen, skip_checks)
+        run = Run(chosen, values, caching)
+        submitted = _attempt(delivery.submit, connection, run, run_name, experiment, click.echo)
+        if wait:
+            _follow(submitted, poll_seconds)
 
 
-def _preflight(platform, spec, skip):
-    """The pre-flight checks of a Vertex run (pipelines/preflight.py): every problem on its own line, then exit 1."""
-    from pipelines.preflight import preflight
-
-    if skip:
-        click.echo("pre-flight checks skipped (--skip-checks)")
-        return
-    with doing("the pre-flight checks could not finish (--skip-checks to go on without them)"):
-        problems = preflight(platform, spec, note=click.echo)
+def _preflight(delivery, platform, chosen, skip):
+    """The target's pre-flight checks: every problem on its own line, then exit 1."""
+    problems = delivery.preflight(platform, chosen, skip, click.echo)
     if problems:
         for problem in problems[:-1]:
             click.echo(f"Error: {problem}", err=True)
         _fail(f"{problems[-1]}\n(fix these, or pass --skip-checks to create the run anyway)")
-    click.echo("pre-flight checks passed: pipeline root writable, images present, service account usable")
 
 
-def _follow(wait, url, echo=click.echo):
-    """Run `wait()`; on Ctrl-C say that the run goes on."""
+def _follow(submitted, poll_seconds):
+    """Follow the run until it ends; on Ctrl-C say that it goes on."""
     try:
-        return wait()
+        _attempt(submitted.wait, poll_seconds, click.echo)
     except KeyboardInterrupt:
-        echo(f"stopped following the run; it goes on: {url}", err=True)
+        click.echo(f"stopped following the run; it goes on: {submitted.url}", err=True)
         raise
-
-
-def _vertex_job(chosen, platform, values, display_name, caching):
-    """The unsubmitted aiplatform.PipelineJob (its own checks: display name, labels, job id)."""
-    from pipelines.submit import vertex_job
-
-    if len(display_name) > 128:
-        _fail(f"display name {display_name[:20]!r}...: at most 128 characters")
-    try:
-        return vertex_job(chosen.url or chosen.path, platform, values, display_name, caching)
-    except ValueError as e:
-        _fail(f"aiplatform refused the pipeline job: {e}")
-
-
-def _submit_vertex(chosen, values, platform, run_name, caching, wait, poll_seconds, experiment):
-    from pipelines.submit import submit_vertex, wait_vertex
-
-    job = _vertex_job(chosen, platform, values, run_name or chosen.name, caching)
-    with doing("creating the pipeline job on Vertex AI"):
-        url = submit_vertex(job, platform, experiment)
-    click.echo(
-        f"submitted {chosen.name} ({chosen.source}) to Vertex AI: {job.resource_name}"
-        + (f" in experiment {experiment}" if experiment else "")
-    )
-    click.echo(f"console: {url}")
-    if wait:
-        with doing("reading the pipeline job"):
-            state, error = _follow(lambda: wait_vertex(job, poll_seconds, click.echo), url)
-        if state != "PIPELINE_STATE_SUCCEEDED":
-            _fail(f"the run ended {state}" + (f": {error}" if error else "") + f" ({url})")
-
-
-def _submit_kubeflow(chosen, values, platform, run_name, caching, wait, poll_seconds, host, namespace, experiment):
-    from pipelines.submit import kfp_client, submit_kubeflow, wait_kubeflow
-
-    run_name = run_name or f"{chosen.name} {time.strftime('%Y-%m-%d %H-%M-%S')}"
-    with doing(f"submitting the run to Kubeflow Pipelines at {host}"):
-        client = kfp_client(host, namespace)
-        run_id = submit_kubeflow(client, chosen.path, values, run_name, platform, experiment, namespace, caching)
-    click.echo(f"submitted {chosen.name} ({chosen.source}) to Kubeflow Pipelines as {run_name!r}: run {run_id}")
-    click.echo(f"run: {host}/#/runs/details/{run_id}")
-    if wait:
-        with doing("reading the run"):
-            state, error = _follow(
-                lambda: wait_kubeflow(client, run_id, poll_seconds, click.echo), f"{host}/#/runs/details/{run_id}"
-            )
-        if state != "SUCCEEDED":
-            _fail(f"the run ended {state}" + (f": {error}" if error else ""))
 
 
 # --- schedule ----------------------------------------------------------------------------------------------------
@@ -352,6 +255,9 @@ def schedule(
 
     from click.core import ParameterSource
 
+    from pipelines.delivery import delivery_for
+    from pipelines.delivery.base import Run
+
     if ctx.invoked_subcommand:
         given = [
             f"--{p.name.replace('_', '-')}"
@@ -363,75 +269,34 @@ def schedule(
         return
     if not target:
         _fail("--target is required (vertex or kubeflow)")
-    _only_with(target, "kubeflow", host=host, namespace=namespace, experiment=experiment)
-    _check_names(target, experiment=experiment, display_name=display_name)
+    delivery = delivery_for(target)
+    _only_kubeflow(delivery, host=host, namespace=namespace, experiment=experiment)
+    _check_names(delivery, experiment=experiment, display_name=display_name)
     config = _load(config_file, profile, sets)
     platform = config.platform
     settings = platform.schedule
     caching = False if no_caching else platform.enable_caching
-    host, namespace = _precheck(target, pipeline, config, template, template_tag, registry, host, namespace)
-    parsed = _parse_cron(cron or settings.cron, target)
+    connection = _precheck(delivery, pipeline, config, template, template_tag, registry, host, namespace)
+    parsed = _parse_cron(delivery, cron or settings.cron)
     with tempfile.TemporaryDirectory(prefix="tfpipe-schedule-") as workdir:
-        chosen = _Template(target, pipeline, config, template, template_tag, registry, workdir)
-        values = chosen.params(params)
+        chosen = _template(delivery, pipeline, config, template, template_tag, registry, workdir)
+        values = _params(chosen, params)
         name = display_name or settings.display_name or chosen.name
-        if target == "vertex":
-            _preflight(platform, chosen.spec, skip_checks)
-        _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace, experiment)
-    zone = parsed.zone or ("UTC" if target == "vertex" else "")
+        _preflight(delivery, platform, chosen, skip_checks)
+        _attempt(delivery.schedule, connection, Run(chosen, values, caching), parsed, name, experiment, click.echo)
     runs = ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in parsed.next_runs(3))
-    click.echo(
-        f"{name}: {chosen.name} ({chosen.source}) on '{parsed}'; next runs {runs}"
-        + (f" {zone}" if zone else " (the KFP controller's time zone)")
-    )
+    click.echo(f"{name}: {chosen.name} ({chosen.source}) on '{parsed}'; next runs {runs} {delivery.time_zone(parsed)}")
 
 
-def _create_schedule(target, chosen, values, platform, settings, parsed, name, caching, host, namespace, experiment):
-    from pipelines.schedule import ScheduleError
-
-    try:
-        if target == "vertex":
-            from pipelines.schedule import replace_vertex_schedule, schedule_console_url
-
-            job = _vertex_job(chosen, platform, values, name, caching)
-            with doing("creating the schedule on Vertex AI"):
-                created = replace_vertex_schedule(job, platform, parsed, settings, name, echo=click.echo)
-            schedule_id = created.resource_name.rsplit("/", 1)[-1]
-            click.echo(f"console: {schedule_console_url(platform.project, platform.location, schedule_id)}")
-        else:
-            from pipelines.schedule import replace_kfp_recurring_run
-            from pipelines.submit import kfp_client
-
-            with doing(f"creating the recurring run on Kubeflow Pipelines at {host}"):
-                client = kfp_client(host, namespace)
-                replace_kfp_recurring_run(
-                    client,
-                    chosen.path,
-                    values,
-                    platform,
-                    parsed,
-                    settings,
-                    name,
-                    experiment or platform.kfp_experiment,
-                    namespace,
-                    caching,
-                    echo=click.echo,
-                )
-    except ScheduleError as e:
-        _fail(str(e))
-
-
-def _parse_cron(text, target):
+def _parse_cron(delivery, text):
     from pipelines.cron import parse_cron
-    from pipelines.schedule import kfp_cron
 
     if not text:
         _fail('--cron is required (or platform.schedule.cron), e.g. --cron "TZ=Europe/Paris 0 3 * * 1"')
     try:
         parsed = parse_cron(text)
-        if target == "kubeflow":
-            kfp_cron(parsed)
-    except ValueError as e:  # ScheduleError included
+        delivery.check_cron(parsed)
+    except ValueError as e:  # DeliveryError included
         _fail(f"--cron: {e}")
     return parsed
 
@@ -442,65 +307,31 @@ def schedule_target_options(func):
     return _target_option()(func)
 
 
+def _managed(target, config_file, profile, sets, host, namespace):
+    """The delivery of list, pause, resume and delete, and where their calls go, checked before any API call."""
+    from pipelines.delivery import delivery_for
+
+    delivery = delivery_for(target)
+    _only_kubeflow(delivery, host=host, namespace=namespace)
+    config = _load(config_file, profile, sets)
+    _refuse_examples(config, [f for f in delivery.schedule_fields if not (host and f == "platform.kfp_host")])
+    return delivery, _attempt(delivery.connect, config.platform, host, namespace, running=False)
+
+
 @schedule.command("list")
 @schedule_target_options
-def schedule_list(target, config_file, profile, sets, host, namespace):
+def schedule_list(**options):
     """List the schedules (Vertex: of the project and location; kubeflow: recurring runs)."""
-    platform, host, namespace = _managed_target(target, config_file, profile, sets, host, namespace)
-    if target == "vertex":
-        from pipelines.schedule import describe_vertex, vertex_schedules
-
-        with doing("listing the schedules"):
-            rows = [describe_vertex(s) for s in vertex_schedules(platform)]
-        where = f"projects/{platform.project}/locations/{platform.location}"
-    else:
-        from pipelines.schedule import describe_kfp, kfp_recurring_runs
-        from pipelines.submit import kfp_client
-
-        with doing(f"listing the recurring runs at {host}"):
-            rows = [describe_kfp(r) for r in kfp_recurring_runs(kfp_client(host, namespace), None, namespace)]
-        where = host
-    if not rows:
-        click.echo(f"no schedules in {where}")
+    delivery, connection = _managed(**options)
+    listing = delivery.list_schedules(connection)
+    if not listing.rows:
+        click.echo(f"no schedules in {listing.where}")
         return
-    for row in rows:
+    for row in listing.rows:
         click.echo(
-            f"{row['display_name']:<28} {row['state']:<9} {row['cron']:<32} "
-            f"{('next ' + row['next_run']) if row['next_run'] else '':<32} {row['name']}".rstrip()
+            f"{row.display_name:<28} {row.state:<9} {row.cron:<32} "
+            f"{('next ' + row.next_run) if row.next_run else '':<32} {row.name}".rstrip()
         )
-
-
-def _managed_target(target, config_file, profile, sets, host, namespace):
-    """The platform and kubeflow's (host, namespace) of list, pause, resume and delete, checked before any API
-    call."""
-    _only_with(target, "kubeflow", host=host, namespace=namespace)
-    config = _load(config_file, profile, sets)
-    _refuse_examples(config, ["platform.project"] if target == "vertex" else [] if host else ["platform.kfp_host"])
-    if target == "kubeflow":
-        return (config.platform, *_kubeflow_target(config.platform, host, namespace))
-    if not config.platform.project:
-        _fail(
-            "platform.project is required on Vertex AI: set it in the config (profile), "
-            "TFPIPE_PLATFORM__PROJECT or --set platform.project=PROJECT"
-        )
-    return config.platform, host, namespace
-
-
-def _change_schedule(action, target, name, config_file, profile, sets, host, namespace):
-    from pipelines.schedule import ScheduleError, change_kfp_recurring_run, change_vertex_schedule
-
-    platform, host, namespace = _managed_target(target, config_file, profile, sets, host, namespace)
-    try:
-        if target == "vertex":
-            with doing(f"{action} {name}"):
-                change_vertex_schedule(action, platform, name, echo=click.echo)
-        else:
-            from pipelines.submit import kfp_client
-
-            with doing(f"{action} {name} at {host}"):
-                change_kfp_recurring_run(action, kfp_client(host, namespace), name, namespace, echo=click.echo)
-    except ScheduleError as e:
-        _fail(str(e))
 
 
 @schedule.command("pause")
@@ -508,7 +339,8 @@ def _change_schedule(action, target, name, config_file, profile, sets, host, nam
 @schedule_target_options
 def schedule_pause(name, **options):
     """Pause the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
-    _change_schedule("pause", name=name, **options)
+    delivery, connection = _managed(**options)
+    _attempt(delivery.pause, connection, name, click.echo)
 
 
 @schedule.command("resume")
@@ -516,7 +348,8 @@ def schedule_pause(name, **options):
 @schedule_target_options
 def schedule_resume(name, **options):
     """Resume the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
-    _change_schedule("resume", name=name, **options)
+    delivery, connection = _managed(**options)
+    _attempt(delivery.resume, connection, name, click.echo)
 
 
 @schedule.command("delete")
@@ -524,7 +357,8 @@ def schedule_resume(name, **options):
 @schedule_target_options
 def schedule_delete(name, **options):
     """Delete the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
-    _change_schedule("delete", name=name, **options)
+    delivery, connection = _managed(**options)
+    _attempt(delivery.delete, connection, name, click.echo)
 
 
 # --- publish -----------------------------------------------------------------------------------------------------
@@ -555,9 +389,11 @@ def publish(registry, tags, target, pipeline, template, config_file, profile, se
     run it with --template-tag TAG."""
     import tempfile
 
-    from pipelines.publish import PublishError, check_registry, publish_template
+    from pipelines.delivery import delivery_for
+    from pipelines.publish import PublishError, check_registry
     from pipelines.templates import TemplateError, check_tag
 
+    delivery = delivery_for(target)
     config = _load(config_file, profile, sets)
     _refuse_examples(config, config.cloud_fields(target, pipeline, compiling=not template, registry=not registry))
     try:
@@ -567,9 +403,8 @@ def publish(registry, tags, target, pipeline, template, config_file, profile, se
     except (PublishError, TemplateError) as e:
         _fail(str(e))
     with tempfile.TemporaryDirectory(prefix="tfpipe-publish-") as workdir:
-        chosen = _Template(target, pipeline, config, template, None, None, workdir)
-        with doing(f"uploading to {registry}"):
-            package, version = publish_template(registry, chosen.path, tags)
+        chosen = _template(delivery, pipeline, config, template, None, None, workdir)
+        package, version = delivery.publish(registry, chosen, tags)
     click.echo(f"published {package} {version} ({chosen.source}) with tag(s) {', '.join(tags)}")
     for tag in tags:
         click.echo(f"  {registry}/{package}/{tag}")

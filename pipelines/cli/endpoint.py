@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
+from pipelines.actions import doing
 from pipelines.cli import _fail, _load, cli, config_options
-from pipelines.cli.errors import doing
 
 
 def endpoint_options(func):
@@ -18,15 +18,9 @@ def endpoint_options(func):
         metavar="STATE_DIR",
         help="act on a rehearsal's endpoint (rehearse --state) instead of Vertex AI",
     )(func)
-    func = click.option("--endpoint", help="endpoint display name or resource name [platform.endpoint_display_name]")(
+    return click.option("--endpoint", help="endpoint display name or resource name [platform.endpoint_display_name]")(
         func
     )
-    return click.option(
-        "--target",
-        type=click.Choice(["vertex"]),
-        required=True,
-        help="vertex (the self-hosted server always serves the newest version)",
-    )(func)
 
 
 def _endpoint_name(platform, endpoint):
@@ -77,7 +71,7 @@ def _run(action, platform, endpoint, rehearsal_state, **arguments):
     default=None,
     help="earlier deployed models to keep at 0 % [platform.keep_previous]",
 )
-def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state, config_file, profile, sets):
+def promote(endpoint, deployed_model_id, keep_previous, rehearsal_state, config_file, profile, sets):
     """Give the canary all of the endpoint's traffic, undeploy the other models (but --keep-previous) and move the
     champion alias to its version."""
     from components.lib.vertex.rollout import promote as promote_canary
@@ -92,7 +86,7 @@ def promote(target, endpoint, deployed_model_id, keep_previous, rehearsal_state,
 
 @cli.command()
 @endpoint_options
-def rollback(target, endpoint, rehearsal_state, config_file, profile, sets):
+def rollback(endpoint, rehearsal_state, config_file, profile, sets):
     """Give the previous deployed model all of the endpoint's traffic and undeploy the newest one (the canary, or
     the last full rollout if platform.keep_previous kept its predecessor deployed)."""
     from components.lib.vertex.rollout import rollback as roll_back

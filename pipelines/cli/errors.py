@@ -1,33 +1,22 @@
 """The one line the CLI prints for an error of a cloud call: missing or refused credentials, a missing resource, a
-denied permission, a quota, an API or host that cannot be reached. `describe` makes it; `doing` names what a
-command was doing, which the line starts with; the group's `invoke` (pipelines/cli/__init__.py) prints it."""
+denied permission, a quota, an API or host that cannot be reached. `describe` makes it, starting with what the
+command was doing (pipelines/actions.py); the group's `invoke` (pipelines/cli/__init__.py) prints it."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import urllib.parse
+
+from pipelines.actions import action_of
 
 LOGIN = (
     "run 'gcloud auth application-default login' or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file"
 )
 QUOTAS = "https://console.cloud.google.com/iam-admin/quotas"
-_ACTION = "tfpipe_action"  # the attribute `doing` sets on an exception
 _PERMISSION = re.compile(
     r"[Pp]ermission ['\"]?([a-z]+(?:\.[a-zA-Z]+){2,})['\"]? (?:was )?denied|does not have ([a-z]+(?:\.[a-zA-Z]+){2,}) access"
 )
 _ERRNO = re.compile(r"\[Errno [^\]]+\] ([^'\")]+)")
-
-
-@contextlib.contextmanager
-def doing(action: str):
-    """Start the line of a cloud error raised inside with `action` (the innermost one wins)."""
-    try:
-        yield
-    except Exception as e:
-        if not hasattr(e, _ACTION):
-            setattr(e, _ACTION, action)
-        raise
 
 
 def describe(error: BaseException) -> str | None:
@@ -39,7 +28,7 @@ def describe(error: BaseException) -> str | None:
     if isinstance(error, auth.RefreshError):
         return f"Google Cloud refused the credentials ({_sentence(error)}): {LOGIN}"
     message = _message(error)
-    action = getattr(error, _ACTION, None)
+    action = action_of(error)
     return f"{action}: {message}" if message and action else message
 
 

@@ -289,7 +289,8 @@ def _print_summary(s: dict) -> None:
 def compile_(target, output, config_file, profile, sets, pipeline):
     """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines (refused
     while the images, identity or inputs it bakes in still hold example values)."""
-    from pipelines.templates import TemplateError, compile_template
+    from pipelines.delivery import delivery_for
+    from pipelines.templates import TemplateError
 
     config = _load(config_file, profile, sets)
     _refuse_examples(config, config.cloud_fields(target, pipeline, compiling=True))
@@ -297,7 +298,7 @@ def compile_(target, output, config_file, profile, sets, pipeline):
         _fail(f"--output must end in .yaml or .json, got {output}")
     _make_folder(Path(output).parent, "--output")
     try:
-        compile_template(target, pipeline, config, output)
+        delivery_for(target).compile(pipeline, config, output)
     except TemplateError as e:
         _fail(str(e))
     except OSError as e:  # the file itself cannot be written (a read-only folder)

@@ -61,14 +61,15 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
     if verbose and quiet:
         _fail("-v/--verbose and -q/--quiet: choose one")
     from pipelines.cli.local import _make_folder, _print_summary
+    from pipelines.delivery import delivery_for
     from pipelines.rehearsal.run import PIPELINE_ROOT, PROJECT, rehearse as run_rehearsal
-    from pipelines.templates import TemplateError, compile_template, load_template, parse_params
+    from pipelines.templates import TemplateError, load_template, parse_params
 
     out = _make_folder(Path(out_dir or f"runs/rehearsal-{time.strftime('%Y%m%d-%H%M%S')}").resolve(), "--out")
     config = _load(config_file, profile, sets)
     try:
         if not template:
-            template = compile_template("vertex", pipeline, config, out / "template.yaml")
+            template = delivery_for("vertex").compile(pipeline, config, out / "template.yaml")
         spec = load_template(template)
         arguments = parse_params(params, spec)
     except TemplateError as e:

@@ -75,7 +75,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     [model] = summary["vertex"]["models"]
     assert [set(v["aliases"]) for v in model["versions"]] == [{"default", "champion"}, set()]  # canary: no alias
 
-    promoted = cli("promote", "--target", "vertex", "--rehearsal", state, *SETS)
+    promoted = cli("promote", "--rehearsal", state, *SETS)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     saved = json.loads((state / "vertex_state.json").read_text())
     [endpoint] = saved["endpoints"].values()

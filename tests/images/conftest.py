@@ -29,11 +29,11 @@ def storage(tmp_path_factory):
 def compiled(target: str, pipeline: str, folder) -> dict:
     """The pipeline compiled for `target` with this machine's images."""
     from pipelines.config import load_config
-    from pipelines.templates import compile_template
+    from pipelines.delivery import delivery_for
 
     sets = [f"platform.{kind}_image={image(kind)}" for kind in ("components", "trainer", "serving")]
     config = load_config(sets=[*sets, f"platform.trainer_gpu_image={image('trainer')}"], environ={})
-    path = compile_template(target, pipeline, config, folder / f"{target}-{pipeline}.yaml")
+    path = delivery_for(target).compile(pipeline, config, folder / f"{target}-{pipeline}.yaml")
     with open(path) as f:
         return next(yaml.safe_load_all(f))
 

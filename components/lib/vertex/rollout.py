@@ -118,7 +118,7 @@ def finish_rollout(
         echo(
             f"canary: {new.id} ({model_version}) serves {split.get(new.id, 0)} %; the others keep theirs "
             f"({', '.join(f'{d.id}: {split.get(d.id, 0)} %' for d in others) or 'none'}). Promote it with "
-            "`python -m pipelines promote --target vertex` or roll it back with `... rollback --target vertex`"
+            "`python -m pipelines promote` or roll it back with `... rollback`"
         )
         return {"deployed_model_id": new.id, "canary": True, "undeployed": [], "kept": [d.id for d in others]}
     if traffic_percentage < 100:

@@ -216,15 +216,15 @@ def test_batch_prediction_on_the_volume(tmp_path):
 
 
 def test_compiled_kubeflow_template_defaults_the_model_repository_to_the_volume(tmp_path):
-    from pipelines.templates import compile_template
+    from pipelines.delivery import delivery_for
 
     config = load_config(None, environ={})
     for pipeline in ("training", "batch_prediction"):
         out = tmp_path / f"{pipeline}.yaml"
-        compile_template("kubeflow", pipeline, config, out)
+        delivery_for("kubeflow").compile(pipeline, config, out)
         inputs = next(yaml.safe_load_all(out.read_text()))["root"]["inputDefinitions"]["parameters"]
         assert inputs["model_repository"]["defaultValue"] == "/mnt/tfpipe/model-repository"
-    compile_template("vertex", "training", config, tmp_path / "v.yaml")
+    delivery_for("vertex").compile("training", config, tmp_path / "v.yaml")
     inputs = next(yaml.safe_load_all((tmp_path / "v.yaml").read_text()))["root"]["inputDefinitions"]["parameters"]
     assert inputs["model_repository"]["defaultValue"] == ""
 

@@ -10,7 +10,8 @@ import yaml
 
 from components.lib.kube.api import IMAGE_UID
 from pipelines.config import Volume, load_config
-from pipelines.templates import compile_template, kubeflow_model_repository
+from pipelines.delivery import delivery_for
+from pipelines.delivery.kubeflow import kubeflow_model_repository
 from tests.doubles.k8s import schema
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -127,7 +128,7 @@ def test_the_docs_kind_profile_keeps_the_volume_repository_under_tfpipe_yaml_too
     config_file = tmp_path / "tfpipe.yaml"
     config_file.write_text(yaml.safe_dump(raw))
     config = load_config(config_file, profile=PROFILE, environ={})
-    output = compile_template("kubeflow", "training", config, tmp_path / "kubeflow.yaml")
+    output = delivery_for("kubeflow").compile("training", config, tmp_path / "kubeflow.yaml")
     spec = next(yaml.safe_load_all(Path(output).read_text()))
     default = spec["root"]["inputDefinitions"]["parameters"]["model_repository"]["defaultValue"]
     assert default == f"{Volume().mount_path}/model-repository" == config.parameters.model_repository

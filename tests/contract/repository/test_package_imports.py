@@ -48,12 +48,12 @@ STEP_MODULES = sorted(p for p in (ROOT / "components").glob("*.py") if p.name !=
 
 
 def component_calls() -> list[tuple[str, str]]:
-    """(module, function) of every step the platform seam builds: `_component(module.function, ...)`, and the
+    """(module, function) of every step the platform seam builds: `component(module.function, ...)`, and the
     container steps' `module.module(image)`."""
-    tree = ast.parse((ROOT / "pipelines" / "targets.py").read_text())
+    trees = [ast.parse(path.read_text()) for path in sorted((ROOT / "pipelines" / "targets").glob("*.py"))]
     steps = []
-    for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
-        if getattr(call.func, "id", "") == "_component":
+    for call in (node for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Call)):
+        if getattr(call.func, "id", "") == "component":
             steps.append((call.args[0].value.id, call.args[0].attr))
         elif isinstance(call.func, ast.Attribute) and getattr(call.func.value, "id", "") == call.func.attr:
             steps.append((call.func.attr, call.func.attr))

@@ -1,4 +1,5 @@
-"""Delivery: submit, schedule and publish (pipelines/templates.py, submit.py, schedule.py, publish.py and the CLI).
+"""Delivery: submit, schedule and publish (pipelines/delivery/, templates.py, submit.py, schedule.py, publish.py and
+the CLI).
 
 Vertex AI: google-cloud-aiplatform runs for real (PipelineJob / PipelineJobSchedule build every request, the GAPIC
 clients coerce and route them); only the gRPC stubs of the transports are replaced, recording each request and
@@ -39,8 +40,9 @@ from google.protobuf import any_pb2, empty_pb2
 
 from pipelines.cli import cli
 from pipelines.config import load_config
+from pipelines.delivery import delivery_for
 from pipelines.preflight import manifest_url
-from pipelines.templates import TemplateError, compile_template, load_template, parse_params
+from pipelines.templates import TemplateError, load_template, parse_params
 from tests.unit.pipelines.test_preflight import GoogleHttp, iam_routes as preflight_ok
 
 PROJECT, LOCATION = "acme-ml-prod", "europe-west4"
@@ -192,7 +194,7 @@ def vertex_spec(tmp_path_factory):
     path = tmp_path_factory.mktemp("spec") / "config.yaml"
     path.write_text(CONFIG)
     config = load_config(path, profile="prod", sets=IMAGES[1::2], environ={})
-    out = compile_template("vertex", "training", config, path.parent / "training.yaml")
+    out = delivery_for("vertex").compile("training", config, path.parent / "training.yaml")
     return load_template(out)
 
 
@@ -241,7 +243,7 @@ def test_params_are_typed_and_checked_against_the_template(vertex_spec):
 
 def test_required_inputs_need_a_value(tmp_path):
     config = load_config(None, environ={})
-    spec = load_template(compile_template("kubeflow", "batch_prediction", config, tmp_path / "batch.yaml"))
+    spec = load_template(delivery_for("kubeflow").compile("batch_prediction", config, tmp_path / "batch.yaml"))
     with pytest.raises(TemplateError) as e:
         parse_params(["batch_size=8"], spec)
     assert str(e.value) == "tfpipe-batch-prediction needs a value for instances: pass --param instances=VALUE"
@@ -948,7 +950,7 @@ def kubeflow_spec(tmp_path_factory):
     path = tmp_path_factory.mktemp("kfp") / "config.yaml"
     path.write_text(CONFIG)
     config = load_config(path, profile="prod", sets=IMAGES[1::2], environ={})
-    compiled = compile_template("kubeflow", "training", config, path.parent / "training.yaml")
+    compiled = delivery_for("kubeflow").compile("training", config, path.parent / "training.yaml")
     # kfp.Client sends the pipeline spec and, when the YAML has one, the platform spec (the volume mounts)
     pipeline_doc, platform_doc = yaml.safe_load_all(Path(compiled).read_text())
     assert pipeline_doc == load_template(compiled)
@@ -1208,7 +1210,7 @@ def test_publish_uploads_the_compiled_template_with_its_tags(http_api, config, t
 
     http_api.requests.clear()
     template = tmp_path / "batch.yaml"
-    compile_template("vertex", "batch_prediction", load_config(None, environ={}), template)
+    delivery_for("vertex").compile("batch_prediction", load_config(None, environ={}), template)
     http_api.routes[("POST", "/acme-ml-prod/templates")] = (200, b"tfpipe-batch-prediction/sha256:77")
     result = invoke("publish", "--registry", registry, "--tag", "v1", "--template", template)
     assert result.exit_code == 0, result.output

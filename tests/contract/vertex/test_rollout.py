@@ -178,7 +178,7 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
         "  model_version_aliases: [champion, blue]\n"
     )
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 50, "d2": 40, "d3": 10})
-    result = CliRunner().invoke(cli, ["promote", "--target", "vertex", "--config", str(tmp_path / "c.yaml")])
+    result = CliRunner().invoke(cli, ["promote", "--config", str(tmp_path / "c.yaml")])
     assert result.exit_code == 0, result.output
     # the endpoint by display name, then the promotion with the config's keep_previous and aliases
     assert vertex.calls[0] == (
@@ -199,9 +199,7 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
     assert result.output.splitlines()[-1] == f"promoted {ANSWERED_MODEL}@3 (deployed model d3)"
 
     vertex.calls.clear()
-    result = CliRunner().invoke(
-        cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT]
-    )
+    result = CliRunner().invoke(cli, ["rollback", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT])
     assert result.exit_code == 0, result.output
     assert vertex.calls == [
         get_endpoint(),
@@ -212,9 +210,7 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
     ]
     assert result.output.splitlines()[-1] == f"rolled back to {ANSWERED_MODEL}@2 (deployed model d2)"
 
-    result = CliRunner().invoke(
-        cli, ["rollback", "--target", "vertex", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT]
-    )
+    result = CliRunner().invoke(cli, ["rollback", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT])
     assert result.exit_code == 1
     assert result.output == (
         f"Error: nothing to roll back to on {ENDPOINT}: 1 deployed model(s). A full rollout "
@@ -222,5 +218,5 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
         "version to go back\n"
     )
     (tmp_path / "c.yaml").write_text("platform:\n  location: europe-west4\n")
-    result = CliRunner().invoke(cli, ["promote", "--target", "vertex", "--config", str(tmp_path / "c.yaml")])
+    result = CliRunner().invoke(cli, ["promote", "--config", str(tmp_path / "c.yaml")])
     assert result.exit_code == 1 and "platform.project is required on Vertex AI" in result.output

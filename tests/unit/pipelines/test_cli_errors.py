@@ -74,8 +74,8 @@ def test_every_vertex_verb_without_credentials_says_how_to_log_in(tmp_path):
         "schedule list": ["schedule", "list", "--target", "vertex", *config],
         "schedule pause": ["schedule", "pause", "tfpipe-weekly", "--target", "vertex", *config],
         "publish": ["publish", "--tag", "v1", *config],
-        "promote": ["promote", "--target", "vertex", *config],
-        "rollback": ["rollback", "--target", "vertex", *config],
+        "promote": ["promote", *config],
+        "rollback": ["rollback", *config],
     }
     results = run_all(commands, no_adc_env(tmp_path))
     for verb, result in results.items():
@@ -230,7 +230,7 @@ def test_schedule_and_promote_errors_are_one_line(vertex, config, vertex_spec, t
         )
 
     stub = FakeStub(missing).bind(EndpointServiceGrpcTransport, "get_endpoint", monkeypatch)
-    result = CliRunner().invoke(cli, ["promote", *prod, "--endpoint", ENDPOINT])
+    result = CliRunner().invoke(cli, ["promote", "--config", config, "--profile", "prod", "--endpoint", ENDPOINT])
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr == f"Error: promote on Vertex AI: not found ({ENDPOINT}): 404 The Endpoint does not exist.\n"
     assert [c[1].name for c in stub.calls] == [ENDPOINT]

@@ -199,7 +199,8 @@ def test_the_bucket_check_names_the_runs_project(monkeypatch):
 
 def test_preflight_checks_every_image_of_the_compiled_template(gcs_emulator, tmp_path):
     from pipelines.config import load_config
-    from pipelines.templates import compile_template, load_template
+    from pipelines.delivery import delivery_for
+    from pipelines.templates import load_template
 
     sets = [
         "platform.components_image=r.example/p/components:1",
@@ -210,7 +211,7 @@ def test_preflight_checks_every_image_of_the_compiled_template(gcs_emulator, tmp
         f"platform.service_account={SA}",
     ]
     config = load_config(sets=sets, environ={})
-    spec = load_template(compile_template("vertex", "training", config, tmp_path / "t.yaml"))
+    spec = load_template(delivery_for("vertex").compile("training", config, tmp_path / "t.yaml"))
     images = ["r.example/p/components:1", "r.example/p/serving:1", "r.example/p/trainer:1"]
     http = GoogleHttp({**iam_routes(), **{("HEAD", manifest_url(i)): (200, {}) for i in images}})
     assert preflight(config.platform, spec, http) == []
