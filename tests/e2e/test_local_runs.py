@@ -84,7 +84,7 @@ def series(tmp_path_factory):
         run("impossible", "--accuracy-threshold", "1.0", "--epochs", "2", "--no-tune")
         s.seen["status after impossible"] = client.status()[0]
 
-        shapes = write_shapes(root / "shapes", per_class=30, size=24)
+        shapes = write_shapes(root / "shapes-images", per_class=30, size=24)
         run("shapes", *retrain, "--data-source", str(shapes), "--model-name", "shapes")
         s.seen["status after shapes"] = client.status()[0]
         shapes_client = ServingClient(restarted["rest_url"], restarted["grpc_target"], "shapes")
@@ -303,7 +303,8 @@ def test_a_users_small_csv_with_three_workers_then_batch_predictions_on_the_same
     assert trained.returncode == 0, trained.stdout + trained.stderr
     summary = summary_of(tmp_path / "run1")
     assert summary["training"]["num_workers"] == 3 and summary["training"]["attempts"] == 1
-    assert summary["training"]["global_batch_size"] == 96 and summary["training"]["steps_per_epoch"] == 2
+    metrics = json.loads((Path(summary["artifacts"]) / "train-model" / "training" / "metrics.json").read_text())
+    assert metrics["global_batch_size"] == 96 and metrics["steps_per_epoch"] == 2
     assert summary["dataset"]["quarantined"] == 1 and summary["metrics"]["test_accuracy"] > 0.8
     stats = json.loads((Path(summary["artifacts"]) / "prepare-data" / "dataset" / "stats.json").read_text())
     assert stats["splits"]["train"]["shards"] == 3 and stats["splits"]["train"]["examples"] / 3 < 96
