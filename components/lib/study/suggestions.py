@@ -68,7 +68,7 @@ def make_designer(spec: StudySpec, seed: int = 0):
 def _without_tensorflow():
     """Imports in this block see no TensorFlow, unless this process has already imported it. TensorFlow
     Probability's JAX substrate (Vizier's GP) imports TensorFlow only to copy its docstrings, and skips that when the
-    import fails: the study then does not import TensorFlow while its trial runners do."""
+    import fails: the study's process then spends no time importing TensorFlow while its trial runners import it."""
     if "tensorflow" in sys.modules:
         yield
         return
