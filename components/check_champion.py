@@ -22,7 +22,7 @@ def _lines(data: bytes | None) -> list[str] | None:
 @functools.cache
 def _saved_model_class():
     """TensorFlow's `SavedModel` message (saved_model.proto: a schema version and the meta graphs) over TensorBoard's
-    copy of TensorFlow's `MetaGraphDef`: reading a signature this way does not import TensorFlow (about 5 s a step)."""
+    copy of TensorFlow's `MetaGraphDef`: reading a signature this way spares the step TensorFlow's import."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     from tensorboard.compat.proto import meta_graph_pb2
 

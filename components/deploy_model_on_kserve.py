@@ -1,28 +1,9 @@
-"""Kubeflow serving step: the published repository version on a KServe InferenceService.
+"""Kubeflow serving step: the published repository version on a KServe InferenceService, given its share of the
+traffic only once it has answered correctly (`deploy_to_kserve`); on any failure the InferenceService is rolled back
+and the version removed from the repository, so that the champion serves.
 
-- Predictor: by default this project's serving image as a custom container (`kserve-container`), the image Vertex
-  runs too, built from the trainer's lock file, so the SavedModel is served by the TensorFlow that wrote it (KServe's
-  TensorFlow runtime is TF Serving, whose image tags trail TensorFlow's releases). KServe puts the version
-  (`STORAGE_URI`: `pvc://CLAIM/PATH` on the shared volume, mounted directly; or `gs://`, copied) at `/mnt/models`;
-  the server reads it there (`AIP_STORAGE_URI`), listens on 8080 and answers KServe's v1 protocol route
-  `/v1/models/NAME:predict` (`AIP_PREDICT_ROUTE`), ready once the model is loaded (`AIP_HEALTH_ROUTE`, the
-  readiness probe). `predictor: tensorflow` uses KServe's TensorFlow runtime on the same storage URI instead.
-- Rollout: the first deploy creates the InferenceService (all traffic: nothing to compare with). Later ones patch its
-  predictor (and the `tfpipe/model-version` label) with `canaryTrafficPercent: 0`: the new revision starts with no
-  traffic while KServe keeps all of it on the last rolled-out revision. The step waits until the InferenceService is
-  Ready with a new latest revision that is also the latest ready one (KServe's `observedGeneration` is the Knative
-  Service's counter, not the InferenceService's, so it is not compared), then sends a smoke prediction for every
-  signature the model serves to that revision at the cluster-local address of its `latest` tag
-  (`latest-NAME-predictor.NS.svc.cluster.local`; the tag's reported URL uses the cluster's external domain, which a
-  pod cannot reach on a default install) and compares the class ids with the SavedModel's. Only then does the new
-  revision get its share: `canaryTrafficPercent` set to `traffic_percentage` below 100 %, removed at 100 %.
-- Rollback on any failure (not ready, wrong answers, connection refused, an HTTP error, a timeout, a cancelled run):
-  a first deploy's InferenceService is deleted; otherwise the previous predictor spec and labels are put back with
-  `canaryTrafficPercent: 0`, which pins all traffic to the last rolled-out revision at once (restoring the spec
-  alone would send it to the latest ready revision, the rejected one, until the restored revision is ready); once
-  the restored revision is ready the pin is lifted. The version is removed from the repository, so the champion is
-  what serves.
-- At 100 %: the InferenceService's older Knative revisions are deleted, except the `keep_previous` newest.
+The predictor is by default this project's serving image, which serves with the TensorFlow that wrote the model
+(`predictor: tensorflow` is KServe's TensorFlow runtime, TF Serving, whose tags trail TensorFlow's releases).
 """
 
 import os
@@ -70,7 +51,9 @@ def predictor(
     service_account: str = "",
     runtime_version: str = "",
 ) -> dict:
-    """The InferenceService's `spec.predictor` (without canaryTrafficPercent)."""
+    """The InferenceService's `spec.predictor` (without canaryTrafficPercent): this project's serving image on the
+    version KServe's storage initializer puts at MODEL_DIR, answering KServe's v1 route and ready once the model has
+    loaded; or, `kind` tensorflow, KServe's TensorFlow runtime on the same storage URI."""
     spec: dict[str, Any] = {"minReplicas": min_replicas, "maxReplicas": max_replicas}
     if service_account:
         spec["serviceAccountName"] = service_account
@@ -140,7 +123,8 @@ def smoke_url(obj: dict) -> str:
 
 def ready(obj: dict, before: str) -> bool | None:
     """True once a revision newer than `before` (the latest created before this deploy; "" for a new service) is
-    the latest ready one of a Ready InferenceService; raises ServingFailed on a failed revision or model load."""
+    the latest ready one of a Ready InferenceService; raises ServingFailed on a failed revision or model load.
+    `observedGeneration` is not compared: KServe reports the Knative Service's, not the InferenceService's."""
     from components.lib.kube import api as kube
 
     created = latest_created(obj)
@@ -279,8 +263,18 @@ def deploy_to_kserve(
     sleep=None,
     post=None,
 ) -> dict:
-    """Roll the predictor out on the InferenceService `name` and prove it serves (see the module's docstring); on
-    any failure roll it back and raise ServingFailed. Returns the endpoint's record."""
+    """Roll the predictor out on the InferenceService `name` and prove it serves; returns the endpoint's record.
+
+    A first deploy creates the InferenceService with all the traffic; a later one patches the predictor (and the
+    labels) with `canaryTrafficPercent: 0`, waits for a new latest ready revision, smoke-tests every check at its
+    cluster-local `latest` tag (a pod cannot reach the tag's external URL on a default install), then sets
+    `canaryTrafficPercent` to `traffic_percentage`; at 100 % it removes it and deletes older revisions but the
+    `keep_previous` newest.
+
+    It rolls back on any failure (then raises ServingFailed) and on a cancelled run: a first deploy's
+    InferenceService is deleted; otherwise the previous predictor and labels are restored with
+    `canaryTrafficPercent: 0`, which keeps the traffic on the last rolled-out revision until the restored one is
+    ready (the spec alone would route it to the rejected one meanwhile)."""
     import copy
     import time
 

@@ -1,16 +1,13 @@
 """Data fingerprint: a digest of what data prep would read from a source, without reading the data.
 
-prepare-data takes the digest as its `data_fingerprint` input, so with this step never cached (the pipeline sets
-`.set_caching_options(False)` on it; a run-level `enable_caching=True` on Vertex overrides that), fresh data means
-a new prepare-data run and the same data a cache hit. What is listed (sources.py's and storage.py's resolution, so
-it is what prep reads):
+prepare-data takes the digest as its `data_fingerprint` input and this step is never cached (unless a run-level
+`enable_caching=True` on Vertex overrides that), so fresh data means a new prepare-data run and the same data a cache
+hit. The digest is SHA-256 over a canonical, sorted JSON listing of what prep reads (resolved as prep resolves it):
 
-- `gs://` object or folder: each object's name (relative to the folder) with its size and generation;
+- `gs://` object or folder: each object's name (relative to the folder), size and generation;
 - local CSV file or image folder (every file under it): relative path, size and mtime_ns;
 - a CSV glob (local or gs://): each matched file's path (or object name) with the same;
 - `builtin:NAME`: the name and the installed scikit-learn version (the data set is fixed per version).
-
-The digest is SHA-256 over a canonical, sorted JSON listing.
 """
 
 import hashlib

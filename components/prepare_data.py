@@ -1,14 +1,12 @@
 """Data prep: a source → TFRecord shards for train/val/test, stats.json and quarantine.jsonl, through one Apache
 Beam pipeline (components.lib.prep.pipeline) on every target.
 
-The split is decided by a hash of each record's key (salted), so it is stable across reruns, shard counts, worker
-counts and runners; so is each record's shard. Every split gets at least `num_workers` shards, as FILE auto-sharding
-needs. Sources are read where they live (components.lib.prep.source_reads): CSV files in ranges, images one by one; the
-data is never held whole. Locally the pipeline runs on Beam's direct runner in this process, the shards of an image
-folder of `WRITERS_MIN_IMAGES` images or more written by a pool of `processes` processes
-(`prep_shards.shard_writers`), or on `processes` of Beam's worker processes when asked (`parallel_min_records`); the
-output is byte for byte the same every way.
-Progress (`core.progress`, stage `prepare`): records read, written and quarantined, at the end.
+A salted hash of each record's key decides its split and its shard, stable across reruns, shard and worker counts
+and runners; every split gets at least `num_workers` shards, as FILE auto-sharding needs. Sources are read where they
+live, a piece at a time (components.lib.prep.source_reads). Outside Dataflow the pipeline runs on Beam's direct runner
+in this process (a large image folder's shards written by a pool of processes) or, when asked, on Beam's worker
+processes; the output is byte for byte the same every way. Progress (`core.progress`, stage `prepare`): records
+read, written and quarantined, at the end.
 """
 
 import json
@@ -29,9 +27,8 @@ from core.schema import IMAGE, SPLITS, TABULAR, shard_name
 from core.storage import is_gcs, open_write, remove_tree
 
 ITEMS_PER_WORKER = 8  # work items per worker process, for balance
-# fewer images are written in this process: the shard writers' start (their server imports numpy, Pillow and the
-# prep modules) costs about half a second, which 2 CPUs won back from about 3,000 images (2,000: 4.13 s against 3.69;
-# 3,000: 3.73 s against 3.96)
+# fewer images are written in this process: for them, the shard writers' start (their server imports numpy, Pillow
+# and the prep modules) costs more than writing the shards in parallel saves
 WRITERS_MIN_IMAGES = 3_000
 
 
@@ -127,7 +124,7 @@ def _chunk_size(records: int, parts: int) -> int:
 def pipeline_options(processes: int, parallel: bool):
     """Beam's Python direct runner (`FnApiRunner`), in this process or on `processes` worker processes. Named, not
     reached through "DirectRunner", which first tries the Prism runner: a Go binary it downloads (a different engine
-    wherever the network allows; elsewhere a failed try that costs 0.4 s and leaves a temporary folder each run)."""
+    wherever the network allows; elsewhere a failed try that leaves a temporary folder each run)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     if not parallel:
@@ -158,17 +155,16 @@ def prepare(
     dataflow_output_dir: str = "",
 ) -> dict:
     """Prepare `data_source` into `output_dir`; returns the stats (also written to `stats.json`, with
-    `data_fingerprint`: the digest of the data from the fingerprint step, "" when none). The direct runner runs in
-    this process; the shards of an image folder of at least `writers_min_images` images are written (images
-    decoded, examples encoded) by a pool of `processes` processes (0: every CPU this process may use, see
-    `available_cpus`), which start in about half a second.
-    From `parallel_min_records` records (None: never), the pipeline runs on `processes` of Beam's worker processes
-    instead, each of which imports Beam (seconds, about 0.25 GB) and which are stopped one after the other: on 2
-    CPUs slower than the pool from 3,000 to 30,000 images. CSV rows and built-in records cost less to prepare than
-    to send to another process.
+    `data_fingerprint`: the fingerprint step's digest, "" when none).
+
+    The direct runner runs in this process; an image folder of at least `writers_min_images` images has its shards
+    written (images decoded, examples encoded) by a pool of `processes` processes (0: every CPU this process may
+    use). From `parallel_min_records` records (None: never) the pipeline runs on `processes` of Beam's worker
+    processes instead, each of which imports Beam, stopped one after the other: slower than the pool for images,
+    and CSV rows and built-in records cost less to prepare than to send to another process.
     `runner` "dataflow": a Dataflow job with `dataflow_options` (components.lib.prep.dataflow; checked whatever the
-    size) writing to `dataflow_output_dir` (the gs:// URI of `output_dir`, which is this step's view of it; "":
-    `output_dir` is that URI), or the direct runner here for fewer than `dataflow_min_records` records."""
+    size) writing to `dataflow_output_dir` (the gs:// URI of `output_dir`, this step's view of it; "": `output_dir`
+    is that URI), or the direct runner here for fewer than `dataflow_min_records` records."""
     import contextlib
     import dataclasses
 

@@ -1,15 +1,13 @@
 """Kubeflow training step: the final training as a TFJob of the Kubeflow training operator.
 
-The job has 1 `Chief` and `workers - 1` `Worker` replicas of the trainer image (its entry point is
-`python -m trainer.task`); the operator gives each pod `TF_CONFIG` with the `chief` / `worker` cluster keys the trainer
-reads, the layout Vertex gives a custom job. The replicas share the run's PersistentVolumeClaim: the step copies the
-prepared data set onto it, the chief writes the model, metrics and history there (`AIP_*` locations, as on Vertex),
-and the step copies them into its output artifacts once the job has succeeded. Any failing replica restarts
-(`restartPolicy: OnFailure`; MultiWorkerMirroredStrategy's other workers then fail and restart too, and the group
-resumes from the `BackupAndRestore` backup on the volume), at most `max_restarts` times per replica
-(`runPolicy.backoffLimit`). The step prints each new job condition, fails with the job's own message and the last
-log lines of the first replica seen failing (else the chief's), and deletes the job when the run is cancelled
-(SIGTERM) or times out.
+The job has 1 `Chief` and `workers - 1` `Worker` replicas of the trainer image; the operator gives each pod the
+`TF_CONFIG` the trainer reads, the layout Vertex gives a custom job. The replicas share the run's
+PersistentVolumeClaim: the step copies the prepared data onto it, the chief writes the model, metrics and history
+there (`AIP_*` locations, as on Vertex), and the step copies them into its output artifacts after the job
+succeeds. A failing replica restarts (`restartPolicy: OnFailure`, at most `max_restarts` times per replica) and the
+group resumes from the `BackupAndRestore` backup on the volume. The step prints each new job condition, fails with
+the job's message and the last log lines of the first replica seen failing (else the chief's), and deletes the job
+when the run is cancelled or times out.
 """
 
 import json

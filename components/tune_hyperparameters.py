@@ -2,12 +2,9 @@
 
 `run_study` runs at most `parallel_trial_count` trials at once (`components.lib.study.trials`: the trainer with the
 trial's flags, environment and directories, as Vertex does), their values suggested by OSS Vizier's designers
-(`components.lib.study.suggestions`: GP bandit, grid or random search).
-
-Trials run in warm runner processes (`components.lib.study.runner_pool`, `components.lib.study.trial_runner`):
-`parallel_trial_count` of them start with the study and import TensorFlow while Vizier loads and suggests, then each
-runs trials one after another (a runner whose trial fails is replaced), so the study starts P TensorFlow processes
-instead of one per trial.
+(`components.lib.study.suggestions`: GP bandit, grid or random search). The trials run in as many warm runner
+processes (`components.lib.study.runner_pool`), which import TensorFlow while Vizier loads and suggests, then run
+trials one after another (a runner whose trial fails is replaced).
 
 While it runs, the study writes progress lines (`components.lib.study.progress`): trial k of N started and finished,
 the best so far, and each running trial's epoch; at the end, the results files (`components.lib.study.results`).

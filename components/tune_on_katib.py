@@ -1,23 +1,14 @@
 """Kubeflow tuning step: the hyperparameter study as a Katib Experiment, from the same `StudySpec` as Vertex's
-tuning job and the local study.
+tuning job and the local study; the best trial's values override the pipeline's.
 
-- Search space: double → `double`, integer → `int` (both `uniform`, or `logUniform` for a log scale; Katib has no
-  reverse-log distribution, so such a parameter is refused), categorical → `categorical`, discrete → `discrete`.
-- Algorithm: `default` (Vizier's GP bandit on Vertex) → Katib's `bayesianoptimization` (a Gaussian-process
-  optimizer), `random` → `random`, `grid` → `grid`. Katib's bayesianoptimization (scikit-optimize) samples every
-  double log-uniformly whatever its distribution, so a double whose range reaches 0 is refused (its suggestion
-  service would fail every request and the experiment would never start a trial).
-- Objective: the study's metric id and goal; which of a trial's reports counts (`measurement: last | best`) →
-  Katib's metric strategy `latest`, or `max` / `min` for the goal.
-- Budget: `maxTrialCount`, `parallelTrialCount`, `maxFailedTrialCount` (Katib fails the experiment once that many
-  trials have failed: the study spec's meaning).
-- Trials: a batch Job of the trainer image (one process, as a Vertex trial's single pool) on the shared volume,
-  the trial's values as trainer flags. The metric: the trainer reports it with `cloudml-hypertune`, which writes one
-  JSON object a line with string values and a float `timestamp` (`{"accuracy": "0.91", "global_step": "3",
-  "timestamp": 1767582000.5, ...}`): exactly what Katib's File metrics collector parses in `JSON` format (string
-  values; a timestamp as RFC 3339 or a float). So the trial points `CLOUD_ML_HP_METRIC_FILE` at the collector's
-  file and Katib reads the hypertune reports themselves.
-The best trial's values (`status.currentOptimalTrial`) override the pipeline's, as on Vertex.
+- Search space: Katib's double, int (`uniform`, or `logUniform` for a log scale), categorical and discrete. Refused:
+  a reverse-log scale (Katib has none) and, with `bayesianoptimization`, a double whose range reaches 0 (it samples
+  every double log-uniformly: its suggestion service would fail).
+- Algorithm: `default` (Vizier's GP bandit) → `bayesianoptimization`; `random` and `grid` as they are. Metric,
+  goal, trial counts as the spec says (`measurement` → the metric strategy `latest`, or `max` / `min`).
+- Trials: a Job of the trainer image (one process) on the shared volume, the values as trainer flags. Their
+  `CLOUD_ML_HP_METRIC_FILE` is the file of Katib's File metrics collector, whose `JSON` format parses
+  `cloudml-hypertune`'s reports as written (string values, a float `timestamp`).
 """
 
 import json

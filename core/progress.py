@@ -4,8 +4,8 @@ The JSON object always has `stage` (prepare, study, train, evaluate, tflite, bat
 trial_finished, records, ...) and `message` (the line a person reads); where they apply, `done`, `total` and `unit`
 (epochs, trials, records, instances), `rate` (units a second), `eta_seconds`, and the stage's own figures (loss,
 val_accuracy, best, errors, ...). The local runner shows `message` under the running step (`pipelines.local_run`);
-Vertex AI and Kubeflow logs carry the lines as they are. It lives in `trainer`, the package every image ships (the
-trainer's image nothing else of this repository), and imports no TensorFlow: every step imports it cheaply.
+Vertex AI and Kubeflow logs carry the lines as they are. It imports no TensorFlow: every step and the trainer import
+it cheaply.
 """
 
 from __future__ import annotations

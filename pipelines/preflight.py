@@ -1,15 +1,14 @@
 """Pre-flight checks of a Vertex AI run, made by `submit` and `schedule` before anything is created (`--skip-checks`
-skips them), with the caller's Application Default Credentials. They find in seconds what a run would otherwise find
-at its first step, or after the study and the training:
+skips them), with the caller's Application Default Credentials: what a run would otherwise find at its first step,
+or after the study and the training.
 
-- the pipeline root's bucket takes a write (a probe object written and deleted);
-- every image the template runs exists in its registry (a manifest request of the Docker Registry API v2, which
-  Artifact Registry and Container Registry answer with the caller's token);
-- the runs' service account exists, the caller may act as it (Vertex checks `iam.serviceAccounts.actAs` when a
-  run is submitted with it), and it may act as itself: the run's steps create the tuning, training and batch jobs
-  and the deployment as that account, each with `service_account` set to it (roles/iam.serviceAccountUser on the
-  account itself, or on the project; when the caller may read neither IAM policy, a note says so).
-Every failure is one line naming the missing resource or role; all of them are reported together.
+- The pipeline root's bucket takes a write (a probe object written and deleted).
+- Every image the template runs exists in its registry (a manifest request with the caller's token).
+- The runs' service account exists, and both the caller and the account itself may act as it
+  (roles/iam.serviceAccountUser on the account or the project): Vertex checks the caller's `actAs` at submission, and
+  the run's steps create their jobs and the deployment as that account. When the caller may read neither IAM policy,
+  a note says so.
+Each failure is one line naming the missing resource or role; all are reported together.
 """
 
 from __future__ import annotations

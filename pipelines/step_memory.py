@@ -1,14 +1,12 @@
-"""Peak memory of each step of a local run. kfp.local runs one step at a time, as a child process of this one (the
-step's own processes under it: image decoders, training workers), so a sampler thread adds up the peak resident
-memory so far (Linux's VmHWM; elsewhere the resident memory now) of this process's live descendants started since
-the step began (a server an earlier step left running is not the step's), every `interval` seconds (every
-`first_interval` in a step's first second, so that a short step is sampled too), and keeps the highest sum:
-processes that run together count together, one after the other do not. What a process reaches after its last
-sample is missed, and a step whose processes all end within `first_interval` has no figure. A child whose command
-line is still its parent's is not counted until it has been seen for `SETTLE_SECONDS`: between (v)fork and exec it
-shares or copies its parent's memory figures (seen as a 1.5 GB step under pytest). Its age is counted from when the
-sampler first saw it, not from psutil's create_time, which rests on the whole-second boot time of /proc/stat and can
-be off by up to a second."""
+"""Peak memory of each step of a local run.
+
+kfp.local runs one step at a time, as a child process of this one (the step's own processes under it). A sampler
+thread adds up the peak resident memory so far (Linux's VmHWM; elsewhere the resident memory now) of this process's
+live descendants started since the step began, every `interval` seconds (every `first_interval` in a step's first
+second), and keeps the highest sum: processes that run together count together, one after the other do not. What a
+process reaches after its last sample is missed; a step whose processes all end within `first_interval` has no
+figure. A forked child still running its parent's program counts only once seen for `SETTLE_SECONDS`: until it
+execs, it shows its parent's memory figures."""
 
 from __future__ import annotations
 
@@ -48,7 +46,9 @@ class StepMemory:
         self._lock = threading.Lock()
         self._peak = 0
         self._earlier: set[int] = set()  # descendants alive when the step began
-        self._first_seen: dict[int, float] = {}  # pid: when the sampler first saw it (monotonic)
+        # pid: when the sampler first saw it (monotonic; psutil's create_time rests on /proc/stat's whole-second boot
+        # time and can be off by up to a second)
+        self._first_seen: dict[int, float] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None

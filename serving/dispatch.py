@@ -17,7 +17,7 @@ from serving.models import Servable
 
 def default_threads(cpus: int) -> int:
     """Model-call threads for `cpus` usable CPUs: none (every call on the loop) up to 2, else one per CPU. On 2 CPUs
-    the hand-offs to a pool cost more than the overlap frees (bench/results/serving.json, `request_threads`)."""
+    the hand-offs to a pool cost more than the overlap frees (see bench.serving, `request_threads`)."""
     return 1 if cpus <= 2 else cpus
 
 

@@ -3,8 +3,8 @@
 INVALID_ARGUMENT.
 
 gRPC's thread-pool server, as TF Serving's (`--grpc_max_threads`): each call runs in a worker thread, the model call
-inline there. grpc.aio on the REST server's event loop cost more CPU a request and gave fewer requests a second: its
-every call crosses from gRPC's poller thread to the loop and back (docs/benchmarks.md, serving)."""
+inline there, rather than on the REST server's event loop (grpc.aio), where every call would cross from gRPC's poller
+thread to the loop and back."""
 
 from __future__ import annotations
 

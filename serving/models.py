@@ -58,8 +58,8 @@ class Policy:
 def flat_call(fn):
     """`{input name: array} -> {output name: tensor}` for a loaded signature. A one-input signature is called through
     its flat function (`ConcreteFunction._call_flat` with its captured inputs), skipping the structured call's
-    argument binding and spec casts, which `codec.check_arrays` has done (measured on the digits model: 6 % of the
-    server's CPU per request); otherwise, or when TensorFlow has no such method, the structured call."""
+    argument binding and spec casts, which `codec.check_arrays` has done; otherwise, or when TensorFlow has no such
+    method, the structured call."""
     import tensorflow as tf
 
     args, kwargs = fn.structured_input_signature

@@ -130,13 +130,10 @@ def read_names(path: str) -> set[str]:
 
 
 def settle_heap() -> None:
-    """Collect garbage once, then keep every object alive now out of the cyclic garbage collector's passes
-    (`gc.freeze`). A loaded TensorFlow model leaves hundreds of thousands of objects on the heap, and every
-    collection that parsing a request's JSON triggers would walk them all: measured on the 2-core machine, parsing a
-    32-instance digits body took 1.09 ms with them, 0.19 ms frozen, and the server answered 3× the REST requests of
-    32 instances a second. A settle takes about 0.13 s there (the collector's own full pass, which it used to make
-    every few dozen such requests). Objects frozen here that become garbage later (an unloaded version) are
-    collected at the next settle."""
+    """Collect garbage once (a full pass), then keep every object alive now out of the cyclic garbage collector's
+    passes (`gc.freeze`): a loaded TensorFlow model leaves a great many long-lived objects on the heap, which every
+    collection that parsing a request's JSON triggers would otherwise walk. Objects frozen here that become garbage
+    later (an unloaded version) are collected at the next settle."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()

@@ -21,8 +21,8 @@ log = logging.getLogger("tfpipe.serving")
 
 
 def run(main):
-    """`asyncio.run(main)` on uvloop when it is installed (it is, with uvicorn[standard]): its transports write in C
-    (measured: a fifth of the pure-Python loop's CPU per request went to `_SelectorSocketTransport.write`)."""
+    """`asyncio.run(main)` on uvloop when it is installed (it is, with uvicorn[standard]): its transports write in C,
+    where asyncio's default loop writes each response in Python."""
     try:
         import uvloop
     except ImportError:
@@ -34,7 +34,7 @@ def run(main):
 def set_tensorflow_threads(intra_op: int = 0, inter_op: int = 0, spin_wait: bool | None = None) -> None:
     """TensorFlow's thread pools (TF Serving's --tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism;
     0: TensorFlow's default, one thread per CPU). Before any model loads. Small models answer single requests faster
-    on one thread each: a pool's hand-offs cost more than the kernels (`model_call_ms` in bench/results/serving.json).
+    on one thread each: a pool's hand-offs cost more than the kernels (see bench.serving, `model_call_ms`).
     `spin_wait`: whether a pool's idle threads spin before they sleep (TensorFlow's default; None: only above 2
     usable CPUs, `default_spin_wait`)."""
     import tensorflow as tf
@@ -58,8 +58,8 @@ def set_tensorflow_threads(intra_op: int = 0, inter_op: int = 0, spin_wait: bool
 
 def default_spin_wait(cpus: int) -> bool:
     """Whether TensorFlow's idle pool threads spin on `cpus` usable CPUs: not up to 2, where a spinning thread takes
-    the CPU that the request path and the other requests need (ours, default threads, 16 clients:
-    bench/results/serving.json)."""
+    the CPU that the request path and the other requests need (see bench.serving: ours, default threads, 16
+    clients)."""
     return cpus > 2
 
 
@@ -138,8 +138,8 @@ class ModelServer:
             self._started.set()
 
     def grpc_worker_threads(self) -> int:
-        """`grpc_threads`, or two per usable CPU (on 2 CPUs, 4 threads gave the most QPS of 2, 4, 8 and 16); with
-        batching, enough for a full batch (a thread waits while its request is in a batch)."""
+        """`grpc_threads`, or two per usable CPU; with batching, enough for a full batch (a thread waits while its
+        request is in a batch)."""
         if self.options.grpc_threads:
             return self.options.grpc_threads
         batching = self.models.batching

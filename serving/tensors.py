@@ -1,7 +1,7 @@
 """TensorProto (the gRPC API's tensors) to and from numpy arrays without TensorFlow's Python helpers on the common
 path: a numeric tensor's `tensor_content` is its array's bytes, read with `np.frombuffer` and written with
-`tobytes`. `tf.make_ndarray` / `tf.make_tensor_proto` handle the rest (strings, values in the typed `*_val` fields),
-but cost tens of microseconds of Python a call, a large share of a small model's request."""
+`tobytes`. `tf.make_ndarray` / `tf.make_tensor_proto` handle the rest (strings, values in the typed `*_val` fields):
+their Python work per call would weigh on every request of a small model."""
 
 from __future__ import annotations
 

@@ -1,25 +1,21 @@
 """Entry point of the serving image (containers/serving.Dockerfile): the model server under Vertex AI's
-custom-container contract.  `python -m serving.vertex_container`, configured by the environment only:
+custom-container contract, configured by the environment only:
 
-  AIP_STORAGE_URI        the SavedModel's directory (`saved_model.pb` at its root): gs://BUCKET/PATH (read with
-                         google-cloud-storage, which honours STORAGE_EMULATOR_HOST) or a local path. Required.
-  AIP_HTTP_PORT          port to listen on, on 0.0.0.0 (default 8080)
+  AIP_STORAGE_URI        required: the SavedModel's directory (`saved_model.pb` at its root), gs:// or local
+  AIP_HTTP_PORT          the port, on 0.0.0.0 (default 8080)
   AIP_HEALTH_ROUTE       GET: 200 once the model is loaded, 503 before
   AIP_PREDICT_ROUTE      POST {"instances": [...]} -> {"predictions": [...], "deployedModelId": ...}
   AIP_ENDPOINT_ID, AIP_DEPLOYED_MODEL_ID
-                         Vertex's ids: `deployedModelId` in responses, and the routes' defaults when Vertex's
-                         route variables are unset: /v1/endpoints/ENDPOINT/deployedModels/DEPLOYED_MODEL (health)
-                         and the same with `:predict` (predict); /health and /predict when the ids are unset too.
+                         `deployedModelId` in answers, and the routes when their variables are unset:
+                         /v1/endpoints/ENDPOINT/deployedModels/DEPLOYED_MODEL[:predict] (/health, /predict without ids)
   TFPIPE_MAX_REQUEST_BYTES
-                         the largest request body accepted (default 64 MiB). Vertex's online endpoints refuse
-                         bodies over 1.5 MB before they reach the container; its batch prediction service sends
-                         `batch_size` instances per request (64 base64 images of 30 KB are 2.5 MB), straight to it.
+                         the largest request body (default 64 MiB): Vertex's batch prediction sends `batch_size`
+                         instances a request straight to the container, past the online endpoints' 1.5 MB limit
 
-The server starts listening at once (Vertex's TCP liveness probe restarts a container that has not opened its port
-within about 40 seconds) while the SavedModel is copied into a local model repository as version 1 of the model
-`model`; the server's version poller then loads it and the health route turns 200. gRPC is off (Vertex forwards
-HTTP only); batching is on, with the options of the local deploy step. The process exits non-zero, with the reason
-on stderr, when AIP_STORAGE_URI is unset or holds no saved_model.pb, or when the download or the load fails.
+The server listens at once (Vertex's liveness probe restarts a container whose port stays closed for about 40
+seconds) and serves the model, copied into a local model repository, once it loads. HTTP only (Vertex forwards no
+gRPC); batching on, as in the local deploy step. Exits non-zero, the reason on stderr, when AIP_STORAGE_URI is unset
+or holds no saved_model.pb, or the download or the load fails.
 """
 
 from __future__ import annotations

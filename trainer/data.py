@@ -77,18 +77,15 @@ def make_dataset(
     worker_index: int = 0,
     cache: bool = False,
 ) -> tf.data.Dataset:
-    """Input pipeline over a split's shards.
+    """Batches of `global_batch_size` parsed (inputs, labels) from a split's shards.
 
-    Training: file list shuffled with a seed shared by all workers (FILE auto-sharding gives each worker its own
-    files), parallel interleaved reads, per-worker example shuffling, endless repetition *before* batching into
-    batches of the *global* batch size, vectorized parsing, prefetch. Fit uses a fixed `steps_per_epoch`, so every
-    worker runs the same number of steps; because the stream repeats before it is batched, a worker whose files
-    hold fewer examples than one global batch (small data, many workers) still yields full batches, and no example
-    is dropped as a partial last batch. Prep stores records in a random (hash) order, so no buffer has to undo
-    class runs. With `cache` (splits that fit in memory), the parsed batches of the first pass stay in memory and
-    every epoch replays them in a reshuffled order (the codelab's `cache().shuffle()` semantics), re-cut into full
-    global batches across pass boundaries; without it every epoch re-reads the files through an example shuffle
-    buffer (see `shuffle_buffer`). Evaluation: every worker reads the whole split once, in order.
+    Training: each worker reads its own files (FILE auto-sharding; the file list shuffled with the shared `seed`) as
+    an endless stream that repeats before it is batched, so every batch is full, even on a worker whose files hold
+    less than one batch, and `fit` runs the same `steps_per_epoch` on every worker. With `cache` (a split that fits
+    in memory) the first pass's parsed batches are kept and each epoch replays them in a new order (the codelab's
+    `cache().shuffle()`); without it each epoch re-reads the files through an example shuffle buffer
+    (`shuffle_buffer`). Prep writes records in hash order, so no buffer has to break up class runs. Evaluation:
+    every worker reads the whole split once, in order.
     """
     files = tf.data.Dataset.from_tensor_slices(split_files(data_dir, split))
     if training:

@@ -1,13 +1,12 @@
 """A batch prediction job as Vertex AI runs one for a model with a custom container, for the double.
 
-The model's serving container runs on a copy of its artifacts (as for a deployment; `api.py` starts it). Each input
-file's records become instances as Vertex documents it (JSONL values; CSV rows as arrays; TFRecords and listed
-files as `{"b64": ...}`; the instance config's key, included and excluded fields and instance type:
-`components.lib.batch.instances.read_instances`, the same reading as the self-hosted batch step), `batch_size`
-instances go to the container's predict route per request with the job's `model_parameters` as `parameters`, and
-the answers are written in Vertex's layout: `prediction-MODEL-TIME/prediction.results-*` (the instance or its key,
-and the prediction) and `prediction.errors_stats-*` (the instance and the error). A request the container refuses
-fails the instances of its batch with the container's message; a record that makes no instance fails alone.
+The model's serving container runs on a copy of its artifacts (`api.py` starts it, as for a deployment). Each input
+file's records become instances as Vertex documents it, read as the self-hosted batch step reads them
+(`components.lib.batch.instances.read_instances`, with the job's instance config); `batch_size` of them go to the
+container's predict route per request, with the job's `model_parameters` as `parameters`, and the answers are written
+in Vertex's layout (`prediction-MODEL-TIME/prediction.results-*` and `prediction.errors_stats-*`). A request the
+container refuses fails its batch's instances with the container's message; a record that makes no instance fails
+alone.
 """
 
 from __future__ import annotations

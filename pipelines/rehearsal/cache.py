@@ -1,15 +1,11 @@
 """Vertex AI's execution cache in a rehearsal: kfp.local's task cache, keyed as Vertex keys a task.
 
-kfp.local (2.17) keys a task on its component's name, image, command and arguments as compiled, its input values
-and its input artifacts (name, URI, metadata), and serves a hit from a JSON entry per key. Vertex keys on the same
-parts, but with the input parameters resolved: a run-level placeholder such as `{{$.pipeline_job_name}}` is the
-run's own value there, so a step that takes one never hits the cache. kfp.local keys on the unresolved placeholder
-and would hit; here it is resolved to this rehearsal's value before the key is computed. A cached task's outputs are
-those of the run that first ran it, so the tasks after it see the same artifacts and hit too. Tasks compiled with
-caching off always run. A hit is printed as `Task 'NAME' served from cache` for the step log (`CACHED`).
-
-kfp.local also treats an entry as a miss when one of its output artifacts has no file; metrics artifacts never have
-one (their values are metadata), so a task with a `Metrics` output would never hit. Here they are exempt.
+kfp.local (2.17) keys a task on what Vertex does (the component as compiled, its input values and artifacts), but
+on unresolved placeholders: a step that takes a run-level one such as `{{$.pipeline_job_name}}` would hit, where on
+Vertex it never does. Here placeholders are resolved to this rehearsal's values before the key is computed. A hit
+hands on the outputs of the run that first ran the task, so the tasks after it hit too; it is printed as
+`Task 'NAME' served from cache` for the step log (`CACHED`). kfp.local misses an entry whose output artifact has no
+file; metrics artifacts (metadata only) are exempt here, or a task with a `Metrics` output would never hit.
 """
 
 from __future__ import annotations

@@ -67,23 +67,15 @@ def gcs_emulator(directory: str, bucket: str):
 
 
 def _as_cloud_storage() -> None:
-    """What gcp-storage-emulator (2026.7) does unlike Cloud Storage, on requests TensorFlow's gs:// client makes:
-    - a body sent in chunks (`Transfer-Encoding: chunked`, TensorFlow's uploads) is read as it is framed, not as
-      `Content-Length` bytes of the chunked text;
-    - connections are kept alive (HTTP/1.1, one thread per connection, requests still handled one at a time): the
-      emulator closed every connection after one answer, and TensorFlow's client set up a new TLS tunnel through the
-      proxy for each request (a two-worker training job took 22 s more); HTTP/1.1 also answers
-      `Expect: 100-continue`, which the emulator left unanswered, so that every upload waited a second for it; and
-      answers leave without waiting for the client's delayed ACK (TCP_NODELAY: an answer's headers and body are two
-      writes, and each upload waited 40 ms);
-    - the URLs it answers (an upload session, an object's download link) name the emulator, not the request's Host
-      (`www.googleapis.com` through the proxy);
+    """Patch gcp-storage-emulator (2026.7) for the requests TensorFlow's gs:// client makes and a rehearsal's load:
+    - a chunked body (TensorFlow's uploads) is read as framed;
+    - connections stay open (HTTP/1.1; requests still handled one at a time), so that TensorFlow does not open a TLS
+      tunnel through the proxy per request; `Expect: 100-continue` is answered, so that no upload waits out the
+      client's timeout; answers go with TCP_NODELAY, so that none waits for the client's delayed ACK;
+    - the URLs it answers (upload sessions, download links) name the emulator, not the request's Host;
     - an empty media upload (a folder marker `a/`) is an empty object, not an error;
-    - `a/` beside `a/b` is possible: the emulator keeps an object's bytes in a file named like the object (`a` cannot
-      be a file and a folder); here the file is named by a hash of the object's name;
-    - the objects' metadata file is written once a second when it changed (and when the emulator stops), not at
-      every write: it holds every object, so writing it at each of a rehearsal's thousands of writes (a training
-      job's checkpoints) grew with the bucket."""
+    - `a/` beside `a/b` is possible: an object's bytes are kept in a file named by a hash of its name;
+    - the metadata file, which holds every object, is written at most once a second, not at every write."""
     from functools import partial
     from http.server import ThreadingHTTPServer
 

@@ -1,18 +1,14 @@
-"""What the double's jobs and deployed models do, with the project's local equivalents of Vertex AI's engines:
+"""What the double's jobs and deployed models do, with the project's local equivalents of Vertex AI's engines, each
+given what Vertex gives its own:
 
-- a custom job's worker pools: the local multi-worker launcher, with `CLUSTER_SPEC`, `TF_CONFIG` and the `AIP_*`
-  directories set the way Vertex sets them for pool 0 (the chief) and pool 1 (the workers);
-- a hyperparameter tuning job: the local study (OSS Vizier) over the job's study spec, each trial the trial pool's
-  command with the trial's values appended as Vertex appends them (`--PARAMETER_ID=VALUE`, numbers as doubles),
-  `AIP_*` under `<base>/<trial id>/`, metrics read from the hypertune file (a local file, as on Vertex);
-- a batch prediction job: the model's serving container, sent the job's instances `batch_size` at a time (batch.py),
-  output in Vertex's layout under the destination prefix;
-- a deployed model: this project's serving container entry point on a copy of the model's artifacts
-  (AIP_STORAGE_URI, in a bucket of the double's, as Vertex copies them into its own), with
-  the routes Vertex gives it (AIP_HEALTH_ROUTE /v1/endpoints/E/deployedModels/D, AIP_PREDICT_ROUTE the same with
-  `:predict`), the deploy done once its health route answers, as Vertex waits for a container's health check.
+- a custom job: the local multi-worker launcher (`vertex_cluster_env`: pool 0 the chief, pool 1 the workers);
+- a hyperparameter tuning job: the local study over the job's study spec, each trial the trial pool's command with
+  its values appended as Vertex appends them (`vertex_trial_flags`);
+- a batch prediction job: the model's serving container, sent `batch_size` instances a request (batch.py);
+- a deployed model: the serving container on a copy of the model's artifacts, deployed once its health route
+  answers (`start_container`).
 Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give. Every
-location is a gs:// URI (rules.locations refuses local paths) on the rehearsal's Cloud Storage (gcs.py).
+location is a gs:// URI on the rehearsal's Cloud Storage (gcs.py).
 """
 
 from __future__ import annotations

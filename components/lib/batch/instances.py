@@ -146,14 +146,13 @@ def instance_config(
     """The instance config of a batch job, the same on every target (the Vertex job receives its fields).
 
     - `included_fields` (in that order) or `excluded_fields` (not both) pick the fields of CSV rows and JSONL
-      objects; `key_field` is never sent to the model (the output carries it as `key` instead of the instance);
-    - `instance_type`: "object" or "array" (JSONL objects become `[value of each included field]`); CSV rows are
+      objects; `key_field` is never sent to the model (the output carries it as `key`);
+    - `instance_type` "object" or "array" (JSONL objects become `[value of each included field]`); CSV rows are
       always arrays; tf-record and file-list records are `{"b64": ...}`, without fields;
-    - when the model names its feature columns (`feature_names`, the trainer's `assets.extra/features.txt`) and no
-      `included_fields` are given, CSV rows and JSONL objects sent as arrays carry exactly those columns, by name, in
-      the model's order: other columns (a label, ids) stay out, and the CSV's column order does not matter.
+    - without `included_fields`, CSV rows and JSONL objects sent as arrays carry exactly the model's feature columns
+      when it names them (`feature_names`, the trainer's `assets.extra/features.txt`), by name, in its order.
     Raises ValueError for a combination Vertex would refuse or that could not work. `feature_names=None` (not
-    known yet: checking the options before the model is read) skips what depends on them.
+    known yet: the options checked before the model is read) skips what depends on them.
     """
     key_field = (key_field or "").strip()
     included, excluded, features = _names(included_fields), _names(excluded_fields), _names(feature_names)

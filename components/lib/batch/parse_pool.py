@@ -57,9 +57,9 @@ class ParsePool:
         return cls(processes)
 
     def model_threads(self) -> None:
-        """With parsing processes, TensorFlow's pools get the CPUs they leave (measured on the digits model, 2 CPUs:
-        a batch of 64 in 0.4 ms on one thread, 0.6-0.8 ms on two, whose hand-offs then also compete with the
-        parser). Only before TensorFlow's runtime starts in this process; else its pools stay as they are."""
+        """With parsing processes, TensorFlow's pools get the CPUs they leave, so that the pools' hand-offs do not
+        compete with the parsers for a CPU. Only before TensorFlow's runtime starts in this process; else its pools
+        stay as they are."""
         if not self.processes:
             return
         import tensorflow as tf

@@ -1,18 +1,14 @@
-"""The versioned model repository, TF Serving's layout: `<base>/<model_name>/<version>/saved_model.pb`.
+"""The versioned model repository, TF Serving's layout: `<base>/<model_name>/<version>/saved_model.pb`, `base` a local
+folder or a gs:// URI. Each version carries its metadata (metrics, data stats, parameters, run id) in `assets.extra/`,
+which servers ignore.
 
-`base` is a local folder or a gs:// URI (read and written with google-cloud-storage, so STORAGE_EMULATOR_HOST is
-honoured). Each version carries its metadata (metrics, data stats, parameters, run id) in `assets.extra/`, which
-servers ignore. A version is listed, and loadable, once its saved_model.pb exists.
-
-Numbers are strictly increasing and never reused: a publish claims the next number by creating
-`<model_name>/.claims/<N>` only if absent (O_EXCL locally, `ifGenerationMatch=0` on GCS) and moves above any number
-lost to a concurrent publish; claims outlive removed versions. An existing version is never overwritten. Locally a
-version appears and disappears at once (rename of a whole folder); GCS has no rename, so saved_model.pb is uploaded
-last and deleted first.
-
-A model name is one path segment (core.names.model_name), checked by every function here; a local
-version is written or removed only once its model folder, resolved, lies inside the repository (a model folder that
-is a link to elsewhere is refused).
+- A version is listed, and loadable, once its saved_model.pb exists: locally a whole folder is renamed into place
+  (and out); on GCS, which has no rename, saved_model.pb is uploaded last and deleted first.
+- Numbers strictly increase and are never reused, nor versions overwritten: a publish claims the next number by
+  creating `<model_name>/.claims/<N>` only if absent (O_EXCL locally, `ifGenerationMatch=0` on GCS), above any number
+  lost to a concurrent publish; claims outlive removed versions.
+- Model names are checked by every function here (core.names.model_name: one path segment); a local version is
+  written or removed only when its model folder, resolved, lies inside the repository.
 """
 
 from __future__ import annotations

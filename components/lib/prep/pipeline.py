@@ -7,15 +7,12 @@ several, Dataflow on Vertex AI).
                                  └─ quarantined ─ sorted runs ─┐
                                             bad images' runs ──┴─ merged after the run ─ quarantine.jsonl
 
-Memory does not grow with the data: a record is read, prepared and routed by its key's hash to a shard fixed before
-the read (components.lib.prep.rules); each worker keeps at most `RUN_RECORDS` records before writing them, each shard's
-sorted, as runs in one file; each shard is then written by merging its runs in order. No transform holds more than a
-work item's records, a flush's, or a shard's runs; and since a shard's order is a total order of its records, the
-output does not depend on how the runner cut the work (tests/unit/components/test_prepare_data.py compares one process with several).
-The pipeline's elements are batches (a work item's records for one shard), so Beam's cost per element is not paid
-per record. Each merge writes a summary (counts per class, bytes, and for training shards the sums of the features and
-of their squares, added in the shard's order), which `components.prepare_data` adds up in shard order into
-stats.json.
+Memory does not grow with the data: each record goes by its key's hash to a shard fixed before the read
+(components.lib.prep.rules), a worker writes what it holds as sorted runs every `RUN_RECORDS` records, and each shard
+is written by merging its runs. A shard's order is a total order of its records, so the output does not depend on how
+the runner cut the work. Elements are batches (a work item's records for one shard): Beam's cost per element is not
+paid per record. Each merge writes a summary (counts per class, bytes, and for training shards the sums of the
+features and of their squares), which `components.prepare_data` adds up in shard order into stats.json.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ way. The transforms of `components.lib.prep.pipeline` call them; tests reach the
 
 Being free of Beam, they also run in a pool of processes (`shard_writers`): with the direct runner in this process,
 an image folder's shard goes to one of them whole (its runs read, its images decoded, its examples encoded, the
-shard and its summary written). The processes fork from a server that imports this module, not Beam: they are ready
-in about half a second, where each of Beam's own worker processes imports Beam first (seconds, about 0.25 GB).
+shard and its summary written). The processes fork from a server that imports this module, not Beam, so they start
+sooner and take less memory than Beam's own worker processes, each of which imports Beam first.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Data prep's sources read where they live (local paths or gs:// objects), a piece at a time: nothing downloads a
 whole source, and no piece holds more than one range of a CSV or one image.
 
-- CSV files (one, or every file a glob matches): `plan_csv` reads each file once, counting lines, and cuts it into
-  ranges of about `range_bytes` that end at line ends; `read_csv_range` parses one range. A row is a line (a quoted
-  field may not span lines). A row's key is its file name and content: identical rows share a key, and with it a
-  split (no row is in training and in test at once).
-- Image folders (`<root>/<class>/...`): `list_folder` lists them (a GCS listing of the prefix, or a walk);
-  `write_listing` writes the listing to a file, in work items of `ImageFiles` (ranges of it); `read_images` reads
-  one. `components.lib.prep.sources`' `image_header` and `load_image` read each image in one go.
+- CSV files (one, or every file a glob matches): `plan_csv` reads each file once and cuts it into ranges of about
+  `range_bytes` that end at line ends; `read_csv_range` parses one range. A row is a line (a quoted field may not
+  span lines); its key is its file name and content, so identical rows share a split.
+- Image folders (`<root>/<class>/...`): `list_folder` lists them, `write_listing` writes the listing to a file in
+  work items of `ImageFiles` (ranges of it), `read_images` reads one item; each image is read in one go
+  (`components.lib.prep.sources`).
 """
 
 from __future__ import annotations

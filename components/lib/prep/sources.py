@@ -93,8 +93,8 @@ FEATURE_NAMES = {  # scikit-learn's names for the tabular sets' columns (its loa
 
 def _bundled(filename: str) -> str:
     """A data file scikit-learn ships (sklearn/datasets/data/), found without importing scikit-learn, whose import
-    (scipy's with it, about 1.5 s) was most of a built-in source's prep. tests/unit/components/test_prepare_data.py checks what is read
-    here against scikit-learn's own loaders."""
+    (scipy's with it) would outweigh a built-in source's prep. tests/unit/components/test_prepare_data.py checks what
+    is read here against scikit-learn's own loaders."""
     import importlib.util
 
     spec = importlib.util.find_spec("sklearn")
@@ -155,10 +155,10 @@ def _resized(img, size: int, channels: int) -> np.ndarray:
 
 def _decoded_jpeg(data: bytes, size: int, channels: int) -> np.ndarray | None:
     """A grayscale or YCbCr JPEG decoded by libjpeg-turbo through simplejpeg (the library PIL decodes JPEGs with,
-    at the same settings: the same pixels, in a third of the time, with no header parsed in Python), then resized as
-    PIL's are. A JPEG with both sides at least 4× `size` is decoded at a reduced DCT scale that keeps both at least
-    2× `size` (what Pillow's `thumbnail` does): a camera photo decodes many times faster. None for any other image
-    or any error (PIL then decodes it, or names what is wrong)."""
+    at the same settings: the same pixels, with no header parsed in Python), then resized as PIL's are. A JPEG with
+    both sides at least 4× `size` is decoded at a reduced DCT scale that keeps both at least 2× `size` (what
+    Pillow's `thumbnail` does), so a large photo is never decoded at full size. None for any other image or any
+    error (PIL then decodes it, or names what is wrong)."""
     header = _jpeg_header(data)
     if header is None or (channels == 1 and header[2] != "Gray"):  # PIL's colour-to-gray formula differs
         return None

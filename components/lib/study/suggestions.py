@@ -31,9 +31,9 @@ def vizier_problem(spec: StudySpec):
 
 def make_designer(spec: StudySpec, seed: int = 0):
     """Vizier designer for the spec's algorithm. The GP bandit's acquisition search is sized for small machines
-    (2,000 evaluations, 2 ARD restarts: about a fifth of the default's time a suggestion on 2 cores), and its trials are
-    padded to a multiple of 10, so the GP's JAX functions compile once per 10 trials instead of at every suggestion
-    (then under 1 s a suggestion; the padding is masked out, the suggestions are the same).
+    (2,000 evaluations, 2 ARD restarts, below Vizier's defaults), and its trials are padded to a multiple of 10, so
+    the GP's JAX functions compile once per 10 trials instead of at every suggestion (the padding is masked out: the
+    suggestions are the same).
 
     The designers are imported from their modules: `vizier.algorithms.designers` also imports BOCS, which needs
     cvxpy."""
@@ -68,8 +68,7 @@ def make_designer(spec: StudySpec, seed: int = 0):
 def _without_tensorflow():
     """Imports in this block see no TensorFlow, unless this process has already imported it. TensorFlow
     Probability's JAX substrate (Vizier's GP) imports TensorFlow only to copy its docstrings, and skips that when the
-    import fails: most of the GP bandit's import time (about 5 of 8 s on 2 cores), paid while the trial runners
-    import TensorFlow themselves."""
+    import fails: the study's process then spends no time importing TensorFlow while its trial runners import it."""
     if "tensorflow" in sys.modules:
         yield
         return

@@ -1,15 +1,13 @@
 """A warm trial process for the self-hosted study: `python -m components.lib.study.trial_runner [--preload M,...] MODULE`.
 
-It imports the trainer's heavy dependencies (`--preload`: TensorFlow, tf-keras, the trainer's modules) as soon as
-it starts, before the study has a suggestion for it, then runs trials one after another, each as
-`python -m MODULE ARGS` would run (`runpy`, `sys.argv`, `SystemExit` as the exit code), with the trial's own
-environment and its output (file descriptors 1 and 2, so TensorFlow's C++ logs too) in the trial's log. So a trial
-does not pay TensorFlow's start-up, and a study of N trials with P in parallel starts P TensorFlow processes, not
-N. A trial that fails retires its runner (the study starts a fresh one), so a failure never leaks into another
-trial. A runner leaves without the interpreter's teardown.
+It imports the trainer's heavy dependencies (`--preload`: TensorFlow, tf-keras, the trainer's modules) as it starts,
+before the study has a trial for it, then runs trials one after another, each as `python -m MODULE ARGS` would
+(`runpy`, `sys.argv`, `SystemExit` as the exit code), with the trial's environment and its output (file descriptors
+1 and 2: TensorFlow's C++ logs too) in the trial's log. A study of N trials, P in parallel, thus starts P TensorFlow
+processes, not N. A failed trial retires its runner: a failure never leaks into another trial.
 
-Protocol: one JSON line per trial on stdin, `{"argv": [...], "env": {...}, "log": PATH}`; one JSON line per trial
-on the original stdout, `{"exit": CODE}`. End of stdin ends the runner.
+Protocol: one JSON line per trial on stdin, `{"argv": [...], "env": {...}, "log": PATH}`; one per trial on the
+original stdout, `{"exit": CODE}`. End of stdin ends the runner.
 """
 
 from __future__ import annotations

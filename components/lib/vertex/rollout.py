@@ -2,14 +2,13 @@
 a new model version is deployed, and the `promote` / `rollback` of a canary.
 
 - A full rollout (100 % of the traffic) undeploys the endpoint's other deployed models once the new one serves,
-  except the `keep_previous` most recently deployed of them (left at 0 % for a quick rollback), and moves the
-  champion aliases to the new version.
-- A canary (< 100 %) leaves the other models serving their share and the aliases where they are: `promote` gives the
-  canary all the traffic, undeploys the rest (same `keep_previous` rule) and moves the aliases to its version;
-  `rollback` gives the previous deployed model all the traffic, undeploys the newest and, if the newest held the
-  aliases, moves them back.
-Plain functions over the Vertex AI GAPIC clients; the steps `finish_vertex_rollout` and `crown_vertex_model` call
-them.
+  but the `keep_previous` most recently deployed (left at 0 % for a quick rollback), and moves the champion aliases
+  to the new version.
+- A canary (< 100 %) leaves the other models serving their share and the aliases where they are. `promote` later
+  gives it all the traffic, with a full rollout's clean-up; `rollback` gives the previous deployed model all the
+  traffic, undeploys the newest and moves the aliases back if the newest held them.
+Plain functions over the Vertex AI GAPIC clients, for the steps `finish_vertex_rollout` and `crown_vertex_model`
+and the CLI.
 """
 
 DEFAULT_ALIAS = "default"  # Vertex's reserved alias of the version used when a model is named without a version
