@@ -61,7 +61,7 @@ def test_find_reads_the_module_without_running_it(tmp_path, monkeypatch):
     for name in ("build", "wide", "joined", "partial"):
         assert builder.find(f"mynets.cnn:{name}") == str(tmp_path / "mynets" / "cnn.py")
     assert builder.find(builder.DEFAULT_BUILDER) == str(ROOT / "trainer" / "model.py")
-    assert builder.find(CUSTOM) == str(ROOT / "tests" / "custom_model.py")
+    assert builder.find(CUSTOM) == str(ROOT / "tests" / "helpers" / "custom_model.py")
     for spec, message in [
         (
             "mynets.cnn:deep",
@@ -181,7 +181,7 @@ def test_config_section_default_overrides_and_errors():
         TrainerSettings(model="tests.helpers.custom_model:build_large_cnn").check_builder()
     assert str(e.value) == (
         f"invalid configuration: trainer.model: builder tests.helpers.custom_model:build_large_cnn: "
-        f"module tests.helpers.custom_model ({ROOT}/tests/custom_model.py) has no function "
+        f"module tests.helpers.custom_model ({ROOT}/tests/helpers/custom_model.py) has no function "
         "'build_large_cnn'"
     )
 
@@ -195,7 +195,7 @@ def no_tfpipe_env(monkeypatch):
 def test_compile_and_run_fail_early_naming_the_missing_builder(tmp_path, no_tfpipe_env):
     message = (
         "Error: invalid configuration: trainer.model: builder tests.helpers.custom_model:build_large_cnn: module "
-        f"tests.helpers.custom_model ({ROOT}/tests/custom_model.py) has no function 'build_large_cnn'\n"
+        f"tests.helpers.custom_model ({ROOT}/tests/helpers/custom_model.py) has no function 'build_large_cnn'\n"
     )
     result = CliRunner().invoke(
         cli,
