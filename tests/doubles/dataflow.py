@@ -33,7 +33,9 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.doubles.http import close_http, serve_http
 
 REQUEST_LIMIT = 20 * 1024 * 1024
 GRAPH_LIMIT = 10 * 1024 * 1024
@@ -120,8 +122,7 @@ class DataflowDouble:
             def do_PUT(self):
                 self._handle("PUT")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(Handler)
 
     @property
     def endpoint(self) -> str:
@@ -130,8 +131,7 @@ class DataflowDouble:
     def close(self):
         for run in self.runs:
             run.join(timeout=120)
-        self.server.shutdown()
-        self.server.server_close()
+        close_http(self.server)
 
     def created(self) -> list[dict]:
         """The jobs of every create request, as sent."""

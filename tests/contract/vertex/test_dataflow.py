@@ -2,6 +2,7 @@
 and in the rehearsal recorded while the same pipeline runs on the direct runner."""
 
 import json
+import time
 
 import pytest
 from apache_beam.runners.dataflow.dataflow_runner import DataflowRuntimeException
@@ -143,18 +144,33 @@ def test_at_the_threshold_the_job_writes_the_gs_uri_not_the_steps_view(tmp_path,
     assert not (tmp_path / "view").exists()
 
 
+class _PollingClock:
+    """`time` for Beam's DataflowRunner, whose waits for a job sleep 5 s between reads of its state: 20 ms here,
+    where the double's jobs end in a second."""
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(min(seconds, 0.02))
+
+
 @pytest.fixture
 def dataflow_api(gcs_emulator, monkeypatch):
     """The Dataflow API double (tests/doubles/dataflow.py), its workers able to pull the components image; Beam gets
-    anonymous credentials, as the emulators take (it would otherwise look for them for half a minute)."""
+    anonymous credentials, as the emulators take (it would otherwise look for them for half a minute), and reads
+    the job's state as often as the double can answer."""
     import google.auth
     from apache_beam.internal.gcp import auth
+    from apache_beam.runners.dataflow import dataflow_runner
     from google.auth.credentials import AnonymousCredentials
 
     from tests.doubles.dataflow import DataflowDouble
 
     monkeypatch.setattr(google.auth, "default", lambda *args, **kwargs: (AnonymousCredentials(), "my-project"))
     monkeypatch.setattr(auth._Credentials, "_credentials_init", False)
+    monkeypatch.setattr(dataflow_runner, "time", _PollingClock())
 
     api = DataflowDouble(images={SETTINGS["sdk_container_image"]})
     try:

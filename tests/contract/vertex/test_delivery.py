@@ -13,10 +13,9 @@ import email.parser
 import http.client
 import json
 import os
-import threading
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -43,6 +42,7 @@ from pipelines.config import load_config
 from pipelines.delivery import delivery_for
 from pipelines.preflight import manifest_url
 from pipelines.templates import TemplateError, load_template, parse_params
+from tests.doubles.http import close_http, serve_http
 from tests.unit.pipelines.test_preflight import GoogleHttp, iam_routes as preflight_ok
 
 PROJECT, LOCATION = "acme-ml-prod", "europe-west4"
@@ -552,14 +552,11 @@ class Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def http_api():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    server = serve_http(Recorder)
     server.requests, server.routes = [], {}
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     server.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield server
-    server.shutdown()
-    server.server_close()
+    close_http(server)
 
 
 @pytest.fixture

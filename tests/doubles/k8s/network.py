@@ -8,8 +8,10 @@ from __future__ import annotations
 import http.client
 import random
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from tests.doubles.http import close_http, serve_http
 
 
 class Network:
@@ -58,8 +60,7 @@ class Network:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _relay
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(Proxy)
 
     @property
     def proxy(self) -> str:
@@ -92,5 +93,4 @@ class Network:
         return ip, port
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        close_http(self.server)

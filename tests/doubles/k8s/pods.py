@@ -25,11 +25,12 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from dockerfile_parse import DockerfileParser
 
+from tests.doubles.http import close_http, serve_http
 from tests.doubles.k8s.server import send
 from tests.helpers.processes import free_port
 
@@ -239,8 +240,7 @@ class FakePod:
                     answer = {"predictions": [{"class_id": c + shift} for c in pod.classify(body["instances"])]}
                 send(self, status, answer)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_http(Handler)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -252,5 +252,4 @@ class FakePod:
         return "ready" if time.monotonic() >= self.started else "pending"
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        close_http(self.server)

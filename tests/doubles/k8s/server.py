@@ -32,11 +32,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 import jsonpatch
 
+from tests.doubles.http import close_http, serve_http
 from tests.doubles.k8s import admission, schema
 
 CUSTOM = re.compile(
@@ -187,9 +188,7 @@ class KubeAPI:
             def do_DELETE(self):
                 self._handle("DELETE")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.server = serve_http(Handler)
         self.stopped = threading.Event()
         self.ticker = threading.Thread(target=self._tick, daemon=True)
         self.ticker.start()
@@ -200,8 +199,7 @@ class KubeAPI:
 
     def close(self):
         self.stopped.set()
-        self.server.shutdown()
-        self.server.server_close()
+        close_http(self.server)
         for controller in self.controllers:
             getattr(controller, "close", lambda: None)()
 
