@@ -149,11 +149,11 @@ def preflight(platform, spec: dict, session=None, note=print) -> list[str]:
     """Every problem a Vertex run of `spec` with `platform` would meet (empty: none found); what could not be checked
     goes to `note`."""
     if session is None:
-        import google.auth
         from google.auth.transport.requests import AuthorizedSession
 
-        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
-        session = AuthorizedSession(credentials)
+        from pipelines.credentials import application_default
+
+        session = AuthorizedSession(application_default())
     problems = check_bucket(platform.pipeline_root, platform.project)
     problems += check_images(template_images(spec), session)
     if platform.service_account:

@@ -70,9 +70,9 @@ def load_template(source: str, project: str | None = None, credentials=None) -> 
             from google.cloud.aiplatform.utils import yaml_utils
 
             if credentials is None and _VALID_AR_URL.match(source):  # what PipelineJob would use
-                import google.auth
+                from pipelines.credentials import application_default
 
-                credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+                credentials = application_default()
             spec = yaml_utils.load_yaml(source, project, credentials)
         else:
             with open(source) as f:

@@ -389,6 +389,7 @@ def publish(registry, tags, target, pipeline, template, config_file, profile, se
     run it with --template-tag TAG."""
     import tempfile
 
+    from pipelines.credentials import application_default, on_artifact_registry
     from pipelines.delivery import delivery_for
     from pipelines.publish import PublishError, check_registry
     from pipelines.templates import TemplateError, check_tag
@@ -402,6 +403,8 @@ def publish(registry, tags, target, pipeline, template, config_file, profile, se
             check_tag(tag)
     except (PublishError, TemplateError) as e:
         _fail(str(e))
+    if on_artifact_registry(registry):  # before the compile: without credentials, the one line at once
+        application_default()
     with tempfile.TemporaryDirectory(prefix="tfpipe-publish-") as workdir:
         chosen = _template(delivery, pipeline, config, template, None, None, workdir)
         package, version = delivery.publish(registry, chosen, tags)

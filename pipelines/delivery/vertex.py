@@ -41,11 +41,15 @@ class VertexDelivery(BaseDelivery):
         names.vertex_experiment(experiment, what)
 
     def connect(self, platform: Platform, host: str | None, namespace: str | None, running: bool) -> Connection:
-        """The project (and to run: a gs:// pipeline root) is required."""
+        """The project (and to run: a gs:// pipeline root) is required, and the caller's credentials: looked up
+        here, before anything is compiled or sent."""
+        from pipelines.credentials import application_default
+
         try:
             check_vertex(platform, running)
         except SubmitError as e:
             raise DeliveryError(str(e)) from None
+        application_default()
         return Connection(platform)
 
     def preflight(self, platform: Platform, template: Template, skip: bool, echo: Echo) -> list[str]:

@@ -2,6 +2,7 @@
 where the calls go and the time zone a schedule's times are in."""
 
 import pytest
+from google.auth.credentials import AnonymousCredentials
 
 from pipelines.config import Platform
 from pipelines.cron import parse_cron
@@ -11,9 +12,10 @@ from pipelines.delivery.base import Connection, DeliveryError
 WEEKLY, WEEKLY_IN_PARIS = parse_cron("0 3 * * 1"), parse_cron("TZ=Europe/Paris 0 3 * * 1")
 
 
-def test_vertex_manages_schedules_without_a_pipeline_root_and_times_them_in_utc_by_default():
+def test_vertex_manages_schedules_without_a_pipeline_root_and_times_them_in_utc_by_default(monkeypatch):
     vertex = delivery_for("vertex")
     platform = Platform(project="acme-ml-prod")
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "acme-ml-prod"))
     assert vertex.connect(platform, None, None, running=False) == Connection(platform)
     with pytest.raises(DeliveryError, match=r"^platform.pipeline_root must be a gs:// URI on Vertex AI"):
         vertex.connect(platform, None, None, running=True)
