@@ -84,39 +84,30 @@ def image_folder_model(tmp_path_factory):
     return root / "images", root / "data", root / "job"
 
 
-@pytest.fixture(scope="session")
-def gcs_emulator_server():
-    """A real GCS JSON API server (gcp-storage-emulator), in memory, on a free localhost port, for this process's
-    tests (`gcs_emulator` empties it for each). It answers one request at a time; its listen backlog is raised from
-    socketserver's 5, or clients reading at once (prep's REMOTE_READS) see their connections dropped and retried a
-    second later, which Cloud Storage never does."""
+@pytest.fixture
+def gcs_emulator(monkeypatch):
+    """A real GCS JSON API server (gcp-storage-emulator), in memory, on a free localhost port, with one empty bucket
+    `test-bucket` (returned). It answers one request at a time, so each test has its own (a connection another test
+    left open would hold it); its listen backlog is raised from socketserver's 5, or clients reading at once (prep's
+    REMOTE_READS) see their connections dropped and retried a second later, which Cloud Storage never does. Clients
+    connect without credentials, as the emulator takes them: the storage client (core.storage) and Beam's GCS IO
+    (which would otherwise look for credentials for 20 seconds)."""
     import http.server
 
+    from apache_beam.internal.gcp import auth
     from gcp_storage_emulator.server import create_server
 
-    port = free_port()
-    server = create_server("127.0.0.1", port, in_memory=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(http.server.HTTPServer, "request_queue_size", 128)
-        server.start()  # listens before it returns
-    try:
-        yield server, f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def gcs_emulator(gcs_emulator_server, monkeypatch):
-    """The GCS emulator, emptied, with one empty bucket `test-bucket` (returned). Clients connect without
-    credentials, as the emulator takes them: the storage client (core.storage) and Beam's GCS IO (which would
-    otherwise look for credentials for 20 seconds)."""
-    from apache_beam.internal.gcp import auth
-
-    from core.storage import gcs_client
-
-    server, url = gcs_emulator_server
-    server.wipe()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+    monkeypatch.setattr(http.server.HTTPServer, "request_queue_size", 128)
     monkeypatch.setattr(auth._Credentials, "_credentials_init", True)
     monkeypatch.setattr(auth._Credentials, "_credentials", None)
-    return gcs_client().create_bucket("test-bucket")
+
+    port = free_port()
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="test-bucket")
+    server.start()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    try:
+        from core.storage import gcs_client
+
+        yield gcs_client().bucket("test-bucket")
+    finally:
+        server.stop()
