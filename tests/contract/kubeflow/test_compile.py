@@ -4,9 +4,9 @@ step (kfp-kubernetes platform spec), each step's CPU and memory, the images; and
 import pytest
 import yaml
 
-from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import ConfigError, KubeflowSettings, Platform, Resources, load_config
 from pipelines.training import build_pipeline
+from tests.helpers.compiled import compiled_docs
 
 PLATFORM = Platform(
     components_image="example.com/tfpipe/components:abc",
@@ -25,12 +25,7 @@ RUN_ID_ENV = [{"name": "TFPIPE_RUN_ID", "fieldPath": "metadata.labels['workflows
 
 
 def compile_docs(tmp_path, platform=PLATFORM, pipeline="training"):
-    from kfp import compiler
-
-    path = tmp_path / "kubeflow.yaml"
-    build = build_pipeline if pipeline == "training" else build_batch_pipeline
-    compiler.Compiler().compile(build("kubeflow", platform), str(path))
-    docs = list(yaml.safe_load_all(path.read_text()))
+    docs = compiled_docs("kubeflow", pipeline, platform)
     return docs[0], (docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"] if len(docs) > 1 else {})
 
 

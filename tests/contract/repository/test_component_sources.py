@@ -9,23 +9,14 @@ import dis
 import pytest
 
 from pipelines.config import Platform
+from tests.helpers.compiled import compiled_docs
 
 
 def compiled_specs():
-    import tempfile
-
-    import yaml
-    from kfp import compiler
-
-    from pipelines.batch_prediction import build_batch_pipeline
-    from pipelines.training import build_pipeline
-
     platform = Platform(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=1)
     for target in ("vertex", "kubeflow", "local"):
-        for build in (build_pipeline, build_batch_pipeline):
-            with tempfile.NamedTemporaryFile("r", suffix=".yaml") as f:
-                compiler.Compiler().compile(build(target, platform), f.name)
-                yield next(yaml.safe_load_all(f.read()))
+        for pipeline in ("training", "batch_prediction"):
+            yield compiled_docs(target, pipeline, platform)[0]
 
 
 def embedded_steps():

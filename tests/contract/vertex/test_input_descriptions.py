@@ -3,13 +3,12 @@ Vertex AI and Kubeflow consoles show): the pipeline's from the config fields, th
 docstrings. GCPC's ops and KFP's importers are not checked (their descriptions are theirs)."""
 
 import pytest
-import yaml
-from kfp import compiler
 
 from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import BatchParameters, PipelineParameters
 from pipelines.training import build_pipeline
 from tests.contract.vertex.test_pipeline_compile import IN_POD, PLATFORM
+from tests.helpers.compiled import compiled_docs
 
 BUILDERS = {"training": build_pipeline, "batch_prediction": build_batch_pipeline}
 # kubeflow twice: with Kubeflow's engines (TFJob, Katib, KServe) and with the in-pod steps
@@ -17,9 +16,7 @@ PLATFORMS = [("vertex", PLATFORM), ("kubeflow", PLATFORM), ("kubeflow", IN_POD),
 
 
 def compiled(tmp_path, target, platform, pipeline) -> dict:
-    path = tmp_path / f"{target}-{pipeline}.yaml"
-    compiler.Compiler().compile(BUILDERS[pipeline](target, platform), str(path))
-    return next(yaml.safe_load_all(path.read_text()))
+    return compiled_docs(target, pipeline, platform)[0]
 
 
 def inputs(component: dict) -> dict:

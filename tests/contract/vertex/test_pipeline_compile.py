@@ -4,9 +4,9 @@ from google.auth.credentials import AnonymousCredentials
 
 from components.lib.study.spec import DEFAULT_STUDY
 from components.plan_vertex_training import worker_pool_specs
-from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import ConfigError, Platform, load_config
 from pipelines.training import build_pipeline
+from tests.helpers.compiled import compiled_docs, compiled_file
 
 PLATFORM = Platform(
     components_image="example.com/tfpipe/components:abc",
@@ -47,13 +47,9 @@ IN_POD = PLATFORM.model_copy(
 
 
 def compile_spec(target, tmp_path, pipeline="training", platform=None):
-    from kfp import compiler
-
     platform = platform or (IN_POD if target == "kubeflow" else PLATFORM)
-    path = tmp_path / f"{target}-{pipeline}.yaml"
-    func = build_pipeline(target, platform) if pipeline == "training" else build_batch_pipeline(target, platform)
-    compiler.Compiler().compile(func, str(path))
-    return path, next(yaml.safe_load_all(path.read_text()))  # the pipeline spec (then the platform spec)
+    path = compiled_file(tmp_path, target, pipeline, platform)
+    return path, compiled_docs(target, pipeline, platform)[0]  # the pipeline spec (then the platform spec)
 
 
 def params(task):
@@ -214,7 +210,6 @@ def test_vertex_dag(tmp_path):
 
 
 def test_vertex_gpu_training_uses_the_gpu_trainer_image_and_prebuilt_serving_images_need_only_their_uri(tmp_path):
-    from kfp import compiler
 
     platform = PLATFORM.model_copy(
         update={
@@ -224,9 +219,7 @@ def test_vertex_gpu_training_uses_the_gpu_trainer_image_and_prebuilt_serving_ima
             "serving_image": "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15",
         }
     )
-    path = tmp_path / "gpu.yaml"
-    compiler.Compiler().compile(build_pipeline("vertex", platform), str(path))
-    spec = yaml.safe_load(path.read_text())
+    spec = compiled_docs("vertex", "training", platform)[0]
     for plan in (dag(spec)["plan-vertex-training-2"], dag(spec, "comp-condition-2")["plan-vertex-training"]):
         assert params(plan)["trainer_image"] == "example.com/tfpipe/trainer-gpu:abc"
         assert (params(plan)["accelerator_type"], params(plan)["accelerator_count"]) == ("NVIDIA_TESLA_T4", 1)

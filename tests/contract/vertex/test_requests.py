@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 from google.cloud.aiplatform_v1.services.job_service.transports.grpc import JobServiceGrpcTransport
 from google.cloud.aiplatform_v1.types import (
     batch_prediction_job,
@@ -23,6 +22,7 @@ from pipelines.rehearsal.api import _dict
 from tests.contract.vertex.test_pipeline_compile import IDENTITY, KEY, LABELS, NETWORK, PLATFORM, SA, dag
 from tests.doubles.gapic import FakeStub
 from tests.helpers import vertex_expectations as expect
+from tests.helpers.compiled import compiled_docs
 from tests.helpers.gcpc import Launch
 
 LOCATION = "europe-west4"
@@ -43,21 +43,11 @@ POOLS = [
 
 
 @pytest.fixture(scope="module")
-def specs(tmp_path_factory):
-    from kfp import compiler
-
-    from pipelines.batch_prediction import build_batch_pipeline
-    from pipelines.training import build_pipeline
-
-    out = {}
-    for name, func in (
-        ("training", build_pipeline("vertex", PLATFORM)),
-        ("batch", build_batch_pipeline("vertex", PLATFORM)),
-    ):
-        path = tmp_path_factory.mktemp("spec") / f"{name}.yaml"
-        compiler.Compiler().compile(func, str(path))
-        out[name] = yaml.safe_load(path.read_text())
-    return out
+def specs():
+    return {
+        "training": compiled_docs("vertex", "training", PLATFORM)[0],
+        "batch": compiled_docs("vertex", "batch_prediction", PLATFORM)[0],
+    }
 
 
 @pytest.fixture(autouse=True)
