@@ -31,12 +31,13 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports --no-cache
 
 # The tier without end-to-end tests, on every CPU (pytest-xdist: each worker with its own temporary folders, ports
-# and state); `make test` then runs the end-to-end tier (`e2e`: whole pipeline runs, multi-process training).
+# and state); `make test` then runs the end-to-end tier (`e2e`: whole pipeline runs, multi-process training) the same
+# way, a module's tests in one worker (`--dist loadfile`: one series of runs is a module fixture).
 test-fast: lint
 	$(PY) -m pytest -n auto -m "not e2e" $(PYTEST_ARGS)
 
 test: test-fast
-	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --dist loadfile -m e2e $(PYTEST_ARGS)
 
 # Every result file of bench/results/, one benchmark after the other (each records the commit, the machine, the
 # command and the load average), then docs/benchmarks.md generated from them and from each benchmark's docstring

@@ -31,7 +31,7 @@ from bench.results import Recorder, result_path
 # The tiers as the Makefile runs them (tests/contract/repository/test_containers.py checks that they agree)
 TIERS = {
     "fast": ["-n", "auto", "-m", "not e2e"],
-    "e2e": ["-m", "e2e"],
+    "e2e": ["-n", "auto", "--dist", "loadfile", "-m", "e2e"],
 }
 GOALS = {"fast": 4 * 60, "total": 15 * 60}
 

@@ -1,5 +1,6 @@
 """The processes tests start: the trainer as the launchers run it, and a free localhost port for a server."""
 
+import json
 import os
 import socket
 import subprocess
@@ -26,3 +27,15 @@ def train(data_dir: Path, job_dir: Path, *flags: str, env: dict | None = None) -
     if done.returncode:
         raise RuntimeError(f"the trainer failed ({done.returncode}):\n" + "\n".join(done.stderr.splitlines()[-20:]))
     return job_dir
+
+
+def run_cli(*args: str, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m pipelines ARGS` as a user runs it, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, cwd=cwd, timeout=900, env=env
+    )
+
+
+def summary_of(out: Path) -> dict:
+    """The run_summary.json of the run whose --out was `out`."""
+    return json.loads((out / "run_summary.json").read_text())
