@@ -6,6 +6,10 @@ UV_VERSION := 0.13.8
 export TF_USE_LEGACY_KERAS := 1
 export TF_CPP_MIN_LOG_LEVEL := 2
 export PYTHONUNBUFFERED := 1
+# The project's modules and the tests (pytest's rewritten modules) are compiled once and cached in __pycache__, even
+# where PYTHONDONTWRITEBYTECODE is set (CI, containers): each of the suite's hundreds of processes would compile them
+# again (a test worker's collection: about a third of its time).
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install run lint test test-fast test-images bench images lock clean
 

@@ -104,7 +104,9 @@ def main(argv=None) -> int:
     if args.quick:
         tiers = {"fast": [*TIERS["fast"], "tests/contract/repository/test_bench_figures.py"]}
     recorder = Recorder("test_suite", args, quick=args.quick)
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE=""
+    )
     with tempfile.TemporaryDirectory(prefix="bench-test-suite-") as name:
         tmp = Path(name)
         runs = {tier: run_tier(arguments, env, tmp, tier, [sys.executable]) for tier, arguments in tiers.items()}
