@@ -3,14 +3,16 @@
     python -m bench.test_suite [--coverage] [--quick] [-- pytest arguments]
 
 Runs each tier's pytest command from the repository root in a subprocess, as the Makefile runs it (`make test-fast`:
-the tests without the `e2e` marker, on every CPU with pytest-xdist; then the `e2e` tier, on every CPU too, a module's
-tests in one worker; the environment `make` sets), times it from outside and counts its tests from a JUnit report: tests, passed, failed, errors, skipped, and
-the ten slowest. Lint is not timed. The goals: the fast tier within 4 minutes, both tiers within 15.
+the tests without the `e2e` marker, on every CPU with pytest-xdist; then the `e2e` tier, on every CPU too, a
+module's tests in one worker; the environment `make` sets), times it from outside and counts its tests from a JUnit
+report: tests, passed, failed, errors, skipped, and the ten slowest. Lint is not timed. The goals: the fast tier
+within 4 minutes, both tiers within 15.
 
 `--coverage` runs both tiers once more under coverage.py (the `[tool.coverage]` settings of pyproject.toml: every
 package of the project, subprocesses included: the steps, the trainer's workers, the server) and records the line
-coverage of the combined data; that run's times are not the suite's. `--quick` runs tests/contract/repository/test_bench_figures.py as
-the fast tier and no e2e tier (checks that it works). Results: bench/results/test_suite.json.
+coverage of the combined data; that run's times are not the suite's. `--quick` runs
+tests/contract/repository/test_bench_figures.py as the fast tier and no e2e tier (checks that it works). Results:
+bench/results/test_suite.json.
 """
 
 from __future__ import annotations
