@@ -7,40 +7,32 @@ usual. `install` before anything imports TensorFlow; a process that imported it 
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
+
+from core.import_hooks import ExecModule, WrapExecution
 
 HIDDEN = ("jax", "pandas", "scipy")
 PACKAGES = ("tensorflow", "tf_keras")
 
 
-class _LeanImport(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name not in PACKAGES:
-            return None
-        sys.meta_path.remove(self)
+def _lean(exec_module: ExecModule) -> ExecModule:
+    def lean(module):
+        hidden = [library for library in HIDDEN if library not in sys.modules]
+        for library in hidden:
+            sys.modules[library] = None  # an import of it raises ImportError
         try:
-            spec = importlib.util.find_spec(name)
+            exec_module(module)
         finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def lean(module):
-            hidden = [library for library in HIDDEN if library not in sys.modules]
             for library in hidden:
-                sys.modules[library] = None  # an import of it raises ImportError
-            try:
-                exec_module(module)
-            finally:
-                for library in hidden:
-                    if sys.modules.get(library, 0) is None:
-                        del sys.modules[library]
+                if sys.modules.get(library, 0) is None:
+                    del sys.modules[library]
 
-        spec.loader.exec_module = lean
-        return spec
+    return lean
+
+
+class _LeanImport(WrapExecution):
+    def __init__(self):
+        super().__init__(dict.fromkeys(PACKAGES, _lean))
 
 
 def install() -> None:

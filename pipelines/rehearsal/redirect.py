@@ -8,10 +8,11 @@ Vertex, such as the trainer's workers, import nothing more. Subprocesses get the
 which `environment()` puts first on PYTHONPATH.
 """
 
-import importlib.abc
 import os
 import re
 import sys
+
+from core.import_hooks import WrapExecution
 
 ENV = "TFPIPE_VERTEX_API"  # "<grpc host:port> <http base URL> <project>"
 MOUNT_ENV = "TFPIPE_GCS_MOUNT"  # the folder standing in for Vertex's /gcs/ (rehearsal/gcs.py's Mount)
@@ -69,35 +70,21 @@ def _patch_mount(module, mount):
     module._GCS_LOCAL_MOUNT_PREFIX = mount.rstrip("/") + "/"
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `patches[name](module)` right after module `name` is executed."""
+def _then(patch):
+    """Run `patch(module)` right after the module is executed."""
 
-    def __init__(self, patches: dict):
-        self.patches = patches
-
-    def find_spec(self, name, path, target=None):
-        if name not in self.patches:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module, patch = spec.loader.exec_module, self.patches[name]
-
+    def wrap(exec_module):
         def patched(module):
             exec_module(module)
             patch(module)
 
-        spec.loader.exec_module = patched
-        return spec
+        return patched
+
+    return wrap
 
 
 def install(grpc_target: str, http_base: str, project: str, mount: str = "") -> None:
     """Redirect this process (modules imported already are patched now, the others when imported)."""
-    import importlib.util  # noqa: F401 (used by _AfterImport)
 
     patches = {
         "google.api_core.grpc_helpers": lambda m: _patch_grpc(m, grpc_target),
@@ -112,7 +99,7 @@ def install(grpc_target: str, http_base: str, project: str, mount: str = "") -> 
         if name in sys.modules:
             patch(sys.modules[name])
             del patches[name]
-    sys.meta_path.insert(0, _AfterImport(patches))
+    sys.meta_path.insert(0, WrapExecution({name: _then(patch) for name, patch in patches.items()}))
 
 
 def install_from_env() -> None:

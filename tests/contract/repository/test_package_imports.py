@@ -38,6 +38,7 @@ def test_the_server_needs_only_the_bottom_package_its_storage_name_rules_cpu_cou
     assert {name for name in files if not name.startswith("serving")} == {
         "core",
         "core.cpus",
+        "core.import_hooks",
         "core.lean_tensorflow",
         "core.names",
         "core.storage",
