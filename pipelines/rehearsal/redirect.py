@@ -85,7 +85,6 @@ def _then(patch):
 
 def install(grpc_target: str, http_base: str, project: str, mount: str = "") -> None:
     """Redirect this process (modules imported already are patched now, the others when imported)."""
-
     patches = {
         "google.api_core.grpc_helpers": lambda m: _patch_grpc(m, grpc_target),
         "requests.sessions": lambda m: _patch_requests(m, http_base),

@@ -12,7 +12,8 @@ import yaml
 
 from pipelines.config import load_config
 from tests.helpers import vertex_expectations as expect
-from tests.helpers.rehearsal import IDENTITY, SETS, cli, recorded
+from tests.helpers.processes import run_cli
+from tests.helpers.rehearsal import IDENTITY, SETS, recorded
 from tests.unit.trainer.test_builder import IMAGE_SETS
 
 
@@ -21,7 +22,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     platform = load_config(sets=IDENTITY, environ={}).platform
     study = load_config(sets=IDENTITY, environ={}).study
     # 1: the fixed-hyperparameter branch, a new registry model and a new endpoint
-    first = cli(
+    first = run_cli(
         "rehearse", "--out", tmp_path / "run1", "--state", state, *SETS, "--param", "tune=false", "--param", "epochs=3"
     )
     assert first.returncode == 0, first.stdout + first.stderr
@@ -60,7 +61,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     # 2: the tuning branch, compared with the first run's version, deployed as a 50 % canary
     canary = [*SETS, "--param", "epochs=3", "--param", "tuning_trial_epochs=1", "--param", "traffic_percentage=50"]
     canary += ["--param", "champion_tolerance=1.0"]
-    second = cli("rehearse", "--out", tmp_path / "run2", "--state", state, *canary)
+    second = run_cli("rehearse", "--out", tmp_path / "run2", "--state", state, *canary)
     assert second.returncode == 0, second.stdout + second.stderr
     summary = json.loads((tmp_path / "run2" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
@@ -75,7 +76,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     [model] = summary["vertex"]["models"]
     assert [set(v["aliases"]) for v in model["versions"]] == [{"default", "champion"}, set()]  # canary: no alias
 
-    promoted = cli("promote", "--rehearsal", state, *SETS)
+    promoted = run_cli("promote", "--rehearsal", state, *SETS)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     saved = json.loads((state / "vertex_state.json").read_text())
     [endpoint] = saved["endpoints"].values()
@@ -87,7 +88,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
 
     # 2 again on unchanged data, as a schedule would: Vertex's cache serves the data prep, the tuning job and the
     # training job (their inputs hold nothing unique to a run); the gate then finds the candidate is the champion
-    again = cli("rehearse", "--out", tmp_path / "run2-again", "--state", state, *canary)
+    again = run_cli("rehearse", "--out", tmp_path / "run2-again", "--state", state, *canary)
     assert again.returncode == 0, again.stdout + again.stderr
     summary = json.loads((tmp_path / "run2-again" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
@@ -103,7 +104,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     instances.write_text(
         "".join(json.dumps(np.full((8, 8, 1), i, np.float32).tolist()) + "\n" for i in range(4)) + "not json\n"
     )
-    batch = cli(
+    batch = run_cli(
         "rehearse",
         "--pipeline",
         "batch_prediction",
@@ -185,13 +186,13 @@ def test_a_wrong_wire_fails_with_the_step_and_the_apis_message(tmp_path):
     """The custom job's base output directory wired to the plan's display name instead of its directory: the
     double refuses CreateCustomJob as Vertex AI would, and the rehearsal names the step and the message."""
     compiled = tmp_path / "template.yaml"
-    assert cli("compile", "--target", "vertex", *IMAGE_SETS, "--output", compiled).returncode == 0
+    assert run_cli("compile", "--target", "vertex", *IMAGE_SETS, "--output", compiled).returncode == 0
     spec = yaml.safe_load(compiled.read_text())
     wire = spec["root"]["dag"]["tasks"]["custom-training-job"]["inputs"]["parameters"]["base_output_directory"]
     wire["taskOutputParameter"]["outputParameterKey"] = "display_name"
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump(spec, sort_keys=False))
-    result = cli(
+    result = run_cli(
         "rehearse",
         "--template",
         broken,

@@ -29,10 +29,15 @@ def train(data_dir: Path, job_dir: Path, *flags: str, env: dict | None = None) -
     return job_dir
 
 
-def run_cli(*args: str, cwd=None, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str | Path, cwd=None, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     """`python -m pipelines ARGS` as a user runs it, its output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "pipelines", *args], capture_output=True, text=True, cwd=cwd, timeout=900, env=env
+        [sys.executable, "-m", "pipelines", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env=env,
     )
 
 

@@ -2,8 +2,6 @@
 rehearsal recorded."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 IDENTITY = [
@@ -22,12 +20,6 @@ IDENTITY = [
 
 
 SETS = [arg for item in IDENTITY for arg in ("--set", item)]
-
-
-def cli(*args, timeout=900):
-    return subprocess.run(
-        [sys.executable, "-m", "pipelines", *map(str, args)], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def recorded(out: Path, method: str) -> list[dict]:
