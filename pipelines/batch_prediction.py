@@ -4,10 +4,9 @@ prediction job (`ModelBatchPredictOp`) on a Model Registry version on Vertex, th
 model repository version on kubeflow and local.
 """
 
-from kfp import dsl
-
 from pipelines import targets
 from pipelines.config import PIPELINE_NAMES, TARGETS, BatchParameters, Platform, described_by
+from pipelines.dag import pipeline
 from pipelines.targets.inputs import BatchPredictInputs, InstanceOptions, Repository
 
 PIPELINE_NAME = PIPELINE_NAMES["batch_prediction"]
@@ -20,7 +19,7 @@ def build_batch_pipeline(target: str, platform: Platform | None = None):
         raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     ops = targets.make_ops(target, platform or Platform(), PIPELINE_NAME)
 
-    @dsl.pipeline(name=PIPELINE_NAME, description="Batch predictions from a registered model version.")
+    @pipeline(name=PIPELINE_NAME, description="Batch predictions from a registered model version.")
     @described_by(BatchParameters)
     def batch_prediction_pipeline(
         instances: str,

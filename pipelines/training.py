@@ -10,6 +10,7 @@ from kfp import dsl
 from components.lib.study.spec import DEFAULT_STUDY, StudySpec
 from pipelines import targets
 from pipelines.config import PIPELINE_NAMES, TARGETS, PipelineParameters, Platform, TrainerSettings, described_by
+from pipelines.dag import pipeline
 from pipelines.targets.inputs import (
     ChampionCheckInputs,
     DeployInputs,
@@ -41,7 +42,7 @@ def build_pipeline(
     trainer.check_builder()
     ops = targets.make_ops(target, platform, PIPELINE_NAME, trainer.model)
 
-    @dsl.pipeline(
+    @pipeline(
         name=PIPELINE_NAME,
         description="Prepare data, train (multi-worker), gate, register, deploy and quantize the model.",
     )

@@ -1,6 +1,6 @@
 """Compiled pipeline templates for the tests that read them: each (target, pipeline, platform) compiled once per
-test process (building a DAG costs about a second in a process that has imported TensorFlow: KFP's task setters call
-`inspect.stack()`), its documents parsed anew for every caller with libyaml."""
+test process (KFP writes the YAML with PyYAML's pure-Python emitter), its documents parsed anew for every caller with
+libyaml."""
 
 from __future__ import annotations
 
