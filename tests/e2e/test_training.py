@@ -1,16 +1,23 @@
-"""Multi-process training as the local launcher and the study run it: real MultiWorkerMirroredStrategy workers, a
-lost worker restarting the group from its backup, trials sharing a warm TensorFlow process."""
+"""Training as the local launcher and the study run it: real MultiWorkerMirroredStrategy workers, a lost worker
+restarting the group from its backup, trials sharing a warm TensorFlow process; a user's own model builder trained,
+exported and called."""
 
 import io
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from components.lib.study.spec import StudySpec
 from components.train_model import launch
 from components.tune_hyperparameters import run_study
+
+ROOT = Path(__file__).resolve().parents[2]
+CUSTOM = "tests.helpers.custom_model:build_small_cnn"
 
 
 def history(job):
@@ -103,3 +110,59 @@ def test_trainer_trials_share_a_warm_runner(tmp_path, digits_data):
     for t in result["trials"]:
         assert 0 < t["metric"] <= 1 and (tmp_path / t["trial_id"] / "model" / "saved_model.pb").is_file()
         assert "val_accuracy" in (tmp_path / t["trial_id"] / "trial.log").read_text()
+
+
+def test_trainer_trains_exports_and_serves_a_custom_builders_model(digits_data, tmp_path):
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from trainer import data
+
+    job = tmp_path / "job"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--data-dir",
+            str(digits_data),
+            "--job-dir",
+            str(job),
+            "--epochs",
+            "5",
+            "--filters",
+            "8",
+            "--model",
+            CUSTOM,
+        ],
+        check=True,
+        capture_output=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["model"] == CUSTOM and metrics["hyperparameters"]["filters"] == 8
+    assert metrics["val_accuracy"] > 0.7
+    trained = keras.models.load_model(str(job / "model"), compile=False)
+    assert trained.name == "custom_cnn"
+    assert [layer.name for layer in trained.layers] == [
+        "pixels",
+        "custom_rescale",
+        "custom_conv",
+        "custom_flatten",
+        "custom_dropout",
+        "custom_probabilities",
+    ]
+    loaded = tf.saved_model.load(str(job / "model"))
+    assert sorted(loaded.signatures) == ["serving_default", "serving_image_bytes"]
+    serve = loaded.signatures["serving_default"]
+    assert serve.structured_input_signature[1]["pixels"].shape.as_list() == [None, 8, 8, 1]
+    stats = data.load_stats(str(digits_data))
+    pixels = next(iter(data.make_dataset(str(digits_data), "test", stats, 16, training=False)))[0]
+    out = serve(pixels=tf.cast(pixels, tf.float32))
+    assert out["probabilities"].shape == (16, 10) and out["class_id"].shape == (16,)
+    np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
+    pngs = tf.constant([tf.io.encode_png(p).numpy() for p in pixels])
+    by_bytes = loaded.signatures["serving_image_bytes"](image_bytes=pngs)
+    assert by_bytes["class_id"].numpy().tolist() == out["class_id"].numpy().tolist()

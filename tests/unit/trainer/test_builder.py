@@ -1,10 +1,7 @@
 """Your own model: `trainer.model: package.module:function` (trainer/builder.py), from the config through every
-target's trainer arguments to a trained, served model."""
+target's trainer arguments (the model it trains: tests/e2e/test_training.py)."""
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -285,59 +282,3 @@ def test_default_builder_goes_the_same_way(tmp_path, no_tfpipe_env):
         tasks[name]["inputs"]["parameters"]["model_builder"]["runtimeValue"]["constant"]
         for name in ("tune-on-katib", "train-model-on-operator")
     } == {"trainer.model:build_model"}
-
-
-def test_trainer_trains_exports_and_serves_a_custom_builders_model(digits_data, tmp_path):
-    import numpy as np
-    import tensorflow as tf
-    import tf_keras as keras
-
-    from trainer import data
-
-    job = tmp_path / "job"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--data-dir",
-            str(digits_data),
-            "--job-dir",
-            str(job),
-            "--epochs",
-            "5",
-            "--filters",
-            "8",
-            "--model",
-            CUSTOM,
-        ],
-        check=True,
-        capture_output=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    metrics = json.loads((job / "metrics.json").read_text())
-    assert metrics["model"] == CUSTOM and metrics["hyperparameters"]["filters"] == 8
-    assert metrics["val_accuracy"] > 0.7
-    trained = keras.models.load_model(str(job / "model"), compile=False)
-    assert trained.name == "custom_cnn"
-    assert [layer.name for layer in trained.layers] == [
-        "pixels",
-        "custom_rescale",
-        "custom_conv",
-        "custom_flatten",
-        "custom_dropout",
-        "custom_probabilities",
-    ]
-    loaded = tf.saved_model.load(str(job / "model"))
-    assert sorted(loaded.signatures) == ["serving_default", "serving_image_bytes"]
-    serve = loaded.signatures["serving_default"]
-    assert serve.structured_input_signature[1]["pixels"].shape.as_list() == [None, 8, 8, 1]
-    stats = data.load_stats(str(digits_data))
-    pixels = next(iter(data.make_dataset(str(digits_data), "test", stats, 16, training=False)))[0]
-    out = serve(pixels=tf.cast(pixels, tf.float32))
-    assert out["probabilities"].shape == (16, 10) and out["class_id"].shape == (16,)
-    np.testing.assert_allclose(out["probabilities"].numpy().sum(-1), 1.0, rtol=1e-5)
-    pngs = tf.constant([tf.io.encode_png(p).numpy() for p in pixels])
-    by_bytes = loaded.signatures["serving_image_bytes"](image_bytes=pngs)
-    assert by_bytes["class_id"].numpy().tolist() == out["class_id"].numpy().tolist()
