@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from core.storage import local_path
+from serving.ports import PortError, check_ports
 
 if TYPE_CHECKING:
     from serving.repository import ModelConfigFile
@@ -151,13 +152,16 @@ def serve(
         ) from None
     if version_policy == "specific" and not specific:
         raise click.ClickException("--version-policy specific needs --versions")
+    try:  # refused before TensorFlow loads (the server checks them again before the models load)
+        check_ports(options["host"], options["rest_port"], options["grpc_port"])
+    except PortError as e:
+        raise click.ClickException(str(e)) from None
 
     import logging
 
     from core.names import InvalidName
     from serving.batching import BatchingOptions
     from serving.models import Policy
-    from serving.ports import PortError
     from serving.repository import Repository, ServedModels
     from serving.server import ModelServer, ServerOptions, run, set_tensorflow_threads
 

@@ -13,6 +13,12 @@ class PortError(OSError):
     """A port the server cannot bind; the message is one line."""
 
 
+def check_ports(host: str, rest_port: int, grpc_port: int) -> None:
+    """Raise PortError when the server's REST or gRPC port cannot be bound (`check_free`)."""
+    check_free(host, rest_port, "REST", "--rest-port")
+    check_free(host, grpc_port, "gRPC", "--grpc-port")
+
+
 def check_free(host: str, port: int, what: str, option: str) -> None:
     """Raise PortError when `port` (> 0) cannot be bound on `host`, as the server would bind it (SO_REUSEADDR)."""
     if port <= 0:

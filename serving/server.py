@@ -99,8 +99,7 @@ class ModelServer:
     async def serve(self) -> None:
         """Check the ports, load the models, start both servers, serve until stopped (SIGINT/SIGTERM or `stop()`)."""
         o = self.options
-        ports.check_free(o.host, o.rest_port, "REST", "--rest-port")
-        ports.check_free(o.host, o.grpc_port, "gRPC", "--grpc-port")
+        ports.check_ports(o.host, o.rest_port, o.grpc_port)
         await asyncio.to_thread(self.models.start)
         dispatcher = Dispatcher(o.request_threads)
         grpc_server = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -311,7 +312,7 @@ def test_each_model_has_its_policy_and_labels_from_a_model_config_file(tmp_path)
 
 
 def test_a_port_in_use_is_one_line_naming_it_its_holder_and_the_option(tmp_path):
-    """From `python -m serving` (before any model loads) and from an in-process server's gRPC port."""
+    """From `python -m serving` (before TensorFlow loads) and from an in-process server's gRPC port."""
     import os
     import socket
     import subprocess
@@ -322,12 +323,23 @@ def test_a_port_in_use_is_one_line_naming_it_its_holder_and_the_option(tmp_path)
         held.listen()
         port = held.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "serving", "--model-base-path", str(tmp_path), "--rest-port", str(port)],
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                "-m",
+                "serving",
+                "--model-base-path",
+                str(tmp_path),
+                "--rest-port",
+                str(port),
+            ],
             capture_output=True,
             text=True,
             timeout=120,
         )
         assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert not re.findall(r"\| +tensorflow$", done.stderr, re.M)  # -X importtime's lines
         assert done.stderr.splitlines()[-1] == (
             f"Error: port {port} (REST, 127.0.0.1) is in use by {ports.holder(port)}; "
             "choose another with --rest-port PORT, or --rest-port 0 for any free port"
