@@ -45,7 +45,7 @@ test: test-fast
 
 # Every result file of bench/results/, one benchmark after the other (each records the commit, the machine, the
 # command and the load average), then docs/benchmarks.md generated from them and from each benchmark's docstring
-# (bench/page.py). The page is generated before the test suite's run too, which checks that it is up to date, and
+# (bench/page/). The page is generated before the test suite's run too, which checks that it is up to date, and
 # again after it, with the suite's own result. The suite's run is the longest; run nothing else meanwhile.
 bench: $(VENV)/.installed
 	$(PY) -m bench.input_pipeline
