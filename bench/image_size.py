@@ -111,7 +111,7 @@ def run_size(name: str, image_size: int, images: Path, work: Path, epochs: int, 
         started = time.perf_counter()
         subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
         train_seconds = time.perf_counter() - started
-        accuracy = evaluate_saved_model(str(job / "model"), str(data))["accuracy"]
+        accuracy = evaluate_saved_model(str(job / "model"), str(data)).accuracy
         runs.append({"seed": seed, "test_accuracy": accuracy, "train_model_seconds": round(train_seconds, 2)})
         print(f"  {name}: seed {seed} test accuracy {accuracy:.4f}, train-model {train_seconds:.1f} s", flush=True)
     return {

@@ -41,13 +41,15 @@ def deploy_model(
 
     # KFP hands artifact metadata on through JSON/protobuf numbers: the version arrives as a float (3.0)
     version, path = int(published.metadata["version"]), published.metadata["path"]
-    info = deploy(version, path, dataset.path, model_repository, model_name, serving_url, rest_port, grpc_port)
-    endpoint.metadata.update({k: info[k] for k in ("rest_url", "grpc_target", "version", "pid")})
+    served = deploy(version, path, dataset.path, model_repository, model_name, serving_url, rest_port, grpc_port)
+    endpoint.metadata.update(
+        rest_url=served.rest_url, grpc_target=served.grpc_target, version=served.version, pid=served.pid
+    )
     with open(endpoint.path, "w") as f:
-        json.dump(info, f, indent=2)
+        json.dump(served.as_json(), f, indent=2)
     print(
-        f"serving {model_name} version {version}: REST {info['rest_url']}, gRPC {info['grpc_target'] or '-'}"
-        + (f"; stop it with: {info['stop']}" if info["stop"] else "")
+        f"serving {model_name} version {version}: REST {served.rest_url}, gRPC {served.grpc_target or '-'}"
+        + (f"; stop it with: {served.stop}" if served.stop else "")
     )
     Outputs = namedtuple("Outputs", ["rest_url", "grpc_target", "version"])
-    return Outputs(info["rest_url"], info["grpc_target"], version)
+    return Outputs(served.rest_url, served.grpc_target, version)

@@ -35,10 +35,10 @@ def deploy_model_at_url(
             "a TF Serving watching model_repository, or use serving: kserve or none"
         )
     version, path = int(published.metadata["version"]), published.metadata["path"]
-    info = deploy(version, path, dataset.path, model_repository, model_name, serving_url)
-    endpoint.metadata.update({k: info[k] for k in ("rest_url", "version")})
+    served = deploy(version, path, dataset.path, model_repository, model_name, serving_url)
+    endpoint.metadata.update(rest_url=served.rest_url, version=served.version)
     with open(endpoint.path, "w") as f:
-        json.dump(info, f, indent=2)
-    print(f"serving {model_name} version {version} at {info['rest_url']}")
+        json.dump(served.as_json(), f, indent=2)
+    print(f"serving {model_name} version {version} at {served.rest_url}")
     Outputs = namedtuple("Outputs", ["rest_url", "grpc_target", "version"])
-    return Outputs(info["rest_url"], "", version)
+    return Outputs(served.rest_url, "", version)

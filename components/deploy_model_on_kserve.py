@@ -160,7 +160,9 @@ def smoke_request(check, protocol: str) -> dict:
 
 def smoke_test(url: str, model_name: str, checks: list, protocol: str = "serving_image", post=None) -> dict:
     """Predict each check's examples through the revision (KServe's v1 protocol); the class ids must equal the
-    SavedModel's own."""
+    SavedModel's own. Returns the deploy record's `smoke` (`smoke_record`)."""
+    from components.lib.deploy.smoke import smoke_record
+
     if post is None:
         import requests
 
@@ -177,7 +179,7 @@ def smoke_test(url: str, model_name: str, checks: list, protocol: str = "serving
                 f"smoke prediction on {check.signature} failed ({response.status_code}): {body.get('error', body)}"
             )
         results.append(check.compare(body))
-    return {**results[0], "signatures": [r["signature_name"] for r in results]}
+    return smoke_record(results)
 
 
 def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=print) -> list[str]:

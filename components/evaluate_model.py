@@ -58,7 +58,8 @@ def evaluate(
     champion_model_uri: str = "",
 ) -> dict:
     """Evaluate the candidate, compare with the champion (`champion_path`: its SavedModel, local or gs://; "" when
-    there is none), return the report with `blessed` and `reason`. `model_uri` / `champion_model_uri`: the
+    there is none), return the step's report: the candidate's `Evaluation` fields, then `blessed`, `reason`,
+    `champion`, `threshold` and `tolerance`. `model_uri` / `champion_model_uri`: the
     artifacts each was trained into; equal when the candidate already is the champion (a cached training)."""
     if not 0 <= accuracy_threshold <= 1:
         raise ModelError(f"accuracy_threshold must be in [0, 1], got {accuracy_threshold}")
@@ -69,23 +70,23 @@ def evaluate(
         "evaluate", "candidate", "evaluating the candidate on the test split", done=0, total=comparisons, unit="models"
     )
     signature, identity = load_serving(model_dir)
-    report = evaluate_signature(signature, data_dir, "test", 256)
+    candidate = evaluate_signature(signature, data_dir, "test", 256)
     champion_info, champion_accuracy = None, None
     name = champion_name or "the champion"
     if champion_path:
         progress.emit(
             "evaluate",
             "champion",
-            f"candidate test accuracy {report['accuracy']:.4f}; re-evaluating {name} on this test split",
+            f"candidate test accuracy {candidate.accuracy:.4f}; re-evaluating {name} on this test split",
             done=1,
             total=comparisons,
             unit="models",
-            accuracy=report["accuracy"],
+            accuracy=candidate.accuracy,
         )
         with storage.staged(champion_path) as local_copy:  # gs://: through google-cloud-storage, like the rest
             champion_signature, champion_identity = load_serving(local_copy)
             check_compatible(identity, champion_identity, name)
-            champion_accuracy = evaluate_signature(champion_signature, data_dir, "test", 256)["accuracy"]
+            champion_accuracy = evaluate_signature(champion_signature, data_dir, "test", 256).accuracy
         champion_info = {
             "name": name,
             "path": champion_path,
@@ -101,15 +102,15 @@ def evaluate(
             ),
         )
     else:
-        blessed, reason = decide(report["accuracy"], accuracy_threshold, champion_accuracy, champion_tolerance, name)
-    report.update(
-        blessed=blessed,
-        reason=reason,
-        champion=champion_info,
-        threshold=accuracy_threshold,
-        tolerance=champion_tolerance,
-    )
-    return report
+        blessed, reason = decide(candidate.accuracy, accuracy_threshold, champion_accuracy, champion_tolerance, name)
+    return {
+        **candidate.as_json(),
+        "blessed": blessed,
+        "reason": reason,
+        "champion": champion_info,
+        "threshold": accuracy_threshold,
+        "tolerance": champion_tolerance,
+    }
 
 
 def evaluate_model(

@@ -28,4 +28,4 @@ def finish_vertex_rollout(
         traffic_percentage,
         keep_previous,
         list(aliases),
-    )
+    ).as_json()

@@ -229,7 +229,7 @@ def quantize(
             **inspect_tflite(model_bytes),
             **evaluate_tflite(model_bytes, inputs, labels),
         }
-        results[mode]["accuracy_drop_points"] = round((reference["accuracy"] - results[mode]["accuracy"]) * 100, 4)
+        results[mode]["accuracy_drop_points"] = round((reference.accuracy - results[mode]["accuracy"]) * 100, 4)
     float_size = results["float32"].get("size_bytes")
     for r in results.values():
         if "size_bytes" in r and float_size:
@@ -239,7 +239,7 @@ def quantize(
         "publish_mode": publish_mode,
         "published": published,
         "reason": reason,
-        "saved_model_accuracy": reference["accuracy"],
+        "saved_model_accuracy": reference.accuracy,
         "test_examples": int(len(labels)),
         "max_accuracy_drop": max_accuracy_drop,
         "modes": [results[m] for m in modes],

@@ -1,6 +1,9 @@
 """A SavedModel's evaluation on a prepared split, and what makes two models comparable, shared by the evaluation gate,
 the champion check and quantization."""
 
+from dataclasses import asdict, dataclass
+from typing import Any
+
 import numpy as np
 
 from core.schema import LABELS_FILE  # written by the trainer next to the SavedModel
@@ -10,10 +13,36 @@ class ModelError(ValueError):
     """The model cannot be evaluated or compared (user-facing message)."""
 
 
-def load_serving(model_dir: str):
-    """The SavedModel's `serving_default` signature and what identifies the model to its clients: its labels (None
-    when the model carries no labels file), its serving inputs ({name: "dtype[shape]"}) and those of every other
-    signature."""
+@dataclass(frozen=True)
+class ServingIdentity:
+    """What identifies a model to its clients: its labels (None when the model carries no labels file), its serving
+    inputs ({name: "dtype[shape]"}) and those of every other signature ({signature: inputs})."""
+
+    labels: list[str] | None
+    inputs: dict[str, str]
+    signatures: dict[str, dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A model's metrics on a split: accuracy, mean cross-entropy loss, the confusion matrix (rows: true labels,
+    columns: predicted) and each label's accuracy (None for a label without examples)."""
+
+    split: str
+    examples: int
+    accuracy: float
+    loss: float
+    labels: list[str]
+    confusion_matrix: list[list[int]]
+    per_class_accuracy: dict[str, float | None]
+
+    def as_json(self) -> dict:
+        """The evaluation report's fields, in this order."""
+        return asdict(self)
+
+
+def load_serving(model_dir: str) -> tuple[Any, ServingIdentity]:
+    """The SavedModel's `serving_default` signature and its `ServingIdentity`."""
     import tensorflow as tf
 
     if not tf.io.gfile.exists(f"{model_dir}/saved_model.pb"):
@@ -34,10 +63,10 @@ def load_serving(model_dir: str):
         }
 
     others = {name: inputs(fn) for name, fn in signatures.items() if name != "serving_default"}
-    return signature, {"labels": labels, "inputs": inputs(signature), "signatures": others}
+    return signature, ServingIdentity(labels, inputs(signature), others)
 
 
-def evaluate_signature(signature, data_dir: str, split: str, batch_size: int) -> dict:
+def evaluate_signature(signature, data_dir: str, split: str, batch_size: int) -> Evaluation:
     import tensorflow as tf
 
     from trainer import data
@@ -60,32 +89,32 @@ def evaluate_signature(signature, data_dir: str, split: str, batch_size: int) ->
         label: float(matrix[i, i] / row) if (row := matrix[i].sum()) else None
         for i, label in enumerate(stats["labels"])
     }
-    return {
-        "split": split,
-        "examples": count,
-        "accuracy": float(np.trace(matrix) / count),
-        "loss": loss_sum / count,
-        "labels": stats["labels"],
-        "confusion_matrix": matrix.tolist(),
-        "per_class_accuracy": per_class,
-    }
+    return Evaluation(
+        split=split,
+        examples=count,
+        accuracy=float(np.trace(matrix) / count),
+        loss=loss_sum / count,
+        labels=stats["labels"],
+        confusion_matrix=matrix.tolist(),
+        per_class_accuracy=per_class,
+    )
 
 
-def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", batch_size: int = 256) -> dict:
+def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", batch_size: int = 256) -> Evaluation:
     """Accuracy, cross-entropy loss and confusion matrix of a SavedModel's `serving_default` on a split."""
     signature, _ = load_serving(model_dir)
     return evaluate_signature(signature, data_dir, split, batch_size)
 
 
-def check_compatible(candidate: dict, champion: dict, champion_name: str) -> None:
+def check_compatible(candidate: ServingIdentity, champion: ServingIdentity, champion_name: str) -> None:
     """Fail when the champion answers with other labels or takes another serving input than the candidate."""
     problems = []
-    if champion["labels"] is not None and candidate["labels"] is not None and champion["labels"] != candidate["labels"]:
-        problems.append(f"labels {champion['labels']} (this model: {candidate['labels']})")
-    if champion["inputs"] != candidate["inputs"]:
-        problems.append(f"serving input {champion['inputs']} (this model: {candidate['inputs']})")
-    for name, inputs in champion.get("signatures", {}).items():  # extra signatures of the candidate are fine
-        theirs = candidate.get("signatures", {}).get(name)
+    if champion.labels is not None and candidate.labels is not None and champion.labels != candidate.labels:
+        problems.append(f"labels {champion.labels} (this model: {candidate.labels})")
+    if champion.inputs != candidate.inputs:
+        problems.append(f"serving input {champion.inputs} (this model: {candidate.inputs})")
+    for name, inputs in champion.signatures.items():  # extra signatures of the candidate are fine
+        theirs = candidate.signatures.get(name)
         if theirs != inputs:
             problems.append(
                 f"signature {name!r} with input {inputs} (this model: "

@@ -81,7 +81,7 @@ def promote(endpoint, deployed_model_id, keep_previous, rehearsal_state, config_
     result = _run(
         promote_canary, platform, endpoint, rehearsal_state, keep_previous=kept, deployed_model_id=deployed_model_id
     )
-    click.echo(f"promoted {result['model_version']} (deployed model {result['deployed_model_id']})")
+    click.echo(f"promoted {result.model_version} (deployed model {result.deployed_model_id})")
 
 
 @cli.command()
@@ -92,4 +92,4 @@ def rollback(endpoint, rehearsal_state, config_file, profile, sets):
     from components.lib.vertex.rollout import rollback as roll_back
 
     result = _run(roll_back, _load(config_file, profile, sets).platform, endpoint, rehearsal_state)
-    click.echo(f"rolled back to {result['model_version']} (deployed model {result['deployed_model_id']})")
+    click.echo(f"rolled back to {result.model_version} (deployed model {result.deployed_model_id})")

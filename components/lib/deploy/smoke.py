@@ -3,6 +3,7 @@ the serving endpoint must answer (local server, TF Serving at a URL, KServe)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 SMOKE_EXAMPLES = 8
@@ -10,6 +11,25 @@ SMOKE_EXAMPLES = 8
 
 class SmokeFailed(RuntimeError):
     """The endpoint answered differently from the published model, or not at all."""
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """One signature's class ids as the endpoint served them (equal to the published model's)."""
+
+    signature: str
+    class_ids: list[int]
+
+
+def smoke_record(results: list[SmokeResult]) -> dict:
+    """A deploy record's `smoke`: the first signature's examples, class ids and name, and every signature checked."""
+    first = results[0]
+    return {
+        "examples": len(first.class_ids),
+        "class_ids": first.class_ids,
+        "signature_name": first.signature,
+        "signatures": [r.signature for r in results],
+    }
 
 
 class SmokeCheck(NamedTuple):
@@ -27,7 +47,7 @@ class SmokeCheck(NamedTuple):
             return [{"b64": base64.b64encode(b).decode()} for b in self.examples]
         return self.examples.tolist()
 
-    def compare(self, body: dict) -> dict:
+    def compare(self, body: dict) -> SmokeResult:
         """The served answer (`{"predictions": [{"class_id": ...}, ...]}`) against the published model's."""
         import numpy as np
 
@@ -39,7 +59,7 @@ class SmokeCheck(NamedTuple):
             raise SmokeFailed(
                 f"smoke prediction on {self.signature} disagrees with the published model: {served} vs {self.class_ids}"
             )
-        return {"examples": len(served), "class_ids": served.tolist(), "signature_name": self.signature}
+        return SmokeResult(self.signature, served.tolist())
 
 
 def reference_checks(version_path: str, data_dir: str) -> list[SmokeCheck]:

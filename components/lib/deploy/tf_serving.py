@@ -7,13 +7,48 @@ answer; on any failure remove the new version (rollback) so that the server fall
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from components.lib.deploy.smoke import SmokeCheck, reference_checks
+from components.lib.deploy.smoke import SmokeCheck, SmokeResult, reference_checks, smoke_record
 from serving import lifecycle
 
 
 class DeployError(RuntimeError):
     """The new version could not be served; it has been rolled back."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A version served and smoke-tested: the server (`pid`, `log` and `started` None/None/False for a server at a
+    URL; `started`: this deploy launched it), the version and the smoke results of each signature checked; `stop`:
+    the command that stops a local server ("" for a server at a URL)."""
+
+    rest_url: str
+    grpc_target: str
+    pid: int | None
+    log: str | None
+    started: bool
+    model_name: str
+    version: int
+    base_path: str
+    smoke: list[SmokeResult]
+    stop: str
+
+    def as_json(self) -> dict:
+        """The deploy record: the server's fields (a local server's record leads with its pid, as its ready file
+        does), the version, the smoke record (`smoke_record`) and `stop`."""
+        server = {"rest_url": self.rest_url, "grpc_target": self.grpc_target, "pid": self.pid, "log": self.log}
+        if self.pid is not None:
+            server = {"pid": self.pid, **server}
+        return {
+            **server,
+            "started": self.started,
+            "model_name": self.model_name,
+            "version": self.version,
+            "base_path": self.base_path,
+            "smoke": smoke_record(self.smoke),
+            "stop": self.stop,
+        }
 
 
 def wait_available(rest_url: str, model_name: str, version: int, timeout: float = 180) -> None:
@@ -40,7 +75,7 @@ def wait_available(rest_url: str, model_name: str, version: int, timeout: float 
     raise DeployError(f"version {version} was not AVAILABLE after {timeout:.0f}s (last: {last})")
 
 
-def smoke_test(rest_url: str, model_name: str, version: int, check: SmokeCheck) -> dict:
+def smoke_test(rest_url: str, model_name: str, version: int, check: SmokeCheck) -> SmokeResult:
     """Predict a check's examples through the server (TF Serving's REST API); its class ids must equal the
     SavedModel's."""
     import requests
@@ -66,7 +101,7 @@ def deploy(
     rest_port: int = 8501,
     grpc_port: int = 8500,
     timeout: float = 180,
-) -> dict:
+) -> Deployment:
     """Serve `version` (already published) and check it; roll it back and raise DeployError on failure (an
     invalid `serving_url` too). `model_name` and `base` must be valid (core.names): InvalidName."""
     from components.lib.deploy.model_repository import remove_version
@@ -96,22 +131,25 @@ def deploy(
         assert server is not None  # one of the three branches above set it
         wait_available(server["rest_url"], model_name, version, timeout)
         smokes = [smoke_test(server["rest_url"], model_name, version, check) for check in checks]
-        smoke = {**smokes[0], "signatures": [s["signature_name"] for s in smokes]}
     except Exception as e:
         remove_version(base, model_name, version)
         raise DeployError(
             f"deploying {model_name} version {version} failed, rolled back: {e}" + _restored(server, base, model_name)
         ) from e
-    return {
-        **server,
-        "model_name": model_name,
-        "version": version,
-        "base_path": base,
-        "smoke": smoke,
-        "stop": f"python -m pipelines stop-serving --model-base-path {base} --model-name {model_name}"
-        if server.get("pid")
+    return Deployment(
+        rest_url=server["rest_url"],
+        grpc_target=server["grpc_target"],
+        pid=server["pid"],
+        log=server["log"],
+        started=server["started"],
+        model_name=model_name,
+        version=version,
+        base_path=base,
+        smoke=smokes,
+        stop=f"python -m pipelines stop-serving --model-base-path {base} --model-name {model_name}"
+        if server["pid"]
         else "",
-    }
+    )
 
 
 def _restored(server: dict | None, base: str, model_name: str, timeout: float = 60) -> str:

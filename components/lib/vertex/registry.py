@@ -11,6 +11,8 @@ steps that call them (`find_model`, `find_endpoint`, `plan_traffic_split`, `plan
 placeholder): inside a Vertex pipeline step `google.auth.default()` may name another project than the pipeline's.
 """
 
+from collections.abc import Mapping
+
 KINDS = ("model", "endpoint")
 
 
@@ -67,10 +69,10 @@ def find_resource(kind: str, display_name: str, project: str, location: str) -> 
     return found[0].name
 
 
-def traffic_split(current: dict, percentage: int) -> dict:
-    """DeployModel's `traffic_split` giving the new deployed model ("0") `percentage` % and the endpoint's current
-    deployed models the rest, in proportion to their current shares (largest remainders; sums to 100). With
-    nothing serving yet the new model gets everything."""
+def traffic_split(current: Mapping[str, int], percentage: int) -> dict[str, int]:
+    """DeployModel's `traffic_split` ({deployed model id: percent}) giving the new deployed model ("0") `percentage` %
+    and the endpoint's current deployed models the rest, in proportion to their current shares (largest remainders;
+    sums to 100). With nothing serving yet the new model gets everything."""
     if not 1 <= percentage <= 100:
         raise ValueError(f"traffic_percentage must be in 1..100, got {percentage}")
     serving = {str(k): int(v) for k, v in current.items() if int(v) > 0}
@@ -85,7 +87,7 @@ def traffic_split(current: dict, percentage: int) -> dict:
     return {"0": percentage, **{k: v for k, v in sorted(split.items()) if v > 0}}
 
 
-def endpoint_traffic(endpoint_name: str) -> dict:
+def endpoint_traffic(endpoint_name: str) -> dict[str, int]:
     """The endpoint's current traffic split ({deployed model id: percent})."""
     location = endpoint_name.split("/")[3]
     endpoint = _client("endpoint", location).get_endpoint(name=endpoint_name)

@@ -11,12 +11,49 @@ Plain functions over the Vertex AI GAPIC clients, for the steps `finish_vertex_r
 and the CLI.
 """
 
+from dataclasses import asdict, dataclass
+
 DEFAULT_ALIAS = "default"  # Vertex's reserved alias of the version used when a model is named without a version
 OPERATION_TIMEOUT = 1800  # seconds an undeploy may take
 
 
 class RolloutError(RuntimeError):
     """The endpoint is not in a state the operation can act on (user-facing message)."""
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """The end of a rollout: the new deployed model, whether it is a canary, the deployed models undeployed and
+    those kept."""
+
+    deployed_model_id: str
+    canary: bool
+    undeployed: list[str]
+    kept: list[str]
+
+    def as_json(self) -> dict:
+        """The `finish_vertex_rollout` step's output, the fields in this order."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A promoted canary: its deployed model and version, and the deployed models undeployed."""
+
+    deployed_model_id: str
+    model_version: str
+    undeployed: list[str]
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """The deployed model and version serving again, the deployed model undeployed, and whether the aliases moved
+    back to that version."""
+
+    deployed_model_id: str
+    model_version: str
+    undeployed: list[str]
+    aliases_moved: bool
 
 
 def _location(resource_name: str) -> str:
@@ -55,15 +92,15 @@ def model_version_ids(resource_name: str) -> tuple[str, str, str]:
     return parts[3], parts[5], version
 
 
-def deployed_models(endpoint_name: str) -> tuple[list, dict]:
+def deployed_models(endpoint_name: str) -> tuple[list, dict[str, int]]:
     """The endpoint's deployed models, oldest deployment first, and its traffic split."""
     endpoint = _endpoints(_location(endpoint_name)).get_endpoint(name=endpoint_name)
     ordered = sorted(endpoint.deployed_models, key=lambda d: (d.create_time.timestamp() if d.create_time else 0, d.id))
     return ordered, dict(endpoint.traffic_split)
 
 
-def set_traffic(endpoint_name: str, split: dict) -> None:
-    """Replace the endpoint's traffic split (UpdateEndpoint on `traffic_split` only)."""
+def set_traffic(endpoint_name: str, split: dict[str, int]) -> None:
+    """Replace the endpoint's traffic split ({deployed model id: percent}; UpdateEndpoint on `traffic_split` only)."""
     from google.cloud.aiplatform_v1.types import Endpoint
     from google.protobuf import field_mask_pb2
 
@@ -106,7 +143,7 @@ def _find(deployed: list, model_version: str):
 
 def finish_rollout(
     endpoint_name: str, model_version: str, traffic_percentage: int, keep_previous: int, aliases: list[str], echo=print
-) -> dict:
+) -> Rollout:
     """After `model_version` was deployed with `traffic_percentage` %: when it serves all the traffic (100 %, or a
     canary on an endpoint where nothing else served), undeploy the others (but the `keep_previous` newest) and move
     the aliases to it; while others serve too (a canary), change nothing."""
@@ -119,23 +156,20 @@ def finish_rollout(
             f"({', '.join(f'{d.id}: {split.get(d.id, 0)} %' for d in others) or 'none'}). Promote it with "
             "`python -m pipelines promote` or roll it back with `... rollback`"
         )
-        return {"deployed_model_id": new.id, "canary": True, "undeployed": [], "kept": [d.id for d in others]}
+        return Rollout(new.id, canary=True, undeployed=[], kept=[d.id for d in others])
     if traffic_percentage < 100:
         echo(f"{new.id} ({model_version}) serves all the traffic (nothing else served): a full rollout")
     retired = _retired(others, keep_previous)
     undeploy(endpoint_name, [d.id for d in retired], echo)
     move_aliases(model_version, aliases, echo)
-    return {
-        "deployed_model_id": new.id,
-        "canary": False,
-        "undeployed": [d.id for d in retired],
-        "kept": [d.id for d in others if d not in retired],
-    }
+    return Rollout(
+        new.id, canary=False, undeployed=[d.id for d in retired], kept=[d.id for d in others if d not in retired]
+    )
 
 
 def promote(
     endpoint_name: str, keep_previous: int, aliases: list[str], deployed_model_id: str = "", echo=print
-) -> dict:
+) -> Promotion:
     """Give the canary (`deployed_model_id`, default the most recently deployed model) all the traffic, undeploy
     the others but the `keep_previous` newest, move the aliases to its version."""
     deployed, split = deployed_models(endpoint_name)
@@ -153,14 +187,10 @@ def promote(
     retired = _retired(others, keep_previous)
     undeploy(endpoint_name, [d.id for d in retired], echo)
     move_aliases(version_name(canary), aliases, echo)
-    return {
-        "deployed_model_id": canary.id,
-        "model_version": version_name(canary),
-        "undeployed": [d.id for d in retired],
-    }
+    return Promotion(canary.id, version_name(canary), undeployed=[d.id for d in retired])
 
 
-def rollback(endpoint_name: str, aliases: list[str], echo=print) -> dict:
+def rollback(endpoint_name: str, aliases: list[str], echo=print) -> Rollback:
     """Give the previous deployed model (the one deployed before the newest) all the traffic and undeploy the
     newest; if the newest held the champion alias, move the aliases back to the previous model's version."""
     deployed, split = deployed_models(endpoint_name)
@@ -180,9 +210,4 @@ def rollback(endpoint_name: str, aliases: list[str], echo=print) -> dict:
     undeploy(endpoint_name, [newest.id], echo)
     if held_alias:
         move_aliases(version_name(previous), aliases, echo)
-    return {
-        "deployed_model_id": previous.id,
-        "model_version": version_name(previous),
-        "undeployed": [newest.id],
-        "aliases_moved": held_alias,
-    }
+    return Rollback(previous.id, version_name(previous), undeployed=[newest.id], aliases_moved=held_alias)

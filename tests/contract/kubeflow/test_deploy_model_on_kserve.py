@@ -203,7 +203,9 @@ def test_first_deploy_creates_the_service_and_smoke_tests_it_on_the_cluster_netw
     ]
     assert info["url"] == "http://digits.ml.svc.cluster.local"
     assert info["smoke"] == {
-        **CHECK.compare({"predictions": [{"class_id": c} for c in classify(ROWS)]}),
+        "examples": len(ROWS),
+        "class_ids": classify(ROWS),
+        "signature_name": "serving_default",
         "signatures": ["serving_default"],
     }
 

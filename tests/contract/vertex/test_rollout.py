@@ -9,7 +9,7 @@ from kfp import dsl
 
 from components.crown_vertex_model import crown_vertex_model
 from components.finish_vertex_rollout import finish_vertex_rollout
-from components.lib.vertex.rollout import RolloutError, finish_rollout, promote, rollback
+from components.lib.vertex.rollout import Promotion, Rollback, Rollout, RolloutError, finish_rollout, promote, rollback
 from tests.doubles.gapic import RegistryDouble, numbered
 
 ENDPOINT = "projects/my-project/locations/europe-west4/endpoints/777"
@@ -60,7 +60,7 @@ def test_full_rollout_undeploys_the_previous_models_and_moves_the_aliases(monkey
     vertex = double(monkeypatch, [("d2", "2", 200), ("d1", "1", 100), ("d3", "3", 300)], {"d3": 100})
     result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 0, ALIASES)
     assert vertex.calls == [get_endpoint(), undeploy("d1"), undeploy("d2"), merge("3")]
-    assert result == {"deployed_model_id": "d3", "canary": False, "undeployed": ["d1", "d2"], "kept": []}
+    assert result == Rollout(deployed_model_id="d3", canary=False, undeployed=["d1", "d2"], kept=[])
     assert [d[0] for d in vertex.deployed] == ["d3"] and vertex.split == {"d3": 100}
     assert vertex.aliases == {"champion": "3", "blue": "3", "default": "3"}
 
@@ -69,14 +69,14 @@ def test_full_rollout_keeps_the_newest_previous_models(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d3": 100})
     result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 1, ALIASES)
     assert vertex.calls == [get_endpoint(), undeploy("d1"), merge("3")]
-    assert result["undeployed"] == ["d1"] and result["kept"] == ["d2"]
+    assert result.undeployed == ["d1"] and result.kept == ["d2"]
 
 
 def test_a_canary_leaves_the_endpoint_and_the_aliases_alone(monkeypatch, capsys):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 0, ALIASES)
     assert vertex.calls == [get_endpoint()]  # nothing undeployed, no alias moved
-    assert result == {"deployed_model_id": "d2", "canary": True, "undeployed": [], "kept": ["d1"]}
+    assert result == Rollout(deployed_model_id="d2", canary=True, undeployed=[], kept=["d1"])
     assert "canary: d2" in capsys.readouterr().out and vertex.aliases["champion"] == "1"
 
 
@@ -85,7 +85,7 @@ def test_a_canary_that_got_all_the_traffic_is_a_full_rollout(monkeypatch, capsys
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100})
     result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 0, ALIASES)
     assert vertex.calls == [get_endpoint(), undeploy("d1"), merge("2")]
-    assert result == {"deployed_model_id": "d2", "canary": False, "undeployed": ["d1"], "kept": []}
+    assert result == Rollout(deployed_model_id="d2", canary=False, undeployed=["d1"], kept=[])
     assert "serves all the traffic (nothing else served): a full rollout" in capsys.readouterr().out
     assert vertex.aliases["champion"] == "2"
 
@@ -101,7 +101,7 @@ def test_promote_gives_the_canary_all_traffic_undeploys_the_rest_and_crowns_it(m
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     result = promote(ENDPOINT, 0, ALIASES)
     assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2", model=ANSWERED_MODEL)]
-    assert result == {"deployed_model_id": "d2", "model_version": f"{ANSWERED_MODEL}@2", "undeployed": ["d1"]}
+    assert result == Promotion(deployed_model_id="d2", model_version=f"{ANSWERED_MODEL}@2", undeployed=["d1"])
     assert vertex.split == {"d2": 100} and vertex.aliases["champion"] == "2"
 
 
@@ -122,12 +122,9 @@ def test_rollback_of_a_canary(monkeypatch):
         ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@2")),
         undeploy("d2"),
     ]
-    assert result == {
-        "deployed_model_id": "d1",
-        "model_version": f"{ANSWERED_MODEL}@1",
-        "undeployed": ["d2"],
-        "aliases_moved": False,
-    }
+    assert result == Rollback(
+        deployed_model_id="d1", model_version=f"{ANSWERED_MODEL}@1", undeployed=["d2"], aliases_moved=False
+    )
     assert vertex.aliases["champion"] == "1"
 
 
@@ -144,7 +141,7 @@ def test_rollback_of_a_full_rollout_moves_the_aliases_back(monkeypatch):
         undeploy("d2"),
         merge("1", model=ANSWERED_MODEL),
     ]
-    assert result["aliases_moved"] and vertex.aliases == {"champion": "1", "blue": "1", "default": "1"}
+    assert result.aliases_moved and vertex.aliases == {"champion": "1", "blue": "1", "default": "1"}
 
 
 def test_rollback_needs_a_previous_model(monkeypatch):

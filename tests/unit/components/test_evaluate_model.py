@@ -68,11 +68,11 @@ def test_decide_threshold_and_champion():
 def test_evaluate_reports_metrics_and_confusion_matrix(trained_model, digits_data):
     report = evaluate_saved_model(str(trained_model / "model"), str(digits_data))
     stats = json.loads((digits_data / "stats.json").read_text())
-    assert report["examples"] == stats["splits"]["test"]["examples"]
-    matrix = report["confusion_matrix"]
-    assert len(matrix) == 10 and sum(map(sum, matrix)) == report["examples"]
-    assert report["accuracy"] == pytest.approx(sum(matrix[i][i] for i in range(10)) / report["examples"])
-    assert report["accuracy"] > 0.8 and report["loss"] > 0
+    assert report.examples == stats["splits"]["test"]["examples"]
+    matrix = report.confusion_matrix
+    assert len(matrix) == 10 and sum(map(sum, matrix)) == report.examples
+    assert report.accuracy == pytest.approx(sum(matrix[i][i] for i in range(10)) / report.examples)
+    assert report.accuracy > 0.8 and report.loss > 0
 
 
 def test_gate_against_the_repository_champion(trained_model, weak_model, digits_data, tmp_path):
@@ -213,7 +213,7 @@ def test_vertex_gate_against_the_registry_champion(registry, trained_model, weak
     assert [(c[0], c[1].name, c[2]) for c in registry.get.calls] == [
         ("GetModelRequest", f"{REGISTRY_MODEL}@champion", "europe-west4-aiplatform.googleapis.com:443")
     ]
-    weak_accuracy = evaluate_saved_model(str(weak_model), str(digits_data))["accuracy"]
+    weak_accuracy = evaluate_saved_model(str(weak_model), str(digits_data)).accuracy
     better = evaluate(
         str(trained_model / "model"),
         str(digits_data),
