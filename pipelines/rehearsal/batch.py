@@ -1,6 +1,6 @@
 """A batch prediction job as Vertex AI runs one for a model with a custom container, for the double.
 
-The model's serving container runs on a copy of its artifacts (`api.py` starts it, as for a deployment). Each input
+The model's serving container runs on a copy of its artifacts (`api/job_service.py` starts it, as for a deployment). Each input
 file's records become instances as Vertex documents it, read as the self-hosted batch step reads them
 (`components.lib.batch.instances.read_instances`, with the job's instance config); `batch_size` of them go to the
 container's predict route per request, with the job's `model_parameters` as `parameters`, and the answers are written

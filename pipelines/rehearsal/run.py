@@ -4,7 +4,7 @@ Reused: kfp.local's orchestrator runs the spec as compiled (DAG, conditions, `On
 artifact passing, placeholders) with its SubprocessRunner, and the lightweight steps run as in `make run`. Written
 here: container tasks (the Google Cloud Pipeline Components) run their own command as a local process (kfp.local
 refuses container components in a subprocess), the Vertex placeholders kfp.local does not know
-(`{{$.pipeline_google_cloud_project_id}}`) are resolved, and every process talks to the API double (api.py) through
+(`{{$.pipeline_google_cloud_project_id}}`) are resolved, and every process talks to the API double (api/) through
 redirect.py. Storage is Cloud Storage's, on a local emulator (gcs.py): the pipeline root and every artifact and job
 output are gs:// URIs, local data and batch instances are copied into it first, and the steps' `artifact.path` is a
 mount folder standing in for Vertex's `/gcs/`.
@@ -233,10 +233,11 @@ def rehearse(
         double.stop()
     summary = report.collect(run_root, steps, spec["pipelineInfo"]["name"], arguments, time.time() - started)
     summary["vertex"] = vertex_section(double, out)
-    study = next((j["data"] for j in double.jobs.values() if j["kind"] == "hyperparameter_tuning_job"), None)
+    jobs = double.job_service.jobs
+    study = next((j["data"] for j in jobs.values() if j["kind"] == "hyperparameter_tuning_job"), None)
     if study:  # the study's own records, kept by the double with the job's logs
-        summary["tuning"] = report.tuning(Path(double.job_dir(study["name"])) / "study")
-    batch = next((j["data"] for j in double.jobs.values() if j["kind"] == "batch_prediction_job"), None)
+        summary["tuning"] = report.tuning(Path(double.job_service.job_dir(study["name"])) / "study")
+    batch = next((j["data"] for j in jobs.values() if j["kind"] == "batch_prediction_job"), None)
     if batch and batch.get("completion_stats"):
         ok, failed = (int(batch["completion_stats"].get(k, 0)) for k in ("successful_count", "failed_count"))
         summary["batch_prediction"] = {
@@ -277,7 +278,7 @@ def vertex_section(double: VertexDouble, out: Path) -> dict:
                 "state": j["data"]["state"],
                 "error": j["data"].get("error", {}).get("message"),
             }
-            for j in double.jobs.values()
+            for j in double.job_service.jobs.values()
         ],
         "models": [
             {

@@ -107,7 +107,7 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
             parent, {"display_name": "toy", "artifact_uri": "gs://test-bucket/models/toy", "container_spec": spec}
         )
         endpoint = double.registry.create_endpoint(parent, {"display_name": "e"})["name"]
-        operation = double.deploy(
+        operation = double.endpoint_service.deploy_model(
             endpoint_service.DeployModelRequest(
                 endpoint=endpoint, deployed_model=endpoint_pb.DeployedModel(model=name), traffic_split={"0": 100}
             )
@@ -133,7 +133,7 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
         copied = [b.name for b in gcs_emulator.client.list_blobs("caip-tenant-4711")]
         assert "saved_model.pb" in {name.rsplit("/", 1)[-1] for name in copied}
         double.registry.set_traffic(endpoint, {})
-        undo = double._undeploy(
+        undo = double.endpoint_service.undeploy_model(
             endpoint_service.UndeployModelRequest(endpoint=endpoint, deployed_model_id=deployed["id"])
         )
         while not undo.done and time.time() < deadline:

@@ -14,7 +14,8 @@ from google.cloud.aiplatform_v1.types import (
     model_service,
 )
 
-from pipelines.rehearsal.api import VertexDouble, _dict
+from pipelines.rehearsal.api import VertexDouble
+from pipelines.rehearsal.api.messages import to_dict
 from pipelines.rehearsal.registry import ApiError
 
 PARENT = "projects/p-rehearsal/locations/europe-west4"
@@ -82,8 +83,8 @@ def job(**spec) -> job_service.CreateCustomJobRequest:
 )
 def test_custom_jobs_vertex_would_refuse(double, spec, message):
     with pytest.raises(ApiError, match=re.escape(message)):
-        double._create_job("custom_job", job(**spec))
-    assert double.jobs == {}
+        double.job_service.create_job("custom_job", job(**spec))
+    assert double.job_service.jobs == {}
 
 
 def test_a_well_formed_identity_passes_the_checks(double):
@@ -94,13 +95,13 @@ def test_a_well_formed_identity_passes_the_checks(double):
         "machine": {"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1},
     }
     request = job(**spec)
-    double._check(_dict(request.custom_job))
+    double.check(to_dict(request.custom_job))
 
 
 def test_endpoints_models_and_deployments(double):
     key = "projects/p/locations/us-east1/keyRings/r/cryptoKeys/k"
     with pytest.raises(ApiError, match=f"encryption_spec.kms_key_name '{key}' must be a Cloud KMS key in europe-west4"):
-        double._check({"display_name": "e", "encryption_spec": {"kms_key_name": key}})
+        double.check({"display_name": "e", "encryption_spec": {"kms_key_name": key}})
     request = endpoint_service.DeployModelRequest(
         endpoint=f"{PARENT}/endpoints/1",
         deployed_model=endpoint_pb.DeployedModel(
@@ -109,7 +110,7 @@ def test_endpoints_models_and_deployments(double):
         ),
     )
     with pytest.raises(ApiError, match="deployed_model.dedicated_resources.min_replica_count must be at least 1"):
-        double.deploy(request)
+        double.endpoint_service.deploy_model(request)
     batch = {
         "dedicated_resources": {
             "machine_spec": {"machine_type": "n1-standard-4"},
@@ -118,7 +119,7 @@ def test_endpoints_models_and_deployments(double):
         }
     }
     with pytest.raises(ApiError, match="starting_replica_count 3 exceeds max_replica_count 2"):
-        double._check(batch)
+        double.check(batch)
 
 
 def test_cloud_storage_locations_are_gs_uris(double):
@@ -138,13 +139,13 @@ def test_cloud_storage_locations_are_gs_uris(double):
         "output_config": {"gcs_destination": {"output_uri_prefix": "gs://b/out"}},
     }
     with pytest.raises(ApiError, match=re.escape("input_config.gcs_source.uris[1] '/data/b.jsonl' is not a Cloud")):
-        double._check(batch)
+        double.check(batch)
     batch["input_config"]["gcs_source"]["uris"].pop()
     batch["output_config"]["gcs_destination"]["output_uri_prefix"] = "file:///out"
     with pytest.raises(ApiError, match=re.escape("output_config.gcs_destination.output_uri_prefix 'file:///out'")):
-        double._check(batch)
+        double.check(batch)
     batch["output_config"]["gcs_destination"]["output_uri_prefix"] = "gs://b/out"
-    double._check(batch)
+    double.check(batch)
 
 
 def test_the_caller_must_be_able_to_act_as_the_service_account(double, tmp_path):
@@ -152,15 +153,15 @@ def test_the_caller_must_be_able_to_act_as_the_service_account(double, tmp_path)
     with the set-up's binding); another account, or the same without the binding, is refused."""
     import json
 
-    double._check(_dict(job(service_account=SA).custom_job))
+    double.check(to_dict(job(service_account=SA).custom_job))
     other = "other-sa@p-rehearsal.iam.gserviceaccount.com"
     denied = f"Permission 'iam.serviceAccounts.actAs' denied on service account {other} (or it may not exist)."
     with pytest.raises(ApiError, match=re.escape(denied)) as refused:
-        double._create_job("custom_job", job(service_account=other))
-    assert refused.value.status == "PERMISSION_DENIED" and double.jobs == {}
+        double.job_service.create_job("custom_job", job(service_account=other))
+    assert refused.value.status == "PERMISSION_DENIED" and double.job_service.jobs == {}
     deployment = {"deployed_model": {"model": "m", "service_account": other}}
     with pytest.raises(ApiError, match=re.escape(denied)):
-        double._check(deployment)
+        double.check(deployment)
 
     iam = json.loads((tmp_path / "iam.json").read_text())
     assert iam == {"service_accounts": {SA: {"act_as": [f"serviceAccount:{SA}"]}}}
@@ -168,4 +169,4 @@ def test_the_caller_must_be_able_to_act_as_the_service_account(double, tmp_path)
     (tmp_path / "iam.json").write_text(json.dumps(iam))
     again = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4", caller=SA)
     with pytest.raises(ApiError, match=re.escape(f"denied on service account {SA}")):
-        again._check(_dict(job(service_account=SA).custom_job))
+        again.check(to_dict(job(service_account=SA).custom_job))

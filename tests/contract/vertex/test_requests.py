@@ -18,7 +18,7 @@ from google.cloud.aiplatform_v1.types import (
 from google.oauth2.credentials import Credentials
 
 from components.lib.study.spec import DEFAULT_STUDY
-from pipelines.rehearsal.api import _dict
+from pipelines.rehearsal.api.messages import to_dict
 from tests.contract.vertex.test_pipeline_compile import IDENTITY, KEY, LABELS, NETWORK, PLATFORM, SA, dag
 from tests.doubles.gapic import FakeStub
 from tests.helpers import vertex_expectations as expect
@@ -94,7 +94,7 @@ def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(s
         tmp_path,
     ).run()
     [request] = created
-    expect.check_custom_job(_dict(request), PLATFORM, workers=1)
+    expect.check_custom_job(to_dict(request), PLATFORM, workers=1)
     assert request.parent == PARENT
     job = request.custom_job
     assert job.display_name == "tfpipe-training-20261123-train"
@@ -124,7 +124,7 @@ def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch,
         tmp_path,
     ).run()
     [request] = created
-    expect.check_tuning_job(_dict(request), PLATFORM, DEFAULT_STUDY)
+    expect.check_tuning_job(to_dict(request), PLATFORM, DEFAULT_STUDY)
     job = request.hyperparameter_tuning_job
     assert job.display_name == "tfpipe-training-20261123-tune"
     assert job.encryption_spec.kms_key_name == KEY
@@ -164,7 +164,7 @@ def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_
         tmp_path,
     ).run()
     [request] = created
-    expect.check_batch_job(_dict(request), PLATFORM)
+    expect.check_batch_job(to_dict(request), PLATFORM)
     job = request.batch_prediction_job
     assert job.display_name == "tfpipe-batch-prediction-20261123-batch"
     assert job.model == f"{MODEL}@3"

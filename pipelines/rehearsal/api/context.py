@@ -1,0 +1,83 @@
+"""What the double's services share: the registry (registry.py), IAM (iam.py), the log of requests, the errors
+answered, Vertex's checks of a request (rules.py) and where Vertex copies a model's artifacts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+
+from pipelines.rehearsal import rules
+from pipelines.rehearsal.iam import Iam, compute_default as iam_compute_default
+from pipelines.rehearsal.registry import ApiError, Registry
+
+
+class Context:
+    def __init__(
+        self,
+        directory: str,
+        state_path: str,
+        project: str,
+        project_number: str,
+        location: str,
+        log=print,
+        caller: str = "",
+    ):
+        """`directory`: this rehearsal's requests, job and container logs; `state_path`: the registry and
+        endpoints, shared by successive rehearsals (iam.json beside it); resource names carry `project_number`
+        (Vertex answers names with the project's number; requests may use either); `caller`: the service account
+        the run's steps act as (default: the project's Compute Engine default account)."""
+        self.directory, self.location, self.log = directory, location, log
+        os.makedirs(directory, exist_ok=True)
+        self.registry = Registry(state_path, project, location, project_number)
+        self.iam = Iam(
+            os.path.join(os.path.dirname(state_path), "iam.json"), caller or iam_compute_default(project_number)
+        )
+        self.requests_path = os.path.join(directory, "vertex_requests.jsonl")
+        self.lock = threading.Lock()
+        self.sequence = itertools.count(1)
+        self.errors: list[dict] = []  # every error answered or job failed: {"method", "message", "time"}
+
+    def record(self, api: str, method: str, request: dict) -> None:
+        """One JSON line of `requests_path`: {"seq", "time", "api" ("grpc" or "rest"), "method", "request"}."""
+        with self.lock, open(self.requests_path, "a") as f:
+            f.write(
+                json.dumps(
+                    {
+                        "seq": next(self.sequence),
+                        "time": round(time.time(), 3),
+                        "api": api,
+                        "method": method,
+                        "request": request,
+                    }
+                )
+                + "\n"
+            )
+
+    def error(self, method: str, message: str) -> None:
+        self.errors.append({"method": method, "message": message, "time": time.time()})
+        self.log(f"[vertex] {method}: {message}")
+
+    def check(self, request: dict) -> None:
+        """What Vertex checks in a request's identity, locations and resources (rules.py), and whether the caller may
+        act as the service account it names (iam.py)."""
+        problem = (
+            rules.identity(request, self.location, self.registry.project_ids)
+            or rules.locations(request)
+            or rules.resources(request)
+        )
+        if problem:
+            raise ApiError("INVALID_ARGUMENT", problem)
+        for _, part in rules.identity_parts(request):
+            account = part.get("service_account", "")
+            denied = account and self.iam.act_as(account)
+            if denied:
+                raise ApiError("PERMISSION_DENIED", denied)
+
+    def model_copy(self, owner: str) -> str:
+        """Where a model's artifacts are copied for the container of a deployment or a batch job (`owner`), its
+        AIP_STORAGE_URI: Vertex copies them into a bucket of its own, and deletes the copy when the model is
+        undeployed or the job ends."""
+        return f"gs://caip-tenant-{self.registry.parent.split('/')[1]}/{owner}/model"

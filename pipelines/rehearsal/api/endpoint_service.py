@@ -1,0 +1,163 @@
+"""The EndpointService on the registry's endpoints (registry.py): list, get, update (the traffic split only) and
+undeploy over gRPC; create, deploy and predict over REST (GCPC's endpoint and deploy launchers, online prediction).
+A deployed model is the serving container (jobs.start_container) on Vertex's copy of the model's artifacts, started
+and stopped in a long-running operation; predict sends a request to a deployed model the traffic split picks."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import urllib.request
+
+from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service as endpoint_service_pb
+from google.longrunning import operations_pb2
+
+from pipelines.rehearsal import gcs, jobs
+from pipelines.rehearsal.api import messages
+from pipelines.rehearsal.api.context import Context
+from pipelines.rehearsal.api.operations import Operations
+from pipelines.rehearsal.registry import ApiError
+
+
+def _endpoint(endpoint: dict) -> endpoint_pb.Endpoint:
+    deployed = [
+        endpoint_pb.DeployedModel(
+            **{k: v for k, v in d.items() if k != "create_time"}, create_time=messages.timestamp(d["create_time"])
+        )
+        for d in endpoint["deployed_models"]
+    ]
+    fields = {
+        k: endpoint[k] for k in ("name", "display_name", "labels", "encryption_spec", "description") if k in endpoint
+    }
+    return endpoint_pb.Endpoint(
+        **fields,
+        deployed_models=deployed,
+        traffic_split=endpoint["traffic_split"],
+        create_time=messages.timestamp(endpoint["create_time"]),
+    )
+
+
+class EndpointService:
+    def __init__(self, context: Context, operations: Operations):
+        self.context, self.registry, self.operations = context, context.registry, operations
+        self.containers: dict[str, tuple] = {}  # deployed model id → (process, its predict route's URL)
+
+    def rpcs(self) -> dict:
+        """The service's gRPC methods: name → (request class, response class, handler)."""
+        return {
+            "ListEndpoints": (
+                endpoint_service_pb.ListEndpointsRequest,
+                endpoint_service_pb.ListEndpointsResponse,
+                self.list_endpoints,
+            ),
+            "GetEndpoint": (endpoint_service_pb.GetEndpointRequest, endpoint_pb.Endpoint, self.get_endpoint),
+            "UpdateEndpoint": (endpoint_service_pb.UpdateEndpointRequest, endpoint_pb.Endpoint, self.update_endpoint),
+            "UndeployModel": (
+                endpoint_service_pb.UndeployModelRequest,
+                operations_pb2.Operation,
+                self.undeploy_model,
+            ),
+        }
+
+    def stop(self) -> None:
+        """Stop every deployed model's container."""
+        for process, _ in self.containers.values():
+            jobs.stop_container(process)
+        self.containers.clear()
+
+    def _model_copy(self, endpoint_id: str, deployed_id: str) -> str:
+        return self.context.model_copy(f"endpoints/{endpoint_id}/deployedModels/{deployed_id}")
+
+    def list_endpoints(
+        self, request: endpoint_service_pb.ListEndpointsRequest
+    ) -> endpoint_service_pb.ListEndpointsResponse:
+        found = self.registry.list_endpoints(request.parent, messages.display_name(request.filter), request.order_by)
+        page, token = messages.page(found, request.page_size, request.page_token)
+        return endpoint_service_pb.ListEndpointsResponse(endpoints=[_endpoint(e) for e in page], next_page_token=token)
+
+    def get_endpoint(self, request: endpoint_service_pb.GetEndpointRequest) -> endpoint_pb.Endpoint:
+        return _endpoint(self.registry.endpoint(request.name))
+
+    def update_endpoint(self, request: endpoint_service_pb.UpdateEndpointRequest) -> endpoint_pb.Endpoint:
+        if list(request.update_mask.paths) != ["traffic_split"]:
+            raise ApiError(
+                "INVALID_ARGUMENT",
+                f"update_mask {list(request.update_mask.paths)}: the rehearsal updates traffic_split only",
+            )
+        return _endpoint(self.registry.set_traffic(request.endpoint.name, dict(request.endpoint.traffic_split)))
+
+    def create_endpoint(self, parent: str, request: endpoint_pb.Endpoint) -> operations_pb2.Operation:
+        """A new endpoint in `parent`, no model deployed; the operation is done at once."""
+        self.context.check(messages.to_dict(request))
+        return self.operations.done(_endpoint(self.registry.create_endpoint(parent, messages.to_dict(request))))
+
+    def deploy_model(self, request: endpoint_service_pb.DeployModelRequest) -> operations_pb2.Operation:
+        """The request is checked at once (model, traffic split); the container starts in the operation, which fails
+        with the reason when it never becomes healthy, as Vertex's deploy operation does."""
+        self.context.check(messages.to_dict(request))
+        version, split = self.registry.plan_deploy(
+            request.endpoint, messages.to_dict(request.deployed_model), dict(request.traffic_split)
+        )
+        deployed_id = self.registry.new_id()
+        log = os.path.join(self.context.directory, "endpoints", f"{deployed_id}.log")
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+
+        endpoint_id = request.endpoint.rsplit("/", 1)[-1]
+
+        def start():
+            try:
+                copy = gcs.copy_folder(version["artifact_uri"], self._model_copy(endpoint_id, deployed_id))
+                self.containers[deployed_id] = jobs.start_container(copy, endpoint_id, deployed_id, log)
+            except FileNotFoundError as e:
+                raise ApiError("FAILED_PRECONDITION", f"deploying {version['name']}: {e}") from e
+            except jobs.JobError as e:
+                raise ApiError(
+                    "FAILED_PRECONDITION", f"deploying {version['name']}@{version['version_id']} failed: {e}"
+                ) from e
+            deployed = {
+                **messages.to_dict(request.deployed_model),
+                "id": deployed_id,
+                "model": version["name"],
+                "model_version_id": version["version_id"],
+                "create_time": time.time(),
+            }
+            self.registry.add_deployed(request.endpoint, deployed, split)
+            return endpoint_service_pb.DeployModelResponse(
+                deployed_model=endpoint_pb.DeployedModel(
+                    id=deployed_id, model=version["name"], model_version_id=version["version_id"]
+                )
+            )
+
+        return self.operations.long_running("EndpointService.DeployModel", start)
+
+    def undeploy_model(self, request: endpoint_service_pb.UndeployModelRequest) -> operations_pb2.Operation:
+        """Checked at once (a deployed model with traffic is refused); the container stops in the operation."""
+        self.registry.remove_deployed(request.endpoint, request.deployed_model_id, dict(request.traffic_split))
+
+        endpoint_id = request.endpoint.rsplit("/", 1)[-1]
+
+        def stop():
+            process_url = self.containers.pop(request.deployed_model_id, None)
+            if process_url:
+                jobs.stop_container(process_url[0])
+            gcs.delete_folder(self._model_copy(endpoint_id, request.deployed_model_id))
+            return endpoint_service_pb.UndeployModelResponse()
+
+        return self.operations.long_running("EndpointService.UndeployModel", stop)
+
+    def predict(self, endpoint_name: str, body: dict) -> dict:
+        """The answer of the deployed model the endpoint's traffic split picks to the request `body`."""
+        endpoint = self.registry.endpoint(endpoint_name)
+        split = endpoint["traffic_split"]
+        if not split:
+            raise ApiError("FAILED_PRECONDITION", f"{endpoint_name} has no deployed model serving traffic")
+        chosen = random.choices(list(split), weights=list(split.values()))[0]
+        if chosen not in self.containers:
+            raise ApiError("FAILED_PRECONDITION", f"deployed model {chosen} is not running in this rehearsal")
+        request = urllib.request.Request(
+            self.containers[chosen][1], json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
