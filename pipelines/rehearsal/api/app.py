@@ -37,17 +37,8 @@ class VertexDouble(Context):
     """The local Vertex AI API: Context's arguments; `start()` serves it, `stop()` ends its jobs, containers and
     servers."""
 
-    def __init__(
-        self,
-        directory: str,
-        state_path: str,
-        project: str,
-        project_number: str,
-        location: str,
-        log=print,
-        caller: str = "",
-    ):
-        super().__init__(directory, state_path, project, project_number, location, log, caller)
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
         self.operations = Operations(self)
         self.model_service = ModelService(self, self.operations)
         self.endpoint_service = EndpointService(self, self.operations)
