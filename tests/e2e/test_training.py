@@ -28,9 +28,14 @@ def history(job):
 def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     job = tmp_path / "job"
     sink = io.StringIO()
-    before = set(os.listdir("/tmp"))
+    temp = tmp_path / "temp"  # the workers' own: other tests' workers run meanwhile
+    temp.mkdir()
     result = launch(
-        2, ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "2"], str(tmp_path / "logs"), sink=sink
+        2,
+        ["--data-dir", str(digits_data), "--job-dir", str(job), "--epochs", "2"],
+        str(tmp_path / "logs"),
+        env={**os.environ, "TMPDIR": str(temp)},
+        sink=sink,
     )
     assert result.attempts == 1 and result.exit_codes == [[0, 0]]
     out = sink.getvalue()
@@ -46,7 +51,7 @@ def test_two_workers_train_and_only_the_chief_writes(digits_data, tmp_path):
     assert metrics["global_batch_size"] == 64
     assert [h["epoch"] for h in history(job)] == [1, 2]
     # the non-chief worker's temporary model and log directories are gone
-    assert not [d for d in set(os.listdir("/tmp")) - before if d.startswith("tfpipe-worker")]
+    assert not [d for d in os.listdir(temp) if d.startswith("tfpipe-worker")]
     assert sorted(os.listdir(tmp_path / "logs")) == ["chief.attempt-1.log", "worker-0.attempt-1.log"]
     # the steps in one compiled call per epoch (the default's 32, capped at the epoch's 23 steps) train and validate
     # exactly as one step a call: the same losses and accuracies, the validation pass included
