@@ -12,9 +12,9 @@ import yaml
 
 from pipelines.config import load_config
 from tests.helpers import vertex_expectations as expect
+from tests.helpers.configs import IMAGE_SETS
 from tests.helpers.processes import run_cli
 from tests.helpers.rehearsal import IDENTITY, SETS, recorded
-from tests.unit.trainer.test_builder import IMAGE_SETS
 
 
 def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):

@@ -42,3 +42,8 @@ def compiled_file(folder: Path, target: str, pipeline: str = "training", platfor
     path = folder / f"{target}-{pipeline}.yaml"
     path.write_text(compiled_text(target, pipeline, platform))
     return path
+
+
+def dag(spec: dict, component: str | None = None) -> dict:
+    """The tasks of the pipeline spec's root DAG, or of `component`'s (e.g. "comp-condition-2")."""
+    return (spec["components"][component]["dag"] if component else spec["root"]["dag"])["tasks"]

@@ -98,3 +98,22 @@ def run(image_name: str, args: list[str] = (), timeout: float = 600, **options) 
     container = Container(image_name, list(args), **options)
     code = container.wait(timeout)
     return code, container.log()
+
+
+IMPORT_ALL = """
+import importlib, json, sys
+failed = {}
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception as e:
+        failed[name] = f"{type(e).__name__}: {e}"
+print(json.dumps(failed))
+"""
+
+
+def failed_imports(name: str, modules: list[str]) -> dict[str, str]:
+    """The modules of `modules` that fail to import in the image `name`, as the image's user: their errors."""
+    code, out = run(image(name), ["-c", IMPORT_ALL, *modules], entrypoint=["python"])
+    assert code == 0, out
+    return json.loads(out.strip().splitlines()[-1])

@@ -5,13 +5,11 @@ training job's worker pools (trainer image), then the gate, the batch predictor 
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from tests.helpers.podman import Container, image, missing_images
-from tests.images.vertex import BUCKET, CloudStorage, fuse_path, run_step
+from tests.helpers.vertex_images import BUCKET, WORKERS, CloudStorage, compiled, fuse_path, run_step
 
 IMAGES = ("components", "trainer", "serving")
-WORKERS = 2
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -24,18 +22,6 @@ def built_images():
 @pytest.fixture(scope="session")
 def storage(tmp_path_factory):
     return CloudStorage(tmp_path_factory.mktemp("cloud-storage"))
-
-
-def compiled(target: str, pipeline: str, folder) -> dict:
-    """The pipeline compiled for `target` with this machine's images."""
-    from pipelines.config import load_config
-    from pipelines.delivery import delivery_for
-
-    sets = [f"platform.{kind}_image={image(kind)}" for kind in ("components", "trainer", "serving")]
-    config = load_config(sets=[*sets, f"platform.trainer_gpu_image={image('trainer')}"], environ={})
-    path = delivery_for(target).compile(pipeline, config, folder / f"{target}-{pipeline}.yaml")
-    with open(path) as f:
-        return next(yaml.safe_load_all(f))
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from kfp import dsl
 
+from tests.helpers.model_answers import model_outputs, split_examples
 from tests.helpers.podman import Container, image, podman, run
-from tests.images.conftest import WORKERS, compiled
-from tests.images.reference import model_outputs, split_examples
-from tests.images.vertex import fuse_path, run_step
+from tests.helpers.vertex_images import WORKERS, compiled, fuse_path, run_step
 
 
 def test_data_prep_writes_the_shards_and_metadata_the_trainer_reads(prepared, storage):

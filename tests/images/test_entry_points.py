@@ -3,33 +3,14 @@ those import anywhere (inside functions too), imported in the image as its user.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from components.deploy_vertex_model import LAUNCHER
 from tests.helpers.imports import ENTRY_MODULES, external_modules, module_name, needed_files
-from tests.helpers.podman import image, run
+from tests.helpers.podman import failed_imports
 
 # what the compiled pipelines run from an image by name (`python -m`), not reached through an import
 RUN_BY_NAME = {"components.Dockerfile": {LAUNCHER}}
-
-IMPORT_ALL = """
-import importlib, json, sys
-failed = {}
-for name in sys.argv[1:]:
-    try:
-        importlib.import_module(name)
-    except Exception as e:
-        failed[name] = f"{type(e).__name__}: {e}"
-print(json.dumps(failed))
-"""
-
-
-def failed_imports(name: str, modules: list[str]) -> dict[str, str]:
-    code, out = run(image(name), ["-c", IMPORT_ALL, *modules], entrypoint=["python"])
-    assert code == 0, out
-    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("dockerfile", sorted(ENTRY_MODULES))

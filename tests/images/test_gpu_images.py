@@ -10,8 +10,7 @@ import json
 import pytest
 
 from tests.helpers.imports import ENTRY_MODULES, external_modules, module_name, needed_files
-from tests.helpers.podman import image, missing_images, run
-from tests.images.test_entry_points import failed_imports
+from tests.helpers.podman import failed_imports, image, missing_images, run
 
 GPU_IMAGES = {"trainer-gpu": "trainer.Dockerfile", "serving-gpu": "serving.Dockerfile"}  # image -> its Dockerfile
 

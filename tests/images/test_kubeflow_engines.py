@@ -9,6 +9,13 @@ import pytest
 from components.lib.kube import api as kube
 from tests.doubles.k8s import KubeAPI, point_clients_at, shipped_rules
 from tests.doubles.k8s.kubelet import Claim, Kubelet
+from tests.helpers.kubeflow_components import (
+    KSERVE,
+    katib_api,
+    run_deploy_model_on_kserve,
+    run_train_model_on_operator,
+    run_tune_on_katib,
+)
 from tests.helpers.podman import image
 
 TRAINER = {"tfpipe/trainer:dev": image("trainer")}
@@ -29,14 +36,13 @@ def prepared_dir(prepared, storage):
 
 
 def test_the_tfjob_trains_a_chief_and_a_worker_in_the_trainer_image(monkeypatch, tmp_path, volume, prepared_dir):
-    from tests.contract.kubeflow.test_train_model_on_operator import run_component
     from tests.doubles.k8s.training_operator import TrainingOperator
 
     operator = TrainingOperator(Kubelet({"tfpipe": Claim(str(volume))}, TRAINER, runtime="podman"))
     api = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}}, controllers=[operator], rbac=shipped_rules())
     point_clients_at(api, monkeypatch, tmp_path / "home")
     try:
-        outputs = run_component(volume, prepared_dir, tmp_path)
+        outputs = run_train_model_on_operator(volume, prepared_dir, tmp_path)
         (job,) = api.items("tfjobs")
         assert job["status"]["conditions"][-1]["type"] == "Succeeded"
         chief, worker = (api.logs[f"{job['metadata']['name']}-{r}-0"] for r in ("chief", "worker"))
@@ -50,12 +56,10 @@ def test_the_tfjob_trains_a_chief_and_a_worker_in_the_trainer_image(monkeypatch,
 def test_katib_trials_run_the_trainer_image_and_report_through_the_collector(
     monkeypatch, tmp_path, volume, prepared_dir
 ):
-    from tests.contract.kubeflow.test_tune_on_katib import katib_api, run_component
-
     kubelet = Kubelet({"tfpipe": Claim(str(volume))}, TRAINER, runtime="podman")
     api, operator = katib_api(kubelet, monkeypatch, tmp_path / "home")
     try:
-        hyperparameters, tuning = run_component(volume, prepared_dir, tmp_path)
+        hyperparameters, tuning = run_tune_on_katib(volume, prepared_dir, tmp_path)
         (experiment,) = api.items("experiments")
     finally:
         api.close()
@@ -71,7 +75,6 @@ def test_katib_trials_run_the_trainer_image_and_report_through_the_collector(
 def test_the_inference_service_serves_the_trained_model_in_the_serving_image(
     monkeypatch, tmp_path, volume, prepared_dir, trained_model_uri, storage
 ):
-    from tests.contract.kubeflow.test_deploy_model_on_kserve import KSERVE, run_component
     from tests.doubles.k8s.kserve_operator import KServeOperator, process_pods
     from tests.doubles.k8s.network import Network
 
@@ -85,10 +88,10 @@ def test_the_inference_service_serves_the_trained_model_in_the_serving_image(
         monkeypatch.setenv(key, value)
     try:
         model = storage.host(trained_model_uri)
-        version, outputs, record = run_component(volume, model, prepared_dir, "digits", tmp=tmp_path)
+        version, outputs, record = run_deploy_model_on_kserve(volume, model, prepared_dir, "digits", tmp=tmp_path)
         assert record["smoke"]["signatures"] == ["serving_default", "serving_image_bytes"]
         assert record["revision"] == "digits-predictor-00001" and outputs.version == version.number
-        second, _, record = run_component(volume, model, prepared_dir, "digits", traffic=30, tmp=tmp_path)
+        second, _, record = run_deploy_model_on_kserve(volume, model, prepared_dir, "digits", traffic=30, tmp=tmp_path)
         assert record["canary"] and {t["revisionName"]: t["percent"] for t in record["traffic"]} == {
             "digits-predictor-00002": 30,
             "digits-predictor-00001": 70,

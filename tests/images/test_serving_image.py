@@ -11,10 +11,10 @@ import os
 import numpy as np
 import requests
 
+from tests.helpers.model_answers import model_outputs, split_examples
 from tests.helpers.podman import Container, image, podman
 from tests.helpers.processes import free_port
-from tests.images.reference import model_outputs, split_examples
-from tests.unit.serving.test_vertex_container import upload, wait_healthy
+from tests.helpers.serving_container import upload, wait_healthy
 
 ROUTE = "/v1/endpoints/1234/deployedModels/5678"
 

@@ -9,8 +9,7 @@ import os
 from components.lib.study.hypertune_metrics import read_reports
 from components.lib.study.spec import DEFAULT_STUDY
 from tests.helpers.podman import Container, image
-from tests.images.conftest import WORKERS
-from tests.images.vertex import BUCKET, fuse_path
+from tests.helpers.vertex_images import BUCKET, WORKERS, fuse_path
 
 
 def test_worker_pools_train_the_prepared_data_and_the_chief_alone_writes_the_model(vertex_trained, storage):

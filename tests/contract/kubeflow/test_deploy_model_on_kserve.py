@@ -3,7 +3,6 @@ exact InferenceService, then the rollout as KServe performs it (revisions, traff
 revisions, KServe's status), the smoke test over the cluster's network, and the rollback on every kind of failure.
 The component itself is driven end to end with the project's serving image as the predictor's process."""
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 
 from components.deploy_model_on_kserve import (
     ServingFailed,
-    deploy_model_on_kserve,
     deploy_to_kserve,
     inference_service,
     predictor,
@@ -20,15 +18,12 @@ from components.deploy_model_on_kserve import (
 )
 from components.lib.deploy.smoke import SmokeCheck
 from components.lib.kube import api as kube
-from tests.doubles.k8s import KubeAPI, engine_arguments, in_run, point_clients_at, shipped_rules
+from tests.doubles.k8s import KubeAPI, point_clients_at, shipped_rules
 from tests.doubles.k8s.kserve_operator import KServeOperator
 from tests.doubles.k8s.network import Network
 from tests.doubles.k8s.pods import FakePod
+from tests.helpers.kubeflow_components import KSERVE, run_deploy_model_on_kserve
 
-KSERVE = {
-    "serving.kserve.io/v1beta1": {"inferenceservices": "InferenceService"},
-    "serving.knative.dev/v1": {"revisions": "Revision"},
-}
 ISVC = ("serving.kserve.io/v1beta1", "ml", "inferenceservices", "digits")
 ROWS = np.array([[0.0] * 64, [1.0] * 64, [0.5] * 64], np.float32)
 
@@ -340,14 +335,6 @@ def test_smoke_url_is_the_latest_tag_on_the_predictors_cluster_local_host():
     assert smoke_url({"status": {}}) == ""
 
 
-@dataclass
-class Art:
-    """A KFP artifact as a step sees it: a path and metadata."""
-
-    path: str
-    metadata: dict = field(default_factory=dict)
-
-
 @pytest.fixture
 def serving_cluster(monkeypatch, tmp_path):
     """The double with the project's serving image as every predictor's process, the claim `tfpipe` a folder."""
@@ -367,43 +354,18 @@ def serving_cluster(monkeypatch, tmp_path):
     network.close()
 
 
-def run_component(volume, model_dir, data_dir, name, traffic=100, tmp=None):
-    """publish-model's output for `model_dir`, then the deploy step's component function."""
-    from components.lib.deploy.model_repository import publish
-
-    repository = str(volume / "model-repository")
-    version = publish(str(model_dir), repository, name, {"run": "r"})
-    endpoint = Art(str(tmp / f"endpoint-{version.number}.json"))
-    with in_run(f"run-{version.number}"):
-        outputs = deploy_model_on_kserve(
-            published=Art(version.path, {"version": float(version.number), "path": version.path}),
-            dataset=Art(str(data_dir)),
-            model_repository=repository,
-            model_name=name,
-            traffic_percentage=traffic,
-            inference_service="",
-            predictor_kind="serving_image",
-            serving_image="tfpipe/serving:dev",
-            runtime_version="",
-            min_replicas=1,
-            max_replicas=1,
-            keep_previous=1,
-            endpoint=endpoint,
-            **engine_arguments(volume),
-        )
-    return version, outputs, json.loads(open(endpoint.path).read())
-
-
 @pytest.mark.e2e
 def test_the_component_serves_a_tabular_model_and_its_canary_with_the_serving_image(
     serving_cluster, iris_model, tmp_path
 ):
     cluster, volume = serving_cluster
     data = iris_model.parent / "data"
-    first, outputs, record = run_component(volume, iris_model / "model", data, "iris", tmp=tmp_path)
+    first, outputs, record = run_deploy_model_on_kserve(volume, iris_model / "model", data, "iris", tmp=tmp_path)
     assert outputs.version == first.number == 1 and outputs.rest_url == "http://iris.ml.svc.cluster.local"
     assert record["smoke"]["signatures"] == ["serving_default"] and record["smoke"]["examples"] > 0
-    second, outputs, record = run_component(volume, iris_model / "model", data, "iris", traffic=30, tmp=tmp_path)
+    second, outputs, record = run_deploy_model_on_kserve(
+        volume, iris_model / "model", data, "iris", traffic=30, tmp=tmp_path
+    )
     assert record["canary"] and record["revision"] == "iris-predictor-00002"
     assert {t["revisionName"]: t["percent"] for t in record["traffic"]} == {
         "iris-predictor-00002": 30,
@@ -416,7 +378,9 @@ def test_the_component_smoke_tests_both_signatures_of_an_image_model(
     serving_cluster, trained_model, digits_data, tmp_path
 ):
     cluster, volume = serving_cluster
-    version, outputs, record = run_component(volume, trained_model / "model", digits_data, "digits", tmp=tmp_path)
+    version, outputs, record = run_deploy_model_on_kserve(
+        volume, trained_model / "model", digits_data, "digits", tmp=tmp_path
+    )
     assert record["smoke"]["signatures"] == ["serving_default", "serving_image_bytes"]
     assert record["revision"] == "digits-predictor-00001" and outputs.version == version.number
 
@@ -427,10 +391,10 @@ def test_the_component_removes_the_version_when_the_service_does_not_serve_it(se
 
     cluster, volume = serving_cluster
     data = iris_model.parent / "data"
-    run_component(volume, iris_model / "model", data, "iris", tmp=tmp_path)
+    run_deploy_model_on_kserve(volume, iris_model / "model", data, "iris", tmp=tmp_path)
     cluster.network.refused.add("latest-iris-predictor.ml.svc.cluster.local")
     with pytest.raises(ServingFailed, match="Connection|connection"):
-        run_component(volume, iris_model / "model", data, "iris", traffic=30, tmp=tmp_path)
+        run_deploy_model_on_kserve(volume, iris_model / "model", data, "iris", traffic=30, tmp=tmp_path)
     assert versions(str(volume / "model-repository"), "iris") == [1]
     iris = cluster.api.objects[("serving.kserve.io/v1beta1", "ml", "inferenceservices", "iris")]
     served = {t["revisionName"]: t["percent"] for t in iris["status"]["components"]["predictor"]["traffic"]}

@@ -10,7 +10,8 @@ import pytest
 
 from components.lib.kube import api as kube
 from components.train_model_on_operator import TrainingJobFailed, as_dict, run_tfjob, tfjob, train_with_operator
-from tests.doubles.k8s import KubeAPI, engine_arguments, in_run
+from tests.doubles.k8s import KubeAPI
+from tests.helpers.kubeflow_components import run_train_model_on_operator
 
 TFJOBS = {"kubeflow.org/v1": {"tfjobs": "TFJob"}}
 CREATED = {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "TFJob ml/x is created."}
@@ -351,16 +352,6 @@ def test_object_names_are_dns_labels_stable_per_run_and_task():
     assert kube.label_value("{{run}}/x" + "y" * 80) == ("run-x" + "y" * 80)[:63]
 
 
-class Metrics:
-    """A KFP Metrics artifact as a step sees it."""
-
-    def __init__(self):
-        self.logged = {}
-
-    def log_metric(self, key, value):
-        self.logged[key] = value
-
-
 @pytest.fixture
 def training_cluster(monkeypatch, tmp_path):
     """The double with the training operator's double; the claim `tfpipe` a folder owned by root, as a fresh volume."""
@@ -375,29 +366,6 @@ def training_cluster(monkeypatch, tmp_path):
     point_clients_at(api, monkeypatch, tmp_path / "home")
     yield api, volume
     api.close()
-
-
-def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build_model", max_restarts=1):
-    from types import SimpleNamespace
-
-    from components.train_model_on_operator import train_model_on_operator
-
-    outputs = SimpleNamespace(model=SimpleNamespace(path=str(tmp_path / "model"), metadata={}), metrics=Metrics())
-    with in_run():
-        train_model_on_operator(
-            dataset=SimpleNamespace(path=str(data_dir)),
-            workers=2,
-            epochs=1,
-            hyperparameters={"batch_size": 32, "learning_rate": 0.003},
-            model_builder=model_builder,
-            max_restarts=max_restarts,
-            trainer_image="tfpipe/trainer:dev",
-            **engine_arguments(volume),
-            model=outputs.model,
-            metrics=outputs.metrics,
-            training=SimpleNamespace(path=str(tmp_path / "training")),
-        )
-    return outputs
 
 
 @pytest.fixture(scope="module")
@@ -416,7 +384,7 @@ def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training
     """An image model (digits) and a tabular one (iris)."""
     api, volume = training_cluster
     data_dir = request.getfixturevalue(data)
-    outputs = run_component(volume, data_dir, tmp_path)
+    outputs = run_train_model_on_operator(volume, data_dir, tmp_path)
     (job,) = api.items("tfjobs")
     assert job["status"]["conditions"][-1]["type"] == "Succeeded"
     assert job["status"]["conditions"][-1]["message"] == f"TFJob ml/{job['metadata']['name']} successfully completed."
@@ -434,7 +402,7 @@ def test_a_failing_trainer_fails_the_component_with_the_jobs_message_and_the_chi
 ):
     api, volume = training_cluster
     with pytest.raises(TrainingJobFailed) as e:
-        run_component(volume, digits_data, tmp_path, model_builder="models.missing:build", max_restarts=0)
+        run_train_model_on_operator(volume, digits_data, tmp_path, model_builder="models.missing:build", max_restarts=0)
     assert "has failed because it has reached the specified backoff limit" in str(e.value)
     assert "last log lines" in str(e.value) and "models.missing" in str(e.value)  # whichever replica failed first
 
@@ -443,5 +411,5 @@ def test_a_failing_trainer_fails_the_component_with_the_jobs_message_and_the_chi
 def test_data_prepared_for_fewer_workers_fails_in_one_line(training_cluster, iris_model, tmp_path):
     api, volume = training_cluster  # iris_model's data was prepared for one worker: one shard per split
     with pytest.raises(TrainingJobFailed) as e:
-        run_component(volume, iris_model.parent / "data", tmp_path, max_restarts=0)
+        run_train_model_on_operator(volume, iris_model.parent / "data", tmp_path, max_restarts=0)
     assert "has 1 train shard(s) for 2 workers: prepare it with num_workers >= 2" in str(e.value)

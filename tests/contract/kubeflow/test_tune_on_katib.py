@@ -23,10 +23,10 @@ from components.tune_on_katib import (
     search_space,
     tune_with_katib,
 )
-from tests.doubles.k8s import KubeAPI, engine_arguments, in_run
+from tests.doubles.k8s import KubeAPI
+from tests.helpers.kubeflow_components import EXPERIMENTS, SMALL_STUDY, katib_api, run_tune_on_katib
 from trainer.flags import TRAINER_COMMAND
 
-EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
 CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}
 RUNNING = {"type": "Running", "status": "True", "reason": "ExperimentRunning", "message": "Experiment is running"}
 SUCCEEDED = {
@@ -440,23 +440,6 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     assert (run_dir / "dataset" / "marker").exists()
 
 
-def katib_api(kubelet, monkeypatch, home):
-    """The double with Katib's controllers over `kubelet`, its namespace labelled for the metrics collector."""
-    from tests.doubles.k8s import point_clients_at, shipped_rules
-    from tests.doubles.k8s.katib import INJECTION
-    from tests.doubles.k8s.katib_operator import KatibOperator
-
-    operator = KatibOperator(kubelet)
-    api = KubeAPI(
-        installed=dict(EXPERIMENTS),
-        controllers=[operator],
-        namespaces={"ml": {INJECTION: "enabled"}},
-        rbac=shipped_rules(),
-    )
-    point_clients_at(api, monkeypatch, home)
-    return api, operator
-
-
 @pytest.fixture
 def katib_cluster(monkeypatch, tmp_path):
     """Katib's double with the trainer as a process, the claim a folder."""
@@ -470,35 +453,10 @@ def katib_cluster(monkeypatch, tmp_path):
     api.close()
 
 
-SMALL_STUDY = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), "max_trial_count": 2, "parallel_trial_count": 2})
-
-
-def run_component(volume, data_dir, tmp_path, model_builder="trainer.model:build_model"):
-    from types import SimpleNamespace
-
-    from components.tune_on_katib import tune_on_katib
-
-    tuning = SimpleNamespace(path=str(tmp_path / "tuning"), metadata={})
-    with in_run():
-        hyperparameters = tune_on_katib(
-            dataset=SimpleNamespace(path=str(data_dir)),
-            study_spec=SMALL_STUDY.model_dump(),
-            enabled=True,
-            trial_epochs=1,
-            batch_size=32,
-            learning_rate=0.01,
-            model_builder=model_builder,
-            trainer_image="tfpipe/trainer:dev",
-            **engine_arguments(volume),
-            tuning=tuning,
-        )
-    return hyperparameters, tuning
-
-
 @pytest.mark.e2e
 def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster, digits_data, tmp_path):
     api, operator, volume = katib_cluster
-    hyperparameters, tuning = run_component(volume, digits_data, tmp_path)
+    hyperparameters, tuning = run_tune_on_katib(volume, digits_data, tmp_path)
     (experiment,) = api.items("experiments")
     assert experiment["status"]["trialsSucceeded"] == 2 and operator.events == []
     best = experiment["status"]["currentOptimalTrial"]
@@ -522,7 +480,7 @@ def test_failing_trials_fail_the_component_with_katibs_message(katib_cluster, di
     with pytest.raises(
         StudyFailed, match=r"Experiment has failed because max failed count has reached \([12] failed trial"
     ):
-        run_component(volume, digits_data, tmp_path, model_builder="models.missing:build")
+        run_tune_on_katib(volume, digits_data, tmp_path, model_builder="models.missing:build")
     assert api.items("experiments")[0]["status"]["trialsFailed"] >= 1
 
 

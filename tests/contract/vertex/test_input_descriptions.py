@@ -7,8 +7,8 @@ import pytest
 from pipelines.batch_prediction import build_batch_pipeline
 from pipelines.config import BatchParameters, PipelineParameters
 from pipelines.training import build_pipeline
-from tests.contract.vertex.test_pipeline_compile import IN_POD, PLATFORM
 from tests.helpers.compiled import compiled_docs
+from tests.helpers.platforms import IN_POD, PLATFORM
 
 BUILDERS = {"training": build_pipeline, "batch_prediction": build_batch_pipeline}
 # kubeflow twice: with Kubeflow's engines (TFJob, Katib, KServe) and with the in-pod steps

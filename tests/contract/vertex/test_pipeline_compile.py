@@ -4,46 +4,12 @@ from google.auth.credentials import AnonymousCredentials
 
 from components.lib.study.spec import DEFAULT_STUDY
 from components.plan_vertex_training import worker_pool_specs
-from pipelines.config import ConfigError, Platform, load_config
+from pipelines.config import ConfigError, load_config
 from pipelines.training import build_pipeline
-from tests.helpers.compiled import compiled_docs, compiled_file
+from tests.helpers.compiled import compiled_docs, compiled_file, dag
+from tests.helpers.platforms import IDENTITY, IN_POD, KEY, LABELS, PLATFORM, SA
 
-PLATFORM = Platform(
-    components_image="example.com/tfpipe/components:abc",
-    trainer_image="example.com/tfpipe/trainer:abc",
-    serving_image="example.com/serving:2",
-    serving_gpu_image="example.com/serving-gpu:2",
-    machine_type="n1-standard-8",
-    location="europe-west4",
-    model_display_name="digits",
-    model_version_aliases=["champion", "blue"],
-    model_labels={"team": "ml-platform"},
-    endpoint_display_name="digits-endpoint",
-    serving_machine_type="n1-highcpu-4",
-    serving_min_replicas=2,
-    serving_max_replicas=5,
-    serving_accelerator_type="NVIDIA_TESLA_T4",
-    serving_accelerator_count=1,
-    batch_machine_type="n1-highmem-8",
-    batch_starting_replicas=3,
-    batch_max_replicas=7,
-    service_account="runner@my-project.iam.gserviceaccount.com",
-    network="projects/123456789/global/networks/vpc",
-    encryption_spec_key_name="projects/my-project/locations/europe-west4/keyRings/ml/cryptoKeys/tfpipe",
-    tensorboard="projects/my-project/locations/europe-west4/tensorboards/42",
-    labels={"env": "prod"},
-    keep_previous=1,
-)
 PROJECT = "{{$.pipeline_google_cloud_project_id}}"
-SA, NETWORK, KEY = PLATFORM.service_account, PLATFORM.network, PLATFORM.encryption_spec_key_name
-IDENTITY = {"service_account": SA, "network": NETWORK, "encryption_spec_key_name": KEY}
-LABELS = {"env": "prod", "team": "ml-platform", "pipeline": "tfpipe-training"}
-
-
-# the kubeflow target with today's in-pod steps (a cluster with Kubeflow Pipelines only)
-IN_POD = PLATFORM.model_copy(
-    update={"kubeflow": PLATFORM.kubeflow.model_copy(update={"training": "pod", "tuning": "pod", "serving": "url"})}
-)
 
 
 def compile_spec(target, tmp_path, pipeline="training", platform=None):
@@ -58,10 +24,6 @@ def params(task):
         k: v["runtimeValue"]["constant"] if "runtimeValue" in v else v
         for k, v in task["inputs"].get("parameters", {}).items()
     }
-
-
-def dag(spec, component=None):
-    return (spec["components"][component]["dag"] if component else spec["root"]["dag"])["tasks"]
 
 
 def deps(tasks, name):

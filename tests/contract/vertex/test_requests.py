@@ -19,11 +19,11 @@ from google.oauth2.credentials import Credentials
 
 from components.lib.study.spec import DEFAULT_STUDY
 from pipelines.rehearsal.api.messages import to_dict
-from tests.contract.vertex.test_pipeline_compile import IDENTITY, KEY, LABELS, NETWORK, PLATFORM, SA, dag
 from tests.doubles.gapic import FakeStub
 from tests.helpers import vertex_expectations as expect
-from tests.helpers.compiled import compiled_docs
+from tests.helpers.compiled import compiled_docs, dag
 from tests.helpers.gcpc import Launch
+from tests.helpers.platforms import IDENTITY, KEY, LABELS, NETWORK, PLATFORM, SA
 
 LOCATION = "europe-west4"
 PARENT = f"projects/my-project/locations/{LOCATION}"

@@ -11,6 +11,7 @@ from components.lib.batch.budget import BatchPredictionError, check_error_budget
 from components.lib.batch.instances import InstanceConfig, instance_config
 from components.run_batch_prediction import batch_predict, resolve_model
 from tests.helpers.data import IRIS_FEATURES, iris_csv
+from tests.helpers.model_answers import prepared_class_ids
 
 SHARD = re.compile(r"^prediction\.(results|errors_stats)-(\d{5})-of-(\d{5})$")
 
@@ -340,26 +341,6 @@ def test_file_list_sends_each_file_as_b64(strings_model, tmp_path):
     assert results == [{"instance": str(p), "prediction": i * 10 + 1} for i, p in enumerate(paths)]
     assert errors[0]["instance"] == str(tmp_path / "missing.bin") and errors[0]["error"]["code"] == 3
     assert errors[0]["error"]["message"].startswith("cannot read")
-
-
-def prepared_class_ids(model_dir, data_dir) -> dict[str, int]:
-    """{image path relative to the folder: class id} of `serving_default` on the prepared pixels of every split."""
-    import tensorflow as tf
-
-    from trainer import data
-
-    stats = data.load_stats(str(data_dir))
-    signature = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
-    answers = {}
-    for split in ("train", "val", "test"):
-        for path in data.split_files(str(data_dir), split):
-            for record in tf.data.TFRecordDataset(path):
-                example = tf.train.Example.FromString(record.numpy()).features.feature
-                pixels = np.frombuffer(example["image"].bytes_list.value[0], np.uint8).reshape(stats["input_shape"])
-                answers[example["key"].bytes_list.value[0].decode()] = int(
-                    signature(image=tf.constant(pixels[None], tf.float32))["class_id"][0]
-                )
-    return answers
 
 
 def test_a_file_list_of_images_is_predicted_from_the_files_bytes(image_folder_model, tmp_path):

@@ -5,6 +5,7 @@ from click.testing import CliRunner
 
 from pipelines.cli import cli
 from pipelines.config import ConfigError, load_config
+from tests.helpers.configs import IMAGE_SETS, SHIPPED
 
 
 def invoke(*args):
@@ -139,8 +140,6 @@ DATA = "parameters.data_source"  # the prod profile's data, in the example bucke
 def test_the_shipped_config_is_refused_until_edited(tmp_path, monkeypatch, profile, args, fields):
     """One line naming every field that still holds tfpipe.yaml's example names, before anything else (the edited
     file passes: tests/unit/pipelines/test_config.py, tests/unit/pipelines/test_cli_errors.py)."""
-    from tests.unit.pipelines.test_config import SHIPPED
-
     for name in [n for n in os.environ if n.startswith("TFPIPE_")]:
         monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
@@ -165,8 +164,6 @@ def test_verbose_option_and_help_texts():
 
 def test_run_and_rehearse_take_the_shipped_config_as_it_is(tmp_path, monkeypatch):
     """The local verbs send nothing to the cloud: the example values stay (each run here stops at its own check)."""
-    from tests.unit.pipelines.test_config import SHIPPED
-
     for name in [n for n in os.environ if n.startswith("TFPIPE_")]:
         monkeypatch.delenv(name)
     shipped = ["--config", str(SHIPPED), "--profile", "prod"]
@@ -216,8 +213,6 @@ def test_a_model_name_that_would_leave_the_repository_stops_run_before_any_step(
     ],
 )
 def test_a_model_name_kubernetes_would_refuse_stops_the_kubeflow_compile(tmp_path, name, message):
-    from tests.unit.trainer.test_builder import IMAGE_SETS
-
     output = tmp_path / "t.yaml"
     result = invoke(
         "compile",

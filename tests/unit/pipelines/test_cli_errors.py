@@ -1,7 +1,7 @@
 """Every cloud-facing verb ends an error of a cloud call with one `Error:` line on stderr and exit code 1, the
 traceback only with -v (pipelines/cli/errors.py). No credentials: the real CLI in a subprocess with no Application
 Default Credentials anywhere. The other errors: the real exception types raised at the Google clients' gRPC stubs
-(tests/contract/vertex/test_delivery.py's Vertex double) or by real local HTTP servers and closed ports. An output folder that
+(tests/helpers/delivery.py's Vertex double) or by real local HTTP servers and closed ports. An output folder that
 cannot be created (`run --out`, `compile --output`, `rehearse --out`) is one `Error:` line too."""
 
 import os
@@ -17,12 +17,12 @@ from google.auth.exceptions import RefreshError
 from google.rpc import error_details_pb2
 
 from pipelines.cli import cli
-from tests.contract.vertex import test_delivery as delivery
-from tests.contract.vertex.test_delivery import PARENT, PREFLIGHT_OK, schedule_answers
+from tests.helpers import delivery
+from tests.helpers.configs import edited_shipped_config
+from tests.helpers.delivery import PARENT, PREFLIGHT_OK, pipeline_job_answers, schedule_answers
 from tests.helpers.processes import free_port  # nothing listens there
-from tests.unit.pipelines.test_config import edited_shipped_config
 
-# test_delivery's fixtures: its Vertex double, config, local HTTP API and compiled templates; no real credentials
+# the delivery tests' fixtures: the Vertex double, config, local HTTP API and compiled templates; no real credentials
 anonymous, config, http_api, vertex = delivery.anonymous, delivery.config, delivery.http_api, delivery.vertex
 kubeflow_spec, vertex_spec = delivery.kubeflow_spec, delivery.vertex_spec
 
@@ -323,8 +323,6 @@ def test_aiplatform_prints_neither_its_calls_nor_the_errors_it_passes_over(
     import logging
 
     from google.cloud.storage import Bucket
-
-    from tests.contract.vertex.test_delivery import pipeline_job_answers
 
     def forbidden(bucket, *args, **kwargs):
         raise exceptions.Forbidden(

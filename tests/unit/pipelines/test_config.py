@@ -5,7 +5,6 @@ import os
 import re
 import typing
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import yaml
@@ -15,8 +14,8 @@ from pydantic import BaseModel
 from pipelines.cli import cli
 from pipelines.config import PIPELINES, ConfigError, env_overrides, load_config, parse_set, profile_names
 from pipelines.cron import parse_cron
+from tests.helpers.configs import SHIPPED, edited_shipped_config
 
-SHIPPED = Path(__file__).resolve().parents[3] / "tfpipe.yaml"
 BASE = """
 parameters:
   epochs: 7
@@ -783,13 +782,6 @@ def test_run_takes_profiles_and_sets(config_file, tmp_path, monkeypatch):
     assert result.output == (
         "Error: --set workers=2: 'workers' is not a section; use one of: parameters, batch, platform, study, trainer\n"
     )
-
-
-def edited_shipped_config(folder: Path) -> Path:
-    """tfpipe.yaml as its header asks to edit it (docs/guides/vertex.md): the example project ids replaced."""
-    path = folder / "tfpipe.yaml"
-    path.write_text(SHIPPED.read_text().replace("my-dev-project", "acme-ml-dev").replace("my-project", "acme-ml-prod"))
-    return path
 
 
 @pytest.mark.parametrize("profile", ["dev", "prod"])

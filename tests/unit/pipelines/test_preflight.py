@@ -3,71 +3,10 @@ IAM requests at the HTTP boundary (every request asserted), each problem one lin
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pipelines.preflight import check_bucket, check_images, check_service_account, manifest_url, preflight
-
-SA = "runner@acme-ml-prod.iam.gserviceaccount.com"
-ACCOUNT = f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"
-PROJECT_POLICY = "https://cloudresourcemanager.googleapis.com/v1/projects/acme-ml-prod:getIamPolicy"
-GOOGLE_APIS = ("https://iam.googleapis.com/", "https://cloudresourcemanager.googleapis.com/")
-SELF_USER = {"bindings": [{"role": "roles/iam.serviceAccountUser", "members": [f"serviceAccount:{SA}"]}]}
-
-
-class Answer:
-    def __init__(self, status: int, body: dict | None = None):
-        self.status_code, self.body = status, body or {}
-
-    def json(self):
-        return self.body
-
-    def raise_for_status(self):
-        if self.status_code >= 400:
-            raise RuntimeError(f"HTTP {self.status_code}")
-
-
-class GoogleHttp:
-    """google.auth's AuthorizedSession at its `request` method: `routes[(method, url)]` answers (status, body),
-    else `fallback[method]`, else 404; every request is recorded as (method, url, body)."""
-
-    def __init__(self, routes: dict, fallback: dict | None = None):
-        self.routes, self.fallback, self.requests = routes, fallback or {}, []
-
-    def request(self, method, url, data=None, headers=None, **kwargs):
-        self.requests.append((method, url, json.loads(data) if data else None))
-        status, body = self.routes.get((method, url), self.fallback.get(method, (404, {})))
-        return Answer(status, body)
-
-    def install(self, monkeypatch) -> GoogleHttp:
-        """Answer the IAM and registry requests of every AuthorizedSession (what `preflight()` makes with the
-        caller's credentials); the others (Cloud Storage's client, on the emulator) go on."""
-        from google.auth.transport.requests import AuthorizedSession
-
-        http, send = self, AuthorizedSession.request
-
-        def request(session, method, url, *args, **kwargs):
-            if url.startswith(GOOGLE_APIS) or "/manifests/" in url:
-                return http.request(method, url, **kwargs)
-            return send(session, method, url, *args, **kwargs)
-
-        monkeypatch.setattr(AuthorizedSession, "request", request)
-        return self
-
-
-def iam_routes(act_as=True, account_policy=SELF_USER, project_policy=(200, {})) -> dict:
-    return {
-        ("GET", ACCOUNT): (200, {"email": SA}),
-        ("POST", f"{ACCOUNT}:testIamPermissions"): (
-            200,
-            {"permissions": ["iam.serviceAccounts.actAs"]} if act_as else {},
-        ),
-        ("POST", f"{ACCOUNT}:getIamPolicy"): account_policy
-        if isinstance(account_policy, tuple)
-        else (200, account_policy),
-        ("POST", PROJECT_POLICY): project_policy,
-    }
+from tests.doubles.google_http import ACCOUNT, PROJECT_POLICY, SA, GoogleHttp, iam_routes
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from serving.client import PredictionError, ServingClient
 from serving.models import Policy
 from serving.repository import Repository, ServedModels
 from serving.server import ModelServer, ServerOptions
+from tests.helpers.model_answers import prepared_class_ids
 from tests.helpers.serving_models import publish, remove, toy_model
 
 
@@ -502,8 +503,6 @@ def test_an_image_model_answers_encoded_images_on_rest_grpc_and_the_vertex_route
     `serving_default` keeps taking pixel arrays, and says where encoded images go."""
     import base64
     import shutil
-
-    from tests.unit.components.test_run_batch_prediction import prepared_class_ids
 
     folder, data_dir, job = image_folder_model
     shutil.copytree(job / "model", tmp_path / "models" / "pets" / "1")

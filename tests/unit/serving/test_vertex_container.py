@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,19 +18,12 @@ import requests
 
 from serving.vertex_container import ContainerError, Settings, place_model
 from tests.helpers.processes import free_port
+from tests.helpers.serving_container import upload, wait_healthy
 from tests.helpers.serving_models import image_bytes_model, toy_model
 
 ROOT = Path(__file__).resolve().parents[3]
 ENTRYPOINT = [sys.executable, "-m", "serving.vertex_container"]
 ROUTE = "/v1/endpoints/1234/deployedModels/5678"
-
-
-def upload(bucket, folder: Path, prefix: str) -> list[str]:
-    names = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        names.append(f"{prefix}/{path.relative_to(folder)}")
-        bucket.blob(names[-1]).upload_from_filename(str(path))
-    return names
 
 
 def container_env(tmp_path: Path, **aip) -> dict:
@@ -40,20 +32,6 @@ def container_env(tmp_path: Path, **aip) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIP_")}
     (tmp_path / "tmp").mkdir(exist_ok=True)
     return {**env, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "tmp"), "TF_CPP_MIN_LOG_LEVEL": "2", **aip}
-
-
-def wait_healthy(proc, health_url: str, log, timeout: float = 180) -> list[int]:
-    """Poll the health route until it answers 200; the status codes it answered. `proc`: the container's process,
-    `log()`: its output so far."""
-    deadline, answers = time.time() + timeout, []
-    while not answers or answers[-1] != 200:
-        assert proc.poll() is None, f"the container exited ({proc.returncode}):\n{log()}"
-        assert time.time() < deadline, f"never healthy; answers {answers[-5:]}\n{log()}"
-        try:
-            answers.append(requests.get(health_url, timeout=10).status_code)
-        except requests.ConnectionError:
-            time.sleep(0.2)
-    return answers
 
 
 @pytest.fixture(scope="module")

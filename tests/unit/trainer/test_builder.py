@@ -10,14 +10,8 @@ from click.testing import CliRunner
 
 from pipelines.cli import cli
 from pipelines.config import ConfigError, TrainerSettings, load_config
+from tests.helpers.configs import IMAGE_SETS
 from trainer import builder
-
-# real-looking images: compile refuses the placeholder ones
-IMAGE_SETS = [
-    arg
-    for name in ("components", "trainer", "serving")
-    for arg in ("--set", f"platform.{name}_image=europe-west4-docker.pkg.dev/acme-ml/tfpipe/{name}:1")
-]
 
 ROOT = Path(__file__).resolve().parents[3]
 CUSTOM = "tests.helpers.custom_model:build_small_cnn"

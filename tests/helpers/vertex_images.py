@@ -1,8 +1,8 @@
-"""Vertex AI's way of running the images, for the image tests: a compiled pipeline's container steps with their
-executor input, custom-job worker pools with CLUSTER_SPEC, tuning trials with their appended arguments. Cloud
-Storage is a host folder mounted at /gcs, where Vertex's Cloud Storage FUSE mount puts `gs://BUCKET/PATH`
-(`/gcs/BUCKET/PATH`): TensorFlow's own gs:// file system cannot be pointed at a local server, so the trainer is
-given the FUSE paths, which Vertex supports as well."""
+"""Vertex AI's way of running the images, for the image tests: the pipelines compiled with this machine's images,
+their container steps with their executor input, custom-job worker pools with CLUSTER_SPEC, tuning trials with their
+appended arguments. Cloud Storage is a host folder mounted at /gcs, where Vertex's Cloud Storage FUSE mount puts
+`gs://BUCKET/PATH` (`/gcs/BUCKET/PATH`): TensorFlow's own gs:// file system cannot be pointed at a local server, so
+the trainer is given the FUSE paths, which Vertex supports as well."""
 
 from __future__ import annotations
 
@@ -10,15 +10,30 @@ import json
 import os
 from pathlib import Path
 
-from tests.helpers.podman import Container
+import yaml
+
+from tests.helpers.podman import Container, image
 
 BUCKET = "tfpipe-images"
 FUSE = "/gcs"
+WORKERS = 2  # the prepared data's shards and the custom job's replicas
 
 
 def fuse_path(uri: str) -> str:
     """gs://BUCKET/PATH as Cloud Storage FUSE shows it in the container: /gcs/BUCKET/PATH."""
     return f"{FUSE}/{uri.removeprefix('gs://')}" if uri.startswith("gs://") else uri
+
+
+def compiled(target: str, pipeline: str, folder) -> dict:
+    """The pipeline compiled for `target` with this machine's images."""
+    from pipelines.config import load_config
+    from pipelines.delivery import delivery_for
+
+    sets = [f"platform.{kind}_image={image(kind)}" for kind in ("components", "trainer", "serving")]
+    config = load_config(sets=[*sets, f"platform.trainer_gpu_image={image('trainer')}"], environ={})
+    path = delivery_for(target).compile(pipeline, config, folder / f"{target}-{pipeline}.yaml")
+    with open(path) as f:
+        return next(yaml.safe_load_all(f))
 
 
 class CloudStorage:
