@@ -55,6 +55,7 @@ def plan_vertex_training(
     epochs: int,
     hyperparameters: dict,
     tuned_parameters: list,
+    batch_workers: int,
     model_builder: str,
     pipeline_name: str,
     purpose: str,
@@ -76,6 +77,8 @@ def plan_vertex_training(
         epochs: Training epochs.
         hyperparameters: Trainer flags by name with underscores.
         tuned_parameters: Parameters a tuning job sets per trial (left out of the flags).
+        batch_workers: The workers whose global batch the job trains at (a tuning job's trials: the final
+            training's; 0: its own).
         pipeline_name: The pipeline's name, part of the job's display name.
         purpose: train or tune: the display name's suffix.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
@@ -86,7 +89,12 @@ def plan_vertex_training(
     from core.names import job_display_name
 
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
-    flags = {"model": model_builder, **fixed, "epochs": epochs}
+    flags = {
+        "model": model_builder,
+        **fixed,
+        "epochs": epochs,
+        **({"batch_workers": batch_workers} if batch_workers else {}),
+    }
     specs = worker_pool_specs(
         trainer_image, dataset.uri, workers, machine_type, flags, accelerator_type, accelerator_count
     )

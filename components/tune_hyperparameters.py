@@ -128,6 +128,7 @@ def tune_hyperparameters(
     trial_epochs: int,
     batch_size: int,
     learning_rate: float,
+    workers: int,
     model_builder: str,
     tuning: Output[Artifact],
 ) -> dict:
@@ -142,6 +143,7 @@ def tune_hyperparameters(
         trial_epochs: Epochs of each trial.
         batch_size: The pipeline's batch size per replica.
         learning_rate: The pipeline's learning rate.
+        workers: The final training's workers: each trial trains at their global batch.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from core.fast_exit import skip_exit_collection
@@ -152,6 +154,7 @@ def tune_hyperparameters(
         StudySpec,
         best_trial_message,
         pipeline_hyperparameters,
+        trial_flags,
         with_best_trial,
         write_skipped_study,
     )
@@ -165,7 +168,7 @@ def tune_hyperparameters(
     result = run_study(
         StudySpec.model_validate(study_spec),
         tuning.path,
-        command_line({"epochs": trial_epochs, "batch_size": batch_size}, data_dir=dataset.path, model=model_builder),
+        command_line(trial_flags(trial_epochs, batch_size, workers), data_dir=dataset.path, model=model_builder),
     )
     hyperparameters = with_best_trial(hyperparameters, result["best"]["parameters"])
     tuning.metadata.update(

@@ -286,6 +286,7 @@ def tune_with_katib(
     spec,
     trial_epochs: int,
     batch_size: int,
+    workers: int,
     model_builder: str,
     image: str,
     namespace: str,
@@ -302,6 +303,7 @@ def tune_with_katib(
     """Stage the data on the volume, run the experiment, record it: the best trial."""
     from components.lib.kube import api as kube
     from components.lib.kube.volume import stage_dataset
+    from components.lib.study.spec import trial_flags
 
     name = kube.object_name("tfpipe-tune", run_id, "tune-hyperparameters")
     run_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run")
@@ -313,7 +315,7 @@ def tune_with_katib(
         namespace,
         spec,
         image,
-        command_line({"epochs": trial_epochs, "batch_size": batch_size}, data_dir=data_dir, model=model_builder),
+        command_line(trial_flags(trial_epochs, batch_size, workers), data_dir=data_dir, model=model_builder),
         trials_dir,
         resources,
         claim_name,
@@ -347,6 +349,7 @@ def tune_on_katib(
     trial_epochs: int,
     batch_size: int,
     learning_rate: float,
+    workers: int,
     model_builder: str,
     trainer_image: str,
     namespace: str,
@@ -369,6 +372,7 @@ def tune_on_katib(
         trial_epochs: Epochs of each trial.
         batch_size: The pipeline's batch size per replica.
         learning_rate: The pipeline's learning rate.
+        workers: The final training's workers: each trial trains at their global batch.
         trainer_image: The trainer image the trials run.
         namespace: Namespace of the created objects (empty: the run's namespace).
         service_account: Service account of their pods (empty: the namespace's default).
@@ -401,6 +405,7 @@ def tune_on_katib(
         spec=StudySpec.model_validate(study_spec),
         trial_epochs=trial_epochs,
         batch_size=batch_size,
+        workers=workers,
         model_builder=model_builder,
         image=trainer_image,
         namespace=namespace or kube.own_namespace(),

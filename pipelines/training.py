@@ -103,6 +103,7 @@ def build_pipeline(
                 trial_epochs=tuning_trial_epochs,
                 batch_size=batch_size,
                 learning_rate=learning_rate,
+                workers=workers,
                 after=fits,
             )
         )

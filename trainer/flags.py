@@ -45,6 +45,12 @@ def command_line(
     return args + [item for k, v in (hyperparameters or {}).items() for item in (flag(k), flag_value(v))]
 
 
+def global_batch(args: argparse.Namespace, replicas: int, workers: int) -> int:
+    """The examples of one training step across the cluster: `--batch-size` per replica, for `--batch-workers`
+    workers of this cluster's `replicas / workers` replicas each (by default: this cluster's workers)."""
+    return args.batch_size * replicas // workers * (args.batch_workers or workers)
+
+
 def _underscored_flags(argv: list[str]) -> list[str]:
     """Vertex AI tuning jobs pass trial values as `--learning_rate=0.01`; accept them as `--learning-rate`."""
     out = []
@@ -80,6 +86,13 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p.add_argument("--model", default=builder.DEFAULT_BUILDER, help="the model builder, package.module:function")
     p.add_argument("--epochs", type=_integer, default=10)
     p.add_argument("--batch-size", type=_integer, default=32, help="per-replica batch size")
+    p.add_argument(
+        "--batch-workers",
+        type=_integer,
+        default=0,
+        help="train at the global batch of this many workers (0: this cluster's), as a study's trials do for the "
+        "final training's workers: --batch-size x N x this worker's replicas",
+    )
     p.add_argument("--learning-rate", type=float, default=1e-3)
     p.add_argument("--dropout", type=float, default=0.2)
     p.add_argument("--hidden-units", type=_integer, default=128)
@@ -99,6 +112,8 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "hidden_units", "filters", "steps_per_execution"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.batch_workers < 0:
+        p.error("--batch-workers must be >= 0")
     if not 0 <= args.dropout < 1:
         p.error("--dropout must be in [0, 1)")
     if args.learning_rate <= 0:

@@ -14,9 +14,8 @@ import math
 import sys
 import time
 
-from trainer import builder
+from trainer import builder, flags
 from trainer.environment import use_legacy_keras
-from trainer.flags import parse_args
 
 use_legacy_keras()
 
@@ -28,7 +27,7 @@ def validation_steps(stats: dict, global_batch: int, workers: int) -> int:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = flags.parse_args(argv)
     from core import fast_exit
     from trainer import distribute
 
@@ -51,7 +50,7 @@ def main(argv=None) -> int:
             f"error: {args.data_dir} has {shards} train shard(s) for {cluster.num_workers} workers: prepare it with "
             f"num_workers >= {cluster.num_workers} (prepare-data's `workers`)"
         )
-    global_batch = args.batch_size * strategy.num_replicas_in_sync
+    global_batch = flags.global_batch(args, strategy.num_replicas_in_sync, cluster.num_workers)
     train_bytes = stats["splits"]["train"].get("bytes", 0)
     train_ds = data.make_dataset(
         args.data_dir,

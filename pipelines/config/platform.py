@@ -34,6 +34,7 @@ PIPELINE_LABEL = "pipeline"  # the label naming the pipeline on each Vertex job 
 PIPELINES_SYSTEM_LABELS = 1
 PREBUILT_SERVING = "-docker.pkg.dev/vertex-ai/prediction/"  # Vertex's prebuilt prediction images live here
 SERVING_PORT = 8080  # the port this project's serving image listens on (AIP_HTTP_PORT)
+COMPUTE_API = "https://www.googleapis.com/compute/v1"  # the prefix of a Compute Engine resource's full URL
 
 
 class ScheduleSettings(BaseModel):
@@ -116,8 +117,9 @@ class DataPrepSettings(BaseModel):
     subnetwork: str = Field(
         "",
         description=(
-            "Subnetwork of Dataflow's workers, regions/REGION/subnetworks/NAME or its full URL (empty: network's "
-            "default subnetwork in the region)."
+            "Subnetwork of Dataflow's workers, regions/REGION/subnetworks/NAME (in the project of `network`) or its "
+            "full URL; required on a Shared VPC network or a custom-mode one (empty: Dataflow takes the auto-mode "
+            "network named by `network` in the runs' project)."
         ),
     )
     endpoint: str = Field(
@@ -388,6 +390,17 @@ class Platform(BaseModel):
             if not names.DNS_LABEL.fullmatch(name):
                 raise ValueError(f"{name!r}: keys are step names like prepare-data")
         return value
+
+    def dataflow_network(self) -> tuple[str, str]:
+        """Dataflow's (network, subnetwork) for the runs' network: a subnetwork as its full URL in the network's
+        project, which Dataflow requires on a Shared VPC (it looks a short path or a network's name up in the job's
+        own project), and then no network (Dataflow takes the subnetwork's); without a subnetwork, the network's name."""
+        subnetwork = self.data_prep.subnetwork
+        if subnetwork.startswith("regions/") and self.network:
+            subnetwork = f"{COMPUTE_API}/{self.network.split('/global/')[0]}/{subnetwork}"
+        if subnetwork:
+            return "", subnetwork
+        return self.network.rsplit("/", 1)[-1], ""
 
     def vertex_labels(self, pipeline_name: str) -> dict[str, str]:
         """The labels of every Vertex AI job and resource a run of `pipeline_name` creates."""

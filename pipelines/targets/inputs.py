@@ -82,7 +82,8 @@ class ChampionCheckInputs:
 
 @dataclass(frozen=True)
 class TuneInputs:
-    """The hyperparameter study: its spec, whether it runs, and the values it starts from."""
+    """The hyperparameter study: its spec, whether it runs, the values it starts from, and the final training's
+    workers, whose global batch its trials train at."""
 
     dataset: Channel
     study: StudySpec
@@ -90,6 +91,7 @@ class TuneInputs:
     trial_epochs: Channel
     batch_size: Channel
     learning_rate: Channel
+    workers: Channel
     after: PipelineTask  # the step the study waits for
 
 

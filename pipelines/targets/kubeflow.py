@@ -93,6 +93,7 @@ class KubeflowOps(SelfHostedOps):
                 trial_epochs=inputs.trial_epochs,
                 batch_size=inputs.batch_size,
                 learning_rate=inputs.learning_rate,
+                workers=inputs.workers,
                 model_builder=self.model_builder,
                 trainer_image=self.platform.kubeflow_trainer_image(),
                 resources=k.worker_resources.requirements(),

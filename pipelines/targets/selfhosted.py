@@ -54,6 +54,7 @@ class SelfHostedOps(SameEverywhere):
                 trial_epochs=inputs.trial_epochs,
                 batch_size=inputs.batch_size,
                 learning_rate=inputs.learning_rate,
+                workers=inputs.workers,
                 model_builder=self.model_builder,
             )
         ).after(inputs.after)

@@ -89,12 +89,13 @@ class VertexOps(SameEverywhere):
         root (beside the dataset when none is set)."""
         p, prep = self.platform, self.platform.data_prep
         root = p.pipeline_root.rstrip("/")
+        network, subnetwork = p.dataflow_network()
         dataflow = {
             "project": p.project,
             "region": prep.region or p.location,
             "service_account": p.service_account,
-            "network": p.network.rsplit("/", 1)[-1],  # Dataflow takes the network's name
-            "subnetwork": prep.subnetwork,
+            "network": network,
+            "subnetwork": subnetwork,
             "kms_key": p.encryption_spec_key_name,
             "labels": self.labels,
             "machine_type": prep.machine_type,
@@ -125,6 +126,7 @@ class VertexOps(SameEverywhere):
         hyperparameters: Channel,
         tuned_parameters: list[str],
         purpose: str,
+        batch_workers: Channel | int = 0,
     ) -> PipelineTask:
         p = self.platform
         return self._plan(
@@ -137,6 +139,7 @@ class VertexOps(SameEverywhere):
             epochs=epochs,
             hyperparameters=hyperparameters,
             tuned_parameters=tuned_parameters,
+            batch_workers=batch_workers,
             model_builder=self.model_builder,
             pipeline_name=self.pipeline_name,
             purpose=purpose,
@@ -160,6 +163,7 @@ class VertexOps(SameEverywhere):
                 defaults.output,
                 [q.parameter_id for q in study.parameters],
                 "tune",
+                batch_workers=inputs.workers,
             )
             plan.set_display_name("Plan trial worker pool")
             job = HyperparameterTuningJobRunOp(

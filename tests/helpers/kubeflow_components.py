@@ -94,6 +94,7 @@ def run_tune_on_katib(volume, data_dir, tmp_path, model_builder="trainer.model:b
             trial_epochs=1,
             batch_size=32,
             learning_rate=0.01,
+            workers=1,
             model_builder=model_builder,
             trainer_image="tfpipe/trainer:dev",
             **engine_arguments(volume),

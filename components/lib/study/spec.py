@@ -170,6 +170,13 @@ DEFAULT_STUDY = StudySpec(
 )
 
 
+def trial_flags(trial_epochs: int, batch_size: int, workers: int) -> dict:
+    """The trainer flags of every trial: its epochs, the pipeline's batch size per replica, and the final
+    training's `workers`, whose global batch a trial trains at (`--batch-workers`): the learning rate it tunes is the
+    one for that batch."""
+    return {"epochs": trial_epochs, "batch_size": batch_size, "batch_workers": workers}
+
+
 def pipeline_hyperparameters(batch_size: int, learning_rate: float) -> dict:
     """The pipeline's own hyperparameters: the final training's when no study runs."""
     return {"batch_size": batch_size, "learning_rate": learning_rate}

@@ -63,6 +63,7 @@ def test_engine_steps_and_their_inputs(tmp_path):
     workers = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
     tune = params(root["tune-on-katib"])
     assert tune["study_spec"]["algorithm"] == "default" and tune["enabled"] == {"componentInputParameter": "tune"}
+    assert tune["workers"] == {"componentInputParameter": "workers"}  # the trials' global batch is the training's
     assert {k: tune[k] for k in (*engine, "trainer_image", "resources", "timeout_minutes")} == {
         **engine,
         "trainer_image": "example.com/tfpipe/trainer:abc",
@@ -190,6 +191,7 @@ def test_in_pod_engines_keep_todays_steps_with_their_resources(tmp_path):
     )
     spec, k8s = compile_docs(tmp_path, platform)
     assert {"tune-hyperparameters", "train-model"} <= set(tasks(spec))
+    assert params(tasks(spec)["tune-hyperparameters"])["workers"] == {"componentInputParameter": "workers"}
     assert set(tasks(spec, "comp-condition-1")) == {"publish-model", "quantize-model"}  # serving: none
     train = spec["deploymentSpec"]["executors"]["exec-train-model"]["container"]["resources"]
     assert (train["resourceCpuRequest"], train["resourceMemoryLimit"]) == ("2", "8Gi")  # N processes in one pod

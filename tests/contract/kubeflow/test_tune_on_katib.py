@@ -402,6 +402,7 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
         spec=DEFAULT_STUDY,
         trial_epochs=2,
         batch_size=16,
+        workers=3,
         model_builder="tests.helpers.custom_model:build_small_cnn",
         image="example.com/trainer:1",
         namespace="ml",
@@ -419,7 +420,7 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     assert created["metadata"]["name"] == kube.object_name("tfpipe-tune", "tfpipe-training-x1", "tune-hyperparameters")
     args = created["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["args"]
     run_dir = mount / "runs" / "tfpipe-training-x1"
-    assert args[:8] == [
+    assert args[:10] == [
         "--data-dir",
         str(run_dir / "dataset"),
         "--model",
@@ -428,6 +429,8 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
         "2",
         "--batch-size",
         "16",
+        "--batch-workers",  # a trial trains at the global batch of the final training's 3 workers
+        "3",
     ]
     assert (run_dir / "dataset" / "stats.json").exists()
     record = json.loads((tmp_path / "tuning" / "trials.json").read_text())

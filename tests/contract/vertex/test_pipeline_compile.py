@@ -91,6 +91,7 @@ def test_vertex_dag(tmp_path):
     assert plan_inputs["trainer_image"] == "example.com/tfpipe/trainer:abc"
     assert plan_inputs["machine_type"] == "n1-standard-8"
     assert plan_inputs["workers"] == {"componentInputParameter": "workers"}
+    assert plan_inputs["batch_workers"] == 0  # its own
     # the pipeline's name, not the run's: the step and the jobs after it stay cacheable
     assert (plan_inputs["pipeline_name"], plan_inputs["purpose"]) == ("tfpipe-training", "train")
     # the final training takes the hyperparameters of whichever tuning branch ran (dsl.OneOf)
@@ -211,7 +212,8 @@ def test_vertex_tuning_branch(tmp_path):
         "merge-hyperparameters",
     }
     plan = params(tuning["plan-vertex-training"])
-    assert plan["workers"] == 1
+    # one worker a trial, at the global batch of the final training's workers (its learning rate is for that batch)
+    assert (plan["workers"], plan["batch_workers"]) == (1, {"componentInputParameter": "pipelinechannel--workers"})
     assert plan["epochs"] == {"componentInputParameter": "pipelinechannel--tuning_trial_epochs"}
     assert plan["tuned_parameters"] == ["learning_rate", "hidden_units", "dropout"]
     assert plan["trainer_image"] == "example.com/tfpipe/trainer:abc"
@@ -868,3 +870,26 @@ def test_vertex_data_prep_runs_on_dataflow_with_the_runs_identity(tmp_path):
     assert prep["runner"] == "direct" and not {"dataflow_options", "dataflow_min_records"} & set(prep)
     _, local = compile_spec("kubeflow", tmp_path)
     assert "runner" not in params(dag(local)["prepare-data"])  # the component's default: direct
+
+
+def test_dataflow_gets_a_subnetwork_as_its_full_url_in_the_networks_project(tmp_path):
+    """Dataflow looks a network's name and a subnetwork's short path up in the job's own project: on a Shared VPC
+    (the network in a host project) the job needs the subnetwork's full URL, and then no network."""
+    host = "https://www.googleapis.com/compute/v1/projects/123456789/regions/europe-west4/subnetworks/ml"
+    for subnetwork, expected in (
+        ("regions/europe-west4/subnetworks/ml", ("", host)),
+        (host, ("", host)),
+        ("", ("vpc", "")),  # an auto-mode network of the runs' project
+    ):
+        prep = PLATFORM.data_prep.model_copy(update={"subnetwork": subnetwork})
+        platform = PLATFORM.model_copy(update={"data_prep": prep})
+        _, spec = compile_spec("vertex", tmp_path, platform=platform)
+        options = params(dag(spec)["prepare-data"])["dataflow_options"]
+        assert (options["network"], options["subnetwork"]) == expected
+    alone = PLATFORM.model_copy(
+        update={
+            "network": "",
+            "data_prep": PLATFORM.data_prep.model_copy(update={"subnetwork": "regions/r/subnetworks/s"}),
+        }
+    )
+    assert alone.dataflow_network() == ("", "regions/r/subnetworks/s")  # no network: the job's project's subnetwork

@@ -249,6 +249,7 @@ def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe
             3,
             {"batch_size": 32.0, "learning_rate": 0.003},
             tuned,
+            0,
             CUSTOM,
             "run-1",
             "train",

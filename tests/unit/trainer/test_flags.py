@@ -1,6 +1,9 @@
 """The trainer's command line: the one builder every launcher uses, read back by the trainer's own parser."""
 
-from trainer.flags import TRAINER_COMMAND, command_line, parse_args
+import pytest
+
+from components.lib.study.spec import trial_flags
+from trainer.flags import TRAINER_COMMAND, command_line, global_batch, parse_args
 
 
 def test_hyperparameters_from_kfp_dicts_are_flags_with_integral_floats_as_integers():
@@ -40,3 +43,16 @@ def test_what_the_builder_writes_the_parser_reads_back():
         "dropout": 0.1,
         "epochs": 3,
     }
+
+
+def test_a_trial_trains_at_the_global_batch_of_the_final_trainings_workers():
+    """The study's trials run on one worker and the final training on `workers`, each replica at --batch-size: a
+    trial's global batch is the training's, the one its learning rate is tuned for."""
+    trial = parse_args(command_line(trial_flags(2, 32, 3), data_dir="d", job_dir="j"), {})
+    assert (trial.epochs, trial.batch_size, trial.batch_workers) == (2, 32, 3)
+    training = parse_args(command_line({"batch_size": 32}, data_dir="d", job_dir="j"), {})
+    assert global_batch(trial, replicas=1, workers=1) == global_batch(training, replicas=3, workers=3) == 96
+    assert global_batch(trial, replicas=2, workers=1) == 192  # a trial on 2 GPUs for 3 workers of 2 GPUs each
+    assert global_batch(training, replicas=4, workers=2) == 128
+    with pytest.raises(SystemExit):
+        parse_args(["--data-dir", "d", "--job-dir", "j", "--batch-workers", "-1"], {})
