@@ -77,8 +77,7 @@ def plan_vertex_training(
         epochs: Training epochs.
         hyperparameters: Trainer flags by name with underscores.
         tuned_parameters: Parameters a tuning job sets per trial (left out of the flags).
-        batch_workers: The workers whose global batch the job trains at (a tuning job's trials: the final
-            training's; 0: its own).
+        batch_workers: Workers whose global batch it trains at (a tuning job's: the final training's; 0: its own).
         pipeline_name: The pipeline's name, part of the job's display name.
         purpose: train or tune: the display name's suffix.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
