@@ -35,13 +35,12 @@ class Deployment:
     stop: str
 
     def as_json(self) -> dict:
-        """The deploy record: the server's fields (a local server's record leads with its pid, as its ready file
-        does), the version, the smoke record (`smoke_record`) and `stop`."""
-        server = {"rest_url": self.rest_url, "grpc_target": self.grpc_target, "pid": self.pid, "log": self.log}
-        if self.pid is not None:
-            server = {"pid": self.pid, **server}
+        """The deploy record: the server's fields, the version, the smoke record (`smoke_record`) and `stop`."""
         return {
-            **server,
+            "rest_url": self.rest_url,
+            "grpc_target": self.grpc_target,
+            "pid": self.pid,
+            "log": self.log,
             "started": self.started,
             "model_name": self.model_name,
             "version": self.version,
