@@ -1,19 +1,33 @@
-"""The traffic split of a Vertex AI deploy: a canary keeps the endpoint's current models serving the rest."""
+"""The plan of a Vertex AI deploy (`components.lib.vertex.rollout.plan_deploy`): the traffic split, whether the
+version is deployed already, and the canaries it replaces."""
+
+from typing import NamedTuple
+
+from kfp.dsl import Artifact, Input
 
 
-def plan_traffic_split(endpoint_name: str, traffic_percentage: int) -> dict:
-    """KFP step (Vertex): ModelDeployOp's `traffic_split` for a rollout of `traffic_percentage` % to the new model
-    (`endpoint_name` "": a new endpoint, nothing else serves).
+def plan_traffic_split(model: Input[Artifact], endpoint_name: str, traffic_percentage: int, alias: str) -> NamedTuple(
+    "Outputs", [("traffic_split", dict), ("deployed_model_id", str), ("replaced", list)]
+):
+    """KFP step (Vertex): the deploy of `model` with `traffic_percentage` % on the endpoint (`endpoint_name` "": a
+    new endpoint, nothing else serves): the split (a canary's share taken from the champion's deployed model),
+    the id of the version's deployed model when it is deployed already ("": deploy it), the canaries replaced.
 
     Args:
+        model: The registry model version to deploy (`resourceName` MODEL@VERSION).
         endpoint_name: The endpoint's resource name (empty: a new endpoint).
-        traffic_percentage: The new model's share of the traffic in %.
+        traffic_percentage: The version's share of the traffic in %.
+        alias: The version alias that marks the champion.
     """
-    from components.lib.vertex.registry import endpoint_traffic, traffic_split
+    from collections import namedtuple
 
-    current = endpoint_traffic(endpoint_name) if endpoint_name else {}
-    split = traffic_split(current, traffic_percentage)
-    if traffic_percentage < 100 and split == {"0": 100}:
+    from components.lib.vertex.rollout import plan_deploy
+
+    plan = plan_deploy(endpoint_name, model.metadata["resourceName"], traffic_percentage, alias)
+    if plan.deployed_model_id:
+        print(f"{model.metadata['resourceName']} is deployed already as {plan.deployed_model_id}: no new deploy")
+    elif traffic_percentage < 100 and plan.traffic_split == {"0": 100}:
         print(f"nothing else serves on {endpoint_name or 'the new endpoint'}: the new model takes all traffic")
-    print(f"current traffic {current}; new split {split}")
-    return split
+    print(f"traffic split {plan.traffic_split}; canaries replaced: {', '.join(plan.replaced) or 'none'}")
+    Outputs = namedtuple("Outputs", ["traffic_split", "deployed_model_id", "replaced"])
+    return Outputs(plan.traffic_split, plan.deployed_model_id, plan.replaced)

@@ -59,13 +59,14 @@ def plan_vertex_training(
     model_builder: str,
     pipeline_name: str,
     purpose: str,
+    job_settings: dict,
     job_dir: Output[Artifact],
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
-    """KFP step (Vertex): worker pool specs, the job's base output directory (AIP_MODEL_DIR = <it>/model) and its
-    display name (`<pipeline_name>-<purpose>`). The trainer trains `model_builder`'s model; `tuned_parameters` are
-    left out of the flags: a tuning job appends each trial's values itself. Nothing here is unique to a run (the
-    run's name would be): on unchanged inputs Vertex serves this step from its cache, with the same base output
-    directory, so that the tuning and training jobs after it are served from the cache too.
+    """KFP step (Vertex): worker pool specs, the root of the job's output folders and its display name
+    (`<pipeline_name>-<purpose>`). The trainer trains `model_builder`'s model; `tuned_parameters` are left out of
+    the flags: a tuning job appends each trial's values itself. Nothing here is unique to a run (the run's name
+    would be): on unchanged inputs and `job_settings` Vertex serves this step from its cache, with the same root,
+    so that the job after it, in the folder `claim_output_directory` gives it there, is served from the cache too.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -80,6 +81,8 @@ def plan_vertex_training(
         batch_workers: Workers whose global batch it trains at (a tuning job's: the final training's; 0: its own).
         pipeline_name: The pipeline's name, part of the job's display name.
         purpose: train or tune: the display name's suffix.
+        job_settings: What the job gets besides the plan (identity, labels, study...): read by nothing here, part
+            of this step's cache key, so that a job with other settings gets a root of its own.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from collections import namedtuple

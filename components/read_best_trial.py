@@ -51,21 +51,26 @@ def fetch_best_trial(gcp_resources: str, metric_id: str, goal: str) -> dict:
     return {**best_trial(job.trials, metric_id, goal), "job": name, "trials": len(job.trials)}
 
 
-def read_best_trial(gcp_resources: str, metric_id: str, goal: str) -> NamedTuple(
+def read_best_trial(gcp_resources: str, metric_id: str, goal: str, root: str, directory: str) -> NamedTuple(
     "Outputs", [("best_parameters", dict), ("best_metric", float), ("best_trial_id", str)]
 ):
-    """KFP step (Vertex): the best trial's parameter values and metric, for the final training step.
+    """KFP step (Vertex): the best trial's parameter values and metric, for the final training step; records the
+    tuning job's folder as completed under its plan's `root` (later runs reuse it with the cached job).
 
     Args:
         gcp_resources: The tuning job's resource record (GCPC's `gcp_resources`).
         metric_id: The metric the study optimizes.
         goal: maximize or minimize.
+        root: The plan's base output directory.
+        directory: The tuning job's base output directory.
     """
     from collections import namedtuple
 
+    from components.lib.vertex.output_dirs import record
     from components.read_best_trial import fetch_best_trial
 
     best = fetch_best_trial(gcp_resources, metric_id, goal)
+    record(root, directory, gcp_resources)
     print(f"best trial {best['trial_id']} of {best['trials']}: {metric_id}={best['metric']} {best['parameters']}")
     Outputs = namedtuple("Outputs", ["best_parameters", "best_metric", "best_trial_id"])
     return Outputs(best["parameters"], best["metric"], best["trial_id"])

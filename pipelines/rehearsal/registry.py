@@ -116,6 +116,14 @@ class Registry:
             raise ApiError("NOT_FOUND", f"model {name} not found")
         return entry
 
+    def versions(self, name: str) -> list[dict]:
+        """Every version of the model `name` (`.../models/ID`), oldest first."""
+        if "@" in name:
+            raise ApiError("INVALID_ARGUMENT", f"{name}: name the model, without a version")
+        with self.lock:
+            entry = self._model(name)
+            return [{**v, "display_name": entry["display_name"]} for v in entry["versions"]]
+
     def version(self, name: str) -> dict:
         """`.../models/ID`, `...@VERSION` or `...@ALIAS` (no suffix: the default version)."""
         base, _, wanted = self.canonical(name).partition("@")

@@ -15,6 +15,7 @@ from kfp.dsl import PipelineTask
 
 from components import (
     check_batch_prediction_job,
+    claim_output_directory,
     crown_vertex_model,
     default_hyperparameters,
     find_endpoint,
@@ -58,6 +59,7 @@ class VertexOps(SameEverywhere):
         self.labels = platform.vertex_labels(pipeline_name)
         image = platform.components_image
         self._plan = component(plan_vertex_training.plan_vertex_training, image)
+        self._claim_dir = component(claim_output_directory.claim_output_directory, image)
         self._import = component(import_trained_model.import_trained_model, image)
         self._defaults = component(default_hyperparameters.default_hyperparameters, image)
         self._merge = component(merge_hyperparameters.merge_hyperparameters, image)
@@ -126,6 +128,7 @@ class VertexOps(SameEverywhere):
         hyperparameters: Channel,
         tuned_parameters: list[str],
         purpose: str,
+        job_settings: dict,
         batch_workers: Channel | int = 0,
     ) -> PipelineTask:
         p = self.platform
@@ -143,7 +146,13 @@ class VertexOps(SameEverywhere):
             model_builder=self.model_builder,
             pipeline_name=self.pipeline_name,
             purpose=purpose,
+            job_settings=job_settings,
         )
+
+    def _claim(self, plan: PipelineTask) -> PipelineTask:
+        """The job's output folder under the plan's root (never cached: a run beside another gets its own)."""
+        task = self._claim_dir(root=plan.outputs["base_output_directory"], run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER)
+        return uncached(task).set_display_name("Claim the job's output folder")
 
     def tune(self, inputs: TuneInputs) -> Channel:
         """Vertex AI tuning job when `enabled` (trials run the trainer image; the best trial's values override the
@@ -156,20 +165,7 @@ class VertexOps(SameEverywhere):
                 inputs.after
             )
             defaults.set_display_name("Hyperparameters (fixed part)")
-            plan = self._plan_pools(
-                inputs.dataset,
-                1,
-                inputs.trial_epochs,
-                defaults.output,
-                [q.parameter_id for q in study.parameters],
-                "tune",
-                batch_workers=inputs.workers,
-            )
-            plan.set_display_name("Plan trial worker pool")
-            job = HyperparameterTuningJobRunOp(
-                display_name=plan.outputs["display_name"],
-                base_output_directory=plan.outputs["base_output_directory"],
-                worker_pool_specs=plan.outputs["worker_pool_specs"],
+            study_job = dict(
                 study_spec_metrics=study.study_spec_metrics(),
                 study_spec_parameters=study.study_spec_parameters(),
                 max_trial_count=study.max_trial_count,
@@ -179,8 +175,32 @@ class VertexOps(SameEverywhere):
                 study_spec_algorithm=study.vertex_algorithm() or "ALGORITHM_UNSPECIFIED",
                 study_spec_measurement_selection_type=f"{study.measurement.upper()}_MEASUREMENT",
                 **self.identity,
+            )
+            plan = self._plan_pools(
+                inputs.dataset,
+                1,
+                inputs.trial_epochs,
+                defaults.output,
+                [q.parameter_id for q in study.parameters],
+                "tune",
+                study_job,
+                batch_workers=inputs.workers,
+            )
+            plan.set_display_name("Plan trial worker pool")
+            claim = self._claim(plan)
+            job = HyperparameterTuningJobRunOp(
+                display_name=plan.outputs["display_name"],
+                base_output_directory=claim.output,
+                worker_pool_specs=plan.outputs["worker_pool_specs"],
+                **study_job,
             ).set_display_name("Hyperparameter tuning job")
-            best = self._best(gcp_resources=job.outputs["gcp_resources"], metric_id=study.metric_id, goal=study.goal)
+            best = self._best(
+                gcp_resources=job.outputs["gcp_resources"],
+                metric_id=study.metric_id,
+                goal=study.goal,
+                root=plan.outputs["base_output_directory"],
+                directory=claim.output,
+            )
             best.set_display_name("Best trial")
             tuned = self._merge(defaults=defaults.output, best=best.outputs["best_parameters"])
             tuned.set_display_name("Hyperparameters (tuned)")
@@ -193,20 +213,28 @@ class VertexOps(SameEverywhere):
         from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
 
         p = self.platform
-        plan = self._plan_pools(inputs.dataset, inputs.workers, inputs.epochs, inputs.hyperparameters, [], "train")
-        plan.set_display_name("Plan worker pools")
-        job = CustomTrainingJobOp(
-            display_name=plan.outputs["display_name"],
+        job_settings = dict(
             location=p.location,
-            worker_pool_specs=plan.outputs["worker_pool_specs"],
-            base_output_directory=plan.outputs["base_output_directory"],
             # max_restarts is the local launcher's; on Vertex the whole job restarts with a worker
             restart_job_on_worker_restart=True,
             tensorboard=p.tensorboard,
             labels=self.labels,
             **self.identity,
+        )
+        plan = self._plan_pools(
+            inputs.dataset, inputs.workers, inputs.epochs, inputs.hyperparameters, [], "train", job_settings
+        )
+        plan.set_display_name("Plan worker pools")
+        claim = self._claim(plan)
+        job = CustomTrainingJobOp(
+            display_name=plan.outputs["display_name"],
+            worker_pool_specs=plan.outputs["worker_pool_specs"],
+            base_output_directory=claim.output,
+            **job_settings,
         ).set_display_name("Train (Vertex custom job, MultiWorkerMirroredStrategy)")
-        imported = self._import(job_dir=plan.outputs["job_dir"], gcp_resources=job.outputs["gcp_resources"])
+        imported = self._import(
+            job_dir=plan.outputs["job_dir"], directory=claim.output, gcp_resources=job.outputs["gcp_resources"]
+        )
         imported.set_display_name("Import trained model")
         return Trained(imported.outputs["model"], imported.outputs["training"], imported.outputs["model_uri"])
 
@@ -221,12 +249,22 @@ class VertexOps(SameEverywhere):
 
     def register(self, inputs: RegisterInputs) -> Channel:
         """Upload to the Model Registry: a new version of the model with the configured display name when it
-        exists, else a new model; returns the uploaded `VertexModel` (resourceName `.../models/ID@VERSION`). No
-        alias moves here: the deploy step moves them once the version serves (or right away without a deploy)."""
+        exists, else a new model; the version that holds the trained model's artifacts when there is one (a cached
+        training's model is not uploaded again). Returns the `VertexModel` (resourceName `.../models/ID@VERSION`).
+        No alias moves here: the deploy step moves them once the version serves (or right away without a deploy)."""
         from google_cloud_pipeline_components.types.artifact_types import UnmanagedContainerModel, VertexModel
         from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
         p = self.platform
+        found = uncached(
+            self._find_model(
+                display_name=p.model_display_name,
+                artifact_uri=inputs.trained.model_uri,
+                project=PROJECT,
+                location=p.location,
+            )
+        )
+        found.set_display_name("Find registry model")
         unmanaged = dsl.importer(
             artifact_uri=inputs.trained.model_uri,
             artifact_class=UnmanagedContainerModel,
@@ -239,9 +277,13 @@ class VertexOps(SameEverywhere):
             labels=self.labels,
             encryption_spec_key_name=p.encryption_spec_key_name,
         )
-        found = uncached(self._find_model(display_name=p.model_display_name, project=PROJECT, location=p.location))
-        found.set_display_name("Find registry model")
-        with dsl.If(found.outputs["resource_name"] != "", name="model-exists"):
+        with dsl.If(found.outputs["version_name"] != "", name="version-registered"):
+            registered = dsl.importer(
+                artifact_uri=found.outputs["version_uri"],
+                artifact_class=VertexModel,
+                metadata={"resourceName": found.outputs["version_name"]},
+            ).set_display_name("Registered version")
+        with dsl.Elif(found.outputs["resource_name"] != "", name="model-exists"):
             parent = dsl.importer(
                 artifact_uri=found.outputs["resource_uri"],
                 artifact_class=VertexModel,
@@ -251,13 +293,14 @@ class VertexOps(SameEverywhere):
             version.set_display_name("Upload new model version")
         with dsl.Else(name="model-missing"):
             first = uncached(ModelUploadOp(**upload)).set_display_name("Upload to Vertex Model Registry")
-        return dsl.OneOf(version.outputs["model"], first.outputs["model"])
+        return dsl.OneOf(registered.outputs["artifact"], version.outputs["model"], first.outputs["model"])
 
     def deploy(self, inputs: DeployInputs) -> None:
-        """When `enabled`: deploy the uploaded version on the endpoint with the configured display name (created
-        when missing), on dedicated resources, with `traffic_percentage` % of the traffic (the rest stays on the
-        endpoint's current models), then finish the rollout (at 100 %: undeploy the others but `keep_previous`,
-        move the champion aliases). Otherwise move the aliases to the uploaded version now."""
+        """When `enabled`: deploy the version on the endpoint with the configured display name (created when
+        missing), on dedicated resources, with `traffic_percentage` % of the traffic (a canary's share taken from
+        the champion's deployed model, replacing an earlier canary), unless it is deployed already (then only its
+        traffic is set), then finish the rollout (undeploy the replaced canary; at 100 %: the others but
+        `keep_previous`, and move the champion aliases). Otherwise move the aliases to the version now."""
         from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
         from google_cloud_pipeline_components.v1.endpoint import EndpointCreateOp
 
@@ -285,34 +328,43 @@ class VertexOps(SameEverywhere):
                 )
                 created.set_display_name("Create endpoint")
             endpoint = dsl.OneOf(existing.outputs["artifact"], created.outputs["endpoint"])
-            split = uncached(
-                self._split(endpoint_name=found.outputs["resource_name"], traffic_percentage=inputs.traffic_percentage)
-            )
-            split.set_display_name("Traffic split")
-            deployed = uncached(
-                self._deploy(
+            plan = uncached(
+                self._split(
                     model=inputs.registered,
-                    endpoint=endpoint,
-                    deployed_model_display_name=p.model_display_name,
-                    traffic_split=split.output,
-                    machine_type=p.serving_machine_type,
-                    min_replica_count=p.serving_min_replicas,
-                    max_replica_count=p.serving_max_replicas,
-                    accelerator_type=p.serving_accelerator_type,
-                    accelerator_count=p.serving_accelerator_count,
-                    service_account=p.service_account,
-                )
-            ).set_display_name("Deploy to endpoint")
-            finish = uncached(
-                self._finish(
-                    endpoint=endpoint,
-                    model=inputs.registered,
+                    endpoint_name=found.outputs["resource_name"],
                     traffic_percentage=inputs.traffic_percentage,
-                    keep_previous=p.keep_previous,
-                    aliases=aliases,
-                ).after(deployed)
+                    alias=p.champion_alias,
+                )
             )
-            finish.set_display_name("Finish rollout (undeploy previous, move champion alias)")
+            plan.set_display_name("Plan the deploy (traffic split, canaries replaced)")
+            finish = dict(
+                endpoint=endpoint,
+                model=inputs.registered,
+                traffic_percentage=inputs.traffic_percentage,
+                keep_previous=p.keep_previous,
+                aliases=aliases,
+                replaced=plan.outputs["replaced"],
+            )
+            with dsl.If(plan.outputs["deployed_model_id"] == "", name="version-not-deployed"):
+                deployed = uncached(
+                    self._deploy(
+                        model=inputs.registered,
+                        endpoint=endpoint,
+                        deployed_model_display_name=p.model_display_name,
+                        traffic_split=plan.outputs["traffic_split"],
+                        machine_type=p.serving_machine_type,
+                        min_replica_count=p.serving_min_replicas,
+                        max_replica_count=p.serving_max_replicas,
+                        accelerator_type=p.serving_accelerator_type,
+                        accelerator_count=p.serving_accelerator_count,
+                        service_account=p.service_account,
+                    )
+                ).set_display_name("Deploy to endpoint")
+                after_deploy = uncached(self._finish(**finish, traffic_split={}).after(deployed))
+                after_deploy.set_display_name("Finish rollout (undeploy replaced and previous, move champion alias)")
+            with dsl.Else(name="version-deployed"):
+                again = uncached(self._finish(**finish, traffic_split=plan.outputs["traffic_split"]))
+                again.set_display_name("Finish rollout (version deployed already)")
         with dsl.Else(name="deploy-disabled"):
             crown = uncached(self._crown(model=inputs.registered, aliases=aliases))
             crown.set_display_name("Move champion alias")

@@ -128,9 +128,12 @@ class RegistryDouble:
         return model_pb.Model(name=self.model_name, version_id=version, version_aliases=self._version_aliases(version))
 
     def _get_model(self, request):
+        from google.api_core.exceptions import NotFound
         from google.cloud.aiplatform_v1.types import model as model_pb
 
         name, _, version = request.name.partition("@")
         assert numbered(name) == self.model_name, request.name
+        if not version.isdigit() and version not in self.aliases:
+            raise NotFound(f"model {request.name} not found: no version or alias {version!r}")
         version = self.aliases.get(version, version)
         return model_pb.Model(name=self.model_name, version_id=version, version_aliases=self._version_aliases(version))

@@ -76,6 +76,20 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     [model] = summary["vertex"]["models"]
     assert [set(v["aliases"]) for v in model["versions"]] == [{"default", "champion"}, set()]  # canary: no alias
 
+    # 2 again before anyone promotes (the next scheduled run): the cached model is the canary's version, deployed
+    # already: nothing uploaded, nothing deployed, the endpoint as it was
+    repeat = run_cli("rehearse", "--out", tmp_path / "run2-repeat", "--state", state, *canary)
+    assert repeat.returncode == 0, repeat.stdout + repeat.stderr
+    summary = json.loads((tmp_path / "run2-repeat" / "run_summary.json").read_text())
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    # the gate served from the cache: blessed against the same champion, as the canary's run was
+    assert statuses["custom-training-job"] == statuses["evaluate-model"] == "CACHED"
+    assert statuses["importer-2"] == statuses["finish-vertex-rollout-2"] == "SUCCEEDED"  # the registered version
+    assert statuses["model-upload"] == statuses["deploy-vertex-model"] == "SKIPPED"
+    assert not recorded(tmp_path / "run2-repeat", "POST models:upload") and not _deploys(tmp_path / "run2-repeat")
+    assert [len(m["versions"]) for m in summary["vertex"]["models"]] == [2]
+    assert summary["vertex"]["endpoints"] == [endpoint]  # the same two deployed models, at 50 % each
+
     promoted = run_cli("promote", "--rehearsal", state, *SETS)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     saved = json.loads((state / "vertex_state.json").read_text())
@@ -98,6 +112,8 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     assert "↺ custom-training-job served from cache" in again.stdout
     assert not recorded(tmp_path / "run2-again", "JobService.CreateCustomJob")
     assert not recorded(tmp_path / "run2-again", "JobService.CreateHyperparameterTuningJob")
+    assert not summary["gate"]["blessed"] and "itself" in summary["gate"]["reason"]  # nothing to publish
+    assert not recorded(tmp_path / "run2-again", "POST models:upload") and not _deploys(tmp_path / "run2-again")
 
     # 3: a batch prediction job on the champion, local instances staged into the GCS emulator
     instances = tmp_path / "instances.jsonl"
@@ -149,7 +165,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     for run in ("run1", "run2", "run3"):  # every artifact and output location Vertex got: gs://
         locations = _locations(tmp_path / run)
         assert locations and all(uri.startswith("gs://") for _, uri in locations), (run, locations)
-    assert _locations(tmp_path / "run2-again") == []  # its Vertex jobs were cache hits: no request named a location
+    assert _locations(tmp_path / "run2-again") == []  # cache hits and no upload: no request named a location
 
 
 LOCATIONS = ("artifact_uri", "output_uri_prefix", "uris", "gcs_output_directory", "--data-dir", "--job-dir")

@@ -3,6 +3,8 @@
 (tests/contract/vertex/test_rehearsal.py: the requests a rehearsal recorded). Each takes the request as a dict with proto field
 names (enums by name) and the Platform the pipeline was compiled with."""
 
+import re
+
 from pipelines.config import Platform
 
 
@@ -28,7 +30,9 @@ def check_custom_job(request: dict, platform: Platform, workers: int) -> None:
     spec = job["job_spec"]
     _identity(spec, platform)
     assert spec.get("tensorboard", "") == platform.tensorboard
-    assert spec["base_output_directory"]["output_uri_prefix"].rstrip("/").endswith("job_dir")
+    # a folder of its own under its plan's root, named after the run that claimed it
+    *_, root, folder = spec["base_output_directory"]["output_uri_prefix"].rstrip("/").split("/")
+    assert root == "job_dir" and re.fullmatch("[a-z0-9-]+", folder), folder
     assert spec["scheduling"]["restart_job_on_worker_restart"] is True
     pools = spec["worker_pool_specs"]
     assert [int(p["replica_count"]) for p in pools] == ([1, workers - 1] if workers > 1 else [1])

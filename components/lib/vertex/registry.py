@@ -1,6 +1,8 @@
 """Vertex AI Model Registry and endpoint look-ups for the upload, deploy and batch prediction steps.
 
 - `find_resource`: the registry model / endpoint with a display name (upload a new version of it, reuse it);
+- `registered_version`: the version of a registry model that holds given artifacts (a model uploaded before is not
+  uploaded again);
 - `traffic_split`: a canary split that keeps the endpoint's current models serving the rest of the traffic;
 - `champion_version`: the registry model's version holding the champion alias (the evaluation gate's champion);
 - `resolve_model_version`: the exact model version a batch prediction job should use (the champion alias by
@@ -67,6 +69,22 @@ def find_resource(kind: str, display_name: str, project: str, location: str) -> 
         )
     print(f"{kind} {display_name!r}: {found[0].name}")
     return found[0].name
+
+
+def registered_version(model_name: str, artifact_uri: str) -> str:
+    """`projects/.../models/ID@VERSION` of the newest version of the registry model `model_name` whose artifacts
+    are `artifact_uri`, or "" (ListModelVersions, every page; Vertex keeps the URI an upload gave)."""
+    location = model_name.split("/")[3]
+    wanted = artifact_uri.rstrip("/")
+    same = [
+        v
+        for v in _client("model", location).list_model_versions(request={"name": model_name})
+        if v.artifact_uri.rstrip("/") == wanted
+    ]
+    if not same:
+        return ""
+    newest = max(same, key=lambda v: int(v.version_id))
+    return f"{newest.name}@{newest.version_id}"
 
 
 def traffic_split(current: Mapping[str, int], percentage: int) -> dict[str, int]:

@@ -1,6 +1,10 @@
-"""One clean Vertex AI endpoint: what happens to the endpoint's other deployed models and to the champion alias once
-a new model version is deployed, and the `promote` / `rollback` of a canary.
+"""One clean Vertex AI endpoint: what a deploy of a model version does to the endpoint's other deployed models and to
+the champion alias, and the `promote` / `rollback` of a canary. The endpoint holds the champion, at most one canary
+and the `keep_previous` models a full rollout kept.
 
+- The deploy's plan: a version already deployed is not deployed again (its traffic is set when it should change);
+  a canary takes its share from the champion's deployed model, and the canary it replaces is undeployed once the
+  new one serves (a later run of an unchanged model finds it deployed and changes nothing).
 - A full rollout (100 % of the traffic) undeploys the endpoint's other deployed models once the new one serves,
   but the `keep_previous` most recently deployed (left at 0 % for a quick rollback), and moves the champion aliases
   to the new version.
@@ -11,6 +15,7 @@ Plain functions over the Vertex AI GAPIC clients, for the steps `finish_vertex_r
 and the CLI.
 """
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 DEFAULT_ALIAS = "default"  # Vertex's reserved alias of the version used when a model is named without a version
@@ -19,6 +24,18 @@ OPERATION_TIMEOUT = 1800  # seconds an undeploy may take
 
 class RolloutError(RuntimeError):
     """The endpoint is not in a state the operation can act on (user-facing message)."""
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """A deploy of a version on the endpoint. `deployed_model_id` "": the version is not deployed yet (DeployModel
+    with `traffic_split`, "0" naming the new deployed model); else the id of its deployed model (no DeployModel:
+    the endpoint gets `traffic_split` when it differs). `replaced`: the canaries that stop serving, undeployed
+    once the version serves."""
+
+    traffic_split: dict[str, int]
+    deployed_model_id: str
+    replaced: list[str]
 
 
 @dataclass(frozen=True)
@@ -141,29 +158,88 @@ def _find(deployed: list, model_version: str):
     return matches[-1]
 
 
+def _champion_ids(deployed: list, model_version: str, alias: str) -> set[str]:
+    """Ids of the deployed models serving the version of `model_version`'s registry model that holds `alias`."""
+    from google.api_core.exceptions import NotFound
+
+    if not alias:
+        return set()
+    location, model_id, _ = model_version_ids(model_version)
+    try:
+        champion = _models(location).get_model(name=f"{model_version.partition('@')[0]}@{alias}")
+    except NotFound:
+        return set()
+    wanted = (location, model_id, champion.version_id)
+    return {d.id for d in deployed if model_version_ids(version_name(d)) == wanted}
+
+
+def plan_deploy(endpoint_name: str, model_version: str, traffic_percentage: int, alias: str) -> DeployPlan:
+    """The deploy of `model_version` with `traffic_percentage` % on the endpoint (`endpoint_name` "": a new one).
+    A canary's share comes from the deployed models of the version holding `alias` (the champion), and the other
+    models serving (earlier canaries) are replaced; without the champion on the endpoint, from every model serving,
+    in proportion. A full rollout replaces the earlier canaries too. A version already deployed keeps its deployed
+    model; if it holds `alias`, the split stays as it is."""
+    from components.lib.vertex.registry import traffic_split
+
+    if not 1 <= traffic_percentage <= 100:
+        raise ValueError(f"traffic_percentage must be in 1..100, got {traffic_percentage}")
+    if not endpoint_name:
+        return DeployPlan({"0": 100}, "", [])
+    deployed, current = deployed_models(endpoint_name)
+    wanted = model_version_ids(model_version)
+    same = [d for d in deployed if model_version_ids(version_name(d)) == wanted]
+    new_id = same[-1].id if same else "0"
+    champion = _champion_ids(deployed, model_version, alias)
+    if new_id in champion:
+        return DeployPlan({k: int(v) for k, v in current.items()}, new_id, [])
+    serving = {k: int(v) for k, v in current.items() if int(v) > 0 and k != new_id}
+    kept = {k: v for k, v in serving.items() if k in champion} or serving
+    split = {(new_id if k == "0" else k): v for k, v in traffic_split(kept, traffic_percentage).items()}
+    replaced = sorted(set(serving) - set(kept))
+    return DeployPlan(split, "" if new_id == "0" else new_id, replaced)
+
+
 def finish_rollout(
-    endpoint_name: str, model_version: str, traffic_percentage: int, keep_previous: int, aliases: list[str], echo=print
+    endpoint_name: str,
+    model_version: str,
+    traffic_percentage: int,
+    keep_previous: int,
+    aliases: list[str],
+    replaced: Sequence[str] = (),
+    traffic_split: dict[str, int] | None = None,
+    echo=print,
 ) -> Rollout:
-    """After `model_version` was deployed with `traffic_percentage` %: when it serves all the traffic (100 %, or a
-    canary on an endpoint where nothing else served), undeploy the others (but the `keep_previous` newest) and move
-    the aliases to it; while others serve too (a canary), change nothing."""
+    """After `model_version` was deployed with `traffic_percentage` % (or found deployed: the endpoint then gets
+    `traffic_split` when it differs): undeploy the `replaced` canaries that serve no more; when the version serves
+    all the traffic (100 %, or a canary on an endpoint where nothing else served), undeploy the others too (but the
+    `keep_previous` newest) and move the aliases to it; while others serve too (a canary), leave them and the
+    aliases."""
     deployed, split = deployed_models(endpoint_name)
     new = _find(deployed, model_version)
-    others = [d for d in deployed if d.id != new.id]
+    if traffic_split and {k: v for k, v in traffic_split.items() if v} != {k: v for k, v in split.items() if v}:
+        set_traffic(endpoint_name, dict(traffic_split))
+        echo(f"{new.id} ({model_version}) was deployed already: traffic {split} -> {dict(traffic_split)}")
+        split = dict(traffic_split)
+    gone = [d for d in deployed if d.id in replaced and d.id != new.id and not int(split.get(d.id, 0))]
+    undeploy(endpoint_name, [d.id for d in gone], echo)
+    others = [d for d in deployed if d.id != new.id and d not in gone]
     if int(split.get(new.id, 0)) < 100:
         echo(
             f"canary: {new.id} ({model_version}) serves {split.get(new.id, 0)} %; the others keep theirs "
             f"({', '.join(f'{d.id}: {split.get(d.id, 0)} %' for d in others) or 'none'}). Promote it with "
             "`python -m pipelines promote` or roll it back with `... rollback`"
         )
-        return Rollout(new.id, canary=True, undeployed=[], kept=[d.id for d in others])
+        return Rollout(new.id, canary=True, undeployed=[d.id for d in gone], kept=[d.id for d in others])
     if traffic_percentage < 100:
         echo(f"{new.id} ({model_version}) serves all the traffic (nothing else served): a full rollout")
     retired = _retired(others, keep_previous)
     undeploy(endpoint_name, [d.id for d in retired], echo)
     move_aliases(model_version, aliases, echo)
     return Rollout(
-        new.id, canary=False, undeployed=[d.id for d in retired], kept=[d.id for d in others if d not in retired]
+        new.id,
+        canary=False,
+        undeployed=[d.id for d in [*gone, *retired]],
+        kept=[d.id for d in others if d not in retired],
     )
 
 

@@ -1,5 +1,6 @@
-"""The ModelService on the registry (registry.py): list, get and alias model versions over gRPC, upload over REST
-(GCPC's upload launcher). Lists are filtered by display name, ordered and paged as Vertex does."""
+"""The ModelService on the registry (registry.py): list models and a model's versions, get and alias model versions
+over gRPC, upload over REST (GCPC's upload launcher). Lists are filtered by display name, ordered and paged as
+Vertex does."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from google.longrunning import operations_pb2
 from pipelines.rehearsal.api import messages
 from pipelines.rehearsal.api.context import Context
 from pipelines.rehearsal.api.operations import Operations
+from pipelines.rehearsal.registry import ApiError
 
 _MODEL_FIELDS = (
     "name",
@@ -40,6 +42,11 @@ class ModelService:
         """The service's gRPC methods: name → (request class, response class, handler)."""
         return {
             "ListModels": (model_service_pb.ListModelsRequest, model_service_pb.ListModelsResponse, self.list_models),
+            "ListModelVersions": (
+                model_service_pb.ListModelVersionsRequest,
+                model_service_pb.ListModelVersionsResponse,
+                self.list_model_versions,
+            ),
             "GetModel": (model_service_pb.GetModelRequest, model_pb.Model, self.get_model),
             "MergeVersionAliases": (
                 model_service_pb.MergeVersionAliasesRequest,
@@ -52,6 +59,17 @@ class ModelService:
         found = self.registry.list_models(request.parent, messages.display_name(request.filter), request.order_by)
         page, token = messages.page(found, request.page_size, request.page_token)
         return model_service_pb.ListModelsResponse(models=[_model(v) for v in page], next_page_token=token)
+
+    def list_model_versions(
+        self, request: model_service_pb.ListModelVersionsRequest
+    ) -> model_service_pb.ListModelVersionsResponse:
+        if request.filter:
+            raise ApiError(
+                "INVALID_ARGUMENT", f"the rehearsal lists versions unfiltered; got filter {request.filter!r}"
+            )
+        found = self.registry.ordered(self.registry.versions(request.name), request.order_by)
+        page, token = messages.page(found, request.page_size, request.page_token)
+        return model_service_pb.ListModelVersionsResponse(models=[_model(v) for v in page], next_page_token=token)
 
     def get_model(self, request: model_service_pb.GetModelRequest) -> model_pb.Model:
         return _model(self.registry.version(request.name))

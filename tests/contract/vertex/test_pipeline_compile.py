@@ -53,6 +53,7 @@ def test_vertex_dag(tmp_path):
         "check-champion",
         "condition-branches-1",
         "plan-vertex-training-2",
+        "claim-output-directory-2",
         "custom-training-job",
         "import-trained-model",
         "find-registry-champion",
@@ -70,24 +71,49 @@ def test_vertex_dag(tmp_path):
     assert deps(root, "check-champion") == ["find-registry-champion", "prepare-data"]
     assert deps(root, "condition-branches-1") == ["check-champion", "prepare-data"]
     assert deps(root, "plan-vertex-training-2") == ["condition-branches-1", "prepare-data"]
-    assert deps(root, "custom-training-job") == ["plan-vertex-training-2"]
-    assert deps(root, "import-trained-model") == ["custom-training-job", "plan-vertex-training-2"]
+    assert deps(root, "claim-output-directory-2") == ["plan-vertex-training-2"]
+    assert deps(root, "custom-training-job") == ["claim-output-directory-2", "plan-vertex-training-2"]
+    assert deps(root, "import-trained-model") == [
+        "claim-output-directory-2",
+        "custom-training-job",
+        "plan-vertex-training-2",
+    ]
+    # the job's folder under the plan's root: claimed on every run (a run beside another gets its own folder)
+    claimed = {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "claim-output-directory-2"}}
+    assert root["claim-output-directory-2"]["cachingOptions"] == {}
+    assert params(root["claim-output-directory-2"]) == {
+        "root": {
+            "taskOutputParameter": {
+                "outputParameterKey": "base_output_directory",
+                "producerTask": "plan-vertex-training-2",
+            }
+        },
+        "run_name": "{{$.pipeline_job_name}}",
+    }
+    assert params(root["import-trained-model"]) == {
+        "directory": claimed,
+        "gcp_resources": {
+            "taskOutputParameter": {"outputParameterKey": "gcp_resources", "producerTask": "custom-training-job"}
+        },
+    }
     assert deps(root, "evaluate-model") == ["find-registry-champion", "import-trained-model", "prepare-data"]
     job = root["custom-training-job"]
     planned = {
         key: {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-vertex-training-2"}}
-        for key in ("worker_pool_specs", "base_output_directory", "display_name")
+        for key in ("worker_pool_specs", "display_name")
     }
     # the run's identity, labels and TensorBoard on the custom job; its display name from the run's name
-    assert params(job) == {
-        **planned,
+    settings = {
         "location": "europe-west4",
         "restart_job_on_worker_restart": True,
         "tensorboard": PLATFORM.tensorboard,
         "labels": LABELS,
         **IDENTITY,
     }
+    assert params(job) == {**planned, "base_output_directory": claimed, **settings}
     plan_inputs = params(root["plan-vertex-training-2"])
+    # the job's settings key the plan's cache: other settings, another root (no job writes another's folder)
+    assert plan_inputs["job_settings"] == settings
     assert plan_inputs["trainer_image"] == "example.com/tfpipe/trainer:abc"
     assert plan_inputs["machine_type"] == "n1-standard-8"
     assert plan_inputs["workers"] == {"componentInputParameter": "workers"}
@@ -126,9 +152,9 @@ def test_vertex_dag(tmp_path):
         == "inputs.parameter_values['pipelinechannel--evaluate-model-Output'] == true"
     )
     inner = dag(spec, condition["componentRef"]["name"])
-    assert set(inner) == {"importer", "find-model", "condition-branches-5", "condition-branches-8", "quantize-model"}
+    assert set(inner) == {"importer", "find-model", "condition-branches-5", "condition-branches-9", "quantize-model"}
     assert deps(inner, "condition-branches-5") == ["find-model", "importer"]
-    assert deps(inner, "condition-branches-8") == ["condition-branches-5"]
+    assert deps(inner, "condition-branches-9") == ["condition-branches-5"]
     quantize = inner["quantize-model"]["inputs"]
     assert quantize["artifacts"]["model"] == {"componentInputArtifact": "pipelinechannel--import-trained-model-model"}
     assert quantize["parameters"]["mode"]["componentInputParameter"] == "pipelinechannel--tflite_mode"
@@ -207,6 +233,7 @@ def test_vertex_tuning_branch(tmp_path):
     assert set(tuning) == {
         "default-hyperparameters",
         "plan-vertex-training",
+        "claim-output-directory",
         "hyperparameter-tuning-job",
         "read-best-trial",
         "merge-hyperparameters",
@@ -219,8 +246,15 @@ def test_vertex_tuning_branch(tmp_path):
     assert plan["trainer_image"] == "example.com/tfpipe/trainer:abc"
     assert (plan["pipeline_name"], plan["purpose"]) == ("tfpipe-training", "tune")
     job = params(tuning["hyperparameter-tuning-job"])
-    for key in ("worker_pool_specs", "base_output_directory", "display_name"):
+    for key in ("worker_pool_specs", "display_name"):
         assert job[key] == {"taskOutputParameter": {"outputParameterKey": key, "producerTask": "plan-vertex-training"}}
+    claimed = {"taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "claim-output-directory"}}
+    assert job["base_output_directory"] == claimed
+    assert tuning["claim-output-directory"]["cachingOptions"] == {}
+    # every setting of the job keys the plan's cache (a changed study gets a root of its own)
+    from_plan = ("display_name", "worker_pool_specs", "base_output_directory")
+    assert plan["job_settings"] == {k: v for k, v in job.items() if k not in from_plan}
+    assert len(plan["job_settings"]) == 11  # the study, its limits, its algorithm, the location, the identity
     assert {k: job[k] for k in IDENTITY} == IDENTITY  # the tuning job runs as the run's identity, on its network
     assert job["max_trial_count"] == 4
     assert job["parallel_trial_count"] == 2
@@ -236,6 +270,16 @@ def test_vertex_tuning_branch(tmp_path):
         "taskOutputParameter": {"outputParameterKey": "gcp_resources", "producerTask": "hyperparameter-tuning-job"}
     }
     assert best["goal"] == "maximize"
+    # once it read the job, it records the job's folder as completed under the plan's root
+    assert (best["root"], best["directory"]) == (
+        {
+            "taskOutputParameter": {
+                "outputParameterKey": "base_output_directory",
+                "producerTask": "plan-vertex-training",
+            }
+        },
+        claimed,
+    )
     merge = params(tuning["merge-hyperparameters"])
     assert merge["best"] == {
         "taskOutputParameter": {"outputParameterKey": "best_parameters", "producerTask": "read-best-trial"}
@@ -395,36 +439,45 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
     _, spec = compile_spec("vertex", tmp_path)
     blessed = dag(spec, "comp-condition-4")
     find = blessed["find-model"]
-    assert params(find) == {"display_name": "digits", "project": PROJECT, "location": "europe-west4"}
+    assert params(find) == {
+        "display_name": "digits",
+        "artifact_uri": {"componentInputParameter": "pipelinechannel--import-trained-model-model_uri"},
+        "project": PROJECT,
+        "location": "europe-west4",
+    }
     assert find["cachingOptions"] == {}  # a look-up must not be served from the cache
     branches = dag(spec, "comp-condition-branches-5")
-    assert (
-        branches["condition-6"]["triggerPolicy"]["condition"]
-        == "inputs.parameter_values['pipelinechannel--find-model-resource_name'] != ''"
-    )
-    assert (
-        branches["condition-7"]["triggerPolicy"]["condition"]
-        == "!(inputs.parameter_values['pipelinechannel--find-model-resource_name'] != '')"
-    )
+    registered = "inputs.parameter_values['pipelinechannel--find-model-version_name'] != ''"
+    exists = "inputs.parameter_values['pipelinechannel--find-model-resource_name'] != ''"
+    assert branches["condition-6"]["triggerPolicy"]["condition"] == registered
+    assert branches["condition-7"]["triggerPolicy"]["condition"] == f"!({registered}) && {exists}"
+    assert branches["condition-8"]["triggerPolicy"]["condition"] == f"!({registered}) && !({exists})"
+    # the trained model's artifacts are a registry version already (a cached training): that version, no upload
+    assert set(dag(spec, "comp-condition-6")) == {"importer-2"}
+    assert params(dag(spec, "comp-condition-6")["importer-2"]) == {
+        "uri": {"componentInputParameter": "pipelinechannel--find-model-version_uri"},
+        "metadata": {"componentInputParameter": "pipelinechannel--find-model-version_name"},
+    }
     # no version_aliases: the alias moves only once the version serves (or, without a deploy, after the upload)
     upload = {"display_name": "digits", "location": "europe-west4", "labels": LABELS, "encryption_spec_key_name": KEY}
     # the model exists: import it as a VertexModel (GCPC reads metadata.resourceName) and upload a version of it
-    existing = dag(spec, "comp-condition-6")
-    assert set(existing) == {"importer-2", "model-upload"}
+    existing = dag(spec, "comp-condition-7")
+    assert set(existing) == {"importer-3", "model-upload"}
     assert existing["model-upload"]["cachingOptions"] == {}
-    assert params(existing["importer-2"]) == {
+    assert params(existing["importer-3"]) == {
         "uri": {"componentInputParameter": "pipelinechannel--find-model-resource_uri"},
         "metadata": {"componentInputParameter": "pipelinechannel--find-model-resource_name"},
     }
     executors = spec["deploymentSpec"]["executors"]
-    assert executors["exec-importer-2"]["importer"] == {
-        "artifactUri": {"runtimeParameter": "uri"},
-        "metadata": {"resourceName": "{{$.inputs.parameters['metadata']}}"},
-        "typeSchema": {"schemaTitle": "google.VertexModel", "schemaVersion": "0.0.1"},
-    }
+    for importer in ("exec-importer-2", "exec-importer-3"):
+        assert executors[importer]["importer"] == {
+            "artifactUri": {"runtimeParameter": "uri"},
+            "metadata": {"resourceName": "{{$.inputs.parameters['metadata']}}"},
+            "typeSchema": {"schemaTitle": "google.VertexModel", "schemaVersion": "0.0.1"},
+        }
     assert params(existing["model-upload"]) == upload
     assert existing["model-upload"]["inputs"]["artifacts"] == {
-        "parent_model": {"taskOutputArtifact": {"outputArtifactKey": "artifact", "producerTask": "importer-2"}},
+        "parent_model": {"taskOutputArtifact": {"outputArtifactKey": "artifact", "producerTask": "importer-3"}},
         "unmanaged_container_model": {"componentInputArtifact": "pipelinechannel--importer-artifact"},
     }
     # GCPC passes the parent model's metadata.resourceName (what the importer sets) as --parent_model_name
@@ -435,7 +488,7 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
         }
     }
     # no such model: a plain upload creates it
-    missing = dag(spec, "comp-condition-7")
+    missing = dag(spec, "comp-condition-8")
     assert set(missing) == {"model-upload-2"}
     assert params(missing["model-upload-2"]) == upload
     assert missing["model-upload-2"]["inputs"]["artifacts"] == {
@@ -445,8 +498,9 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
     assert spec["components"]["comp-condition-branches-5"]["dag"]["outputs"]["artifacts"] == {
         "pipelinechannel--condition-branches-5-oneof-1": {
             "artifactSelectors": [
-                {"outputArtifactKey": "pipelinechannel--model-upload-model", "producerSubtask": "condition-6"},
-                {"outputArtifactKey": "pipelinechannel--model-upload-2-model", "producerSubtask": "condition-7"},
+                {"outputArtifactKey": "pipelinechannel--importer-2-artifact", "producerSubtask": "condition-6"},
+                {"outputArtifactKey": "pipelinechannel--model-upload-model", "producerSubtask": "condition-7"},
+                {"outputArtifactKey": "pipelinechannel--model-upload-2-model", "producerSubtask": "condition-8"},
             ]
         }
     }
@@ -454,57 +508,52 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
 
 def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_path):
     _, spec = compile_spec("vertex", tmp_path)
-    branches = dag(spec, "comp-condition-branches-8")
+    branches = dag(spec, "comp-condition-branches-9")
     assert (
-        branches["condition-12"]["triggerPolicy"]["condition"]
+        branches["condition-16"]["triggerPolicy"]["condition"]
         == "inputs.parameter_values['pipelinechannel--deploy'] == true"
     )
     assert (
-        branches["condition-13"]["triggerPolicy"]["condition"]
+        branches["condition-17"]["triggerPolicy"]["condition"]
         == "!(inputs.parameter_values['pipelinechannel--deploy'] == true)"
     )
-    deploy = dag(spec, "comp-condition-12")
-    assert set(deploy) == {
-        "find-endpoint",
-        "condition-branches-9",
-        "plan-traffic-split",
-        "deploy-vertex-model",
-        "finish-vertex-rollout",
-    }
+    deploy = dag(spec, "comp-condition-16")
+    assert set(deploy) == {"find-endpoint", "condition-branches-10", "plan-traffic-split", "condition-branches-13"}
     assert params(deploy["find-endpoint"]) == {
         "display_name": "digits-endpoint",
         "project": PROJECT,
         "location": "europe-west4",
     }
+    uploaded = {
+        "componentInputArtifact": "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"
+    }
+    assert deploy["plan-traffic-split"]["inputs"]["artifacts"] == {"model": uploaded}
     assert params(deploy["plan-traffic-split"]) == {
         "endpoint_name": {
             "taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "find-endpoint"}
         },
         "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
+        "alias": "champion",
     }
-    # every step that reads or changes the endpoint runs each time (a deleted endpoint is never served from cache)
-    for name in ("find-endpoint", "plan-traffic-split", "deploy-vertex-model", "finish-vertex-rollout"):
-        assert deploy[name]["cachingOptions"] == {}
-    inner = dag(spec, "comp-condition-branches-9")
+    inner = dag(spec, "comp-condition-branches-10")
     assert (
-        inner["condition-10"]["triggerPolicy"]["condition"]
+        inner["condition-11"]["triggerPolicy"]["condition"]
         == "inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != ''"
     )
     assert (
-        inner["condition-11"]["triggerPolicy"]["condition"]
+        inner["condition-12"]["triggerPolicy"]["condition"]
         == "!(inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != '')"
     )
-    assert set(dag(spec, "comp-condition-10")) == {"importer-3"}
+    assert set(dag(spec, "comp-condition-11")) == {"importer-4"}
     assert (
-        spec["deploymentSpec"]["executors"]["exec-importer-3"]["importer"]["typeSchema"]["schemaTitle"]
+        spec["deploymentSpec"]["executors"]["exec-importer-4"]["importer"]["typeSchema"]["schemaTitle"]
         == "google.VertexEndpoint"
     )
-    assert spec["deploymentSpec"]["executors"]["exec-importer-3"]["importer"]["metadata"] == {
+    assert spec["deploymentSpec"]["executors"]["exec-importer-4"]["importer"]["metadata"] == {
         "resourceName": "{{$.inputs.parameters['metadata']}}"
     }
-    created = dag(spec, "comp-condition-11")
+    created = dag(spec, "comp-condition-12")
     assert set(created) == {"endpoint-create"}
-    assert created["endpoint-create"]["cachingOptions"] == {}
     # CMEK and labels; no network: a peered (private) endpoint holds one model, so no canary and no hot swap
     assert params(created["endpoint-create"]) == {
         "display_name": "digits-endpoint",
@@ -512,31 +561,29 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "labels": LABELS,
         "encryption_spec_key_name": KEY,
     }
-    assert spec["components"]["comp-condition-branches-9"]["dag"]["outputs"]["artifacts"] == {
-        "pipelinechannel--condition-branches-9-oneof-1": {
+    assert spec["components"]["comp-condition-branches-10"]["dag"]["outputs"]["artifacts"] == {
+        "pipelinechannel--condition-branches-10-oneof-1": {
             "artifactSelectors": [
-                {"outputArtifactKey": "pipelinechannel--importer-3-artifact", "producerSubtask": "condition-10"},
-                {"outputArtifactKey": "pipelinechannel--endpoint-create-endpoint", "producerSubtask": "condition-11"},
+                {"outputArtifactKey": "pipelinechannel--importer-4-artifact", "producerSubtask": "condition-11"},
+                {"outputArtifactKey": "pipelinechannel--endpoint-create-endpoint", "producerSubtask": "condition-12"},
             ]
         }
     }
     endpoint = {
-        "taskOutputArtifact": {
-            "outputArtifactKey": "pipelinechannel--condition-branches-9-oneof-1",
-            "producerTask": "condition-branches-9",
-        }
+        "componentInputArtifact": "pipelinechannel--condition-branches-10-pipelinechannel--condition-branches-10-oneof-1"
     }
-    uploaded = {
-        "componentInputArtifact": "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"
-    }
-    task = deploy["deploy-vertex-model"]
-    assert deps(deploy, "deploy-vertex-model") == ["condition-branches-9", "plan-traffic-split"]
+    # the version is not deployed yet: deploy it, then finish the rollout; else only finish it (set its traffic)
+    planned = dag(spec, "comp-condition-branches-13")
+    not_deployed = "inputs.parameter_values['pipelinechannel--plan-traffic-split-deployed_model_id'] == ''"
+    assert planned["condition-14"]["triggerPolicy"]["condition"] == not_deployed
+    assert planned["condition-15"]["triggerPolicy"]["condition"] == f"!({not_deployed})"
+    new, again = dag(spec, "comp-condition-14"), dag(spec, "comp-condition-15")
+    assert set(new) == {"deploy-vertex-model", "finish-vertex-rollout"} and set(again) == {"finish-vertex-rollout-2"}
+    task = new["deploy-vertex-model"]
     assert task["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(task) == {
         "deployed_model_display_name": "digits",
-        "traffic_split": {
-            "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "plan-traffic-split"}
-        },
+        "traffic_split": {"componentInputParameter": "pipelinechannel--plan-traffic-split-traffic_split"},
         "machine_type": "n1-highcpu-4",
         "min_replica_count": 2,
         "max_replica_count": 5,
@@ -544,22 +591,41 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "accelerator_count": 1,
         "service_account": SA,  # the deployed container runs as the run's service account
     }
-    # only after the deploy succeeded: undeploy the previous models (but keep_previous) and move the aliases
-    finish = deploy["finish-vertex-rollout"]
-    assert deps(deploy, "finish-vertex-rollout") == ["condition-branches-9", "deploy-vertex-model"]
-    assert finish["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
-    assert params(finish) == {
+    # only after the deploy succeeded: undeploy the replaced canary and the previous models, move the aliases
+    finish = {
         "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
         "keep_previous": 1,
         "aliases": ["champion", "blue"],
+        "replaced": {"componentInputParameter": "pipelinechannel--plan-traffic-split-replaced"},
     }
+    assert deps(new, "finish-vertex-rollout") == ["deploy-vertex-model"]
+    assert new["finish-vertex-rollout"]["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
+    assert params(new["finish-vertex-rollout"]) == {**finish, "traffic_split": {}}
+    assert again["finish-vertex-rollout-2"]["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
+    assert params(again["finish-vertex-rollout-2"]) == {
+        **finish,
+        "traffic_split": {"componentInputParameter": "pipelinechannel--plan-traffic-split-traffic_split"},
+    }
+    # every step that reads or changes the endpoint runs each time (a deleted endpoint is never served from cache)
+    for tasks, name in (
+        (deploy, "find-endpoint"),
+        (deploy, "plan-traffic-split"),
+        (created, "endpoint-create"),
+        (new, "deploy-vertex-model"),
+        (new, "finish-vertex-rollout"),
+        (again, "finish-vertex-rollout-2"),
+    ):
+        assert tasks[name]["cachingOptions"] == {}, name
     # deploy disabled: the uploaded version becomes the champion right away
-    crown = dag(spec, "comp-condition-13")
+    crown = dag(spec, "comp-condition-17")
     assert set(crown) == {"crown-vertex-model"} and crown["crown-vertex-model"]["cachingOptions"] == {}
     assert crown["crown-vertex-model"]["inputs"]["artifacts"] == {"model": uploaded}
     assert params(crown["crown-vertex-model"]) == {"aliases": ["champion", "blue"]}
-    assert spec["components"]["comp-plan-traffic-split"]["outputDefinitions"]["parameters"]["Output"] == {
-        "parameterType": "STRUCT"
+    outputs = spec["components"]["comp-plan-traffic-split"]["outputDefinitions"]["parameters"]
+    assert outputs == {
+        "traffic_split": {"parameterType": "STRUCT"},
+        "deployed_model_id": {"parameterType": "STRING"},
+        "replaced": {"parameterType": "LIST"},
     }
     inputs = root_inputs(spec)
     assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}

@@ -15,7 +15,6 @@ from components.find_endpoint import find_endpoint
 from components.find_model import find_model
 from components.lib.vertex.registry import display_name_filter, find_resource, resolve_model_version, traffic_split
 from components.plan_batch_prediction import plan_batch_prediction
-from components.plan_traffic_split import plan_traffic_split
 from tests.doubles.gapic import FakeStub
 
 PARENT = "projects/my-project/locations/europe-west4"
@@ -41,6 +40,19 @@ def list_models_stub(monkeypatch, pages):
     return FakeStub(answer).bind(ModelServiceGrpcTransport, "list_models", monkeypatch)
 
 
+def list_versions_stub(monkeypatch, pages):
+    """ListModelVersions answering `pages` (lists of (version id, artifact URI)) with page tokens p1, p2, ..."""
+
+    def answer(request):
+        index = int(request.page_token[1:]) if request.page_token else 0
+        return model_service.ListModelVersionsResponse(
+            models=[model_pb.Model(name=request.name, version_id=v, artifact_uri=uri) for v, uri in pages[index]],
+            next_page_token=f"p{index + 1}" if index + 1 < len(pages) else "",
+        )
+
+    return FakeStub(answer).bind(ModelServiceGrpcTransport, "list_model_versions", monkeypatch)
+
+
 def get_model_stub(monkeypatch, version_id="3"):
     def answer(request):
         return model_pb.Model(name=request.name.split("@")[0], version_id=version_id, display_name="tfpipe-model")
@@ -61,15 +73,33 @@ def test_find_model_sends_the_exact_list_request_and_follows_pages(monkeypatch, 
         ("ListModelsRequest", second, "europe-west4-aiplatform.googleapis.com:443", f"parent={PARENT}"),
     ]
     assert f"2 models are named 'tfpipe-model'; using the oldest, {MODEL}" in capsys.readouterr().out
-    outputs = find_model("tfpipe-model", "my-project", "europe-west4")
+    versions = list_versions_stub(monkeypatch, [[("1", "gs://b/run1/model")], [("2", "gs://b/run2/model")]])
+    outputs = find_model("tfpipe-model", "gs://b/run3/model/", "my-project", "europe-west4")
     assert outputs.resource_name == MODEL
     assert outputs.resource_uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}"
+    assert (outputs.version_name, outputs.version_uri) == ("", "")  # other artifacts: a new version is uploaded
+    assert [call[1] for call in versions.calls] == [
+        model_service.ListModelVersionsRequest(name=MODEL),
+        model_service.ListModelVersionsRequest(name=MODEL, page_token="p1"),
+    ]
+    assert versions.calls[0][3] == f"name={MODEL}"
+
+
+def test_find_model_finds_the_version_holding_the_trained_models_artifacts(monkeypatch, capsys):
+    list_models_stub(monkeypatch, [[MODEL]])
+    # two uploads of one model (a retried step before this fix): the newest is taken
+    pages = [[("1", "gs://b/run1/model"), ("2", "gs://b/run2/model/")], [("3", "gs://b/run2/model")]]
+    list_versions_stub(monkeypatch, pages)
+    outputs = find_model("tfpipe-model", "gs://b/run2/model", "my-project", "europe-west4")
+    assert outputs.version_name == f"{MODEL}@3"
+    assert outputs.version_uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@3"
+    assert f"gs://b/run2/model is registered already as {MODEL}@3: no new upload" in capsys.readouterr().out
 
 
 def test_find_model_returns_empty_when_there_is_none(monkeypatch):
     stub = list_models_stub(monkeypatch, [[]])
-    outputs = find_model('my "quoted" \\ model', "my-project", "europe-west4")
-    assert (outputs.resource_name, outputs.resource_uri) == ("", "")
+    outputs = find_model('my "quoted" \\ model', "gs://b/model", "my-project", "europe-west4")
+    assert tuple(outputs) == ("", "", "", "")  # no model: no version listed
     assert stub.calls[0][1].filter == 'display_name="my \\"quoted\\" \\\\ model"'
     assert display_name_filter("a") == 'display_name="a"'
     with pytest.raises(ValueError, match="a model display name is required"):
@@ -120,23 +150,6 @@ def test_traffic_split_rejects_out_of_range():
     for bad in (0, 101):
         with pytest.raises(ValueError, match="traffic_percentage must be in 1..100"):
             traffic_split({}, bad)
-
-
-def test_plan_traffic_split_reads_the_endpoint(monkeypatch):
-    def answer(request):
-        return endpoint_pb.Endpoint(name=request.name, traffic_split={"111": 80, "222": 20})
-
-    stub = FakeStub(answer).bind(EndpointServiceGrpcTransport, "get_endpoint", monkeypatch)
-    assert plan_traffic_split(ENDPOINT, 10) == {"0": 10, "111": 72, "222": 18}
-    assert stub.calls == [
-        (
-            "GetEndpointRequest",
-            endpoint_service.GetEndpointRequest(name=ENDPOINT),
-            "europe-west4-aiplatform.googleapis.com:443",
-            f"name={ENDPOINT}",
-        )
-    ]
-    assert plan_traffic_split("", 10) == {"0": 100} and len(stub.calls) == 1  # new endpoint: no call
 
 
 def test_resolve_model_version_champion_version_and_resource_name(monkeypatch):

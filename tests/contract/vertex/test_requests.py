@@ -86,7 +86,7 @@ def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(s
         dag(specs["training"])["custom-training-job"],
         {
             "worker_pool_specs": POOLS,
-            "base_output_directory": "gs://b/root/plan/job_dir",
+            "base_output_directory": "gs://b/root/plan/job_dir/tfpipe-training-20261123",
             "display_name": "tfpipe-training-20261123-train",
             "project": "my-project",
         },
@@ -102,7 +102,7 @@ def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(s
     assert job.encryption_spec.kms_key_name == KEY
     spec = job.job_spec
     assert (spec.service_account, spec.network, spec.tensorboard) == (SA, NETWORK, PLATFORM.tensorboard)
-    assert spec.base_output_directory.output_uri_prefix == "gs://b/root/plan/job_dir"
+    assert spec.base_output_directory.output_uri_prefix == "gs://b/root/plan/job_dir/tfpipe-training-20261123"
     assert spec.scheduling.restart_job_on_worker_restart
     assert [
         (p.machine_spec.machine_type, p.replica_count, p.container_spec.image_uri) for p in spec.worker_pool_specs
@@ -116,7 +116,7 @@ def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch,
         dag(specs["training"], "comp-condition-2")["hyperparameter-tuning-job"],
         {
             "worker_pool_specs": POOLS,
-            "base_output_directory": "gs://b/root/plan/job_dir",
+            "base_output_directory": "gs://b/root/plan/job_dir/tfpipe-training-20261123",
             "display_name": "tfpipe-training-20261123-tune",
             "project": "my-project",
         },
@@ -374,7 +374,7 @@ class Rest:
 
 def test_model_upload_request_carries_cmek_labels_and_the_serving_container(specs, monkeypatch, tmp_path):
     rest = Rest(monkeypatch, {"model": MODEL, "modelVersionId": "4"})
-    branch = dag(specs["training"], "comp-condition-6")["model-upload"]
+    branch = dag(specs["training"], "comp-condition-7")["model-upload"]
     parent = {
         "uri": f"https://{LOCATION}-aiplatform.googleapis.com/v1/{MODEL}",
         "metadata": {"resourceName": MODEL},
@@ -420,7 +420,7 @@ def test_endpoint_creation_carries_cmek_and_labels(specs, monkeypatch, tmp_path)
     rest = Rest(monkeypatch, {"name": ENDPOINT})
     Launch(
         specs["training"],
-        dag(specs["training"], "comp-condition-11")["endpoint-create"],
+        dag(specs["training"], "comp-condition-12")["endpoint-create"],
         {"project": "my-project"},
         {},
         tmp_path,
@@ -445,7 +445,7 @@ def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkey
     }
     Launch(
         specs["training"],
-        dag(specs["training"], "comp-condition-12")["deploy-vertex-model"],
+        dag(specs["training"], "comp-condition-14")["deploy-vertex-model"],
         {"traffic_split": {"0": 10, "d1": 90}},
         {"endpoint": endpoint, "model": model},
         tmp_path,

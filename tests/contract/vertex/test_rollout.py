@@ -9,7 +9,18 @@ from kfp import dsl
 
 from components.crown_vertex_model import crown_vertex_model
 from components.finish_vertex_rollout import finish_vertex_rollout
-from components.lib.vertex.rollout import Promotion, Rollback, Rollout, RolloutError, finish_rollout, promote, rollback
+from components.lib.vertex.rollout import (
+    DeployPlan,
+    Promotion,
+    Rollback,
+    Rollout,
+    RolloutError,
+    finish_rollout,
+    plan_deploy,
+    promote,
+    rollback,
+)
+from components.plan_traffic_split import plan_traffic_split
 from tests.doubles.gapic import RegistryDouble, numbered
 
 ENDPOINT = "projects/my-project/locations/europe-west4/endpoints/777"
@@ -45,6 +56,10 @@ def merge(version, aliases=("champion", "blue", "default"), model=MODEL):
     )
 
 
+def champion(model=MODEL, alias="champion"):
+    return ("get_model", model_service.GetModelRequest(name=f"{model}@{alias}"))
+
+
 def traffic(split, endpoint=ENDPOINT):
     return (
         "update_endpoint",
@@ -53,6 +68,78 @@ def traffic(split, endpoint=ENDPOINT):
             update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
         ),
     )
+
+
+def test_a_new_canary_takes_its_share_from_the_champion_and_replaces_the_earlier_canary(monkeypatch):
+    # version 1 is the champion at 90 %, version 2 an earlier canary at 10 %; version 3 comes as a 10 % canary
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    plan = plan_deploy(ENDPOINT, f"{MODEL}@3", 10, "champion")
+    assert plan == DeployPlan(traffic_split={"0": 10, "d1": 90}, deployed_model_id="", replaced=["d2"])
+    assert vertex.calls == [get_endpoint(), champion()]
+    # DeployModel with that split (d2 left out of it: 0 %), then the rollout's end undeploys the replaced canary
+    vertex.deployed.append(("d3", "3", 300))
+    vertex.split, vertex.calls = {"d3": 10, "d1": 90}, []
+    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 10, 1, ALIASES, plan.replaced)
+    assert vertex.calls == [get_endpoint(), undeploy("d2")]
+    assert result == Rollout(deployed_model_id="d3", canary=True, undeployed=["d2"], kept=["d1"])
+    assert [d[0] for d in vertex.deployed] == ["d1", "d3"] and vertex.aliases["champion"] == "1"
+
+
+def test_a_version_deployed_already_is_not_deployed_again(monkeypatch):
+    # the canary's run again on unchanged data: the same version, deployed, at the share asked: nothing changes
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    plan = plan_deploy(ENDPOINT, f"{MODEL}@2", 10, "champion")
+    assert plan == DeployPlan(traffic_split={"d2": 10, "d1": 90}, deployed_model_id="d2", replaced=[])
+    vertex.calls = []
+    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 1, ALIASES, plan.replaced, plan.traffic_split)
+    assert vertex.calls == [get_endpoint()]  # no traffic change, nothing undeployed, no alias moved
+    assert result == Rollout(deployed_model_id="d2", canary=True, undeployed=[], kept=["d1"])
+    # asked for all the traffic now: its split is set, the rest of a full rollout follows
+    plan = plan_deploy(ENDPOINT, f"{MODEL}@2", 100, "champion")
+    assert plan == DeployPlan(traffic_split={"d2": 100}, deployed_model_id="d2", replaced=[])
+    vertex.calls = []
+    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 100, 0, ALIASES, plan.replaced, plan.traffic_split)
+    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2")]
+    assert result == Rollout(deployed_model_id="d2", canary=False, undeployed=["d1"], kept=[])
+
+
+def test_the_champion_found_deployed_keeps_the_endpoint_as_it_is(monkeypatch):
+    vertex = double(monkeypatch, [("d0", "0", 50), ("d1", "1", 100)], {"d1": 100})
+    plan = plan_deploy(ENDPOINT, f"{MODEL}@1", 10, "champion")  # a canary's run whose model is the champion
+    assert plan == DeployPlan(traffic_split={"d1": 100}, deployed_model_id="d1", replaced=[])
+    vertex.calls = []
+    result = finish_rollout(ENDPOINT, f"{MODEL}@1", 10, 1, ALIASES, plan.replaced, plan.traffic_split)
+    assert vertex.calls == [get_endpoint(), merge("1")]  # aliases merged again (no change); d0 kept
+    assert result == Rollout(deployed_model_id="d1", canary=False, undeployed=[], kept=["d0"])
+
+
+def test_a_full_rollout_undeploys_the_canary_before_keeping_previous_models(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    plan = plan_deploy(ENDPOINT, f"{MODEL}@3", 100, "champion")
+    assert plan == DeployPlan(traffic_split={"0": 100}, deployed_model_id="", replaced=["d2"])
+    vertex.deployed.append(("d3", "3", 300))
+    vertex.split, vertex.calls = {"d3": 100}, []
+    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 1, ALIASES, plan.replaced)
+    assert vertex.calls == [get_endpoint(), undeploy("d2"), merge("3")]  # the champion is the one kept
+    assert result == Rollout(deployed_model_id="d3", canary=False, undeployed=["d2"], kept=["d1"])
+
+
+def test_without_the_champion_on_the_endpoint_a_canary_shares_with_every_model_serving(monkeypatch):
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 80, "d2": 20}, {"default": "1"})
+    plan = plan_deploy(ENDPOINT, f"{MODEL}@3", 10, "champion")  # no version holds the alias
+    assert plan == DeployPlan(traffic_split={"0": 10, "d1": 72, "d2": 18}, deployed_model_id="", replaced=[])
+    assert vertex.calls == [get_endpoint(), champion()]
+    assert plan_deploy("", f"{MODEL}@3", 10, "champion") == DeployPlan({"0": 100}, "", [])  # a new endpoint
+    assert len(vertex.calls) == 2  # ... is not read
+    with pytest.raises(ValueError, match="traffic_percentage must be in 1..100"):
+        plan_deploy(ENDPOINT, f"{MODEL}@3", 0, "champion")
+
+
+def test_plan_traffic_split_reads_the_resource_name_of_its_model(monkeypatch, capsys):
+    double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    model = dsl.Artifact(uri="https://x/v1/m", metadata={"resourceName": f"{MODEL}@2"})
+    assert plan_traffic_split(model, ENDPOINT, 10, "champion") == ({"d2": 10, "d1": 90}, "d2", [])
+    assert f"{MODEL}@2 is deployed already as d2: no new deploy" in capsys.readouterr().out
 
 
 def test_full_rollout_undeploys_the_previous_models_and_moves_the_aliases(monkeypatch):
@@ -159,7 +246,7 @@ def test_kfp_steps_read_the_resource_names_of_their_artifacts(monkeypatch):
     model = dsl.Artifact(
         uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@2", metadata={"resourceName": f"{MODEL}@2"}
     )
-    assert finish_vertex_rollout(endpoint, model, 100, 0, ALIASES)["undeployed"] == ["d1"]
+    assert finish_vertex_rollout(endpoint, model, 100, 0, ALIASES, [], {})["undeployed"] == ["d1"]
     assert crown_vertex_model(model, ["champion"]) == f"{MODEL}@2"
     assert vertex.calls[-1] == merge("2", ["champion", "default"])
 

@@ -341,7 +341,7 @@ def test_best_trial_by_goal_ignoring_failed_and_infeasible():
         best_trial(TRIALS, "loss", "maximize")
 
 
-def test_read_best_trial_fetches_the_job_named_in_gcp_resources(monkeypatch):
+def test_read_best_trial_fetches_the_job_named_in_gcp_resources(monkeypatch, tmp_path):
     from google.cloud import aiplatform_v1
 
     name = "projects/p1/locations/europe-west4/hyperparameterTuningJobs/987"
@@ -363,7 +363,9 @@ def test_read_best_trial_fetches_the_job_named_in_gcp_resources(monkeypatch):
 
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "p1"))
     monkeypatch.setattr(aiplatform_v1.JobServiceClient, "get_hyperparameter_tuning_job", get_job)
-    outputs = read_best_trial(gcp_resources, "accuracy", "maximize")
+    outputs = read_best_trial(gcp_resources, "accuracy", "maximize", str(tmp_path), f"{tmp_path}/run-1")
+    # the tuning job completed: its folder recorded under the plan's root for the runs that reuse the job
+    assert json.loads((tmp_path / "completed.json").read_text()) == {"directory": f"{tmp_path}/run-1", "job": name}
     assert calls == [{"name": name, "request": None, "endpoint": "europe-west4-aiplatform.googleapis.com"}]
     assert outputs.best_trial_id == "4" and outputs.best_metric == pytest.approx(0.95)
     assert outputs.best_parameters == {"learning_rate": 0.003, "hidden_units": 128.0}

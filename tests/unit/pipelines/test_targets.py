@@ -19,6 +19,7 @@ def test_vertex_builds_no_self_hosted_component():
         "_check_champion",
         "_quantize",
         "_plan",
+        "_claim_dir",
         "_deploy",
         "_import",
         "_defaults",
