@@ -31,7 +31,7 @@ def run_options(func):
         "--skip-checks",
         "skip_checks",
         is_flag=True,
-        help="vertex: create the run without the pre-flight checks (bucket, images, service account)",
+        help="vertex: create the run without the pre-flight checks (bucket, images, service account, APIs, roles, key)",
     )(func)
     func = click.option(
         "--no-caching",

@@ -62,7 +62,9 @@ class VertexDelivery(BaseDelivery):
         with doing("the pre-flight checks could not finish (--skip-checks to go on without them)"):
             problems = preflight(platform, template.spec, note=echo)
         if not problems:
-            echo("pre-flight checks passed: pipeline root writable, images present, service account usable")
+            echo(
+                "pre-flight checks passed: pipeline root writable, images present, service account usable, APIs enabled, roles granted"
+            )
         return problems
 
     def _job(self, run: Run, platform: Platform, display_name: str) -> Any:

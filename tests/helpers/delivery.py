@@ -29,7 +29,7 @@ from google.protobuf import any_pb2, empty_pb2
 from pipelines.config import load_config
 from pipelines.delivery import delivery_for
 from pipelines.templates import load_template
-from tests.doubles.google_http import SA, GoogleHttp, iam_routes
+from tests.doubles.google_http import SA, GoogleHttp, project_routes
 from tests.doubles.http import close_http, serve_http
 
 PROJECT, LOCATION = "acme-ml-prod", "europe-west4"
@@ -71,7 +71,7 @@ IMAGES = [
 ]
 
 
-PREFLIGHT_OK = "pre-flight checks passed: pipeline root writable, images present, service account usable\n"
+PREFLIGHT_OK = "pre-flight checks passed: pipeline root writable, images present, service account usable, APIs enabled, roles granted\n"
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +152,7 @@ class Vertex:
 def vertex(monkeypatch, gcs_emulator):
     """The Vertex APIs, and the pre-flight checks' registry and IAM answering that all is in place."""
     vertex = Vertex(monkeypatch)
-    vertex.http = GoogleHttp(iam_routes(), fallback={"HEAD": (200, {})}).install(monkeypatch)
+    vertex.http = GoogleHttp(project_routes(), fallback={"HEAD": (200, {})}).install(monkeypatch)
     return vertex
 
 

@@ -31,6 +31,7 @@ from pipelines.config import load_config
 from pipelines.delivery import delivery_for
 from pipelines.preflight import manifest_url
 from pipelines.templates import TemplateError, load_template, parse_params
+from tests.doubles.google_http import access_routes
 from tests.helpers import delivery
 from tests.helpers.delivery import (
     COMPONENTS,
@@ -173,17 +174,24 @@ def test_vertex_submit_sends_the_exact_pipeline_job(vertex, config, vertex_spec)
     assert spec["pipelineInfo"]["name"] == "tfpipe-training"
     assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == 5
     assert spec["deploymentSpec"]["executors"]["exec-prepare-data"]["container"]["image"] == COMPONENTS
-    # before anything was created: the pre-flight checks of the run's images and service account
+    # before anything was created: the pre-flight checks of the run's images, APIs, permissions and service account
+    # (the prod profile's network and Dataflow data prep need Compute Engine, Service Networking and Dataflow)
+    apis = "aiplatform artifactregistry cloudresourcemanager compute dataflow iam servicenetworking storage".split()
+    names = "&".join(f"names=projects%2F{PROJECT}%2Fservices%2F{api}.googleapis.com" for api in apis)
+    objects = "&".join(f"permissions=storage.objects.{verb}" for verb in ("create", "delete", "get", "list"))
     assert [(m, u) for m, u, _ in vertex.http.requests] == [
         *[("HEAD", manifest_url(image)) for image in sorted([COMPONENTS, SERVING, TRAINER])],
+        ("GET", f"https://serviceusage.googleapis.com/v1/projects/{PROJECT}/services:batchGet?{names}"),
+        ("POST", f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}:testIamPermissions"),
+        ("GET", f"https://storage.googleapis.com/storage/v1/b/test-bucket/iam/testPermissions?{objects}"),
         ("GET", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"),
         ("POST", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}:testIamPermissions"),
         ("POST", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}:getIamPolicy"),
         ("POST", f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}:getIamPolicy"),
+        ("GET", "https://storage.googleapis.com/storage/v1/b/test-bucket/iam"),
     ]
     assert result.output == (
-        "pre-flight checks passed: pipeline root writable, images present, service account usable\n"
-        f"submitted tfpipe-training (vertex training pipeline compiled now) to Vertex AI: "
+        PREFLIGHT_OK + f"submitted tfpipe-training (vertex training pipeline compiled now) to Vertex AI: "
         f"projects/{PROJECT_NUMBER}/locations/{LOCATION}/pipelineJobs/{job_id}\n"
         f"console: https://console.cloud.google.com/vertex-ai/locations/{LOCATION}/pipelines/runs/{job_id}"
         f"?project={PROJECT}\n"
@@ -272,6 +280,7 @@ def test_vertex_submit_puts_the_run_in_a_vertex_experiment_with_the_runs_cmek_ke
     from google.cloud.aiplatform_v1.types import context as context_pb, metadata_service, metadata_store
 
     key = f"projects/{PROJECT}/locations/{LOCATION}/keyRings/ml/cryptoKeys/tfpipe"
+    vertex.http.routes.update(access_routes(key=key))  # the bucket's default key, and its service agents may use it
     store = f"{PARENT}/metadataStores/default"
     experiment = f"{store}/contexts/weekly-retraining"
     run_context = f"{store}/contexts/tfpipe-training-run"
