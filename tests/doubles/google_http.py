@@ -1,10 +1,13 @@
 """Google's IAM and registry APIs as the pre-flight checks reach them (pipelines/preflight.py): google.auth's
 AuthorizedSession answered from routes at its `request` method, every request recorded; the routes of a service
-account that may run pipelines and act as itself."""
+account that may run pipelines and act as itself, and of a registry holding images (their digests)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+
+from requests.structures import CaseInsensitiveDict
 
 SA = "runner@acme-ml-prod.iam.gserviceaccount.com"
 ACCOUNT = f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"
@@ -13,11 +16,34 @@ GOOGLE_APIS = ("https://iam.googleapis.com/", "https://cloudresourcemanager.goog
 SELF_USER = {"bindings": [{"role": "roles/iam.serviceAccountUser", "members": [f"serviceAccount:{SA}"]}]}
 
 
+def digest_of(image: str) -> str:
+    """The digest the registry double answers for `image` (a registry's `Docker-Content-Digest`: sha256 of the
+    manifest; here of the name, distinct per image)."""
+    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
+
+
+def manifest_routes(images, status: int = 200) -> dict:
+    """A registry's answers to the manifest requests (HEAD) of `images`: with `status` 200, each image's digest in
+    `Docker-Content-Digest` (by digest: that digest), as Artifact Registry answers; else no header."""
+
+    def route(image):
+        host, _, path = image.partition("/")
+        name, at, digest = path.partition("@")
+        if not at:
+            last = name.rsplit("/", 1)[-1]
+            name, tag = name.rsplit(":", 1) if ":" in last else (name, "latest")
+        reference = digest if at else tag
+        headers = {"Docker-Content-Digest": digest if at else digest_of(image)} if status == 200 else {}
+        return ("HEAD", f"https://{host}/v2/{name}/manifests/{reference}"), (status, {}, headers)
+
+    return dict(route(i) for i in images)
+
+
 class Answer:
     """A `requests` response, as far as the checks read it."""
 
-    def __init__(self, status: int, body: dict | None = None):
-        self.status_code, self.body = status, body or {}
+    def __init__(self, status: int, body: dict | None = None, headers: dict | None = None):
+        self.status_code, self.body, self.headers = status, body or {}, CaseInsensitiveDict(headers or {})
 
     def json(self):
         return self.body
@@ -28,16 +54,17 @@ class Answer:
 
 
 class GoogleHttp:
-    """google.auth's AuthorizedSession at its `request` method: `routes[(method, url)]` answers (status, body),
-    else `fallback[method]`, else 404; every request is recorded as (method, url, body)."""
+    """google.auth's AuthorizedSession at its `request` method: `routes[(method, url)]` answers (status, body) or
+    (status, body, headers), else `fallback[method]`, else 404; every request is recorded as (method, url, body),
+    its headers in `sent_headers`."""
 
     def __init__(self, routes: dict, fallback: dict | None = None):
-        self.routes, self.fallback, self.requests = routes, fallback or {}, []
+        self.routes, self.fallback, self.requests, self.sent_headers = routes, fallback or {}, [], []
 
     def request(self, method, url, data=None, headers=None, **kwargs):
         self.requests.append((method, url, json.loads(data) if data else None))
-        status, body = self.routes.get((method, url), self.fallback.get(method, (404, {})))
-        return Answer(status, body)
+        self.sent_headers.append(dict(headers or {}))
+        return Answer(*self.routes.get((method, url), self.fallback.get(method, (404, {}))))
 
     def install(self, monkeypatch) -> GoogleHttp:
         """Answer the IAM and registry requests of every AuthorizedSession (what `preflight()` makes with the
