@@ -3,7 +3,9 @@ skips them), with the caller's Application Default Credentials: what a run would
 or after the study and the training.
 
 - The pipeline root's bucket takes a write (a probe object written and deleted).
-- Every image the template runs exists in its registry (a manifest request with the caller's token).
+- Every image the template runs exists in its registry (a manifest request with the caller's token); the same
+  request's `Docker-Content-Digest` pins each image given by tag (`pin_images`), checks skipped or not: Vertex's cache
+  keys on the image string, so a tag pushed again would otherwise serve cached steps of the old code.
 - The runs' service account exists, and both the caller and the account itself may act as it
   (roles/iam.serviceAccountUser on the account or the project): Vertex checks the caller's `actAs` at submission, and
   the run's steps create their jobs and the deployment as that account. When the caller may read neither IAM policy,
@@ -27,6 +29,8 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
 IAM = "https://iam.googleapis.com/v1"
@@ -88,6 +92,82 @@ def manifest_url(image: str) -> str:
     return f"https://{host}/v2/{path}/manifests/{reference}"
 
 
+def by_digest(image: str) -> bool:
+    """Whether `image` names its content (`NAME@sha256:...`) rather than a tag."""
+    return "@" in image.rsplit("/", 1)[-1]
+
+
+def pin_command(image: str) -> str:
+    """The command printing `image` by digest (`NAME@sha256:...`), for a user to pin it by hand."""
+    return f"gcloud artifacts docker images describe {image} --format='value(image_summary.fully_qualified_digest)'"
+
+
+def without_tag(image: str) -> str:
+    """`image`'s repository, without its tag."""
+    head, _, last = image.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def tag_warning(spec: dict) -> str:
+    """One line saying which images a compiled Vertex template runs by tag ("" when none): Vertex's cache keys on
+    the image string, so a run of it may serve cached steps of an older image pushed under the same tag."""
+    tagged = [i for i in template_images(spec) if not by_digest(i)]
+    if not tagged:
+        return ""
+    return (
+        f"warning: images by tag, not digest: {', '.join(tagged)}; Vertex caches steps on the image name, so a run of "
+        "this template may reuse steps of an older image under the same tag (submit and schedule pin them; "
+        "docs/guides/vertex.md#images-and-the-cache)"
+    )
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Each tagged image's digest reference, and the problems found (one line each)."""
+
+    pinned: dict[str, str] = field(default_factory=dict)  # IMAGE:TAG -> IMAGE@sha256:... (tagged images only)
+    problems: list[str] = field(default_factory=list)
+
+
+def resolve_images(images: list[str], session) -> Findings:
+    """One manifest request per image: it must exist and be readable, and a tagged one must come with its digest
+    (`Docker-Content-Digest`), else it cannot be pinned: a problem naming the command that pins it by hand."""
+    pinned, problems = {}, []
+    for image in images:
+        answer = session.request("HEAD", manifest_url(image), headers={"Accept": MANIFEST_TYPES})
+        by_hand = "" if by_digest(image) else f"; or pin it by hand: {pin_command(image)}"
+        if answer.status_code == 404:
+            problems.append(f"image {image} is not in its registry: build and push it (docs/guides/ci-cd.md)")
+        elif answer.status_code in (401, 403):
+            problems.append(
+                f"image {image}: you may not read it (HTTP {answer.status_code}): grant roles/artifactregistry.reader "
+                f"on its repository to yourself and to the runs' service account{by_hand}"
+            )
+        elif answer.status_code >= 300:
+            problems.append(f"image {image}: its registry answered HTTP {answer.status_code}{by_hand}")
+        elif not by_digest(image):
+            digest = answer.headers.get("Docker-Content-Digest", "")
+            if digest.startswith("sha256:"):
+                pinned[image] = f"{without_tag(image)}@{digest}"
+            else:
+                problems.append(f"image {image}: its registry answered no digest to pin it by{by_hand}")
+    return Findings(pinned, problems)
+
+
+def pin_images(spec: dict[str, Any], pinned: dict[str, str]) -> dict[str, Any]:
+    """A copy of the compiled template with every value naming a tagged image of `pinned` (the steps' images, the
+    worker pools' and Dataflow workers' images, the serving image) replaced by its digest reference."""
+
+    def pin(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: pin(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [pin(v) for v in value]
+        return pinned.get(value, value) if isinstance(value, str) else value
+
+    return pin(spec)
+
+
 def check_bucket(pipeline_root: str, project: str = "") -> list[str]:
     """`project`: the client's (credentials from `gcloud auth application-default login` may name none)."""
     from google.api_core import exceptions
@@ -110,22 +190,6 @@ def check_bucket(pipeline_root: str, project: str = "") -> list[str]:
             f"account roles/storage.objectAdmin on gs://{bucket_name}"
         ]
     return []
-
-
-def check_images(images: list[str], session) -> list[str]:
-    problems = []
-    for image in images:
-        answer = session.request("HEAD", manifest_url(image), headers={"Accept": MANIFEST_TYPES})
-        if answer.status_code == 404:
-            problems.append(f"image {image} is not in its registry: build and push it (docs/guides/ci-cd.md)")
-        elif answer.status_code in (401, 403):
-            problems.append(
-                f"image {image}: you may not read it (HTTP {answer.status_code}): grant roles/artifactregistry.reader "
-                "on its repository to yourself and to the runs' service account"
-            )
-        elif answer.status_code >= 300:
-            problems.append(f"image {image}: its registry answered HTTP {answer.status_code}")
-    return problems
 
 
 def _bindings(session, url: str, method: str = "POST") -> list[dict] | None:
@@ -376,22 +440,31 @@ def check_key(key: str, agents: list[tuple[str, str]], session, note=print) -> l
     ]
 
 
-def preflight(platform, spec: dict, session=None, note=print) -> list[str]:
-    """Every problem a Vertex run of `spec` with `platform` would meet (empty: none found); what could not be checked
-    goes to `note`."""
+def preflight(platform, spec: dict, session=None, note=print, checks: bool = True) -> Findings:
+    """Every problem a Vertex run of `spec` with `platform` would meet (none: none found), and its tagged images'
+    digest references; what could not be checked goes to `note`. Without `checks`, only the tagged images are
+    requested (to pin them)."""
+    images = template_images(spec)
+    if not checks:
+        images = [i for i in images if not by_digest(i)]
+        if not images:
+            return Findings()
     if session is None:
         from google.auth.transport.requests import AuthorizedSession
 
         from pipelines.credentials import application_default
 
         session = AuthorizedSession(application_default())
+    if not checks:
+        return resolve_images(images, session)
     from core.storage import split_gcs
 
     project, key = platform.project, platform.encryption_spec_key_name
     bucket = split_gcs(platform.pipeline_root)[0]
     problems = check_bucket(platform.pipeline_root, project)
     writable = not problems
-    problems += check_images(template_images(spec), session)
+    found = resolve_images(images, session)
+    problems += found.problems
     services, number = check_services(project, required_services(platform), session, note)
     problems += services + check_caller(project, bucket if writable else "", session)
     if platform.service_account:
@@ -412,4 +485,4 @@ def preflight(platform, spec: dict, session=None, note=print) -> list[str]:
             note(
                 f"pre-flight: you may not see {project}'s number, so its service agents' grants on {key} are unchecked"
             )
-    return problems
+    return Findings(found.pinned, problems)

@@ -3,10 +3,12 @@
 recorded. Requests these services refuse are refused alike (HTTP 400/404): an IAM request body not of google.iam.v1's
 request messages (grpc-google-iam-v1's protos), a wildcard or empty permission list, a method at the wrong verb, a
 Service Usage `services:batchGet` of more than 30 names or of names outside its parent. The routes of a project where
-all is in place: a service account that may run pipelines and act as itself, every API enabled, every role granted."""
+all is in place: a service account that may run pipelines and act as itself, every API enabled, every role granted;
+and of a registry holding images (their digests)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -14,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from google.iam.v1 import iam_policy_pb2
 from google.protobuf import json_format
+from requests.structures import CaseInsensitiveDict
 
 SA = "runner@acme-ml-prod.iam.gserviceaccount.com"
 ACCOUNT = f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"
@@ -37,11 +40,34 @@ KMS_RESOURCE = re.compile(r"projects/[^/]+/locations/[^/]+/keyRings/[^/]+(/crypt
 SELF_USER = {"bindings": [{"role": "roles/iam.serviceAccountUser", "members": [f"serviceAccount:{SA}"]}]}
 
 
+def digest_of(image: str) -> str:
+    """The digest the registry double answers for `image` (a registry's `Docker-Content-Digest`: sha256 of the
+    manifest; here of the name, distinct per image)."""
+    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
+
+
+def manifest_routes(images, status: int = 200) -> dict:
+    """A registry's answers to the manifest requests (HEAD) of `images`: with `status` 200, each image's digest in
+    `Docker-Content-Digest` (by digest: that digest), as Artifact Registry answers; else no header."""
+
+    def route(image):
+        host, _, path = image.partition("/")
+        name, at, digest = path.partition("@")
+        if not at:
+            last = name.rsplit("/", 1)[-1]
+            name, tag = name.rsplit(":", 1) if ":" in last else (name, "latest")
+        reference = digest if at else tag
+        headers = {"Docker-Content-Digest": digest if at else digest_of(image)} if status == 200 else {}
+        return ("HEAD", f"https://{host}/v2/{name}/manifests/{reference}"), (status, {}, headers)
+
+    return dict(route(i) for i in images)
+
+
 class Answer:
     """A `requests` response, as far as the checks read it."""
 
-    def __init__(self, status: int, body: dict | None = None):
-        self.status_code, self.body = status, body or {}
+    def __init__(self, status: int, body: dict | None = None, headers: dict | None = None):
+        self.status_code, self.body, self.headers = status, body or {}, CaseInsensitiveDict(headers or {})
 
     def json(self):
         return self.body
@@ -53,23 +79,24 @@ class Answer:
 
 class GoogleHttp:
     """google.auth's AuthorizedSession at its `request` method: a request the service refuses is answered 400 or 404;
-    else `routes[(method, url without its query)]` answers (status, body), or a callable of (query, body) returns
-    them; else `fallback[method]`, else 404. Every request is recorded as (method, url, body)."""
+    else `routes[(method, url without its query)]` answers (status, body) or (status, body, headers), or a callable
+    of (query, body) returns them; else `fallback[method]`, else 404. Every request is recorded as (method, url,
+    body), its headers in `sent_headers`."""
 
     def __init__(self, routes: dict, fallback: dict | None = None):
-        self.routes, self.fallback, self.requests = routes, fallback or {}, []
+        self.routes, self.fallback, self.requests, self.sent_headers = routes, fallback or {}, [], []
 
     def request(self, method, url, data=None, headers=None, **kwargs):
         body = json.loads(data) if data else None
         self.requests.append((method, url, body))
+        self.sent_headers.append(dict(headers or {}))
         parts = urlsplit(url)
         path, query = url.split("?", 1)[0], parse_qs(parts.query)
         refused = refusal(method, path, query, body)
         if refused:
             return Answer(*refused)
         route = self.routes.get((method, path), self.fallback.get(method, (404, {})))
-        status, answer = route(query, body) if callable(route) else route
-        return Answer(status, answer)
+        return Answer(*(route(query, body) if callable(route) else route))
 
     def install(self, monkeypatch) -> GoogleHttp:
         """Answer the IAM and registry requests of every AuthorizedSession (what `preflight()` makes with the

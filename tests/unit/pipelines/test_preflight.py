@@ -9,14 +9,18 @@ import pytest
 
 from pipelines.config import load_config
 from pipelines.preflight import (
+    MANIFEST_TYPES,
+    Findings,
     check_bucket,
-    check_images,
     check_key,
     check_service_account,
     key_agents,
     manifest_url,
+    pin_images,
     preflight,
     required_services,
+    resolve_images,
+    template_images,
 )
 from tests.doubles.google_http import (
     ACCOUNT,
@@ -33,7 +37,9 @@ from tests.doubles.google_http import (
     GoogleHttp,
     access_routes,
     bindings,
+    digest_of,
     iam_routes,
+    manifest_routes,
     project_routes,
 )
 
@@ -71,18 +77,76 @@ def test_images_missing_or_unreadable_are_named():
     missing = "europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/trainer:abc"
     private = "us-docker.pkg.dev/other/repo/serving:1"
     http = GoogleHttp(
-        {
-            ("HEAD", manifest_url(present)): (200, {}),
-            ("HEAD", manifest_url(missing)): (404, {}),
-            ("HEAD", manifest_url(private)): (403, {}),
-        }
+        {**manifest_routes([present]), **manifest_routes([missing], 404), **manifest_routes([private], 403)}
     )
-    assert check_images([present, missing, private], http) == [
+    found = resolve_images([present, missing, private], http)
+    assert found.problems == [
         f"image {missing} is not in its registry: build and push it (docs/guides/ci-cd.md)",
         f"image {private}: you may not read it (HTTP 403): grant roles/artifactregistry.reader on its repository "
-        "to yourself and to the runs' service account",
+        "to yourself and to the runs' service account; or pin it by hand: gcloud artifacts docker images describe "
+        f"{private} --format='value(image_summary.fully_qualified_digest)'",
     ]
+    assert found.pinned == {present: f"europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/components@{digest_of(present)}"}
     assert [(m, u) for m, u, _ in http.requests] == [("HEAD", manifest_url(i)) for i in (present, missing, private)]
+
+
+def test_tagged_images_are_pinned_by_the_digest_of_one_manifest_request_each():
+    tagged = "europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/trainer:latest"
+    untagged = "localhost:5000/tfpipe/components"  # :latest implied; the port is not a tag
+    pinned = f"us-docker.pkg.dev/p/r/serving@{digest_of('x')}"
+    http = GoogleHttp(manifest_routes([tagged, untagged, pinned]))
+    found = resolve_images([tagged, untagged, pinned], http)
+    assert found.problems == []
+    assert found.pinned == {
+        tagged: f"europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/trainer@{digest_of(tagged)}",
+        untagged: f"localhost:5000/tfpipe/components@{digest_of(untagged)}",
+    }
+    assert http.requests == [
+        ("HEAD", "https://europe-west4-docker.pkg.dev/v2/acme-ml-prod/tfpipe/trainer/manifests/latest", None),
+        ("HEAD", "https://localhost:5000/v2/tfpipe/components/manifests/latest", None),
+        ("HEAD", f"https://us-docker.pkg.dev/v2/p/r/serving/manifests/{digest_of('x')}", None),
+    ]
+    # an image index's digest (a multi-platform image), as `docker pull` resolves it, is what the registry answers
+    assert http.sent_headers == [{"Accept": MANIFEST_TYPES}] * 3
+    assert MANIFEST_TYPES.startswith("application/vnd.oci.image.index.v1+json, ")
+
+
+def test_a_tagged_image_its_registry_gives_no_digest_for_is_refused_with_the_command_that_pins_it():
+    image = "europe-west4-docker.pkg.dev/acme-ml-prod/tfpipe/trainer:latest"
+    by_hand = f"gcloud artifacts docker images describe {image} --format='value(image_summary.fully_qualified_digest)'"
+    found = resolve_images(
+        [image], GoogleHttp(manifest_routes([image], 200) | {("HEAD", manifest_url(image)): (200, {})})
+    )
+    assert found == Findings(
+        {}, [f"image {image}: its registry answered no digest to pin it by; or pin it by hand: {by_hand}"]
+    )
+    found = resolve_images([image], GoogleHttp(manifest_routes([image], 502)))
+    assert found.problems == [f"image {image}: its registry answered HTTP 502; or pin it by hand: {by_hand}"]
+    assert found.pinned == {}
+
+
+def test_pinning_replaces_every_tagged_image_of_the_compiled_template_and_nothing_else(tmp_path):
+    """The steps' images, the trainer image the worker pools get, the Dataflow workers' image (a value in a
+    parameter's dict) and the uploaded model's serving image: each cache key that holds an image."""
+    import json
+
+    from pipelines.config import load_config
+    from pipelines.delivery import delivery_for
+    from pipelines.templates import load_template
+
+    images = ["r.example/p/components:1", "r.example/p/serving:1", "r.example/p/trainer:1"]
+    sets = [f"platform.{n}_image={i}" for n, i in zip(("components", "serving", "trainer"), images)]
+    config = load_config(sets=sets, environ={})
+    spec = load_template(delivery_for("vertex").compile("training", config, tmp_path / "t.yaml"))
+    text = json.dumps(spec)
+    assert '"sdk_container_image": "r.example/p/components:1"' in text
+    pinned = {i: f"{i.rsplit(':', 1)[0]}@{digest_of(i)}" for i in images}
+    spec_pinned = pin_images(spec, pinned)
+    for image, reference in pinned.items():
+        text = text.replace(f'"{image}"', f'"{reference}"')
+    assert spec_pinned == json.loads(text)
+    assert template_images(spec_pinned) == sorted(pinned.values())
+    assert template_images(spec) == images  # the template given is left as it is
 
 
 def test_a_service_account_that_can_act_as_itself_passes():
@@ -182,17 +246,27 @@ def test_preflight_checks_every_image_of_the_compiled_template(gcs_emulator, tmp
     sets = [
         "platform.components_image=r.example/p/components:1",
         "platform.trainer_image=r.example/p/trainer:1",
-        "platform.serving_image=r.example/p/serving:1",
+        f"platform.serving_image=r.example/p/serving@{digest_of('serving')}",
         "platform.pipeline_root=gs://test-bucket/root",
         "platform.project=acme-ml-prod",
         f"platform.service_account={SA}",
     ]
     config = load_config(sets=sets, environ={})
     spec = load_template(delivery_for("vertex").compile("training", config, tmp_path / "t.yaml"))
-    images = ["r.example/p/components:1", "r.example/p/serving:1", "r.example/p/trainer:1"]
-    http = GoogleHttp({**project_routes(), **{("HEAD", manifest_url(i)): (200, {}) for i in images}})
-    assert preflight(config.platform, spec, http) == []
+    images = ["r.example/p/components:1", f"r.example/p/serving@{digest_of('serving')}", "r.example/p/trainer:1"]
+    http = GoogleHttp({**project_routes(), **manifest_routes(images)})
+    found = preflight(config.platform, spec, http)
+    assert found.problems == []
+    assert found.pinned == {
+        "r.example/p/components:1": f"r.example/p/components@{digest_of('r.example/p/components:1')}",
+        "r.example/p/trainer:1": f"r.example/p/trainer@{digest_of('r.example/p/trainer:1')}",
+    }
     assert [u for m, u, _ in http.requests if m == "HEAD"] == [manifest_url(i) for i in images]
+
+    # the checks skipped: only the images by tag are asked for, to pin them (no bucket, no IAM)
+    http = GoogleHttp(manifest_routes(images))
+    assert preflight(config.platform, spec, http, checks=False) == found
+    assert http.requests == [("HEAD", manifest_url(images[0]), None), ("HEAD", manifest_url(images[2]), None)]
 
 
 def platform(*sets: str):
@@ -237,7 +311,7 @@ def test_a_first_dataflow_run_in_a_project_that_enables_and_grants_nothing_for_d
     spec = {"deploymentSpec": {"executors": {}}, "root": {}}
     run = platform(f"platform.pipeline_root=gs://{BUCKET}/root")
     bind = f"gcloud projects add-iam-policy-binding acme-ml-prod --member=serviceAccount:{SA} --role="
-    assert preflight(run, spec, http) == [
+    assert preflight(run, spec, http).problems == [
         "platform.project: the API compute.googleapis.com is not enabled in acme-ml-prod: gcloud services enable "
         "compute.googleapis.com --project acme-ml-prod",
         "platform.project: the API dataflow.googleapis.com is not enabled in acme-ml-prod: gcloud services enable "
@@ -275,7 +349,7 @@ def test_on_the_direct_runner_nothing_of_dataflow_is_asked(gcs_emulator):
     }
     http = GoogleHttp({**iam_routes(), **access_routes(enabled=enabled, project_policy=policy, bucket_policy={})})
     spec = {"deploymentSpec": {"executors": {}}, "root": {}}
-    assert preflight(platform("platform.data_prep.runner=direct"), spec, http) == []
+    assert preflight(platform("platform.data_prep.runner=direct"), spec, http).problems == []
     assert [(m, u) for m, u, _ in http.requests][:1] == [
         ("GET", services_url("aiplatform", "artifactregistry", "cloudresourcemanager", "iam", "storage"))
     ]
@@ -286,7 +360,7 @@ def test_a_caller_who_may_not_create_runs_nor_read_the_bucket(gcs_emulator):
     http = GoogleHttp(project_routes(caller={"storage.objects.create", "storage.objects.delete"}))
     spec = {"deploymentSpec": {"executors": {}}, "root": {}}
     yourself = "--member=user:$(gcloud config get-value account)"
-    assert preflight(platform(), spec, http) == [
+    assert preflight(platform(), spec, http).problems == [
         "platform.project: you lack aiplatform.pipelineJobs.create in acme-ml-prod: gcloud projects "
         f"add-iam-policy-binding acme-ml-prod {yourself} --role=roles/aiplatform.user",
         f"platform.pipeline_root: you lack storage.objects.get, storage.objects.list on gs://{BUCKET}: gcloud storage "
@@ -299,7 +373,9 @@ def test_apis_unreadable_are_a_note_with_the_command(gcs_emulator):
     routes = project_routes()
     routes[("GET", f"{SERVICE_USAGE}/projects/acme-ml-prod/services:batchGet")] = (403, {})
     spec = {"deploymentSpec": {"executors": {}}, "root": {}}
-    assert preflight(platform("platform.data_prep.runner=direct"), spec, GoogleHttp(routes), notes.append) == []
+    assert (
+        preflight(platform("platform.data_prep.runner=direct"), spec, GoogleHttp(routes), notes.append).problems == []
+    )
     assert notes == [
         "pre-flight: you may not read which APIs acme-ml-prod enables; make sure these are: gcloud services enable "
         "aiplatform.googleapis.com artifactregistry.googleapis.com cloudresourcemanager.googleapis.com "
@@ -318,7 +394,7 @@ def test_cmek_requested_and_granted_nowhere(gcs_emulator):
         + " --member=serviceAccount:{} --role=roles/cloudkms.cryptoKeyEncrypterDecrypter"
     )
     vertex, storage, dataflow, compute = AGENTS
-    assert preflight(platform(f"platform.encryption_spec_key_name={KEY}"), spec, http) == [
+    assert preflight(platform(f"platform.encryption_spec_key_name={KEY}"), spec, http).problems == [
         f"platform.pipeline_root: gs://{BUCKET} is not encrypted with {KEY} (it has no default key): gcloud storage "
         f"buckets update gs://{BUCKET} --default-encryption-key={KEY}",
         f"platform.encryption_spec_key_name: the Vertex AI service agent {vertex} may not use the key: "
@@ -407,7 +483,7 @@ def test_a_missing_bucket_is_one_line_and_unreadable_policies_are_notes(gcs_emul
     routes = project_routes(project_policy=(403, {}))
     spec = {"deploymentSpec": {"executors": {}}, "root": {}}
     run = platform("platform.pipeline_root=gs://no-such-bucket/root", f"platform.encryption_spec_key_name={KEY}")
-    assert preflight(run, spec, GoogleHttp(routes), notes.append) == [
+    assert preflight(run, spec, GoogleHttp(routes), notes.append).problems == [
         "platform.pipeline_root: the bucket gs://no-such-bucket does not exist (gcloud storage buckets create)"
     ]
     bind = f"gcloud projects add-iam-policy-binding acme-ml-prod --member=serviceAccount:{SA} --role="
