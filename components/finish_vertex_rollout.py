@@ -1,5 +1,5 @@
-"""The end of a Vertex AI rollout (`components.lib.vertex.rollout`): undeploy the replaced canaries and the previous
-models, move the aliases."""
+"""The end of a Vertex AI rollout (`components.lib.vertex.rollout`): undeploy the canaries that serve no more and the
+previous models, move the aliases."""
 
 from kfp.dsl import Artifact, Input
 
@@ -10,11 +10,10 @@ def finish_vertex_rollout(
     traffic_percentage: int,
     keep_previous: int,
     aliases: list,
-    replaced: list,
     traffic_split: dict,
 ) -> dict:
-    """KFP step (Vertex, after the deploy succeeded, or with the version found deployed): undeploy the `replaced`
-    canaries; at 100 % undeploy the endpoint's other models too (but the `keep_previous` newest) and move the
+    """KFP step (Vertex, after the deploy succeeded, or with the version found deployed): undeploy the canaries that
+    serve no more; at 100 % undeploy the endpoint's other models too (but the `keep_previous` newest) and move the
     champion aliases to the new version; a canary leaves the champion and the aliases.
 
     Args:
@@ -23,7 +22,6 @@ def finish_vertex_rollout(
         traffic_percentage: The version's share of the traffic in % (100: a full rollout).
         keep_previous: Previous deployed models kept (at 0 %) after a full rollout.
         aliases: Version aliases moved to the new version (the first marks the champion).
-        replaced: Deployed models (earlier canaries) undeployed once they serve no traffic.
         traffic_split: The split to set when the version was deployed already (empty: the deploy set it).
     """
     from components.lib.vertex.rollout import finish_rollout
@@ -34,6 +32,5 @@ def finish_vertex_rollout(
         traffic_percentage,
         keep_previous,
         list(aliases),
-        list(replaced),
         dict(traffic_split),
     ).as_json()

@@ -349,14 +349,13 @@ class VertexOps(SameEverywhere):
                     alias=p.champion_alias,
                 )
             )
-            plan.set_display_name("Plan the deploy (traffic split, canaries replaced)")
+            plan.set_display_name("Plan the deploy (traffic split)")
             finish = dict(
                 endpoint=endpoint.outputs["artifact"],
                 model=inputs.registered,
                 traffic_percentage=inputs.traffic_percentage,
                 keep_previous=p.keep_previous,
                 aliases=aliases,
-                replaced=plan.outputs["replaced"],
             )
             with dsl.If(plan.outputs["deployed_model_id"] == "", name="version-not-deployed"):
                 deployed = uncached(
@@ -374,7 +373,7 @@ class VertexOps(SameEverywhere):
                     )
                 ).set_display_name("Deploy to endpoint")
                 after_deploy = uncached(self._finish(**finish, traffic_split={}).after(deployed))
-                after_deploy.set_display_name("Finish rollout (undeploy replaced and previous, move champion alias)")
+                after_deploy.set_display_name("Finish rollout (undeploy replaced canary and previous, move alias)")
             with dsl.Else(name="version-deployed"):
                 again = uncached(self._finish(**finish, traffic_split=plan.outputs["traffic_split"]))
                 again.set_display_name("Finish rollout (version deployed already)")

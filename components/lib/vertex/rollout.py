@@ -4,7 +4,9 @@ and the `keep_previous` models a full rollout kept.
 
 - The deploy's plan: a version already deployed is not deployed again (its traffic is set when it should change);
   a canary takes its share from the champion's deployed model, and the canary it replaces is undeployed once the
-  new one serves (a later run of an unchanged model finds it deployed and changes nothing).
+  new one serves (a later run of an unchanged model finds it deployed and changes nothing). Canaries are told from
+  the models a full rollout kept by their deploy time: deployed after the champion's deployed model, not before;
+  so a canary left at 0 % by two deploys at once is undeployed too.
 - A full rollout (100 % of the traffic) undeploys the endpoint's other deployed models once the new one serves,
   but the `keep_previous` most recently deployed (left at 0 % for a quick rollback), and moves the champion aliases
   to the new version.
@@ -15,7 +17,6 @@ Plain functions over the Vertex AI GAPIC clients, for the steps `finish_vertex_r
 and the CLI.
 """
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 DEFAULT_ALIAS = "default"  # Vertex's reserved alias of the version used when a model is named without a version
@@ -30,8 +31,8 @@ class RolloutError(RuntimeError):
 class DeployPlan:
     """A deploy of a version on the endpoint. `deployed_model_id` "": the version is not deployed yet (DeployModel
     with `traffic_split`, "0" naming the new deployed model); else the id of its deployed model (no DeployModel:
-    the endpoint gets `traffic_split` when it differs). `replaced`: the canaries that stop serving, undeployed
-    once the version serves."""
+    the endpoint gets `traffic_split` when it differs). `replaced`: the canaries that stop serving (the rollout's
+    end undeploys them)."""
 
     traffic_split: dict[str, int]
     deployed_model_id: str
@@ -112,7 +113,7 @@ def model_version_ids(resource_name: str) -> tuple[str, str, str]:
 def deployed_models(endpoint_name: str) -> tuple[list, dict[str, int]]:
     """The endpoint's deployed models, oldest deployment first, and its traffic split."""
     endpoint = _endpoints(_location(endpoint_name)).get_endpoint(name=endpoint_name)
-    ordered = sorted(endpoint.deployed_models, key=lambda d: (d.create_time.timestamp() if d.create_time else 0, d.id))
+    ordered = sorted(endpoint.deployed_models, key=lambda d: (_created(d), d.id))
     return ordered, dict(endpoint.traffic_split)
 
 
@@ -150,9 +151,13 @@ def _retired(others: list, keep_previous: int) -> list:
     return others[: max(len(others) - keep_previous, 0)]
 
 
-def _find(deployed: list, model_version: str):
+def _deployed(deployed: list, model_version: str) -> list:
     wanted = model_version_ids(model_version)
-    matches = [d for d in deployed if model_version_ids(version_name(d)) == wanted]
+    return [d for d in deployed if model_version_ids(version_name(d)) == wanted]
+
+
+def _find(deployed: list, model_version: str):
+    matches = _deployed(deployed, model_version)
     if not matches:
         raise RolloutError(f"{model_version} is not deployed on the endpoint")
     return matches[-1]
@@ -173,6 +178,23 @@ def _champion_ids(deployed: list, model_version: str, alias: str) -> set[str]:
     return {d.id for d in deployed if model_version_ids(version_name(d)) == wanted}
 
 
+def _created(deployed) -> float:
+    return deployed.create_time.timestamp() if deployed.create_time else 0
+
+
+def _stale_canaries(deployed: list, champion: set[str], keep: str, split: dict) -> list:
+    """The deployed models at 0 % deployed after the champion's (canaries a later deploy replaced; a model an
+    earlier full rollout kept was deployed before the champion), `keep` left out; none without the champion."""
+    if not champion:
+        return []
+    since = max(_created(d) for d in deployed if d.id in champion)
+    return [
+        d
+        for d in deployed
+        if d.id != keep and d.id not in champion and _created(d) > since and not int(split.get(d.id, 0))
+    ]
+
+
 def plan_deploy(endpoint_name: str, model_version: str, traffic_percentage: int, alias: str) -> DeployPlan:
     """The deploy of `model_version` with `traffic_percentage` % on the endpoint (`endpoint_name` "": a new one).
     A canary's share comes from the deployed models of the version holding `alias` (the champion), and the other
@@ -186,8 +208,7 @@ def plan_deploy(endpoint_name: str, model_version: str, traffic_percentage: int,
     if not endpoint_name:
         return DeployPlan({"0": 100}, "", [])
     deployed, current = deployed_models(endpoint_name)
-    wanted = model_version_ids(model_version)
-    same = [d for d in deployed if model_version_ids(version_name(d)) == wanted]
+    same = _deployed(deployed, model_version)
     new_id = same[-1].id if same else "0"
     champion = _champion_ids(deployed, model_version, alias)
     if new_id in champion:
@@ -205,22 +226,26 @@ def finish_rollout(
     traffic_percentage: int,
     keep_previous: int,
     aliases: list[str],
-    replaced: Sequence[str] = (),
     traffic_split: dict[str, int] | None = None,
     echo=print,
 ) -> Rollout:
     """After `model_version` was deployed with `traffic_percentage` % (or found deployed: the endpoint then gets
-    `traffic_split` when it differs): undeploy the `replaced` canaries that serve no more; when the version serves
-    all the traffic (100 %, or a canary on an endpoint where nothing else served), undeploy the others too (but the
-    `keep_previous` newest) and move the aliases to it; while others serve too (a canary), leave them and the
-    aliases."""
+    `traffic_split` when it differs; deployed and since replaced by another run's deploy: nothing): undeploy the
+    canaries that serve no more (deployed after the champion held by
+    the first of `aliases`); when the version serves all the traffic (100 %, or a canary on an endpoint where nothing
+    else served), undeploy the others too (but the `keep_previous` newest) and move the aliases to it; while others
+    serve too (a canary), leave them and the aliases."""
     deployed, split = deployed_models(endpoint_name)
+    if not traffic_split and not _deployed(deployed, model_version):
+        echo(f"{model_version} was deployed and then replaced by another run's deploy: nothing left to finish")
+        return Rollout("", canary=True, undeployed=[], kept=[d.id for d in deployed])
     new = _find(deployed, model_version)
     if traffic_split and {k: v for k, v in traffic_split.items() if v} != {k: v for k, v in split.items() if v}:
         set_traffic(endpoint_name, dict(traffic_split))
         echo(f"{new.id} ({model_version}) was deployed already: traffic {split} -> {dict(traffic_split)}")
         split = dict(traffic_split)
-    gone = [d for d in deployed if d.id in replaced and d.id != new.id and not int(split.get(d.id, 0))]
+    champion = _champion_ids(deployed, model_version, aliases[0] if aliases else "")
+    gone = _stale_canaries(deployed, champion, new.id, split)
     undeploy(endpoint_name, [d.id for d in gone], echo)
     others = [d for d in deployed if d.id != new.id and d not in gone]
     if int(split.get(new.id, 0)) < 100:
@@ -247,7 +272,7 @@ def promote(
     endpoint_name: str, keep_previous: int, aliases: list[str], deployed_model_id: str = "", echo=print
 ) -> Promotion:
     """Give the canary (`deployed_model_id`, default the most recently deployed model) all the traffic, undeploy
-    the others but the `keep_previous` newest, move the aliases to its version."""
+    the other canaries and the others but the `keep_previous` newest, move the aliases to its version."""
     deployed, split = deployed_models(endpoint_name)
     if not deployed:
         raise RolloutError(f"nothing is deployed on {endpoint_name}")
@@ -259,8 +284,10 @@ def promote(
     canary = matches[0]
     set_traffic(endpoint_name, {canary.id: 100})
     echo(f"{canary.id} ({version_name(canary)}) now serves 100 % (was {split.get(canary.id, 0)} %)")
-    others = [d for d in deployed if d.id != canary.id]
-    retired = _retired(others, keep_previous)
+    champion = _champion_ids(deployed, version_name(canary), aliases[0] if aliases else "")
+    gone = _stale_canaries(deployed, champion, canary.id, {canary.id: 100})
+    others = [d for d in deployed if d.id != canary.id and d not in gone]
+    retired = [*gone, *_retired(others, keep_previous)]
     undeploy(endpoint_name, [d.id for d in retired], echo)
     move_aliases(version_name(canary), aliases, echo)
     return Promotion(canary.id, version_name(canary), undeployed=[d.id for d in retired])

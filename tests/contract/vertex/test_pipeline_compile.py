@@ -580,7 +580,6 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
         "keep_previous": 1,
         "aliases": ["champion", "blue"],
-        "replaced": {"componentInputParameter": "pipelinechannel--plan-traffic-split-replaced"},
     }
     assert deps(new, "finish-vertex-rollout") == ["deploy-vertex-model"]
     assert new["finish-vertex-rollout"]["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
@@ -608,7 +607,6 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     assert outputs == {
         "traffic_split": {"parameterType": "STRUCT"},
         "deployed_model_id": {"parameterType": "STRING"},
-        "replaced": {"parameterType": "LIST"},
     }
     inputs = root_inputs(spec)
     assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}

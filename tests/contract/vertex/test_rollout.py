@@ -79,8 +79,8 @@ def test_a_new_canary_takes_its_share_from_the_champion_and_replaces_the_earlier
     # DeployModel with that split (d2 left out of it: 0 %), then the rollout's end undeploys the replaced canary
     vertex.deployed.append(("d3", "3", 300))
     vertex.split, vertex.calls = {"d3": 10, "d1": 90}, []
-    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 10, 1, ALIASES, plan.replaced)
-    assert vertex.calls == [get_endpoint(), undeploy("d2")]
+    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 10, 1, ALIASES)
+    assert vertex.calls == [get_endpoint(), champion(), undeploy("d2")]
     assert result == Rollout(deployed_model_id="d3", canary=True, undeployed=["d2"], kept=["d1"])
     assert [d[0] for d in vertex.deployed] == ["d1", "d3"] and vertex.aliases["champion"] == "1"
 
@@ -91,16 +91,36 @@ def test_a_version_deployed_already_is_not_deployed_again(monkeypatch):
     plan = plan_deploy(ENDPOINT, f"{MODEL}@2", 10, "champion")
     assert plan == DeployPlan(traffic_split={"d2": 10, "d1": 90}, deployed_model_id="d2", replaced=[])
     vertex.calls = []
-    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 1, ALIASES, plan.replaced, plan.traffic_split)
-    assert vertex.calls == [get_endpoint()]  # no traffic change, nothing undeployed, no alias moved
+    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 1, ALIASES, plan.traffic_split)
+    assert vertex.calls == [get_endpoint(), champion()]  # no traffic change, nothing undeployed, no alias moved
     assert result == Rollout(deployed_model_id="d2", canary=True, undeployed=[], kept=["d1"])
     # asked for all the traffic now: its split is set, the rest of a full rollout follows
     plan = plan_deploy(ENDPOINT, f"{MODEL}@2", 100, "champion")
     assert plan == DeployPlan(traffic_split={"d2": 100}, deployed_model_id="d2", replaced=[])
     vertex.calls = []
-    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 100, 0, ALIASES, plan.replaced, plan.traffic_split)
-    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2")]
+    result = finish_rollout(ENDPOINT, f"{MODEL}@2", 100, 0, ALIASES, plan.traffic_split)
+    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), champion(), undeploy("d1"), merge("2")]
     assert result == Rollout(deployed_model_id="d2", canary=False, undeployed=["d1"], kept=[])
+
+
+def test_two_canaries_deployed_at_once_leave_one(monkeypatch, capsys):
+    # two runs planned their canaries before either deployed: both split {"0": 10, champion: 90}, so the second
+    # deploy (d3) left the first one (d2) at 0 %. The second run's end undeploys d2: deployed after the champion,
+    # it is no model a rollout kept; the first run's end then finds its version replaced, which is no failure
+    vertex = double(
+        monkeypatch,
+        [("d0", "0", 50), ("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)],
+        {"d1": 90, "d3": 10},
+    )
+    second = finish_rollout(ENDPOINT, f"{MODEL}@3", 10, 1, ALIASES)
+    assert vertex.calls == [get_endpoint(), champion(), undeploy("d2")]
+    assert second == Rollout(deployed_model_id="d3", canary=True, undeployed=["d2"], kept=["d0", "d1"])
+    vertex.calls = []
+    first = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 1, ALIASES)
+    assert vertex.calls == [get_endpoint()]
+    assert first == Rollout(deployed_model_id="", canary=True, undeployed=[], kept=["d0", "d1", "d3"])
+    assert f"{MODEL}@2 was deployed and then replaced by another run's deploy" in capsys.readouterr().out
+    assert [d[0] for d in vertex.deployed] == ["d0", "d1", "d3"] and vertex.split == {"d1": 90, "d3": 10}
 
 
 def test_the_champion_found_deployed_keeps_the_endpoint_as_it_is(monkeypatch):
@@ -108,8 +128,8 @@ def test_the_champion_found_deployed_keeps_the_endpoint_as_it_is(monkeypatch):
     plan = plan_deploy(ENDPOINT, f"{MODEL}@1", 10, "champion")  # a canary's run whose model is the champion
     assert plan == DeployPlan(traffic_split={"d1": 100}, deployed_model_id="d1", replaced=[])
     vertex.calls = []
-    result = finish_rollout(ENDPOINT, f"{MODEL}@1", 10, 1, ALIASES, plan.replaced, plan.traffic_split)
-    assert vertex.calls == [get_endpoint(), merge("1")]  # aliases merged again (no change); d0 kept
+    result = finish_rollout(ENDPOINT, f"{MODEL}@1", 10, 1, ALIASES, plan.traffic_split)
+    assert vertex.calls == [get_endpoint(), champion(), merge("1")]  # aliases merged again (no change); d0 kept
     assert result == Rollout(deployed_model_id="d1", canary=False, undeployed=[], kept=["d0"])
 
 
@@ -119,8 +139,8 @@ def test_a_full_rollout_undeploys_the_canary_before_keeping_previous_models(monk
     assert plan == DeployPlan(traffic_split={"0": 100}, deployed_model_id="", replaced=["d2"])
     vertex.deployed.append(("d3", "3", 300))
     vertex.split, vertex.calls = {"d3": 100}, []
-    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 1, ALIASES, plan.replaced)
-    assert vertex.calls == [get_endpoint(), undeploy("d2"), merge("3")]  # the champion is the one kept
+    result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 1, ALIASES)
+    assert vertex.calls == [get_endpoint(), champion(), undeploy("d2"), merge("3")]  # the champion is the one kept
     assert result == Rollout(deployed_model_id="d3", canary=False, undeployed=["d2"], kept=["d1"])
 
 
@@ -138,7 +158,7 @@ def test_without_the_champion_on_the_endpoint_a_canary_shares_with_every_model_s
 def test_plan_traffic_split_reads_the_resource_name_of_its_model(monkeypatch, capsys):
     double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     model = dsl.Artifact(uri="https://x/v1/m", metadata={"resourceName": f"{MODEL}@2"})
-    assert plan_traffic_split(model, ENDPOINT, 10, "champion") == ({"d2": 10, "d1": 90}, "d2", [])
+    assert plan_traffic_split(model, ENDPOINT, 10, "champion") == ({"d2": 10, "d1": 90}, "d2")
     assert f"{MODEL}@2 is deployed already as d2: no new deploy" in capsys.readouterr().out
 
 
@@ -146,23 +166,26 @@ def test_full_rollout_undeploys_the_previous_models_and_moves_the_aliases(monkey
     # version 3 was just deployed at 100 %; versions 1 and 2 stayed deployed at 0 %
     vertex = double(monkeypatch, [("d2", "2", 200), ("d1", "1", 100), ("d3", "3", 300)], {"d3": 100})
     result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 0, ALIASES)
-    assert vertex.calls == [get_endpoint(), undeploy("d1"), undeploy("d2"), merge("3")]
-    assert result == Rollout(deployed_model_id="d3", canary=False, undeployed=["d1", "d2"], kept=[])
+    # d2, deployed after the champion's d1, was a canary: undeployed first
+    assert vertex.calls == [get_endpoint(), champion(), undeploy("d2"), undeploy("d1"), merge("3")]
+    assert result == Rollout(deployed_model_id="d3", canary=False, undeployed=["d2", "d1"], kept=[])
     assert [d[0] for d in vertex.deployed] == ["d3"] and vertex.split == {"d3": 100}
     assert vertex.aliases == {"champion": "3", "blue": "3", "default": "3"}
 
 
 def test_full_rollout_keeps_the_newest_previous_models(monkeypatch):
-    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d3": 100})
+    # version 2 was the champion (version 1 the one before it): both are previous models, the newest is kept
+    champion_2 = {"champion": "2", "default": "2"}
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d3": 100}, champion_2)
     result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 1, ALIASES)
-    assert vertex.calls == [get_endpoint(), undeploy("d1"), merge("3")]
+    assert vertex.calls == [get_endpoint(), champion(), undeploy("d1"), merge("3")]
     assert result.undeployed == ["d1"] and result.kept == ["d2"]
 
 
 def test_a_canary_leaves_the_endpoint_and_the_aliases_alone(monkeypatch, capsys):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 0, ALIASES)
-    assert vertex.calls == [get_endpoint()]  # nothing undeployed, no alias moved
+    assert vertex.calls == [get_endpoint(), champion()]  # nothing undeployed, no alias moved
     assert result == Rollout(deployed_model_id="d2", canary=True, undeployed=[], kept=["d1"])
     assert "canary: d2" in capsys.readouterr().out and vertex.aliases["champion"] == "1"
 
@@ -171,23 +194,30 @@ def test_a_canary_that_got_all_the_traffic_is_a_full_rollout(monkeypatch, capsys
     # a 10 % canary where the only other model served 0 % (kept by an earlier rollout): the split gave it 100 %
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d2": 100})
     result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 0, ALIASES)
-    assert vertex.calls == [get_endpoint(), undeploy("d1"), merge("2")]
+    assert vertex.calls == [get_endpoint(), champion(), undeploy("d1"), merge("2")]
     assert result == Rollout(deployed_model_id="d2", canary=False, undeployed=["d1"], kept=[])
     assert "serves all the traffic (nothing else served): a full rollout" in capsys.readouterr().out
     assert vertex.aliases["champion"] == "2"
 
 
-def test_finish_rollout_needs_the_version_on_the_endpoint(monkeypatch):
+def test_finish_rollout_needs_the_version_it_found_deployed(monkeypatch):
+    # the plan found version 2 deployed (as d2); it was undeployed before the rollout's end
     vertex = double(monkeypatch, [("d1", "1", 100)], {"d1": 100})
     with pytest.raises(RolloutError, match=f"{MODEL}@2 is not deployed on the endpoint"):
-        finish_rollout(ENDPOINT, f"{MODEL}@2", 100, 0, ALIASES)
+        finish_rollout(ENDPOINT, f"{MODEL}@2", 100, 0, ALIASES, {"d2": 100})
     assert vertex.calls == [get_endpoint()]
 
 
 def test_promote_gives_the_canary_all_traffic_undeploys_the_rest_and_crowns_it(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     result = promote(ENDPOINT, 0, ALIASES)
-    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2", model=ANSWERED_MODEL)]
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d2": 100}),
+        champion(ANSWERED_MODEL),
+        undeploy("d1"),
+        merge("2", model=ANSWERED_MODEL),
+    ]
     assert result == Promotion(deployed_model_id="d2", model_version=f"{ANSWERED_MODEL}@2", undeployed=["d1"])
     assert vertex.split == {"d2": 100} and vertex.aliases["champion"] == "2"
 
@@ -195,8 +225,15 @@ def test_promote_gives_the_canary_all_traffic_undeploys_the_rest_and_crowns_it(m
 def test_promote_a_named_deployed_model_keeping_one(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 80, "d2": 10, "d3": 10})
     promote(ENDPOINT, 1, ALIASES, deployed_model_id="d2")
-    assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), undeploy("d1"), merge("2", model=ANSWERED_MODEL)]
-    with pytest.raises(RolloutError, match="no deployed model d9 on .*; deployed: d2, d3"):
+    # d3, the other canary, is undeployed; the champion's d1 is the previous model kept
+    assert vertex.calls == [
+        get_endpoint(),
+        traffic({"d2": 100}),
+        champion(ANSWERED_MODEL),
+        undeploy("d3"),
+        merge("2", model=ANSWERED_MODEL),
+    ]
+    with pytest.raises(RolloutError, match="no deployed model d9 on .*; deployed: d1, d2"):
         promote(ENDPOINT, 0, ALIASES, deployed_model_id="d9")
 
 
@@ -246,7 +283,7 @@ def test_kfp_steps_read_the_resource_names_of_their_artifacts(monkeypatch):
     model = dsl.Artifact(
         uri=f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@2", metadata={"resourceName": f"{MODEL}@2"}
     )
-    assert finish_vertex_rollout(endpoint, model, 100, 0, ALIASES, [], {})["undeployed"] == ["d1"]
+    assert finish_vertex_rollout(endpoint, model, 100, 0, ALIASES, {})["undeployed"] == ["d1"]
     assert crown_vertex_model(model, ["champion"]) == f"{MODEL}@2"
     assert vertex.calls[-1] == merge("2", ["champion", "default"])
 
@@ -274,10 +311,11 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
         ),
     )
     found = numbered(ENDPOINT)  # the listed endpoint's name, as Vertex answers it
-    assert vertex.calls[1:] == [
+    assert vertex.calls[1:] == [  # d2, another canary, undeployed; the champion's d1 kept (keep_previous: 1)
         get_endpoint(found),
         traffic({"d3": 100}, found),
-        undeploy("d1", found),
+        champion(ANSWERED_MODEL),
+        undeploy("d2", found),
         merge("3", model=ANSWERED_MODEL),
     ]
     assert result.output.splitlines()[-1] == f"promoted {ANSWERED_MODEL}@3 (deployed model d3)"
@@ -287,12 +325,12 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert vertex.calls == [
         get_endpoint(),
-        traffic({"d2": 100}),
+        traffic({"d1": 100}),
         ("get_model", model_service.GetModelRequest(name=f"{ANSWERED_MODEL}@3")),
         undeploy("d3"),
-        merge("2", model=ANSWERED_MODEL),
+        merge("1", model=ANSWERED_MODEL),
     ]
-    assert result.output.splitlines()[-1] == f"rolled back to {ANSWERED_MODEL}@2 (deployed model d2)"
+    assert result.output.splitlines()[-1] == f"rolled back to {ANSWERED_MODEL}@1 (deployed model d1)"
 
     result = CliRunner().invoke(cli, ["rollback", "--config", str(tmp_path / "c.yaml"), "--endpoint", ENDPOINT])
     assert result.exit_code == 1
