@@ -29,7 +29,7 @@ from components import (
     plan_vertex_training,
     read_best_trial,
 )
-from pipelines.config import Platform
+from pipelines.config import SOURCE_COMMIT_LABEL, Platform
 from pipelines.targets.base import SameEverywhere, champion_of, component, uncached
 from pipelines.targets.inputs import (
     BatchPredictInputs,
@@ -251,7 +251,9 @@ class VertexOps(SameEverywhere):
         """Upload to the Model Registry: a new version of the model with the configured display name when it
         exists, else a new model; the version that holds the trained model's artifacts when there is one (a cached
         training's model is not uploaded again). Returns the `VertexModel` (resourceName `.../models/ID@VERSION`).
-        No alias moves here: the deploy step moves them once the version serves (or right away without a deploy)."""
+        An uploaded version's labels: the run's, and `source_commit` (a label value: checked at compile and submit;
+        an empty one is left out). No alias moves here: the deploy step moves them once the version serves (or right
+        away without a deploy)."""
         from google_cloud_pipeline_components.types.artifact_types import UnmanagedContainerModel, VertexModel
         from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
@@ -274,7 +276,7 @@ class VertexOps(SameEverywhere):
             display_name=p.model_display_name,
             location=p.location,
             unmanaged_container_model=unmanaged.outputs["artifact"],
-            labels=self.labels,
+            labels={**self.labels, SOURCE_COMMIT_LABEL: inputs.source_commit},
             encryption_spec_key_name=p.encryption_spec_key_name,
         )
         with dsl.If(found.outputs["version_name"] != "", name="version-registered"):

@@ -458,8 +458,24 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
         "uri": {"componentInputParameter": "pipelinechannel--find-model-version_uri"},
         "metadata": {"componentInputParameter": "pipelinechannel--find-model-version_name"},
     }
-    # no version_aliases: the alias moves only once the version serves (or, without a deploy, after the upload)
-    upload = {"display_name": "digits", "location": "europe-west4", "labels": LABELS, "encryption_spec_key_name": KEY}
+    # no version_aliases: the alias moves only once the version serves (or, without a deploy, after the upload); the
+    # version's labels: the run's, and the pipeline input source_commit (a whole value in the dict: Vertex resolves it)
+    commit = "{{$.inputs.parameters['pipelinechannel--source_commit']}}"
+    upload = {
+        "display_name": "digits",
+        "location": "europe-west4",
+        "labels": {**LABELS, "source_commit": commit},
+        "encryption_spec_key_name": KEY,
+        "pipelinechannel--source_commit": {"componentInputParameter": "pipelinechannel--source_commit"},
+    }
+    # handed down from the pipeline's input through the enclosing conditions
+    assert params(dag(spec)["condition-4"])["pipelinechannel--source_commit"] == {
+        "componentInputParameter": "source_commit"
+    }
+    for condition in ("comp-condition-branches-5", "comp-condition-7", "comp-condition-8"):
+        assert spec["components"][condition]["inputDefinitions"]["parameters"]["pipelinechannel--source_commit"] == {
+            "parameterType": "STRING"
+        }
     # the model exists: import it as a VertexModel (GCPC reads metadata.resourceName) and upload a version of it
     existing = dag(spec, "comp-condition-7")
     assert set(existing) == {"importer-3", "model-upload"}

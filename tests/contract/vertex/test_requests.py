@@ -29,6 +29,7 @@ LOCATION = "europe-west4"
 PARENT = f"projects/my-project/locations/{LOCATION}"
 MODEL = f"{PARENT}/models/111"
 ENDPOINT = f"{PARENT}/endpoints/777"
+COMMIT = "3f786850e387550fdab836ed7e6dc881de23001b"  # a git SHA-1
 POOLS = [
     {
         "machine_spec": {"machine_type": "n1-standard-8"},
@@ -372,7 +373,7 @@ class Rest:
         return {"name": f"{PARENT}/operations/9", "done": True, "response": self.response}
 
 
-def test_model_upload_request_carries_cmek_labels_and_the_serving_container(specs, monkeypatch, tmp_path):
+def test_model_upload_request_carries_cmek_labels_the_commit_and_the_serving_container(specs, monkeypatch, tmp_path):
     rest = Rest(monkeypatch, {"model": MODEL, "modelVersionId": "4"})
     branch = dag(specs["training"], "comp-condition-7")["model-upload"]
     parent = {
@@ -388,12 +389,12 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
     launch = Launch(
         specs["training"],
         branch,
-        {"project": "my-project"},
+        {"project": "my-project", "pipelinechannel--source_commit": COMMIT},  # the run's source_commit input
         {"parent_model": parent, "unmanaged_container_model": unmanaged},
         tmp_path,
     ).run()
     [(method, url, body, auth)] = rest.calls
-    expect.check_upload(body, PLATFORM)
+    expect.check_upload(body, PLATFORM, COMMIT)
     assert (method, url, auth) == (
         "POST",
         f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/models:upload",
@@ -404,7 +405,7 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
         "model": {
             "display_name": "digits",
             "encryption_spec": {"kms_key_name": KEY},
-            "labels": LABELS,
+            "labels": {**LABELS, "source_commit": COMMIT},  # the version records the commit that produced it
             "pipeline_job": f"{PARENT}/pipelineJobs/run-uuid-1",
             "artifact_uri": "gs://b/root/import-trained-model/job_dir/model",
             # the GPU serving image: the deployment gets a T4
