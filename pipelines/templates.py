@@ -29,6 +29,8 @@ _TYPE_NAMES = {
     "INT": "an integer",
     "DOUBLE": "a number",
 }  # INT/DOUBLE: pre-2.1 schema types
+# a task input's whole value taken from a pipeline input (through the enclosing DAGs' inputs)
+_INPUT_CHANNEL = re.compile(r"\{\{\$\.inputs\.parameters\['pipelinechannel--([^']+)'\]\}\}")
 _TRUE, _FALSE = {"true", "1", "yes", "y", "on"}, {"false", "0", "no", "n", "off"}
 
 
@@ -153,7 +155,8 @@ _MODELS: dict[str, type[BaseModel]] = {
 def parse_params(assignments: Sequence[str], spec: dict) -> dict:
     """`name=value` strings → the run's parameter values, typed by the template's inputs. Unknown names, values of
     the wrong type, repeated names and required inputs without a value are errors; for this project's pipelines
-    the values are also checked against the config models (ranges, choices)."""
+    the values are also checked against the config models (ranges, choices), and against the rules of where the
+    template puts them (a Vertex label, a KServe InferenceService's name)."""
     inputs = pipeline_inputs(spec)
     name = spec["pipelineInfo"]["name"]
     values: dict = {}
@@ -185,12 +188,31 @@ def parse_params(assignments: Sequence[str], spec: dict) -> dict:
             field = ".".join(str(p) for p in first["loc"])
             message = first["msg"].removeprefix("Value error, ")
             raise TemplateError(f"--param {field}: {message}" if field else f"parameters: {message}") from None
+    for key in sorted(_label_inputs(spec) & set(values)):
+        try:
+            names.label_value(str(values[key]), f"--param {key}")
+        except names.InvalidName as e:
+            raise TemplateError(f"{e}: this template writes it into a Vertex AI label") from None
     if "model_name" in values and _kserve_service(spec) == "":
         try:
             names.inference_service(values["model_name"], "--param model_name")
         except names.InvalidName as e:
             raise TemplateError(f"{e}: this template's KServe deploy names the InferenceService after it") from None
     return values
+
+
+def _label_inputs(spec: dict) -> set[str]:
+    """The pipeline inputs a template's tasks write whole into a label value (the Vertex model upload's
+    `source_commit`): they must be Google Cloud label values."""
+    found = set()
+    for component in spec.get("components", {}).values():
+        for task in (component.get("dag") or {}).get("tasks", {}).values():
+            labels = task.get("inputs", {}).get("parameters", {}).get("labels", {}).get("runtimeValue", {})
+            for value in (labels.get("constant") or {}).values():
+                channel = _INPUT_CHANNEL.fullmatch(str(value))
+                if channel:
+                    found.add(channel[1])
+    return found & set(pipeline_inputs(spec))
 
 
 def _kserve_service(spec: dict) -> str | None:
