@@ -16,7 +16,13 @@ import yaml
 from pydantic import BaseModel
 
 from core import names
-from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, PipelineParameters
+from pipelines.config import (
+    PIPELINE_NAMES,
+    PIPELINES,
+    SOURCE_COMMIT_LABEL,
+    BatchParameters,
+    PipelineParameters,
+)
 
 _NO_DEFAULT = object()
 _TYPE_NAMES = {
@@ -29,8 +35,6 @@ _TYPE_NAMES = {
     "INT": "an integer",
     "DOUBLE": "a number",
 }  # INT/DOUBLE: pre-2.1 schema types
-# a task input's whole value taken from a pipeline input (through the enclosing DAGs' inputs)
-_INPUT_CHANNEL = re.compile(r"\{\{\$\.inputs\.parameters\['pipelinechannel--([^']+)'\]\}\}")
 _TRUE, _FALSE = {"true", "1", "yes", "y", "on"}, {"false", "0", "no", "n", "off"}
 
 
@@ -202,16 +206,18 @@ def parse_params(assignments: Sequence[str], spec: dict) -> dict:
 
 
 def _label_inputs(spec: dict) -> set[str]:
-    """The pipeline inputs a template's tasks write whole into a label value (the Vertex model upload's
-    `source_commit`): they must be Google Cloud label values."""
+    """The pipeline inputs a template writes into a label value: the `source_commit` input of a step that outputs
+    `labels` (Vertex's find-model, whose `labels` the model upload takes), when a pipeline input (handed down the
+    enclosing DAGs as `pipelinechannel--NAME`) gives it. They must be Google Cloud label values."""
     found = set()
-    for component in spec.get("components", {}).values():
+    components = spec.get("components", {})
+    for component in [spec["root"], *components.values()]:
         for task in (component.get("dag") or {}).get("tasks", {}).values():
-            labels = task.get("inputs", {}).get("parameters", {}).get("labels", {}).get("runtimeValue", {})
-            for value in (labels.get("constant") or {}).values():
-                channel = _INPUT_CHANNEL.fullmatch(str(value))
-                if channel:
-                    found.add(channel[1])
+            step = components.get(task.get("componentRef", {}).get("name"), {})
+            if "labels" not in step.get("outputDefinitions", {}).get("parameters", {}):
+                continue
+            source = task.get("inputs", {}).get("parameters", {}).get(SOURCE_COMMIT_LABEL, {})
+            found.add(source.get("componentInputParameter", "").removeprefix("pipelinechannel--"))
     return found & set(pipeline_inputs(spec))
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from components.lib.vertex.registry import SOURCE_COMMIT_LABEL
 from core import names
 from pipelines.config.errors import ConfigError
 from pipelines.config.fields import (
@@ -30,7 +31,6 @@ from pipelines.config.target_use import TARGET_USE
 from pipelines.cron import parse_cron
 
 PIPELINE_LABEL = "pipeline"  # the label naming the pipeline on each Vertex job and resource a run creates
-SOURCE_COMMIT_LABEL = "source_commit"  # the label of each uploaded model version: the run's source_commit input
 # Vertex AI Pipelines adds its own label (vertex-ai-pipelines-run-billing-id) to every job and resource a run's
 # Google Cloud Pipeline Components create
 PIPELINES_SYSTEM_LABELS = 1

@@ -29,7 +29,7 @@ from components import (
     plan_vertex_training,
     read_best_trial,
 )
-from pipelines.config import SOURCE_COMMIT_LABEL, Platform
+from pipelines.config import Platform
 from pipelines.targets.base import SameEverywhere, champion_of, component, uncached
 from pipelines.targets.inputs import (
     BatchPredictInputs,
@@ -252,8 +252,8 @@ class VertexOps(SameEverywhere):
         exists, else a new model; the version that holds the trained model's artifacts when there is one (a cached
         training's model is not uploaded again). Returns the `VertexModel` (resourceName `.../models/ID@VERSION`).
         An uploaded version's labels: the run's, and `source_commit` (a label value: checked at compile and submit;
-        an empty one is left out). No alias moves here: the deploy step moves them once the version serves (or right
-        away without a deploy)."""
+        an empty one is left out), as the find-model step outputs them (a task output, resolved like any other). No
+        alias moves here: the deploy step moves them once the version serves (or right away without a deploy)."""
         from google_cloud_pipeline_components.types.artifact_types import UnmanagedContainerModel, VertexModel
         from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
@@ -264,6 +264,8 @@ class VertexOps(SameEverywhere):
                 artifact_uri=inputs.trained.model_uri,
                 project=PROJECT,
                 location=p.location,
+                labels=self.labels,
+                source_commit=inputs.source_commit,
             )
         )
         found.set_display_name("Find registry model")
@@ -276,7 +278,7 @@ class VertexOps(SameEverywhere):
             display_name=p.model_display_name,
             location=p.location,
             unmanaged_container_model=unmanaged.outputs["artifact"],
-            labels={**self.labels, SOURCE_COMMIT_LABEL: inputs.source_commit},
+            labels=found.outputs["labels"],
             encryption_spec_key_name=p.encryption_spec_key_name,
         )
         with dsl.If(found.outputs["version_name"] != "", name="version-registered"):

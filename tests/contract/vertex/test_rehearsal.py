@@ -184,40 +184,11 @@ def test_a_subprocess_talks_to_the_double(tmp_path):
 COMMIT = "3f786850e387550fdab836ed7e6dc881de23001b"  # a git SHA-1
 
 
-def test_the_rehearsal_resolves_a_pipeline_input_inside_the_upload_labels_as_vertex_does(tmp_path):
-    """kfp.local resolves placeholders in string inputs only; the rehearsal, like Vertex, also a pipeline input that
-    is a whole value in a dict input: the upload's payload carries the run's source_commit as a label."""
-    from kfp.local import placeholder_utils
-
-    from pipelines.rehearsal.run import _kfp_local_patches
-    from tests.helpers.compiled import compiled_docs, dag
-    from tests.helpers.platforms import LABELS, PLATFORM
-
-    spec = compiled_docs("vertex", "training", PLATFORM)[0]
-    task = dag(spec, "comp-condition-8")["model-upload-2"]
-    definitions = spec["components"]["comp-model-upload-2"]["inputDefinitions"]["parameters"]
-    # what kfp.local hands the task: the component's defaults, the compiled constants (as compiled), the pipeline input
-    parameters = {name: d["defaultValue"] for name, d in definitions.items() if "defaultValue" in d}
-    parameters.update(
-        {name: v["runtimeValue"]["constant"] for name, v in task["inputs"]["parameters"].items() if "runtimeValue" in v}
-    )
-    parameters.update({"project": "my-project", "pipelinechannel--source_commit": COMMIT})
-    executor = spec["deploymentSpec"]["executors"]["exec-model-upload-2"]["container"]
-    executor_input = {"inputs": {"parameterValues": parameters}, "outputs": {"outputFile": str(tmp_path / "out")}}
-    with _kfp_local_patches("my-project", "europe-west4"):
-        command = placeholder_utils.replace_placeholders(
-            executor["args"], executor_input, "tfpipe-training-1", "model-upload-2", "gs://b/root", "run-1"
-        )
-    payload = json.loads(command[command.index("--payload") + 1])
-    assert payload["labels"] == {**LABELS, "source_commit": COMMIT}
-    resolved = json.loads(command[command.index("--executor_input") + 1])
-    assert resolved["inputs"]["parameterValues"]["labels"] == {**LABELS, "source_commit": COMMIT}
-
-
 def test_an_uploaded_version_keeps_its_commit_label_and_a_label_vertex_refuses_is_refused(tmp_path):
-    """GCPC's upload launcher, run on the compiled task as a rehearsal runs it (a process talking to the double):
-    the version holds the run's source_commit as a label, in GetModel's answer and the rehearsal summary; an
-    upper-case commit is refused as Vertex refuses such a label, and no version is made."""
+    """The compiled find-model step and GCPC's upload launcher, each a process talking to the double as in a
+    rehearsal: find-model outputs the labels (the run's and source_commit), the upload takes them, and the version
+    holds them, in GetModel's answer and the rehearsal summary. An upper-case commit fails find-model before any
+    upload; labels holding one are refused by the double as Vertex refuses them, and no version is made."""
     import grpc
     from google.cloud import aiplatform_v1
     from google.cloud.aiplatform_v1.services.model_service.transports import ModelServiceGrpcTransport
@@ -230,9 +201,13 @@ def test_an_uploaded_version_keeps_its_commit_label_and_a_label_vertex_refuses_i
     from tests.helpers.platforms import LABELS, PLATFORM
 
     spec = compiled_docs("vertex", "training", PLATFORM)[0]
+    find = dag(spec, "comp-condition-4")["find-model"]["inputs"]["parameters"]
+    constants = {name: v["runtimeValue"]["constant"] for name, v in find.items() if "runtimeValue" in v}
     task = dag(spec, "comp-condition-8")["model-upload-2"]  # no such model yet: a plain upload creates it
+    assert task["inputs"]["parameters"]["labels"] == {"componentInputParameter": "pipelinechannel--find-model-labels"}
+    artifacts = "gs://b/root/import-trained-model/job_dir/model"
     unmanaged = {
-        "uri": "gs://b/root/import-trained-model/job_dir/model",
+        "uri": artifacts,
         "type": "google.UnmanagedContainerModel",
         "metadata": {"containerSpec": PLATFORM.serving_container_spec()},
     }
@@ -240,14 +215,28 @@ def test_an_uploaded_version_keeps_its_commit_label_and_a_label_vertex_refuses_i
     double.start()
     env = {**os.environ, **redirect.environment(double.grpc_target, double.http_base, "my-project")}
 
-    def upload(commit: str, folder: str) -> subprocess.CompletedProcess:
-        given = {"project": "my-project", "pipelinechannel--source_commit": commit}
+    def find_model(commit: str) -> subprocess.CompletedProcess:
+        arguments = {**constants, "project": "my-project", "artifact_uri": artifacts, "source_commit": commit}
+        code = (
+            "import json, sys\n"
+            "from components.find_model import find_model\n"
+            "print(json.dumps(find_model(**json.loads(sys.argv[1]))._asdict()))\n"
+        )
+        command = [sys.executable, "-c", code, json.dumps(arguments)]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    def upload(labels: dict, folder: str) -> subprocess.CompletedProcess:
+        given = {"project": "my-project", "labels": labels}
         launch = Launch(spec, task, given, {"unmanaged_container_model": unmanaged}, tmp_path / folder)
         command = [sys.executable, "-m", launch.module, *launch.args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
     try:
-        done = upload(COMMIT, "first")
+        found = find_model(COMMIT)
+        assert found.returncode == 0, found.stderr
+        outputs = json.loads(found.stdout.splitlines()[-1])
+        assert (outputs["resource_name"], outputs["labels"]) == ("", {**LABELS, "source_commit": COMMIT})
+        done = upload(outputs["labels"], "first")
         assert done.returncode == 0, done.stderr
         [model] = vertex_section(double, tmp_path)["models"]
         [version] = model["versions"]
@@ -256,7 +245,13 @@ def test_an_uploaded_version_keeps_its_commit_label_and_a_label_vertex_refuses_i
         client = aiplatform_v1.ModelServiceClient(transport=ModelServiceGrpcTransport(channel=channel))
         assert dict(client.get_model(name=f"{model['name']}@1").labels) == {**LABELS, "source_commit": COMMIT}
 
-        refused = upload(COMMIT.upper(), "second")
+        refused = find_model(COMMIT.upper())
+        assert refused.returncode != 0
+        assert refused.stderr.splitlines()[-1] == (
+            f"core.names.InvalidName: source_commit: '{COMMIT.upper()}' is not a Google Cloud label value (it must "
+            "match ^[a-z0-9_-]{0,63}$)"
+        )
+        refused = upload({**LABELS, "source_commit": COMMIT.upper()}, "second")
         assert refused.returncode != 0
         assert [e["message"] for e in double.errors] == [
             f"labels: invalid label source_commit={COMMIT.upper()!r} (keys ^[a-z][a-z0-9_-]{{0,62}}$, values "

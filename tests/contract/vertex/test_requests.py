@@ -18,6 +18,7 @@ from google.cloud.aiplatform_v1.types import (
 from google.oauth2.credentials import Credentials
 
 from components.lib.study.spec import DEFAULT_STUDY
+from components.lib.vertex.registry import version_labels
 from pipelines.rehearsal.api.messages import to_dict
 from tests.doubles.gapic import FakeStub
 from tests.helpers import vertex_expectations as expect
@@ -386,10 +387,14 @@ def test_model_upload_request_carries_cmek_labels_the_commit_and_the_serving_con
         "type": "google.UnmanagedContainerModel",
         "metadata": {"containerSpec": PLATFORM.serving_container_spec()},
     }
+    # the upload's labels: find-model's output, the labels it is compiled with and the run's source_commit
+    find = dag(specs["training"], "comp-condition-4")["find-model"]["inputs"]["parameters"]
+    assert branch["inputs"]["parameters"]["labels"] == {"componentInputParameter": "pipelinechannel--find-model-labels"}
+    labels = version_labels(find["labels"]["runtimeValue"]["constant"], COMMIT)
     launch = Launch(
         specs["training"],
         branch,
-        {"project": "my-project", "pipelinechannel--source_commit": COMMIT},  # the run's source_commit input
+        {"project": "my-project", "labels": labels},
         {"parent_model": parent, "unmanaged_container_model": unmanaged},
         tmp_path,
     ).run()

@@ -366,31 +366,24 @@ def test_a_run_parameter_is_checked_against_the_names_the_template_gives_it():
 
 
 def test_a_run_parameter_a_template_writes_into_a_vertex_label_must_be_a_label_value():
-    """The compiled Vertex upload's labels hold the pipeline input source_commit (as a whole value): a value that
-    is no label value is refused before the run is created; without such a label, any commit goes."""
+    """The compiled Vertex find-model step makes the upload's labels of the pipeline input source_commit (handed
+    down the conditions): a value that is no label value is refused before the run is created; without such a step,
+    any commit goes."""
     from pipelines.templates import TemplateError, parse_params
 
-    upload = {
-        "componentRef": {"name": "comp-model-upload"},
-        "inputs": {
-            "parameters": {
-                "labels": {
-                    "runtimeValue": {
-                        "constant": {
-                            "team": "ml",
-                            "source_commit": "{{$.inputs.parameters['pipelinechannel--source_commit']}}",
-                        }
-                    }
-                }
-            }
-        },
+    find = {
+        "componentRef": {"name": "comp-find-model"},
+        "inputs": {"parameters": {"source_commit": {"componentInputParameter": "pipelinechannel--source_commit"}}},
     }
     spec = {
         "pipelineInfo": {"name": "tfpipe-training"},
         "root": {
             "inputDefinitions": {"parameters": {"source_commit": {"parameterType": "STRING", "defaultValue": ""}}}
         },
-        "components": {"comp-condition-6": {"dag": {"tasks": {"model-upload": upload}}}},
+        "components": {
+            "comp-condition-4": {"dag": {"tasks": {"find-model": find}}},
+            "comp-find-model": {"outputDefinitions": {"parameters": {"labels": {"parameterType": "STRUCT"}}}},
+        },
     }
     commit = "3f786850e387550fdab836ed7e6dc881de23001b"
     assert parse_params([f"source_commit={commit}"], spec) == {"source_commit": commit}
