@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -61,21 +60,6 @@ def _go_number(value):
     return value
 
 
-_PARAMETER = re.compile(r"\{\{\$\.inputs\.parameters\['([^']+)'\]\}\}")
-
-
-def _whole_placeholders(value, parameters: dict):
-    """`value` (a list or struct parameter) with each item that is a whole parameter placeholder replaced by that
-    parameter's value, as Vertex resolves a pipeline input inside a dict or list constant (the model upload's
-    `labels`); a placeholder within a longer string is left as it is."""
-    if isinstance(value, list):
-        return [_whole_placeholders(v, parameters) for v in value]
-    if isinstance(value, dict):
-        return {k: _whole_placeholders(v, parameters) for k, v in value.items()}
-    match = _PARAMETER.fullmatch(value) if isinstance(value, str) else None
-    return parameters[match[1]] if match and match[1] in parameters else value
-
-
 class _VertexJson:
     """`json` for kfp.local's placeholder resolution, with numbers written the way Vertex's backend writes them."""
 
@@ -90,9 +74,8 @@ class _VertexJson:
 @contextlib.contextmanager
 def _kfp_local_patches(project: str, location: str):
     """Container tasks of Google Cloud Pipeline Components run their command as a local process, the Vertex
-    placeholders resolve to the rehearsal's values (the run's uuid: kfp.local's unique run id), pipeline inputs
-    inside list and struct constants resolve as on Vertex, and parameter values are written into commands as Vertex
-    writes them."""
+    placeholders resolve to the rehearsal's values (the run's uuid: kfp.local's unique run id), and parameter values
+    are written into commands as Vertex writes them."""
     from kfp.local import placeholder_utils, subprocess_task_handler
     from kfp.local.orchestrator.orchestrator_utils import OrchestratorUtils
 
@@ -100,7 +83,6 @@ def _kfp_local_patches(project: str, location: str):
     dag_artifacts = OrchestratorUtils.__dict__["get_dag_output_artifacts"]
     refuse = handler.validate_not_container_component
     resolve = placeholder_utils.resolve_individual_placeholder
-    self_references = placeholder_utils.resolve_self_references_in_executor_input
 
     def validate(self, full_command):
         if not any(GCPC_MODULES in part for part in full_command):
@@ -117,16 +99,6 @@ def _kfp_local_patches(project: str, location: str):
             element = element.replace(placeholder, value)
         return resolve(element, *args, **kwargs)
 
-    def resolve_collections(*args, **kwargs):
-        """kfp.local resolves the placeholders of string parameters only; Vertex, those inside lists and structs
-        too."""
-        executor_input = self_references(*args, **kwargs)
-        parameters = executor_input.get("inputs", {}).get("parameterValues", {})
-        for name, value in parameters.items():
-            if isinstance(value, (dict, list)):
-                parameters[name] = _whole_placeholders(value, parameters)
-        return executor_input
-
     def one_of_artifacts(cls, dag_outputs_spec, io_store):
         """kfp.local takes one artifact selector per DAG output; an artifact `dsl.OneOf` has one per branch: the
         output is the one of the branch that ran."""
@@ -142,7 +114,6 @@ def _kfp_local_patches(project: str, location: str):
 
     handler.validate_not_container_component = validate
     placeholder_utils.resolve_individual_placeholder = resolve_vertex
-    placeholder_utils.resolve_self_references_in_executor_input = resolve_collections
     placeholder_utils.json = _VertexJson()
     OrchestratorUtils.get_dag_output_artifacts = classmethod(one_of_artifacts)
     try:
@@ -150,7 +121,6 @@ def _kfp_local_patches(project: str, location: str):
     finally:
         handler.validate_not_container_component = refuse
         placeholder_utils.resolve_individual_placeholder = resolve
-        placeholder_utils.resolve_self_references_in_executor_input = self_references
         placeholder_utils.json = json
         OrchestratorUtils.get_dag_output_artifacts = dag_artifacts
 

@@ -26,27 +26,15 @@ def _text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _inner(value, values: dict):
-    """A list or struct constant with each item that is a whole parameter placeholder (a pipeline input inside a
-    dict or list argument) replaced by that parameter's value, as the backend resolves them."""
-    if isinstance(value, list):
-        return [_inner(v, values) for v in value]
-    if isinstance(value, dict):
-        return {k: _inner(v, values) for k, v in value.items()}
-    match = PARAMETER.fullmatch(value) if isinstance(value, str) else None
-    return values[match[1]] if match else value
-
-
 def task_parameters(spec: dict, task: dict, given: dict) -> dict:
-    """The task's parameter values: `given` (upstream outputs, pipeline inputs, by the task's input names such as
-    `pipelinechannel--source_commit`), else the compiled constants, else the component's defaults."""
+    """The task's parameter values: `given` (upstream outputs, pipeline inputs), else the compiled constants, else
+    the component's defaults."""
     definitions = spec["components"][task["componentRef"]["name"]]["inputDefinitions"].get("parameters", {})
     values = {name: d["defaultValue"] for name, d in definitions.items() if "defaultValue" in d}
     for name, source in task["inputs"].get("parameters", {}).items():
         if "runtimeValue" in source:
             values[name] = source["runtimeValue"]["constant"]
     values.update(given)
-    values = {name: _inner(v, values) if isinstance(v, (dict, list)) else v for name, v in values.items()}
     return {name: _typed(value, definitions.get(name, {}).get("parameterType")) for name, value in values.items()}
 
 
