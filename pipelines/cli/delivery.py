@@ -31,7 +31,8 @@ def run_options(func):
         "--skip-checks",
         "skip_checks",
         is_flag=True,
-        help="vertex: create the run without the pre-flight checks (bucket, images, service account)",
+        help="vertex: create the run without the pre-flight checks (bucket, images, service account, APIs, roles, key); "
+        "images by tag are pinned by digest all the same",
     )(func)
     func = click.option(
         "--no-caching",
@@ -181,20 +182,23 @@ def submit(
     with tempfile.TemporaryDirectory(prefix="tfpipe-submit-") as workdir:
         chosen = _template(delivery, pipeline, config, template, template_tag, registry, workdir)
         values = _params(chosen, params)
-        _preflight(delivery, platform, chosen, skip_checks)
+        chosen = _preflight(delivery, platform, chosen, skip_checks, workdir)
         run = Run(chosen, values, caching)
         submitted = _attempt(delivery.submit, connection, run, run_name, experiment, click.echo)
         if wait:
             _follow(submitted, poll_seconds)
 
 
-def _preflight(delivery, platform, chosen, skip):
-    """The target's pre-flight checks: every problem on its own line, then exit 1."""
-    problems = delivery.preflight(platform, chosen, skip, click.echo)
+def _preflight(delivery, platform, chosen, skip, workdir):
+    """The template to send after the target's pre-flight checks; on a problem: every one on its own line, then
+    exit 1."""
+    checked = delivery.preflight(platform, chosen, skip, click.echo, workdir)
+    problems = checked.problems
     if problems:
         for problem in problems[:-1]:
             click.echo(f"Error: {problem}", err=True)
-        _fail(f"{problems[-1]}\n(fix these, or pass --skip-checks to create the run anyway)")
+        _fail(problems[-1] + ("" if skip else "\n(fix these, or pass --skip-checks to create the run anyway)"))
+    return checked.template
 
 
 def _follow(submitted, poll_seconds):
@@ -282,7 +286,7 @@ def schedule(
         chosen = _template(delivery, pipeline, config, template, template_tag, registry, workdir)
         values = _params(chosen, params)
         name = display_name or settings.display_name or chosen.name
-        _preflight(delivery, platform, chosen, skip_checks)
+        chosen = _preflight(delivery, platform, chosen, skip_checks, workdir)
         _attempt(delivery.schedule, connection, Run(chosen, values, caching), parsed, name, experiment, click.echo)
     runs = ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in parsed.next_runs(3))
     click.echo(f"{name}: {chosen.name} ({chosen.source}) on '{parsed}'; next runs {runs} {delivery.time_zone(parsed)}")
@@ -411,3 +415,8 @@ def publish(registry, tags, target, pipeline, template, config_file, profile, se
     click.echo(f"published {package} {version} ({chosen.source}) with tag(s) {', '.join(tags)}")
     for tag in tags:
         click.echo(f"  {registry}/{package}/{tag}")
+    if delivery.target == "vertex":
+        from pipelines.preflight import tag_warning
+
+        if warning := tag_warning(chosen.spec):
+            click.echo(warning, err=True)

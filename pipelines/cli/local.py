@@ -288,7 +288,8 @@ def _print_summary(s: dict) -> None:
 )
 def compile_(target, output, config_file, profile, sets, pipeline):
     """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines (refused
-    while the images, identity or inputs it bakes in still hold example values)."""
+    while the images, identity or inputs it bakes in still hold example values). The images stay as given; for
+    Vertex, those given by tag are named in a warning (submit and schedule pin them by digest)."""
     from pipelines.delivery import delivery_for
     from pipelines.templates import TemplateError
 
@@ -306,3 +307,9 @@ def compile_(target, output, config_file, profile, sets, pipeline):
             raise
         _fail(f"--output: cannot write {output}: {e.strerror or e}")
     click.echo(f"compiled {target} {pipeline} pipeline to {output}")
+    if target == "vertex":
+        from pipelines.preflight import tag_warning
+        from pipelines.templates import load_template
+
+        if warning := tag_warning(load_template(output)):
+            click.echo(warning, err=True)

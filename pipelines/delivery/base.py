@@ -39,6 +39,15 @@ class Template:
 
 
 @dataclass(frozen=True)
+class Checked:
+    """The template a run or schedule sends (on Vertex: its tagged images pinned by digest) and the problems that
+    would fail the run (one line each; none: it may go)."""
+
+    template: Template
+    problems: list[str]
+
+
+@dataclass(frozen=True)
 class Run:
     """What a run or schedule runs: the template, the parameter values checked against it, and caching (None: as
     compiled)."""
@@ -100,8 +109,9 @@ class Delivery(Protocol):
         """Where the calls go (`running`: for a run or schedule rather than to manage schedules)."""
         ...
 
-    def preflight(self, platform: Platform, template: Template, skip: bool, echo: Echo) -> list[str]:
-        """The problems that would fail the run, checked before it is created ([]: none, or nothing to check)."""
+    def preflight(self, platform: Platform, template: Template, skip: bool, echo: Echo, workdir: str) -> Checked:
+        """The template to send (written in `workdir` when it differs) and the problems that would fail the run,
+        checked before it is created (none: none, or nothing to check)."""
         ...
 
     def submit(

@@ -12,7 +12,17 @@ from core import names
 from pipelines.actions import doing
 from pipelines.config import Platform
 from pipelines.cron import Cron
-from pipelines.delivery.base import BaseDelivery, Connection, DeliveryError, Echo, Run, Schedules, Submitted, Template
+from pipelines.delivery.base import (
+    BaseDelivery,
+    Checked,
+    Connection,
+    DeliveryError,
+    Echo,
+    Run,
+    Schedules,
+    Submitted,
+    Template,
+)
 from pipelines.schedule import ScheduleError
 
 
@@ -65,9 +75,9 @@ class KubeflowDelivery(BaseDelivery):
             )
         return Connection(platform, host.rstrip("/"), namespace or platform.kfp_namespace)
 
-    def preflight(self, platform: Platform, template: Template, skip: bool, echo: Echo) -> list[str]:
-        """None: Kubeflow has no pre-flight checks (`skip` does not apply)."""
-        return []
+    def preflight(self, platform: Platform, template: Template, skip: bool, echo: Echo, workdir: str) -> Checked:
+        """The template as it is: Kubeflow has no pre-flight checks (`skip` does not apply) and runs images by tag."""
+        return Checked(template, [])
 
     def submit(
         self, connection: Connection, run: Run, name: str | None, experiment: str | None, echo: Echo

@@ -3,13 +3,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from core import names
 from pipelines.actions import doing
 from pipelines.config import Platform
 from pipelines.cron import Cron
-from pipelines.delivery.base import BaseDelivery, Connection, DeliveryError, Echo, Run, Schedules, Submitted, Template
+from pipelines.delivery.base import (
+    BaseDelivery,
+    Checked,
+    Connection,
+    DeliveryError,
+    Echo,
+    Run,
+    Schedules,
+    Submitted,
+    Template,
+)
 from pipelines.schedule import ScheduleError
 from pipelines.submit import SubmitError, check_vertex
 
@@ -52,18 +65,34 @@ class VertexDelivery(BaseDelivery):
         application_default()
         return Connection(platform)
 
-    def preflight(self, platform: Platform, template: Template, skip: bool, echo: Echo) -> list[str]:
-        """The pre-flight checks of a Vertex run (pipelines/preflight.py) unless `skip`."""
-        from pipelines.preflight import preflight
+    def preflight(self, platform: Platform, template: Template, skip: bool, echo: Echo, workdir: str) -> Checked:
+        """The pre-flight checks of a Vertex run (pipelines/preflight.py) unless `skip`, and in any case the
+        template's tagged images pinned by digest (Vertex's cache keys on the image string, not its content): the
+        pinned template is written in `workdir`, each digest named by `echo`."""
+        from pipelines.preflight import pin_images, preflight
 
         if skip:
             echo("pre-flight checks skipped (--skip-checks)")
-            return []
-        with doing("the pre-flight checks could not finish (--skip-checks to go on without them)"):
-            problems = preflight(platform, template.spec, note=echo)
-        if not problems:
-            echo("pre-flight checks passed: pipeline root writable, images present, service account usable")
-        return problems
+            action = "pinning the images by digest"
+        else:
+            action = "the pre-flight checks could not finish (--skip-checks to go on without them)"
+        with doing(action):
+            found = preflight(platform, template.spec, note=echo, checks=not skip)
+        if found.problems:
+            return Checked(template, found.problems)
+        if not skip:
+            echo(
+                "pre-flight checks passed: pipeline root writable, images present, service account usable, APIs enabled, "
+                "roles granted"
+            )
+        if not found.pinned:
+            return Checked(template, [])
+        for image, pinned in found.pinned.items():
+            echo(f"image {image} pinned by digest: {pinned.rsplit('@', 1)[1]}")
+        spec = pin_images(template.spec, found.pinned)
+        path = Path(workdir) / "pinned.yaml"
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        return Checked(Template(str(path), spec, f"{template.source}, images pinned by digest"), [])
 
     def _job(self, run: Run, platform: Platform, display_name: str) -> Any:
         """The unsubmitted aiplatform.PipelineJob (its own checks: display name, labels, job id)."""

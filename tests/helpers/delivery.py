@@ -29,7 +29,7 @@ from google.protobuf import any_pb2, empty_pb2
 from pipelines.config import load_config
 from pipelines.delivery import delivery_for
 from pipelines.templates import load_template
-from tests.doubles.google_http import SA, GoogleHttp, iam_routes
+from tests.doubles.google_http import SA, GoogleHttp, digest_of, manifest_routes, project_routes
 from tests.doubles.http import close_http, serve_http
 
 PROJECT, LOCATION = "acme-ml-prod", "europe-west4"
@@ -71,7 +71,26 @@ IMAGES = [
 ]
 
 
-PREFLIGHT_OK = "pre-flight checks passed: pipeline root writable, images present, service account usable\n"
+# the test images by digest, as the registry double answers them
+PINNED = {image: f"{image.rsplit(':', 1)[0]}@{digest_of(image)}" for image in (COMPONENTS, SERVING, TRAINER)}
+
+
+def pinned_spec(spec: dict) -> dict:
+    """`spec` with the test images by digest wherever a value names one."""
+    text = json.dumps(spec)
+    for image, reference in PINNED.items():
+        text = text.replace(json.dumps(image), json.dumps(reference))
+    return json.loads(text)
+
+
+# what a Vertex submit or schedule prints first when its checks pass: the checks, then the images pinned
+CHECKS_PASSED = (
+    "pre-flight checks passed: pipeline root writable, images present, service account usable, APIs enabled, "
+    "roles granted\n"
+)
+PREFLIGHT_OK = CHECKS_PASSED + "".join(
+    f"image {image} pinned by digest: {digest_of(image)}\n" for image in sorted([COMPONENTS, SERVING, TRAINER])
+)
 
 
 @pytest.fixture(autouse=True)
@@ -150,9 +169,11 @@ class Vertex:
 
 @pytest.fixture
 def vertex(monkeypatch, gcs_emulator):
-    """The Vertex APIs, and the pre-flight checks' registry and IAM answering that all is in place."""
+    """The Vertex APIs, and the pre-flight checks' registry (holding the test images, by tag and by digest) and IAM
+    answering that all is in place."""
     vertex = Vertex(monkeypatch)
-    vertex.http = GoogleHttp(iam_routes(), fallback={"HEAD": (200, {})}).install(monkeypatch)
+    routes = {**project_routes(), **manifest_routes([*PINNED, *PINNED.values()])}
+    vertex.http = GoogleHttp(routes).install(monkeypatch)
     return vertex
 
 

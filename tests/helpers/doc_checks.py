@@ -9,6 +9,8 @@ import ast
 import fnmatch
 import importlib.util
 import re
+import shutil
+import subprocess
 import tempfile
 import types
 import typing
@@ -408,6 +410,142 @@ def cloudbuild_commands() -> list[list[str]]:
     scripts = [step["args"][-1] for step in cloudbuild()[1] if step.get("entrypoint") == "bash"]
     block = Block("bash", tuple(enumerate("\n".join(scripts).splitlines(), 1)))
     return [words for _, line in logical_lines(block) for words in shell_commands(line)]
+
+
+# --- shell syntax and gcloud ---------------------------------------------------------------------------------------
+
+
+def shell(doc: Doc) -> list[str]:
+    """Every bash block parses (`bash -n`: the syntax, nothing run)."""
+    problems = []
+    for block in (b for b in doc.blocks if b.language == "bash"):
+        result = subprocess.run(
+            [shutil.which("bash") or "bash", "-n"], input=block.text, capture_output=True, text=True
+        )
+        for line in result.stderr.splitlines():
+            where = re.match(r"(?:\S*bash: )?line (\d+): (.*)", line)
+            if where and where.group(2).startswith("`"):
+                continue  # bash repeating the offending line
+            number = int(where.group(1)) if where else 0
+            at = block.lines[number - 1] if 0 < number <= len(block.lines) else block.lines[-1]
+            problems.append(doc.where(at[0], f"bash -n: {where.group(2) if where else line}", at[1]))
+        if result.returncode and not result.stderr:
+            problems.append(doc.where(block.first, f"bash -n exits {result.returncode}", block.lines[0][1]))
+    return problems
+
+
+@cache
+def gcloud_tree() -> dict | None:
+    """The installed gcloud CLI's commands and flags (its static completion tree, the SDK's
+    data/cli/gcloud_completions.py), or None without gcloud."""
+    found = shutil.which("gcloud")
+    path = Path(found).resolve().parents[1] / "data" / "cli" / "gcloud_completions.py" if found else None
+    if path is None or not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("gcloud_completions", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.STATIC_COMPLETION_CLI_TREE
+
+
+def check_gcloud(words: list[str], tree: dict) -> list[str]:
+    """A `gcloud ...` command: its command path is a gcloud command and each --flag one of that command's (or a
+    gcloud-wide flag)."""
+    node, path, flags = tree, ["gcloud"], dict(tree["flags"])
+    args = words[1:]
+    i = 0
+    while i < len(args) and args[i] in node["commands"]:
+        node = node["commands"][args[i]]
+        path.append(args[i])
+        flags |= node["flags"]
+        i += 1
+    if node["commands"] and not (i < len(args) and (is_placeholder(args[i]) or args[i] in ("-h", "--help"))):
+        return [f"{' '.join(path)}: no command {args[i] if i < len(args) else ''!r}"]
+    return [
+        f"{' '.join(path)}: no flag {name}"
+        for name in (a.split("=", 1)[0] for a in args[i:] if a.startswith("--"))
+        if name not in flags and not (name.startswith("--no-") and f"--{name[5:]}" in flags)
+    ]
+
+
+def gcloud(doc: Doc) -> list[str]:
+    """Every gcloud command of the doc's bash blocks names a gcloud command and its flags."""
+    tree = gcloud_tree()
+    assert tree is not None, "gcloud is not installed"
+    return [
+        doc.where(n, m, line)
+        for n, line, words in doc.commands()
+        if words[:1] == ["gcloud"]
+        for m in check_gcloud(words, tree)
+    ]
+
+
+def expanded_commands(doc: Doc) -> list[tuple[int, list[str]]]:
+    """The doc's bash commands with each one-level `for VAR in WORDS; do ... done` loop unrolled ($VAR and ${VAR}
+    replaced by each word): line, words."""
+    found: list[tuple[int, list[str]]] = []
+    loop: tuple[str, list[str]] | None = None
+    body: list[tuple[int, list[str]]] = []
+    for n, _, words in doc.commands():
+        if words[:1] == ["for"] and words[2:3] == ["in"]:
+            loop, body = (words[1], words[3:]), []
+        elif loop and words == ["done"]:
+            name, values = loop
+            found += [
+                (m, [w.replace("${" + name + "}", v).replace(f"${name}", v) for w in command])
+                for v in values
+                for m, command in body
+            ]
+            loop = None
+        elif loop:
+            body += [(n, words[1:] if words[:1] == ["do"] else words)] if words != ["do"] else []
+        else:
+            found.append((n, words))
+    return found
+
+
+def setup_problems(name: str = "docs/guides/vertex.md") -> list[str]:
+    """The set-up (`gcloud` commands) of `name` enables every API the pre-flight checks require of a run with Dataflow,
+    a network and a key of the project, grants the runs' account ($RUNNER) each role they check, each service agent
+    of the project ($PROJECT_NUMBER) roles/cloudkms.cryptoKeyEncrypterDecrypter on $KEY, and makes $KEY the bucket's
+    default key."""
+    from pipelines import preflight
+
+    commands = [words for _, words in expanded_commands(load_doc(name))]
+    enabled = {w for c in commands if c[:3] == ["gcloud", "services", "enable"] for w in c[3:] if not w.startswith("-")}
+    platform = Platform(
+        project="acme-ml",
+        location="europe-west4",
+        network="projects/1/global/networks/vpc",
+        encryption_spec_key_name="projects/acme-ml/locations/europe-west4/keyRings/r/cryptoKeys/k",
+    )
+    problems = [f"{name}: no gcloud services enable {s}" for s in preflight.required_services(platform)]
+    problems = [p for p in problems if p.rsplit(" ", 1)[1] not in enabled]
+
+    def granted(resource: list[str], member: str, role: str) -> bool:
+        return any(
+            c[: len(resource)] == resource
+            and option_value(c, "--member") == member
+            and option_value(c, "--role") == role
+            for c in commands
+        )
+
+    project = ["gcloud", "projects", "add-iam-policy-binding", "$PROJECT"]
+    for role, _, why in preflight.RUNNER_ROLES + preflight.DATAFLOW_ROLES:
+        if not granted(project, "serviceAccount:$RUNNER", role):
+            problems.append(f"{name}: $RUNNER is not granted {role} in the project ({why})")
+    bucket = ["gcloud", "storage", "buckets", "add-iam-policy-binding", "gs://$BUCKET"]
+    if not granted(bucket, "serviceAccount:$RUNNER", preflight.BUCKET_ROLE[0]):
+        problems.append(f"{name}: $RUNNER is not granted {preflight.BUCKET_ROLE[0]} on gs://$BUCKET")
+    key = ["gcloud", "kms", "keys", "add-iam-policy-binding", "$KEY"]
+    for domain, whose, _ in preflight.KEY_AGENTS:
+        if not granted(key, f"serviceAccount:service-$PROJECT_NUMBER@{domain}", preflight.ENCRYPTER):
+            problems.append(f"{name}: the {whose} service agent is not granted {preflight.ENCRYPTER} on $KEY")
+    update = ["gcloud", "storage", "buckets", "update", "gs://$BUCKET"]
+    if not any(c[:5] == update and option_value(c, "--default-encryption-key") == "$KEY" for c in commands):
+        problems.append(f"{name}: gs://$BUCKET does not get $KEY as its default key")
+    return problems
 
 
 # --- commands ----------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ CHECKS = {
     "config": doc_checks.config,
     "paths": doc_checks.paths,
     "links": doc_checks.links,
+    "shell": doc_checks.shell,
 }
 
 
@@ -19,6 +20,22 @@ CHECKS = {
 @pytest.mark.parametrize("doc", doc_checks.DOCS)
 def test_doc(doc, check):
     problems = CHECKS[check](doc_checks.load_doc(doc))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("doc", doc_checks.DOCS)
+def test_gcloud_commands(doc):
+    """Each `gcloud` command of a bash block is a command of the installed gcloud CLI, with its flags."""
+    if doc_checks.gcloud_tree() is None:
+        pytest.skip("gcloud is not installed: its commands are checked where it is")
+    problems = doc_checks.gcloud(doc_checks.load_doc(doc))
+    assert not problems, "\n".join(problems)
+
+
+def test_vertex_setup_enables_and_grants_what_the_pre_flight_checks_check():
+    """docs/guides/vertex.md's set-up, from an empty project, leaves nothing for `submit`'s pre-flight checks to
+    find: every API, the runs' account's roles, the key's grants to the service agents, the bucket's default key."""
+    problems = doc_checks.setup_problems()
     assert not problems, "\n".join(problems)
 
 
@@ -82,6 +99,12 @@ client.forecast([1])
 
 See `containers/nothere.Dockerfile`, `build/vertex.yaml`, `platform.kubeflow.trainig`, `run --epoch 3`,
 [the CLI](docs/nothere.md), [a section](#no-such-section), [the config](docs/reference/configuration.md#no-such-heading).
+
+```bash
+gcloud servics enable dataflow.googleapis.com
+gcloud storage buckets update gs://b --default-kms-key k
+for role in roles/dataflow.worker; do
+```
 """
 
 EXPECTED = [  # (check, line, what the problem says)
@@ -110,6 +133,7 @@ EXPECTED = [  # (check, line, what the problem says)
         31,
         "link to docs/reference/configuration.md#no-such-heading: no such heading in docs/reference/configuration.md",
     ),
+    ("shell", 36, "bash -n: syntax error: unexpected end of file"),
 ]
 
 
@@ -123,6 +147,17 @@ def test_checks_report_mistakes():
         if not any(p.startswith(f"SELFTEST.md:{line}: ") and what in p for p in problems[check])
     ]
     assert not missing, f"not reported: {missing}\nreported:\n" + "\n".join(p for ps in problems.values() for p in ps)
+
+
+def test_the_gcloud_check_reports_mistakes():
+    if doc_checks.gcloud_tree() is None:
+        pytest.skip("gcloud is not installed")
+    problems = doc_checks.gcloud(doc_checks.parse_doc("SELFTEST.md", WRONG))
+    assert problems == [
+        "SELFTEST.md:34: gcloud: no command 'servics'\n    gcloud servics enable dataflow.googleapis.com",
+        "SELFTEST.md:35: gcloud storage buckets update: no flag --default-kms-key\n"
+        "    gcloud storage buckets update gs://b --default-kms-key k",
+    ]
 
 
 def test_disagreements_name_each_claim():

@@ -29,15 +29,18 @@ from google.cloud.resourcemanager_v3.types import projects as project_pb
 from pipelines.cli import cli
 from pipelines.config import load_config
 from pipelines.delivery import delivery_for
-from pipelines.preflight import manifest_url
+from pipelines.preflight import manifest_url, template_images
 from pipelines.templates import TemplateError, load_template, parse_params
+from tests.doubles.google_http import access_routes
 from tests.helpers import delivery
 from tests.helpers.delivery import (
+    CHECKS_PASSED,
     COMPONENTS,
     IMAGES,
     LOCATION,
     NETWORK,
     PARENT,
+    PINNED,
     PREFLIGHT_OK,
     PROJECT,
     PROJECT_NUMBER,
@@ -46,6 +49,7 @@ from tests.helpers.delivery import (
     SA,
     SERVING,
     TRAINER,
+    pinned_spec,
     pipeline_job_answers,
     schedule_answers,
 )
@@ -123,9 +127,10 @@ def test_required_inputs_need_a_value(tmp_path):
 
 
 def expected_job(spec, params, display_name="tfpipe-training", **extra):
+    """The PipelineJob sent for `spec` (its images pinned by digest)."""
     return job_pb.PipelineJob(
         display_name=display_name,
-        pipeline_spec=spec,
+        pipeline_spec=pinned_spec(spec),
         labels={"team": "ml", "env": "prod"},
         runtime_config=job_pb.PipelineJob.RuntimeConfig(gcs_output_directory=ROOT, parameter_values=params),
         service_account=SA,
@@ -168,22 +173,34 @@ def test_vertex_submit_sends_the_exact_pipeline_job(vertex, config, vertex_spec)
         pipeline_job_id=job_id,
         pipeline_job=expected_job(vertex_spec, {"epochs": 3, "learning_rate": 0.01, "tune": False}),
     )
-    # the compiled spec sent is the prod profile's: its defaults and images
+    # the compiled spec sent is the prod profile's: its defaults, and its images pinned by the digests the registry
+    # answered (Vertex's cache keys on the image string: a tag pushed again must not serve the old code's steps)
     spec = type(request.pipeline_job).to_dict(request.pipeline_job)["pipeline_spec"]
     assert spec["pipelineInfo"]["name"] == "tfpipe-training"
     assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == 5
-    assert spec["deploymentSpec"]["executors"]["exec-prepare-data"]["container"]["image"] == COMPONENTS
-    # before anything was created: the pre-flight checks of the run's images and service account
+    assert spec["deploymentSpec"]["executors"]["exec-prepare-data"]["container"]["image"] == PINNED[COMPONENTS]
+    assert template_images(spec) == sorted(PINNED.values())
+    assert COMPONENTS not in json.dumps(spec) and TRAINER not in json.dumps(spec) and SERVING not in json.dumps(spec)
+    # before anything was created: the pre-flight checks of the run's images (one request each, which pins them
+    # too), APIs, permissions and service account (the prod profile's network and Dataflow data prep need Compute
+    # Engine, Service Networking and Dataflow)
+    apis = "aiplatform artifactregistry cloudresourcemanager compute dataflow iam servicenetworking storage".split()
+    names = "&".join(f"names=projects%2F{PROJECT}%2Fservices%2F{api}.googleapis.com" for api in apis)
+    objects = "&".join(f"permissions=storage.objects.{verb}" for verb in ("create", "delete", "get", "list"))
     assert [(m, u) for m, u, _ in vertex.http.requests] == [
         *[("HEAD", manifest_url(image)) for image in sorted([COMPONENTS, SERVING, TRAINER])],
+        ("GET", f"https://serviceusage.googleapis.com/v1/projects/{PROJECT}/services:batchGet?{names}"),
+        ("POST", f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}:testIamPermissions"),
+        ("GET", f"https://storage.googleapis.com/storage/v1/b/test-bucket/iam/testPermissions?{objects}"),
         ("GET", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}"),
         ("POST", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}:testIamPermissions"),
         ("POST", f"https://iam.googleapis.com/v1/projects/-/serviceAccounts/{SA}:getIamPolicy"),
         ("POST", f"https://cloudresourcemanager.googleapis.com/v1/projects/{PROJECT}:getIamPolicy"),
+        ("GET", "https://storage.googleapis.com/storage/v1/b/test-bucket/iam"),
     ]
     assert result.output == (
-        "pre-flight checks passed: pipeline root writable, images present, service account usable\n"
-        f"submitted tfpipe-training (vertex training pipeline compiled now) to Vertex AI: "
+        PREFLIGHT_OK + "submitted tfpipe-training (vertex training pipeline compiled now, images pinned by digest) to "
+        f"Vertex AI: "
         f"projects/{PROJECT_NUMBER}/locations/{LOCATION}/pipelineJobs/{job_id}\n"
         f"console: https://console.cloud.google.com/vertex-ai/locations/{LOCATION}/pipelines/runs/{job_id}"
         f"?project={PROJECT}\n"
@@ -236,7 +253,7 @@ def test_vertex_submit_wait_follows_the_run_and_fails_when_it_fails(vertex, conf
         '{"enableCache": false}'
     }
     lines = after_preflight(result.output).splitlines()
-    assert lines[0] == f"submitted tfpipe-training ({template}) to Vertex AI: {name}"
+    assert lines[0] == f"submitted tfpipe-training ({template}, images pinned by digest) to Vertex AI: {name}"
     assert [line.split(" ", 1)[1] for line in lines[2:4]] == ["PIPELINE_STATE_RUNNING", "PIPELINE_STATE_FAILED"]
     assert lines[4] == (
         f"Error: the run ended PIPELINE_STATE_FAILED: The DAG failed because some tasks failed. "
@@ -272,6 +289,7 @@ def test_vertex_submit_puts_the_run_in_a_vertex_experiment_with_the_runs_cmek_ke
     from google.cloud.aiplatform_v1.types import context as context_pb, metadata_service, metadata_store
 
     key = f"projects/{PROJECT}/locations/{LOCATION}/keyRings/ml/cryptoKeys/tfpipe"
+    vertex.http.routes.update(access_routes(key=key))  # the bucket's default key, and its service agents may use it
     store = f"{PARENT}/metadataStores/default"
     experiment = f"{store}/contexts/weekly-retraining"
     run_context = f"{store}/contexts/tfpipe-training-run"
@@ -385,9 +403,11 @@ def artifact_registry(http_api, monkeypatch):
 
 
 def test_vertex_submit_runs_a_published_template_by_tag(vertex, config, artifact_registry, vertex_spec):
+    """A template published with its images by digest (as Cloud Build publishes them) runs as published: by its
+    URL, which the run keeps (`template_uri`)."""
     artifact_registry.routes[("GET", f"/{PROJECT}/tfpipe-templates/tfpipe-training/v3")] = (
         200,
-        yaml.safe_dump(vertex_spec).encode(),
+        yaml.safe_dump(pinned_spec(vertex_spec)).encode(),
     )
     pipeline_job_answers(vertex)
     result = invoke(
@@ -415,7 +435,9 @@ def test_vertex_submit_runs_a_published_template_by_tag(vertex, config, artifact
         pipeline_job_id=request.pipeline_job_id,
         pipeline_job=expected_job(vertex_spec, {"epochs": 2}, template_uri=url),
     )
-    assert after_preflight(result.output).startswith(f"submitted tfpipe-training ({url}) to Vertex AI: ")
+    # nothing to pin: the checks asked for the images by their digests
+    assert result.output.startswith(f"{CHECKS_PASSED}submitted tfpipe-training ({url}) to Vertex AI: ")
+    assert [u for m, u, _ in vertex.http.requests if m == "HEAD"] == [manifest_url(i) for i in sorted(PINNED.values())]
 
     artifact_registry.requests.clear()
     vertex.calls.clear()
@@ -452,7 +474,7 @@ def expected_schedule_request(
             create_pipeline_job_request=pipeline_service.CreatePipelineJobRequest(
                 parent=PARENT,
                 pipeline_job=job_pb.PipelineJob(
-                    pipeline_spec=spec,
+                    pipeline_spec=pinned_spec(spec),
                     labels={"team": "ml", "env": "prod"},
                     runtime_config=job_pb.PipelineJob.RuntimeConfig(gcs_output_directory=ROOT, parameter_values=params),
                     service_account=SA,
@@ -485,7 +507,7 @@ def test_vertex_schedule_creates_a_schedule_in_the_configured_location(vertex, c
         f"schedules/new-1?project={PROJECT}"
     )
     assert lines[2].startswith(
-        "tfpipe-weekly: tfpipe-training (vertex training pipeline compiled now) on "
+        "tfpipe-weekly: tfpipe-training (vertex training pipeline compiled now, images pinned by digest) on "
         "'TZ=Europe/Paris 0 3 * * 1'; next runs "
     )
     assert lines[2].endswith(" 03:00 Europe/Paris")
@@ -597,8 +619,11 @@ def test_vertex_schedule_of_a_published_template(vertex, config, artifact_regist
         "weekly-stable",
     )
     assert result.exit_code == 0, result.output
-    assert vertex.calls[1][1] == expected_schedule_request(
-        vertex_spec, {}, display_name="weekly-stable", template_uri=f"{REGISTRY}/tfpipe-training/stable"
+    # published by tag (compiled from a config naming tags): the schedule holds the template with its images pinned,
+    # not its URL (its spec is no longer the published one)
+    assert vertex.calls[1][1] == expected_schedule_request(vertex_spec, {}, display_name="weekly-stable")
+    assert result.output.splitlines()[-1].startswith(
+        f"weekly-stable: tfpipe-training ({REGISTRY}/tfpipe-training/stable, images pinned by digest) on "
     )
 
 
@@ -981,9 +1006,15 @@ def test_publish_uploads_the_compiled_template_with_its_tags(http_api, config, t
     filename, content = fields["content"]
     assert filename == "training.yaml"
     assert yaml.safe_load(content) == vertex_spec
-    assert result.output == (
+    assert result.stdout == (
         "published tfpipe-training sha256:5f2a (vertex training pipeline compiled now) with tag(s) v3, latest\n"
         f"  {registry}/tfpipe-training/v3\n  {registry}/tfpipe-training/latest\n"
+    )
+    # published as compiled, by tag: a run of it from the console would key its cache on the tags
+    assert result.stderr == (
+        f"warning: images by tag, not digest: {COMPONENTS}, {SERVING}, {TRAINER}; Vertex caches steps on the image "
+        "name, so a run of this template may reuse steps of an older image under the same tag (submit and schedule "
+        "pin them; docs/guides/vertex.md#images-and-the-cache)\n"
     )
 
     http_api.requests.clear()
@@ -1033,9 +1064,32 @@ def test_vertex_submit_stops_at_the_pre_flight_checks_before_creating_anything(v
     ]
     assert vertex.api_calls() == []  # no pipeline job
 
-    pipeline_job_answers(vertex)
+    # --skip-checks skips the checks, not the pinning: an image by tag is asked for its digest all the same, and
+    # one that cannot be pinned is refused, with the command that pins it by hand
+    vertex.http.routes[("HEAD", manifest_url(TRAINER))] = (200, {})  # no Docker-Content-Digest
     vertex.http.requests.clear()
     result = invoke("submit", "--target", "vertex", "--config", config, "--profile", "prod", *IMAGES, "--skip-checks")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "pre-flight checks skipped (--skip-checks)",
+        f"Error: image {TRAINER}: its registry answered no digest to pin it by; or pin it by hand: gcloud artifacts "
+        f"docker images describe {TRAINER} --format='value(image_summary.fully_qualified_digest)'",
+    ]
+    assert [(m, u) for m, u, _ in vertex.http.requests] == [("HEAD", manifest_url(i)) for i in sorted(PINNED)]
+    assert vertex.api_calls() == []
+
+    # images given by digest: no request at all
+    pipeline_job_answers(vertex)
+    vertex.http.requests.clear()
+    by_digest = [
+        f"platform.{n}_image={PINNED[i]}"
+        for n, i in [("trainer", TRAINER), ("components", COMPONENTS), ("serving", SERVING)]
+    ]
+    args = [a for s in by_digest for a in ("--set", s)]
+    result = invoke("submit", "--target", "vertex", "--config", config, "--profile", "prod", *args, "--skip-checks")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == "pre-flight checks skipped (--skip-checks)"
+    assert result.output.startswith(
+        "pre-flight checks skipped (--skip-checks)\n"
+        "submitted tfpipe-training (vertex training pipeline compiled now) to Vertex AI: "
+    )
     assert vertex.http.requests == [] and [c[0] for c in vertex.api_calls()] == ["create_pipeline_job"]

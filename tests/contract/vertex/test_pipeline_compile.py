@@ -831,7 +831,7 @@ def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"compiled vertex batch_prediction pipeline to {out}"
+    assert result.stdout.strip() == f"compiled vertex batch_prediction pipeline to {out}"
     spec = yaml.safe_load(out.read_text())
     inputs = root_inputs(spec)
     assert inputs["batch_size"]["defaultValue"] == 8 and inputs["instances_format"]["defaultValue"] == "csv"

@@ -71,6 +71,35 @@ def test_compile_both_targets_with_config_defaults(tmp_path):
     assert result.exit_code == 2 and "'local' is not one of 'vertex', 'kubeflow'" in result.output
 
 
+def test_a_vertex_compile_with_images_by_tag_warns_in_one_line(tmp_path):
+    """Compiling needs no registry: the images stay as given, and the Vertex template's tags are named, since
+    Vertex's cache keys on the image string (a Kubeflow template runs by tag as it always did)."""
+    digest = "sha256:" + "ab" * 32
+    (tmp_path / "c.yaml").write_text(
+        f"platform:\n  trainer_image: r/trainer:1\n  components_image: r/components@{digest}\n"
+        "  serving_image: r/serving:latest\n"
+    )
+    args = ["--config", str(tmp_path / "c.yaml"), "--output"]
+    result = invoke("compile", "--target", "vertex", *args, str(tmp_path / "v.yaml"))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"compiled vertex training pipeline to {tmp_path / 'v.yaml'}\n"
+    assert result.stderr == (
+        "warning: images by tag, not digest: r/serving:latest, r/trainer:1; Vertex caches steps on the image name, "
+        "so a run of this template may reuse steps of an older image under the same tag (submit and schedule pin "
+        "them; docs/guides/vertex.md#images-and-the-cache)\n"
+    )
+    result = invoke("compile", "--target", "kubeflow", *args, str(tmp_path / "k.yaml"))
+    assert result.exit_code == 0 and result.stderr == ""
+    pinned = [
+        "--set",
+        f"platform.trainer_image=r/trainer@{digest}",
+        "--set",
+        f"platform.serving_image=r/serving@{digest}",
+    ]
+    result = invoke("compile", "--target", "vertex", *pinned, *args, str(tmp_path / "p.yaml"))
+    assert result.exit_code == 0 and result.stderr == ""
+
+
 def test_batch_options_only_with_the_batch_pipeline(tmp_path):
     result = invoke("run", "--excluded-fields", "label", "--key-field", "id", "--out", str(tmp_path / "o"))
     assert result.exit_code == 1

@@ -704,14 +704,15 @@ def test_cron_expressions():
 
 
 def test_cloud_build_compile_command(config_file, tmp_path, monkeypatch):
-    """The exact command cloudbuild.yaml runs: a profile plus --set image overrides."""
+    """The exact command cloudbuild.yaml runs: a profile plus --set image overrides, the pushed images by digest
+    (so no warning about tags)."""
     for name in [n for n in os.environ if n.startswith("TFPIPE_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("TFPIPE_PARAMETERS__TUNE", "false")
     out = tmp_path / "build" / "training.yaml"
-    trainer = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/trainer:abc1234"
-    components = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/components:abc1234"
-    serving = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/serving:abc1234"
+    trainer = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/trainer@sha256:" + "1" * 64
+    components = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/components@sha256:" + "2" * 64
+    serving = "europe-west4-docker.pkg.dev/my-prod-project/tfpipe/serving@sha256:" + "3" * 64
     result = CliRunner().invoke(
         cli,
         [
