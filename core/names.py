@@ -211,6 +211,13 @@ def labels(value: Mapping[str, str], param: str = "labels") -> Mapping[str, str]
     return value
 
 
+def label_value(value: str, param: str) -> str:
+    """One Google Cloud label value (a pipeline input written into a label)."""
+    if not LABEL_VALUE.fullmatch(value):
+        raise _refused(param, value, f"is not a Google Cloud label value (it must match {LABEL_VALUE.pattern})")
+    return value
+
+
 def uri(value: str, param: str) -> str:
     """A URI with a scheme: a pipeline root (gs://, minio://), an API endpoint or a registry (https://)."""
     if not URI.match(value):

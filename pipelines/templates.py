@@ -16,7 +16,13 @@ import yaml
 from pydantic import BaseModel
 
 from core import names
-from pipelines.config import PIPELINE_NAMES, PIPELINES, BatchParameters, PipelineParameters
+from pipelines.config import (
+    PIPELINE_NAMES,
+    PIPELINES,
+    SOURCE_COMMIT_LABEL,
+    BatchParameters,
+    PipelineParameters,
+)
 
 _NO_DEFAULT = object()
 _TYPE_NAMES = {
@@ -153,7 +159,8 @@ _MODELS: dict[str, type[BaseModel]] = {
 def parse_params(assignments: Sequence[str], spec: dict) -> dict:
     """`name=value` strings → the run's parameter values, typed by the template's inputs. Unknown names, values of
     the wrong type, repeated names and required inputs without a value are errors; for this project's pipelines
-    the values are also checked against the config models (ranges, choices)."""
+    the values are also checked against the config models (ranges, choices), and against the rules of where the
+    template puts them (a Vertex label, a KServe InferenceService's name)."""
     inputs = pipeline_inputs(spec)
     name = spec["pipelineInfo"]["name"]
     values: dict = {}
@@ -185,12 +192,33 @@ def parse_params(assignments: Sequence[str], spec: dict) -> dict:
             field = ".".join(str(p) for p in first["loc"])
             message = first["msg"].removeprefix("Value error, ")
             raise TemplateError(f"--param {field}: {message}" if field else f"parameters: {message}") from None
+    for key in sorted(_label_inputs(spec) & set(values)):
+        try:
+            names.label_value(str(values[key]), f"--param {key}")
+        except names.InvalidName as e:
+            raise TemplateError(f"{e}: this template writes it into a Vertex AI label") from None
     if "model_name" in values and _kserve_service(spec) == "":
         try:
             names.inference_service(values["model_name"], "--param model_name")
         except names.InvalidName as e:
             raise TemplateError(f"{e}: this template's KServe deploy names the InferenceService after it") from None
     return values
+
+
+def _label_inputs(spec: dict) -> set[str]:
+    """The pipeline inputs a template writes into a label value: the `source_commit` input of a step that outputs
+    `labels` (Vertex's find-model, whose `labels` the model upload takes), when a pipeline input (handed down the
+    enclosing DAGs as `pipelinechannel--NAME`) gives it. They must be Google Cloud label values."""
+    found = set()
+    components = spec.get("components", {})
+    for component in [spec["root"], *components.values()]:
+        for task in (component.get("dag") or {}).get("tasks", {}).values():
+            step = components.get(task.get("componentRef", {}).get("name"), {})
+            if "labels" not in step.get("outputDefinitions", {}).get("parameters", {}):
+                continue
+            source = task.get("inputs", {}).get("parameters", {}).get(SOURCE_COMMIT_LABEL, {})
+            found.add(source.get("componentInputParameter", "").removeprefix("pipelinechannel--"))
+    return found & set(pipeline_inputs(spec))
 
 
 def _kserve_service(spec: dict) -> str | None:

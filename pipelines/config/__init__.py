@@ -16,7 +16,7 @@ from pipelines.config.parameters import (
     PipelineParameters,
     described_by,
 )
-from pipelines.config.platform import Platform, ScheduleSettings
+from pipelines.config.platform import SOURCE_COMMIT_LABEL, Platform, ScheduleSettings
 from pipelines.config.sections import EXAMPLE_VALUE, SECTIONS, Config
 from pipelines.config.trainer import TrainerSettings
 
@@ -30,6 +30,7 @@ __all__ = [
     "PIPELINES",
     "PIPELINE_NAMES",
     "SECTIONS",
+    "SOURCE_COMMIT_LABEL",
     "TARGETS",
     "TENSORBOARD",
     "BatchParameters",

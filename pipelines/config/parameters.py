@@ -70,7 +70,13 @@ class PipelineParameters(BaseModel):
         ),
     )
     model_name: ModelName = Field("tfpipe-model", description="Self-hosted: the model's name in the repository.")
-    source_commit: str = Field("", description="Commit recorded with the published version (local runs: git HEAD).")
+    source_commit: str = Field(
+        "",
+        description=(
+            "Commit recorded with the published version (local runs: git HEAD; Vertex: the version's label "
+            "source_commit, a label value)."
+        ),
+    )
     tune: bool = Field(True, description="Run the hyperparameter study before the final training.")
     tuning_trial_epochs: int = Field(2, ge=1, description="Epochs of each study trial.")
     tflite_mode: Literal["float32", "dynamic", "float16", "int8"] = Field(

@@ -8,7 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from components.lib.vertex.registry import SOURCE_COMMIT_LABEL
 from core import names
+from pipelines.config.errors import ConfigError
 from pipelines.config.fields import (
     DisplayName,
     ImageUri,
@@ -24,7 +26,7 @@ from pipelines.config.fields import (
     VertexExperiment,
 )
 from pipelines.config.kubeflow import KubeflowSettings
-from pipelines.config.parameters import PIPELINE_NAMES
+from pipelines.config.parameters import PIPELINE_NAMES, PipelineParameters
 from pipelines.config.target_use import TARGET_USE
 from pipelines.cron import parse_cron
 
@@ -35,6 +37,10 @@ PIPELINES_SYSTEM_LABELS = 1
 PREBUILT_SERVING = "-docker.pkg.dev/vertex-ai/prediction/"  # Vertex's prebuilt prediction images live here
 SERVING_PORT = 8080  # the port this project's serving image listens on (AIP_HTTP_PORT)
 COMPUTE_API = "https://www.googleapis.com/compute/v1"  # the prefix of a Compute Engine resource's full URL
+SOURCE_COMMIT_HINT = (
+    f"on Vertex AI each model version records it as its label {SOURCE_COMMIT_LABEL} (a git SHA-1 fits; "
+    "abbreviate a longer id, e.g. git rev-parse --short=40 HEAD)"
+)
 
 
 class ScheduleSettings(BaseModel):
@@ -205,7 +211,7 @@ class Platform(BaseModel):
         {},
         description=(
             "Google Cloud labels of the pipeline jobs, schedules and every Vertex AI job and resource a run creates; "
-            "with model_labels and the pipeline's own label, at most 63."
+            "with model_labels, the pipeline's own label and a model version's source_commit, at most 63."
         ),
     )
     enable_caching: bool | None = Field(
@@ -406,6 +412,14 @@ class Platform(BaseModel):
         """The labels of every Vertex AI job and resource a run of `pipeline_name` creates."""
         return {**self.labels, **self.model_labels, PIPELINE_LABEL: pipeline_name}
 
+    def check_vertex_parameters(self, parameters: PipelineParameters) -> None:
+        """ConfigError unless the training parameters suit Vertex AI: `source_commit` is each uploaded model
+        version's label (SOURCE_COMMIT_LABEL), so it must be a label value."""
+        try:
+            names.label_value(parameters.source_commit, "parameters.source_commit")
+        except names.InvalidName as e:
+            raise ConfigError(f"invalid configuration: {e}: {SOURCE_COMMIT_HINT}") from None
+
     @model_validator(mode="after")
     def _vertex_rules(self):
         for alias in self.model_version_aliases:
@@ -413,12 +427,20 @@ class Platform(BaseModel):
         if len(set(self.model_version_aliases)) != len(self.model_version_aliases):
             raise ValueError("model_version_aliases must be distinct")
         names.labels(self.model_labels, "model_labels")
-        merged = self.vertex_labels(max(PIPELINE_NAMES.values(), key=len))
+        for field, labels in (("labels", self.labels), ("model_labels", self.model_labels)):
+            if SOURCE_COMMIT_LABEL in labels:
+                raise ValueError(
+                    f"{field}: {SOURCE_COMMIT_LABEL} is the label each model version gets from parameters.source_commit "
+                    "on Vertex AI: use another key"
+                )
+        # the most labels a run puts on a resource: the model version's, with its source_commit
+        merged = {**self.vertex_labels(max(PIPELINE_NAMES.values(), key=len)), SOURCE_COMMIT_LABEL: ""}
         if len(merged) > names.MAX_LABELS - PIPELINES_SYSTEM_LABELS:
             raise ValueError(
-                f"labels and model_labels make {len(merged)} labels on each Vertex AI job and resource (with "
-                f"{PIPELINE_LABEL}=<pipeline name>); Vertex allows {names.MAX_LABELS}, and a pipeline run adds "
-                f"{PIPELINES_SYSTEM_LABELS} of its own: keep them to {names.MAX_LABELS - PIPELINES_SYSTEM_LABELS}"
+                f"labels and model_labels make {len(merged)} labels on a Vertex AI model version (with "
+                f"{PIPELINE_LABEL}=<pipeline name> and {SOURCE_COMMIT_LABEL}=<commit>); Vertex allows "
+                f"{names.MAX_LABELS}, and a pipeline run adds {PIPELINES_SYSTEM_LABELS} of its own: keep them to "
+                f"{names.MAX_LABELS - PIPELINES_SYSTEM_LABELS}"
             )
         if self.serving_max_replicas < self.serving_min_replicas:
             raise ValueError(

@@ -43,6 +43,7 @@ TARGET_USE = {
         training_inputs=("data_source",),
         batch_inputs=("instances", "model", "output_prefix"),
         training_images=lambda platform: platform.vertex_training_images(),
+        check_parameters=lambda platform, parameters: platform.check_vertex_parameters(parameters),
     ),
     "kubeflow": TargetUse(
         submitted=("pipeline_root", "kfp_host"),

@@ -264,7 +264,8 @@ def _error_during(errors: list[dict], step) -> str | None:
 
 
 def vertex_section(double: VertexDouble, out: Path) -> dict:
-    """What the run did on the (rehearsed) Vertex AI: the requests log, the jobs, the registry and endpoints."""
+    """What the run did on the (rehearsed) Vertex AI: the requests log, the jobs, the registry (each version's
+    aliases, artifacts and labels: its source_commit among them) and endpoints."""
     state = double.registry.state
     return {
         "project": double.registry.project_ids[0],
@@ -285,7 +286,12 @@ def vertex_section(double: VertexDouble, out: Path) -> dict:
                 "name": name,
                 "display_name": m["display_name"],
                 "versions": [
-                    {"version_id": v["version_id"], "aliases": v["version_aliases"], "artifact_uri": v["artifact_uri"]}
+                    {
+                        "version_id": v["version_id"],
+                        "aliases": v["version_aliases"],
+                        "artifact_uri": v["artifact_uri"],
+                        "labels": v.get("labels", {}),
+                    }
                     for v in m["versions"]
                 ],
             }

@@ -255,7 +255,9 @@ class VertexOps(SameEverywhere):
         """Upload to the Model Registry: a new version of the model with the configured display name when it
         exists, else a new model; the version that holds the trained model's artifacts when there is one (a cached
         training's model is not uploaded again). Returns the `VertexModel` (resourceName `.../models/ID@VERSION`).
-        No alias moves here: the deploy step moves them once the version serves (or right away without a deploy)."""
+        An uploaded version's labels: the run's, and `source_commit` (a label value: checked at compile and submit;
+        an empty one is left out), as the find-model step outputs them (a task output, resolved like any other). No
+        alias moves here: the deploy step moves them once the version serves (or right away without a deploy)."""
         from google_cloud_pipeline_components.types.artifact_types import UnmanagedContainerModel, VertexModel
         from google_cloud_pipeline_components.v1.model import ModelUploadOp
 
@@ -266,6 +268,8 @@ class VertexOps(SameEverywhere):
                 artifact_uri=inputs.trained.model_uri,
                 project=PROJECT,
                 location=p.location,
+                labels=self.labels,
+                source_commit=inputs.source_commit,
             )
         )
         found.set_display_name("Find registry model")
@@ -278,7 +282,7 @@ class VertexOps(SameEverywhere):
             display_name=p.model_display_name,
             location=p.location,
             unmanaged_container_model=unmanaged.outputs["artifact"],
-            labels=self.labels,
+            labels=found.outputs["labels"],
             encryption_spec_key_name=p.encryption_spec_key_name,
         )
         with dsl.If(found.outputs["version_name"] != "", name="version-registered"):
@@ -303,7 +307,7 @@ class VertexOps(SameEverywhere):
                     container_spec=p.serving_container_spec(),
                     project=PROJECT,
                     location=p.location,
-                    labels=self.labels,
+                    labels=found.outputs["labels"],
                     encryption_key=p.encryption_spec_key_name,
                     pipeline_job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
                 )

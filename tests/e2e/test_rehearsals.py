@@ -22,8 +22,15 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     platform = load_config(sets=IDENTITY, environ={}).platform
     study = load_config(sets=IDENTITY, environ={}).study
     # 1: the fixed-hyperparameter branch, a new registry model and a new endpoint
+    commit = "3f786850e387550fdab836ed7e6dc881de23001b"
     first = run_cli(
-        "rehearse", "--out", tmp_path / "run1", "--state", state, *SETS, "--param", "tune=false", "--param", "epochs=3"
+        "rehearse",
+        "--out",
+        tmp_path / "run1",
+        "--state",
+        state,
+        *SETS,
+        *("--param", "tune=false", "--param", "epochs=3", "--param", f"source_commit={commit}"),
     )
     assert first.returncode == 0, first.stdout + first.stderr
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
@@ -37,6 +44,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
     [model] = summary["vertex"]["models"]
     assert set(model["versions"][0]["aliases"]) == {"default", "champion"}  # moved once the version served
+    assert model["versions"][0]["labels"] == {**expect.resource_labels(platform), "source_commit": commit}
     expect.check_custom_job(recorded(tmp_path / "run1", "JobService.CreateCustomJob")[0], platform, workers=2)
     # data prep: the Dataflow job it would have sent (checked by Beam's validator), run on the direct runner
     sent = json.loads((tmp_path / "run1" / "dataflow" / "dataflow-options.json").read_text())
@@ -54,7 +62,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     )
     assert {"env=test", "team=ml"} <= set(sent["labels"])
     assert summary["dataset"]["examples"] == 1797
-    expect.check_upload(recorded(tmp_path / "run1", "ModelService.UploadModel")[0], platform)
+    expect.check_upload(recorded(tmp_path / "run1", "ModelService.UploadModel")[0], platform, commit)
     expect.check_endpoint_create(recorded(tmp_path / "run1", "EndpointService.CreateEndpoint")[0]["endpoint"], platform)
     expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)
 

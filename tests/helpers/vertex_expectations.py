@@ -77,10 +77,12 @@ def check_batch_job(request: dict, platform: Platform) -> None:
     )
 
 
-def check_upload(request: dict, platform: Platform) -> None:
+def check_upload(request: dict, platform: Platform, source_commit: str = "") -> None:
+    """The upload of a model version by a run with `source_commit` (its label; an empty one is left out)."""
     model = request["model"]
     assert model["display_name"] == platform.model_display_name
-    assert model.get("labels") == resource_labels(platform)
+    commit = {"source_commit": source_commit} if source_commit else {}
+    assert model.get("labels") == {**resource_labels(platform), **commit}
     _cmek(model, platform)
     assert not model.get("version_aliases")  # the alias moves only once the version serves
     container = model["container_spec"]

@@ -3,6 +3,7 @@
 - `find_resource`: the registry model / endpoint with a display name (upload a new version of it, reuse it);
 - `registered_version`: the version of a registry model that holds given artifacts (a model uploaded before is not
   uploaded again);
+- `version_labels`: the labels of an uploaded model version (the run's and the commit that produced it);
 - `traffic_split`: a canary split that keeps the endpoint's current models serving the rest of the traffic;
 - `champion_version`: the registry model's version holding the champion alias (the evaluation gate's champion);
 - `resolve_model_version`: the exact model version a batch prediction job should use (the champion alias by
@@ -16,6 +17,7 @@ placeholder): inside a Vertex pipeline step `google.auth.default()` may name ano
 from collections.abc import Mapping
 
 KINDS = ("model", "endpoint")
+SOURCE_COMMIT_LABEL = "source_commit"  # the label of each uploaded model version: the commit that produced it
 
 
 def api_endpoint(location: str) -> str:
@@ -86,6 +88,20 @@ def registered_version(model_name: str, artifact_uri: str) -> str:
         return ""
     newest = max(same, key=lambda v: int(v.version_id))
     return f"{newest.name}@{newest.version_id}"
+
+
+def version_labels(labels: Mapping[str, str], source_commit: str) -> dict[str, str]:
+    """The labels of an uploaded model version: `labels`, and SOURCE_COMMIT_LABEL=`source_commit` unless it is
+    empty. ValueError (one line) when `source_commit` is no Google Cloud label value (Vertex would refuse the
+    upload) or `labels` hold the key already."""
+    from core import names
+
+    if SOURCE_COMMIT_LABEL in labels:
+        raise ValueError(f"labels: {SOURCE_COMMIT_LABEL} is the label of the version's source_commit")
+    if not source_commit:
+        return dict(labels)
+    names.label_value(source_commit, "source_commit")
+    return {**labels, SOURCE_COMMIT_LABEL: source_commit}
 
 
 def traffic_split(current: Mapping[str, int], percentage: int) -> dict[str, int]:

@@ -5,6 +5,7 @@ from google.auth.credentials import AnonymousCredentials
 from components.lib.study.spec import DEFAULT_STUDY
 from components.plan_vertex_training import worker_pool_specs
 from pipelines.config import ConfigError, load_config
+from pipelines.templates import TemplateError, parse_params
 from pipelines.training import build_pipeline
 from tests.helpers.compiled import compiled_docs, compiled_file, dag
 from tests.helpers.platforms import IDENTITY, IN_POD, KEY, LABELS, PLATFORM, SA
@@ -440,8 +441,19 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
         "artifact_uri": {"componentInputParameter": "pipelinechannel--import-trained-model-model_uri"},
         "project": PROJECT,
         "location": "europe-west4",
+        "labels": LABELS,  # the run's labels, and the pipeline input source_commit: the new version's labels
+        "source_commit": {"componentInputParameter": "pipelinechannel--source_commit"},
+    }
+    assert params(dag(spec)["condition-4"])["pipelinechannel--source_commit"] == {
+        "componentInputParameter": "source_commit"
+    }
+    assert spec["components"]["comp-find-model"]["outputDefinitions"]["parameters"]["labels"] == {
+        "parameterType": "STRUCT"
     }
     assert find["cachingOptions"] == {}  # a look-up must not be served from the cache
+    # so a run's source_commit is a label value, or no run is created
+    with pytest.raises(TemplateError, match="^--param source_commit: 'ABC' is not a Google Cloud label value"):
+        parse_params(["source_commit=ABC"], spec)
     branches = dag(spec, "comp-condition-branches-5")
     registered = "inputs.parameter_values['pipelinechannel--find-model-version_name'] != ''"
     exists = "inputs.parameter_values['pipelinechannel--find-model-resource_name'] != ''"
@@ -454,8 +466,24 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
         "uri": {"componentInputParameter": "pipelinechannel--find-model-version_uri"},
         "metadata": {"componentInputParameter": "pipelinechannel--find-model-version_name"},
     }
-    # no version_aliases: the alias moves only once the version serves (or, without a deploy, after the upload)
-    upload = {"display_name": "digits", "location": "europe-west4", "labels": LABELS, "encryption_spec_key_name": KEY}
+    # no version_aliases: the alias moves only once the version serves (or, without a deploy, after the upload); the
+    # version's labels: find-model's output (a task output, handed down the conditions as a whole input)
+    upload = {
+        "display_name": "digits",
+        "location": "europe-west4",
+        "labels": {"componentInputParameter": "pipelinechannel--find-model-labels"},
+        "encryption_spec_key_name": KEY,
+    }
+    assert params(blessed["condition-branches-5"])["pipelinechannel--find-model-labels"] == {
+        "taskOutputParameter": {"outputParameterKey": "labels", "producerTask": "find-model"}
+    }
+    for condition in ("comp-condition-7", "comp-condition-8"):
+        assert params(branches[f"condition-{condition[-1]}"])["pipelinechannel--find-model-labels"] == {
+            "componentInputParameter": "pipelinechannel--find-model-labels"
+        }
+        assert spec["components"][condition]["inputDefinitions"]["parameters"][
+            "pipelinechannel--find-model-labels"
+        ] == {"parameterType": "STRUCT"}
     # the model exists: import it as a VertexModel (GCPC reads metadata.resourceName) and upload a version of it
     existing = dag(spec, "comp-condition-7")
     assert set(existing) == {"importer-3", "model-upload"}
@@ -493,7 +521,7 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
         "container_spec": {"imageUri": "example.com/serving-gpu:2", "ports": [{"containerPort": 8080}]},
         "project": PROJECT,
         "location": "europe-west4",
-        "labels": LABELS,
+        "labels": {"componentInputParameter": "pipelinechannel--find-model-labels"},  # with source_commit
         "encryption_key": KEY,
         "pipeline_job_id": "{{$.pipeline_job_uuid}}",
     }

@@ -18,6 +18,8 @@ from tests.doubles.gapic import FakeStub
 PARENT = "projects/my-project/locations/europe-west4"
 MODEL = f"{PARENT}/models/111"
 ENDPOINT = f"{PARENT}/endpoints/777"
+LABELS = {"team": "ml", "pipeline": "tfpipe-training"}  # the run's labels
+COMMIT = "3f786850e387550fdab836ed7e6dc881de23001b"  # a git SHA-1
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +74,7 @@ def test_find_model_sends_the_exact_list_request_and_follows_pages(monkeypatch, 
     ]
     assert f"2 models are named 'tfpipe-model'; using the oldest, {MODEL}" in capsys.readouterr().out
     versions = list_versions_stub(monkeypatch, [[("1", "gs://b/run1/model")], [("2", "gs://b/run2/model")]])
-    outputs = find_model("tfpipe-model", "gs://b/run3/model/", "my-project", "europe-west4")
+    outputs = find_model("tfpipe-model", "gs://b/run3/model/", "my-project", "europe-west4", LABELS, COMMIT)
     assert outputs.resource_name == MODEL
     assert outputs.resource_uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}"
     assert (outputs.version_name, outputs.version_uri) == ("", "")  # other artifacts: a new version is uploaded
@@ -88,7 +90,7 @@ def test_find_model_finds_the_version_holding_the_trained_models_artifacts(monke
     # two uploads of one model (a retried step before this fix): the newest is taken
     pages = [[("1", "gs://b/run1/model"), ("2", "gs://b/run2/model/")], [("3", "gs://b/run2/model")]]
     list_versions_stub(monkeypatch, pages)
-    outputs = find_model("tfpipe-model", "gs://b/run2/model", "my-project", "europe-west4")
+    outputs = find_model("tfpipe-model", "gs://b/run2/model", "my-project", "europe-west4", LABELS, COMMIT)
     assert outputs.version_name == f"{MODEL}@3"
     assert outputs.version_uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{MODEL}@3"
     assert f"gs://b/run2/model is registered already as {MODEL}@3: no new upload" in capsys.readouterr().out
@@ -96,14 +98,31 @@ def test_find_model_finds_the_version_holding_the_trained_models_artifacts(monke
 
 def test_find_model_returns_empty_when_there_is_none(monkeypatch):
     stub = list_models_stub(monkeypatch, [[]])
-    outputs = find_model('my "quoted" \\ model', "gs://b/model", "my-project", "europe-west4")
-    assert tuple(outputs) == ("", "", "", "")  # no model: no version listed
+    outputs = find_model('my "quoted" \\ model', "gs://b/model", "my-project", "europe-west4", LABELS, "")
+    assert tuple(outputs) == ("", "", "", "", LABELS)  # no model: no version listed; no commit: no such label
     assert stub.calls[0][1].filter == 'display_name="my \\"quoted\\" \\\\ model"'
     assert display_name_filter("a") == 'display_name="a"'
     with pytest.raises(ValueError, match="a model display name is required"):
         find_resource("model", "", "my-project", "europe-west4")
     with pytest.raises(ValueError, match="unknown resource kind 'dataset'"):
         find_resource("dataset", "x", "my-project", "europe-west4")
+
+
+def test_find_model_outputs_the_labels_of_a_new_version_and_refuses_a_commit_vertex_would_refuse(monkeypatch):
+    """The upload takes its labels from find-model: the run's and source_commit. A commit that is no label value
+    fails the step before the registry is asked (Vertex would refuse the upload); so does a run label on the key."""
+    stub = list_models_stub(monkeypatch, [[]])
+    outputs = find_model("tfpipe-model", "gs://b/model", "my-project", "europe-west4", LABELS, COMMIT)
+    assert outputs.labels == {**LABELS, "source_commit": COMMIT}
+    assert len(stub.calls) == 1
+    with pytest.raises(ValueError) as refused:
+        find_model("tfpipe-model", "gs://b/model", "my-project", "europe-west4", LABELS, COMMIT.upper())
+    assert str(refused.value) == (
+        f"source_commit: '{COMMIT.upper()}' is not a Google Cloud label value (it must match ^[a-z0-9_-]{{0,63}}$)"
+    )
+    with pytest.raises(ValueError, match="^labels: source_commit is the label of the version's source_commit$"):
+        find_model("tfpipe-model", "gs://b/model", "my-project", "europe-west4", {"source_commit": "x"}, COMMIT)
+    assert len(stub.calls) == 1  # nothing looked up for the refused ones
 
 
 @pytest.mark.parametrize(

@@ -177,3 +177,111 @@ def test_a_subprocess_talks_to_the_double(tmp_path):
     assert result.stdout.strip() == "[]"
     [line] = (tmp_path / "vertex_requests.jsonl").read_text().splitlines()
     assert json.loads(line)["method"] == "ModelService.ListModels"
+
+
+# --- a model version's commit ----------------------------------------------------------------------------------
+
+COMMIT = "3f786850e387550fdab836ed7e6dc881de23001b"  # a git SHA-1
+
+
+def test_an_uploaded_version_keeps_its_commit_label_and_a_label_vertex_refuses_is_refused(tmp_path):
+    """The compiled find-model and create-model steps and GCPC's upload launcher, each a process talking to the double
+    as in a rehearsal: find-model outputs the labels (the run's and source_commit), the model's creation and a new
+    version's upload take them, and each version holds them, in GetModel's answer and the rehearsal summary. An upper-case commit fails find-model before any
+    upload; labels holding one are refused by the double as Vertex refuses them, and no version is made."""
+    import grpc
+    from google.cloud import aiplatform_v1
+    from google.cloud.aiplatform_v1.services.model_service.transports import ModelServiceGrpcTransport
+
+    from pipelines.rehearsal import redirect
+    from pipelines.rehearsal.api import VertexDouble
+    from pipelines.rehearsal.run import vertex_section
+    from tests.helpers.compiled import compiled_docs, dag
+    from tests.helpers.gcpc import Launch
+    from tests.helpers.platforms import LABELS, PLATFORM
+
+    spec = compiled_docs("vertex", "training", PLATFORM)[0]
+    find = dag(spec, "comp-condition-4")["find-model"]["inputs"]["parameters"]
+    constants = {name: v["runtimeValue"]["constant"] for name, v in find.items() if "runtimeValue" in v}
+    created = dag(spec, "comp-condition-8")["create-model"]  # no such model yet: this project's step creates it
+    task = dag(spec, "comp-condition-7")["model-upload"]  # the model exists: GCPC uploads a version of it
+    for labelled in (created, task):
+        assert labelled["inputs"]["parameters"]["labels"] == {
+            "componentInputParameter": "pipelinechannel--find-model-labels"
+        }
+    creation = {
+        name: v["runtimeValue"]["constant"]
+        for name, v in created["inputs"]["parameters"].items()
+        if "runtimeValue" in v
+    }
+    artifacts = "gs://b/root/import-trained-model/job_dir/model"
+    unmanaged = {
+        "uri": artifacts,
+        "type": "google.UnmanagedContainerModel",
+        "metadata": {"containerSpec": PLATFORM.serving_container_spec()},
+    }
+    double = VertexDouble(str(tmp_path / "d"), str(tmp_path / "state.json"), "my-project", "4711", "europe-west4")
+    double.start()
+    env = {**os.environ, **redirect.environment(double.grpc_target, double.http_base, "my-project")}
+
+    def step(module: str, arguments: dict) -> subprocess.CompletedProcess:
+        code = (
+            "import json, sys\n"
+            f"from components.{module} import {module}\n"
+            f"print(json.dumps({module}(**json.loads(sys.argv[1]))._asdict()))\n"
+        )
+        command = [sys.executable, "-c", code, json.dumps(arguments)]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    def find_model(commit: str) -> subprocess.CompletedProcess:
+        arguments = {**constants, "project": "my-project", "artifact_uri": artifacts, "source_commit": commit}
+        return step("find_model", arguments)
+
+    def upload(labels: dict, folder: str, parent: str) -> subprocess.CompletedProcess:
+        given = {"project": "my-project", "labels": labels}
+        model = {"uri": f"https://x/v1/{parent}", "type": "google.VertexModel", "metadata": {"resourceName": parent}}
+        inputs = {"unmanaged_container_model": unmanaged, "parent_model": model}
+        launch = Launch(spec, task, given, inputs, tmp_path / folder)
+        command = [sys.executable, "-m", launch.module, *launch.args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    try:
+        found = find_model(COMMIT)
+        assert found.returncode == 0, found.stderr
+        outputs = json.loads(found.stdout.splitlines()[-1])
+        assert (outputs["resource_name"], outputs["labels"]) == ("", {**LABELS, "source_commit": COMMIT})
+        made = step(
+            "create_model",
+            {
+                **creation,
+                "project": "my-project",
+                "artifact_uri": artifacts,
+                "labels": outputs["labels"],
+                "pipeline_job_id": "run-1",
+            },
+        )
+        assert made.returncode == 0, made.stderr
+        [model] = vertex_section(double, tmp_path)["models"]
+        done = upload(outputs["labels"], "first", model["name"])
+        assert done.returncode == 0, done.stderr
+        [model] = vertex_section(double, tmp_path)["models"]
+        assert [v["labels"] for v in model["versions"]] == [{**LABELS, "source_commit": COMMIT}] * 2
+        channel = grpc.insecure_channel(double.grpc_target)
+        client = aiplatform_v1.ModelServiceClient(transport=ModelServiceGrpcTransport(channel=channel))
+        assert dict(client.get_model(name=f"{model['name']}@2").labels) == {**LABELS, "source_commit": COMMIT}
+
+        refused = find_model(COMMIT.upper())
+        assert refused.returncode != 0
+        assert refused.stderr.splitlines()[-1] == (
+            f"core.names.InvalidName: source_commit: '{COMMIT.upper()}' is not a Google Cloud label value (it must "
+            "match ^[a-z0-9_-]{0,63}$)"
+        )
+        refused = upload({**LABELS, "source_commit": COMMIT.upper()}, "second", model["name"])
+        assert refused.returncode != 0
+        assert [e["message"] for e in double.errors] == [
+            f"labels: invalid label source_commit={COMMIT.upper()!r} (keys ^[a-z][a-z0-9_-]{{0,62}}$, values "
+            "^[a-z0-9_-]{0,63}$)"
+        ]
+        assert len(vertex_section(double, tmp_path)["models"][0]["versions"]) == 2
+    finally:
+        double.stop()

@@ -18,6 +18,7 @@ from google.cloud.aiplatform_v1.types import (
 from google.oauth2.credentials import Credentials
 
 from components.lib.study.spec import DEFAULT_STUDY
+from components.lib.vertex.registry import version_labels
 from pipelines.rehearsal.api.messages import to_dict
 from tests.doubles.gapic import FakeStub
 from tests.helpers import vertex_expectations as expect
@@ -29,6 +30,7 @@ LOCATION = "europe-west4"
 PARENT = f"projects/my-project/locations/{LOCATION}"
 MODEL = f"{PARENT}/models/111"
 ENDPOINT = f"{PARENT}/endpoints/777"
+COMMIT = "3f786850e387550fdab836ed7e6dc881de23001b"  # a git SHA-1
 POOLS = [
     {
         "machine_spec": {"machine_type": "n1-standard-8"},
@@ -372,7 +374,7 @@ class Rest:
         return {"name": f"{PARENT}/operations/9", "done": True, "response": self.response}
 
 
-def test_model_upload_request_carries_cmek_labels_and_the_serving_container(specs, monkeypatch, tmp_path):
+def test_model_upload_request_carries_cmek_labels_the_commit_and_the_serving_container(specs, monkeypatch, tmp_path):
     rest = Rest(monkeypatch, {"model": MODEL, "modelVersionId": "4"})
     branch = dag(specs["training"], "comp-condition-7")["model-upload"]
     parent = {
@@ -385,15 +387,19 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
         "type": "google.UnmanagedContainerModel",
         "metadata": {"containerSpec": PLATFORM.serving_container_spec()},
     }
+    # the upload's labels: find-model's output, the labels it is compiled with and the run's source_commit
+    find = dag(specs["training"], "comp-condition-4")["find-model"]["inputs"]["parameters"]
+    assert branch["inputs"]["parameters"]["labels"] == {"componentInputParameter": "pipelinechannel--find-model-labels"}
+    labels = version_labels(find["labels"]["runtimeValue"]["constant"], COMMIT)
     launch = Launch(
         specs["training"],
         branch,
-        {"project": "my-project"},
+        {"project": "my-project", "labels": labels},
         {"parent_model": parent, "unmanaged_container_model": unmanaged},
         tmp_path,
     ).run()
     [(method, url, body, auth)] = rest.calls
-    expect.check_upload(body, PLATFORM)
+    expect.check_upload(body, PLATFORM, COMMIT)
     assert (method, url, auth) == (
         "POST",
         f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/models:upload",
@@ -404,7 +410,7 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
         "model": {
             "display_name": "digits",
             "encryption_spec": {"kms_key_name": KEY},
-            "labels": LABELS,
+            "labels": {**LABELS, "source_commit": COMMIT},  # the version records the commit that produced it
             "pipeline_job": f"{PARENT}/pipelineJobs/run-uuid-1",
             "artifact_uri": "gs://b/root/import-trained-model/job_dir/model",
             # the GPU serving image: the deployment gets a T4

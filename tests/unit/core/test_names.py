@@ -365,6 +365,38 @@ def test_a_run_parameter_is_checked_against_the_names_the_template_gives_it():
         parse_params(["model_name=../x"], template(None))
 
 
+def test_a_run_parameter_a_template_writes_into_a_vertex_label_must_be_a_label_value():
+    """The compiled Vertex find-model step makes the upload's labels of the pipeline input source_commit (handed
+    down the conditions): a value that is no label value is refused before the run is created; without such a step,
+    any commit goes."""
+    from pipelines.templates import TemplateError, parse_params
+
+    find = {
+        "componentRef": {"name": "comp-find-model"},
+        "inputs": {"parameters": {"source_commit": {"componentInputParameter": "pipelinechannel--source_commit"}}},
+    }
+    spec = {
+        "pipelineInfo": {"name": "tfpipe-training"},
+        "root": {
+            "inputDefinitions": {"parameters": {"source_commit": {"parameterType": "STRING", "defaultValue": ""}}}
+        },
+        "components": {
+            "comp-condition-4": {"dag": {"tasks": {"find-model": find}}},
+            "comp-find-model": {"outputDefinitions": {"parameters": {"labels": {"parameterType": "STRUCT"}}}},
+        },
+    }
+    commit = "3f786850e387550fdab836ed7e6dc881de23001b"
+    assert parse_params([f"source_commit={commit}"], spec) == {"source_commit": commit}
+    with pytest.raises(TemplateError) as refused:
+        parse_params([f"source_commit={commit.upper()}"], spec)
+    assert one_line(refused.value) == (
+        f"--param source_commit: '{commit.upper()}' is not a Google Cloud label value (it must match "
+        "^[a-z0-9_-]{0,63}$): this template writes it into a Vertex AI label"
+    )
+    spec["components"] = {}  # a template that records the commit elsewhere (a self-hosted target's)
+    assert parse_params([f"source_commit={commit.upper()}"], spec) == {"source_commit": commit.upper()}
+
+
 # --- the steps that publish and deploy ---------------------------------------------------------------------------
 
 

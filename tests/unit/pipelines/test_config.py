@@ -247,12 +247,25 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
             "model_labels: Kind='cnn': keys must match ^[a-z][a-z0-9_-]{0,62}$ and values ^[a-z0-9_-]{0,63}$",
         ),
         (
-            # 40 + 23 labels, each under Vertex's 64 alone: with the pipeline's label, 64 on every job
+            # 40 + 22 labels, each under Vertex's 64 alone: with the pipeline's label and source_commit, 64 on every
+            # model version
             f"labels: {{{', '.join(f'l{i}: x' for i in range(40))}}}\n"
-            f"  model_labels: {{{', '.join(f'm{i}: y' for i in range(23))}}}",
+            f"  model_labels: {{{', '.join(f'm{i}: y' for i in range(22))}}}",
             "platform",
-            "labels and model_labels make 64 labels on each Vertex AI job and resource (with pipeline=<pipeline name>); "
-            "Vertex allows 64, and a pipeline run adds 1 of its own: keep them to 63",
+            "labels and model_labels make 64 labels on a Vertex AI model version (with pipeline=<pipeline name> and "
+            "source_commit=<commit>); Vertex allows 64, and a pipeline run adds 1 of its own: keep them to 63",
+        ),
+        (
+            "model_labels: {source_commit: abc}",
+            "platform",
+            "model_labels: source_commit is the label each model version gets from parameters.source_commit on Vertex "
+            "AI: use another key",
+        ),
+        (
+            "labels: {source_commit: abc}",
+            "platform",
+            "labels: source_commit is the label each model version gets from parameters.source_commit on Vertex AI: "
+            "use another key",
         ),
     ],
 )
@@ -379,6 +392,18 @@ def test_a_refused_name_says_where_it_came_from():
         (["parameters.model_repository=/mnt/tfpipe/repo"], "kubeflow", None),
         (["parameters.model_name=Digits", "parameters.model_repository=/data/repo"], "vertex", None),
         (["parameters.model_name=Digits"], "local", None),
+        # on vertex the commit is each model version's label: a SHA-1 fits, upper case or a SHA-256 does not
+        (["parameters.source_commit=3f786850e387550fdab836ed7e6dc881de23001b"], "vertex", None),
+        (
+            ["parameters.source_commit=3F786850"],
+            "vertex",
+            "parameters.source_commit: '3F786850' is not a Google Cloud label value (it must match "
+            "^[a-z0-9_-]{0,63}$): on Vertex AI each model version records it as its label source_commit (a git SHA-1 "
+            "fits; abbreviate a longer id, e.g. git rev-parse --short=40 HEAD)",
+        ),
+        ([f"parameters.source_commit={'a' * 64}"], "vertex", f"parameters.source_commit: '{'a' * 64}' is not a"),
+        (["parameters.source_commit=3F786850"], "kubeflow", None),
+        (["parameters.source_commit=v1.2-3-g3f78685"], "local", None),
     ],
 )
 def test_the_names_a_target_adds(sets, target, message):
