@@ -14,7 +14,6 @@ from typing import Any
 
 import grpc
 from google.cloud.aiplatform_v1.types import (
-    endpoint as endpoint_pb,
     endpoint_service as endpoint_service_pb,
     model_service as model_service_pb,
 )
@@ -137,12 +136,6 @@ class VertexDouble(Context):
         ),
         (
             "POST",
-            re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/endpoints$"),
-            endpoint_pb.Endpoint,
-            "_rest_create_endpoint",
-        ),
-        (
-            "POST",
             re.compile(r"^/v1/(?P<endpoint>projects/[^/]+/locations/[^/]+/endpoints/[^/:]+):deployModel$"),
             endpoint_service_pb.DeployModelRequest,
             "_rest_deploy",
@@ -205,9 +198,6 @@ class VertexDouble(Context):
 
     def _rest_upload(self, match, request, body) -> dict:
         return json_format.MessageToDict(self.model_service.upload_model(request.parent or match["parent"], request))
-
-    def _rest_create_endpoint(self, match, request, body) -> dict:
-        return json_format.MessageToDict(self.endpoint_service.create_endpoint(match["parent"], request))
 
     def _rest_deploy(self, match, request, body) -> dict:
         if request.endpoint and request.endpoint != match["endpoint"]:
