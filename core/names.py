@@ -42,6 +42,13 @@ SERVICE_ACCOUNT = re.compile(r"^[^@\s]+@[^@\s]+\.gserviceaccount\.com$")
 NETWORK = re.compile(r"^projects/[0-9]+/global/networks/[^/\s]+$")
 KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/(?P<location>[^/\s]+)/keyRings/[^/\s]+/cryptoKeys/[^/\s]+$")
 TENSORBOARD = re.compile(r"^projects/(?P<project>[^/\s]+)/locations/(?P<location>[^/\s]+)/tensorboards/[0-9]+$")
+# Vertex AI persistent resources (an ID, or the full name with its location) and Compute Engine network attachments
+# (a name, or the full name with its region)
+PERSISTENT_RESOURCE_ID = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+PERSISTENT_RESOURCE = re.compile(r"projects/[^/\s]+/locations/(?P<location>[^/\s]+)/persistentResources/[^/\s]+")
+NETWORK_ATTACHMENT = re.compile(
+    r"(projects/[^/\s]+/regions/(?P<region>[^/\s]+)/networkAttachments/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+)
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")

@@ -4,7 +4,16 @@ kubeflow.py), the trainer settings (trainer.py), the whole config and what a com
 (sections.py, target_use.py), loaded from a YAML file with profiles, the environment and `--set` overrides
 (loading.py). The names and locations follow the rules of core.names (fields.py)."""
 
-from core.names import KMS_KEY, LABEL_KEY, LABEL_VALUE, MAX_LABELS, NETWORK, TENSORBOARD
+from core.names import (
+    KMS_KEY,
+    LABEL_KEY,
+    LABEL_VALUE,
+    MAX_LABELS,
+    NETWORK,
+    NETWORK_ATTACHMENT,
+    PERSISTENT_RESOURCE_ID,
+    TENSORBOARD,
+)
 from pipelines.config.errors import ConfigError
 from pipelines.config.kubeflow import KubeflowSettings, Resources, Volume
 from pipelines.config.loading import env_overrides, load_config, parse_set, profile_names
@@ -27,6 +36,8 @@ __all__ = [
     "LABEL_VALUE",
     "MAX_LABELS",
     "NETWORK",
+    "NETWORK_ATTACHMENT",
+    "PERSISTENT_RESOURCE_ID",
     "PIPELINES",
     "PIPELINE_NAMES",
     "SECTIONS",

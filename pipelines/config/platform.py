@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from components.lib.vertex.registry import SOURCE_COMMIT_LABEL
 from core import names
+from core.names import NETWORK_ATTACHMENT, PERSISTENT_RESOURCE, PERSISTENT_RESOURCE_ID
 from pipelines.config.errors import ConfigError
 from pipelines.config.fields import (
     DisplayName,
@@ -41,6 +42,10 @@ SOURCE_COMMIT_HINT = (
     f"on Vertex AI each model version records it as its label {SOURCE_COMMIT_LABEL} (a git SHA-1 fits; "
     "abbreviate a longer id, e.g. git rev-parse --short=40 HEAD)"
 )
+# Scheduling.Strategy values of aiplatform_v1 a custom job takes (the others: unspecified, or deprecated: replaced by)
+CAPACITY_STRATEGIES = ("STANDARD", "SPOT", "FLEX_START")
+DEPRECATED_STRATEGIES = {"ON_DEMAND": "STANDARD", "LOW_COST": "SPOT"}
+DEFAULT_MAX_WAIT = "86400s"  # Vertex AI's (and GCPC's) wait for FLEX_START capacity when none is set
 
 
 class ScheduleSettings(BaseModel):
@@ -134,6 +139,61 @@ class DataPrepSettings(BaseModel):
     )
 
 
+class TrainingCapacity(BaseModel):
+    """Where the Vertex training job's machines come from (CustomJobSpec.scheduling): on-demand, Spot (cheaper, but
+    Vertex may preempt them, and the job then restarts and resumes from its last epoch's backup) or FLEX_START
+    (Dynamic Workload Scheduler: the job waits until all its machines are free, at most `max_wait_duration`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    strategy: str = Field(
+        "STANDARD",
+        description="STANDARD (on-demand machines), SPOT (preemptible Spot VMs) or FLEX_START (queued for capacity).",
+    )
+    max_wait_duration: str = Field(
+        "",
+        description=(
+            "FLEX_START only: the longest the job waits for its machines, a duration like 1800s (0s: no limit; "
+            "empty: Vertex's 24 hours)."
+        ),
+    )
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, value: str) -> str:
+        if value in DEPRECATED_STRATEGIES:
+            raise ValueError(f"{value!r} is deprecated in Vertex AI: use {DEPRECATED_STRATEGIES[value]}")
+        if value not in CAPACITY_STRATEGIES:
+            raise ValueError(f"{value!r} is not a Vertex AI scheduling strategy: use {', '.join(CAPACITY_STRATEGIES)}")
+        return value
+
+    @field_validator("max_wait_duration")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if value:
+            from google.protobuf.duration_pb2 import Duration
+
+            try:
+                Duration().FromJsonString(value)
+                valid = not value.startswith("-")
+            except ValueError:
+                valid = False
+            if not valid:
+                raise ValueError(f"{value!r} is not a duration in seconds like 1800s")
+        return value
+
+    @model_validator(mode="after")
+    def _flex_start_only(self):
+        if self.max_wait_duration and self.strategy != "FLEX_START":
+            raise ValueError(f"max_wait_duration applies to FLEX_START only; Vertex AI refuses it with {self.strategy}")
+        return self
+
+    def scheduling(self) -> dict[str, str]:
+        """The CustomTrainingJobOp inputs: `strategy`, and `max_wait_duration` (Vertex's default when unset; GCPC
+        leaves it out of the request unless the strategy is FLEX_START)."""
+        return {"strategy": self.strategy, "max_wait_duration": self.max_wait_duration or DEFAULT_MAX_WAIT}
+
+
 class StepLimits(BaseModel):
     """A Vertex AI Pipelines lightweight step's CPU and memory limits (Vertex picks a machine that has them)."""
 
@@ -185,6 +245,14 @@ class Platform(BaseModel):
         description=(
             "Vertex: the VPC network the runs and their training and tuning jobs peer with, "
             "projects/PROJECT_NUMBER/global/networks/NAME (empty: none)."
+        ),
+    )
+    psc_network_attachment: str = Field(
+        "",
+        description=(
+            "Vertex: the training job reaches your VPC through this Private Service Connect interface, a network "
+            "attachment's name or projects/P/regions/REGION/networkAttachments/NAME in location; instead of "
+            "`network` (empty: none)."
         ),
     )
     encryption_spec_key_name: str = Field(
@@ -298,6 +366,18 @@ class Platform(BaseModel):
     )
     accelerator_count: int = Field(
         0, ge=0, description="Vertex: accelerators per training and tuning worker (0 without accelerator_type)."
+    )
+    training_capacity: TrainingCapacity = Field(
+        TrainingCapacity(),
+        description="Vertex: the training job's capacity, on-demand, Spot or FLEX_START (tuning trials: on-demand).",
+    )
+    persistent_resource_id: str = Field(
+        "",
+        description=(
+            "Vertex: the training job runs on this persistent resource's machines, its ID or "
+            "projects/P/locations/L/persistentResources/ID in location, with the same network and CMEK key "
+            "(empty: machines of its own)."
+        ),
     )
     model_display_name: DisplayName = Field(
         "tfpipe-model",
@@ -462,12 +542,56 @@ class Platform(BaseModel):
             names.kms_key(self.encryption_spec_key_name, "encryption_spec_key_name", self.location)
         if self.tensorboard:
             names.tensorboard(self.tensorboard, "tensorboard", self.location)
+        self._training_placement()
         if self.tensorboard and not self.service_account:
             raise ValueError(
                 "tensorboard needs service_account: Vertex AI writes to a TensorBoard instance only from "
                 "a training job that runs as a service account"
             )
         return self
+
+    def _training_placement(self) -> None:
+        """The persistent resource and the PSC interface: in the runs' location, each as Vertex takes it."""
+        resource = PERSISTENT_RESOURCE.fullmatch(self.persistent_resource_id)
+        if resource and resource["location"] != self.location:
+            raise ValueError(
+                f"persistent_resource_id: {self.persistent_resource_id!r} is in {resource['location']}; the training "
+                f"job runs in location {self.location}"
+            )
+        if self.persistent_resource_id and not PERSISTENT_RESOURCE_ID.fullmatch(self.training_persistent_resource()):
+            raise ValueError(
+                f"persistent_resource_id: {self.persistent_resource_id!r} must be an ID matching "
+                f"{PERSISTENT_RESOURCE_ID.pattern} or projects/P/locations/L/persistentResources/ID"
+            )
+        if self.persistent_resource_id and self.training_capacity.strategy != "STANDARD":
+            raise ValueError(
+                "persistent_resource_id: the job runs on the resource's machines, so training_capacity.strategy "
+                f"{self.training_capacity.strategy} does not apply; leave it STANDARD"
+            )
+        attachment = NETWORK_ATTACHMENT.fullmatch(self.psc_network_attachment)
+        if self.psc_network_attachment and not attachment:
+            raise ValueError(
+                f"psc_network_attachment: {self.psc_network_attachment!r} must be a network attachment's name or "
+                "projects/P/regions/REGION/networkAttachments/NAME"
+            )
+        if attachment and attachment["region"] and attachment["region"] != self.location:
+            raise ValueError(
+                f"psc_network_attachment: {self.psc_network_attachment!r} is in {attachment['region']}; the training "
+                f"job runs in location {self.location}"
+            )
+        if self.psc_network_attachment and self.network:
+            raise ValueError(
+                "psc_network_attachment and network are exclusive: a Vertex training job reaches a VPC through "
+                "peering or through a Private Service Connect interface, not both"
+            )
+
+    def training_persistent_resource(self) -> str:
+        """The persistent resource's ID (CustomJobSpec's, in the job's project and location); "" without one."""
+        return self.persistent_resource_id.rsplit("/", 1)[-1]
+
+    def psc_interface_config(self) -> dict[str, str]:
+        """The training job's CustomJobSpec.psc_interface_config ({} without an attachment)."""
+        return {"network_attachment": self.psc_network_attachment} if self.psc_network_attachment else {}
 
     @property
     def champion_alias(self) -> str:

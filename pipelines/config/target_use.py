@@ -39,7 +39,7 @@ TARGET_USE = {
     "vertex": TargetUse(
         submitted=("project", "pipeline_root"),
         identity=("service_account", "network", "encryption_spec_key_name"),
-        compiled_training=("tensorboard",),
+        compiled_training=("tensorboard", "persistent_resource_id", "psc_network_attachment"),
         training_inputs=("data_source",),
         batch_inputs=("instances", "model", "output_prefix"),
         training_images=lambda platform: platform.vertex_training_images(),

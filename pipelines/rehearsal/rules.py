@@ -1,8 +1,8 @@
 """What Vertex AI checks in a request's identity and resources before it accepts it, for the double: service account
 e-mails, CMEK keys in the request's region, VPC networks named by project number, a TensorBoard of the same project
-and region, labels, Cloud Storage locations given as gs:// URIs, machine type / accelerator pairs and replica
-counts. Each check returns Vertex's kind of message for the first field it refuses, or None. Requests are dicts
-with proto field names (`api._dict`).
+and region, labels, a job's scheduling strategy, persistent resource and PSC interface, Cloud Storage locations given
+as gs:// URIs, machine type / accelerator pairs and replica counts. Each check returns Vertex's kind of message for
+the first field it refuses, or None. Requests are dicts with proto field names (`api._dict`).
 
 Whether the caller may act as the service account is the double's IAM (iam.py); the project's real IAM is for the
 pre-flight checks of `submit` and `schedule`, which ask Google Cloud itself (pipelines/preflight.py).
@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import re
 
-from pipelines.config import KMS_KEY, LABEL_KEY, LABEL_VALUE, MAX_LABELS, NETWORK, TENSORBOARD
+from pipelines.config import (
+    KMS_KEY,
+    LABEL_KEY,
+    LABEL_VALUE,
+    MAX_LABELS,
+    NETWORK,
+    NETWORK_ATTACHMENT,
+    PERSISTENT_RESOURCE_ID,
+    TENSORBOARD,
+)
 
 # stricter than the config's check: an account ID of 6-30 characters, or the Compute Engine default account
 SERVICE_ACCOUNT = re.compile(
@@ -68,6 +77,35 @@ def identity(data: dict, location: str, project_ids: tuple[str, ...]) -> str | N
         problem = labels(f"{prefix}labels", part.get("labels", {}))
         if problem:
             return problem
+    return None
+
+
+def placement(data: dict, location: str) -> str | None:
+    """Where a custom job's or a tuning job's trials run (`job_spec` / `trial_job_spec`): a scheduling strategy of
+    Scheduling.Strategy, `max_wait_duration` with FLEX_START only, a persistent resource's ID, a PSC interface's
+    network attachment in the job's region and never beside a peered `network`."""
+    from google.cloud.aiplatform_v1.types import custom_job
+
+    for where in ("job_spec", "trial_job_spec"):
+        spec = data.get(where, {})
+        scheduling = spec.get("scheduling", {})
+        strategy = scheduling.get("strategy", "STRATEGY_UNSPECIFIED")
+        if strategy not in custom_job.Scheduling.Strategy.__members__:
+            return f"{where}.scheduling.strategy {strategy!r} is not a Scheduling.Strategy"
+        if "max_wait_duration" in scheduling and strategy != "FLEX_START":
+            return f"{where}.scheduling.max_wait_duration applies to the FLEX_START strategy only, not {strategy}"
+        resource = spec.get("persistent_resource_id", "")
+        if resource and not PERSISTENT_RESOURCE_ID.fullmatch(resource):
+            return f"{where}.persistent_resource_id {resource!r} must match {PERSISTENT_RESOURCE_ID.pattern}"
+        attachment = spec.get("psc_interface_config", {}).get("network_attachment", "")
+        match = NETWORK_ATTACHMENT.fullmatch(attachment)
+        if attachment and (not match or (match["region"] or location) != location):
+            return (
+                f"{where}.psc_interface_config.network_attachment {attachment!r} must be a network attachment's name "
+                f"or projects/P/regions/{location}/networkAttachments/NAME"
+            )
+        if attachment and spec.get("network"):
+            return f"{where}: network and psc_interface_config cannot both be set"
     return None
 
 

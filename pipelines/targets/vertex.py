@@ -160,7 +160,9 @@ class VertexOps(SameEverywhere):
 
     def tune(self, inputs: TuneInputs) -> Channel:
         """Vertex AI tuning job when `enabled` (trials run the trainer image; the best trial's values override the
-        pipeline's), else the pipeline's values."""
+        pipeline's), else the pipeline's values. GCPC 2.22's HyperparameterTuningJobRunOp takes no scheduling,
+        persistent resource or PSC interface: trials run on on-demand machines of their own, peered with `network`
+        when it is set (with `psc_network_attachment`, reaching no VPC)."""
         from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
 
         p, study = self.platform, inputs.study
@@ -214,15 +216,21 @@ class VertexOps(SameEverywhere):
         return dsl.OneOf(tuned.output, fixed.output)
 
     def train(self, inputs: TrainInputs) -> Trained:
+        """A Vertex AI custom job on the planned worker pools, with the run's identity, the configured capacity
+        (`training_capacity`), persistent resource and PSC interface (every setting also keys the plan's cache)."""
         from google_cloud_pipeline_components.v1.custom_job import CustomTrainingJobOp
 
         p = self.platform
         job_settings = dict(
             location=p.location,
-            # max_restarts is the local launcher's; on Vertex the whole job restarts with a worker
+            # max_restarts is the local launcher's; on Vertex the whole job restarts with a worker (a preempted
+            # Spot worker too: the trainer resumes from its last epoch's backup)
             restart_job_on_worker_restart=True,
             tensorboard=p.tensorboard,
             labels=self.labels,
+            **p.training_capacity.scheduling(),
+            persistent_resource_id=p.training_persistent_resource(),
+            psc_interface_config=p.psc_interface_config(),
             **self.identity,
         )
         plan = self._plan_pools(

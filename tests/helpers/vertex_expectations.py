@@ -34,6 +34,7 @@ def check_custom_job(request: dict, platform: Platform, workers: int) -> None:
     *_, root, folder = spec["base_output_directory"]["output_uri_prefix"].rstrip("/").split("/")
     assert root == "job_dir" and re.fullmatch("[a-z0-9-]+", folder), folder
     assert spec["scheduling"]["restart_job_on_worker_restart"] is True
+    _capacity(spec, platform)
     pools = spec["worker_pool_specs"]
     assert [int(p["replica_count"]) for p in pools] == ([1, workers - 1] if workers > 1 else [1])
     for pool in pools:
@@ -41,6 +42,21 @@ def check_custom_job(request: dict, platform: Platform, workers: int) -> None:
         assert pool["container_spec"]["image_uri"] == platform.training_image()
         assert pool["container_spec"]["command"] == ["python", "-m", "trainer.task"]
         assert pool["container_spec"]["args"][0] == "--data-dir"
+
+
+def _capacity(spec: dict, platform: Platform) -> None:
+    """The custom job's capacity: the strategy, the wait only with FLEX_START (Vertex's 24 hours when unset), the
+    persistent resource's ID, the PSC interface."""
+    capacity = platform.training_capacity
+    wait = {"max_wait_duration": capacity.max_wait_duration or "86400s"} if capacity.strategy == "FLEX_START" else {}
+    assert {k: v for k, v in spec["scheduling"].items() if k in ("strategy", "max_wait_duration")} == {
+        "strategy": capacity.strategy,
+        **wait,
+    }
+    resource = platform.persistent_resource_id.rsplit("/", 1)[-1]
+    assert spec.get("persistent_resource_id", "") == resource
+    attachment = platform.psc_network_attachment
+    assert spec.get("psc_interface_config", {}) == ({"network_attachment": attachment} if attachment else {})
 
 
 def check_tuning_job(request: dict, platform: Platform, study) -> None:

@@ -65,6 +65,7 @@ class Context:
         act as the service account it names (iam.py)."""
         problem = (
             rules.identity(request, self.location, self.registry.project_ids)
+            or rules.placement(request, self.location)
             or rules.locations(request)
             or rules.resources(request)
         )

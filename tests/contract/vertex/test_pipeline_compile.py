@@ -4,7 +4,7 @@ from google.auth.credentials import AnonymousCredentials
 
 from components.lib.study.spec import DEFAULT_STUDY
 from components.plan_vertex_training import worker_pool_specs
-from pipelines.config import ConfigError, load_config
+from pipelines.config import ConfigError, Platform, load_config
 from pipelines.templates import TemplateError, parse_params
 from pipelines.training import build_pipeline
 from tests.helpers.compiled import compiled_docs, compiled_file, dag
@@ -109,6 +109,11 @@ def test_vertex_dag(tmp_path):
         "restart_job_on_worker_restart": True,
         "tensorboard": PLATFORM.tensorboard,
         "labels": LABELS,
+        # on-demand machines of its own: GCPC leaves the wait out of the request unless the strategy is FLEX_START
+        "strategy": "STANDARD",
+        "max_wait_duration": "86400s",
+        "persistent_resource_id": "",
+        "psc_interface_config": {},
         **IDENTITY,
     }
     assert params(job) == {**planned, "base_output_directory": claimed, **settings}
@@ -212,6 +217,61 @@ def test_vertex_gpu_training_uses_the_gpu_trainer_image_and_prebuilt_serving_ima
     assert spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]["metadata"] == {
         "containerSpec": {"imageUri": "europe-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15"}
     }
+
+
+@pytest.mark.parametrize(
+    "update, settings",
+    [
+        (
+            {
+                "training_capacity": {"strategy": "FLEX_START", "max_wait_duration": "1800s"},
+                "network": "",
+                "psc_network_attachment": "projects/my-project/regions/europe-west4/networkAttachments/tfpipe",
+            },
+            {
+                "strategy": "FLEX_START",
+                "max_wait_duration": "1800s",
+                "persistent_resource_id": "",
+                "psc_interface_config": {
+                    "network_attachment": "projects/my-project/regions/europe-west4/networkAttachments/tfpipe"
+                },
+                "network": "",
+            },
+        ),
+        (
+            {"persistent_resource_id": "projects/my-project/locations/europe-west4/persistentResources/gpu-pool"},
+            {
+                "strategy": "STANDARD",
+                "max_wait_duration": "86400s",
+                "persistent_resource_id": "gpu-pool",
+                "psc_interface_config": {},
+                "network": PLATFORM.network,
+            },
+        ),
+        (
+            {"training_capacity": {"strategy": "SPOT"}},
+            {
+                "strategy": "SPOT",
+                "max_wait_duration": "86400s",
+                "persistent_resource_id": "",
+                "psc_interface_config": {},
+                "network": PLATFORM.network,
+            },
+        ),
+    ],
+)
+def test_vertex_training_job_gets_its_capacity_persistent_resource_and_psc_interface(update, settings):
+    """The custom job takes them, and they key the plan's cache (another capacity: another output root); GCPC
+    2.22's tuning op takes none of them, so the tuning job is unchanged."""
+    platform = Platform.model_validate({**PLATFORM.model_dump(), **update})
+    spec = compiled_docs("vertex", "training", platform)[0]
+    job = params(dag(spec)["custom-training-job"])
+    assert {k: job[k] for k in settings} == settings
+    job_settings = params(dag(spec)["plan-vertex-training-2"])["job_settings"]
+    assert {k: job_settings[k] for k in settings} == settings
+    tuning = params(dag(spec, "comp-condition-2")["hyperparameter-tuning-job"])
+    assert not {"strategy", "max_wait_duration", "persistent_resource_id", "psc_interface_config"} & set(tuning)
+    assert tuning["network"] == settings["network"]
 
 
 def test_vertex_tuning_branch(tmp_path):

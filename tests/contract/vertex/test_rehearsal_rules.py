@@ -10,6 +10,7 @@ from google.cloud.aiplatform_v1.types import (
     custom_job,
     endpoint as endpoint_pb,
     endpoint_service,
+    hyperparameter_tuning_job,
     job_service,
     model_service,
 )
@@ -85,6 +86,70 @@ def test_custom_jobs_vertex_would_refuse(double, spec, message):
     with pytest.raises(ApiError, match=re.escape(message)):
         double.job_service.create_job("custom_job", job(**spec))
     assert double.job_service.jobs == {}
+
+
+ATTACHMENT = "projects/p-rehearsal/regions/europe-west4/networkAttachments/tfpipe"
+
+
+@pytest.mark.parametrize(
+    "accepted, refused, message",
+    [
+        (
+            {"psc_interface_config": {"network_attachment": ATTACHMENT}},
+            {"psc_interface_config": {"network_attachment": ATTACHMENT}, "network": "projects/4711/global/networks/v"},
+            "job_spec: network and psc_interface_config cannot both be set",
+        ),
+        (
+            {"psc_interface_config": {"network_attachment": "tfpipe"}},
+            {"psc_interface_config": {"network_attachment": ATTACHMENT.replace("europe-west4", "us-central1")}},
+            "job_spec.psc_interface_config.network_attachment "
+            "'projects/p-rehearsal/regions/us-central1/networkAttachments/tfpipe' must be a network attachment's name "
+            "or projects/P/regions/europe-west4/networkAttachments/NAME",
+        ),
+        (
+            {"scheduling": {"strategy": "SPOT"}},
+            {"scheduling": {"strategy": 5}},
+            "job_spec.scheduling.strategy 5 is not a Scheduling.Strategy",
+        ),
+        (
+            {"scheduling": {"strategy": "FLEX_START", "max_wait_duration": "1800s"}},
+            {"scheduling": {"strategy": "SPOT", "max_wait_duration": "1800s"}},
+            "job_spec.scheduling.max_wait_duration applies to the FLEX_START strategy only, not SPOT",
+        ),
+        (
+            {"persistent_resource_id": "gpu-pool"},
+            {"persistent_resource_id": "projects/p-rehearsal/locations/europe-west4/persistentResources/gpu-pool"},
+            "job_spec.persistent_resource_id 'projects/p-rehearsal/locations/europe-west4/persistentResources/"
+            "gpu-pool' must match [a-z]([a-z0-9-]{0,61}[a-z0-9])?",
+        ),
+    ],
+)
+def test_capacity_and_placement_as_vertex_takes_them(double, monkeypatch, accepted, refused, message):
+    """The refused request creates no job; the accepted one is answered with its fields as sent."""
+    with pytest.raises(ApiError, match=re.escape(message)) as error:
+        double.job_service.create_job("custom_job", job(**refused))
+    assert error.value.status == "INVALID_ARGUMENT" and double.job_service.jobs == {}
+    monkeypatch.setattr(double.job_service, "_work", lambda job: None)  # no training: the request is the subject
+    created = double.job_service.create_job("custom_job", job(**accepted))
+    answered = to_dict(double.job_service.get_job(job_service.GetCustomJobRequest(name=created.name)))
+    assert {k: answered["job_spec"][k] for k in accepted} == accepted
+
+
+def test_a_tuning_jobs_trials_are_checked_as_a_custom_job_is(double):
+    trial = job(network="projects/4711/global/networks/vpc", psc_interface_config={"network_attachment": "tfpipe"})
+    tuning = hyperparameter_tuning_job.HyperparameterTuningJob(
+        display_name="t",
+        trial_job_spec=trial.custom_job.job_spec,
+        max_trial_count=1,
+        parallel_trial_count=1,
+        study_spec={
+            "metrics": [{"metric_id": "accuracy", "goal": "MAXIMIZE"}],
+            "parameters": [{"parameter_id": "dropout", "double_value_spec": {"min_value": 0.1, "max_value": 0.5}}],
+        },
+    )
+    request = job_service.CreateHyperparameterTuningJobRequest(parent=PARENT, hyperparameter_tuning_job=tuning)
+    with pytest.raises(ApiError, match=re.escape("trial_job_spec: network and psc_interface_config cannot both")):
+        double.job_service.create_job("hyperparameter_tuning_job", request)
 
 
 def test_a_well_formed_identity_passes_the_checks(double):

@@ -19,6 +19,7 @@ from google.oauth2.credentials import Credentials
 
 from components.lib.study.spec import DEFAULT_STUDY
 from components.lib.vertex.registry import version_labels
+from pipelines.config import Platform
 from pipelines.rehearsal.api.messages import to_dict
 from tests.doubles.gapic import FakeStub
 from tests.helpers import vertex_expectations as expect
@@ -109,6 +110,61 @@ def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(s
     assert [
         (p.machine_spec.machine_type, p.replica_count, p.container_spec.image_uri) for p in spec.worker_pool_specs
     ] == [("n1-standard-8", 1, "example.com/tfpipe/trainer:abc")]
+
+
+@pytest.mark.parametrize(
+    "update, scheduling, placement",
+    [
+        (
+            {
+                "training_capacity": {"strategy": "FLEX_START", "max_wait_duration": "1800s"},
+                "network": "",
+                "psc_network_attachment": "tfpipe-attachment",
+            },
+            {"strategy": "FLEX_START", "max_wait_duration": "1800s"},
+            {"psc_interface_config": {"network_attachment": "tfpipe-attachment"}},
+        ),
+        (
+            {"training_capacity": {"strategy": "FLEX_START"}},
+            {"strategy": "FLEX_START", "max_wait_duration": "86400s"},
+            {},
+        ),
+        ({"training_capacity": {"strategy": "SPOT"}}, {"strategy": "SPOT"}, {}),
+        (
+            {"persistent_resource_id": "projects/my-project/locations/europe-west4/persistentResources/gpu-pool"},
+            {"strategy": "STANDARD"},
+            {"persistent_resource_id": "gpu-pool"},
+        ),
+    ],
+)
+def test_custom_job_takes_the_capacity_persistent_resource_and_psc_interface(
+    monkeypatch, tmp_path, update, scheduling, placement
+):
+    """GCPC's launcher sends the strategy, the wait only with FLEX_START, the persistent resource's ID and the
+    PSC interface (then no network)."""
+    platform = Platform.model_validate({**PLATFORM.model_dump(), **update})
+    spec = compiled_docs("vertex", "training", platform)[0]
+    created = job_stubs(monkeypatch, "custom_job", custom_job.CustomJob)
+    Launch(
+        spec,
+        dag(spec)["custom-training-job"],
+        {
+            "worker_pool_specs": POOLS,
+            "base_output_directory": "gs://b/root/plan/job_dir/tfpipe-training-20261123",
+            "display_name": "tfpipe-training-20261123-train",
+            "project": "my-project",
+        },
+        {},
+        tmp_path,
+    ).run()
+    [request] = created
+    expect.check_custom_job(to_dict(request), platform, workers=1)
+    job_spec = to_dict(request.custom_job)["job_spec"]
+    assert job_spec["scheduling"] == {"timeout": "604800s", "restart_job_on_worker_restart": True, **scheduling}
+    assert {k: job_spec[k] for k in ("persistent_resource_id", "psc_interface_config", "network") if k in job_spec} == {
+        **placement,
+        **({"network": platform.network} if platform.network else {}),
+    }
 
 
 def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch, tmp_path):

@@ -231,6 +231,67 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
         ),
         ("tensorboard: tb-1", "platform", "tensorboard: 'tb-1' must look like projects/P/locations/L/tensorboards/ID"),
         (
+            "training_capacity: {strategy: PREEMPTIBLE}",
+            "platform.training_capacity.strategy",
+            "'PREEMPTIBLE' is not a Vertex AI scheduling strategy: use STANDARD, SPOT, FLEX_START",
+        ),
+        (
+            "training_capacity: {strategy: LOW_COST}",
+            "platform.training_capacity.strategy",
+            "'LOW_COST' is deprecated in Vertex AI: use SPOT",
+        ),
+        (
+            "training_capacity: {strategy: FLEX_START, max_wait_duration: 30m}",
+            "platform.training_capacity.max_wait_duration",
+            "'30m' is not a duration in seconds like 1800s",
+        ),
+        (
+            "training_capacity: {strategy: FLEX_START, max_wait_duration: -60s}",
+            "platform.training_capacity.max_wait_duration",
+            "'-60s' is not a duration in seconds like 1800s",
+        ),
+        (
+            "training_capacity: {strategy: SPOT, max_wait_duration: 1800s}",
+            "platform.training_capacity",
+            "max_wait_duration applies to FLEX_START only; Vertex AI refuses it with SPOT",
+        ),
+        (
+            "persistent_resource_id: projects/p/locations/us-east1/persistentResources/pool",
+            "platform",
+            "persistent_resource_id: 'projects/p/locations/us-east1/persistentResources/pool' is in us-east1; the "
+            "training job runs in location us-central1",
+        ),
+        (
+            "persistent_resource_id: Pool_1",
+            "platform",
+            "persistent_resource_id: 'Pool_1' must be an ID matching [a-z]([a-z0-9-]{0,61}[a-z0-9])? or "
+            "projects/P/locations/L/persistentResources/ID",
+        ),
+        (
+            "persistent_resource_id: pool\n  training_capacity: {strategy: SPOT}",
+            "platform",
+            "persistent_resource_id: the job runs on the resource's machines, so training_capacity.strategy SPOT does "
+            "not apply; leave it STANDARD",
+        ),
+        (
+            "psc_network_attachment: projects/p/regions/europe-west4/networkAttachments/a",
+            "platform",
+            "psc_network_attachment: 'projects/p/regions/europe-west4/networkAttachments/a' is in europe-west4; the "
+            "training job runs in location us-central1",
+        ),
+        (
+            "psc_network_attachment: projects/p/networkAttachments/a",
+            "platform",
+            "psc_network_attachment: 'projects/p/networkAttachments/a' must be a network attachment's name or "
+            "projects/P/regions/REGION/networkAttachments/NAME",
+        ),
+        (
+            "psc_network_attachment: attachment\n  network: projects/123/global/networks/vpc",
+            "platform",
+            "psc_network_attachment and network are exclusive: a Vertex training job reaches a VPC through peering "
+            "or through a Private Service Connect interface, not both",
+        ),
+        (
             "model_version_aliases: []",
             "platform",
             "model_version_aliases: give at least one alias (the first one marks the champion)",
@@ -274,6 +335,27 @@ def test_platform_validation_names_the_field(tmp_path, setting, field, message):
     with pytest.raises(ConfigError) as e:
         load_config(tmp_path / "c.yaml", environ={})
     assert str(e.value) == f"invalid configuration: {field}: {message}"
+
+
+def test_the_training_capacity_persistent_resource_and_psc_interface_as_the_job_takes_them(tmp_path):
+    (tmp_path / "c.yaml").write_text(
+        "platform:\n"
+        "  location: europe-west4\n"
+        "  training_capacity: {strategy: FLEX_START, max_wait_duration: 0s}\n"
+        "  psc_network_attachment: projects/p/regions/europe-west4/networkAttachments/tfpipe\n"
+    )
+    platform = load_config(tmp_path / "c.yaml", environ={}).platform
+    assert platform.training_capacity.scheduling() == {"strategy": "FLEX_START", "max_wait_duration": "0s"}
+    assert platform.psc_interface_config() == {
+        "network_attachment": "projects/p/regions/europe-west4/networkAttachments/tfpipe"
+    }
+    default = load_config(None, environ={}).platform
+    assert default.training_capacity.scheduling() == {"strategy": "STANDARD", "max_wait_duration": "86400s"}
+    assert (default.psc_interface_config(), default.training_persistent_resource()) == ({}, "")
+    (tmp_path / "c.yaml").write_text(
+        "platform:\n  persistent_resource_id: projects/p/locations/us-central1/persistentResources/gpu-pool\n"
+    )
+    assert load_config(tmp_path / "c.yaml", environ={}).platform.training_persistent_resource() == "gpu-pool"
 
 
 SEGMENT = (
@@ -469,6 +551,7 @@ def test_every_platform_setting_describes_itself():
         "Resources",
         "DataPrepSettings",
         "StepLimits",
+        "TrainingCapacity",
     }
     undescribed = [
         f"{model.__name__}.{name}"
@@ -534,6 +617,8 @@ def test_the_fields_a_command_sends_to_the_cloud():
         "platform.trainer_image",
         "platform.serving_image",
         "platform.tensorboard",
+        "platform.persistent_resource_id",
+        "platform.psc_network_attachment",
         "platform.template_registry",
         "parameters.data_source",
     ]
