@@ -1,0 +1,96 @@
+"""The one retry policy of the project's own calls to Vertex AI, Cloud Storage and Dataflow: google-api-core's
+`Retry`, exponential backoff (`INITIAL` seconds doubling up to `MAXIMUM`) until `DEADLINE` seconds have passed, then
+`google.api_core.exceptions.RetryError` naming the last error.
+
+What is retried:
+- `transient`: 429 (TooManyRequests; gRPC RESOURCE_EXHAUSTED, Vertex's quota answer) and 503 (ServiceUnavailable;
+  gRPC UNAVAILABLE, also how gRPC reports a reset connection): the service refused the request without acting on it.
+- `transient_idempotent`: those, 500, 502 and 504 (DEADLINE_EXCEEDED), and connection resets over HTTP (requests',
+  urllib3's and the built-in ConnectionError, a resumable upload's InvalidResponse with those statuses): the request
+  may have been acted on, so only calls whose repeat leaves the same state take them.
+
+Which calls (`policy(idempotent=...)`):
+- idempotent: every Get and List (registry look-ups, endpoint state, tuning and batch jobs, schedules, the pipeline
+  job's state), UpdateEndpoint's traffic split and MergeVersionAliases (they set a value), Cloud Storage reads,
+  listings and deletes, and resumable uploads (`core.storage.open_write`: each chunk is resent in its upload session,
+  and the steps' objects are theirs alone);
+- refused only (`idempotent=False`): UndeployModel (a repeat after it acted finds the deployed model gone);
+- not retried: the creates a repeat would double, which fail at once with the service's error: the pipeline job
+  (`submit`), a schedule, GCPC's launchers' uploads, endpoints and deploys (GCPC's own calls), a Dataflow job
+  (Beam's client creates and watches it with its own retries; a step whose wait gives up cancels the job).
+"""
+
+from __future__ import annotations
+
+INITIAL = 1.0  # seconds before the first retry
+MAXIMUM = 32.0  # seconds between retries at most
+MULTIPLIER = 2.0
+DEADLINE = 300.0  # seconds from the first try after which the call gives up
+
+REFUSED_STATUS = (429, 503)
+IDEMPOTENT_STATUS = (*REFUSED_STATUS, 500, 502, 504)
+
+
+def _status(error: BaseException) -> int | None:
+    """The HTTP status an error carries: google-api-core's `code`, or a storage `InvalidResponse`'s response."""
+    from google.api_core import exceptions
+
+    if isinstance(error, exceptions.GoogleAPICallError):
+        return error.code
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def _connection_error(error: BaseException) -> bool:
+    import requests
+    import urllib3
+
+    return isinstance(
+        error,
+        (
+            ConnectionError,
+            requests.exceptions.ConnectionError,
+            requests.exceptions.ChunkedEncodingError,
+            urllib3.exceptions.ProtocolError,
+        ),
+    )
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The error google-auth's TransportError wraps (a reset while refreshing a token), else the error."""
+    from google.auth.exceptions import TransportError
+
+    if isinstance(error, TransportError) and error.args and isinstance(error.args[0], BaseException):
+        return error.args[0]
+    return error
+
+
+def transient(error: BaseException) -> bool:
+    """A refusal any call may repeat: 429 or 503."""
+    return _status(_cause(error)) in REFUSED_STATUS
+
+
+def transient_idempotent(error: BaseException) -> bool:
+    """A failure an idempotent call may repeat: 429, 500, 502, 503, 504 or a reset connection."""
+    error = _cause(error)
+    return _status(error) in IDEMPOTENT_STATUS or _connection_error(error)
+
+
+def _note(error: BaseException) -> None:
+    first = (str(error).splitlines() or [""])[0]
+    print(f"retrying after a transient error: {type(error).__name__}: {first}")
+
+
+def policy(idempotent: bool = True):
+    """The `retry=` of a call (GAPIC methods, google-cloud-storage calls), or a decorator of one (`policy()(f)()`)."""
+    from google.api_core.retry import Retry
+
+    return Retry(
+        predicate=transient_idempotent if idempotent else transient,
+        initial=INITIAL,
+        maximum=MAXIMUM,
+        multiplier=MULTIPLIER,
+        timeout=DEADLINE,
+        on_error=_note,
+    )
