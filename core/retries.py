@@ -10,14 +10,16 @@ What is retried:
   may have been acted on, so only calls whose repeat leaves the same state take them.
 
 Which calls (`policy(idempotent=...)`):
-- idempotent: every Get and List (registry look-ups, endpoint state, tuning and batch jobs, schedules, the pipeline
-  job's state), UpdateEndpoint's traffic split and MergeVersionAliases (they set a value), Cloud Storage reads,
-  listings and deletes, and resumable uploads (`core.storage.open_write`: each chunk is resent in its upload session,
-  and the steps' objects are theirs alone);
+- idempotent: the steps' Get and List calls (registry look-ups, endpoint state, tuning and batch jobs), the CLI's
+  ListSchedules (aiplatform's SDK repeats its own Get calls, the pipeline job's state among them),
+  UpdateEndpoint's traffic split and MergeVersionAliases (they set a value), Cloud Storage reads, listings, deletes
+  (a repeat that finds the object gone: deleted) and uploads (`core.storage.open_write`'s resumable ones resend a
+  chunk in their session; the objects written are the writer's alone, the pre-flight probe's name is unique);
 - refused only (`idempotent=False`): UndeployModel (a repeat after it acted finds the deployed model gone);
 - not retried: the creates a repeat would double, which fail at once with the service's error: the pipeline job
-  (`submit`), a schedule, GCPC's launchers' uploads, endpoints and deploys (GCPC's own calls), a Dataflow job
-  (Beam's client creates and watches it with its own retries; a step whose wait gives up cancels the job).
+  (`submit`), a schedule, and the schedule's pause, resume and delete; GCPC's launchers' uploads, endpoints and
+  deploys are GCPC's own calls; a Dataflow job is created and watched by Beam's client, with retries of its own (a
+  step whose wait gives up cancels the job: components.lib.prep.dataflow).
 """
 
 from __future__ import annotations

@@ -17,11 +17,12 @@ JOB = "projects/p/locations/europe-west4/customJobs/1"
 
 class FlakyTransport:
     """The storage client's HTTP session, answering the requests `fail(method, path)` picks with Cloud Storage's
-    error answer `status` (once each), passing the others to the server; every request in `sent` as (method, path,
-    answered status)."""
+    error answer `status` (once each), passing the others to the server; `lost`: the picked requests reach the server
+    too, only their answers are replaced (the service acted, its answer was lost). Every request in `sent` as
+    (method, path, answered status)."""
 
-    def __init__(self, session, fail, status=503):
-        self.session, self.fail, self.status = session, fail, status
+    def __init__(self, session, fail, status=503, lost=False):
+        self.session, self.fail, self.status, self.lost = session, fail, status, lost
         self.original = session.request
         self.sent = []
         self.failed = set()
@@ -31,6 +32,8 @@ class FlakyTransport:
         key = (method, path)
         if self.fail(method, path) and key not in self.failed:
             self.failed.add(key)
+            if self.lost:
+                self.original(method, url, *args, **kwargs)
             self.sent.append((method, path, self.status))
             answer = requests.Response()
             answer.status_code, answer.url = self.status, url
@@ -52,8 +55,8 @@ def flaky(gcs_emulator, monkeypatch):
     monkeypatch.setattr(retries, "MAXIMUM", 0.001)
     session = gcs_client()._http
 
-    def make(fail, status=503):
-        transport = FlakyTransport(session, fail, status)
+    def make(fail, status=503, lost=False):
+        transport = FlakyTransport(session, fail, status, lost)
         monkeypatch.setattr(session, "request", transport.request)
         return transport
 
@@ -100,3 +103,22 @@ def test_a_folder_removed_and_listed_through_rate_limit_answers(flaky, gcs_emula
         ("GET", objects, 200),
     ]
     assert capsys.readouterr().out.count("retrying after a transient error: TooManyRequests: 429 GET") == 1
+
+
+def test_a_delete_whose_answer_was_lost_is_done_when_its_repeat_finds_nothing(flaky, gcs_emulator):
+    """Cloud Storage deleted the object but its answer was lost: the repeat gets 404, which is the delete done (the
+    pre-flight probe, a step's temporary folder), not a missing bucket or a failed step."""
+    from core.storage import remove_tree
+    from pipelines.preflight import check_bucket
+
+    transport = flaky(lambda method, path: method == "DELETE", lost=True)
+    assert check_bucket("gs://test-bucket/pipeline-root") == []
+    [(_, probe, _)] = [s for s in transport.sent if s[0] == "DELETE"][:1]
+    assert probe.startswith("/storage/v1/b/test-bucket/o/pipeline-root%2F.tfpipe-preflight-")
+    assert [s for s in transport.sent if s[0] == "DELETE"] == [("DELETE", probe, 503), ("DELETE", probe, 404)]
+
+    gcs_emulator.blob("tmp/.prep-2/a").upload_from_string(b"x")
+    remove_tree("gs://test-bucket/tmp/.prep-2")
+    deleted = "/storage/v1/b/test-bucket/o/tmp%2F.prep-2%2Fa"
+    assert [s for s in transport.sent if s[1] == deleted] == [("DELETE", deleted, 503), ("DELETE", deleted, 404)]
+    assert list(gcs_emulator.client.list_blobs("test-bucket")) == []
