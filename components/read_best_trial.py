@@ -44,10 +44,12 @@ def tuning_job_name(gcp_resources: str) -> str:
 def fetch_best_trial(gcp_resources: str, metric_id: str, goal: str) -> dict:
     from google.cloud import aiplatform_v1
 
+    from core.retries import policy
+
     name = tuning_job_name(gcp_resources)
     location = name.split("/")[3]
     client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": f"{location}-aiplatform.googleapis.com"})
-    job = client.get_hyperparameter_tuning_job(name=name)
+    job = client.get_hyperparameter_tuning_job(name=name, retry=policy())
     return {**best_trial(job.trials, metric_id, goal), "job": name, "trials": len(job.trials)}
 
 

@@ -1,4 +1,6 @@
-"""Local paths and gs:// URIs (read with google-cloud-storage; honours STORAGE_EMULATOR_HOST)."""
+"""Local paths and gs:// URIs (read with google-cloud-storage; honours STORAGE_EMULATOR_HOST). Every Cloud Storage call
+takes the project's retry policy (core.retries): reads, listings, deletes and resumable uploads repeat on transient
+errors."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from core.retries import policy
 
 
 def is_gcs(uri: str) -> bool:
@@ -57,11 +61,14 @@ def gcs_objects(uri: str, fields: str | None = None) -> tuple[str | None, list]:
     (keep `nextPageToken` in it: the listing follows pages). FileNotFoundError when there is nothing."""
     client = gcs_client()
     bucket_name, prefix = split_gcs(uri)
-    single = client.bucket(bucket_name).get_blob(prefix) if prefix and not prefix.endswith("/") else None
+    single = (
+        client.bucket(bucket_name).get_blob(prefix, retry=policy()) if prefix and not prefix.endswith("/") else None
+    )
     if single is not None:
         return None, [single]
     folder = prefix.rstrip("/") + "/" if prefix else ""
-    blobs = [b for b in client.list_blobs(bucket_name, prefix=folder, fields=fields) if not b.name.endswith("/")]
+    listed = client.list_blobs(bucket_name, prefix=folder, fields=fields, retry=policy())
+    blobs = [b for b in listed if not b.name.endswith("/")]
     if not blobs:
         raise FileNotFoundError(f"nothing found at {uri}")
     return folder, blobs
@@ -76,10 +83,10 @@ def open_read(uri: str):
     if not is_gcs(uri):
         return open(uri, "rb")
     bucket, name = split_gcs(uri)
-    blob = gcs_client().bucket(bucket).get_blob(name)
+    blob = gcs_client().bucket(bucket).get_blob(name, retry=policy())
     if blob is None:
         raise FileNotFoundError(f"nothing found at {uri}")
-    return blob.open("rb", chunk_size=RANGE_BYTES)
+    return blob.open("rb", chunk_size=RANGE_BYTES, retry=policy())
 
 
 def open_write(uri: str):
@@ -88,7 +95,8 @@ def open_write(uri: str):
         os.makedirs(os.path.dirname(uri) or ".", exist_ok=True)
         return open(uri, "wb")
     bucket, name = split_gcs(uri)
-    return gcs_client().bucket(bucket).blob(name).open("wb", chunk_size=RANGE_BYTES, ignore_flush=True)
+    blob = gcs_client().bucket(bucket).blob(name)
+    return blob.open("wb", chunk_size=RANGE_BYTES, ignore_flush=True, retry=policy())
 
 
 def list_files(folder: str) -> list[str]:
@@ -99,7 +107,7 @@ def list_files(folder: str) -> list[str]:
         except FileNotFoundError:
             return []
     bucket, prefix = split_gcs(folder.rstrip("/") + "/")
-    return sorted(f"gs://{bucket}/{b.name}" for b in gcs_client().list_blobs(bucket, prefix=prefix))
+    return sorted(f"gs://{bucket}/{b.name}" for b in gcs_client().list_blobs(bucket, prefix=prefix, retry=policy()))
 
 
 def remove_tree(uri: str) -> None:
@@ -108,8 +116,11 @@ def remove_tree(uri: str) -> None:
         shutil.rmtree(uri, ignore_errors=True)
         return
     bucket, prefix = split_gcs(uri.rstrip("/") + "/")
-    for blob in gcs_client().list_blobs(bucket, prefix=prefix):
-        blob.delete()
+    from google.api_core.exceptions import NotFound
+
+    for blob in gcs_client().list_blobs(bucket, prefix=prefix, retry=policy()):
+        with contextlib.suppress(NotFound):  # a repeated delete whose first try went through
+            blob.delete(retry=policy())
 
 
 def read_object(uri: str, length: int = -1, start: int = 0) -> bytes:
@@ -127,8 +138,8 @@ def read_object(uri: str, length: int = -1, start: int = 0) -> bytes:
     try:
         blob = gcs_client().bucket(bucket).blob(name)
         if length < 0:
-            return blob.download_as_bytes(start=start or None)
-        return blob.download_as_bytes(start=start, end=start + length - 1)
+            return blob.download_as_bytes(start=start or None, retry=policy())
+        return blob.download_as_bytes(start=start, end=start + length - 1, retry=policy())
     except NotFound:
         raise FileNotFoundError(f"nothing found at {uri}") from None
 
@@ -146,13 +157,13 @@ def download(uri: str, dest: str, threads: int = 16) -> str:
     folder, blobs = gcs_objects(uri)
     if folder is None:
         target = os.path.join(dest, os.path.basename(blobs[0].name))
-        blobs[0].download_to_filename(target)
+        blobs[0].download_to_filename(target, retry=policy())
         return target
 
     def fetch(blob):
         target = os.path.join(dest, blob.name[len(folder) :])
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        blob.download_to_filename(target)
+        blob.download_to_filename(target, retry=policy())
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(fetch, blobs))

@@ -26,6 +26,7 @@ reported together.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -169,10 +170,12 @@ def pin_images(spec: dict[str, Any], pinned: dict[str, str]) -> dict[str, Any]:
 
 
 def check_bucket(pipeline_root: str, project: str = "") -> list[str]:
-    """`project`: the client's (credentials from `gcloud auth application-default login` may name none)."""
+    """`project`: the client's (credentials from `gcloud auth application-default login` may name none). The probe
+    object written is deleted again, its delete repeated on transient errors (one found gone: deleted already)."""
     from google.api_core import exceptions
     from google.cloud.storage import Client
 
+    from core.retries import policy
     from core.storage import gcs_client, split_gcs
 
     bucket_name, prefix = split_gcs(pipeline_root)
@@ -180,8 +183,9 @@ def check_bucket(pipeline_root: str, project: str = "") -> list[str]:
     client = Client(project=project) if project and not os.environ.get("STORAGE_EMULATOR_HOST") else gcs_client()
     blob = client.bucket(bucket_name).blob(probe)
     try:
-        blob.upload_from_string(b"", content_type="text/plain")
-        blob.delete()
+        blob.upload_from_string(b"", content_type="text/plain", retry=policy())
+        with contextlib.suppress(exceptions.NotFound):  # a repeat of a delete whose answer was lost: done
+            blob.delete(retry=policy())
     except exceptions.NotFound:
         return [f"platform.pipeline_root: the bucket gs://{bucket_name} does not exist (gcloud storage buckets create)"]
     except exceptions.Forbidden:

@@ -48,13 +48,15 @@ def schedule_console_url(project: str, location: str, schedule_id: str) -> str:
 
 
 def vertex_schedules(platform: Platform, display_name: str | None = None, credentials=None) -> list:
-    """The schedules of the project and location (`display_name`: only those named so), oldest first."""
+    """The schedules of the project and location (`display_name`: only those named so), oldest first. ListSchedules
+    is repeated on transient errors (aiplatform repeats its Get calls itself, not its lists)."""
     from google.cloud import aiplatform
 
     from components.lib.vertex.registry import display_name_filter
+    from core.retries import policy
 
     with quiet_aiplatform():
-        found = aiplatform.PipelineJobSchedule.list(
+        found = policy()(aiplatform.PipelineJobSchedule.list)(
             filter=display_name_filter(display_name) if display_name else None,
             project=platform.project,
             location=platform.location,

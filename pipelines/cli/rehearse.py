@@ -53,9 +53,20 @@ DEFAULT_STATE = "runs/rehearsal-state"
     is_flag=True,
     help="run every step (default: unchanged steps are served from the cache kept in --state, as on Vertex)",
 )
+@click.option(
+    "--api-faults",
+    "api_faults",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    show_default=True,
+    metavar="SHARE",
+    help="refuse this share of the steps' own Vertex AI calls with 429 or 503, as a busy Vertex AI does (e.g. 0.2)",
+)
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's log")
 @click.option("-q", "--quiet", is_flag=True, help="show only the summary (no steps, no progress)")
-def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, state_dir, no_caching, verbose, quiet):
+def rehearse(
+    template, pipeline, config_file, profile, sets, params, out_dir, state_dir, no_caching, api_faults, verbose, quiet
+):
     """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'
     own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
     if verbose and quiet:
@@ -99,13 +110,15 @@ def rehearse(template, pipeline, config_file, profile, sets, params, out_dir, st
             if config.platform.pipeline_root.startswith("gs://")
             else PIPELINE_ROOT,
             service_account=config.platform.service_account,
+            api_faults=api_faults,
         )
     from pipelines import report
 
     report.write(summary, out)
     _print_summary(summary)
     vertex = summary["vertex"]
-    click.echo(f"  Vertex AI requests: {vertex['requests']}")
+    refused = f" ({vertex['refused']} refused with 429 or 503)" if api_faults else ""
+    click.echo(f"  Vertex AI requests: {vertex['requests']}{refused}")
     for endpoint in vertex["endpoints"]:
         click.echo(f"  endpoint {endpoint['display_name']}: traffic {endpoint['traffic_split']}")
     if summary["status"] != "SUCCEEDED":

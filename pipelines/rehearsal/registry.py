@@ -25,7 +25,9 @@ class ApiError(Exception):
         "PERMISSION_DENIED": 403,
         "NOT_FOUND": 404,
         "ALREADY_EXISTS": 409,
+        "RESOURCE_EXHAUSTED": 429,
         "INTERNAL": 500,
+        "UNAVAILABLE": 503,
     }
 
     def __init__(self, status: str, message: str):

@@ -167,11 +167,13 @@ def rehearse(
     project: str = PROJECT,
     pipeline_root: str = PIPELINE_ROOT,
     service_account: str = "",
+    api_faults: float = 0.0,
 ) -> dict:
     """Run the compiled template with `arguments` in `project` (the config's) under `pipeline_root` (a gs:// URI on
     the rehearsal's Cloud Storage, kept in `state_dir`), its steps acting as `service_account` (the config's runs'
     account; "": the Compute Engine default); return the run summary (also written to `out`). `caching`: serve
-    unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py)."""
+    unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py). `api_faults`: the share
+    of the steps' own Vertex AI calls refused with 429 or 503 (api/context.py's `fault`)."""
     from kfp import components
 
     from pipelines import report
@@ -190,6 +192,7 @@ def rehearse(
         location,
         log,
         service_account,
+        faults=api_faults,
     ).start()
     mount = gcs.Mount(out / "gcs")
     started = time.time()
@@ -271,6 +274,7 @@ def vertex_section(double: VertexDouble, out: Path) -> dict:
         "project": double.registry.project_ids[0],
         "location": double.location,
         "requests": str(Path(double.requests_path)),
+        "refused": double.refused,
         "jobs": [
             {
                 "name": j["name"],

@@ -17,7 +17,8 @@ What it does as the service does:
 - `jobs.get` and `jobs.messages.list`: the job's state (QUEUED, RUNNING, then DONE or FAILED) and its messages, an
   error message with the worker's traceback when the job fails.
 - `jobs.update` with `requestedState` JOB_STATE_CANCELLED cancels a job that has not ended (400 for one that has).
-  `start` (set by default) lets a test hold jobs in the queue.
+  `start` (set by default) lets a test hold jobs in the queue; `unavailable` (0 by default) answers that many of the
+  next `jobs.get` with the service's 503 (UNAVAILABLE), as while it cannot serve.
 
 Limits: https://cloud.google.com/dataflow/docs/request-quotas (20 MB job requests, 10 MB job graphs, 1,000 workers
 per job); job names and labels: the Dataflow API reference and Cloud labels' rules.
@@ -76,6 +77,7 @@ class DataflowDouble:
     messages: dict[str, list[dict]] = field(default_factory=dict)
     graphs: dict[str, int] = field(default_factory=dict)  # job id -> size of its staged pipeline in bytes
     graph_limit: int = GRAPH_LIMIT  # the service's; a test may lower it to reach it with less data
+    unavailable: int = 0  # the next jobs.get answered 503
 
     def __post_init__(self):
         self.lock = threading.RLock()
@@ -157,6 +159,9 @@ class DataflowDouble:
                 raise Refused(404, "NOT_FOUND", f"no such method: {method} {path}")
             if match["messages"]:
                 return {"jobMessages": list(self.messages[job_id])}
+            if self.unavailable:
+                self.unavailable -= 1
+                raise Refused(503, "UNAVAILABLE", "The service is currently unavailable.")
             return {k: v for k, v in job.items() if k != "environment"}
 
     def create(self, project: str, location: str, job: dict) -> dict:

@@ -1,17 +1,73 @@
 """The Vertex AI GAPIC clients at their gRPC stubs: the clients run for real (request coercion, routing headers,
-regional endpoint, pagination, long-running operations); only the stub of one RPC is replaced, recording every
-request and answering with real aiplatform_v1 messages."""
+regional endpoint, pagination, long-running operations, retries); only the stub of one RPC is replaced, recording
+every request and answering with real aiplatform_v1 messages, or failing as a gRPC call fails (`RpcFailure`)."""
 
+import grpc
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
 
 
+class RpcFailure(grpc.RpcError, grpc.Call):
+    """A failed gRPC call as the channel raises it: a status code and its details, no trailing metadata. The GAPIC
+    client turns it into google-api-core's exception for the code (RESOURCE_EXHAUSTED: ResourceExhausted, 429)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+    def initial_metadata(self):
+        return ()
+
+    def trailing_metadata(self):
+        return ()
+
+    def is_active(self):
+        return False
+
+    def time_remaining(self):
+        return None
+
+    def cancel(self):
+        return False
+
+    def add_callback(self, callback):
+        return False
+
+
+QUOTA_DETAILS = (
+    "Quota exceeded for quota metric 'Resource management (CRUD) requests' and limit 'Resource management (CRUD) "
+    "requests per minute per region' of service 'aiplatform.googleapis.com'"
+)
+
+
+def quota() -> RpcFailure:
+    """Vertex's answer to a project over its request quota (429)."""
+    return RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, QUOTA_DETAILS)
+
+
+def unavailable(details: str = "The service is currently unavailable.") -> RpcFailure:
+    """Vertex's answer while it cannot serve (503); gRPC's for a reset connection too."""
+    return RpcFailure(grpc.StatusCode.UNAVAILABLE, details)
+
+
+def internal() -> RpcFailure:
+    """Vertex's answer to a request it failed on (500): it may have been acted on."""
+    return RpcFailure(grpc.StatusCode.INTERNAL, "Internal error encountered.")
+
+
 class FakeStub:
     """A gRPC unary-unary stub: records every request (with the channel's host and routing header) and answers
-    from `answer(request)`."""
+    from `answer(request)`; the first calls fail with `failures` (RpcFailure), one each, in order."""
 
-    def __init__(self, answer):
+    def __init__(self, answer, failures=()):
         self.answer = answer
+        self.failures = list(failures)
         self.calls = []
 
     def bind(self, transport_class, rpc, monkeypatch):
@@ -27,6 +83,8 @@ class FakeStub:
     def __call__(self, request, timeout=None, metadata=()):
         routing = dict(metadata).get("x-goog-request-params")
         self.calls.append((type(request).__name__, request, self.host, routing))
+        if self.failures:
+            raise self.failures.pop(0)
         return self.answer(request)
 
 
@@ -52,9 +110,19 @@ class RegistryDouble:
     recorded, in order, in `calls` as (rpc, request); the state changes as Vertex's would (UpdateEndpoint replaces
     the split, UndeployModel refuses a model that still has traffic, MergeVersionAliases moves an alias). Names are
     answered as Vertex answers them: with the project's number, and a DeployedModel's `model` without its version
-    (that is in `model_version_id`)."""
+    (that is in `model_version_id`). `failures` ({rpc: [RpcFailure]}): the first calls of an RPC fail with those,
+    one each, recorded like the others and changing nothing."""
 
-    def __init__(self, monkeypatch, endpoint_name: str, model_name: str, deployed: list, split: dict, aliases: dict):
+    def __init__(
+        self,
+        monkeypatch,
+        endpoint_name: str,
+        model_name: str,
+        deployed: list,
+        split: dict,
+        aliases: dict,
+        failures: dict | None = None,
+    ):
         from google.cloud.aiplatform_v1.services.endpoint_service.transports.grpc import EndpointServiceGrpcTransport
         from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
 
@@ -63,6 +131,7 @@ class RegistryDouble:
         self.split = dict(split)
         self.aliases = dict(aliases)  # {alias: version id}
         self.calls = []
+        self.failures = {rpc: list(errors) for rpc, errors in (failures or {}).items()}
         for transport, rpcs in (
             (EndpointServiceGrpcTransport, ("get_endpoint", "update_endpoint", "undeploy_model", "list_endpoints")),
             (ModelServiceGrpcTransport, ("merge_version_aliases", "get_model")),
@@ -73,6 +142,8 @@ class RegistryDouble:
     def _recorded(self, rpc, answer):
         def call(request):
             self.calls.append((rpc, request))
+            if self.failures.get(rpc):
+                raise self.failures[rpc].pop(0)
             return answer(request)
 
         return call

@@ -6,6 +6,10 @@ packages as the step, nothing installed at start-up. The job runs as the runs' s
 subnetwork, with their CMEK key and labels; its temp and staging locations are beside the dataset artifact, under
 the pipeline root.
 
+Beam's Dataflow client creates the job and watches it with retries of its own (server errors, with backoff); a step
+whose wait fails otherwise (terminated, or the watch given up) cancels the job it launched, which would run on, and
+bill, without it.
+
 The rehearsal sets `RECORD_ENV` to a folder: the step then writes the options it would have sent there
 (`dataflow-options.json`) and runs the same pipeline on the direct runner.
 """
@@ -121,6 +125,18 @@ class _Launch:
         if self.signum:
             self.cancel(self.signum)
 
+    def abandon(self, error: BaseException) -> None:
+        """The step fails while its job has not ended (`error`: its wait gave up): cancel the job; one that cannot
+        be cancelled is named for the user to cancel."""
+        if self.result is None or self.result.is_in_terminal_state():
+            return
+        job = self.result.job_id()
+        print(f"the step failed ({type(error).__name__}) while its Dataflow job {job} runs: cancelling it", flush=True)
+        try:
+            self.result.cancel()
+        except Exception as e:  # noqa: BLE001 (the step's own error is the one to raise)
+            print(f"could not cancel the Dataflow job {job} ({e}): cancel it in the console", flush=True)
+
     def cancel(self, signum: int):
         print(f"terminated (signal {signum}): cancelling the Dataflow job {self.result.job_id()}", flush=True)
         self.result.cancel()
@@ -132,13 +148,15 @@ def cancelled_on_termination():
     """Around a step's launch of its job and its wait for it: SIGTERM (the run cancelled, or the step's time up)
     cancels the job, which would otherwise run on, and bill, without the step; then the step ends. Yields a
     `_Launch` to give the job to (`launched`) once `Pipeline.run()` returns it: a SIGTERM that comes while the job is
-    being created cancels it then."""
+    being created cancels it then. An error while the job runs (its watch given up) cancels it too."""
     launch = _Launch()
-    if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
-        yield launch
-        return
-    previous = signal.signal(signal.SIGTERM, launch.on_signal)
+    main = threading.current_thread() is threading.main_thread()  # only the main thread takes signals
+    previous = signal.signal(signal.SIGTERM, launch.on_signal) if main else None
     try:
         yield launch
+    except Exception as e:
+        launch.abandon(e)
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)

@@ -11,6 +11,8 @@ its display name (made before these IDs, or by hand) is used as before.
 import hashlib
 import re
 
+from core.retries import policy
+
 OPERATION_TIMEOUT = 1800  # seconds an upload or an endpoint's creation may take
 
 
@@ -51,12 +53,13 @@ def ensure_endpoint(display_name: str, project: str, location: str, labels: dict
         encryption_spec=EncryptionSpec(kms_key_name=encryption_key) if encryption_key else None,
     )
     try:
-        created = client.create_endpoint(parent=parent, endpoint=endpoint, endpoint_id=endpoint_id)
+        # a create repeated after it acted gets ALREADY_EXISTS, handled below: transient errors retried as well
+        created = client.create_endpoint(parent=parent, endpoint=endpoint, endpoint_id=endpoint_id, retry=policy())
         name = created.result(timeout=OPERATION_TIMEOUT).name
         print(f"created endpoint {display_name!r}: {name}")
         return name
     except AlreadyExists:
-        existing = client.get_endpoint(name=f"{parent}/endpoints/{endpoint_id}")
+        existing = client.get_endpoint(name=f"{parent}/endpoints/{endpoint_id}", retry=policy())
         _same_name("endpoint", existing, display_name)
         print(f"endpoint {display_name!r} was created meanwhile by another run: {existing.name}")
         return existing.name
@@ -88,18 +91,18 @@ def create_model(display_name: str, model: dict, project: str, location: str, la
         fields["encryption_spec"] = {"kms_key_name": encryption_key}
     upload = Model.wrap(json_format.ParseDict(fields, Model.pb(Model())))
     try:
-        request = {"parent": parent, "model": upload, "model_id": model_id}
-        done = client.upload_model(request=request).result(timeout=OPERATION_TIMEOUT)
+        request = {"parent": parent, "model": upload, "model_id": model_id}  # repeated: ALREADY_EXISTS, handled
+        done = client.upload_model(request=request, retry=policy()).result(timeout=OPERATION_TIMEOUT)
         print(f"created model {display_name!r}: {done.model}@{done.model_version_id}")
         return f"{done.model}@{done.model_version_id}"
     except AlreadyExists:
         name = f"{parent}/models/{model_id}"
-        _same_name("model", client.get_model(name=name), display_name)
+        _same_name("model", client.get_model(name=name, retry=policy()), display_name)
     same = registered_version(name, model["artifact_uri"])
     if same:
         print(f"model {display_name!r} was created meanwhile by another run, with these artifacts: {same}")
         return same
-    request = {"parent": parent, "model": upload, "parent_model": name}
-    done = client.upload_model(request=request).result(timeout=OPERATION_TIMEOUT)
+    request = {"parent": parent, "model": upload, "parent_model": name}  # a repeat would make two versions
+    done = client.upload_model(request=request, retry=policy(idempotent=False)).result(timeout=OPERATION_TIMEOUT)
     print(f"model {display_name!r} was created meanwhile by another run: new version {done.model_version_id}")
     return f"{done.model}@{done.model_version_id}"

@@ -16,6 +16,8 @@ placeholder): inside a Vertex pipeline step `google.auth.default()` may name ano
 
 from collections.abc import Mapping
 
+from core.retries import policy
+
 KINDS = ("model", "endpoint")
 SOURCE_COMMIT_LABEL = "source_commit"  # the label of each uploaded model version: the commit that produced it
 
@@ -61,7 +63,8 @@ def find_resource(kind: str, display_name: str, project: str, location: str) -> 
         "filter": display_name_filter(display_name),
         "order_by": "create_time",
     }
-    found = list(client.list_models(request=request) if kind == "model" else client.list_endpoints(request=request))
+    listed = client.list_models if kind == "model" else client.list_endpoints
+    found = list(listed(request=request, retry=policy()))
     if not found:
         print(f"no {kind} named {display_name!r} in {request['parent']}")
         return ""
@@ -81,7 +84,7 @@ def registered_version(model_name: str, artifact_uri: str) -> str:
     wanted = artifact_uri.rstrip("/")
     same = [
         v
-        for v in service_client("model", location).list_model_versions(request={"name": model_name})
+        for v in service_client("model", location).list_model_versions(request={"name": model_name}, retry=policy())
         if v.artifact_uri.rstrip("/") == wanted
     ]
     if not same:
@@ -125,7 +128,7 @@ def traffic_split(current: Mapping[str, int], percentage: int) -> dict[str, int]
 def endpoint_traffic(endpoint_name: str) -> dict[str, int]:
     """The endpoint's current traffic split ({deployed model id: percent})."""
     location = endpoint_name.split("/")[3]
-    endpoint = service_client("endpoint", location).get_endpoint(name=endpoint_name)
+    endpoint = service_client("endpoint", location).get_endpoint(name=endpoint_name, retry=policy())
     return dict(endpoint.traffic_split)
 
 
@@ -138,7 +141,7 @@ def champion_version(display_name: str, alias: str, project: str, location: str)
     if not parent or not alias:
         return "", ""
     try:
-        found = service_client("model", location).get_model(name=f"{parent}@{alias}")
+        found = service_client("model", location).get_model(name=f"{parent}@{alias}", retry=policy())
     except NotFound:
         return "", ""
     return f"{found.name}@{found.version_id}", found.artifact_uri
@@ -164,7 +167,7 @@ def find_model_version(model: str, display_name: str, alias: str, project: str, 
             )
         version = model or alias
         name = f"{parent}@{version}" if version else parent
-    found = service_client("model", name.split("/")[3]).get_model(name=name)
+    found = service_client("model", name.split("/")[3]).get_model(name=name, retry=policy())
     return f"{found.name}@{found.version_id}", found.artifact_uri
 
 
@@ -186,5 +189,5 @@ def batch_job_counts(gcp_resources: str) -> tuple[str, int, int]:
 
     name = batch_job_name(gcp_resources)
     client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": api_endpoint(name.split("/")[3])})
-    stats = client.get_batch_prediction_job(name=name).completion_stats
+    stats = client.get_batch_prediction_job(name=name, retry=policy()).completion_stats
     return name, int(stats.successful_count), int(stats.failed_count) + max(0, int(stats.incomplete_count))

@@ -19,6 +19,8 @@ and the CLI.
 
 from dataclasses import asdict, dataclass
 
+from core.retries import policy
+
 DEFAULT_ALIAS = "default"  # Vertex's reserved alias of the version used when a model is named without a version
 OPERATION_TIMEOUT = 1800  # seconds an undeploy may take
 
@@ -112,7 +114,7 @@ def model_version_ids(resource_name: str) -> tuple[str, str, str]:
 
 def deployed_models(endpoint_name: str) -> tuple[list, dict[str, int]]:
     """The endpoint's deployed models, oldest deployment first, and its traffic split."""
-    endpoint = _endpoints(_location(endpoint_name)).get_endpoint(name=endpoint_name)
+    endpoint = _endpoints(_location(endpoint_name)).get_endpoint(name=endpoint_name, retry=policy())
     ordered = sorted(endpoint.deployed_models, key=lambda d: (_created(d), d.id))
     return ordered, dict(endpoint.traffic_split)
 
@@ -125,6 +127,7 @@ def set_traffic(endpoint_name: str, split: dict[str, int]) -> None:
     _endpoints(_location(endpoint_name)).update_endpoint(
         endpoint=Endpoint(name=endpoint_name, traffic_split=split),
         update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
+        retry=policy(),
     )
 
 
@@ -132,9 +135,9 @@ def undeploy(endpoint_name: str, deployed_model_ids: list[str], echo=print) -> N
     """Undeploy deployed models that serve no traffic, one after the other, waiting for each."""
     client = _endpoints(_location(endpoint_name))
     for deployed_model_id in deployed_model_ids:
-        client.undeploy_model(endpoint=endpoint_name, deployed_model_id=deployed_model_id).result(
-            timeout=OPERATION_TIMEOUT
-        )
+        client.undeploy_model(
+            endpoint=endpoint_name, deployed_model_id=deployed_model_id, retry=policy(idempotent=False)
+        ).result(timeout=OPERATION_TIMEOUT, retry=policy())
         echo(f"undeployed {deployed_model_id} from {endpoint_name}")
 
 
@@ -142,7 +145,7 @@ def move_aliases(model_version: str, aliases: list[str], echo=print) -> None:
     """Give `model_version` (`projects/.../models/ID@VERSION`) the aliases and make it the model's default version
     (an alias names one version of a model: merging moves it from the version that held it)."""
     wanted = [*aliases, DEFAULT_ALIAS] if DEFAULT_ALIAS not in aliases else list(aliases)
-    _models(_location(model_version)).merge_version_aliases(name=model_version, version_aliases=wanted)
+    _models(_location(model_version)).merge_version_aliases(name=model_version, version_aliases=wanted, retry=policy())
     echo(f"aliases {', '.join(wanted)} -> {model_version}")
 
 
@@ -171,7 +174,7 @@ def _champion_ids(deployed: list, model_version: str, alias: str) -> set[str]:
         return set()
     location, model_id, _ = model_version_ids(model_version)
     try:
-        champion = _models(location).get_model(name=f"{model_version.partition('@')[0]}@{alias}")
+        champion = _models(location).get_model(name=f"{model_version.partition('@')[0]}@{alias}", retry=policy())
     except NotFound:
         return set()
     wanted = (location, model_id, champion.version_id)
@@ -308,7 +311,7 @@ def rollback(endpoint_name: str, aliases: list[str], echo=print) -> Rollback:
     echo(f"{previous.id} ({version_name(previous)}) now serves 100 %")
     held_alias = False
     if aliases:
-        model = _models(_location(endpoint_name)).get_model(name=version_name(newest))
+        model = _models(_location(endpoint_name)).get_model(name=version_name(newest), retry=policy())
         held_alias = aliases[0] in model.version_aliases
     undeploy(endpoint_name, [newest.id], echo)
     if held_alias:

@@ -1,7 +1,10 @@
 """The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService and
 Operations, REST for the routes of GCPC's upload, endpoint and deploy launchers and online prediction. Each request
 is parsed into its aiplatform_v1 message (an unknown field or a wrong type is refused as Vertex refuses it), recorded
-(Context.record) and answered by its service; an ApiError is answered with its status and message."""
+(Context.record) and answered by its service; an ApiError is answered with its status and message. A share of the
+project's own gRPC calls (Context.fault) is refused as Vertex refuses calls while busy; the calls of Google Cloud
+Pipeline Components' launchers (their user agent; every REST route) are not: they do not repeat a refused call, and on
+Vertex a task's retry policy repeats the step."""
 
 from __future__ import annotations
 
@@ -30,6 +33,13 @@ from pipelines.rehearsal.registry import ApiError
 
 V1 = "google.cloud.aiplatform.v1"
 ONLINE_REQUEST_LIMIT = 1_572_864  # bytes a public endpoint's online prediction request may hold (1.5 MiB)
+
+
+GCPC_AGENT = "google-cloud-pipeline-components"  # in the user agent of GCPC's launchers' GAPIC clients
+
+
+def _from_gcpc(context) -> bool:
+    return any(GCPC_AGENT in str(value) for _, value in context.invocation_metadata())
 
 
 class VertexDouble(Context):
@@ -97,6 +107,9 @@ class VertexDouble(Context):
                 )
                 self.record("grpc", method, body)
                 try:
+                    fault = None if _from_gcpc(context) else self.fault()
+                    if fault:
+                        raise fault
                     return function(request)
                 except ApiError as e:
                     self.error(method, e.message)

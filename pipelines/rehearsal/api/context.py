@@ -1,17 +1,25 @@
 """What the double's services share: the registry (registry.py), IAM (iam.py), the log of requests, the errors
-answered, Vertex's checks of a request (rules.py) and where Vertex copies a model's artifacts."""
+answered, the transient refusals it answers a share of the calls with (`faults`), Vertex's checks of a request
+(rules.py) and where Vertex copies a model's artifacts."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import random
 import threading
 import time
 
 from pipelines.rehearsal import rules
 from pipelines.rehearsal.iam import Iam, compute_default as iam_compute_default
 from pipelines.rehearsal.registry import ApiError, Registry
+
+QUOTA = (
+    "Quota exceeded for quota metric 'Resource management (CRUD) requests' and limit 'Resource management (CRUD) "
+    "requests per minute per region' of service 'aiplatform.googleapis.com'"
+)
+UNAVAILABLE = "The service is currently unavailable."
 
 
 class Context:
@@ -24,11 +32,16 @@ class Context:
         location: str,
         log=print,
         caller: str = "",
+        faults: float = 0.0,
+        seed: int | None = None,
     ):
         """`directory`: this rehearsal's requests, job and container logs; `state_path`: the registry and
         endpoints, shared by successive rehearsals (iam.json beside it); resource names carry `project_number`
         (Vertex answers names with the project's number; requests may use either); `caller`: the service account
-        the run's steps act as (default: the project's Compute Engine default account)."""
+        the run's steps act as (default: the project's Compute Engine default account); `faults`: the share of the
+        project's own calls answered with a transient refusal (`fault`), drawn from a generator seeded with `seed`."""
+        if not 0 <= faults < 1:
+            raise ValueError(f"the share of calls refused must be in [0, 1), got {faults}")
         self.directory, self.location, self.log = directory, location, log
         os.makedirs(directory, exist_ok=True)
         self.registry = Registry(state_path, project, location, project_number)
@@ -39,6 +52,8 @@ class Context:
         self.lock = threading.Lock()
         self.sequence = itertools.count(1)
         self.errors: list[dict] = []  # every error answered or job failed: {"method", "message", "time"}
+        self.faults, self.refused = faults, 0
+        self._draws = random.Random(seed)
 
     def record(self, api: str, method: str, request: dict) -> None:
         """One JSON line of `requests_path`: {"seq", "time", "api" ("grpc" or "rest"), "method", "request"}."""
@@ -55,6 +70,18 @@ class Context:
                 )
                 + "\n"
             )
+
+    def fault(self) -> ApiError | None:
+        """For a share `faults` of the calls, what Vertex answers while busy: RESOURCE_EXHAUSTED (429, a quota) or
+        UNAVAILABLE (503), one or the other at even odds; else None."""
+        if not self.faults:
+            return None
+        with self.lock:
+            if self._draws.random() >= self.faults:
+                return None
+            self.refused += 1
+            quota = self._draws.random() < 0.5
+        return ApiError("RESOURCE_EXHAUSTED", QUOTA) if quota else ApiError("UNAVAILABLE", UNAVAILABLE)
 
     def error(self, method: str, message: str) -> None:
         self.errors.append({"method": method, "message": message, "time": time.time()})

@@ -41,6 +41,7 @@ def test_the_server_needs_only_the_bottom_package_its_storage_name_rules_cpu_cou
         "core.import_hooks",
         "core.lean_tensorflow",
         "core.names",
+        "core.retries",
         "core.storage",
         "core.warmup",
     }

@@ -339,3 +339,35 @@ def test_a_step_terminated_while_its_job_is_created_cancels_the_job_once_it_exis
     job = prepared_until_terminated(dataflow_api, "gs://test-bucket/cancel-early/dataset")
     assert f"terminated (signal {signal.SIGTERM}): cancelling the Dataflow job {job['id']}" in capsys.readouterr().out
     dataflow_api.start.set()
+
+
+def test_a_step_whose_watch_gives_up_cancels_its_job(dataflow_api, monkeypatch, capsys):
+    """Dataflow answering 503 to every look-up of the job while it is queued: Beam's client repeats the look-up (its
+    backoff, without the waits here), then gives up; the step fails and cancels the job rather than leave it to run
+    on without a watch."""
+    from apache_beam.utils import retry as beam_retry
+
+    monkeypatch.setattr(beam_retry.Clock, "sleep", lambda self, seconds: None)
+    dataflow_api.start.clear()  # the job stays queued
+    dataflow_api.unavailable = 8  # Beam's get_job: one try and 7 retries
+    settings = {**SETTINGS, "endpoint": dataflow_api.endpoint}
+    with pytest.raises(AssertionError, match="Job did not reach to a terminal state"):
+        prepare(
+            "builtin:iris",
+            "gs://test-bucket/watch/dataset",
+            num_workers=1,
+            runner="dataflow",
+            dataflow_options=settings,
+        )
+    dataflow_api.start.set()
+    [job] = dataflow_api.jobs.values()
+    assert job["currentState"] == "JOB_STATE_CANCELLED"
+    path = f"/v1b3/projects/my-project/locations/europe-west4/jobs/{job['id']}"
+    sent = [(method, p) for method, p, _ in dataflow_api.requests if "/messages" not in p]
+    # the create; the watch's look-up, its 8 tries answered 503; the cancel: the job's state, the update, its state
+    assert sent == [("POST", path.rsplit("/", 1)[0]), *[("GET", path)] * 8, ("GET", path), ("PUT", path), ("GET", path)]
+    [cancel] = [body for method, _, body in dataflow_api.requests if method == "PUT"]
+    assert cancel["requestedState"] in ("JOB_STATE_CANCELLED", 5)
+    assert f"the step failed (AssertionError) while its Dataflow job {job['id']} runs: cancelling it" in (
+        capsys.readouterr().out
+    )
