@@ -1,7 +1,8 @@
-"""The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService and
-Operations, REST for the routes of GCPC's upload, endpoint and deploy launchers and online prediction. Each request
-is parsed into its aiplatform_v1 message (an unknown field or a wrong type is refused as Vertex refuses it), recorded
-(Context.record) and answered by its service; an ApiError is answered with its status and message."""
+"""The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService,
+PredictionService (Predict) and Operations, REST for the routes of GCPC's upload, endpoint and deploy launchers and
+online prediction. Each request is parsed into its aiplatform_v1 message (an unknown field or a wrong type is refused
+as Vertex refuses it), recorded (Context.record) and answered by its service; an ApiError is answered with its status
+and message."""
 
 from __future__ import annotations
 
@@ -117,6 +118,7 @@ class VertexDouble(Context):
             f"{V1}.JobService": self.job_service.rpcs(),
             f"{V1}.ModelService": self.model_service.rpcs(),
             f"{V1}.EndpointService": self.endpoint_service.rpcs(),
+            f"{V1}.PredictionService": self.endpoint_service.prediction_rpcs(),
             "google.longrunning.Operations": self.operations.rpcs(),
         }
         return [

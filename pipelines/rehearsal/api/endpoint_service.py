@@ -1,7 +1,8 @@
-"""The EndpointService on the registry's endpoints (registry.py): list, get, update (the traffic split only) and
-undeploy over gRPC; create, deploy and predict over REST (GCPC's endpoint and deploy launchers, online prediction).
-A deployed model is the serving container (jobs.start_container) on Vertex's copy of the model's artifacts, started
-and stopped in a long-running operation; predict sends a request to a deployed model the traffic split picks."""
+"""The EndpointService on the registry's endpoints (registry.py): list, get, update (the traffic split only),
+undeploy and delete over gRPC; create, deploy and predict over REST (GCPC's endpoint and deploy launchers, online
+prediction); the PredictionService's Predict over gRPC. A deployed model is the serving container
+(jobs.start_container) on Vertex's copy of the model's artifacts, started and stopped in a long-running operation;
+predict sends a request to a deployed model the traffic split picks and names it in the answer, as Vertex does."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ import json
 import os
 import random
 import time
+import urllib.error
 import urllib.request
 
-from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service as endpoint_service_pb
+from google.cloud.aiplatform_v1.types import (
+    endpoint as endpoint_pb,
+    endpoint_service as endpoint_service_pb,
+    prediction_service as prediction_service_pb,
+)
 from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2, json_format
 
 from pipelines.rehearsal import gcs, jobs
 from pipelines.rehearsal.api import messages
@@ -59,6 +66,17 @@ class EndpointService:
                 operations_pb2.Operation,
                 self.undeploy_model,
             ),
+            "DeleteEndpoint": (
+                endpoint_service_pb.DeleteEndpointRequest,
+                operations_pb2.Operation,
+                self.delete_endpoint,
+            ),
+        }
+
+    def prediction_rpcs(self) -> dict:
+        """The PredictionService's gRPC methods: name → (request class, response class, handler)."""
+        return {
+            "Predict": (prediction_service_pb.PredictRequest, prediction_service_pb.PredictResponse, self.grpc_predict)
         }
 
     def stop(self) -> None:
@@ -147,8 +165,14 @@ class EndpointService:
 
         return self.operations.long_running("EndpointService.UndeployModel", stop)
 
+    def delete_endpoint(self, request: endpoint_service_pb.DeleteEndpointRequest) -> operations_pb2.Operation:
+        """Checked at once (an endpoint with deployed models is refused); done at once."""
+        self.registry.delete_endpoint(request.name)
+        return self.operations.done(empty_pb2.Empty())
+
     def predict(self, endpoint_name: str, body: dict) -> dict:
-        """The answer of the deployed model the endpoint's traffic split picks to the request `body`."""
+        """The answer of the deployed model the endpoint's traffic split picks to the request `body`, with the
+        deployed model, model and version that answered (PredictResponse's fields, in REST's JSON names)."""
         endpoint = self.registry.endpoint(endpoint_name)
         split = endpoint["traffic_split"]
         if not split:
@@ -159,5 +183,28 @@ class EndpointService:
         request = urllib.request.Request(
             self.containers[chosen][1], json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            status = "INVALID_ARGUMENT" if e.code < 500 else "INTERNAL"
+            raise ApiError(status, f"the deployed model {chosen} answered {e.code}: {e.read()[:300]!r}") from None
+        deployed = next(d for d in endpoint["deployed_models"] if d["id"] == chosen)
+        return {
+            **answer,
+            "deployedModelId": chosen,
+            "model": deployed["model"],
+            "modelVersionId": deployed["model_version_id"],
+            "modelDisplayName": deployed.get("display_name", ""),
+        }
+
+    def grpc_predict(self, request: prediction_service_pb.PredictRequest) -> prediction_service_pb.PredictResponse:
+        """Predict over gRPC: the request's instances and parameters sent as REST's body."""
+        fields = messages.to_dict(request)
+        body = {k: fields[k] for k in ("instances", "parameters") if k in fields}
+        answer = self.predict(request.endpoint, body)
+        names = ("predictions", "deployedModelId", "model", "modelVersionId", "modelDisplayName")
+        response = json_format.ParseDict(
+            {k: answer[k] for k in names if k in answer}, prediction_service_pb.PredictResponse.pb()()
+        )
+        return prediction_service_pb.PredictResponse.wrap(response)
