@@ -578,7 +578,8 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     assert planned["condition-14"]["triggerPolicy"]["condition"] == not_deployed
     assert planned["condition-15"]["triggerPolicy"]["condition"] == f"!({not_deployed})"
     new, again = dag(spec, "comp-condition-14"), dag(spec, "comp-condition-15")
-    assert set(new) == {"deploy-vertex-model", "finish-vertex-rollout"} and set(again) == {"finish-vertex-rollout-2"}
+    assert set(new) == {"deploy-vertex-model", "verify-vertex-deploy", "finish-vertex-rollout"}
+    assert set(again) == {"finish-vertex-rollout-2"}
     task = new["deploy-vertex-model"]
     assert task["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(task) == {
@@ -598,7 +599,19 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "aliases": ["champion", "blue"],
         "replaced": {"componentInputParameter": "pipelinechannel--plan-traffic-split-replaced"},
     }
-    assert deps(new, "finish-vertex-rollout") == ["deploy-vertex-model"]
+    # the new deployed model answers the test split's examples through the endpoint before the rollout finishes
+    # (a failure undeploys it and restores the split from before the deploy)
+    assert deps(new, "verify-vertex-deploy") == ["deploy-vertex-model"]
+    assert new["verify-vertex-deploy"]["inputs"]["artifacts"] == {
+        "endpoint": endpoint,
+        "model": uploaded,
+        "dataset": {"componentInputArtifact": "pipelinechannel--prepare-data-dataset"},
+    }
+    assert params(new["verify-vertex-deploy"]) == {
+        "previous_split": {"componentInputParameter": "pipelinechannel--plan-traffic-split-previous_split"},
+        "default_signature_only": False,  # this project's serving image takes the signature's name
+    }
+    assert deps(new, "finish-vertex-rollout") == ["verify-vertex-deploy"]
     assert new["finish-vertex-rollout"]["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(new["finish-vertex-rollout"]) == {**finish, "traffic_split": {}}
     assert again["finish-vertex-rollout-2"]["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
@@ -612,6 +625,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         (deploy, "plan-traffic-split"),
         (created, "endpoint-create"),
         (new, "deploy-vertex-model"),
+        (new, "verify-vertex-deploy"),
         (new, "finish-vertex-rollout"),
         (again, "finish-vertex-rollout-2"),
     ):
@@ -626,6 +640,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "traffic_split": {"parameterType": "STRUCT"},
         "deployed_model_id": {"parameterType": "STRING"},
         "replaced": {"parameterType": "LIST"},
+        "previous_split": {"parameterType": "STRUCT"},
     }
     inputs = root_inputs(spec)
     assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}
