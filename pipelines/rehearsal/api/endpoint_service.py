@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -50,6 +51,7 @@ class EndpointService:
     def __init__(self, context: Context, operations: Operations):
         self.context, self.registry, self.operations = context, context.registry, operations
         self.containers: dict[str, tuple] = {}  # deployed model id → (process, its predict route's URL)
+        self.lock = threading.Lock()  # one start of a deployed model's container at a time
 
     def rpcs(self) -> dict:
         """The service's gRPC methods: name → (request class, response class, handler)."""
@@ -165,6 +167,23 @@ class EndpointService:
 
         return self.operations.long_running("EndpointService.UndeployModel", stop)
 
+    def _serving(self, endpoint_name: str, deployed_id: str) -> str:
+        """The predict URL of a deployed model's container. One an earlier rehearsal deployed (its state kept, its
+        container gone with that process) is started again on its copy of the model: on Vertex a deployed model
+        keeps serving between runs."""
+        with self.lock:
+            if deployed_id not in self.containers:
+                endpoint_id = endpoint_name.rsplit("/", 1)[-1]
+                log = os.path.join(self.context.directory, "endpoints", f"{deployed_id}.log")
+                os.makedirs(os.path.dirname(log), exist_ok=True)
+                try:
+                    self.containers[deployed_id] = jobs.start_container(
+                        self._model_copy(endpoint_id, deployed_id), endpoint_id, deployed_id, log
+                    )
+                except (FileNotFoundError, jobs.JobError) as e:
+                    raise ApiError("INTERNAL", f"deployed model {deployed_id} does not serve: {e}") from e
+            return self.containers[deployed_id][1]
+
     def delete_endpoint(self, request: endpoint_service_pb.DeleteEndpointRequest) -> operations_pb2.Operation:
         """Checked at once (an endpoint with deployed models is refused); done at once."""
         self.registry.delete_endpoint(request.name)
@@ -178,10 +197,8 @@ class EndpointService:
         if not split:
             raise ApiError("FAILED_PRECONDITION", f"{endpoint_name} has no deployed model serving traffic")
         chosen = random.choices(list(split), weights=list(split.values()))[0]
-        if chosen not in self.containers:
-            raise ApiError("FAILED_PRECONDITION", f"deployed model {chosen} is not running in this rehearsal")
         request = urllib.request.Request(
-            self.containers[chosen][1], json.dumps(body).encode(), {"Content-Type": "application/json"}
+            self._serving(endpoint_name, chosen), json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:

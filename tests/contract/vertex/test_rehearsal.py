@@ -88,8 +88,8 @@ def test_lists_are_ordered_and_paged_as_vertex_pages_them(tmp_path):
 def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_path, gcs_emulator):
     """DeployModel answers an operation at once; the container starts in it on Vertex's copy of the artifacts with
     Vertex's AIP_* routes; the endpoint's predict route (REST and gRPC) forwards to the container's, names the
-    deployed model that answered and refuses a body over an online request's 1.5 MiB; undeploying deletes the copy;
-    an endpoint is deleted only with nothing deployed."""
+    deployed model that answered and refuses a body over an online request's 1.5 MiB; a later double on the same state
+    serves it again; undeploying deletes the copy; an endpoint is deleted only with nothing deployed."""
     import grpc
     import requests
     from google.api_core.exceptions import FailedPrecondition
@@ -140,6 +140,10 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
             "model": name,
             "modelVersionId": "1",
         }
+        # the next rehearsal (a new double on the saved state) finds the model deployed, and it still serves
+        double.stop()
+        double = VertexDouble(str(tmp_path / "d2"), str(tmp_path / "state.json"), "p-rehearsal", "4711", "us-central1")
+        double.start()
         predictor = aiplatform_v1.PredictionServiceClient(
             transport=PredictionServiceGrpcTransport(channel=grpc.insecure_channel(double.grpc_target))
         )
@@ -152,7 +156,7 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
         with pytest.raises(FailedPrecondition, match=f"has deployed models \\({deployed['id']}\\)"):
             endpoints.delete_endpoint(name=endpoint)
         big = {"instances": np.ones((100_000, 3)).tolist()}  # about 1.7 MB of JSON
-        refused = requests.post(url, json=big, timeout=30)
+        refused = requests.post(f"{double.http_base}/v1/{endpoint}:predict", json=big, timeout=30)
         assert refused.status_code == 400
         assert refused.json()["error"]["message"] == "Request payload size exceeds the limit: 1572864 bytes."
         copied = [b.name for b in gcs_emulator.client.list_blobs("caip-tenant-4711")]
