@@ -3,12 +3,14 @@
 it: resource names are answered with the project's number (requests may name the project by its ID or its number);
 a model's first version holds the `default` alias; an alias names one version (merging moves it; `-alias` removes
 it); a deploy's traffic split uses "0" for the new model and must sum to 100; a deployed model with traffic cannot
-be undeployed; lists are ordered by `order_by` and paged."""
+be undeployed; lists are ordered by `order_by` and paged; a model or endpoint may be created with an ID of the
+caller's (`model_id`, `endpoint_id`, in the forms Vertex takes), and an ID taken is ALREADY_EXISTS."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -36,6 +38,9 @@ def _now() -> float:
 
 
 ORDER_FIELDS = ("create_time", "update_time", "display_name")  # what Vertex's list methods order by
+# the IDs a caller may give (aiplatform_v1 UploadModelRequest.model_id, CreateEndpointRequest.endpoint_id)
+MODEL_ID = re.compile(r"[a-z_][a-z0-9_-]{0,62}")
+ENDPOINT_ID = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?|[1-9][0-9]{0,8}")
 
 
 class Registry:
@@ -73,9 +78,23 @@ class Registry:
 
     # --- models --------------------------------------------------------------------------------------------------
 
-    def upload(self, parent: str, model: dict, parent_model: str = "") -> tuple[str, str]:
-        """A new model, or a new version of `parent_model`; returns (model name, version id)."""
+    def _own_id(self, kind: str, wanted: str, rule: re.Pattern) -> str:
+        """The name of a new `kind` ("models", "endpoints"): with the caller's ID `wanted`, or a new one."""
+        if not wanted:
+            return f"{self.parent}/{kind}/{self.new_id()}"
+        if not rule.fullmatch(wanted):
+            raise ApiError("INVALID_ARGUMENT", f"{kind[:-1]} ID {wanted!r} is not of the form {rule.pattern}")
+        name = f"{self.parent}/{kind}/{wanted}"
+        if name in self.state[kind]:
+            raise ApiError("ALREADY_EXISTS", f"{name} already exists")
+        return name
+
+    def upload(self, parent: str, model: dict, parent_model: str = "", model_id: str = "") -> tuple[str, str]:
+        """A new model (named `model_id` when given), or a new version of `parent_model`; returns (model name,
+        version id)."""
         self.check_parent(parent)
+        if parent_model and model_id:
+            raise ApiError("INVALID_ARGUMENT", "model_id names a new model: give it or parent_model, not both")
         parent_model = self.canonical(parent_model)
         if not model.get("display_name"):
             raise ApiError("INVALID_ARGUMENT", "model.display_name is required")
@@ -90,7 +109,7 @@ class Registry:
                     raise ApiError("NOT_FOUND", f"parent model {parent_model} not found")
                 name = parent_model
             else:
-                name = f"{self.parent}/models/{self.new_id()}"
+                name = self._own_id("models", model_id, MODEL_ID)
                 entry = self.state["models"][name] = {"display_name": model["display_name"], "versions": []}
             version_id = str(len(entry["versions"]) + 1)
             aliases = list(model.get("version_aliases", []))
@@ -181,12 +200,12 @@ class Registry:
 
     # --- endpoints -----------------------------------------------------------------------------------------------
 
-    def create_endpoint(self, parent: str, endpoint: dict) -> dict:
+    def create_endpoint(self, parent: str, endpoint: dict, endpoint_id: str = "") -> dict:
         self.check_parent(parent)
         if not endpoint.get("display_name"):
             raise ApiError("INVALID_ARGUMENT", "endpoint.display_name is required")
         with self.lock:
-            name = f"{self.parent}/endpoints/{self.new_id()}"
+            name = self._own_id("endpoints", endpoint_id, ENDPOINT_ID)
             self.state["endpoints"][name] = {
                 **endpoint,
                 "name": name,

@@ -1,9 +1,11 @@
 """The vertex target: GCPC `HyperparameterTuningJobRunOp` + this project's best-trial reader, `CustomTrainingJobOp`
 with worker pools running the trainer image, the champion from the Model Registry (the version holding the champion
-alias), `ModelUploadOp` fed by an importer of an `UnmanagedContainerModel` (a new version of the registry model with
-the configured display name when it exists), `EndpointCreateOp` or an importer of the existing `VertexEndpoint` +
-the deploy (dedicated resources, canary traffic split) + the rollout's end (undeploy the previous models, move the
-champion alias), `ModelBatchPredictOp` on a registry model version. Every job and resource gets the run's service
+alias), the version already holding the trained artifacts or `ModelUploadOp` fed by an importer of an
+`UnmanagedContainerModel` (a new version of the registry model with the configured display name), or the model
+created with an ID of its own when there is none; the endpoint found or created the same way (GCPC's upload and
+endpoint ops take no ID: two runs at once would make two) + the deploy (dedicated resources, canary traffic split) +
+the rollout's end (undeploy the previous models, move the champion alias), `ModelBatchPredictOp` on a registry model
+version. Every job and resource gets the run's service
 account, network, CMEK key and labels where its op takes them."""
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from kfp.dsl import PipelineTask
 from components import (
     check_batch_prediction_job,
     claim_output_directory,
+    create_model,
     crown_vertex_model,
     default_hyperparameters,
-    find_endpoint,
+    ensure_endpoint,
     find_model,
     find_registry_champion,
     finish_vertex_rollout,
@@ -68,7 +71,8 @@ class VertexOps(SameEverywhere):
         self._best = component(read_best_trial.read_best_trial, image)
         self._champion = component(find_registry_champion.find_registry_champion, image)
         self._find_model = component(find_model.find_model, image)
-        self._find_endpoint = component(find_endpoint.find_endpoint, image)
+        self._ensure_endpoint = component(ensure_endpoint.ensure_endpoint, image)
+        self._create_model = component(create_model.create_model, image)
         self._split = component(plan_traffic_split.plan_traffic_split, image)
         self._plan_batch = component(plan_batch_prediction.plan_batch_prediction, image)
         self._finish = component(finish_vertex_rollout.finish_vertex_rollout, image)
@@ -295,8 +299,24 @@ class VertexOps(SameEverywhere):
             version = uncached(ModelUploadOp(parent_model=parent.outputs["artifact"], **upload))
             version.set_display_name("Upload new model version")
         with dsl.Else(name="model-missing"):
-            first = uncached(ModelUploadOp(**upload)).set_display_name("Upload to Vertex Model Registry")
-        return dsl.OneOf(registered.outputs["artifact"], version.outputs["model"], first.outputs["model"])
+            first = uncached(
+                self._create_model(
+                    display_name=p.model_display_name,
+                    artifact_uri=inputs.trained.model_uri,
+                    container_spec=p.serving_container_spec(),
+                    project=PROJECT,
+                    location=p.location,
+                    labels=self.labels,
+                    encryption_key=p.encryption_spec_key_name,
+                    pipeline_job_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER,
+                )
+            ).set_display_name("Create the registry model")
+            created = dsl.importer(
+                artifact_uri=first.outputs["resource_uri"],
+                artifact_class=VertexModel,
+                metadata={"resourceName": first.outputs["resource_name"]},
+            ).set_display_name("New registry model")
+        return dsl.OneOf(registered.outputs["artifact"], version.outputs["model"], created.outputs["artifact"])
 
     def deploy(self, inputs: DeployInputs) -> None:
         """When `enabled`: deploy the version on the endpoint with the configured display name (created when
@@ -307,32 +327,25 @@ class VertexOps(SameEverywhere):
         replaced canary; at 100 %: the others but `keep_previous`, and move the champion aliases). Otherwise move
         the aliases to the version now."""
         from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
-        from google_cloud_pipeline_components.v1.endpoint import EndpointCreateOp
 
         p = self.platform
         aliases = list(p.model_version_aliases)
         with dsl.If(inputs.enabled == True, name="deploy-enabled"):  # noqa: E712 (KFP condition)
             found = uncached(
-                self._find_endpoint(display_name=p.endpoint_display_name, project=PROJECT, location=p.location)
-            )
-            found.set_display_name("Find endpoint")
-            with dsl.If(found.outputs["resource_name"] != "", name="endpoint-exists"):
-                existing = dsl.importer(
-                    artifact_uri=found.outputs["resource_uri"],
-                    artifact_class=VertexEndpoint,
-                    metadata={"resourceName": found.outputs["resource_name"]},
-                ).set_display_name("Existing endpoint")
-            with dsl.Else(name="endpoint-missing"):
-                created = uncached(
-                    EndpointCreateOp(
-                        display_name=p.endpoint_display_name,
-                        location=p.location,
-                        labels=self.labels,
-                        encryption_spec_key_name=p.encryption_spec_key_name,
-                    )
+                self._ensure_endpoint(
+                    display_name=p.endpoint_display_name,
+                    project=PROJECT,
+                    location=p.location,
+                    labels=self.labels,
+                    encryption_key=p.encryption_spec_key_name,
                 )
-                created.set_display_name("Create endpoint")
-            endpoint = dsl.OneOf(existing.outputs["artifact"], created.outputs["endpoint"])
+            )
+            found.set_display_name("Find or create the endpoint")
+            endpoint = dsl.importer(
+                artifact_uri=found.outputs["resource_uri"],
+                artifact_class=VertexEndpoint,
+                metadata={"resourceName": found.outputs["resource_name"]},
+            ).set_display_name("Endpoint")
             plan = uncached(
                 self._split(
                     model=inputs.registered,
@@ -343,7 +356,7 @@ class VertexOps(SameEverywhere):
             )
             plan.set_display_name("Plan the deploy (traffic split, canaries replaced)")
             finish = dict(
-                endpoint=endpoint,
+                endpoint=endpoint.outputs["artifact"],
                 model=inputs.registered,
                 traffic_percentage=inputs.traffic_percentage,
                 keep_previous=p.keep_previous,
@@ -354,7 +367,7 @@ class VertexOps(SameEverywhere):
                 deployed = uncached(
                     self._deploy(
                         model=inputs.registered,
-                        endpoint=endpoint,
+                        endpoint=endpoint.outputs["artifact"],
                         deployed_model_display_name=p.model_display_name,
                         traffic_split=plan.outputs["traffic_split"],
                         machine_type=p.serving_machine_type,
@@ -367,7 +380,7 @@ class VertexOps(SameEverywhere):
                 ).set_display_name("Deploy to endpoint")
                 verified = uncached(
                     self._verify(
-                        endpoint=endpoint,
+                        endpoint=endpoint.outputs["artifact"],
                         model=inputs.registered,
                         dataset=inputs.dataset,
                         previous_split=plan.outputs["previous_split"],

@@ -29,7 +29,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     summary = json.loads((tmp_path / "run1" / "run_summary.json").read_text())
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["default-hyperparameters-2"] == "SUCCEEDED" and statuses["hyperparameter-tuning-job"] == "SKIPPED"
-    assert statuses["model-upload-2"] == statuses["endpoint-create"] == "SUCCEEDED"  # nothing existed yet
+    assert statuses["create-model"] == statuses["ensure-endpoint"] == "SUCCEEDED"  # nothing existed yet
     # the trainer's progress lines, unchanged, in the custom job's log (Vertex: the job's container log)
     [job_log] = (tmp_path / "run1" / "vertex" / "jobs").glob("*/job.log")
     epochs = [line for line in job_log.read_text().splitlines() if line.startswith('TFPIPE_PROGRESS {"stage": "train"')]
@@ -54,8 +54,8 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     )
     assert {"env=test", "team=ml"} <= set(sent["labels"])
     assert summary["dataset"]["examples"] == 1797
-    expect.check_upload(recorded(tmp_path / "run1", "POST models:upload")[0], platform)
-    expect.check_endpoint_create(recorded(tmp_path / "run1", "POST endpoints")[0], platform)
+    expect.check_upload(recorded(tmp_path / "run1", "ModelService.UploadModel")[0], platform)
+    expect.check_endpoint_create(recorded(tmp_path / "run1", "EndpointService.CreateEndpoint")[0]["endpoint"], platform)
     expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)
     # the new deployed model answered the test split's examples through the endpoint's predict API before the rollout
     assert statuses["verify-vertex-deploy"] == statuses["finish-vertex-rollout"] == "SUCCEEDED"
@@ -72,7 +72,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["hyperparameter-tuning-job"] == statuses["read-best-trial"] == "SUCCEEDED"
     assert len(summary["tuning"]["trials"]) == 2 and summary["tuning"]["best"]["status"] == "SUCCEEDED"
-    assert statuses["model-upload"] == "SUCCEEDED" and statuses["endpoint-create"] == "SKIPPED"
+    assert statuses["model-upload"] == "SUCCEEDED" and statuses["create-model"] == "SKIPPED"
     assert summary["gate"]["champion"]["name"] == f"champion {model['name']}@1"
     assert f"champion {model['name']}@1's" in summary["gate"]["reason"]
     expect.check_tuning_job(recorded(tmp_path / "run2", "JobService.CreateHyperparameterTuningJob")[0], platform, study)

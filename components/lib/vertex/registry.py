@@ -8,7 +8,7 @@
 - `resolve_model_version`: the exact model version a batch prediction job should use (the champion alias by
   default).
 Each is a plain function calling the Vertex AI API through the GAPIC clients of `google-cloud-aiplatform`. The
-steps that call them (`find_model`, `find_endpoint`, `plan_traffic_split`, `plan_batch_prediction`,
+steps that call them (`find_model`, `ensure_endpoint`, `plan_traffic_split`, `plan_batch_prediction`,
 `check_batch_prediction_job`, `find_registry_champion`) take the project explicitly (the pipeline's project
 placeholder): inside a Vertex pipeline step `google.auth.default()` may name another project than the pipeline's.
 """
@@ -36,7 +36,8 @@ def display_name_filter(display_name: str) -> str:
     return f'display_name="{escaped}"'
 
 
-def _client(kind: str, location: str):
+def service_client(kind: str, location: str):
+    """The ModelService (`kind="model"`) or EndpointService client of `location`'s regional endpoint."""
     from google.cloud import aiplatform_v1
 
     options = {"api_endpoint": api_endpoint(location)}
@@ -52,7 +53,7 @@ def find_resource(kind: str, display_name: str, project: str, location: str) -> 
     none. Several with the same name: the oldest (the one earlier runs found), with a warning."""
     if not display_name:
         raise ValueError(f"a {kind} display name is required")
-    client = _client(kind, location)
+    client = service_client(kind, location)
     request = {
         "parent": f"projects/{project}/locations/{location}",
         "filter": display_name_filter(display_name),
@@ -78,7 +79,7 @@ def registered_version(model_name: str, artifact_uri: str) -> str:
     wanted = artifact_uri.rstrip("/")
     same = [
         v
-        for v in _client("model", location).list_model_versions(request={"name": model_name})
+        for v in service_client("model", location).list_model_versions(request={"name": model_name})
         if v.artifact_uri.rstrip("/") == wanted
     ]
     if not same:
@@ -108,7 +109,7 @@ def traffic_split(current: Mapping[str, int], percentage: int) -> dict[str, int]
 def endpoint_traffic(endpoint_name: str) -> dict[str, int]:
     """The endpoint's current traffic split ({deployed model id: percent})."""
     location = endpoint_name.split("/")[3]
-    endpoint = _client("endpoint", location).get_endpoint(name=endpoint_name)
+    endpoint = service_client("endpoint", location).get_endpoint(name=endpoint_name)
     return dict(endpoint.traffic_split)
 
 
@@ -121,7 +122,7 @@ def champion_version(display_name: str, alias: str, project: str, location: str)
     if not parent or not alias:
         return "", ""
     try:
-        found = _client("model", location).get_model(name=f"{parent}@{alias}")
+        found = service_client("model", location).get_model(name=f"{parent}@{alias}")
     except NotFound:
         return "", ""
     return f"{found.name}@{found.version_id}", found.artifact_uri
@@ -147,7 +148,7 @@ def find_model_version(model: str, display_name: str, alias: str, project: str, 
             )
         version = model or alias
         name = f"{parent}@{version}" if version else parent
-    found = _client("model", name.split("/")[3]).get_model(name=name)
+    found = service_client("model", name.split("/")[3]).get_model(name=name)
     return f"{found.name}@{found.version_id}", found.artifact_uri
 
 

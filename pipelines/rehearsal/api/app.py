@@ -1,5 +1,5 @@
 """The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService,
-PredictionService (Predict) and Operations, REST for the routes of GCPC's upload, endpoint and deploy launchers and
+PredictionService (Predict) and Operations, REST for the routes of GCPC's upload and deploy launchers and
 online prediction. Each request is parsed into its aiplatform_v1 message (an unknown field or a wrong type is refused
 as Vertex refuses it), recorded (Context.record) and answered by its service; an ApiError is answered with its status
 and message."""
@@ -15,7 +15,6 @@ from typing import Any
 
 import grpc
 from google.cloud.aiplatform_v1.types import (
-    endpoint as endpoint_pb,
     endpoint_service as endpoint_service_pb,
     model_service as model_service_pb,
 )
@@ -139,12 +138,6 @@ class VertexDouble(Context):
         ),
         (
             "POST",
-            re.compile(r"^/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/endpoints$"),
-            endpoint_pb.Endpoint,
-            "_rest_create_endpoint",
-        ),
-        (
-            "POST",
             re.compile(r"^/v1/(?P<endpoint>projects/[^/]+/locations/[^/]+/endpoints/[^/:]+):deployModel$"),
             endpoint_service_pb.DeployModelRequest,
             "_rest_deploy",
@@ -207,9 +200,6 @@ class VertexDouble(Context):
 
     def _rest_upload(self, match, request, body) -> dict:
         return json_format.MessageToDict(self.model_service.upload_model(request.parent or match["parent"], request))
-
-    def _rest_create_endpoint(self, match, request, body) -> dict:
-        return json_format.MessageToDict(self.endpoint_service.create_endpoint(match["parent"], request))
 
     def _rest_deploy(self, match, request, body) -> dict:
         if request.endpoint and request.endpoint != match["endpoint"]:

@@ -1,8 +1,8 @@
-"""The EndpointService on the registry's endpoints (registry.py): list, get, update (the traffic split only),
-undeploy and delete over gRPC; create, deploy and predict over REST (GCPC's endpoint and deploy launchers, online
-prediction); the PredictionService's Predict over gRPC. A deployed model is the serving container
-(jobs.start_container) on Vertex's copy of the model's artifacts, started and stopped in a long-running operation;
-predict sends a request to a deployed model the traffic split picks and names it in the answer, as Vertex does."""
+"""The EndpointService on the registry's endpoints (registry.py): list, get, create, update (the traffic split only),
+undeploy and delete over gRPC; deploy and predict over REST (GCPC's deploy launcher, online prediction); the
+PredictionService's Predict over gRPC. A deployed model is the serving container (jobs.start_container) on Vertex's
+copy of the model's artifacts, started and stopped in a long-running operation; predict sends a request to a deployed
+model the traffic split picks and names it in the answer, as Vertex does."""
 
 from __future__ import annotations
 
@@ -62,6 +62,11 @@ class EndpointService:
                 self.list_endpoints,
             ),
             "GetEndpoint": (endpoint_service_pb.GetEndpointRequest, endpoint_pb.Endpoint, self.get_endpoint),
+            "CreateEndpoint": (
+                endpoint_service_pb.CreateEndpointRequest,
+                operations_pb2.Operation,
+                lambda request: self.create_endpoint(request.parent, request.endpoint, request.endpoint_id),
+            ),
             "UpdateEndpoint": (endpoint_service_pb.UpdateEndpointRequest, endpoint_pb.Endpoint, self.update_endpoint),
             "UndeployModel": (
                 endpoint_service_pb.UndeployModelRequest,
@@ -108,10 +113,14 @@ class EndpointService:
             )
         return _endpoint(self.registry.set_traffic(request.endpoint.name, dict(request.endpoint.traffic_split)))
 
-    def create_endpoint(self, parent: str, request: endpoint_pb.Endpoint) -> operations_pb2.Operation:
-        """A new endpoint in `parent`, no model deployed; the operation is done at once."""
+    def create_endpoint(
+        self, parent: str, request: endpoint_pb.Endpoint, endpoint_id: str = ""
+    ) -> operations_pb2.Operation:
+        """A new endpoint in `parent` (named `endpoint_id` when given), no model deployed; the operation is done at
+        once."""
         self.context.check(messages.to_dict(request))
-        return self.operations.done(_endpoint(self.registry.create_endpoint(parent, messages.to_dict(request))))
+        created = self.registry.create_endpoint(parent, messages.to_dict(request), endpoint_id)
+        return self.operations.done(_endpoint(created))
 
     def deploy_model(self, request: endpoint_service_pb.DeployModelRequest) -> operations_pb2.Operation:
         """The request is checked at once (model, traffic split); the container starts in the operation, which fails

@@ -1,5 +1,5 @@
 """The ModelService on the registry (registry.py): list models and a model's versions, get and alias model versions
-over gRPC, upload over REST (GCPC's upload launcher). Lists are filtered by display name, ordered and paged as
+over gRPC, upload over gRPC (this project's first upload, with a model ID) and REST (GCPC's upload launcher). Lists are filtered by display name, ordered and paged as
 Vertex does."""
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ class ModelService:
                 self.list_model_versions,
             ),
             "GetModel": (model_service_pb.GetModelRequest, model_pb.Model, self.get_model),
+            "UploadModel": (
+                model_service_pb.UploadModelRequest,
+                operations_pb2.Operation,
+                lambda request: self.upload_model(request.parent, request),
+            ),
             "MergeVersionAliases": (
                 model_service_pb.MergeVersionAliasesRequest,
                 model_pb.Model,
@@ -78,7 +83,10 @@ class ModelService:
         return _model(self.registry.merge_aliases(request.name, list(request.version_aliases)))
 
     def upload_model(self, parent: str, request: model_service_pb.UploadModelRequest) -> operations_pb2.Operation:
-        """A new model in `parent`, or a new version of `request.parent_model`; the operation is done at once."""
+        """A new model in `parent` (named `request.model_id` when given), or a new version of
+        `request.parent_model`; the operation is done at once."""
         self.context.check(messages.to_dict(request.model))
-        name, version_id = self.registry.upload(parent, messages.to_dict(request.model), request.parent_model)
+        name, version_id = self.registry.upload(
+            parent, messages.to_dict(request.model), request.parent_model, request.model_id
+        )
         return self.operations.done(model_service_pb.UploadModelResponse(model=name, model_version_id=version_id))

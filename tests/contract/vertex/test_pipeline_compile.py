@@ -168,7 +168,8 @@ def test_vertex_dag(tmp_path):
         "exec-read-best-trial",
         "exec-merge-hyperparameters",
         "exec-find-model",
-        "exec-find-endpoint",
+        "exec-ensure-endpoint",
+        "exec-create-model",
         "exec-plan-traffic-split",
         "exec-find-registry-champion",
         "exec-finish-vertex-rollout",
@@ -176,12 +177,7 @@ def test_vertex_dag(tmp_path):
         "exec-deploy-vertex-model",  # GCPC's deploy launcher, from the components image
     ):
         assert imgs[name] == "example.com/tfpipe/components:abc"
-    for name in (
-        "exec-custom-training-job",
-        "exec-model-upload",
-        "exec-model-upload-2",
-        "exec-endpoint-create",
-    ):
+    for name in ("exec-custom-training-job", "exec-model-upload"):
         assert imgs[name].startswith("gcr.io/ml-pipeline/google-cloud-pipeline-components")
     importer = spec["deploymentSpec"]["executors"]["exec-importer"]["importer"]
     assert importer["typeSchema"]["schemaTitle"] == "google.UnmanagedContainerModel"
@@ -487,12 +483,23 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
             "Then": ["--parent_model_name", "{{$.inputs.artifacts['parent_model'].metadata['resourceName']}}"],
         }
     }
-    # no such model: a plain upload creates it
+    # no such model: created with an ID of its own (two runs at once make one model), then imported
     missing = dag(spec, "comp-condition-8")
-    assert set(missing) == {"model-upload-2"}
-    assert params(missing["model-upload-2"]) == upload
-    assert missing["model-upload-2"]["inputs"]["artifacts"] == {
-        "unmanaged_container_model": {"componentInputArtifact": "pipelinechannel--importer-artifact"}
+    assert set(missing) == {"create-model", "importer-4"}
+    assert missing["create-model"]["cachingOptions"] == {}
+    assert params(missing["create-model"]) == {
+        "display_name": "digits",
+        "artifact_uri": {"componentInputParameter": "pipelinechannel--import-trained-model-model_uri"},
+        "container_spec": {"imageUri": "example.com/serving-gpu:2", "ports": [{"containerPort": 8080}]},
+        "project": PROJECT,
+        "location": "europe-west4",
+        "labels": LABELS,
+        "encryption_key": KEY,
+        "pipeline_job_id": "{{$.pipeline_job_uuid}}",
+    }
+    assert params(missing["importer-4"]) == {
+        "uri": {"taskOutputParameter": {"outputParameterKey": "resource_uri", "producerTask": "create-model"}},
+        "metadata": {"taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "create-model"}},
     }
     # whichever ran hands its VertexModel on (dsl.OneOf)
     assert spec["components"]["comp-condition-branches-5"]["dag"]["outputs"]["artifacts"] == {
@@ -500,7 +507,7 @@ def test_vertex_upload_new_version_of_the_registry_model_or_a_new_model(tmp_path
             "artifactSelectors": [
                 {"outputArtifactKey": "pipelinechannel--importer-2-artifact", "producerSubtask": "condition-6"},
                 {"outputArtifactKey": "pipelinechannel--model-upload-model", "producerSubtask": "condition-7"},
-                {"outputArtifactKey": "pipelinechannel--model-upload-2-model", "producerSubtask": "condition-8"},
+                {"outputArtifactKey": "pipelinechannel--importer-4-artifact", "producerSubtask": "condition-8"},
             ]
         }
     }
@@ -510,19 +517,32 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     _, spec = compile_spec("vertex", tmp_path)
     branches = dag(spec, "comp-condition-branches-9")
     assert (
-        branches["condition-16"]["triggerPolicy"]["condition"]
+        branches["condition-13"]["triggerPolicy"]["condition"]
         == "inputs.parameter_values['pipelinechannel--deploy'] == true"
     )
     assert (
-        branches["condition-17"]["triggerPolicy"]["condition"]
+        branches["condition-14"]["triggerPolicy"]["condition"]
         == "!(inputs.parameter_values['pipelinechannel--deploy'] == true)"
     )
-    deploy = dag(spec, "comp-condition-16")
-    assert set(deploy) == {"find-endpoint", "condition-branches-10", "plan-traffic-split", "condition-branches-13"}
-    assert params(deploy["find-endpoint"]) == {
+    deploy = dag(spec, "comp-condition-13")
+    assert set(deploy) == {"ensure-endpoint", "importer-5", "plan-traffic-split", "condition-branches-10"}
+    # found by its display name, or created with an ID of its own (CMEK and labels; no network: a peered endpoint
+    # holds one model, so no canary and no hot swap)
+    assert params(deploy["ensure-endpoint"]) == {
         "display_name": "digits-endpoint",
         "project": PROJECT,
         "location": "europe-west4",
+        "labels": LABELS,
+        "encryption_key": KEY,
+    }
+    assert params(deploy["importer-5"]) == {
+        "uri": {"taskOutputParameter": {"outputParameterKey": "resource_uri", "producerTask": "ensure-endpoint"}},
+        "metadata": {"taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "ensure-endpoint"}},
+    }
+    assert spec["deploymentSpec"]["executors"]["exec-importer-5"]["importer"] == {
+        "artifactUri": {"runtimeParameter": "uri"},
+        "metadata": {"resourceName": "{{$.inputs.parameters['metadata']}}"},
+        "typeSchema": {"schemaTitle": "google.VertexEndpoint", "schemaVersion": "0.0.1"},
     }
     uploaded = {
         "componentInputArtifact": "pipelinechannel--condition-branches-5-pipelinechannel--condition-branches-5-oneof-1"
@@ -530,54 +550,18 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     assert deploy["plan-traffic-split"]["inputs"]["artifacts"] == {"model": uploaded}
     assert params(deploy["plan-traffic-split"]) == {
         "endpoint_name": {
-            "taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "find-endpoint"}
+            "taskOutputParameter": {"outputParameterKey": "resource_name", "producerTask": "ensure-endpoint"}
         },
         "traffic_percentage": {"componentInputParameter": "pipelinechannel--traffic_percentage"},
         "alias": "champion",
     }
-    inner = dag(spec, "comp-condition-branches-10")
-    assert (
-        inner["condition-11"]["triggerPolicy"]["condition"]
-        == "inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != ''"
-    )
-    assert (
-        inner["condition-12"]["triggerPolicy"]["condition"]
-        == "!(inputs.parameter_values['pipelinechannel--find-endpoint-resource_name'] != '')"
-    )
-    assert set(dag(spec, "comp-condition-11")) == {"importer-4"}
-    assert (
-        spec["deploymentSpec"]["executors"]["exec-importer-4"]["importer"]["typeSchema"]["schemaTitle"]
-        == "google.VertexEndpoint"
-    )
-    assert spec["deploymentSpec"]["executors"]["exec-importer-4"]["importer"]["metadata"] == {
-        "resourceName": "{{$.inputs.parameters['metadata']}}"
-    }
-    created = dag(spec, "comp-condition-12")
-    assert set(created) == {"endpoint-create"}
-    # CMEK and labels; no network: a peered (private) endpoint holds one model, so no canary and no hot swap
-    assert params(created["endpoint-create"]) == {
-        "display_name": "digits-endpoint",
-        "location": "europe-west4",
-        "labels": LABELS,
-        "encryption_spec_key_name": KEY,
-    }
-    assert spec["components"]["comp-condition-branches-10"]["dag"]["outputs"]["artifacts"] == {
-        "pipelinechannel--condition-branches-10-oneof-1": {
-            "artifactSelectors": [
-                {"outputArtifactKey": "pipelinechannel--importer-4-artifact", "producerSubtask": "condition-11"},
-                {"outputArtifactKey": "pipelinechannel--endpoint-create-endpoint", "producerSubtask": "condition-12"},
-            ]
-        }
-    }
-    endpoint = {
-        "componentInputArtifact": "pipelinechannel--condition-branches-10-pipelinechannel--condition-branches-10-oneof-1"
-    }
+    endpoint = {"componentInputArtifact": "pipelinechannel--importer-5-artifact"}
     # the version is not deployed yet: deploy it, then finish the rollout; else only finish it (set its traffic)
-    planned = dag(spec, "comp-condition-branches-13")
+    planned = dag(spec, "comp-condition-branches-10")
     not_deployed = "inputs.parameter_values['pipelinechannel--plan-traffic-split-deployed_model_id'] == ''"
-    assert planned["condition-14"]["triggerPolicy"]["condition"] == not_deployed
-    assert planned["condition-15"]["triggerPolicy"]["condition"] == f"!({not_deployed})"
-    new, again = dag(spec, "comp-condition-14"), dag(spec, "comp-condition-15")
+    assert planned["condition-11"]["triggerPolicy"]["condition"] == not_deployed
+    assert planned["condition-12"]["triggerPolicy"]["condition"] == f"!({not_deployed})"
+    new, again = dag(spec, "comp-condition-11"), dag(spec, "comp-condition-12")
     assert set(new) == {"deploy-vertex-model", "verify-vertex-deploy", "finish-vertex-rollout"}
     assert set(again) == {"finish-vertex-rollout-2"}
     task = new["deploy-vertex-model"]
@@ -621,9 +605,8 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     }
     # every step that reads or changes the endpoint runs each time (a deleted endpoint is never served from cache)
     for tasks, name in (
-        (deploy, "find-endpoint"),
+        (deploy, "ensure-endpoint"),
         (deploy, "plan-traffic-split"),
-        (created, "endpoint-create"),
         (new, "deploy-vertex-model"),
         (new, "verify-vertex-deploy"),
         (new, "finish-vertex-rollout"),
@@ -631,7 +614,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     ):
         assert tasks[name]["cachingOptions"] == {}, name
     # deploy disabled: the uploaded version becomes the champion right away
-    crown = dag(spec, "comp-condition-17")
+    crown = dag(spec, "comp-condition-14")
     assert set(crown) == {"crown-vertex-model"} and crown["crown-vertex-model"]["cachingOptions"] == {}
     assert crown["crown-vertex-model"]["inputs"]["artifacts"] == {"model": uploaded}
     assert params(crown["crown-vertex-model"]) == {"aliases": ["champion", "blue"]}

@@ -6,12 +6,10 @@ stubs of their transports are replaced, answering with real aiplatform_v1 messag
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
-from google.cloud.aiplatform_v1.services.endpoint_service.transports.grpc import EndpointServiceGrpcTransport
 from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
-from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service, model as model_pb, model_service
+from google.cloud.aiplatform_v1.types import model as model_pb, model_service
 from kfp import dsl
 
-from components.find_endpoint import find_endpoint
 from components.find_model import find_model
 from components.lib.vertex.registry import display_name_filter, find_resource, resolve_model_version, traffic_split
 from components.plan_batch_prediction import plan_batch_prediction
@@ -106,26 +104,6 @@ def test_find_model_returns_empty_when_there_is_none(monkeypatch):
         find_resource("model", "", "my-project", "europe-west4")
     with pytest.raises(ValueError, match="unknown resource kind 'dataset'"):
         find_resource("dataset", "x", "my-project", "europe-west4")
-
-
-def test_find_endpoint_lists_endpoints(monkeypatch):
-    def answer(request):
-        return endpoint_service.ListEndpointsResponse(endpoints=[endpoint_pb.Endpoint(name=ENDPOINT)])
-
-    stub = FakeStub(answer).bind(EndpointServiceGrpcTransport, "list_endpoints", monkeypatch)
-    outputs = find_endpoint("tfpipe-endpoint", "my-project", "europe-west4")
-    assert outputs.resource_name == ENDPOINT
-    assert outputs.resource_uri == f"https://europe-west4-aiplatform.googleapis.com/v1/{ENDPOINT}"
-    assert stub.calls == [
-        (
-            "ListEndpointsRequest",
-            endpoint_service.ListEndpointsRequest(
-                parent=PARENT, filter='display_name="tfpipe-endpoint"', order_by="create_time"
-            ),
-            "europe-west4-aiplatform.googleapis.com:443",
-            f"parent={PARENT}",
-        )
-    ]
 
 
 @pytest.mark.parametrize(

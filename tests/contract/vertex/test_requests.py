@@ -416,21 +416,6 @@ def test_model_upload_request_carries_cmek_labels_and_the_serving_container(spec
     assert output["artifacts"]["model"]["artifacts"][0]["metadata"]["resourceName"] == f"{MODEL}@4"
 
 
-def test_endpoint_creation_carries_cmek_and_labels(specs, monkeypatch, tmp_path):
-    rest = Rest(monkeypatch, {"name": ENDPOINT})
-    Launch(
-        specs["training"],
-        dag(specs["training"], "comp-condition-12")["endpoint-create"],
-        {"project": "my-project"},
-        {},
-        tmp_path,
-    ).run()
-    [(method, url, body, _)] = rest.calls
-    expect.check_endpoint_create(body, PLATFORM)
-    assert (method, url) == ("POST", f"https://{LOCATION}-aiplatform.googleapis.com/v1/{PARENT}/endpoints")
-    assert body == {"display_name": "digits-endpoint", "labels": LABELS, "encryption_spec": {"kms_key_name": KEY}}
-
-
 def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkeypatch, tmp_path):
     rest = Rest(monkeypatch, {"deployedModel": {"id": "9"}})
     endpoint = {
@@ -445,7 +430,7 @@ def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkey
     }
     Launch(
         specs["training"],
-        dag(specs["training"], "comp-condition-14")["deploy-vertex-model"],
+        dag(specs["training"], "comp-condition-11")["deploy-vertex-model"],
         {"traffic_split": {"0": 10, "d1": 90}},
         {"endpoint": endpoint, "model": model},
         tmp_path,
@@ -469,23 +454,21 @@ def test_deploy_request_runs_the_model_as_the_runs_service_account(specs, monkey
 
 
 def test_every_gcpc_task_that_takes_the_identity_gets_it(specs):
-    """No GCPC task of either pipeline leaves an identity input it takes at its default (the endpoint's `network`
-    excepted on purpose: a peered endpoint holds a single model)."""
+    """No GCPC task of either pipeline leaves an identity input it takes at its default (the model and the endpoint
+    this project creates itself take the key as `encryption_key`: tests/contract/vertex/test_pipeline_compile.py)."""
     checked = {}
     for spec in specs.values():
         for component in [spec["root"], *spec["components"].values()]:
             for name, task in component.get("dag", {}).get("tasks", {}).items():
                 takes = spec["components"][task["componentRef"]["name"]]["inputDefinitions"].get("parameters", {})
                 for field, value in IDENTITY.items():
-                    if field in takes and (name, field) != ("endpoint-create", "network"):
+                    if field in takes:
                         assert task["inputs"]["parameters"][field]["runtimeValue"]["constant"] == value, (name, field)
                         checked.setdefault(name, []).append(field)
     assert checked == {
         "custom-training-job": ["service_account", "network", "encryption_spec_key_name"],
         "hyperparameter-tuning-job": ["service_account", "network", "encryption_spec_key_name"],
         "model-upload": ["encryption_spec_key_name"],
-        "model-upload-2": ["encryption_spec_key_name"],
-        "endpoint-create": ["encryption_spec_key_name"],
         "deploy-vertex-model": ["service_account"],
         "model-batch-predict": ["service_account", "encryption_spec_key_name"],
     }

@@ -27,10 +27,12 @@ def test_vertex_builds_no_self_hosted_component():
         "_best",
         "_champion",
         "_find_model",
-        "_find_endpoint",
+        "_ensure_endpoint",
+        "_create_model",
         "_split",
         "_plan_batch",
         "_finish",
+        "_verify",
         "_crown",
     }
     assert ops._champion.component_spec.name == "find-registry-champion"
