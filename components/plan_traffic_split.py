@@ -1,5 +1,5 @@
-"""The plan of a Vertex AI deploy (`components.lib.vertex.rollout.plan_deploy`): the traffic split and whether the
-version is deployed already."""
+"""The plan of a Vertex AI deploy (`components.lib.vertex.rollout.plan_deploy`): the traffic split, whether the
+version is deployed already, and the split before it."""
 
 from typing import NamedTuple
 
@@ -7,11 +7,12 @@ from kfp.dsl import Artifact, Input
 
 
 def plan_traffic_split(model: Input[Artifact], endpoint_name: str, traffic_percentage: int, alias: str) -> NamedTuple(
-    "Outputs", [("traffic_split", dict), ("deployed_model_id", str)]
+    "Outputs", [("traffic_split", dict), ("deployed_model_id", str), ("previous_split", dict)]
 ):
     """KFP step (Vertex): the deploy of `model` with `traffic_percentage` % on the endpoint (`endpoint_name` "": a
     new endpoint, nothing else serves): the split (a canary's share taken from the champion's deployed model),
-    the id of the version's deployed model when it is deployed already ("": deploy it).
+    the id of the version's deployed model when it is deployed already ("": deploy it), the endpoint's split before
+    the deploy (what a rejected deploy restores).
 
     Args:
         model: The registry model version to deploy (`resourceName` MODEL@VERSION).
@@ -29,5 +30,5 @@ def plan_traffic_split(model: Input[Artifact], endpoint_name: str, traffic_perce
     elif traffic_percentage < 100 and plan.traffic_split == {"0": 100}:
         print(f"nothing else serves on {endpoint_name or 'the new endpoint'}: the new model takes all traffic")
     print(f"traffic split {plan.traffic_split}; canaries replaced: {', '.join(plan.replaced) or 'none'}")
-    Outputs = namedtuple("Outputs", ["traffic_split", "deployed_model_id"])
-    return Outputs(plan.traffic_split, plan.deployed_model_id)
+    Outputs = namedtuple("Outputs", ["traffic_split", "deployed_model_id", "previous_split"])
+    return Outputs(plan.traffic_split, plan.deployed_model_id, plan.previous_split)

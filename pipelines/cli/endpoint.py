@@ -1,5 +1,7 @@
 """`promote` and `rollback`: move a Vertex AI endpoint's traffic between its deployed models (canary → everything,
-or back to the previous model), undeploy what no longer serves, keep the champion alias on what serves."""
+or back to the previous model), undeploy what no longer serves, keep the champion alias on what serves.
+`undeploy` and `delete-endpoint`: take a model off the endpoint, or the endpoint away, so that nothing billed is
+left."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def _run(action, platform, endpoint, rehearsal_state, **arguments):
     with api, doing(f"{action.__name__} on Vertex AI"):
         try:
             name = _endpoint_name(platform, endpoint)
-            return action(name, aliases=list(platform.model_version_aliases), echo=click.echo, **arguments)
+            return action(name, echo=click.echo, **arguments)
         except RolloutError as e:
             _fail(str(e))
 
@@ -79,7 +81,13 @@ def promote(endpoint, deployed_model_id, keep_previous, rehearsal_state, config_
     platform = _load(config_file, profile, sets).platform
     kept = platform.keep_previous if keep_previous is None else keep_previous
     result = _run(
-        promote_canary, platform, endpoint, rehearsal_state, keep_previous=kept, deployed_model_id=deployed_model_id
+        promote_canary,
+        platform,
+        endpoint,
+        rehearsal_state,
+        keep_previous=kept,
+        deployed_model_id=deployed_model_id,
+        aliases=list(platform.model_version_aliases),
     )
     click.echo(f"promoted {result.model_version} (deployed model {result.deployed_model_id})")
 
@@ -91,5 +99,35 @@ def rollback(endpoint, rehearsal_state, config_file, profile, sets):
     the last full rollout if platform.keep_previous kept its predecessor deployed)."""
     from components.lib.vertex.rollout import rollback as roll_back
 
-    result = _run(roll_back, _load(config_file, profile, sets).platform, endpoint, rehearsal_state)
+    platform = _load(config_file, profile, sets).platform
+    result = _run(roll_back, platform, endpoint, rehearsal_state, aliases=list(platform.model_version_aliases))
     click.echo(f"rolled back to {result.model_version} (deployed model {result.deployed_model_id})")
+
+
+@cli.command()
+@endpoint_options
+@click.option("--deployed-model-id", required=True, help="the deployed model to take off the endpoint")
+@click.option("--force", is_flag=True, help="take it off even if it is the only model serving traffic")
+def undeploy(endpoint, deployed_model_id, force, rehearsal_state, config_file, profile, sets):
+    """Take a deployed model off the endpoint, its traffic given to the other models serving in proportion to their
+    shares. The only model serving traffic stays unless --force (the endpoint then answers no prediction). The
+    version aliases do not move."""
+    from components.lib.vertex.rollout import undeploy_model
+
+    platform = _load(config_file, profile, sets).platform
+    result = _run(undeploy_model, platform, endpoint, rehearsal_state, deployed_model_id=deployed_model_id, force=force)
+    split = ", ".join(f"{k}: {v} %" for k, v in result.traffic_split.items()) or "none"
+    click.echo(f"undeployed {result.model_version} (deployed model {result.deployed_model_id}); traffic: {split}")
+
+
+@cli.command("delete-endpoint")
+@endpoint_options
+@click.option("--force", is_flag=True, help="delete it even if its models serve traffic")
+def delete_endpoint(endpoint, force, rehearsal_state, config_file, profile, sets):
+    """Undeploy every model of the endpoint, then delete it (Vertex AI deletes only an endpoint with no model
+    deployed). An endpoint serving traffic stays unless --force. The registry's model versions stay."""
+    from components.lib.vertex.rollout import delete_endpoint as delete
+
+    result = _run(delete, _load(config_file, profile, sets).platform, endpoint, rehearsal_state, force=force)
+    undeployed = ", ".join(result.undeployed) or "none"
+    click.echo(f"deleted {result.endpoint_name} (deployed models undeployed: {undeployed})")

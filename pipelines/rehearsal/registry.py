@@ -224,6 +224,19 @@ class Registry:
                 raise ApiError("NOT_FOUND", f"endpoint {name} not found")
             return self.state["endpoints"][self.canonical(name)]
 
+    def delete_endpoint(self, name: str) -> None:
+        """Remove an endpoint; one with deployed models is refused, as Vertex refuses it."""
+        with self.lock:
+            endpoint = self.endpoint(name)
+            if endpoint["deployed_models"]:
+                ids = ", ".join(d["id"] for d in endpoint["deployed_models"])
+                raise ApiError(
+                    "FAILED_PRECONDITION",
+                    f"endpoint {name} has deployed models ({ids}): undeploy them before deleting the endpoint",
+                )
+            del self.state["endpoints"][self.canonical(name)]
+            self.save()
+
     def list_endpoints(self, parent: str, display_name: str | None, order_by: str = "") -> list[dict]:
         self.check_parent(parent)
         with self.lock:

@@ -31,8 +31,10 @@ from components import (
     plan_traffic_split,
     plan_vertex_training,
     read_best_trial,
+    verify_vertex_deploy,
 )
 from pipelines.config import Platform
+from pipelines.config.platform import PREBUILT_SERVING
 from pipelines.targets.base import SameEverywhere, champion_of, component, uncached
 from pipelines.targets.inputs import (
     BatchPredictInputs,
@@ -75,6 +77,7 @@ class VertexOps(SameEverywhere):
         self._plan_batch = component(plan_batch_prediction.plan_batch_prediction, image)
         self._finish = component(finish_vertex_rollout.finish_vertex_rollout, image)
         self._crown = component(crown_vertex_model.crown_vertex_model, image)
+        self._verify = component(verify_vertex_deploy.verify_vertex_deploy, image)
         from components import deploy_vertex_model  # GCPC's types: imported for vertex only
 
         self._deploy = deploy_vertex_model.deploy_vertex_model(image)
@@ -331,8 +334,10 @@ class VertexOps(SameEverywhere):
         """When `enabled`: deploy the version on the endpoint with the configured display name (created when
         missing), on dedicated resources, with `traffic_percentage` % of the traffic (a canary's share taken from
         the champion's deployed model, replacing an earlier canary), unless it is deployed already (then only its
-        traffic is set), then finish the rollout (undeploy the replaced canary; at 100 %: the others but
-        `keep_previous`, and move the champion aliases). Otherwise move the aliases to the version now."""
+        traffic is set); a new deployed model must then answer the smoke examples through the endpoint's predict API
+        (else it is undeployed and the split from before restored) before the rollout finishes (undeploy the
+        replaced canary; at 100 %: the others but `keep_previous`, and move the champion aliases). Otherwise move
+        the aliases to the version now."""
         from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
 
         p = self.platform
@@ -384,7 +389,17 @@ class VertexOps(SameEverywhere):
                         service_account=p.service_account,
                     )
                 ).set_display_name("Deploy to endpoint")
-                after_deploy = uncached(self._finish(**finish, traffic_split={}).after(deployed))
+                verified = uncached(
+                    self._verify(
+                        endpoint=endpoint.outputs["artifact"],
+                        model=inputs.registered,
+                        dataset=inputs.dataset,
+                        previous_split=plan.outputs["previous_split"],
+                        default_signature_only=PREBUILT_SERVING in getattr(p, p.serving_image_field()),
+                    ).after(deployed)
+                )
+                verified.set_display_name("Verify through the endpoint (undeploy on failure)")
+                after_deploy = uncached(self._finish(**finish, traffic_split={}).after(verified))
                 after_deploy.set_display_name("Finish rollout (undeploy replaced canary and previous, move alias)")
             with dsl.Else(name="version-deployed"):
                 again = uncached(self._finish(**finish, traffic_split=plan.outputs["traffic_split"]))

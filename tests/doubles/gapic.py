@@ -4,7 +4,7 @@ every request and answering with real aiplatform_v1 messages, or failing as a gR
 
 import grpc
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, message
 
 
 class RpcFailure(grpc.RpcError, grpc.Call):
@@ -89,9 +89,9 @@ class FakeStub:
 
 
 def done_operation(response, name: str = "operations/1") -> operations_pb2.Operation:
-    """A finished long-running operation carrying `response` (a proto-plus message)."""
+    """A finished long-running operation carrying `response` (a proto-plus or protobuf message)."""
     packed = any_pb2.Any()
-    packed.Pack(type(response).pb(response))
+    packed.Pack(response if isinstance(response, message.Message) else type(response).pb(response))
     return operations_pb2.Operation(name=name, done=True, response=packed)
 
 
@@ -108,10 +108,13 @@ class RegistryDouble:
     """One Vertex AI endpoint and one registry model behind the EndpointService / ModelService stubs, in memory:
     deployed models (id, model version, deploy time), the traffic split and the version aliases. Every request is
     recorded, in order, in `calls` as (rpc, request); the state changes as Vertex's would (UpdateEndpoint replaces
-    the split, UndeployModel refuses a model that still has traffic, MergeVersionAliases moves an alias). Names are
-    answered as Vertex answers them: with the project's number, and a DeployedModel's `model` without its version
-    (that is in `model_version_id`). `failures` ({rpc: [RpcFailure]}): the first calls of an RPC fail with those,
-    one each, recorded like the others and changing nothing."""
+    the split, UndeployModel sets the split it carries and refuses a model that still has traffic, DeleteEndpoint
+    refuses an endpoint with deployed models, MergeVersionAliases moves an alias). Predict is answered by the
+    deployed model the traffic split picks (`picks`: the ids it picks, in order; a pick must serve traffic) with
+    `answers[id](instances, parameters)` as its predictions, and names it in `deployed_model_id`. Names are answered
+    as Vertex answers them: with the project's number, and a DeployedModel's `model` without its version (that is in
+    `model_version_id`). `failures` ({rpc: [RpcFailure]}): the first calls of an RPC fail with those, one each,
+    recorded like the others and changing nothing."""
 
     def __init__(
         self,
@@ -125,6 +128,9 @@ class RegistryDouble:
     ):
         from google.cloud.aiplatform_v1.services.endpoint_service.transports.grpc import EndpointServiceGrpcTransport
         from google.cloud.aiplatform_v1.services.model_service.transports.grpc import ModelServiceGrpcTransport
+        from google.cloud.aiplatform_v1.services.prediction_service.transports.grpc import (
+            PredictionServiceGrpcTransport,
+        )
 
         self.endpoint_name, self.model_name = numbered(endpoint_name), numbered(model_name)
         self.deployed = list(deployed)  # [(deployed model id, version id, create time seconds)]
@@ -132,9 +138,17 @@ class RegistryDouble:
         self.aliases = dict(aliases)  # {alias: version id}
         self.calls = []
         self.failures = {rpc: list(errors) for rpc, errors in (failures or {}).items()}
+        self.picks: list[str] = []
+        self.answers: dict = {}  # {deployed model id: (instances, parameters) -> predictions}
+        self.artifact_uris: dict = {}  # {version id: artifact URI}
+        self.deleted = False
         for transport, rpcs in (
-            (EndpointServiceGrpcTransport, ("get_endpoint", "update_endpoint", "undeploy_model", "list_endpoints")),
+            (
+                EndpointServiceGrpcTransport,
+                ("get_endpoint", "update_endpoint", "undeploy_model", "list_endpoints", "delete_endpoint"),
+            ),
             (ModelServiceGrpcTransport, ("merge_version_aliases", "get_model")),
+            (PredictionServiceGrpcTransport, ("predict",)),
         ):
             for rpc in rpcs:
                 FakeStub(self._recorded(rpc, getattr(self, f"_{rpc}"))).bind(transport, rpc, monkeypatch)
@@ -173,13 +187,52 @@ class RegistryDouble:
 
     def _update_endpoint(self, request):
         assert list(request.update_mask.paths) == ["traffic_split"]
+        self._check_split(dict(request.endpoint.traffic_split))
         self.split = dict(request.endpoint.traffic_split)
         return self._endpoint()
 
-    def _undeploy_model(self, request):
+    def _delete_endpoint(self, request):
         from google.api_core.exceptions import FailedPrecondition
+        from google.protobuf import empty_pb2
+
+        if self.deployed:
+            raise FailedPrecondition(f"endpoint {request.name} has deployed models")
+        self.deleted = True
+        return done_operation(empty_pb2.Empty())
+
+    def _predict(self, request):
+        from google.api_core.exceptions import FailedPrecondition
+        from google.cloud.aiplatform_v1.types import prediction_service
+        from google.protobuf import json_format
+
+        if not self.split:
+            raise FailedPrecondition(f"endpoint {request.endpoint} serves no traffic")
+        picked = self.picks.pop(0)
+        assert self.split.get(picked), f"the traffic split {self.split} cannot pick {picked}"
+        version = next(v for i, v, _ in self.deployed if i == picked)
+        fields = prediction_service.PredictRequest.to_dict(request)
+        predictions = self.answers[picked](fields["instances"], fields.get("parameters"))
+        answer = {"predictions": predictions, "deployedModelId": picked, "model": self.model_name}
+        return prediction_service.PredictResponse.wrap(
+            json_format.ParseDict({**answer, "modelVersionId": version}, prediction_service.PredictResponse.pb()())
+        )
+
+    def _check_split(self, split: dict) -> None:
+        from google.api_core.exceptions import InvalidArgument
+
+        unknown = set(split) - {d[0] for d in self.deployed}
+        if unknown or (split and sum(split.values()) != 100):
+            raise InvalidArgument(f"traffic_split {split}: unknown deployed models or not summing to 100")
+
+    def _undeploy_model(self, request):
+        from google.api_core.exceptions import FailedPrecondition, NotFound
         from google.cloud.aiplatform_v1.types import endpoint_service
 
+        if request.deployed_model_id not in {d[0] for d in self.deployed}:
+            raise NotFound(f"deployed model {request.deployed_model_id} not found")
+        if request.traffic_split:
+            self._check_split(dict(request.traffic_split))
+            self.split = dict(request.traffic_split)
         if self.split.get(request.deployed_model_id, 0):
             raise FailedPrecondition(f"deployed model {request.deployed_model_id} still has traffic")
         self.deployed = [d for d in self.deployed if d[0] != request.deployed_model_id]
@@ -207,4 +260,9 @@ class RegistryDouble:
         if not version.isdigit() and version not in self.aliases:
             raise NotFound(f"model {request.name} not found: no version or alias {version!r}")
         version = self.aliases.get(version, version)
-        return model_pb.Model(name=self.model_name, version_id=version, version_aliases=self._version_aliases(version))
+        return model_pb.Model(
+            name=self.model_name,
+            version_id=version,
+            version_aliases=self._version_aliases(version),
+            artifact_uri=self.artifact_uris.get(version, ""),
+        )

@@ -65,6 +65,11 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     expect.check_upload(recorded(tmp_path / "run1", "ModelService.UploadModel")[0], platform, commit)
     expect.check_endpoint_create(recorded(tmp_path / "run1", "EndpointService.CreateEndpoint")[0]["endpoint"], platform)
     expect.check_deploy(_deploys(tmp_path / "run1")[0], platform)
+    # the new deployed model answered the test split's examples through the endpoint's predict API before the rollout
+    assert statuses["verify-vertex-deploy"] == statuses["finish-vertex-rollout"] == "SUCCEEDED"
+    predicted = recorded(tmp_path / "run1", "PredictionService.Predict")  # one model: the split picks it each time
+    assert [len(p["instances"]) for p in predicted] == [8, 8]
+    assert [p.get("parameters") for p in predicted] == [None, {"signature_name": "serving_image_bytes"}]
 
     # 2: the tuning branch, compared with the first run's version, deployed as a 50 % canary
     canary = [*SETS, "--param", "epochs=3", "--param", "tuning_trial_epochs=1", "--param", "traffic_percentage=50"]
@@ -81,6 +86,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     expect.check_tuning_job(recorded(tmp_path / "run2", "JobService.CreateHyperparameterTuningJob")[0], platform, study)
     [endpoint] = summary["vertex"]["endpoints"]
     assert sorted(endpoint["traffic_split"].values()) == [50, 50] and len(endpoint["deployed_models"]) == 2
+    assert statuses["verify-vertex-deploy"] == "SUCCEEDED"  # the canary's own answers, whichever the split picked
     [model] = summary["vertex"]["models"]
     assert [set(v["aliases"]) for v in model["versions"]] == [{"default", "champion"}, set()]  # canary: no alias
 
@@ -174,6 +180,13 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
         locations = _locations(tmp_path / run)
         assert locations and all(uri.startswith("gs://") for _, uri in locations), (run, locations)
     assert _locations(tmp_path / "run2-again") == []  # cache hits and no upload: no request named a location
+
+    # nothing billed left behind: the endpoint serving the champion is deleted only with --force
+    refused = run_cli("delete-endpoint", "--rehearsal", state, *SETS)
+    assert refused.returncode == 1 and "serves traffic" in refused.stderr, refused.stdout + refused.stderr
+    deleted = run_cli("delete-endpoint", "--rehearsal", state, *SETS, "--force")
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    assert json.loads((state / "vertex_state.json").read_text())["endpoints"] == {}
 
 
 LOCATIONS = ("artifact_uri", "output_uri_prefix", "uris", "gcs_output_directory", "--data-dir", "--job-dir")

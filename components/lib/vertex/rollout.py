@@ -17,6 +17,7 @@ Plain functions over the Vertex AI GAPIC clients, for the steps `finish_vertex_r
 and the CLI.
 """
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from core.retries import policy
@@ -34,11 +35,13 @@ class DeployPlan:
     """A deploy of a version on the endpoint. `deployed_model_id` "": the version is not deployed yet (DeployModel
     with `traffic_split`, "0" naming the new deployed model); else the id of its deployed model (no DeployModel:
     the endpoint gets `traffic_split` when it differs). `replaced`: the canaries that stop serving (the rollout's
-    end undeploys them)."""
+    end undeploys them). `previous_split`: the endpoint's split before the deploy (what a rejected deploy
+    restores)."""
 
     traffic_split: dict[str, int]
     deployed_model_id: str
     replaced: list[str]
+    previous_split: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -209,18 +212,19 @@ def plan_deploy(endpoint_name: str, model_version: str, traffic_percentage: int,
     if not 1 <= traffic_percentage <= 100:
         raise ValueError(f"traffic_percentage must be in 1..100, got {traffic_percentage}")
     if not endpoint_name:
-        return DeployPlan({"0": 100}, "", [])
+        return DeployPlan({"0": 100}, "", [], {})
     deployed, current = deployed_models(endpoint_name)
+    before = {k: int(v) for k, v in current.items()}
     same = _deployed(deployed, model_version)
     new_id = same[-1].id if same else "0"
     champion = _champion_ids(deployed, model_version, alias)
     if new_id in champion:
-        return DeployPlan({k: int(v) for k, v in current.items()}, new_id, [])
+        return DeployPlan(dict(before), new_id, [], before)
     serving = {k: int(v) for k, v in current.items() if int(v) > 0 and k != new_id}
     kept = {k: v for k, v in serving.items() if k in champion} or serving
     split = {(new_id if k == "0" else k): v for k, v in traffic_split(kept, traffic_percentage).items()}
     replaced = sorted(set(serving) - set(kept))
-    return DeployPlan(split, "" if new_id == "0" else new_id, replaced)
+    return DeployPlan(split, "" if new_id == "0" else new_id, replaced, before)
 
 
 def finish_rollout(
@@ -317,3 +321,91 @@ def rollback(endpoint_name: str, aliases: list[str], echo=print) -> Rollback:
     if held_alias:
         move_aliases(version_name(previous), aliases, echo)
     return Rollback(previous.id, version_name(previous), undeployed=[newest.id], aliases_moved=held_alias)
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A deployed model taken off the endpoint, its version, and the split the endpoint serves afterwards."""
+
+    deployed_model_id: str
+    model_version: str
+    traffic_split: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A deleted endpoint and the deployed models undeployed before it."""
+
+    endpoint_name: str
+    undeployed: list[str]
+
+
+def rescaled(shares: dict[str, int]) -> dict[str, int]:
+    """The positive `shares` ({deployed model id: percent}) scaled to sum to 100, in proportion (largest remainders);
+    {} when none is positive."""
+    serving = {str(k): int(v) for k, v in shares.items() if int(v) > 0}
+    total = sum(serving.values())
+    if not total:
+        return {}
+    exact = {k: 100 * v / total for k, v in serving.items()}
+    split = {k: int(x) for k, x in exact.items()}
+    for k in sorted(exact, key=lambda k: (split[k] - exact[k], k))[: 100 - sum(split.values())]:
+        split[k] += 1
+    return {k: v for k, v in sorted(split.items()) if v}
+
+
+def take_off(endpoint_name: str, deployed_model_ids: Sequence[str], split: dict, echo=print) -> dict[str, int]:
+    """Undeploy `deployed_model_ids` from an endpoint whose split is `split`, their traffic given to the other
+    models serving, in proportion; when none serves, the endpoint's split is emptied first (it then answers no
+    prediction), since Vertex refuses to undeploy a model that serves traffic. Returns the split left."""
+    client = _endpoints(_location(endpoint_name))
+    split = {k: int(v) for k, v in split.items() if int(v)}
+    for deployed_model_id in deployed_model_ids:
+        share = split.pop(deployed_model_id, 0)
+        split = rescaled(split)
+        if share and not split:
+            set_traffic(endpoint_name, {})
+        client.undeploy_model(
+            endpoint=endpoint_name, deployed_model_id=deployed_model_id, traffic_split=split if share else {}
+        ).result(timeout=OPERATION_TIMEOUT)
+        echo(f"undeployed {deployed_model_id} from {endpoint_name}" + (f"; traffic {split}" if share else ""))
+    return split
+
+
+def undeploy_model(endpoint_name: str, deployed_model_id: str, force: bool = False, echo=print) -> Removal:
+    """Take `deployed_model_id` off the endpoint, its traffic given to the models still serving in proportion to
+    their shares. The last model serving traffic is refused unless `force` (the endpoint then serves nothing).
+    The version aliases stay where they are."""
+    deployed, split = deployed_models(endpoint_name)
+    matches = [d for d in deployed if d.id == deployed_model_id]
+    if not matches:
+        raise RolloutError(
+            f"no deployed model {deployed_model_id} on {endpoint_name}; deployed: "
+            + (", ".join(d.id for d in deployed) or "none")
+        )
+    others = {k: int(v) for k, v in split.items() if k != deployed_model_id and int(v)}
+    if int(split.get(deployed_model_id, 0)) and not others and not force:
+        raise RolloutError(
+            f"{deployed_model_id} ({version_name(matches[0])}) is the only model serving traffic on {endpoint_name}: "
+            "--force takes it off anyway (the endpoint then answers no prediction); delete-endpoint removes the "
+            "endpoint and every model on it"
+        )
+    left = take_off(endpoint_name, [deployed_model_id], dict(split), echo)
+    return Removal(deployed_model_id, version_name(matches[0]), left)
+
+
+def delete_endpoint(endpoint_name: str, force: bool = False, echo=print) -> Deletion:
+    """Undeploy every model of the endpoint (those without traffic first), then delete it (Vertex refuses to delete
+    an endpoint with deployed models). An endpoint serving traffic is refused unless `force`."""
+    deployed, split = deployed_models(endpoint_name)
+    serving = {k: int(v) for k, v in split.items() if int(v)}
+    if serving and not force:
+        shares = ", ".join(f"{k}: {v} %" for k, v in sorted(serving.items()))
+        raise RolloutError(
+            f"{endpoint_name} serves traffic ({shares}): --force undeploys its models and deletes it anyway"
+        )
+    order = sorted((d.id for d in deployed), key=lambda i: (serving.get(i, 0), i))
+    take_off(endpoint_name, order, split, echo)
+    _endpoints(_location(endpoint_name)).delete_endpoint(name=endpoint_name).result(timeout=OPERATION_TIMEOUT)
+    echo(f"deleted {endpoint_name}")
+    return Deletion(endpoint_name, order)

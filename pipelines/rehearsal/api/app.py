@@ -1,10 +1,10 @@
-"""The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService and
-Operations, REST for the routes of GCPC's upload, endpoint and deploy launchers and online prediction. Each request
-is parsed into its aiplatform_v1 message (an unknown field or a wrong type is refused as Vertex refuses it), recorded
-(Context.record) and answered by its service; an ApiError is answered with its status and message. A share of the
-project's own gRPC calls (Context.fault) is refused as Vertex refuses calls while busy; the calls of Google Cloud
-Pipeline Components' launchers (their user agent; every REST route) are not: they do not repeat a refused call, and on
-Vertex a task's retry policy repeats the step."""
+"""The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService,
+PredictionService (Predict) and Operations, REST for the routes of GCPC's upload and deploy launchers and online
+prediction. Each request is parsed into its aiplatform_v1 message (an unknown field or a wrong type is refused as
+Vertex refuses it), recorded (Context.record) and answered by its service; an ApiError is answered with its status
+and message. A share of the project's own gRPC calls (Context.fault) is refused as Vertex refuses calls while busy;
+the calls of Google Cloud Pipeline Components' launchers (their user agent; every REST route) are not: they do not
+repeat a refused call, and on Vertex a task's retry policy repeats the step."""
 
 from __future__ import annotations
 
@@ -129,6 +129,7 @@ class VertexDouble(Context):
             f"{V1}.JobService": self.job_service.rpcs(),
             f"{V1}.ModelService": self.model_service.rpcs(),
             f"{V1}.EndpointService": self.endpoint_service.rpcs(),
+            f"{V1}.PredictionService": self.endpoint_service.prediction_rpcs(),
             "google.longrunning.Operations": self.operations.rpcs(),
         }
         return [

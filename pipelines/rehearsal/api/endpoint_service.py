@@ -1,18 +1,26 @@
-"""The EndpointService on the registry's endpoints (registry.py): list, get, create, update (the traffic split only)
-and undeploy over gRPC; deploy and predict over REST (GCPC's deploy launcher, online prediction).
-A deployed model is the serving container (jobs.start_container) on Vertex's copy of the model's artifacts, started
-and stopped in a long-running operation; predict sends a request to a deployed model the traffic split picks."""
+"""The EndpointService on the registry's endpoints (registry.py): list, get, create, update (the traffic split only),
+undeploy and delete over gRPC; deploy and predict over REST (GCPC's deploy launcher, online prediction); the
+PredictionService's Predict over gRPC. A deployed model is the serving container (jobs.start_container) on Vertex's
+copy of the model's artifacts, started and stopped in a long-running operation; predict sends a request to a deployed
+model the traffic split picks and names it in the answer, as Vertex does."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import threading
 import time
+import urllib.error
 import urllib.request
 
-from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service as endpoint_service_pb
+from google.cloud.aiplatform_v1.types import (
+    endpoint as endpoint_pb,
+    endpoint_service as endpoint_service_pb,
+    prediction_service as prediction_service_pb,
+)
 from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2, json_format
 
 from pipelines.rehearsal import gcs, jobs
 from pipelines.rehearsal.api import messages
@@ -43,6 +51,7 @@ class EndpointService:
     def __init__(self, context: Context, operations: Operations):
         self.context, self.registry, self.operations = context, context.registry, operations
         self.containers: dict[str, tuple] = {}  # deployed model id → (process, its predict route's URL)
+        self.lock = threading.Lock()  # one start of a deployed model's container at a time
 
     def rpcs(self) -> dict:
         """The service's gRPC methods: name → (request class, response class, handler)."""
@@ -64,6 +73,17 @@ class EndpointService:
                 operations_pb2.Operation,
                 self.undeploy_model,
             ),
+            "DeleteEndpoint": (
+                endpoint_service_pb.DeleteEndpointRequest,
+                operations_pb2.Operation,
+                self.delete_endpoint,
+            ),
+        }
+
+    def prediction_rpcs(self) -> dict:
+        """The PredictionService's gRPC methods: name → (request class, response class, handler)."""
+        return {
+            "Predict": (prediction_service_pb.PredictRequest, prediction_service_pb.PredictResponse, self.grpc_predict)
         }
 
     def stop(self) -> None:
@@ -156,17 +176,61 @@ class EndpointService:
 
         return self.operations.long_running("EndpointService.UndeployModel", stop)
 
+    def _serving(self, endpoint_name: str, deployed_id: str) -> str:
+        """The predict URL of a deployed model's container. One an earlier rehearsal deployed (its state kept, its
+        container gone with that process) is started again on its copy of the model: on Vertex a deployed model
+        keeps serving between runs."""
+        with self.lock:
+            if deployed_id not in self.containers:
+                endpoint_id = endpoint_name.rsplit("/", 1)[-1]
+                log = os.path.join(self.context.directory, "endpoints", f"{deployed_id}.log")
+                os.makedirs(os.path.dirname(log), exist_ok=True)
+                try:
+                    self.containers[deployed_id] = jobs.start_container(
+                        self._model_copy(endpoint_id, deployed_id), endpoint_id, deployed_id, log
+                    )
+                except (FileNotFoundError, jobs.JobError) as e:
+                    raise ApiError("INTERNAL", f"deployed model {deployed_id} does not serve: {e}") from e
+            return self.containers[deployed_id][1]
+
+    def delete_endpoint(self, request: endpoint_service_pb.DeleteEndpointRequest) -> operations_pb2.Operation:
+        """Checked at once (an endpoint with deployed models is refused); done at once."""
+        self.registry.delete_endpoint(request.name)
+        return self.operations.done(empty_pb2.Empty())
+
     def predict(self, endpoint_name: str, body: dict) -> dict:
-        """The answer of the deployed model the endpoint's traffic split picks to the request `body`."""
+        """The answer of the deployed model the endpoint's traffic split picks to the request `body`, with the
+        deployed model, model and version that answered (PredictResponse's fields, in REST's JSON names)."""
         endpoint = self.registry.endpoint(endpoint_name)
         split = endpoint["traffic_split"]
         if not split:
             raise ApiError("FAILED_PRECONDITION", f"{endpoint_name} has no deployed model serving traffic")
         chosen = random.choices(list(split), weights=list(split.values()))[0]
-        if chosen not in self.containers:
-            raise ApiError("FAILED_PRECONDITION", f"deployed model {chosen} is not running in this rehearsal")
         request = urllib.request.Request(
-            self.containers[chosen][1], json.dumps(body).encode(), {"Content-Type": "application/json"}
+            self._serving(endpoint_name, chosen), json.dumps(body).encode(), {"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read())
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as e:
+            status = "INVALID_ARGUMENT" if e.code < 500 else "INTERNAL"
+            raise ApiError(status, f"the deployed model {chosen} answered {e.code}: {e.read()[:300]!r}") from None
+        deployed = next(d for d in endpoint["deployed_models"] if d["id"] == chosen)
+        return {
+            **answer,
+            "deployedModelId": chosen,
+            "model": deployed["model"],
+            "modelVersionId": deployed["model_version_id"],
+            "modelDisplayName": deployed.get("display_name", ""),
+        }
+
+    def grpc_predict(self, request: prediction_service_pb.PredictRequest) -> prediction_service_pb.PredictResponse:
+        """Predict over gRPC: the request's instances and parameters sent as REST's body."""
+        fields = messages.to_dict(request)
+        body = {k: fields[k] for k in ("instances", "parameters") if k in fields}
+        answer = self.predict(request.endpoint, body)
+        names = ("predictions", "deployedModelId", "model", "modelVersionId", "modelDisplayName")
+        response = json_format.ParseDict(
+            {k: answer[k] for k in names if k in answer}, prediction_service_pb.PredictResponse.pb()()
+        )
+        return prediction_service_pb.PredictResponse.wrap(response)

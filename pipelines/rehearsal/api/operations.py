@@ -7,7 +7,7 @@ import threading
 
 import grpc
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, message
 from google.rpc import status_pb2
 
 from pipelines.rehearsal.api.context import Context
@@ -31,9 +31,9 @@ class Operations:
         return operation
 
     def done(self, response) -> operations_pb2.Operation:
-        """An operation done already, with `response` (a proto-plus message)."""
+        """An operation done already, with `response` (a proto-plus or protobuf message)."""
         packed = any_pb2.Any()
-        packed.Pack(type(response).pb(response))
+        packed.Pack(response if isinstance(response, message.Message) else type(response).pb(response))
         return self._new(done=True, response=packed)
 
     def long_running(self, method: str, work) -> operations_pb2.Operation:

@@ -49,6 +49,7 @@ def test_the_compiled_pipelines_embed_every_step():
         "prepare_data",
         "evaluate_model",
         "finish_vertex_rollout",
+        "verify_vertex_deploy",
         "crown_vertex_model",
         "plan_vertex_training",
         "plan_batch_prediction",

@@ -650,7 +650,8 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     assert planned["condition-11"]["triggerPolicy"]["condition"] == not_deployed
     assert planned["condition-12"]["triggerPolicy"]["condition"] == f"!({not_deployed})"
     new, again = dag(spec, "comp-condition-11"), dag(spec, "comp-condition-12")
-    assert set(new) == {"deploy-vertex-model", "finish-vertex-rollout"} and set(again) == {"finish-vertex-rollout-2"}
+    assert set(new) == {"deploy-vertex-model", "verify-vertex-deploy", "finish-vertex-rollout"}
+    assert set(again) == {"finish-vertex-rollout-2"}
     task = new["deploy-vertex-model"]
     assert task["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(task) == {
@@ -669,7 +670,19 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "keep_previous": 1,
         "aliases": ["champion", "blue"],
     }
-    assert deps(new, "finish-vertex-rollout") == ["deploy-vertex-model"]
+    # the new deployed model answers the test split's examples through the endpoint before the rollout finishes
+    # (a failure undeploys it and restores the split from before the deploy)
+    assert deps(new, "verify-vertex-deploy") == ["deploy-vertex-model"]
+    assert new["verify-vertex-deploy"]["inputs"]["artifacts"] == {
+        "endpoint": endpoint,
+        "model": uploaded,
+        "dataset": {"componentInputArtifact": "pipelinechannel--prepare-data-dataset"},
+    }
+    assert params(new["verify-vertex-deploy"]) == {
+        "previous_split": {"componentInputParameter": "pipelinechannel--plan-traffic-split-previous_split"},
+        "default_signature_only": False,  # this project's serving image takes the signature's name
+    }
+    assert deps(new, "finish-vertex-rollout") == ["verify-vertex-deploy"]
     assert new["finish-vertex-rollout"]["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
     assert params(new["finish-vertex-rollout"]) == {**finish, "traffic_split": {}}
     assert again["finish-vertex-rollout-2"]["inputs"]["artifacts"] == {"endpoint": endpoint, "model": uploaded}
@@ -682,6 +695,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         (deploy, "ensure-endpoint"),
         (deploy, "plan-traffic-split"),
         (new, "deploy-vertex-model"),
+        (new, "verify-vertex-deploy"),
         (new, "finish-vertex-rollout"),
         (again, "finish-vertex-rollout-2"),
     ):
@@ -695,6 +709,7 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
     assert outputs == {
         "traffic_split": {"parameterType": "STRUCT"},
         "deployed_model_id": {"parameterType": "STRING"},
+        "previous_split": {"parameterType": "STRUCT"},
     }
     inputs = root_inputs(spec)
     assert inputs["traffic_percentage"] == {"defaultValue": 100, "isOptional": True, "parameterType": "NUMBER_INTEGER"}

@@ -87,9 +87,17 @@ def test_lists_are_ordered_and_paged_as_vertex_pages_them(tmp_path):
 
 def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_path, gcs_emulator):
     """DeployModel answers an operation at once; the container starts in it on Vertex's copy of the artifacts with
-    Vertex's AIP_* routes; the endpoint's predict route forwards to the container's and refuses a body over an online
-    request's 1.5 MiB; undeploying deletes the copy."""
+    Vertex's AIP_* routes; the endpoint's predict route (REST and gRPC) forwards to the container's, names the
+    deployed model that answered and refuses a body over an online request's 1.5 MiB; a later double on the same state
+    serves it again; undeploying deletes the copy; an endpoint is deleted only with nothing deployed."""
+    import grpc
     import requests
+    from google.api_core.exceptions import FailedPrecondition
+    from google.cloud import aiplatform_v1
+    from google.cloud.aiplatform_v1.services.endpoint_service.transports.grpc import EndpointServiceGrpcTransport
+    from google.cloud.aiplatform_v1.services.prediction_service.transports.grpc import (
+        PredictionServiceGrpcTransport,
+    )
     from google.cloud.aiplatform_v1.types import endpoint as endpoint_pb, endpoint_service
 
     from pipelines.rehearsal import gcs
@@ -126,8 +134,29 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
         url = f"{double.http_base}/v1/{endpoint}:predict"
         answer = requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}, timeout=30)
         assert answer.status_code == 200 and answer.json()["predictions"][0]["y"] == [2.0, 4.0, 6.0]
+        # Vertex names the deployed model, model and version that answered (REST and gRPC alike)
+        assert {k: answer.json()[k] for k in ("deployedModelId", "model", "modelVersionId")} == {
+            "deployedModelId": deployed["id"],
+            "model": name,
+            "modelVersionId": "1",
+        }
+        # the next rehearsal (a new double on the saved state) finds the model deployed, and it still serves
+        double.stop()
+        double = VertexDouble(str(tmp_path / "d2"), str(tmp_path / "state.json"), "p-rehearsal", "4711", "us-central1")
+        double.start()
+        predictor = aiplatform_v1.PredictionServiceClient(
+            transport=PredictionServiceGrpcTransport(channel=grpc.insecure_channel(double.grpc_target))
+        )
+        answered = predictor.predict(endpoint=endpoint, instances=[[1.0, 2.0, 3.0]])
+        assert answered.deployed_model_id == deployed["id"] and answered.model_version_id == "1"
+        assert list(answered.predictions[0]["y"]) == [2.0, 4.0, 6.0]
+        endpoints = aiplatform_v1.EndpointServiceClient(
+            transport=EndpointServiceGrpcTransport(channel=grpc.insecure_channel(double.grpc_target))
+        )
+        with pytest.raises(FailedPrecondition, match=f"has deployed models \\({deployed['id']}\\)"):
+            endpoints.delete_endpoint(name=endpoint)
         big = {"instances": np.ones((100_000, 3)).tolist()}  # about 1.7 MB of JSON
-        refused = requests.post(url, json=big, timeout=30)
+        refused = requests.post(f"{double.http_base}/v1/{endpoint}:predict", json=big, timeout=30)
         assert refused.status_code == 400
         assert refused.json()["error"]["message"] == "Request payload size exceeds the limit: 1572864 bytes."
         copied = [b.name for b in gcs_emulator.client.list_blobs("caip-tenant-4711")]
@@ -140,6 +169,8 @@ def test_a_deployed_model_serves_on_vertexs_routes_within_the_online_limit(tmp_p
             time.sleep(0.2)
         assert undo.done and not undo.HasField("error"), undo
         assert list(gcs_emulator.client.list_blobs("caip-tenant-4711")) == []  # the copy goes with the deployment
+        endpoints.delete_endpoint(name=endpoint).result(timeout=30)  # nothing deployed: Vertex deletes it
+        assert double.registry.list_endpoints(parent, None) == []
     finally:
         double.stop()
 

@@ -87,6 +87,10 @@ def undeploy(deployed_model_id):
     )
 
 
+def champion(model=MODEL):
+    return ("get_model", model_service.GetModelRequest(name=f"{model}@champion"))
+
+
 def merge(version, model=MODEL):
     return (
         "merge_version_aliases",
@@ -105,16 +109,17 @@ def test_a_full_rollout_repeats_each_call_vertex_refused(monkeypatch):
         failures={"get_endpoint": [unavailable()], "undeploy_model": [quota()], "merge_version_aliases": [internal()]},
     )
     result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 0, ALIASES, echo=lambda line: None)
-    assert vertex.calls == [
+    assert vertex.calls == [  # d2, deployed after the champion's d1, a canary: undeployed first
         get_endpoint(),
         get_endpoint(),
-        undeploy("d1"),
-        undeploy("d1"),
+        champion(),
         undeploy("d2"),
+        undeploy("d2"),
+        undeploy("d1"),
         merge("3"),
         merge("3"),
     ]
-    assert result == Rollout(deployed_model_id="d3", canary=False, undeployed=["d1", "d2"], kept=[])
+    assert result == Rollout(deployed_model_id="d3", canary=False, undeployed=["d2", "d1"], kept=[])
     assert [d[0] for d in vertex.deployed] == ["d3"] and vertex.aliases == {"champion": "3", "default": "3"}
 
 
@@ -134,11 +139,17 @@ def test_an_undeploy_is_not_repeated_after_an_internal_error_but_a_traffic_updat
         promote(ENDPOINT, 0, ALIASES, echo=lambda line: None)
     update = vertex.calls[1]
     assert update[0] == "update_endpoint" and dict(update[1].endpoint.traffic_split) == {"d2": 100}
-    assert vertex.calls == [get_endpoint(), update, update, undeploy("d1")]
+    assert vertex.calls == [get_endpoint(), update, update, champion(numbered(MODEL)), undeploy("d1")]
     assert vertex.split == {"d2": 100} and [d[0] for d in vertex.deployed] == ["d1", "d2"]
     vertex.calls = []
     assert promote(ENDPOINT, 0, ALIASES, echo=lambda line: None) == Promotion("d2", f"{numbered(MODEL)}@2", ["d1"])
-    assert vertex.calls == [get_endpoint(), update, undeploy("d1"), merge("2", numbered(MODEL))]
+    assert vertex.calls == [
+        get_endpoint(),
+        update,
+        champion(numbered(MODEL)),
+        undeploy("d1"),
+        merge("2", numbered(MODEL)),
+    ]
 
 
 def test_the_job_reads_repeat_after_unavailable_and_quota_answers(monkeypatch):

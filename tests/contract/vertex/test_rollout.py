@@ -74,7 +74,9 @@ def test_a_new_canary_takes_its_share_from_the_champion_and_replaces_the_earlier
     # version 1 is the champion at 90 %, version 2 an earlier canary at 10 %; version 3 comes as a 10 % canary
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     plan = plan_deploy(ENDPOINT, f"{MODEL}@3", 10, "champion")
-    assert plan == DeployPlan(traffic_split={"0": 10, "d1": 90}, deployed_model_id="", replaced=["d2"])
+    assert plan == DeployPlan(
+        traffic_split={"0": 10, "d1": 90}, deployed_model_id="", replaced=["d2"], previous_split={"d1": 90, "d2": 10}
+    )
     assert vertex.calls == [get_endpoint(), champion()]
     # DeployModel with that split (d2 left out of it: 0 %), then the rollout's end undeploys the replaced canary
     vertex.deployed.append(("d3", "3", 300))
@@ -89,14 +91,18 @@ def test_a_version_deployed_already_is_not_deployed_again(monkeypatch):
     # the canary's run again on unchanged data: the same version, deployed, at the share asked: nothing changes
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     plan = plan_deploy(ENDPOINT, f"{MODEL}@2", 10, "champion")
-    assert plan == DeployPlan(traffic_split={"d2": 10, "d1": 90}, deployed_model_id="d2", replaced=[])
+    assert plan == DeployPlan(
+        traffic_split={"d2": 10, "d1": 90}, deployed_model_id="d2", replaced=[], previous_split={"d1": 90, "d2": 10}
+    )
     vertex.calls = []
     result = finish_rollout(ENDPOINT, f"{MODEL}@2", 10, 1, ALIASES, plan.traffic_split)
     assert vertex.calls == [get_endpoint(), champion()]  # no traffic change, nothing undeployed, no alias moved
     assert result == Rollout(deployed_model_id="d2", canary=True, undeployed=[], kept=["d1"])
     # asked for all the traffic now: its split is set, the rest of a full rollout follows
     plan = plan_deploy(ENDPOINT, f"{MODEL}@2", 100, "champion")
-    assert plan == DeployPlan(traffic_split={"d2": 100}, deployed_model_id="d2", replaced=[])
+    assert plan == DeployPlan(
+        traffic_split={"d2": 100}, deployed_model_id="d2", replaced=[], previous_split={"d1": 90, "d2": 10}
+    )
     vertex.calls = []
     result = finish_rollout(ENDPOINT, f"{MODEL}@2", 100, 0, ALIASES, plan.traffic_split)
     assert vertex.calls == [get_endpoint(), traffic({"d2": 100}), champion(), undeploy("d1"), merge("2")]
@@ -126,7 +132,9 @@ def test_two_canaries_deployed_at_once_leave_one(monkeypatch, capsys):
 def test_the_champion_found_deployed_keeps_the_endpoint_as_it_is(monkeypatch):
     vertex = double(monkeypatch, [("d0", "0", 50), ("d1", "1", 100)], {"d1": 100})
     plan = plan_deploy(ENDPOINT, f"{MODEL}@1", 10, "champion")  # a canary's run whose model is the champion
-    assert plan == DeployPlan(traffic_split={"d1": 100}, deployed_model_id="d1", replaced=[])
+    assert plan == DeployPlan(
+        traffic_split={"d1": 100}, deployed_model_id="d1", replaced=[], previous_split={"d1": 100}
+    )
     vertex.calls = []
     result = finish_rollout(ENDPOINT, f"{MODEL}@1", 10, 1, ALIASES, plan.traffic_split)
     assert vertex.calls == [get_endpoint(), champion(), merge("1")]  # aliases merged again (no change); d0 kept
@@ -136,7 +144,9 @@ def test_the_champion_found_deployed_keeps_the_endpoint_as_it_is(monkeypatch):
 def test_a_full_rollout_undeploys_the_canary_before_keeping_previous_models(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     plan = plan_deploy(ENDPOINT, f"{MODEL}@3", 100, "champion")
-    assert plan == DeployPlan(traffic_split={"0": 100}, deployed_model_id="", replaced=["d2"])
+    assert plan == DeployPlan(
+        traffic_split={"0": 100}, deployed_model_id="", replaced=["d2"], previous_split={"d1": 90, "d2": 10}
+    )
     vertex.deployed.append(("d3", "3", 300))
     vertex.split, vertex.calls = {"d3": 100}, []
     result = finish_rollout(ENDPOINT, f"{MODEL}@3", 100, 1, ALIASES)
@@ -147,9 +157,14 @@ def test_a_full_rollout_undeploys_the_canary_before_keeping_previous_models(monk
 def test_without_the_champion_on_the_endpoint_a_canary_shares_with_every_model_serving(monkeypatch):
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 80, "d2": 20}, {"default": "1"})
     plan = plan_deploy(ENDPOINT, f"{MODEL}@3", 10, "champion")  # no version holds the alias
-    assert plan == DeployPlan(traffic_split={"0": 10, "d1": 72, "d2": 18}, deployed_model_id="", replaced=[])
+    assert plan == DeployPlan(
+        traffic_split={"0": 10, "d1": 72, "d2": 18},
+        deployed_model_id="",
+        replaced=[],
+        previous_split={"d1": 80, "d2": 20},
+    )
     assert vertex.calls == [get_endpoint(), champion()]
-    assert plan_deploy("", f"{MODEL}@3", 10, "champion") == DeployPlan({"0": 100}, "", [])  # a new endpoint
+    assert plan_deploy("", f"{MODEL}@3", 10, "champion") == DeployPlan({"0": 100}, "", [], {})  # a new endpoint
     assert len(vertex.calls) == 2  # ... is not read
     with pytest.raises(ValueError, match="traffic_percentage must be in 1..100"):
         plan_deploy(ENDPOINT, f"{MODEL}@3", 0, "champion")
@@ -158,7 +173,7 @@ def test_without_the_champion_on_the_endpoint_a_canary_shares_with_every_model_s
 def test_plan_traffic_split_reads_the_resource_name_of_its_model(monkeypatch, capsys):
     double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
     model = dsl.Artifact(uri="https://x/v1/m", metadata={"resourceName": f"{MODEL}@2"})
-    assert plan_traffic_split(model, ENDPOINT, 10, "champion") == ({"d2": 10, "d1": 90}, "d2")
+    assert plan_traffic_split(model, ENDPOINT, 10, "champion") == ({"d2": 10, "d1": 90}, "d2", {"d1": 90, "d2": 10})
     assert f"{MODEL}@2 is deployed already as d2: no new deploy" in capsys.readouterr().out
 
 
@@ -342,3 +357,233 @@ def test_promote_and_rollback_commands(monkeypatch, tmp_path):
     (tmp_path / "c.yaml").write_text("platform:\n  location: europe-west4\n")
     result = CliRunner().invoke(cli, ["promote", "--config", str(tmp_path / "c.yaml")])
     assert result.exit_code == 1 and "platform.project is required on Vertex AI" in result.output
+
+
+# --- the deploy verified through the endpoint (components/lib/vertex/verify.py) -----------------------------------
+
+PIXELS = [[0.0, 1.0], [2.0, 3.0]]
+
+
+def smoke_checks():
+    import numpy as np
+
+    from components.lib.deploy.smoke import SmokeCheck
+
+    return [
+        SmokeCheck("serving_default", np.array(PIXELS), np.array([3, 5])),
+        SmokeCheck("serving_image_bytes", np.array([b"a", b"b"], dtype=object), np.array([3, 5])),
+    ]
+
+
+def predict(instances=PIXELS, parameters=None, endpoint=ENDPOINT):
+    """A PredictRequest as the GAPIC client builds it from flattened arguments (proto-plus takes no list of
+    Values in the constructor)."""
+    from google.cloud.aiplatform_v1.types import prediction_service
+
+    request = prediction_service.PredictRequest(endpoint=endpoint)
+    request.instances.extend(instances)
+    if parameters is not None:
+        request.parameters = parameters
+    return ("predict", request)
+
+
+def answering(*class_ids):
+    return lambda instances, parameters: [{"class_id": c, "probabilities": [0.5, 0.5]} for c in class_ids]
+
+
+def test_a_canary_is_verified_on_its_own_answers_through_the_endpoint(monkeypatch):
+    from components.lib.vertex.verify import Verification, verify_deploy
+
+    # d2 (version 2) was just deployed as a 10 % canary; the champion d1 answers some predictions first
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    vertex.picks = ["d1", "d1", "d2", "d1", "d2"]
+    vertex.answers = {"d1": answering(9, 9), "d2": answering(3, 5)}  # the champion's answers are not checked
+    result = verify_deploy(ENDPOINT, f"{MODEL}@2", smoke_checks, {"d1": 100})
+    image_bytes = dict(
+        instances=[{"b64": "YQ=="}, {"b64": "Yg=="}], parameters={"signature_name": "serving_image_bytes"}
+    )
+    assert vertex.calls == [
+        get_endpoint(),
+        predict(),
+        predict(),
+        predict(),
+        predict(**image_bytes),
+        predict(**image_bytes),
+    ]
+    assert result == Verification(
+        deployed_model_id="d2",
+        predictions=5,
+        smoke={
+            "examples": 2,
+            "class_ids": [3, 5],
+            "signature_name": "serving_default",
+            "signatures": ["serving_default", "serving_image_bytes"],
+        },
+    )
+    assert vertex.split == {"d1": 90, "d2": 10} and [d[0] for d in vertex.deployed] == ["d1", "d2"]
+
+
+def test_a_deployed_model_answering_wrong_is_undeployed_and_the_split_before_restored(monkeypatch):
+    from components.lib.vertex.verify import DeployRejected, verify_deploy
+
+    # d3 came as a 10 % canary replacing the canary d2 (left at 0 % until the rollout's end); it answers wrong
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 90, "d3": 10})
+    vertex.picks, vertex.answers = ["d3"], {"d3": answering(3, 4)}
+    with pytest.raises(DeployRejected) as rejected:
+        verify_deploy(ENDPOINT, f"{MODEL}@3", smoke_checks, {"d1": 90, "d2": 10})
+    assert str(rejected.value) == (
+        f"deployed model d3 ({MODEL}@3) failed its check through {ENDPOINT}: smoke prediction on serving_default "
+        "disagrees with the published model: [3 4] vs [3 5]; undeployed it, traffic {'d1': 90, 'd2': 10}"
+    )
+    assert vertex.calls == [
+        get_endpoint(),
+        predict(),
+        (
+            "undeploy_model",
+            endpoint_service.UndeployModelRequest(
+                endpoint=ENDPOINT, deployed_model_id="d3", traffic_split={"d1": 90, "d2": 10}
+            ),
+        ),
+    ]
+    assert vertex.split == {"d1": 90, "d2": 10} and [d[0] for d in vertex.deployed] == ["d1", "d2"]
+
+
+def test_a_canary_the_split_never_picks_is_rejected_after_enough_predictions(monkeypatch):
+    from components.lib.vertex.verify import DeployRejected, predictions_needed, verify_deploy
+
+    assert [predictions_needed(s) for s in (100, 50, 10, 1, 0)] == [1, 14, 88, 917, 0]
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 50, "d2": 50})
+    vertex.picks, vertex.answers = ["d1"] * 14, {"d1": answering(3, 5)}
+    with pytest.raises(DeployRejected, match="the traffic split never picked d2 \\(50 %\\) in 14 predictions"):
+        verify_deploy(ENDPOINT, f"{MODEL}@2", smoke_checks, {"d1": 100})
+    assert vertex.calls[1:] == [predict()] * 14 + [
+        (
+            "undeploy_model",
+            endpoint_service.UndeployModelRequest(endpoint=ENDPOINT, deployed_model_id="d2", traffic_split={"d1": 100}),
+        )
+    ]
+
+
+def test_a_first_deploy_whose_model_cannot_be_checked_leaves_an_empty_endpoint(monkeypatch):
+    from components.lib.deploy.smoke import SmokeFailed
+    from components.lib.vertex.verify import DeployRejected, verify_deploy
+
+    vertex = double(monkeypatch, [("d1", "1", 100)], {"d1": 100})  # a new endpoint: nothing served before
+
+    def checks():
+        raise SmokeFailed("the published model's serving_default has no class_id output (['y'])")
+
+    with pytest.raises(DeployRejected) as rejected:
+        verify_deploy(ENDPOINT, f"{MODEL}@1", checks, {})
+    assert str(rejected.value).endswith(
+        "no class_id output (['y']); undeployed it, traffic none (nothing else was deployed)"
+    )
+    # Vertex refuses to undeploy a model with traffic: the split is emptied first
+    assert vertex.calls == [get_endpoint(), traffic({}), undeploy("d1")]
+    assert vertex.deployed == [] and vertex.split == {}
+
+
+def test_the_verify_step_checks_the_registered_models_answers_on_the_test_split(
+    monkeypatch, trained_model, digits_data
+):
+    """The KFP step on a trained model: the examples and class ids the other targets' smoke tests use."""
+    from components.lib.vertex.verify import DeployRejected
+    from components.verify_vertex_deploy import verify_vertex_deploy
+    from tests.helpers.model_answers import model_outputs, split_examples
+
+    model_dir = str(trained_model / "model")
+    examples = split_examples(str(digits_data), 8)
+    class_ids = [int(c) for c in model_outputs(model_dir, examples)["class_id"]]
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+    vertex.artifact_uris = {"2": model_dir}
+    vertex.picks, vertex.answers = ["d2"], {"d2": answering(*class_ids)}
+    endpoint = dsl.Artifact(uri="https://x/v1/e", metadata={"resourceName": ENDPOINT})
+    model = dsl.Artifact(uri="https://x/v1/m", metadata={"resourceName": f"{MODEL}@2"})
+    dataset = dsl.Dataset(uri=str(digits_data))
+    dataset.path = str(digits_data)
+    result = verify_vertex_deploy(endpoint, model, dataset, {"d1": 100}, True)
+    assert result["smoke"]["class_ids"] == class_ids and result["deployed_model_id"] == "d2"
+    assert vertex.calls[:2] == [get_endpoint(), ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2"))]
+    assert vertex.calls[2] == predict(examples.tolist())
+
+    vertex.picks, vertex.answers = ["d2"], {"d2": answering(*[(c + 1) % 10 for c in class_ids])}
+    with pytest.raises(DeployRejected, match="disagrees with the published model"):
+        verify_vertex_deploy(endpoint, model, dataset, {"d1": 100}, True)
+    assert vertex.split == {"d1": 100} and [d[0] for d in vertex.deployed] == ["d1"]
+
+
+# --- taking models and endpoints away (undeploy, delete-endpoint) --------------------------------------------------
+
+
+def test_undeploy_and_delete_endpoint_commands(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+
+    config = str(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("platform:\n  project: my-project\n  location: europe-west4\n")
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 50, "d2": 40, "d3": 10})
+
+    def run(*args):
+        vertex.calls.clear()
+        return CliRunner().invoke(cli, [*args, "--config", config, "--endpoint", ENDPOINT])
+
+    result = run("undeploy", "--deployed-model-id", "d2")
+    assert result.exit_code == 0, result.output
+    # d2's 40 % goes to the others in proportion to theirs, in the UndeployModel itself
+    assert vertex.calls == [
+        get_endpoint(),
+        (
+            "undeploy_model",
+            endpoint_service.UndeployModelRequest(
+                endpoint=ENDPOINT, deployed_model_id="d2", traffic_split={"d1": 83, "d3": 17}
+            ),
+        ),
+    ]
+    assert result.output.splitlines()[-1] == (
+        f"undeployed {ANSWERED_MODEL}@2 (deployed model d2); traffic: d1: 83 %, d3: 17 %"
+    )
+    result = run("undeploy", "--deployed-model-id", "d9")
+    assert result.exit_code == 1 and result.output == f"Error: no deployed model d9 on {ENDPOINT}; deployed: d1, d3\n"
+
+    result = run("delete-endpoint")
+    assert result.exit_code == 1 and vertex.calls == [get_endpoint()]
+    assert result.output == (
+        f"Error: {ENDPOINT} serves traffic (d1: 83 %, d3: 17 %): --force undeploys its models and deletes it anyway\n"
+    )
+    assert run("undeploy", "--deployed-model-id", "d1").exit_code == 0 and vertex.split == {"d3": 100}
+    result = run("undeploy", "--deployed-model-id", "d3")
+    assert result.exit_code == 1 and vertex.calls == [get_endpoint()]
+    assert result.output.startswith(f"Error: d3 ({ANSWERED_MODEL}@3) is the only model serving traffic on {ENDPOINT}")
+    assert run("undeploy", "--deployed-model-id", "d3", "--force").exit_code == 0
+    assert vertex.calls == [get_endpoint(), traffic({}), undeploy("d3")] and vertex.deployed == []
+
+    result = run("delete-endpoint")
+    assert result.exit_code == 0, result.output
+    assert vertex.calls == [get_endpoint(), ("delete_endpoint", endpoint_service.DeleteEndpointRequest(name=ENDPOINT))]
+    assert vertex.deleted and result.output.splitlines()[-1] == (
+        f"deleted {ENDPOINT} (deployed models undeployed: none)"
+    )
+
+
+def test_delete_endpoint_undeploys_every_model_first(monkeypatch):
+    from components.lib.vertex.rollout import Deletion, delete_endpoint
+
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 90, "d3": 10})
+    with pytest.raises(RolloutError, match="serves traffic"):
+        delete_endpoint(ENDPOINT)
+    vertex.calls.clear()
+    assert delete_endpoint(ENDPOINT, force=True) == Deletion(ENDPOINT, undeployed=["d2", "d3", "d1"])
+    # the model without traffic first, then the smaller share (its traffic to d1), then the last (split emptied)
+    assert vertex.calls == [
+        get_endpoint(),
+        undeploy("d2"),
+        (
+            "undeploy_model",
+            endpoint_service.UndeployModelRequest(endpoint=ENDPOINT, deployed_model_id="d3", traffic_split={"d1": 100}),
+        ),
+        traffic({}),
+        undeploy("d1"),
+        ("delete_endpoint", endpoint_service.DeleteEndpointRequest(name=ENDPOINT)),
+    ]
+    assert vertex.deleted and vertex.deployed == []

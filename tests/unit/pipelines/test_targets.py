@@ -32,6 +32,7 @@ def test_vertex_builds_no_self_hosted_component():
         "_split",
         "_plan_batch",
         "_finish",
+        "_verify",
         "_crown",
     }
     assert ops._champion.component_spec.name == "find-registry-champion"
