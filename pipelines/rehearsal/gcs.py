@@ -75,7 +75,10 @@ def _as_cloud_storage() -> None:
     - the URLs it answers (upload sessions, download links) name the emulator, not the request's Host;
     - an empty media upload (a folder marker `a/`) is an empty object, not an error;
     - `a/` beside `a/b` is possible: an object's bytes are kept in a file named by a hash of its name;
-    - the metadata file, which holds every object, is written at most once a second, not at every write."""
+    - the metadata file, which holds every object, is written at most once a second, not at every write;
+    - a client gone mid-request (a step's process that failed) is not reported with a stack on stderr: the run's
+      error is its one line."""
+    import sys
     from functools import partial
     from http.server import ThreadingHTTPServer
 
@@ -102,8 +105,13 @@ def _as_cloud_storage() -> None:
         handler.rfile.readline()  # the empty line after the last chunk
         return body
 
+    class QuietServer(ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
     def serve(self):
-        self._httpd = ThreadingHTTPServer((self._host, self._port), partial(server.RequestHandler, self._storage))
+        self._httpd = QuietServer((self._host, self._port), partial(server.RequestHandler, self._storage))
         self._httpd.daemon_threads = True
         self.is_running.set()
         self._httpd.serve_forever()

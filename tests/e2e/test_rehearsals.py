@@ -220,13 +220,13 @@ def _deploys(out: Path) -> list[dict]:
 
 
 def test_a_wrong_wire_fails_with_the_step_and_the_apis_message(tmp_path):
-    """The custom job's base output directory wired to the plan's display name instead of its directory: the
+    """The custom job's base output directory wired to the plan's display name instead of its claimed folder: the
     double refuses CreateCustomJob as Vertex AI would, and the rehearsal names the step and the message."""
     compiled = tmp_path / "template.yaml"
     assert run_cli("compile", "--target", "vertex", *IMAGE_SETS, "--output", compiled).returncode == 0
     spec = yaml.safe_load(compiled.read_text())
     wire = spec["root"]["dag"]["tasks"]["custom-training-job"]["inputs"]["parameters"]["base_output_directory"]
-    wire["taskOutputParameter"]["outputParameterKey"] = "display_name"
+    wire["taskOutputParameter"] = {"producerTask": "plan-vertex-training-2", "outputParameterKey": "display_name"}
     broken = tmp_path / "broken.yaml"
     broken.write_text(yaml.safe_dump(spec, sort_keys=False))
     result = run_cli(
