@@ -253,6 +253,7 @@ def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe
             CUSTOM,
             "run-1",
             "train",
+            {"location": "europe-west4"},
             Artifact(uri="gs://b/root/plan/job_dir"),
         )
         assert [s["container_spec"]["args"] for s in specs] == [
