@@ -26,12 +26,16 @@ def api_endpoint(location: str) -> str:
     return f"{location}-aiplatform.googleapis.com"
 
 
+def location_of(resource_name: str) -> str:
+    """The region of a resource `projects/P/locations/LOCATION/...`."""
+    return resource_name.split("/")[3]
+
+
 def resource_uri(resource_name: str) -> str:
     """The `https://<location>-aiplatform.googleapis.com/v1/<name>` URI GCPC gives Vertex resource artifacts."""
     if not resource_name:
         return ""
-    location = resource_name.split("/")[3]
-    return f"https://{api_endpoint(location)}/v1/{resource_name}"
+    return f"https://{api_endpoint(location_of(resource_name))}/v1/{resource_name}"
 
 
 def display_name_filter(display_name: str) -> str:
@@ -41,15 +45,18 @@ def display_name_filter(display_name: str) -> str:
 
 
 def service_client(kind: str, location: str):
-    """The ModelService (`kind="model"`) or EndpointService client of `location`'s regional endpoint."""
+    """The ModelService (`kind="model"`), EndpointService (`"endpoint"`) or PredictionService (`"prediction"`)
+    client of `location`'s regional endpoint."""
     from google.cloud import aiplatform_v1
 
-    options = {"api_endpoint": api_endpoint(location)}
-    if kind == "model":
-        return aiplatform_v1.ModelServiceClient(client_options=options)
-    if kind == "endpoint":
-        return aiplatform_v1.EndpointServiceClient(client_options=options)
-    raise ValueError(f"unknown resource kind {kind!r}; use one of: {', '.join(KINDS)}")
+    clients = {
+        "model": aiplatform_v1.ModelServiceClient,
+        "endpoint": aiplatform_v1.EndpointServiceClient,
+        "prediction": aiplatform_v1.PredictionServiceClient,
+    }
+    if kind not in clients:
+        raise ValueError(f"unknown resource kind {kind!r}; use one of: {', '.join(KINDS)}")
+    return clients[kind](client_options={"api_endpoint": api_endpoint(location)})
 
 
 def find_resource(kind: str, display_name: str, project: str, location: str) -> str:
@@ -57,6 +64,8 @@ def find_resource(kind: str, display_name: str, project: str, location: str) -> 
     none. Several with the same name: the oldest (the one earlier runs found), with a warning."""
     if not display_name:
         raise ValueError(f"a {kind} display name is required")
+    if kind not in KINDS:
+        raise ValueError(f"unknown resource kind {kind!r}; use one of: {', '.join(KINDS)}")
     client = service_client(kind, location)
     request = {
         "parent": f"projects/{project}/locations/{location}",
@@ -80,7 +89,7 @@ def find_resource(kind: str, display_name: str, project: str, location: str) -> 
 def registered_version(model_name: str, artifact_uri: str) -> str:
     """`projects/.../models/ID@VERSION` of the newest version of the registry model `model_name` whose artifacts
     are `artifact_uri`, or "" (ListModelVersions, every page; Vertex keeps the URI an upload gave)."""
-    location = model_name.split("/")[3]
+    location = location_of(model_name)
     wanted = artifact_uri.rstrip("/")
     same = [
         v
@@ -107,29 +116,28 @@ def version_labels(labels: Mapping[str, str], source_commit: str) -> dict[str, s
     return {**labels, SOURCE_COMMIT_LABEL: source_commit}
 
 
+def proportional(shares: Mapping[str, int], total: int) -> dict[str, int]:
+    """The positive `shares` ({deployed model id: percent}) scaled to sum to `total`, in proportion (largest
+    remainders, ties by id); shares that round to 0 left out; {} when none is positive."""
+    serving = {str(k): int(v) for k, v in shares.items() if int(v) > 0}
+    whole = sum(serving.values())
+    if not whole:
+        return {}
+    exact = {k: total * v / whole for k, v in serving.items()}
+    split = {k: int(x) for k, x in exact.items()}
+    for k in sorted(exact, key=lambda k: (split[k] - exact[k], k))[: total - sum(split.values())]:
+        split[k] += 1
+    return {k: v for k, v in sorted(split.items()) if v > 0}
+
+
 def traffic_split(current: Mapping[str, int], percentage: int) -> dict[str, int]:
     """DeployModel's `traffic_split` ({deployed model id: percent}) giving the new deployed model ("0") `percentage` %
     and the endpoint's current deployed models the rest, in proportion to their current shares (largest remainders;
     sums to 100). With nothing serving yet the new model gets everything."""
     if not 1 <= percentage <= 100:
         raise ValueError(f"traffic_percentage must be in 1..100, got {percentage}")
-    serving = {str(k): int(v) for k, v in current.items() if int(v) > 0}
-    if percentage == 100 or not serving:
-        return {"0": 100}
-    rest, total = 100 - percentage, sum(serving.values())
-    exact = {k: rest * v / total for k, v in serving.items()}
-    split = {k: int(x) for k, x in exact.items()}
-    by_remainder = sorted(exact, key=lambda k: (split[k] - exact[k], k))
-    for k in by_remainder[: rest - sum(split.values())]:
-        split[k] += 1
-    return {"0": percentage, **{k: v for k, v in sorted(split.items()) if v > 0}}
-
-
-def endpoint_traffic(endpoint_name: str) -> dict[str, int]:
-    """The endpoint's current traffic split ({deployed model id: percent})."""
-    location = endpoint_name.split("/")[3]
-    endpoint = service_client("endpoint", location).get_endpoint(name=endpoint_name, retry=policy())
-    return dict(endpoint.traffic_split)
+    rest = proportional(current, 100 - percentage) if percentage < 100 else {}
+    return {"0": percentage, **rest} if rest else {"0": 100}
 
 
 def champion_version(display_name: str, alias: str, project: str, location: str) -> tuple[str, str]:
@@ -167,7 +175,7 @@ def find_model_version(model: str, display_name: str, alias: str, project: str, 
             )
         version = model or alias
         name = f"{parent}@{version}" if version else parent
-    found = service_client("model", name.split("/")[3]).get_model(name=name, retry=policy())
+    found = service_client("model", location_of(name)).get_model(name=name, retry=policy())
     return f"{found.name}@{found.version_id}", found.artifact_uri
 
 
@@ -188,6 +196,6 @@ def batch_job_counts(gcp_resources: str) -> tuple[str, int, int]:
     from google.cloud import aiplatform_v1
 
     name = batch_job_name(gcp_resources)
-    client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": api_endpoint(name.split("/")[3])})
+    client = aiplatform_v1.JobServiceClient(client_options={"api_endpoint": api_endpoint(location_of(name))})
     stats = client.get_batch_prediction_job(name=name, retry=policy()).completion_stats
     return name, int(stats.successful_count), int(stats.failed_count) + max(0, int(stats.incomplete_count))

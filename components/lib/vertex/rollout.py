@@ -20,6 +20,7 @@ and the CLI.
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from components.lib.vertex.registry import location_of, proportional, service_client
 from core.retries import policy
 
 DEFAULT_ALIAS = "default"  # Vertex's reserved alias of the version used when a model is named without a version
@@ -79,26 +80,6 @@ class Rollback:
     aliases_moved: bool
 
 
-def _location(resource_name: str) -> str:
-    return resource_name.split("/")[3]
-
-
-def _endpoints(location: str):
-    from google.cloud import aiplatform_v1
-
-    from components.lib.vertex.registry import api_endpoint
-
-    return aiplatform_v1.EndpointServiceClient(client_options={"api_endpoint": api_endpoint(location)})
-
-
-def _models(location: str):
-    from google.cloud import aiplatform_v1
-
-    from components.lib.vertex.registry import api_endpoint
-
-    return aiplatform_v1.ModelServiceClient(client_options={"api_endpoint": api_endpoint(location)})
-
-
 def version_name(deployed) -> str:
     """`projects/.../models/ID@VERSION` of a DeployedModel (Vertex gives its `model` without a version, and with the
     project's number, and the version in `model_version_id`)."""
@@ -117,7 +98,7 @@ def model_version_ids(resource_name: str) -> tuple[str, str, str]:
 
 def deployed_models(endpoint_name: str) -> tuple[list, dict[str, int]]:
     """The endpoint's deployed models, oldest deployment first, and its traffic split."""
-    endpoint = _endpoints(_location(endpoint_name)).get_endpoint(name=endpoint_name, retry=policy())
+    endpoint = service_client("endpoint", location_of(endpoint_name)).get_endpoint(name=endpoint_name, retry=policy())
     ordered = sorted(endpoint.deployed_models, key=lambda d: (_created(d), d.id))
     return ordered, dict(endpoint.traffic_split)
 
@@ -127,20 +108,28 @@ def set_traffic(endpoint_name: str, split: dict[str, int]) -> None:
     from google.cloud.aiplatform_v1.types import Endpoint
     from google.protobuf import field_mask_pb2
 
-    _endpoints(_location(endpoint_name)).update_endpoint(
+    service_client("endpoint", location_of(endpoint_name)).update_endpoint(
         endpoint=Endpoint(name=endpoint_name, traffic_split=split),
         update_mask=field_mask_pb2.FieldMask(paths=["traffic_split"]),
         retry=policy(),
     )
 
 
+def undeploy_one(endpoint_name: str, deployed_model_id: str, traffic_split: dict[str, int] | None = None) -> None:
+    """UndeployModel, waited for; `traffic_split`: the endpoint's split afterwards, for a model that serves traffic
+    (Vertex refuses to undeploy one without it)."""
+    service_client("endpoint", location_of(endpoint_name)).undeploy_model(
+        endpoint=endpoint_name,
+        deployed_model_id=deployed_model_id,
+        traffic_split=traffic_split or {},
+        retry=policy(idempotent=False),
+    ).result(timeout=OPERATION_TIMEOUT, retry=policy())
+
+
 def undeploy(endpoint_name: str, deployed_model_ids: list[str], echo=print) -> None:
     """Undeploy deployed models that serve no traffic, one after the other, waiting for each."""
-    client = _endpoints(_location(endpoint_name))
     for deployed_model_id in deployed_model_ids:
-        client.undeploy_model(
-            endpoint=endpoint_name, deployed_model_id=deployed_model_id, retry=policy(idempotent=False)
-        ).result(timeout=OPERATION_TIMEOUT, retry=policy())
+        undeploy_one(endpoint_name, deployed_model_id)
         echo(f"undeployed {deployed_model_id} from {endpoint_name}")
 
 
@@ -148,7 +137,9 @@ def move_aliases(model_version: str, aliases: list[str], echo=print) -> None:
     """Give `model_version` (`projects/.../models/ID@VERSION`) the aliases and make it the model's default version
     (an alias names one version of a model: merging moves it from the version that held it)."""
     wanted = [*aliases, DEFAULT_ALIAS] if DEFAULT_ALIAS not in aliases else list(aliases)
-    _models(_location(model_version)).merge_version_aliases(name=model_version, version_aliases=wanted, retry=policy())
+    service_client("model", location_of(model_version)).merge_version_aliases(
+        name=model_version, version_aliases=wanted, retry=policy()
+    )
     echo(f"aliases {', '.join(wanted)} -> {model_version}")
 
 
@@ -162,7 +153,8 @@ def _deployed(deployed: list, model_version: str) -> list:
     return [d for d in deployed if model_version_ids(version_name(d)) == wanted]
 
 
-def _find(deployed: list, model_version: str):
+def find_deployed(deployed: list, model_version: str):
+    """The newest deployed model of `model_version` among `deployed`; RolloutError when none."""
     matches = _deployed(deployed, model_version)
     if not matches:
         raise RolloutError(f"{model_version} is not deployed on the endpoint")
@@ -177,7 +169,9 @@ def _champion_ids(deployed: list, model_version: str, alias: str) -> set[str]:
         return set()
     location, model_id, _ = model_version_ids(model_version)
     try:
-        champion = _models(location).get_model(name=f"{model_version.partition('@')[0]}@{alias}", retry=policy())
+        champion = service_client("model", location).get_model(
+            name=f"{model_version.partition('@')[0]}@{alias}", retry=policy()
+        )
     except NotFound:
         return set()
     wanted = (location, model_id, champion.version_id)
@@ -246,7 +240,7 @@ def finish_rollout(
     if not traffic_split and not _deployed(deployed, model_version):
         echo(f"{model_version} was deployed and then replaced by another run's deploy: nothing left to finish")
         return Rollout("", canary=True, undeployed=[], kept=[d.id for d in deployed])
-    new = _find(deployed, model_version)
+    new = find_deployed(deployed, model_version)
     if traffic_split and {k: v for k, v in traffic_split.items() if v} != {k: v for k, v in split.items() if v}:
         set_traffic(endpoint_name, dict(traffic_split))
         echo(f"{new.id} ({model_version}) was deployed already: traffic {split} -> {dict(traffic_split)}")
@@ -315,7 +309,7 @@ def rollback(endpoint_name: str, aliases: list[str], echo=print) -> Rollback:
     echo(f"{previous.id} ({version_name(previous)}) now serves 100 %")
     held_alias = False
     if aliases:
-        model = _models(_location(endpoint_name)).get_model(name=version_name(newest), retry=policy())
+        model = service_client("model", location_of(endpoint_name)).get_model(name=version_name(newest), retry=policy())
         held_alias = aliases[0] in model.version_aliases
     undeploy(endpoint_name, [newest.id], echo)
     if held_alias:
@@ -340,34 +334,17 @@ class Deletion:
     undeployed: list[str]
 
 
-def rescaled(shares: dict[str, int]) -> dict[str, int]:
-    """The positive `shares` ({deployed model id: percent}) scaled to sum to 100, in proportion (largest remainders);
-    {} when none is positive."""
-    serving = {str(k): int(v) for k, v in shares.items() if int(v) > 0}
-    total = sum(serving.values())
-    if not total:
-        return {}
-    exact = {k: 100 * v / total for k, v in serving.items()}
-    split = {k: int(x) for k, x in exact.items()}
-    for k in sorted(exact, key=lambda k: (split[k] - exact[k], k))[: 100 - sum(split.values())]:
-        split[k] += 1
-    return {k: v for k, v in sorted(split.items()) if v}
-
-
 def take_off(endpoint_name: str, deployed_model_ids: Sequence[str], split: dict, echo=print) -> dict[str, int]:
     """Undeploy `deployed_model_ids` from an endpoint whose split is `split`, their traffic given to the other
     models serving, in proportion; when none serves, the endpoint's split is emptied first (it then answers no
     prediction), since Vertex refuses to undeploy a model that serves traffic. Returns the split left."""
-    client = _endpoints(_location(endpoint_name))
     split = {k: int(v) for k, v in split.items() if int(v)}
     for deployed_model_id in deployed_model_ids:
         share = split.pop(deployed_model_id, 0)
-        split = rescaled(split)
+        split = proportional(split, 100)
         if share and not split:
             set_traffic(endpoint_name, {})
-        client.undeploy_model(
-            endpoint=endpoint_name, deployed_model_id=deployed_model_id, traffic_split=split if share else {}
-        ).result(timeout=OPERATION_TIMEOUT)
+        undeploy_one(endpoint_name, deployed_model_id, split if share else None)
         echo(f"undeployed {deployed_model_id} from {endpoint_name}" + (f"; traffic {split}" if share else ""))
     return split
 
@@ -406,6 +383,8 @@ def delete_endpoint(endpoint_name: str, force: bool = False, echo=print) -> Dele
         )
     order = sorted((d.id for d in deployed), key=lambda i: (serving.get(i, 0), i))
     take_off(endpoint_name, order, split, echo)
-    _endpoints(_location(endpoint_name)).delete_endpoint(name=endpoint_name).result(timeout=OPERATION_TIMEOUT)
+    service_client("endpoint", location_of(endpoint_name)).delete_endpoint(name=endpoint_name).result(
+        timeout=OPERATION_TIMEOUT
+    )
     echo(f"deleted {endpoint_name}")
     return Deletion(endpoint_name, order)

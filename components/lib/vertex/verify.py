@@ -14,16 +14,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from components.lib.vertex.rollout import (
-    OPERATION_TIMEOUT,
-    _endpoints,
-    _find,
-    _location,
-    _models,
-    deployed_models,
-    rescaled,
-    take_off,
-)
+from components.lib.vertex.registry import location_of, proportional, service_client
+from components.lib.vertex.rollout import deployed_models, find_deployed, take_off, undeploy_one
+from core.retries import policy
 
 MISS_CHANCE = 1e-4  # the chance that a healthy canary is never picked by the traffic split within the predictions
 MAX_PREDICTIONS = 1000  # per check: a 1 % canary is picked within them but with a chance of 4e-5
@@ -58,15 +51,9 @@ def predictions_needed(share: int) -> int:
 
 def version_artifacts(model_version: str) -> str:
     """The artifact URI of a registry model version (`projects/.../models/ID@VERSION`): its SavedModel."""
-    return _models(_location(model_version)).get_model(name=model_version).artifact_uri
-
-
-def _predictor(location: str):
-    from google.cloud import aiplatform_v1
-
-    from components.lib.vertex.registry import api_endpoint
-
-    return aiplatform_v1.PredictionServiceClient(client_options={"api_endpoint": api_endpoint(location)})
+    return (
+        service_client("model", location_of(model_version)).get_model(name=model_version, retry=policy()).artifact_uri
+    )
 
 
 def _request(check) -> dict:
@@ -85,7 +72,7 @@ def answer_of(endpoint_name: str, deployed_model_id: str, share: int, check) -> 
 
     from components.lib.deploy.smoke import SmokeFailed
 
-    client, request = _predictor(_location(endpoint_name)), _request(check)
+    client, request = service_client("prediction", location_of(endpoint_name)), _request(check)
     needed = predictions_needed(share)
     for sent in range(1, needed + 1):
         response = client.predict(endpoint=endpoint_name, **request, timeout=60)
@@ -108,7 +95,7 @@ def _integral(prediction):
 def restored_split(previous: dict, remaining: Sequence[str]) -> dict[str, int]:
     """The split from before the deploy, over the deployed models still on the endpoint (rescaled to 100 when some
     of them went meanwhile)."""
-    return rescaled({k: int(v) for k, v in previous.items() if k in set(remaining)})
+    return proportional({k: int(v) for k, v in previous.items() if k in set(remaining)}, 100)
 
 
 def verify_deploy(
@@ -121,7 +108,7 @@ def verify_deploy(
     from components.lib.deploy.smoke import smoke_record
 
     deployed, split = deployed_models(endpoint_name)
-    new = _find(deployed, model_version)
+    new = find_deployed(deployed, model_version)
     share = int(split.get(new.id, 0))
     try:
         results, sent = [], 0
@@ -155,9 +142,7 @@ def _reject(endpoint_name: str, deployed_model_id: str, share: int, split: dict,
     """Undeploy the rejected deployed model in one UndeployModel carrying the restored split (when it had traffic and
     others may take it), else as `take_off` does."""
     if share and restore:
-        _endpoints(_location(endpoint_name)).undeploy_model(
-            endpoint=endpoint_name, deployed_model_id=deployed_model_id, traffic_split=restore
-        ).result(timeout=OPERATION_TIMEOUT)
+        undeploy_one(endpoint_name, deployed_model_id, restore)
         echo(f"undeployed {deployed_model_id} from {endpoint_name}; traffic {restore}")
         return restore
     return take_off(endpoint_name, [deployed_model_id], split, echo)

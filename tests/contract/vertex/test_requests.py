@@ -82,11 +82,12 @@ def job_stubs(monkeypatch, kind, message_class, stats=None):
     return created
 
 
-def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(specs, monkeypatch, tmp_path):
+def launched_custom_job(spec: dict, monkeypatch, tmp_path):
+    """The CreateCustomJob request GCPC's launcher sends for the compiled custom-training-job task of `spec`."""
     created = job_stubs(monkeypatch, "custom_job", custom_job.CustomJob)
     Launch(
-        specs["training"],
-        dag(specs["training"])["custom-training-job"],
+        spec,
+        dag(spec)["custom-training-job"],
         {
             "worker_pool_specs": POOLS,
             "base_output_directory": "gs://b/root/plan/job_dir/tfpipe-training-20261123",
@@ -97,6 +98,11 @@ def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(s
         tmp_path,
     ).run()
     [request] = created
+    return request
+
+
+def test_custom_job_runs_as_the_runs_identity_with_tensorboard_cmek_and_labels(specs, monkeypatch, tmp_path):
+    request = launched_custom_job(specs["training"], monkeypatch, tmp_path)
     expect.check_custom_job(to_dict(request), PLATFORM, workers=1)
     assert request.parent == PARENT
     job = request.custom_job
@@ -144,20 +150,7 @@ def test_custom_job_takes_the_capacity_persistent_resource_and_psc_interface(
     PSC interface (then no network)."""
     platform = Platform.model_validate({**PLATFORM.model_dump(), **update})
     spec = compiled_docs("vertex", "training", platform)[0]
-    created = job_stubs(monkeypatch, "custom_job", custom_job.CustomJob)
-    Launch(
-        spec,
-        dag(spec)["custom-training-job"],
-        {
-            "worker_pool_specs": POOLS,
-            "base_output_directory": "gs://b/root/plan/job_dir/tfpipe-training-20261123",
-            "display_name": "tfpipe-training-20261123-train",
-            "project": "my-project",
-        },
-        {},
-        tmp_path,
-    ).run()
-    [request] = created
+    request = launched_custom_job(spec, monkeypatch, tmp_path)
     expect.check_custom_job(to_dict(request), platform, workers=1)
     job_spec = to_dict(request.custom_job)["job_spec"]
     assert job_spec["scheduling"] == {"timeout": "604800s", "restart_job_on_worker_restart": True, **scheduling}
