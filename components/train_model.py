@@ -28,7 +28,22 @@ from trainer.flags import TRAINER_MODULE
 
 
 class TrainingError(RuntimeError):
-    """Training failed: a worker raised an error, or workers were lost more often than the restart budget."""
+    """Training failed: a worker raised an error, or workers were lost more often than the restart budget.
+    `task`, `status`, `log`: the failing worker's index, exit status and log (None when no single worker failed)."""
+
+    def __init__(self, message: str, task: int | None = None, status: int | None = None, log: str = ""):
+        super().__init__(message)
+        self.task, self.status, self.log = task, status, log
+
+
+@dataclass(frozen=True)
+class InPlaceRestarts:
+    """Restarts of a lost worker (killed by a signal) on its own, at once and at its address, at most `per_worker`
+    times each, before the group fails (and restarts, within `max_restarts`); `whole_group`: every worker restarts
+    with it. A worker exiting with an error still fails the group at once."""
+
+    per_worker: int
+    whole_group: bool = False
 
 
 @dataclass
@@ -102,25 +117,37 @@ def _tf_config_env(ports: list[int], index: int) -> dict:
 def _start_group(
     num_workers: int, trainer_args: list[str], env: dict, log_dir: str, attempt: int, sink, cluster_env=_tf_config_env
 ):
-    ports = free_ports(num_workers) if num_workers > 1 else []
+    ports = free_ports(num_workers)
     procs, threads = [], []
     for index in range(num_workers):
-        worker_env = {**env, **cluster_env(ports, index)}
-        name = task_name(index)
-        log_file = open(os.path.join(log_dir, f"{name}.attempt-{attempt}.log"), "w")
-        proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", TRAINER_MODULE, *trainer_args],
-            env=worker_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
+        proc, log_file, thread = _start_worker(
+            index,
+            trainer_args,
+            env,
+            os.path.join(log_dir, f"{task_name(index)}.attempt-{attempt}.log"),
+            sink,
+            ports,
+            cluster_env,
         )
-        thread = threading.Thread(target=_pump, args=(proc.stdout, name, sink, log_file), daemon=True)
-        thread.start()
         procs.append((proc, log_file))
         threads.append(thread)
-    return procs, threads
+    return procs, threads, ports
+
+
+def _start_worker(index: int, trainer_args: list[str], env: dict, log_path: str, sink, ports: list[int], cluster_env):
+    name = task_name(index)
+    log_file = open(log_path, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", TRAINER_MODULE, *trainer_args],
+        env={**env, **cluster_env(ports, index)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+    thread = threading.Thread(target=_pump, args=(proc.stdout, name, sink, log_file), daemon=True)
+    thread.start()
+    return proc, log_file, thread
 
 
 def _stop(procs, grace: float = 5.0) -> None:
@@ -136,6 +163,71 @@ def _stop(procs, grace: float = 5.0) -> None:
             proc.wait()
 
 
+def _watch(num_workers, trainer_args, env, log_dir, attempt, sink, on_start, cluster_env, in_place, deadline):
+    """Start the group and wait until every worker exits 0 or one fails for good; {index: exit status} of the failed
+    workers ({} when all succeeded), the group stopped, and every worker's exit status. With `in_place`, a lost
+    worker restarts on its own first."""
+    procs, threads, ports = _start_group(num_workers, trainer_args, env, log_dir, attempt, sink, cluster_env)
+    if on_start:
+        on_start(attempt, [p.pid for p, _ in procs])
+    restarts = [0] * num_workers  # in-place restarts of each worker (in_place)
+    starts = [0] * num_workers  # processes started for each worker after its first (their logs' numbers)
+    failed: dict[int, int] = {}  # index -> exit status, of the workers that ended before the group was stopped
+    try:
+        while True:
+            codes = [p.poll() for p, _ in procs]
+            if all(code == 0 for code in codes):
+                return {}, codes
+            failed = {i: code for i, code in enumerate(codes) if code not in (None, 0)}
+            if deadline is not None and time.time() > deadline:
+                sink.write("[launcher] the time allowed ran out; stopping the group\n")
+                raise TrainingError(f"training ran out of its time after {round(time.time() - deadline, 1)}s over")
+            if failed and in_place and all(lost(c) and restarts[i] < in_place.per_worker for i, c in failed.items()):
+                for i, code in failed.items():
+                    restarts[i] += 1
+                    sink.write(
+                        f"[launcher] {task_name(i)} exited with code {code} (killed by a signal: lost); restarting "
+                        f"{'the group' if in_place.whole_group else 'it'} in place ({restarts[i]}/{in_place.per_worker})\n"
+                    )
+                again = range(num_workers) if in_place.whole_group else sorted(failed)
+                _stop([procs[i] for i in again])
+                for i in again:
+                    starts[i] += 1
+                    threads[i].join(5)  # its output relayed before its log closes
+                    procs[i][1].close()
+                    log = os.path.join(log_dir, f"{task_name(i)}.attempt-{attempt}.restart-{starts[i]}.log")
+                    proc, log_file, thread = _start_worker(i, trainer_args, env, log, sink, ports, cluster_env)
+                    procs[i], threads[i] = (proc, log_file), thread
+                if on_start:
+                    on_start(attempt, [p.pid for p, _ in procs])
+                continue
+            if failed:
+                # a lost worker makes its peers fail too (UnavailableError): when one of the ended workers was
+                # killed by a signal, that is the cause, whatever the others exited with
+                for i, code in failed.items():
+                    sink.write(
+                        f"[launcher] {task_name(i)} exited with code {code}"
+                        f"{' (killed by a signal: lost)' if lost(code) else ''}; stopping the group\n"
+                    )
+                return failed, codes
+            time.sleep(0.05)
+    finally:
+        _stop(procs)
+        for thread in threads:
+            thread.join(5)
+        for _, log_file in procs:
+            log_file.close()
+        codes[:] = [p.returncode for p, _ in procs]
+
+
+def _log_of(log_dir: str, index: int, attempt: int) -> str:
+    """The newest log of worker `index` in `attempt`."""
+    prefix = f"{task_name(index)}.attempt-{attempt}"
+    restarts = [f for f in os.listdir(log_dir) if f.startswith(f"{prefix}.restart-")]
+    newest = max(restarts, key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0]), default=f"{prefix}.log")
+    return os.path.join(log_dir, newest)
+
+
 def launch(
     num_workers: int,
     trainer_args: list[str],
@@ -145,13 +237,17 @@ def launch(
     sink=None,
     on_start=None,
     cluster_env=_tf_config_env,
+    in_place: InPlaceRestarts | None = None,
+    timeout: float | None = None,
 ) -> LaunchResult:
     """Run the trainer group until every worker exits 0. A lost worker (killed by a signal) stops the group and
     restarts it, at most `max_restarts` times; a worker exiting with an error status stops the group and raises
     `TrainingError` with its error at once (restarting would fail the same way).
 
-    `on_start(attempt, pids)` is called after each group starts (used to observe or inject faults);
-    `cluster_env(ports, index)` gives worker `index` its cluster variables (default: `TF_CONFIG`, chief + workers).
+    `on_start(attempt, pids)` is called after each group starts and after a worker restarts in place (used to observe
+    or inject faults); `cluster_env(ports, index)` gives worker `index` its cluster variables (default: `TF_CONFIG`,
+    chief + workers); `in_place`: a lost worker restarts on its own first (InPlaceRestarts); `timeout`: seconds the
+    whole run may take (then `TrainingError`).
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -163,45 +259,32 @@ def launch(
     base_env.pop("TF_CONFIG", None)
     base_env.pop("CLUSTER_SPEC", None)
     started = time.time()
+    deadline = started + timeout if timeout else None
     result = LaunchResult(attempts=0, seconds=0.0)
     for attempt in range(1, max_restarts + 2):
         result.attempts = attempt
         sink.write(f"[launcher] attempt {attempt}: starting {num_workers} worker(s)\n")
-        procs, threads = _start_group(num_workers, trainer_args, base_env, log_dir, attempt, sink, cluster_env)
-        if on_start:
-            on_start(attempt, [p.pid for p, _ in procs])
-        failed: dict[int, int] = {}  # index -> exit status, of the workers that ended before the group was stopped
-        while not failed and any(p.poll() is None for p, _ in procs):
-            time.sleep(0.05)
-            failed = {i: p.returncode for i, (p, _) in enumerate(procs) if p.poll() not in (None, 0)}
-        failed = failed or {i: p.returncode for i, (p, _) in enumerate(procs) if p.returncode != 0}
-        # a lost worker makes its peers fail too (UnavailableError): when one of the ended workers was killed by a
-        # signal, that is the cause, whatever the others exited with
-        lost_workers = [i for i, code in failed.items() if lost(code)]
-        for i, code in failed.items():
-            sink.write(
-                f"[launcher] {task_name(i)} exited with code {code}"
-                f"{' (killed by a signal: lost)' if lost(code) else ''}; stopping the group\n"
-            )
-        _stop(procs)
-        for thread in threads:
-            thread.join(5)
-        for _, log_file in procs:
-            log_file.close()
-        result.exit_codes.append([p.returncode for p, _ in procs])
+        failed, codes = _watch(
+            num_workers, trainer_args, base_env, log_dir, attempt, sink, on_start, cluster_env, in_place, deadline
+        )
+        result.exit_codes.append(codes)
         if not failed:
             result.seconds = round(time.time() - started, 2)
             sink.write(f"[launcher] all workers finished in {result.seconds}s (attempt {attempt})\n")
             return result
+        lost_workers = [i for i, code in failed.items() if lost(code)]
         if not lost_workers:
             first = min(failed)
-            log = os.path.join(log_dir, f"{task_name(first)}.attempt-{attempt}.log")
+            log = _log_of(log_dir, first, attempt)
             error = error_summary(log) or f"exit code {failed[first]}"
             sink.write(
                 f"[launcher] {task_name(first)} failed with an error: not restarting (it would fail the same way)\n"
             )
             raise TrainingError(
-                f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} (log: {log})"
+                f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} (log: {log})",
+                first,
+                failed[first],
+                log,
             )
         if attempt <= max_restarts:
             names = ", ".join(task_name(i) for i in lost_workers)
@@ -221,9 +304,13 @@ def launch(
                 + "\n"
             )
             sink.flush()
+    last = min(lost_workers)
     raise TrainingError(
         f"training failed after {result.attempts} attempt(s): workers were lost every time; exit codes "
-        f"{result.exit_codes}; logs in {log_dir}"
+        f"{result.exit_codes}; logs in {log_dir}",
+        last,
+        failed[last],
+        _log_of(log_dir, last, result.attempts),
     )
 
 

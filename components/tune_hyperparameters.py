@@ -41,10 +41,11 @@ def run_study(
     log=progress.write,
     flags=command_line,
     output_base: str = "",
+    trial_env=None,
 ) -> dict:
     """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files. Each
     trial runs `module` with `fixed_args` and `flags(its values)`, its outputs under `output_base` (a local folder
-    or gs:// prefix; default `base_dir`). `log` writes a line: the trials' news and the progress lines
+    or gs:// prefix; default `base_dir`), `trial_env(trial id)` added to its environment (when given). `log` writes a line: the trials' news and the progress lines
     (`StudyProgress`; default stdout, flushed).
     Raises StudyFailed (after writing them) once `max_failed_trial_count` trials have failed (Vertex's definition:
     no trial starts after that; those running finish)."""
@@ -57,12 +58,14 @@ def run_study(
         os.path.join(base_dir, "runners"),
     )
     try:
-        return _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags, output_base)
+        return _study(
+            spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags, output_base, trial_env
+        )
     finally:
         runners.close()
 
 
-def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags, output_base) -> dict:
+def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started, flags, output_base, trial_env) -> dict:
     from vizier import algorithms as vza
 
     designer = make_designer(spec, seed)
@@ -81,7 +84,17 @@ def _study(spec, base_dir, fixed_args, module, env, seed, log, runners, started,
                     study.started(trial)
                     running[
                         pool.submit(
-                            run_trial, trial, spec, base_dir, module, fixed_args, env or {}, runners, flags, output_base
+                            run_trial,
+                            trial,
+                            spec,
+                            base_dir,
+                            module,
+                            fixed_args,
+                            env or {},
+                            runners,
+                            flags,
+                            output_base,
+                            trial_env,
                         )
                     ] = trial
             if not running:

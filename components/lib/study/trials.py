@@ -43,15 +43,22 @@ def run_trial(
     runners: RunnerPool | None = None,
     flags=command_line,
     output_base: str = "",
+    trial_env=None,
 ) -> Trial:
     """Run one trial to completion (in a warm runner of `runners`, else a fresh `python -m module` process), its
     values given as `flags(parameters)`; never raises for a failing trainer (the trial is marked FAILED). Its log
-    and metric file go to `base_dir/ID`, its AIP_* output directories under `output_base/ID` (default `base_dir`)."""
+    and metric file go to `base_dir/ID`, its AIP_* output directories under `output_base/ID` (default `base_dir`);
+    `trial_env(ID)`: more of its environment (when given)."""
     out = os.path.join(base_dir, trial.trial_id)
     os.makedirs(out, exist_ok=True)
     outputs = f"{output_base.rstrip('/')}/{trial.trial_id}" if output_base else out
     metric_file = os.path.join(out, "hypertune", "output.metrics")
-    trial_vars = {"CLOUD_ML_TRIAL_ID": trial.trial_id, "CLOUD_ML_HP_METRIC_FILE": metric_file, **output_dirs(outputs)}
+    trial_vars = {
+        "CLOUD_ML_TRIAL_ID": trial.trial_id,
+        "CLOUD_ML_HP_METRIC_FILE": metric_file,
+        **output_dirs(outputs),
+        **(trial_env(trial.trial_id) if trial_env else {}),
+    }
     argv = [*fixed_args, *flags(trial.parameters)]
     log_path = os.path.join(out, "trial.log")
     trial.output_dir, trial.started = outputs, time.time()
