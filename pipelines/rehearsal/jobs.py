@@ -1,14 +1,28 @@
 """What the double's jobs and deployed models do, with the project's local equivalents of Vertex AI's engines, each
 given what Vertex gives its own:
 
-- a custom job: the local multi-worker launcher (`vertex_cluster_env`: pool 0 the chief, pool 1 the workers);
+- a custom job: the local multi-worker launcher, every replica with CLUSTER_SPEC and TF_CONFIG
+  (`vertex_cluster_env`: pool 0 the chief, pool 1 the workers; a single replica too), restarted as the job's
+  `scheduling` says (`restarts`, below);
 - a hyperparameter tuning job: the local study over the job's study spec, each trial the trial pool's command with
-  its values appended as Vertex appends them (`vertex_trial_flags`);
+  its values appended as Vertex appends them (`vertex_trial_flags`) and a CLUSTER_SPEC / TF_CONFIG whose task names
+  the trial (`"trial": "<trial id>"`);
 - a batch prediction job: the model's serving container, sent `batch_size` instances a request (batch.py);
 - a deployed model: the serving container on a copy of the model's artifacts, deployed once its health route
   answers (`start_container`).
 Each takes the request as a dict (proto field names) and raises `JobError` with the message Vertex would give. Every
 location is a gs:// URI on the rehearsal's Cloud Storage (gcs.py).
+
+Restarts, as Vertex AI documents them ("Understand the training service"): a replica that exits non-zero is
+restarted at once in place (same address), at most 5 times a replica; when it fails again the whole job is retried,
+at most 3 times, then fails. An error Vertex treats as permanent ends the job at once: here a replica exiting on its
+own with an error status (a Python exception fails the same way again); a replica killed by a signal (preempted,
+OOM-killed) is restarted. `scheduling.restart_job_on_worker_restart` restarts every replica with the one restarted;
+`scheduling.disable_retries` (which overrides it) restarts nothing: the first failure fails the job;
+`scheduling.timeout` (default 7 days) bounds the job's running time. A failed job's message is Vertex's: "The
+replica workerpool0-0 exited with a non-zero status of 137. ..." (a signal N reported as 128 + N, as a container's
+status). `Preemption` preempts one replica once, as a Spot VM's preemption does (SIGTERM, then SIGKILL after the
+grace period).
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -26,6 +41,10 @@ from trainer.environment import output_dirs
 
 TRAINER_COMMAND = list(flags.TRAINER_COMMAND)  # the trainer image's entry point
 HEALTH_TIMEOUT = 300  # seconds a deployed container has to answer its health route
+REPLICA_RESTARTS = 5  # in-place restarts of a replica exiting non-zero
+JOB_RETRIES = 3  # retries of the whole job after a replica failed beyond its restarts
+DEFAULT_TIMEOUT = 7 * 24 * 3600  # scheduling.timeout's default
+PREEMPT_ENV = "TFPIPE_REHEARSAL_PREEMPT"  # "N": the double's custom jobs preempt replica N once (Preemption.from_env)
 
 
 class JobError(RuntimeError):
@@ -70,23 +89,119 @@ def aip_dirs(base: str) -> dict:
     return {name: f"{value}/" for name, value in output_dirs(base.rstrip("/")).items()}
 
 
-def vertex_cluster_env(ports: list[int], index: int) -> dict:
-    """Worker `index` of a custom job with pools 0 (one chief) and 1 (the rest): CLUSTER_SPEC and TF_CONFIG."""
-    if len(ports) < 2:
-        return {}
+def vertex_cluster_env(ports: list[int], index: int, trial: str = "") -> dict:
+    """Replica `index` of a job with pools 0 (one chief) and 1 (the rest), `ports` one a replica: CLUSTER_SPEC and
+    TF_CONFIG as Vertex AI sets them on every replica (a single one too); `trial`: the tuning trial the replica
+    runs, named in both tasks."""
     addresses = [f"localhost:{p}" for p in ports]
     pool, pool_index = ("workerpool0", 0) if index == 0 else ("workerpool1", index - 1)
+    task: dict = {"type": pool, "index": pool_index, **({"trial": trial} if trial else {})}
     cluster_spec = {
-        "cluster": {"workerpool0": addresses[:1], "workerpool1": addresses[1:]},
+        "cluster": {"workerpool0": addresses[:1], **({"workerpool1": addresses[1:]} if addresses[1:] else {})},
         "environment": "cloud",
-        "task": {"type": pool, "index": pool_index},
+        "task": task,
     }
     tf_config = {
-        "cluster": {"chief": addresses[:1], "worker": addresses[1:]},
+        "cluster": {"chief": addresses[:1], **({"worker": addresses[1:]} if addresses[1:] else {})},
         "environment": "cloud",
-        "task": {"type": "chief" if index == 0 else "worker", "index": pool_index},
+        "task": {**task, "type": "chief" if index == 0 else "worker"},
     }
     return {"CLUSTER_SPEC": json.dumps(cluster_spec), "TF_CONFIG": json.dumps(tf_config)}
+
+
+def replica_name(index: int) -> str:
+    """Vertex's name of replica `index` (pool 0 the chief, pool 1 the rest): workerpool0-0, workerpool1-0, ..."""
+    return "workerpool0-0" if index == 0 else f"workerpool1-{index - 1}"
+
+
+def _seconds(duration: str | None, default: float) -> float:
+    """A google.protobuf.Duration in its JSON form ("3600s")."""
+    return float(duration.rstrip("s")) if duration else default
+
+
+def restarts(spec: dict) -> dict:
+    """The launcher's restart settings (`launch` keywords) for a job spec's `scheduling`."""
+    from components.train_model import InPlaceRestarts
+
+    scheduling = spec.get("scheduling", {})
+    timeout = _seconds(scheduling.get("timeout"), DEFAULT_TIMEOUT)
+    if scheduling.get("disable_retries"):
+        return {"max_restarts": 0, "in_place": None, "timeout": timeout}
+    return {
+        "max_restarts": JOB_RETRIES,
+        "in_place": InPlaceRestarts(REPLICA_RESTARTS, bool(scheduling.get("restart_job_on_worker_restart"))),
+        "timeout": timeout,
+    }
+
+
+def exit_status(code: int) -> int:
+    """A process's exit status as a container reports it: 128 + N when killed by signal N."""
+    return 128 - code if code < 0 else code
+
+
+class Preemption:
+    """Preempt replica `replica` once, when its output first shows `when` (default: its second epoch begins, the
+    first epoch's backup written): SIGTERM, then SIGKILL after `grace` seconds, as a Spot VM is preempted."""
+
+    def __init__(self, replica: int, when: str = "Epoch 2/", grace: float = 30.0):
+        self.replica, self.when, self.grace = replica, when, grace
+        self.pid: int | None = None
+        self.done = False
+        self.lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> Preemption | None:
+        """From PREEMPT_ENV ("N"), else None."""
+        value = environ.get(PREEMPT_ENV, "").strip()
+        return cls(int(value)) if value else None
+
+    def started(self, pids: list[int]) -> None:
+        if self.replica >= len(pids):
+            raise JobError(f"{PREEMPT_ENV}: replica {self.replica} of a job of {len(pids)} replica(s)")
+        self.pid = pids[self.replica]
+
+    def sink(self, sink):
+        """`sink`, watching replica `replica`'s lines for `when`."""
+        from components.train_model import task_name
+
+        prefix, preemption = f"[{task_name(self.replica)}] ", self
+
+        class Watch:
+            def write(self, text: str) -> None:
+                sink.write(text)
+                if not preemption.done and text.startswith(prefix) and preemption.when in text:
+                    preemption.preempt(sink)
+
+            def flush(self) -> None:
+                sink.flush()
+
+        return Watch()
+
+    def preempt(self, sink) -> None:
+        with self.lock:
+            if self.done or self.pid is None:
+                return
+            self.done, pid = True, self.pid
+        sink.write(f"[vertex] preempting {replica_name(self.replica)} (Spot VM preemption: SIGTERM, then SIGKILL)\n")
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+
+        def kill() -> None:
+            deadline = time.time() + self.grace
+            while time.time() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.1)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        threading.Thread(target=kill, daemon=True).start()
 
 
 def _base_output(spec: dict, field: str) -> str:
@@ -116,7 +231,10 @@ def validate(kind: str, job: dict) -> None:
             raise JobError("batch_prediction_job.output_config.gcs_destination.output_uri_prefix is required")
 
 
-def run_custom_job(job: dict, log_dir: str, on_start, sink) -> None:
+def run_custom_job(job: dict, log_dir: str, on_start, sink, preemption: Preemption | None = None) -> None:
+    """Run a custom job's replicas to completion as its `scheduling` says (module docstring); `on_start(attempt,
+    pids)` after the replicas (re)start; `preemption`: preempt one replica once. Raises JobError with Vertex's
+    message when the job fails."""
     from components.train_model import TrainingError, launch
 
     spec = job.get("job_spec", {})
@@ -126,19 +244,31 @@ def run_custom_job(job: dict, log_dir: str, on_start, sink) -> None:
     if any(a != args[0] for a in args):
         raise JobError("worker pools 0 and 1 run different arguments; MultiWorkerMirroredStrategy needs the same")
     workers = sum(int(p.get("replica_count", 0)) for p in pools)
+    settings = restarts(spec)
+
+    def started(attempt: int, pids: list[int]) -> None:
+        if preemption:
+            preemption.started(pids)
+        on_start(attempt, pids)
+
     try:
         launch(
             workers,
             args[0],
             log_dir,
-            max_restarts=0,
             env={**_container_env(pools[0]), **aip_dirs(base)},
-            sink=sink,
-            on_start=on_start,
+            sink=preemption.sink(sink) if preemption else sink,
+            on_start=started,
             cluster_env=vertex_cluster_env,
+            **settings,
         )
     except TrainingError as e:
-        raise JobError(f"the training job failed: {e}") from None
+        if e.task is None or e.status is None:  # the job's time ran out
+            raise JobError(f"The job ran longer than its scheduling.timeout of {settings['timeout']:g}s.") from None
+        raise JobError(
+            f"The replica {replica_name(e.task)} exited with a non-zero status of {exit_status(e.status)}. To find "
+            f"out more about why your job exited please check the logs: {e.log}"
+        ) from None
 
 
 _ALGORITHMS = {"GRID_SEARCH": "grid", "RANDOM_SEARCH": "random"}
@@ -235,6 +365,7 @@ def run_tuning_job(job: dict, work_dir: str, sink) -> list[dict]:
             log=lambda line: sink.write(line + "\n"),
             flags=vertex_trial_flags,
             output_base=base,
+            trial_env=lambda trial_id: vertex_cluster_env([free_port()], 0, trial=trial_id),
         )
     except StudyFailed as e:
         raise JobError(str(e)) from None

@@ -1,7 +1,8 @@
 """The JobService's custom, hyperparameter tuning and batch prediction jobs over gRPC: created after Vertex's checks
 (Context.check, jobs.validate), each run in a thread of its own by the engines of jobs.py, PENDING → RUNNING →
 SUCCEEDED / FAILED (with the error message) / CANCELLED. A batch prediction job runs its model's serving container on
-Vertex's copy of the artifacts for the job's duration."""
+Vertex's copy of the artifacts for the job's duration. A custom job's replica N is preempted once when asked
+(`preempt`, else the environment's jobs.PREEMPT_ENV): the job restarts it as Vertex does (jobs.py)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,10 @@ def _cancel(job: dict) -> None:
 
 
 class JobService:
-    def __init__(self, context: Context):
-        self.context, self.registry = context, context.registry
+    def __init__(self, context: Context, preempt: int | None = None):
+        """`preempt`: the replica every custom job preempts once (jobs.Preemption; None: as jobs.PREEMPT_ENV
+        says, else none)."""
+        self.context, self.registry, self.preempt = context, context.registry, preempt
         # name → {"kind": a JOB_KINDS key, "name", "data": the job's fields, "pids": its processes, "cancelled"}
         self.jobs: dict[str, dict] = {}
 
@@ -149,7 +152,10 @@ class JobService:
         try:
             with open(os.path.join(log_dir, "job.log"), "w") as sink:
                 if kind == "custom_job":
-                    jobs.run_custom_job(data, log_dir, lambda attempt, pids: job["pids"].extend(pids), sink)
+                    preemption = (
+                        jobs.Preemption(self.preempt) if self.preempt is not None else jobs.Preemption.from_env()
+                    )
+                    jobs.run_custom_job(data, log_dir, lambda attempt, pids: self._started(job, pids), sink, preemption)
                 elif kind == "hyperparameter_tuning_job":
                     data["trials"] = jobs.run_tuning_job(data, os.path.join(log_dir, "study"), sink)
                 else:
@@ -164,6 +170,13 @@ class JobService:
             self.context.error(f"{kind} {data['display_name']}", f"{type(e).__name__}: {e}")
         data["end_time"] = time.time()
         self.context.log(f"[vertex] {kind} {data['display_name']}: {data['state']}")
+
+    @staticmethod
+    def _started(job: dict, pids: list[int]) -> None:
+        """A custom job's replicas (re)started: cancelled meanwhile, they stop (not restarted as a lost replica)."""
+        job["pids"].extend(pids)
+        if job["cancelled"]:
+            raise jobs.JobError("the job was cancelled")
 
     def _batch(self, job: dict, log_dir: str) -> None:
         """A batch prediction job: the model's container on a copy of its artifacts, for the job's duration."""

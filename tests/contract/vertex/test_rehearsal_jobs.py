@@ -1,0 +1,201 @@
+"""The rehearsal's custom jobs and tuning trials as strict as Vertex AI's (pipelines/rehearsal/jobs.py): CLUSTER_SPEC
+and TF_CONFIG on every replica and trial, replicas restarted as the job's `scheduling` says, a preempted replica
+restarted and resuming from its backup. Jobs run the real trainer on the digits, one replica, 1-2 short epochs."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+
+import pytest
+
+from components.lib.study.spec import StudySpec
+from components.tune_hyperparameters import run_study
+from pipelines.rehearsal import jobs
+from trainer.distribute import Cluster, cluster_from_env
+
+PORTS = [2222, 2223, 2224]
+
+
+@pytest.mark.parametrize(
+    "replicas, index, trial, cluster_spec, tf_config, cluster",
+    [
+        (  # a single-replica custom job
+            1,
+            0,
+            "",
+            {
+                "cluster": {"workerpool0": ["localhost:2222"]},
+                "environment": "cloud",
+                "task": {"type": "workerpool0", "index": 0},
+            },
+            {"cluster": {"chief": ["localhost:2222"]}, "environment": "cloud", "task": {"type": "chief", "index": 0}},
+            Cluster("chief", 0, 1, has_chief=True),
+        ),
+        (  # the chief of three replicas
+            3,
+            0,
+            "",
+            {
+                "cluster": {"workerpool0": ["localhost:2222"], "workerpool1": ["localhost:2223", "localhost:2224"]},
+                "environment": "cloud",
+                "task": {"type": "workerpool0", "index": 0},
+            },
+            {
+                "cluster": {"chief": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"]},
+                "environment": "cloud",
+                "task": {"type": "chief", "index": 0},
+            },
+            Cluster("chief", 0, 3, has_chief=True),
+        ),
+        (  # the second worker of three replicas
+            3,
+            2,
+            "",
+            {
+                "cluster": {"workerpool0": ["localhost:2222"], "workerpool1": ["localhost:2223", "localhost:2224"]},
+                "environment": "cloud",
+                "task": {"type": "workerpool1", "index": 1},
+            },
+            {
+                "cluster": {"chief": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"]},
+                "environment": "cloud",
+                "task": {"type": "worker", "index": 1},
+            },
+            Cluster("worker", 1, 3, has_chief=True),
+        ),
+        (  # a tuning job's trial 7 (one replica)
+            1,
+            0,
+            "7",
+            {
+                "cluster": {"workerpool0": ["localhost:2222"]},
+                "environment": "cloud",
+                "task": {"type": "workerpool0", "index": 0, "trial": "7"},
+            },
+            {
+                "cluster": {"chief": ["localhost:2222"]},
+                "environment": "cloud",
+                "task": {"type": "chief", "index": 0, "trial": "7"},
+            },
+            Cluster("chief", 0, 1, has_chief=True),
+        ),
+    ],
+)
+def test_every_replica_and_trial_gets_cluster_spec_and_tf_config(
+    replicas, index, trial, cluster_spec, tf_config, cluster
+):
+    """As Vertex sets them on every replica (a single one too), the trial named in a tuning job's; the trainer reads
+    its place in the cluster from either."""
+    env = jobs.vertex_cluster_env(PORTS[:replicas], index, trial=trial)
+    assert {name: json.loads(value) for name, value in env.items()} == {
+        "CLUSTER_SPEC": cluster_spec,
+        "TF_CONFIG": tf_config,
+    }
+    assert cluster_from_env({"CLUSTER_SPEC": env["CLUSTER_SPEC"]}) == cluster
+    assert cluster_from_env(dict(env)) == cluster
+
+
+def test_each_trial_gets_its_own_cluster_spec(tmp_path):
+    """A study's trials run with the environment `trial_env` gives their id (the rehearsal's: a CLUSTER_SPEC and
+    TF_CONFIG naming the trial)."""
+    spec = StudySpec.model_validate(
+        {
+            "parameters": [{"type": "discrete", "parameter_id": "learning_rate", "values": [0.01, 0.1]}],
+            "algorithm": "grid",
+            "metric_id": "accuracy",
+            "max_trial_count": 2,
+            "parallel_trial_count": 1,
+        }
+    )
+    run_study(
+        spec,
+        str(tmp_path / "study"),
+        [],
+        module="tests.helpers.env_probe",
+        log=lambda line: None,
+        flags=lambda parameters: [],
+        output_base=str(tmp_path / "out"),
+        trial_env=lambda trial_id: jobs.vertex_cluster_env([2222], 0, trial=trial_id),
+    )
+    for trial_id in ("1", "2"):
+        seen = json.loads((tmp_path / "out" / trial_id / "model" / "cluster.json").read_text())
+        assert seen == {
+            name: json.loads(value) for name, value in jobs.vertex_cluster_env([2222], 0, trial=trial_id).items()
+        }
+        assert seen["CLUSTER_SPEC"]["task"] == {"type": "workerpool0", "index": 0, "trial": trial_id}
+
+
+def custom_job(data, base, scheduling: dict | None = None, epochs: int = 1) -> dict:
+    """A single-replica CustomJob request (a dict of proto field names) on local folders."""
+    args = ["--data-dir", str(data), "--job-dir", str(base), "--epochs", str(epochs), "--steps-per-epoch", "5"]
+    pool = {
+        "machine_spec": {"machine_type": "n1-standard-4"},
+        "replica_count": 1,
+        "container_spec": {"image_uri": "trainer:1", "args": args},
+    }
+    spec = {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": str(base)}}
+    return {"display_name": "j", "job_spec": {**spec, **({"scheduling": scheduling} if scheduling else {})}}
+
+
+def kill_first_start():
+    """An `on_start` that kills replica 0 of the job's first start (SIGKILL: a lost replica), then lets it be."""
+    starts: list[list[int]] = []
+
+    def on_start(attempt, pids):
+        starts.append(pids)
+        if len(starts) == 1:
+            os.kill(pids[0], signal.SIGKILL)
+
+    return on_start, starts
+
+
+def history(base) -> list[int]:
+    return [json.loads(line)["epoch"] for line in (base / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_replica_lost_once_restarts_in_place_and_the_job_completes(digits_data, tmp_path):
+    """Vertex restarts a replica exiting non-zero at once, in place (at most 5 times a replica)."""
+    base, logs, sink = tmp_path / "job", tmp_path / "logs", io.StringIO()
+    on_start, starts = kill_first_start()
+    jobs.run_custom_job(custom_job(digits_data, base), str(logs), on_start, sink)
+    assert len(starts) == 2 and starts[0] != starts[1]  # the replica's process, then its restart's
+    assert "[launcher] chief exited with code -9 (killed by a signal: lost); restarting it in place (1/5)" in (
+        sink.getvalue()
+    )
+    assert "attempt 2:" not in sink.getvalue()  # restarted in place, not the job retried
+    assert sorted(os.listdir(logs)) == ["chief.attempt-1.log", "chief.attempt-1.restart-1.log"]
+    assert history(base) == [1]
+    assert json.loads((base / "metrics.json").read_text())["num_workers"] == 1
+
+
+def test_retries_disabled_the_job_fails_with_vertexs_message(digits_data, tmp_path):
+    """`scheduling.disable_retries`: nothing is restarted; the job fails with the replica's status (137: SIGKILL)."""
+    logs, sink = tmp_path / "logs", io.StringIO()
+    on_start, starts = kill_first_start()
+    with pytest.raises(jobs.JobError) as failure:
+        jobs.run_custom_job(
+            custom_job(digits_data, tmp_path / "job", {"disable_retries": True}), str(logs), on_start, sink
+        )
+    assert str(failure.value) == (
+        "The replica workerpool0-0 exited with a non-zero status of 137. To find out more about why your job exited "
+        f"please check the logs: {logs / 'chief.attempt-1.log'}"
+    )
+    assert len(starts) == 1 and os.listdir(logs) == ["chief.attempt-1.log"]
+
+
+def test_a_preempted_replica_restarts_and_resumes_from_its_backup(digits_data, tmp_path):
+    """The double preempts replica 0 once, as its second epoch begins (SIGTERM, then SIGKILL); restarted in place,
+    the trainer resumes from the first epoch's backup: no epoch is trained twice."""
+    base, logs, sink = tmp_path / "job", tmp_path / "logs", io.StringIO()
+    preemption = jobs.Preemption(0, grace=5)
+    jobs.run_custom_job(custom_job(digits_data, base, epochs=2), str(logs), lambda a, p: None, sink, preemption)
+    out = sink.getvalue()
+    assert "[vertex] preempting workerpool0-0 (Spot VM preemption: SIGTERM, then SIGKILL)" in out
+    assert "[launcher] chief exited with code -15 (killed by a signal: lost); restarting it in place (1/5)" in out
+    assert history(base) == [1, 2]
+    restarted = (logs / "chief.attempt-1.restart-1.log").read_text()
+    assert "resuming from the backup at epoch 2/2" in restarted and "Epoch 1/2" not in restarted
+    assert (base / "model" / "saved_model.pb").exists()
