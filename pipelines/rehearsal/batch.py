@@ -1,12 +1,11 @@
 """A batch prediction job as Vertex AI runs one for a model with a custom container, for the double.
 
-The model's serving container runs on a copy of its artifacts (`api/job_service.py` starts it, as for a deployment). Each input
-file's records become instances as Vertex documents it, read as the self-hosted batch step reads them
-(`components.lib.batch.instances.read_instances`, with the job's instance config); `batch_size` of them go to the
-container's predict route per request, with the job's `model_parameters` as `parameters`, and the answers are written
-in Vertex's layout (`prediction-MODEL-TIME/prediction.results-*` and `prediction.errors_stats-*`). A request the
-container refuses fails its batch's instances with the container's message; a record that makes no instance fails
-alone.
+The model's serving container runs on a copy of its artifacts (`api/job_service.py` starts it, as for a
+deployment). Each input file's records become instances as Vertex converts them (`batch_input.py`, with the job's
+instance config), not as the self-hosted batch step reads them; `batch_size` of them go to the container's predict
+route per request, with the job's `model_parameters` as `parameters`, and the answers are written in Vertex's layout
+(`prediction-MODEL-TIME/prediction.results-*` and `prediction.errors_stats-*`). A request the container refuses fails
+its batch's instances with the container's message; a record that makes no instance fails alone.
 """
 
 from __future__ import annotations
@@ -16,8 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import requests
 
-from components.lib.batch.instances import Files, InstanceConfig, Item, read_instances
+from components.lib.batch.instances import Files, Item
 from components.lib.batch.outputs import INTERNAL, INVALID_ARGUMENT, Shard, shard_uri, valid_batches
+from pipelines.rehearsal.batch_input import VertexInstanceConfig, vertex_instances
 
 FILES_AT_ONCE = 4  # input files read and sent concurrently
 REQUEST_TIMEOUT = 600  # seconds
@@ -66,7 +66,7 @@ def _predict_file(
     results: str,
     errors: str,
     instances_format: str,
-    config: InstanceConfig,
+    config: VertexInstanceConfig,
     batch_size: int,
     parameters: dict,
 ) -> tuple[int, int]:
@@ -78,7 +78,7 @@ def _predict_file(
         files.open(path, "rb") as stream,
     ):
         shard = Shard(results_file, errors_file, bool(config.key_field))
-        items = read_instances(stream, instances_format, config, files, path)
+        items = vertex_instances(stream, instances_format, config, files)
         for batch in valid_batches(items, batch_size, shard):
             _send(session, url, batch, parameters, shard)
     return shard.succeeded, shard.failed
@@ -88,7 +88,7 @@ def predict_files(
     url: str,
     files: list[str],
     instances_format: str,
-    config: InstanceConfig,
+    config: VertexInstanceConfig,
     batch_size: int,
     parameters: dict,
     output_directory: str,

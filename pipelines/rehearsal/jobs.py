@@ -388,37 +388,30 @@ def run_tuning_job(job: dict, work_dir: str, sink) -> list[dict]:
 
 
 def run_batch_job(job: dict, predict_url: str, display_name: str) -> dict:
-    """Send the job's instances to the model's container at `predict_url` (batch.py); return `output_info` and
-    `completion_stats`."""
-    from components.lib.batch.instance_formats import FORMATS
-    from components.lib.batch.instances import expand_inputs, instance_config
+    """Send the job's instances, converted as Vertex converts them (batch_input.py), to the model's container at
+    `predict_url` (batch.py); return `output_info` and `completion_stats`."""
+    from components.lib.batch.instances import expand_inputs
     from components.lib.batch.outputs import vertex_output_directory
     from pipelines.rehearsal.batch import predict_files
+    from pipelines.rehearsal.batch_input import vertex_instance_config
 
     source = job.get("input_config", {})
     instances_format = source.get("instances_format", "jsonl")
-    if instances_format not in FORMATS:
-        raise JobError(f"input_config.instances_format {instances_format!r}: the rehearsal reads {', '.join(FORMATS)}")
     if job.get("output_config", {}).get("predictions_format", "jsonl") != "jsonl":
         raise JobError("output_config.predictions_format: the rehearsal writes jsonl")
-    config = job.get("instance_config", {})
     try:
-        fields = instance_config(
-            instances_format,
-            key_field=config.get("key_field", ""),
-            included_fields=config.get("included_fields", []),
-            excluded_fields=config.get("excluded_fields", []),
-            instance_type=config.get("instance_type", ""),
-            feature_names=(),  # Vertex knows no feature columns of the model: only the instance config counts
-        )
+        config = vertex_instance_config(instances_format, job.get("instance_config", {}))
         files = expand_inputs(",".join(source.get("gcs_source", {}).get("uris", [])))
     except (ValueError, FileNotFoundError) as e:
         raise JobError(f"batch prediction failed: {e}") from None
     output = vertex_output_directory(job["output_config"]["gcs_destination"]["output_uri_prefix"], display_name)
     batch_size = int(job.get("manual_batch_tuning_parameters", {}).get("batch_size") or 64)
-    succeeded, failed = predict_files(
-        predict_url, files, instances_format, fields, batch_size, job.get("model_parameters") or {}, output
-    )
+    try:
+        succeeded, failed = predict_files(
+            predict_url, files, instances_format, config, batch_size, job.get("model_parameters") or {}, output
+        )
+    except ValueError as e:  # an input file that gives no instances (a CSV header lacking a named column)
+        raise JobError(f"batch prediction failed: {e}") from None
     return {
         "output_info": {"gcs_output_directory": output},
         "completion_stats": {"successful_count": str(succeeded), "failed_count": str(failed)},
