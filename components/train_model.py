@@ -168,12 +168,13 @@ def _watch(num_workers, trainer_args, env, log_dir, attempt, sink, on_start, clu
     workers ({} when all succeeded), the group stopped, and every worker's exit status. With `in_place`, a lost
     worker restarts on its own first."""
     procs, threads, ports = _start_group(num_workers, trainer_args, env, log_dir, attempt, sink, cluster_env)
-    if on_start:
-        on_start(attempt, [p.pid for p, _ in procs])
     restarts = [0] * num_workers  # in-place restarts of each worker (in_place)
     starts = [0] * num_workers  # processes started for each worker after its first (their logs' numbers)
     failed: dict[int, int] = {}  # index -> exit status, of the workers that ended before the group was stopped
+    codes: list = []
     try:
+        if on_start:  # may raise (a cancelled job): the group is stopped below
+            on_start(attempt, [p.pid for p, _ in procs])
         while True:
             codes = [p.poll() for p, _ in procs]
             if all(code == 0 for code in codes):

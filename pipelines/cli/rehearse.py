@@ -62,10 +62,30 @@ DEFAULT_STATE = "runs/rehearsal-state"
     metavar="SHARE",
     help="refuse this share of the steps' own Vertex AI calls with 429 or 503, as a busy Vertex AI does (e.g. 0.2)",
 )
+@click.option(
+    "--preempt-replica",
+    "preempt_replica",
+    type=click.IntRange(0),
+    default=None,
+    metavar="N",
+    help="each custom job loses replica N (0: the chief) once to a Spot VM preemption as its second epoch begins",
+)
 @click.option("-v", "--verbose", is_flag=True, help="stream every step's log")
 @click.option("-q", "--quiet", is_flag=True, help="show only the summary (no steps, no progress)")
 def rehearse(
-    template, pipeline, config_file, profile, sets, params, out_dir, state_dir, no_caching, api_faults, verbose, quiet
+    template,
+    pipeline,
+    config_file,
+    profile,
+    sets,
+    params,
+    out_dir,
+    state_dir,
+    no_caching,
+    api_faults,
+    preempt_replica,
+    verbose,
+    quiet,
 ):
     """Run the compiled Vertex AI pipeline here: its DAG through kfp.local, Google Cloud Pipeline Components'
     own launchers, and a local Vertex AI API double doing the work with this project's local engines."""
@@ -111,6 +131,7 @@ def rehearse(
             else PIPELINE_ROOT,
             service_account=config.platform.service_account,
             api_faults=api_faults,
+            preempt_replica=preempt_replica,
         )
     from pipelines import report
 

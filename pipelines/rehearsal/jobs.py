@@ -44,7 +44,6 @@ HEALTH_TIMEOUT = 300  # seconds a deployed container has to answer its health ro
 REPLICA_RESTARTS = 5  # in-place restarts of a replica exiting non-zero
 JOB_RETRIES = 3  # retries of the whole job after a replica failed beyond its restarts
 DEFAULT_TIMEOUT = 7 * 24 * 3600  # scheduling.timeout's default
-PREEMPT_ENV = "TFPIPE_REHEARSAL_PREEMPT"  # "N": the double's custom jobs preempt replica N once (Preemption.from_env)
 
 
 class JobError(RuntimeError):
@@ -149,15 +148,9 @@ class Preemption:
         self.done = False
         self.lock = threading.Lock()
 
-    @classmethod
-    def from_env(cls, environ=os.environ) -> Preemption | None:
-        """From PREEMPT_ENV ("N"), else None."""
-        value = environ.get(PREEMPT_ENV, "").strip()
-        return cls(int(value)) if value else None
-
     def started(self, pids: list[int]) -> None:
         if self.replica >= len(pids):
-            raise JobError(f"{PREEMPT_ENV}: replica {self.replica} of a job of {len(pids)} replica(s)")
+            raise JobError(f"--preempt-replica {self.replica}: the job has {len(pids)} replica(s)")
         self.pid = pids[self.replica]
 
     def sink(self, sink):

@@ -168,12 +168,14 @@ def rehearse(
     pipeline_root: str = PIPELINE_ROOT,
     service_account: str = "",
     api_faults: float = 0.0,
+    preempt_replica: int | None = None,
 ) -> dict:
     """Run the compiled template with `arguments` in `project` (the config's) under `pipeline_root` (a gs:// URI on
     the rehearsal's Cloud Storage, kept in `state_dir`), its steps acting as `service_account` (the config's runs'
     account; "": the Compute Engine default); return the run summary (also written to `out`). `caching`: serve
     unchanged tasks from the cache kept in `state_dir` (Vertex's execution cache; cache.py). `api_faults`: the share
-    of the steps' own Vertex AI calls refused with 429 or 503 (api/context.py's `fault`)."""
+    of the steps' own Vertex AI calls refused with 429 or 503 (api/context.py's `fault`). `preempt_replica`: the
+    replica each custom job loses once to a Spot preemption (jobs.Preemption)."""
     from kfp import components
 
     from pipelines import report
@@ -193,6 +195,7 @@ def rehearse(
         log,
         service_account,
         faults=api_faults,
+        preempt=preempt_replica,
     ).start()
     mount = gcs.Mount(out / "gcs")
     started = time.time()

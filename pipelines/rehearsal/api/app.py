@@ -43,15 +43,15 @@ def _from_gcpc(context) -> bool:
 
 
 class VertexDouble(Context):
-    """The local Vertex AI API: Context's arguments; `start()` serves it, `stop()` ends its jobs, containers and
-    servers."""
+    """The local Vertex AI API: Context's arguments, and `preempt`, the replica each custom job loses once to a Spot
+    preemption (JobService; None: none); `start()` serves it, `stop()` ends its jobs, containers and servers."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, preempt: int | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.operations = Operations(self)
         self.model_service = ModelService(self, self.operations)
         self.endpoint_service = EndpointService(self, self.operations)
-        self.job_service = JobService(self)
+        self.job_service = JobService(self, preempt)
         self._grpc: grpc.Server | None = None
         self._http: ThreadingHTTPServer | None = None
 

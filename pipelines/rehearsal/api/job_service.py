@@ -2,7 +2,7 @@
 (Context.check, jobs.validate), each run in a thread of its own by the engines of jobs.py, PENDING → RUNNING →
 SUCCEEDED / FAILED (with the error message) / CANCELLED. A batch prediction job runs its model's serving container on
 Vertex's copy of the artifacts for the job's duration. A custom job's replica N is preempted once when asked
-(`preempt`, else the environment's jobs.PREEMPT_ENV): the job restarts it as Vertex does (jobs.py)."""
+(`preempt`): the job restarts it as Vertex does (jobs.py)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,7 @@ def _cancel(job: dict) -> None:
 
 class JobService:
     def __init__(self, context: Context, preempt: int | None = None):
-        """`preempt`: the replica every custom job preempts once (jobs.Preemption; None: as jobs.PREEMPT_ENV
-        says, else none)."""
+        """`preempt`: the replica every custom job preempts once (jobs.Preemption; None: none)."""
         self.context, self.registry, self.preempt = context, context.registry, preempt
         # name → {"kind": a JOB_KINDS key, "name", "data": the job's fields, "pids": its processes, "cancelled"}
         self.jobs: dict[str, dict] = {}
@@ -152,9 +151,7 @@ class JobService:
         try:
             with open(os.path.join(log_dir, "job.log"), "w") as sink:
                 if kind == "custom_job":
-                    preemption = (
-                        jobs.Preemption(self.preempt) if self.preempt is not None else jobs.Preemption.from_env()
-                    )
+                    preemption = jobs.Preemption(self.preempt) if self.preempt is not None else None
                     jobs.run_custom_job(data, log_dir, lambda attempt, pids: self._started(job, pids), sink, preemption)
                 elif kind == "hyperparameter_tuning_job":
                     data["trials"] = jobs.run_tuning_job(data, os.path.join(log_dir, "study"), sink)

@@ -199,3 +199,37 @@ def test_a_preempted_replica_restarts_and_resumes_from_its_backup(digits_data, t
     restarted = (logs / "chief.attempt-1.restart-1.log").read_text()
     assert "resuming from the backup at epoch 2/2" in restarted and "Epoch 1/2" not in restarted
     assert (base / "model" / "saved_model.pb").exists()
+
+
+def test_the_double_preempts_the_replica_rehearse_names(tmp_path):
+    """`rehearse --preempt-replica N` reaches every custom job the double runs: one with fewer replicas fails with the
+    option's line."""
+    import time
+
+    from google.cloud.aiplatform_v1.types import custom_job, job_service
+
+    from pipelines.rehearsal.api import VertexDouble
+
+    double = VertexDouble(
+        str(tmp_path), str(tmp_path / "state.json"), "p", "4711", "us-central1", log=lambda line: None, preempt=1
+    )
+    pool = {
+        "machine_spec": {"machine_type": "n1-standard-4"},
+        "replica_count": 1,
+        "container_spec": {"image_uri": "trainer:1", "args": ["--data-dir", "gs://b/d"]},
+    }
+    spec = {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": "gs://b/job"}}
+    request = job_service.CreateCustomJobRequest(
+        parent="projects/p/locations/us-central1", custom_job=custom_job.CustomJob(display_name="j", job_spec=spec)
+    )
+    name = double.job_service.create_job("custom_job", request).name
+    deadline = time.time() + 60
+    while double.job_service.jobs[name]["data"]["state"] not in ("JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED"):
+        assert time.time() < deadline, double.job_service.jobs[name]["data"]
+        time.sleep(0.1)
+    double.stop()
+    data = double.job_service.jobs[name]["data"]
+    assert (data["state"], data["error"]["message"]) == (
+        "JOB_STATE_FAILED",
+        "--preempt-replica 1: the job has 1 replica(s)",
+    )
