@@ -1,7 +1,7 @@
 """The best trial of a finished Vertex AI hyperparameter tuning job (GCPC 2.x ships no such helper).
 
-`read_best_trial` takes the `gcp_resources` output of `HyperparameterTuningJobRunOp`, fetches the job with the
-Vertex AI API and picks the best succeeded, feasible trial by the study metric's goal.
+`read_best_trial` takes the `gcp_resources` output of the tuning job step (GCPC's launcher: hyperparameter_tuning_job),
+fetches the job with the Vertex AI API and picks the best succeeded, feasible trial by the study metric's goal.
 """
 
 import json

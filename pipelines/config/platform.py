@@ -140,9 +140,10 @@ class DataPrepSettings(BaseModel):
 
 
 class TrainingCapacity(BaseModel):
-    """Where the Vertex training job's machines come from (CustomJobSpec.scheduling): on-demand, Spot (cheaper, but
-    Vertex may preempt them, and the job then restarts and resumes from its last epoch's backup) or FLEX_START
-    (Dynamic Workload Scheduler: the job waits until all its machines are free, at most `max_wait_duration`)."""
+    """Where the Vertex training job's and the tuning job's trials' machines come from (CustomJobSpec.scheduling):
+    on-demand, Spot (cheaper, but Vertex may preempt them, and the training job then restarts and resumes from its last
+    epoch's backup) or FLEX_START (Dynamic Workload Scheduler: a job or trial waits until all its machines are free,
+    at most `max_wait_duration`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -250,9 +251,9 @@ class Platform(BaseModel):
     psc_network_attachment: str = Field(
         "",
         description=(
-            "Vertex: the training job reaches your VPC through this Private Service Connect interface, a network "
-            "attachment's name or projects/P/regions/REGION/networkAttachments/NAME in location; instead of "
-            "`network` (empty: none)."
+            "Vertex: the training job and the tuning job's trials reach your VPC through this Private Service "
+            "Connect interface, a network attachment's name or projects/P/regions/REGION/networkAttachments/NAME in "
+            "location; instead of `network` (empty: none)."
         ),
     )
     encryption_spec_key_name: str = Field(
@@ -369,14 +370,17 @@ class Platform(BaseModel):
     )
     training_capacity: TrainingCapacity = Field(
         TrainingCapacity(),
-        description="Vertex: the training job's capacity, on-demand, Spot or FLEX_START (tuning trials: on-demand).",
+        description=(
+            "Vertex: the capacity of the training job and of the tuning job's trials, on-demand, Spot or FLEX_START "
+            "(Vertex takes each for both)."
+        ),
     )
     persistent_resource_id: str = Field(
         "",
         description=(
-            "Vertex: the training job runs on this persistent resource's machines, its ID or "
-            "projects/P/locations/L/persistentResources/ID in location, with the same network and CMEK key "
-            "(empty: machines of its own)."
+            "Vertex: the training job and the tuning job's trials run on this persistent resource's machines, its "
+            "ID or projects/P/locations/L/persistentResources/ID in location, with the same network and CMEK key "
+            "(empty: machines of their own)."
         ),
     )
     model_display_name: DisplayName = Field(
@@ -556,7 +560,7 @@ class Platform(BaseModel):
         if resource and resource["location"] != self.location:
             raise ValueError(
                 f"persistent_resource_id: {self.persistent_resource_id!r} is in {resource['location']}; the training "
-                f"job runs in location {self.location}"
+                f"job and the tuning trials run in location {self.location}"
             )
         if self.persistent_resource_id and not PERSISTENT_RESOURCE_ID.fullmatch(self.training_persistent_resource()):
             raise ValueError(
@@ -565,7 +569,8 @@ class Platform(BaseModel):
             )
         if self.persistent_resource_id and self.training_capacity.strategy != "STANDARD":
             raise ValueError(
-                "persistent_resource_id: the job runs on the resource's machines, so training_capacity.strategy "
+                "persistent_resource_id: the training job and the tuning trials run on the resource's machines, so "
+                "training_capacity.strategy "
                 f"{self.training_capacity.strategy} does not apply; leave it STANDARD"
             )
         attachment = NETWORK_ATTACHMENT.fullmatch(self.psc_network_attachment)
@@ -577,12 +582,12 @@ class Platform(BaseModel):
         if attachment and attachment["region"] and attachment["region"] != self.location:
             raise ValueError(
                 f"psc_network_attachment: {self.psc_network_attachment!r} is in {attachment['region']}; the training "
-                f"job runs in location {self.location}"
+                f"job and the tuning trials run in location {self.location}"
             )
         if self.psc_network_attachment and self.network:
             raise ValueError(
-                "psc_network_attachment and network are exclusive: a Vertex training job reaches a VPC through "
-                "peering or through a Private Service Connect interface, not both"
+                "psc_network_attachment and network are exclusive: a Vertex training job or tuning trial reaches a "
+                "VPC through peering or through a Private Service Connect interface, not both"
             )
 
     def training_persistent_resource(self) -> str:
@@ -592,6 +597,19 @@ class Platform(BaseModel):
     def psc_interface_config(self) -> dict[str, str]:
         """The training job's CustomJobSpec.psc_interface_config ({} without an attachment)."""
         return {"network_attachment": self.psc_network_attachment} if self.psc_network_attachment else {}
+
+    def trial_placement(self) -> dict[str, str]:
+        """Where the tuning job's trials run, as the tuning step's inputs (`strategy`, `max_wait_duration`,
+        `persistent_resource_id`, `psc_network_attachment`): the training job's settings, each only when set (on-demand
+        STANDARD machines are the trials' default)."""
+        capacity = self.training_capacity
+        values = {
+            "strategy": "" if capacity.strategy == "STANDARD" else capacity.strategy,
+            "max_wait_duration": capacity.max_wait_duration,
+            "persistent_resource_id": self.training_persistent_resource(),
+            "psc_network_attachment": self.psc_network_attachment,
+        }
+        return {name: value for name, value in values.items() if value}
 
     @property
     def champion_alias(self) -> str:

@@ -1,5 +1,5 @@
-"""The vertex target: GCPC `HyperparameterTuningJobRunOp` + this project's best-trial reader, `CustomTrainingJobOp`
-with worker pools running the trainer image, the champion from the Model Registry (the version holding the champion
+"""The vertex target: GCPC's tuning launcher (trials placed as the training job) + this project's best-trial reader,
+`CustomTrainingJobOp` with worker pools running the trainer image, the champion from the Model Registry (the version holding the champion
 alias), the version already holding the trained artifacts or `ModelUploadOp` fed by an importer of an
 `UnmanagedContainerModel` (a new version of the registry model with the configured display name), or the model
 created with an ID of its own when there is none; the endpoint found or created the same way (GCPC's upload and
@@ -163,10 +163,10 @@ class VertexOps(SameEverywhere):
 
     def tune(self, inputs: TuneInputs) -> Channel:
         """Vertex AI tuning job when `enabled` (trials run the trainer image; the best trial's values override the
-        pipeline's), else the pipeline's values. GCPC 2.22's HyperparameterTuningJobRunOp takes no scheduling,
-        persistent resource or PSC interface: trials run on on-demand machines of their own, peered with `network`
-        when it is set (with `psc_network_attachment`, reaching no VPC)."""
-        from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
+        pipeline's), else the pipeline's values. The trials run as the training job does: with its capacity
+        (`training_capacity`), persistent resource and PSC interface, each passed only when set (GCPC's launcher with
+        the fields its 2.22 op lacks; every setting also keys the plan's cache)."""
+        from components.hyperparameter_tuning_job import hyperparameter_tuning_job
 
         p, study = self.platform, inputs.study
         with dsl.If(inputs.enabled == True, name="tuning-enabled"):  # noqa: E712 (KFP condition)
@@ -184,6 +184,7 @@ class VertexOps(SameEverywhere):
                 study_spec_algorithm=study.vertex_algorithm() or "ALGORITHM_UNSPECIFIED",
                 study_spec_measurement_selection_type=f"{study.measurement.upper()}_MEASUREMENT",
                 **self.identity,
+                **p.trial_placement(),
             )
             plan = self._plan_pools(
                 inputs.dataset,
@@ -197,7 +198,7 @@ class VertexOps(SameEverywhere):
             )
             plan.set_display_name("Plan trial worker pool")
             claim = self._claim(plan)
-            job = HyperparameterTuningJobRunOp(
+            job = hyperparameter_tuning_job(
                 display_name=plan.outputs["display_name"],
                 base_output_directory=claim.output,
                 worker_pool_specs=plan.outputs["worker_pool_specs"],

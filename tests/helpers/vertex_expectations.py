@@ -76,6 +76,18 @@ def check_tuning_job(request: dict, platform: Platform, study) -> None:
     assert job["study_spec"]["measurement_selection_type"] == f"{study.measurement.upper()}_MEASUREMENT"
     [pool] = job["trial_job_spec"]["worker_pool_specs"]
     assert int(pool["replica_count"]) == 1 and pool["container_spec"]["image_uri"] == platform.training_image()
+    _trial_capacity(job["trial_job_spec"], platform)
+
+
+def _trial_capacity(spec: dict, platform: Platform) -> None:
+    """The tuning job's trials: the training job's capacity, each part only when set (on-demand: no scheduling)."""
+    capacity = platform.training_capacity
+    wait = {"max_wait_duration": capacity.max_wait_duration} if capacity.max_wait_duration else {}
+    standard = capacity.strategy == "STANDARD"
+    assert spec.get("scheduling", {}) == ({} if standard else {"strategy": capacity.strategy, **wait})
+    assert spec.get("persistent_resource_id", "") == platform.persistent_resource_id.rsplit("/", 1)[-1]
+    attachment = platform.psc_network_attachment
+    assert spec.get("psc_interface_config", {}) == ({"network_attachment": attachment} if attachment else {})
 
 
 def check_batch_job(request: dict, platform: Platform) -> None:

@@ -1,6 +1,9 @@
+import json
+
 import pytest
 import yaml
 from google.auth.credentials import AnonymousCredentials
+from google_cloud_pipeline_components._image import GCPC_IMAGE_TAG
 
 from components.lib.study.spec import DEFAULT_STUDY
 from components.plan_vertex_training import worker_pool_specs
@@ -8,6 +11,7 @@ from pipelines.config import ConfigError, Platform, load_config
 from pipelines.templates import TemplateError, parse_params
 from pipelines.training import build_pipeline
 from tests.helpers.compiled import compiled_docs, compiled_file, dag
+from tests.helpers.gcpc import Launch
 from tests.helpers.platforms import IDENTITY, IN_POD, KEY, LABELS, PLATFORM, SA
 
 PROJECT = "{{$.pipeline_google_cloud_project_id}}"
@@ -261,17 +265,125 @@ def test_vertex_gpu_training_uses_the_gpu_trainer_image_and_prebuilt_serving_ima
     ],
 )
 def test_vertex_training_job_gets_its_capacity_persistent_resource_and_psc_interface(update, settings):
-    """The custom job takes them, and they key the plan's cache (another capacity: another output root); GCPC
-    2.22's tuning op takes none of them, so the tuning job is unchanged."""
+    """The custom job takes them, and they key the plan's cache (another capacity: another output root)."""
     platform = Platform.model_validate({**PLATFORM.model_dump(), **update})
     spec = compiled_docs("vertex", "training", platform)[0]
     job = params(dag(spec)["custom-training-job"])
     assert {k: job[k] for k in settings} == settings
     job_settings = params(dag(spec)["plan-vertex-training-2"])["job_settings"]
     assert {k: job_settings[k] for k in settings} == settings
-    tuning = params(dag(spec, "comp-condition-2")["hyperparameter-tuning-job"])
-    assert not {"strategy", "max_wait_duration", "persistent_resource_id", "psc_interface_config"} & set(tuning)
-    assert tuning["network"] == settings["network"]
+
+
+def tuning_payload(spec: dict, tmp_path) -> dict:
+    """The request body the compiled tuning task hands GCPC's launcher (`--payload`, its placeholders resolved)."""
+    launch = Launch(spec, dag(spec, "comp-condition-2")["hyperparameter-tuning-job"], TUNING_OUTPUTS, {}, tmp_path)
+    return json.loads(launch.args[launch.args.index("--payload") + 1])
+
+
+def gcpc_tuning_payload(values: dict, tmp_path) -> dict:
+    """The payload GCPC 2.22's own HyperparameterTuningJobRunOp builds from the same inputs."""
+    from google_cloud_pipeline_components.v1.hyperparameter_tuning_job import HyperparameterTuningJobRunOp
+    from kfp import compiler, dsl
+
+    @dsl.pipeline(name="gcpc-tuning")
+    def pipeline():
+        HyperparameterTuningJobRunOp(**values)
+
+    path = tmp_path / "gcpc.yaml"
+    compiler.Compiler().compile(pipeline, str(path))
+    spec = yaml.safe_load(path.read_text())
+    launch = Launch(spec, dag(spec)["hyperparameter-tuning-job"], {}, {}, tmp_path / "gcpc")
+    return json.loads(launch.args[launch.args.index("--payload") + 1])
+
+
+# the plan's and the claim's outputs the tuning task takes, and the run's project
+TUNING_OUTPUTS = {
+    "worker_pool_specs": [{"machine_spec": {"machine_type": "n1-standard-8"}, "replica_count": 1}],
+    "base_output_directory": "gs://b/root/plan/job_dir/tfpipe-training-20261123",
+    "display_name": "tfpipe-training-20261123-tune",
+    "project": "my-project",
+}
+NO_PLACEMENT = {
+    "scheduling": {"strategy": "", "max_wait_duration": ""},
+    "persistent_resource_id": "",
+    "psc_interface_config": {"network_attachment": ""},
+}
+
+
+@pytest.mark.parametrize(
+    "update, trials",
+    [
+        ({}, {}),
+        ({"training_capacity": {"strategy": "SPOT"}}, {"scheduling": {"strategy": "SPOT", "max_wait_duration": ""}}),
+        (
+            {
+                "training_capacity": {"strategy": "FLEX_START", "max_wait_duration": "1800s"},
+                "network": "",
+                "psc_network_attachment": "tfpipe",
+            },
+            {
+                "scheduling": {"strategy": "FLEX_START", "max_wait_duration": "1800s"},
+                "network": "",
+                "psc_interface_config": {"network_attachment": "tfpipe"},
+            },
+        ),
+        (
+            {"persistent_resource_id": "projects/my-project/locations/europe-west4/persistentResources/gpu-pool"},
+            {"persistent_resource_id": "gpu-pool"},
+        ),
+    ],
+    ids=["on-demand", "spot", "flex-start-psc", "persistent-resource"],
+)
+def test_the_tuning_job_is_gcpcs_request_with_the_trials_capacity_persistent_resource_and_psc(tmp_path, update, trials):
+    """The tuning task runs GCPC's launcher on GCPC's payload plus the trials' placement, the training job's settings
+    (each empty when unset: the launcher drops empty fields, so a default config sends what GCPC's op sends); the
+    settings that are set key the plan's cache."""
+    from google_cloud_pipeline_components.container.v1.gcp_launcher.utils.json_util import recursive_remove_empty
+
+    platform = Platform.model_validate({**PLATFORM.model_dump(), **update})
+    spec = compiled_docs("vertex", "training", platform)[0]
+    tuning = dag(spec, "comp-condition-2")
+    executor = spec["deploymentSpec"]["executors"]["exec-hyperparameter-tuning-job"]["container"]
+    assert executor["image"] == GCPC_IMAGE_TAG
+    assert executor["command"] == [
+        "python3",
+        "-u",
+        "-m",
+        "google_cloud_pipeline_components.container.v1.hyperparameter_tuning_job.launcher",
+    ]
+    payload = tuning_payload(spec, tmp_path)
+    assert payload == {
+        "display_name": "tfpipe-training-20261123-tune",
+        "study_spec": {
+            "metrics": [{"metric_id": "accuracy", "goal": "MAXIMIZE"}],
+            "parameters": DEFAULT_STUDY.study_spec_parameters(),
+            "algorithm": "ALGORITHM_UNSPECIFIED",
+            "measurement_selection_type": "LAST_MEASUREMENT",
+        },
+        "max_trial_count": 4,
+        "parallel_trial_count": 2,
+        "max_failed_trial_count": 1,
+        "trial_job_spec": {
+            "worker_pool_specs": TUNING_OUTPUTS["worker_pool_specs"],
+            "service_account": SA,
+            "network": platform.network,
+            "base_output_directory": {"output_uri_prefix": TUNING_OUTPUTS["base_output_directory"]},
+            **NO_PLACEMENT,
+            **trials,
+        },
+        "encryption_spec": {"kms_key_name": KEY},
+    }
+    job = params(tuning["hyperparameter-tuning-job"])
+    names = ("strategy", "max_wait_duration", "persistent_resource_id", "psc_network_attachment")
+    placement = {k: job.pop(k) for k in names if k in job}
+    assert placement == platform.trial_placement()
+    job_settings = params(tuning["plan-vertex-training"])["job_settings"]
+    assert {k: job_settings[k] for k in placement} == placement
+    if not update:  # GCPC's op on the same inputs: the same request once the launcher drops the empty fields
+        constants = {k: v for k, v in job.items() if not (isinstance(v, dict) and "taskOutputParameter" in v)}
+        counts = {k: int(constants[k]) for k in ("max_trial_count", "parallel_trial_count", "max_failed_trial_count")}
+        values = {**constants, **counts, **TUNING_OUTPUTS}
+        assert recursive_remove_empty(payload) == recursive_remove_empty(gcpc_tuning_payload(values, tmp_path))
 
 
 def test_vertex_tuning_branch(tmp_path):

@@ -192,6 +192,71 @@ def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch,
     assert job.study_spec.measurement_selection_type.name == "LAST_MEASUREMENT"
 
 
+@pytest.mark.parametrize(
+    "update, trials",
+    [
+        ({"training_capacity": {"strategy": "SPOT"}}, {"scheduling": {"strategy": "SPOT"}, "network": NETWORK}),
+        (
+            {
+                "training_capacity": {"strategy": "FLEX_START", "max_wait_duration": "1800s"},
+                "network": "",
+                "psc_network_attachment": f"projects/my-project/regions/{LOCATION}/networkAttachments/tfpipe",
+            },
+            {
+                "scheduling": {"strategy": "FLEX_START", "max_wait_duration": "1800s"},
+                "psc_interface_config": {
+                    "network_attachment": f"projects/my-project/regions/{LOCATION}/networkAttachments/tfpipe"
+                },
+            },
+        ),
+        (
+            {"persistent_resource_id": f"{PARENT}/persistentResources/gpu-pool"},
+            {"persistent_resource_id": "gpu-pool", "network": NETWORK},
+        ),
+    ],
+    ids=["spot", "flex-start-psc", "persistent-resource"],
+)
+def test_the_rehearsals_vertex_double_takes_the_tuning_jobs_trials_capacity_and_placement(
+    monkeypatch, tmp_path, update, trials
+):
+    """GCPC's launcher on the compiled tuning task sends the trials' strategy, wait, persistent resource and PSC
+    interface, and the rehearsal's Vertex AI double (its checks of rules.py and jobs.py) takes them as sent."""
+    from pipelines.rehearsal.api import VertexDouble
+
+    platform = Platform.model_validate({**PLATFORM.model_dump(), **update})
+    spec = compiled_docs("vertex", "training", platform)[0]
+    double = VertexDouble(
+        str(tmp_path / "double"), str(tmp_path / "state.json"), "my-project", "123", LOCATION, caller=SA
+    )
+    jobs = double.job_service
+    monkeypatch.setattr(jobs, "_work", lambda job: None)  # no trials: the request is the subject
+
+    def create(request):
+        job = jobs.create_job("hyperparameter_tuning_job", request)
+        jobs.jobs[job.name]["data"]["state"] = "JOB_STATE_SUCCEEDED"
+        return job
+
+    FakeStub(create).bind(JobServiceGrpcTransport, "create_hyperparameter_tuning_job", monkeypatch)
+    FakeStub(jobs.get_job).bind(JobServiceGrpcTransport, "get_hyperparameter_tuning_job", monkeypatch)
+    Launch(
+        spec,
+        dag(spec, "comp-condition-2")["hyperparameter-tuning-job"],
+        {
+            "worker_pool_specs": POOLS,
+            "base_output_directory": "gs://b/root/plan/job_dir/tfpipe-training-20261123",
+            "display_name": "tfpipe-training-20261123-tune",
+            "project": "my-project",
+        },
+        {},
+        tmp_path / "launch",
+    ).run()
+    [job] = jobs.jobs.values()
+    expect.check_tuning_job({"hyperparameter_tuning_job": job["data"]}, platform, DEFAULT_STUDY)
+    trial = job["data"]["trial_job_spec"]
+    placement = ("scheduling", "persistent_resource_id", "psc_interface_config", "network")
+    assert {k: trial[k] for k in placement if k in trial} == trials
+
+
 def test_batch_prediction_job_runs_as_the_runs_identity(specs, monkeypatch, tmp_path):
     created = job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob)
     model = {

@@ -259,7 +259,7 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
             "persistent_resource_id: projects/p/locations/us-east1/persistentResources/pool",
             "platform",
             "persistent_resource_id: 'projects/p/locations/us-east1/persistentResources/pool' is in us-east1; the "
-            "training job runs in location us-central1",
+            "training job and the tuning trials run in location us-central1",
         ),
         (
             "persistent_resource_id: Pool_1",
@@ -270,14 +270,14 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
         (
             "persistent_resource_id: pool\n  training_capacity: {strategy: SPOT}",
             "platform",
-            "persistent_resource_id: the job runs on the resource's machines, so training_capacity.strategy SPOT does "
-            "not apply; leave it STANDARD",
+            "persistent_resource_id: the training job and the tuning trials run on the resource's machines, so "
+            "training_capacity.strategy SPOT does not apply; leave it STANDARD",
         ),
         (
             "psc_network_attachment: projects/p/regions/europe-west4/networkAttachments/a",
             "platform",
             "psc_network_attachment: 'projects/p/regions/europe-west4/networkAttachments/a' is in europe-west4; the "
-            "training job runs in location us-central1",
+            "training job and the tuning trials run in location us-central1",
         ),
         (
             "psc_network_attachment: projects/p/networkAttachments/a",
@@ -288,8 +288,8 @@ def test_profile_structure_errors(tmp_path, yaml_text, message):
         (
             "psc_network_attachment: attachment\n  network: projects/123/global/networks/vpc",
             "platform",
-            "psc_network_attachment and network are exclusive: a Vertex training job reaches a VPC through peering "
-            "or through a Private Service Connect interface, not both",
+            "psc_network_attachment and network are exclusive: a Vertex training job or tuning trial reaches a VPC "
+            "through peering or through a Private Service Connect interface, not both",
         ),
         (
             "model_version_aliases: []",
