@@ -48,6 +48,17 @@ def _cancel(job: dict) -> None:
 
 
 class JobService:
+    # gRPC method → (the permission it needs, the request field naming the resource it is checked on)
+    PERMISSIONS = {
+        f"{verb}{kind}": (f"aiplatform.{collection}.{verb.lower()}", "parent" if verb == "Create" else "name")
+        for kind, collection in (
+            ("CustomJob", "customJobs"),
+            ("HyperparameterTuningJob", "hyperparameterTuningJobs"),
+            ("BatchPredictionJob", "batchPredictionJobs"),
+        )
+        for verb in ("Create", "Get", "Cancel")
+    }
+
     def __init__(self, context: Context):
         self.context, self.registry = context, context.registry
         # name → {"kind": a JOB_KINDS key, "name", "data": the job's fields, "pids": its processes, "cancelled"}
