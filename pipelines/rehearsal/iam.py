@@ -81,10 +81,12 @@ def compute_default(project_number: str) -> str:
 def setup(platform, project_number: str, caller: str) -> dict:
     """The state docs/guides/vertex.md's set-up leaves for a run of `platform` as `caller`: what
     preflight.preflight checks (its required services, the runs' roles, act-as, the key's service agents)."""
-    member = f"serviceAccount:{caller}"
-    roles = preflight.RUNNER_ROLES + (preflight.DATAFLOW_ROLES if preflight.uses_dataflow(platform) else ())
-    key = platform.encryption_spec_key_name
-    dataflow = preflight.uses_dataflow(platform)
+    member, key, dataflow = (
+        f"serviceAccount:{caller}",
+        platform.encryption_spec_key_name,
+        preflight.uses_dataflow(platform),
+    )
+    roles = preflight.RUNNER_ROLES + (preflight.DATAFLOW_ROLES if dataflow else ())
     agents = preflight.key_agents(project_number, dataflow)
     return {
         "project_number": project_number,
