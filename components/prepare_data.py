@@ -199,6 +199,7 @@ def prepare(
             output_dir = job_output
             if os.environ.get(dataflow.RECORD_ENV):  # the rehearsal: what would be sent, then the direct runner
                 dataflow.record(os.environ[dataflow.RECORD_ENV], sent)
+                print(f"Dataflow job {dataflow.create_recorded(sent) or '(not created)'}: run here, directly")
             else:
                 options, launched = sent, True
     output_dir = output_dir.rstrip("/")

@@ -93,7 +93,8 @@ def rehearse(
         _fail("-v/--verbose and -q/--quiet: choose one")
     from pipelines.cli.local import _make_folder, _print_summary
     from pipelines.delivery import delivery_for
-    from pipelines.rehearsal.run import PIPELINE_ROOT, PROJECT, rehearse as run_rehearsal
+    from pipelines.rehearsal.iam import Iam
+    from pipelines.rehearsal.run import PIPELINE_ROOT, PROJECT, PROJECT_NUMBER, rehearse as run_rehearsal
     from pipelines.templates import TemplateError, load_template, parse_params
 
     out = _make_folder(Path(out_dir or f"runs/rehearsal-{time.strftime('%Y%m%d-%H%M%S')}").resolve(), "--out")
@@ -113,6 +114,10 @@ def rehearse(
         default = inputs["data_source"].get("defaultValue", "")
         if default and not default.startswith(("gs://", "builtin:")):
             arguments["data_source"] = local_path(default)
+    state = Path(state_dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)  # its iam.json: the set-up of this config (a new one; kept if there)
+    platform = config.platform.model_copy(update={"project": config.platform.project or PROJECT})
+    Iam(str(state / "iam.json"), platform.service_account, PROJECT_NUMBER, platform)
     with contextlib.ExitStack() as stack:
         if quiet:  # the steps' lines (the local runner's) and the double's messages go to stdout
             stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
@@ -121,11 +126,11 @@ def rehearse(
             template,
             arguments,
             out,
-            Path(state_dir).resolve(),
+            state,
             verbose,
             click.echo,
             caching=not no_caching,
-            project=config.platform.project or PROJECT,
+            project=platform.project,
             pipeline_root=config.platform.pipeline_root
             if config.platform.pipeline_root.startswith("gs://")
             else PIPELINE_ROOT,

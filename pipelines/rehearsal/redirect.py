@@ -23,10 +23,14 @@ POLL_SECONDS = 1
 
 
 def environment(grpc_target: str, http_base: str, project: str, mount: str = "") -> dict:
-    """The variables that make a subprocess talk to the double (and, with `mount`, see it as Vertex's /gcs/)."""
+    """The variables that make a subprocess talk to the double (data prep's Dataflow job included: it is created on
+    the double's Dataflow route) and, with `mount`, see it as Vertex's /gcs/."""
+    from components.lib.prep.dataflow import API_ENV as DATAFLOW_API_ENV  # not at import: every subprocess imports this
+
     path = os.environ.get("PYTHONPATH", "")
     return {
         ENV: f"{grpc_target} {http_base} {project}",
+        DATAFLOW_API_ENV: http_base,
         "PYTHONPATH": SHIM + (os.pathsep + path if path else ""),
         **({MOUNT_ENV: mount} if mount else {}),
     }

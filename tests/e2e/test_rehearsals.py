@@ -251,3 +251,28 @@ def test_a_wrong_wire_fails_with_the_step_and_the_apis_message(tmp_path):
         s["name"]: s["status"] for s in json.loads((tmp_path / "run" / "run_summary.json").read_text())["steps"]
     }
     assert statuses["custom-training-job"] == "FAILED" and statuses["evaluate-model"] == "SKIPPED"
+
+
+def test_a_disabled_dataflow_api_fails_data_prep_with_googles_message(tmp_path):
+    """iam.json edited to rehearse a set-up without the Dataflow API (its other sections the config's set-up):
+    prepare-data's job is refused, and the rehearsal's last line names the step and the API."""
+    from pipelines import preflight
+
+    state = tmp_path / "state"
+    state.mkdir()
+    platform = load_config(sets=IDENTITY, environ={}).platform
+    services = [s for s in preflight.required_services(platform) if s != "dataflow.googleapis.com"]
+    (state / "iam.json").write_text(json.dumps({"services": services}))
+    result = run_cli("rehearse", "--out", tmp_path / "run", "--state", state, *SETS, "--param", "epochs=1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: prepare-data: Vertex AI: Dataflow API has not been used in project 308452716099 before or it is "
+        "disabled. Enable it by visiting https://console.developers.google.com/apis/api/dataflow.googleapis.com/"
+        "overview?project=308452716099 then retry. If you enabled this API recently, wait a few minutes for the "
+        "action to propagate to our systems and retry."
+    )
+    statuses = {
+        s["name"]: s["status"] for s in json.loads((tmp_path / "run" / "run_summary.json").read_text())["steps"]
+    }
+    assert statuses["prepare-data"] == "FAILED"
+    assert json.loads((state / "iam.json").read_text())["services"] == services  # kept as edited

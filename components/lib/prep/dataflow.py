@@ -11,7 +11,9 @@ whose wait fails otherwise (terminated, or the watch given up) cancels the job i
 bill, without it.
 
 The rehearsal sets `RECORD_ENV` to a folder: the step then writes the options it would have sent there
-(`dataflow-options.json`) and runs the same pipeline on the direct runner.
+(`dataflow-options.json`), creates the job, without its steps, on the rehearsal's Dataflow API (`API_ENV`;
+`create_recorded`), which refuses it as Dataflow would (a disabled API, a missing role), and runs the same pipeline on
+the direct runner.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 
 RECORD_ENV = "TFPIPE_DATAFLOW_RECORD"
 RECORD_FILE = "dataflow-options.json"
+API_ENV = "TFPIPE_DATAFLOW_API"  # the rehearsal's Dataflow API (its base URL), which the recorded job is created on
 
 
 class DataflowOptionsError(ValueError):
@@ -104,6 +107,48 @@ def record(folder: str, sent) -> str:
     with open(path, "w") as f:
         json.dump(sent.get_all_options(drop_default=True), f, indent=2, sort_keys=True)
     return path
+
+
+class DataflowRefused(RuntimeError):
+    """Dataflow refused the job (its status and message)."""
+
+
+def create_recorded(sent) -> str:
+    """The rehearsal: the job the options `sent` describe (its name, project, region, workers' account, key, temp
+    location and labels; no steps) created with Dataflow's `projects.locations.jobs.create` on the Dataflow API at
+    `API_ENV` (the Dataflow client's REST transport); its ID ("": no API_ENV, nothing created), else DataflowRefused
+    with the API's answer."""
+    endpoint = os.environ.get(API_ENV, "")
+    if not endpoint:
+        return ""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+    from google.api_core import exceptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import dataflow_v1beta3 as dataflow
+
+    cloud = sent.view_as(GoogleCloudOptions)
+    client = dataflow.JobsV1Beta3Client(
+        credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": endpoint}
+    )
+    job = dataflow.Job(
+        name=cloud.job_name,
+        type_=dataflow.JobType.JOB_TYPE_BATCH,
+        environment=dataflow.Environment(
+            service_account_email=cloud.service_account_email or "",
+            service_kms_key_name=cloud.dataflow_kms_key or "",
+            temp_storage_prefix=cloud.temp_location or "",
+        ),
+        labels=dict(label.split("=", 1) for label in cloud.labels or ()),
+    )
+    request = dataflow.CreateJobRequest(project_id=cloud.project, location=cloud.region, job=job)
+    try:
+        return client.create_job(request=request).id
+    except exceptions.GoogleAPICallError as e:
+        try:  # the service's own message, without the URL the client puts first
+            message = e.response.json()["error"]["message"]
+        except Exception:  # noqa: BLE001 (no JSON answer: the client's message)
+            message = e.message
+        raise DataflowRefused(f"Dataflow refused the job {cloud.job_name}: {e.code} {message}") from None
 
 
 class _Launch:

@@ -1,8 +1,10 @@
 """The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService,
 PredictionService (Predict) and Operations, REST for the routes of GCPC's upload and deploy launchers and online
-prediction. Each request is parsed into its aiplatform_v1 message (an unknown field or a wrong type is refused as
-Vertex refuses it), recorded (Context.record) and answered by its service; an ApiError is answered with its status
-and message. A share of the project's own gRPC calls (Context.fault) is refused as Vertex refuses calls while busy;
+prediction, and Dataflow's `projects.locations.jobs.create` for data prep's job (components/lib/prep/dataflow.py).
+Each request is parsed into its aiplatform_v1 (dataflow_v1beta3) message (an unknown field or a wrong type is refused
+as Vertex refuses it), recorded (Context.record), authorized (Context.authorize: the API enabled, the permission
+its service's `PERMISSIONS` names held by the caller) and answered by its service; an ApiError is answered with its
+status and message. A share of the project's own gRPC calls (Context.fault) is refused as Vertex refuses calls while busy;
 the calls of Google Cloud Pipeline Components' launchers (their user agent; every REST route) are not: they do not
 repeat a refused call, and on Vertex a task's retry policy repeats the step."""
 
@@ -20,6 +22,7 @@ from google.cloud.aiplatform_v1.types import (
     endpoint_service as endpoint_service_pb,
     model_service as model_service_pb,
 )
+from google.cloud.dataflow_v1beta3.types import jobs as dataflow_jobs
 from google.longrunning import operations_pb2
 from google.protobuf import json_format
 
@@ -40,6 +43,13 @@ GCPC_AGENT = "google-cloud-pipeline-components"  # in the user agent of GCPC's l
 
 def _from_gcpc(context) -> bool:
     return any(GCPC_AGENT in str(value) for _, value in context.invocation_metadata())
+
+
+def _field(request, path: str) -> str:
+    """The value of a request's field at `path` ("endpoint.name"; "": "")."""
+    for name in path.split(".") if path else ():
+        request = getattr(request, name)
+    return request if path else ""
 
 
 class VertexDouble(Context):
@@ -107,6 +117,9 @@ class VertexDouble(Context):
                 )
                 self.record("grpc", method, body)
                 try:
+                    service, name = method.split(".")
+                    permission, field = permissions.get(service, {}).get(name, ("", ""))
+                    self.authorize(permission, _field(request, field))
                     fault = None if _from_gcpc(context) else self.fault()
                     if fault:
                         raise fault
@@ -125,6 +138,12 @@ class VertexDouble(Context):
                 handle, request_deserializer=deserialize, response_serializer=serialize
             )
 
+        permissions = {
+            "JobService": JobService.PERMISSIONS,
+            "ModelService": ModelService.PERMISSIONS,
+            "EndpointService": EndpointService.PERMISSIONS,
+            "PredictionService": EndpointService.PERMISSIONS,
+        }
         services = {
             f"{V1}.JobService": self.job_service.rpcs(),
             f"{V1}.ModelService": self.model_service.rpcs(),
@@ -141,6 +160,13 @@ class VertexDouble(Context):
 
     # --- REST ----------------------------------------------------------------------------------------------------
 
+    # the Vertex AI REST handlers' methods, whose PERMISSIONS they need (the resource: the path's group of that name)
+    REST_METHODS = {
+        "_rest_upload": ModelService.PERMISSIONS["UploadModel"],
+        "_rest_deploy": EndpointService.PERMISSIONS["DeployModel"],
+        "_rest_predict": EndpointService.PERMISSIONS["Predict"],
+        "_rest_operation": ("", ""),
+    }
     REST: list[tuple[str, re.Pattern, Any, str]] = [  # (method, path pattern, request class, handler name)
         (
             "POST",
@@ -165,6 +191,12 @@ class VertexDouble(Context):
             re.compile(r"^/v1/(?P<operation>projects/[^/]+/locations/[^/]+/operations/[^/:]+)$"),
             None,
             "_rest_operation",
+        ),
+        (  # Dataflow's (GAPIC REST transport: its query names the JSON form)
+            "POST",
+            re.compile(r"^/v1b3/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/jobs(\?.*)?$"),
+            dataflow_jobs.Job,
+            "_rest_dataflow_job",
         ),
     ]
 
@@ -197,8 +229,13 @@ class VertexDouble(Context):
                 except json_format.ParseError as e:
                     raise ApiError("INVALID_ARGUMENT", f"invalid {request_class.__name__}: {e}") from None
             self.record(
-                "rest", f"{method} {handler.path.split('/')[-1]}", to_dict(request) if request is not None else body
+                "rest",
+                f"{method} {handler.path.split('?')[0].split('/')[-1]}",
+                to_dict(request) if request is not None else body,
             )
+            if name in self.REST_METHODS:
+                permission, group = self.REST_METHODS[name]
+                self.authorize(permission, match[group] if match and group else "")
             answer = getattr(self, name)(match, request, body)
         except ApiError as e:
             self.error(f"{method} {handler.path}", e.message)
@@ -221,6 +258,10 @@ class VertexDouble(Context):
 
     def _rest_predict(self, match, request, body) -> dict:
         return self.endpoint_service.predict(match["endpoint"], body)
+
+    def _rest_dataflow_job(self, match, request, body) -> dict:
+        job = json_format.MessageToDict(dataflow_jobs.Job.pb(request))
+        return self.create_dataflow_job(match["project"], match["location"], job)
 
     def _rest_operation(self, match, request, body) -> dict:
         return json_format.MessageToDict(

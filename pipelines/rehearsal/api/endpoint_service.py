@@ -48,6 +48,19 @@ def _endpoint(endpoint: dict) -> endpoint_pb.Endpoint:
 
 
 class EndpointService:
+    # method → (the permission it needs, the request field naming the resource it is checked on); DeployModel and
+    # Predict over REST too
+    PERMISSIONS = {
+        "ListEndpoints": ("aiplatform.endpoints.list", "parent"),
+        "GetEndpoint": ("aiplatform.endpoints.get", "name"),
+        "CreateEndpoint": ("aiplatform.endpoints.create", "parent"),
+        "UpdateEndpoint": ("aiplatform.endpoints.update", "endpoint.name"),
+        "DeployModel": ("aiplatform.endpoints.deploy", "endpoint"),
+        "UndeployModel": ("aiplatform.endpoints.undeploy", "endpoint"),
+        "DeleteEndpoint": ("aiplatform.endpoints.delete", "name"),
+        "Predict": ("aiplatform.endpoints.predict", "endpoint"),
+    }
+
     def __init__(self, context: Context, operations: Operations):
         self.context, self.registry, self.operations = context, context.registry, operations
         self.containers: dict[str, tuple] = {}  # deployed model id → (process, its predict route's URL)

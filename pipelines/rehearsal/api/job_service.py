@@ -49,6 +49,17 @@ def _cancel(job: dict) -> None:
 
 
 class JobService:
+    # gRPC method → (the permission it needs, the request field naming the resource it is checked on)
+    PERMISSIONS = {
+        f"{verb}{kind}": (f"aiplatform.{collection}.{verb.lower()}", "parent" if verb == "Create" else "name")
+        for kind, collection in (
+            ("CustomJob", "customJobs"),
+            ("HyperparameterTuningJob", "hyperparameterTuningJobs"),
+            ("BatchPredictionJob", "batchPredictionJobs"),
+        )
+        for verb in ("Create", "Get", "Cancel")
+    }
+
     def __init__(self, context: Context, preempt: int | None = None):
         """`preempt`: the replica every custom job preempts once (jobs.Preemption; None: none)."""
         self.context, self.registry, self.preempt = context, context.registry, preempt

@@ -35,6 +35,15 @@ def _model(version: dict) -> model_pb.Model:
 
 
 class ModelService:
+    # method → (the permission it needs, the request field naming the resource it is checked on)
+    PERMISSIONS = {
+        "ListModels": ("aiplatform.models.list", "parent"),
+        "ListModelVersions": ("aiplatform.models.list", "name"),
+        "GetModel": ("aiplatform.models.get", "name"),
+        "UploadModel": ("aiplatform.models.upload", "parent"),
+        "MergeVersionAliases": ("aiplatform.models.update", "name"),
+    }
+
     def __init__(self, context: Context, operations: Operations):
         self.context, self.registry, self.operations = context, context.registry, operations
 

@@ -23,10 +23,16 @@ SPEC = {"imageUri": "example.com/serving:1", "ports": [{"containerPort": 8080}]}
 
 @pytest.fixture
 def vertex(tmp_path):
+    from pipelines.config import Platform
     from pipelines.rehearsal import redirect
     from pipelines.rehearsal.api import VertexDouble
 
-    double = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), PROJECT, NUMBER, LOCATION).start()
+    platform = Platform(
+        project=PROJECT, location=LOCATION, encryption_spec_key_name=KEY
+    )  # its set-up: the key's grants
+    double = VertexDouble(
+        str(tmp_path), str(tmp_path / "state.json"), PROJECT, NUMBER, LOCATION, platform=platform
+    ).start()
     redirect.install(double.grpc_target, double.http_base, PROJECT)
     try:
         yield double

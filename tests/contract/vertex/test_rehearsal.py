@@ -251,7 +251,9 @@ def test_an_uploaded_version_keeps_its_commit_label_and_a_label_vertex_refuses_i
         "type": "google.UnmanagedContainerModel",
         "metadata": {"containerSpec": PLATFORM.serving_container_spec()},
     }
-    double = VertexDouble(str(tmp_path / "d"), str(tmp_path / "state.json"), "my-project", "4711", "europe-west4")
+    double = VertexDouble(  # the set-up of PLATFORM: its key's grants
+        str(tmp_path / "d"), str(tmp_path / "state.json"), "my-project", "4711", "europe-west4", platform=PLATFORM
+    )
     double.start()
     env = {**os.environ, **redirect.environment(double.grpc_target, double.http_base, "my-project")}
 

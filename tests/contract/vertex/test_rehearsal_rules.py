@@ -229,7 +229,7 @@ def test_the_caller_must_be_able_to_act_as_the_service_account(double, tmp_path)
         double.check(deployment)
 
     iam = json.loads((tmp_path / "iam.json").read_text())
-    assert iam == {"service_accounts": {SA: {"act_as": [f"serviceAccount:{SA}"]}}}
+    assert iam["service_accounts"] == {SA: {"act_as": [f"serviceAccount:{SA}"]}}
     iam["service_accounts"][SA]["act_as"] = []  # the set-up without the self-binding
     (tmp_path / "iam.json").write_text(json.dumps(iam))
     again = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4", caller=SA)
