@@ -259,14 +259,18 @@ def rehearse(
     if failed_step and double.errors:
         api_error = _error_during(double.errors, failed_step)
         if api_error:
-            summary["error"] = f"{failed_step.name}: Vertex AI: {api_error}"
+            summary["error"] = f"{failed_step.name}: {api_error}"
     return summary
 
 
 def _error_during(errors: list[dict], step) -> str | None:
-    """The last API error answered while `step` ran (its own request, or the job it waited for)."""
+    """The last API error answered while `step` ran (its own request, or the job it waited for), after the name of
+    the API that answered it (Dataflow's routes are under /v1b3/)."""
     during = [e for e in errors if step.started - 1 <= e["time"] <= step.started + step.seconds + 1]
-    return during[-1]["message"] if during else None
+    if not during:
+        return None
+    api = "Dataflow" if "/v1b3/" in during[-1]["method"] else "Vertex AI"
+    return f"{api}: {during[-1]['message']}"
 
 
 def vertex_section(double: VertexDouble, out: Path) -> dict:

@@ -266,7 +266,7 @@ def test_a_disabled_dataflow_api_fails_data_prep_with_googles_message(tmp_path):
     result = run_cli("rehearse", "--out", tmp_path / "run", "--state", state, *SETS, "--param", "epochs=1")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        "Error: prepare-data: Vertex AI: Dataflow API has not been used in project 308452716099 before or it is "
+        "Error: prepare-data: Dataflow: Dataflow API has not been used in project 308452716099 before or it is "
         "disabled. Enable it by visiting https://console.developers.google.com/apis/api/dataflow.googleapis.com/"
         "overview?project=308452716099 then retry. If you enabled this API recently, wait a few minutes for the "
         "action to propagate to our systems and retry."
