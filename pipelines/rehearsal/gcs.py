@@ -17,7 +17,9 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import fcntl
 import hashlib
+import json
 import os
 import ssl
 import threading
@@ -33,15 +35,74 @@ SAVE_SECONDS = 1.0
 NO_SOFT_DELETE = {"retentionDurationSeconds": "0"}  # the rehearsal's buckets delete at once (Cloud Storage: 7 days)
 
 
+SERVING = "emulator.json"  # in the emulator's folder: {"host", "pid"} of the process serving it
+
+
 @contextlib.contextmanager
 def gcs_emulator(directory: str, bucket: str):
-    """A GCS emulator on a free local port with `bucket` (without soft delete), its data kept in `directory`; yields
-    its host URL."""
+    """A GCS emulator with `bucket` (without soft delete), its data kept in `directory`; yields its host URL.
+
+    One emulator serves a folder at a time, so that rehearsals running at once on one state see one Cloud Storage:
+    the first starts it (on a free local port) and names it in `directory/emulator.json`; the others use it while
+    it serves (a shared `flock` on `directory/.users` each); the one that started it stops it, its data saved, once
+    none uses it any more. `.join` orders the joining against the stopping."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ".users"), "a") as users, open(os.path.join(directory, ".join"), "a") as join:
+        fcntl.flock(join, fcntl.LOCK_EX)
+        try:
+            host, stop = _serving(directory, users), None
+            if host is None:
+                host, stop = _serve(directory, bucket)
+                _write_json(os.path.join(directory, SERVING), {"host": host, "pid": os.getpid()})
+                fcntl.flock(users, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(join, fcntl.LOCK_UN)
+        try:
+            yield host
+        finally:
+            if stop is not None:  # this process serves it: wait until no other uses it, then stop it
+                fcntl.flock(users, fcntl.LOCK_EX)
+                stop()
+                os.remove(os.path.join(directory, SERVING))
+            fcntl.flock(users, fcntl.LOCK_UN)
+
+
+def _write_json(path: str, value: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f)
+    os.replace(tmp, path)
+
+
+def _serving(directory: str, users) -> str | None:
+    """The host of the emulator another process serves `directory` with, this process counted among its users;
+    None when none does (or the one found was stopping)."""
+
+    def current():
+        try:
+            with open(os.path.join(directory, SERVING)) as f:
+                found = json.load(f)
+            os.kill(found["pid"], 0)
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            return None
+        return found
+
+    found = current()
+    if found is None:
+        return None
+    fcntl.flock(users, fcntl.LOCK_SH)  # waits while a stopping emulator saves its data
+    if current() == found:
+        return found["host"]
+    fcntl.flock(users, fcntl.LOCK_UN)
+    return None
+
+
+def _serve(directory: str, bucket: str):
+    """Start an emulator on `directory`; return (its host URL, the function that stops it and saves its data)."""
     from gcp_storage_emulator.server import create_server
 
     _as_cloud_storage()
     [port] = free_ports(1)
-    os.makedirs(directory, exist_ok=True)
     server = create_server("127.0.0.1", port, in_memory=False, default_bucket=bucket, data_dir=directory)
     server._storage.buckets[bucket]["softDeletePolicy"] = NO_SOFT_DELETE
     base = f"http://127.0.0.1:{port}"
@@ -57,13 +118,14 @@ def gcs_emulator(directory: str, bucket: str):
 
     saver = threading.Thread(target=save_state, daemon=True, name="gcs-emulator-state")
     saver.start()
-    try:
-        yield base
-    finally:
+
+    def stop():
         server.stop()
         stopped.set()
         saver.join()
         server._storage.save_state()
+
+    return base, stop
 
 
 def _as_cloud_storage() -> None:
@@ -157,16 +219,23 @@ def _as_cloud_storage() -> None:
 
 
 def _certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a certificate for Google's storage hosts signed by it (ca.pem, cert.pem, key.pem), made once."""
+    """A CA and a certificate for Google's storage hosts signed by it (ca.pem, cert.pem, key.pem), made once (by
+    one of the rehearsals starting at once on one state)."""
+    paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all(p.exists() for p in paths):
+            _write_certificates(*paths)
+    return paths
+
+
+def _write_certificates(ca_path: Path, cert_path: Path, key_path: Path) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    ca_path, cert_path, key_path = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
-    if ca_path.exists() and cert_path.exists() and key_path.exists():
-        return ca_path, cert_path, key_path
-    directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
 
     def certificate(subject, issuer, public_key, signing_key, ca: bool, names=()):
@@ -193,7 +262,6 @@ def _certificates(directory: Path) -> tuple[Path, Path, Path]:
     ca_path.write_bytes(ca.public_bytes(pem))
     cert_path.write_bytes(leaf.public_bytes(pem))
     key_path.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    return ca_path, cert_path, key_path
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -4,10 +4,15 @@ it: resource names are answered with the project's number (requests may name the
 a model's first version holds the `default` alias; an alias names one version (merging moves it; `-alias` removes
 it); a deploy's traffic split uses "0" for the new model and must sum to 100; a deployed model with traffic cannot
 be undeployed; lists are ordered by `order_by` and paged; a model or endpoint may be created with an ID of the
-caller's (`model_id`, `endpoint_id`, in the forms Vertex takes), and an ID taken is ALREADY_EXISTS."""
+caller's (`model_id`, `endpoint_id`, in the forms Vertex takes), and an ID taken is ALREADY_EXISTS.
+
+Rehearsals that run at once on one state share it as runs share one project: every read and change holds the
+state's lock (a thread lock and an exclusive `flock` on `PATH.lock`), reads the file again when another process has
+saved it since, and a change is saved before the lock is let go."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -45,16 +50,60 @@ MODEL_ID = re.compile(r"[a-z_][a-z0-9_-]{0,62}")
 ENDPOINT_ID = re.compile(r"[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?|[1-9][0-9]{0,8}")
 
 
+class StateLock:
+    """Re-entrant across the threads of a process and exclusive across processes (`flock` on `path`); `on_acquire`
+    runs when the process takes it (the outermost `with`)."""
+
+    def __init__(self, path: str, on_acquire):
+        self.path, self.on_acquire = path, on_acquire
+        self._thread = threading.RLock()
+        self._depth = 0
+        self._file = None
+
+    def __enter__(self):
+        self._thread.acquire()
+        self._depth += 1
+        if self._depth == 1:
+            self._file = open(self.path, "a")
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+            try:
+                self.on_acquire()
+            except BaseException:
+                self.__exit__(None, None, None)
+                raise
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth == 0 and self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+        self._thread.release()
+
+
 class Registry:
     def __init__(self, path: str, project: str, location: str, project_number: str):
         self.path, self.parent = path, f"projects/{project_number}/locations/{location}"
         self.by_id = (f"projects/{project}/", f"projects/{project_number}/")
         self.project_ids = (project, project_number)
-        self.lock = threading.RLock()
         self.state: dict[str, Any] = {"models": {}, "endpoints": {}, "next_id": 1}
-        if os.path.exists(path):
-            with open(path) as f:
+        self._read: tuple | None = None  # the saved file this process's `state` holds (its stat)
+        self.lock = StateLock(f"{path}.lock", self._reload)
+        with self.lock:
+            pass
+
+    def _reload(self) -> None:
+        """`state` from the file, when another process saved it since this one read or wrote it."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if seen != self._read:
+            with open(self.path) as f:
                 self.state = json.loads(f.read().replace(*self.by_id))  # a state saved with project IDs
+            self._read = seen
 
     def canonical(self, name: str) -> str:
         """A resource name with the project's number, as Vertex answers it."""
@@ -62,14 +111,18 @@ class Registry:
 
     def save(self) -> None:
         with self.lock:
-            tmp = f"{self.path}.tmp"
+            tmp = f"{self.path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
                 json.dump(self.state, f, indent=1)
             os.replace(tmp, self.path)
+            stat = os.stat(self.path)
+            self._read = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
     def new_id(self) -> str:
+        """An ID no other resource of the state has had (jobs, operations and deployed models included)."""
         with self.lock:
             self.state["next_id"] += 1
+            self.save()
             return str(1000 + self.state["next_id"])
 
     def check_parent(self, parent: str) -> None:
@@ -270,8 +323,11 @@ class Registry:
         return version, final
 
     def add_deployed(self, endpoint_name: str, deployed: dict, split: dict) -> None:
+        """The deployed model added with the split its request asked for (checked again: another deploy or undeploy
+        may have changed the endpoint since the request was checked)."""
         with self.lock:
             endpoint = self.endpoint(endpoint_name)
+            split = self.check_split(split, {d["id"] for d in endpoint["deployed_models"]} | {"0"})
             endpoint["deployed_models"].append(deployed)
             endpoint["traffic_split"] = {(deployed["id"] if k == "0" else k): v for k, v in split.items()}
             self.save()

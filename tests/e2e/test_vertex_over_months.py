@@ -1,11 +1,14 @@
 """Months of scheduled runs on Vertex AI, rehearsed (`python -m pipelines rehearse` on one --state): a first run, a
 canary at 10 %, weekly runs on unchanged data, fresh data, a failed deploy and the run after it, `promote`,
-`rollback`. After each: the endpoint's deployed
+`rollback`, and two runs at once (the schedule's and Cloud Build's on a merge). After each: the endpoint's deployed
 models and traffic split, the registry's versions and aliases, the jobs launched and the cache hits, and that no two
 jobs wrote one output folder. One epoch on a tiny image folder: what is checked is what each run leaves behind."""
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from tests.helpers.data import write_images
 from tests.helpers.processes import run_cli
@@ -67,6 +70,7 @@ def statuses(summary: dict) -> dict:
     return {s["name"]: s["status"] for s in summary["steps"]}
 
 
+@pytest.mark.timeout(1800)  # twelve rehearsals in a row, two of them at once
 def test_months_of_scheduled_runs(tmp_path):
     months = Months(tmp_path)
     first_data = months.data(seed=1)
@@ -136,3 +140,20 @@ def test_months_of_scheduled_runs(tmp_path):
     months.command("rollback")
     assert months.saved() == ({"1": 100}, registry)
     assert len(set(months.folders)) == len(months.folders) == 4
+
+    # two runs at once on fresh data (the weekly schedule and Cloud Build's run on a merge): each trains in a folder of
+    # its own and both succeed; the endpoint ends with the champion at 90 % and one canary at 10 %, a version one of
+    # them uploaded; the champion keeps its aliases
+    fresh = months.data(seed=5)
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda name: months.run(name, fresh, traffic_percentage="10"), ("merge", "week8")))
+    launched = [len(recorded(tmp_path / name, "JobService.CreateCustomJob")) for name in ("merge", "week8")]
+    uploaded = sum(len(recorded(tmp_path / name, "POST models:upload")) for name in ("merge", "week8"))
+    assert sum(launched) >= 1 and max(launched) == 1 and uploaded == sum(launched), (launched, uploaded)
+    deployed, versions = months.saved()
+    new = [str(v) for v in range(5, 5 + uploaded)]
+    assert versions == [*registry, *((v, []) for v in new)]
+    [canary] = set(deployed) - {"1"}
+    assert deployed == {"1": 90, canary: 10} and canary in new, deployed
+    assert all(statuses(r)["finish-vertex-rollout"] in ("SUCCEEDED", "SKIPPED") for r in runs)
+    assert len(set(months.folders)) == len(months.folders) == 4 + sum(launched)

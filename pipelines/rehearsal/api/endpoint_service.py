@@ -165,7 +165,11 @@ class EndpointService:
                 "model_version_id": version["version_id"],
                 "create_time": time.time(),
             }
-            self.registry.add_deployed(request.endpoint, deployed, split)
+            try:
+                self.registry.add_deployed(request.endpoint, deployed, split)
+            except ApiError:
+                jobs.stop_container(self.containers.pop(deployed_id)[0])
+                raise
             return endpoint_service_pb.DeployModelResponse(
                 deployed_model=endpoint_pb.DeployedModel(
                     id=deployed_id, model=version["name"], model_version_id=version["version_id"]
