@@ -166,7 +166,7 @@ class VertexOps(SameEverywhere):
         pipeline's), else the pipeline's values. The trials run as the training job does: with its capacity
         (`training_capacity`), persistent resource and PSC interface, each passed only when set (GCPC's launcher with
         the fields its 2.22 op lacks; every setting also keys the plan's cache)."""
-        from components.hyperparameter_tuning_job import hyperparameter_tuning_job
+        from components import hyperparameter_tuning_job
 
         p, study = self.platform, inputs.study
         with dsl.If(inputs.enabled == True, name="tuning-enabled"):  # noqa: E712 (KFP condition)
@@ -198,7 +198,7 @@ class VertexOps(SameEverywhere):
             )
             plan.set_display_name("Plan trial worker pool")
             claim = self._claim(plan)
-            job = hyperparameter_tuning_job(
+            job = hyperparameter_tuning_job.hyperparameter_tuning_job(
                 display_name=plan.outputs["display_name"],
                 base_output_directory=claim.output,
                 worker_pool_specs=plan.outputs["worker_pool_specs"],

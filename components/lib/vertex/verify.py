@@ -8,6 +8,10 @@ needs an explanation spec, the per-deployed-model `invoke` route a dedicated end
 it, and `PredictResponse.deployed_model_id` says which one answered. So a canary's check repeats a prediction
 until the new deployed model has answered it, at most `predictions_needed(share)` times; other models' answers are
 not checked.
+
+Other runs deploy to the same endpoint meanwhile (a schedule's run beside a run on merge): the endpoint is read again
+before anything is undeployed. A canary another run's deploy left at 0 % (or took off) while it was checked is not
+rejected for not being picked: it no longer serves, and the rollout's end of one of the runs takes it off.
 """
 
 import math
@@ -24,6 +28,10 @@ MAX_PREDICTIONS = 1000  # per check: a 1 % canary is picked within them but with
 
 class DeployRejected(RuntimeError):
     """The new deployed model did not answer as the published model does; it was undeployed (one-line message)."""
+
+
+class NotPicked(RuntimeError):
+    """The traffic split never picked the deployed model within the predictions a check may send."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +75,8 @@ def _request(check) -> dict:
 
 def answer_of(endpoint_name: str, deployed_model_id: str, share: int, check) -> tuple:
     """The smoke result of `check` as `deployed_model_id` answers it through the endpoint's predict API (repeated
-    until the split picks it); SmokeFailed when it never answers or answers wrong."""
+    until the split picks it); NotPicked when it never answers, SmokeFailed when it answers wrong."""
     from google.protobuf import json_format
-
-    from components.lib.deploy.smoke import SmokeFailed
 
     client, request = service_client("prediction", location_of(endpoint_name)), _request(check)
     needed = predictions_needed(share)
@@ -79,7 +85,7 @@ def answer_of(endpoint_name: str, deployed_model_id: str, share: int, check) -> 
         if response.deployed_model_id == deployed_model_id:
             body = json_format.MessageToDict(type(response).pb(response))
             return check.compare({"predictions": [_integral(p) for p in body.get("predictions", [])]}), sent
-    raise SmokeFailed(
+    raise NotPicked(
         f"the traffic split never picked {deployed_model_id} ({share} %) in {needed} predictions on {check.signature}"
     )
 
@@ -104,14 +110,15 @@ def verify_deploy(
     """Send each of `checks()` (smoke checks, made inside the guard: a model whose answers cannot be computed is
     rejected too) to the endpoint until `model_version`'s newest deployed model answered it; its class ids must
     equal the published model's. On any failure: undeploy that deployed model with the endpoint's split restored
-    to `previous_split` (its deployed models still there), and raise DeployRejected."""
+    to `previous_split` (over its deployed models still there then), and raise DeployRejected; but a model never
+    picked because another run's deploy left it at 0 % meanwhile is reported, not rejected (module docstring)."""
     from components.lib.deploy.smoke import smoke_record
 
     deployed, split = deployed_models(endpoint_name)
     new = find_deployed(deployed, model_version)
     share = int(split.get(new.id, 0))
+    results, sent = [], 0
     try:
-        results, sent = [], 0
         for check in checks():
             result, tries = answer_of(endpoint_name, new.id, share, check)
             results.append(result)
@@ -120,8 +127,18 @@ def verify_deploy(
             raise ValueError("no smoke examples to send")
     except Exception as e:  # noqa: BLE001 (any failure of the check rejects the deploy)
         what = str(e).splitlines()[0] if str(e) else type(e).__name__
-        restore = restored_split(previous_split, [d.id for d in deployed if d.id != new.id])
+        deployed, split = deployed_models(endpoint_name)  # as other runs left it meanwhile
+        share = int(split.get(new.id, 0)) if any(d.id == new.id for d in deployed) else -1
+        if isinstance(e, NotPicked) and share <= 0:
+            echo(
+                f"{new.id} ({model_version}) serves no traffic any more: another run's deploy replaced it while it "
+                f"was checked ({what}); not checked through the endpoint"
+            )
+            return Verification(new.id, sent, smoke_record(results) if results else {})
         try:
+            if share < 0:
+                raise RuntimeError(f"{new.id} is no longer on the endpoint (another run took it off)")
+            restore = restored_split(previous_split, [d.id for d in deployed if d.id != new.id])
             left = _reject(endpoint_name, new.id, share, split, restore, echo)
         except Exception as undo:  # noqa: BLE001
             raise DeployRejected(

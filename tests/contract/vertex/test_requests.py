@@ -225,8 +225,14 @@ def test_the_rehearsals_vertex_double_takes_the_tuning_jobs_trials_capacity_and_
 
     platform = Platform.model_validate({**PLATFORM.model_dump(), **update})
     spec = compiled_docs("vertex", "training", platform)[0]
-    double = VertexDouble(
-        str(tmp_path / "double"), str(tmp_path / "state.json"), "my-project", "123", LOCATION, caller=SA
+    double = VertexDouble(  # its IAM as the platform's set-up grants it (the key's grant to Vertex's agent)
+        str(tmp_path / "double"),
+        str(tmp_path / "state.json"),
+        "my-project",
+        "123",
+        LOCATION,
+        caller=SA,
+        platform=platform,
     )
     jobs = double.job_service
     monkeypatch.setattr(jobs, "_work", lambda job: None)  # no trials: the request is the subject

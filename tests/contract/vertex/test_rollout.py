@@ -438,6 +438,7 @@ def test_a_deployed_model_answering_wrong_is_undeployed_and_the_split_before_res
     assert vertex.calls == [
         get_endpoint(),
         predict(),
+        get_endpoint(),  # read again before undeploying: another run may have changed it meanwhile
         (
             "undeploy_model",
             endpoint_service.UndeployModelRequest(
@@ -457,11 +458,62 @@ def test_a_canary_the_split_never_picks_is_rejected_after_enough_predictions(mon
     with pytest.raises(DeployRejected, match="the traffic split never picked d2 \\(50 %\\) in 14 predictions"):
         verify_deploy(ENDPOINT, f"{MODEL}@2", smoke_checks, {"d1": 100})
     assert vertex.calls[1:] == [predict()] * 14 + [
+        get_endpoint(),
         (
             "undeploy_model",
             endpoint_service.UndeployModelRequest(endpoint=ENDPOINT, deployed_model_id="d2", traffic_split={"d1": 100}),
-        )
+        ),
     ]
+
+
+def test_a_canary_another_runs_deploy_replaced_while_it_was_checked_is_not_rejected(monkeypatch):
+    """Two runs at once: d2 (this run's 10 % canary) is being checked when the other run's canary d3 lands with a
+    split that leaves d2 out. d2 is never picked again; it is reported, nothing is undeployed (the rollout's end
+    takes the replaced canary off), and d3 keeps its share."""
+    from components.lib.vertex.verify import Verification, verify_deploy
+
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
+
+    def other_run_deploys(instances, parameters):
+        if len(vertex.deployed) == 2:
+            vertex.deployed.append(("d3", "3", 300))
+            vertex.split = {"d1": 90, "d3": 10}
+        return [{"class_id": 9, "probabilities": [0.5, 0.5]}] * len(instances)
+
+    vertex.picks, vertex.answers = ["d1"] * 88, {"d1": other_run_deploys}
+    lines = []
+    result = verify_deploy(ENDPOINT, f"{MODEL}@2", smoke_checks, {"d1": 100}, echo=lines.append)
+    assert result == Verification("d2", 0, {})
+    assert vertex.calls == [get_endpoint(), *[predict()] * 88, get_endpoint()]
+    assert lines == [
+        f"d2 ({MODEL}@2) serves no traffic any more: another run's deploy "
+        "replaced it while it was checked (the traffic split never picked d2 (10 %) in 88 predictions on "
+        "serving_default); not checked through the endpoint"
+    ]
+    assert vertex.split == {"d1": 90, "d3": 10} and [d[0] for d in vertex.deployed] == ["d1", "d2", "d3"]
+
+
+def test_a_rejected_canary_restores_the_split_over_the_models_deployed_when_it_is_undeployed(monkeypatch):
+    """Two runs at once: while d3 is checked, the other run takes its own canary d2 off (it was in the split before
+    d3's deploy). d3 answers wrong: the split before its deploy is restored over the models still deployed then,
+    not over those of when the check began (Vertex refuses a split naming a model gone)."""
+    from components.lib.vertex.verify import DeployRejected, verify_deploy
+
+    vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200), ("d3", "3", 300)], {"d1": 90, "d3": 10})
+
+    def other_run_undeploys_then_wrong(instances, parameters):
+        vertex.deployed = [d for d in vertex.deployed if d[0] != "d2"]
+        return [{"class_id": 4, "probabilities": [0.5, 0.5]}] * len(instances)
+
+    vertex.picks, vertex.answers = ["d3"], {"d3": other_run_undeploys_then_wrong}
+    with pytest.raises(DeployRejected) as rejected:
+        verify_deploy(ENDPOINT, f"{MODEL}@3", smoke_checks, {"d1": 90, "d2": 10})
+    assert str(rejected.value).endswith("undeployed it, traffic {'d1': 100}")
+    assert vertex.calls[-1] == (
+        "undeploy_model",
+        endpoint_service.UndeployModelRequest(endpoint=ENDPOINT, deployed_model_id="d3", traffic_split={"d1": 100}),
+    )
+    assert vertex.split == {"d1": 100} and [d[0] for d in vertex.deployed] == ["d1"]
 
 
 def test_a_first_deploy_whose_model_cannot_be_checked_leaves_an_empty_endpoint(monkeypatch):
@@ -479,7 +531,7 @@ def test_a_first_deploy_whose_model_cannot_be_checked_leaves_an_empty_endpoint(m
         "no class_id output (['y']); undeployed it, traffic none (nothing else was deployed)"
     )
     # Vertex refuses to undeploy a model with traffic: the split is emptied first
-    assert vertex.calls == [get_endpoint(), traffic({}), undeploy("d1")]
+    assert vertex.calls == [get_endpoint(), get_endpoint(), traffic({}), undeploy("d1")]
     assert vertex.deployed == [] and vertex.split == {}
 
 
