@@ -5,7 +5,7 @@ client reaches it the way it reaches Cloud Storage on Vertex AI:
 - TensorFlow's own gs:// file system (the trainer writing AIP_MODEL_DIR, reading the dataset): TensorFlow talks to
   `https://www.googleapis.com` and `https://storage.googleapis.com` only, so a local HTTPS proxy (`https_proxy`)
   answers those hosts with a certificate of a rehearsal CA (`CURL_CA_BUNDLE`) and passes each request on to the
-  emulator; `GOOGLE_AUTH_TOKEN_FOR_TESTING` is its credential;
+  emulator; `GOOGLE_AUTH_TOKEN_FOR_TESTING` is its credential; its reads go in blocks of `READ_BLOCK_MB`;
 - a KFP lightweight step's `artifact.path` (`/gcs/BUCKET/...`, Cloud Storage FUSE on Vertex): `Mount`, a local
   folder standing in for `/gcs/`, filled with a task's input artifacts before it runs and copied into the emulator
   after it.
@@ -33,6 +33,10 @@ LOCAL_HOSTS = "127.0.0.1,localhost"
 _EMULATOR_LOCK = threading.Lock()  # one request at a time, as the emulator handles them, and the metadata writes
 SAVE_SECONDS = 1.0
 NO_SOFT_DELETE = {"retentionDurationSeconds": "0"}  # the rehearsal's buckets delete at once (Cloud Storage: 7 days)
+# TensorFlow's gs:// reader fills a buffer of one block (64 MB by default) per file opened: zeroing it costs about
+# 0.1 s per open (each validation shard every epoch, each checkpoint index read back) on a machine that also runs the
+# rehearsal's servers; blocks of 8 MB read the same objects, each request asking for a range of 8 MB.
+READ_BLOCK_MB = 8
 
 
 SERVING = "emulator.json"  # in the emulator's folder: {"host", "pid"} of the process serving it
@@ -341,6 +345,7 @@ def tensorflow_gcs(emulator: str, directory: Path):
             "CURL_CA_BUNDLE": str(ca),
             "GOOGLE_AUTH_TOKEN_FOR_TESTING": "rehearsal",
             "NO_GCE_CHECK": "true",
+            "GCS_READ_CACHE_BLOCK_SIZE_MB": str(READ_BLOCK_MB),
         }
     finally:
         proxy.stop()

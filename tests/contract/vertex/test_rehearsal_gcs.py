@@ -155,3 +155,33 @@ def test_the_rehearsals_buckets_keep_nothing_deleted(emulator):
     for name in ("b", "tenant"):
         assert gcs_client().get_bucket(name).soft_delete_policy.retention_duration_seconds == 0
         assert list(gcs_client().list_blobs(name, soft_deleted=True)) == []
+
+
+def test_tensorflow_reads_in_blocks_of_the_rehearsals_size(emulator, tmp_path, monkeypatch):
+    """TensorFlow's gs:// reader asks for one block per read of a small object: `READ_BLOCK_MB`, not its 64 MB
+    default, whose buffer it would zero at every file it opens."""
+    from gcp_storage_emulator import server
+
+    from core.storage import gcs_client
+
+    handle, ranges = server.Router.handle, []
+
+    def recorded(self, method):
+        if method == "GET" and self._request_handler.path.endswith("small.bin"):
+            ranges.append(self._request_handler.headers.get("Range"))
+        return handle(self, method)
+
+    monkeypatch.setattr(server.Router, "handle", recorded)
+    gcs_client().bucket("b").blob("raw/small.bin").upload_from_string(b"x" * 1000)
+    script = 'import tensorflow as tf; print(len(tf.io.gfile.GFile("gs://b/raw/small.bin", "rb").read()))'
+    with gcs.tensorflow_gcs(emulator, tmp_path / "tls") as env:
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["1000"]
+    assert ranges == [f"bytes=0-{gcs.READ_BLOCK_MB * 2**20 - 1}"]
