@@ -301,7 +301,9 @@ def test_the_self_hosted_reader_converts_as_vertex(gcs_emulator, tmp_path, insta
     assert ours == vertex and vertex != b"[]"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 40: the self-hosted CSV reader types values by their text, not quoting")
+@pytest.mark.xfail(
+    strict=True, reason="known difference: the self-hosted CSV reader types values by their text, not by their quoting"
+)
 def test_the_self_hosted_reader_types_csv_values_as_vertex():
     """Vertex: a quoted value is a string, an unquoted one a float, an unquoted text fails its row. The project's
     reader parses quoted numbers as numbers, unquoted integers as integers and keeps unquoted text."""
