@@ -170,15 +170,15 @@ def _watch(num_workers, trainer_args, env, log_dir, attempt, sink, on_start, clu
     procs, threads, ports = _start_group(num_workers, trainer_args, env, log_dir, attempt, sink, cluster_env)
     restarts = [0] * num_workers  # in-place restarts of each worker (in_place)
     starts = [0] * num_workers  # processes started for each worker after its first (their logs' numbers)
-    failed: dict[int, int] = {}  # index -> exit status, of the workers that ended before the group was stopped
-    codes: list = []
+    outcome: dict[int, int] | None = None  # index -> exit status of the workers that ended ({}: all succeeded)
     try:
         if on_start:  # may raise (a cancelled job): the group is stopped below
             on_start(attempt, [p.pid for p, _ in procs])
         while True:
             codes = [p.poll() for p, _ in procs]
             if all(code == 0 for code in codes):
-                return {}, codes
+                outcome = {}
+                break
             failed = {i: code for i, code in enumerate(codes) if code not in (None, 0)}
             if deadline is not None and time.time() > deadline:
                 sink.write("[launcher] the time allowed ran out; stopping the group\n")
@@ -210,7 +210,8 @@ def _watch(num_workers, trainer_args, env, log_dir, attempt, sink, on_start, clu
                         f"[launcher] {task_name(i)} exited with code {code}"
                         f"{' (killed by a signal: lost)' if lost(code) else ''}; stopping the group\n"
                     )
-                return failed, codes
+                outcome = failed
+                break
             time.sleep(0.05)
     finally:
         _stop(procs)
@@ -218,7 +219,7 @@ def _watch(num_workers, trainer_args, env, log_dir, attempt, sink, on_start, clu
             thread.join(5)
         for _, log_file in procs:
             log_file.close()
-        codes[:] = [p.returncode for p, _ in procs]
+    return outcome, [p.returncode for p, _ in procs]
 
 
 def _log_of(log_dir: str, index: int, attempt: int) -> str:

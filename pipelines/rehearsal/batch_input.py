@@ -38,10 +38,10 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import google_crc32c
 import orjson
 
 from components.lib.batch.instances import Files, Item
+from components.lib.prep.records import masked_crc
 
 INSTANCES_FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list")
 _FIELD_FORMATS = ("jsonl", "csv")
@@ -250,11 +250,6 @@ def _csv(stream, config: VertexInstanceConfig) -> Iterator[Item]:
         yield Item(values, None if key is None else values[key], [values[i] for i in columns])
 
 
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
 def _tf_record(stream) -> Iterator[Item]:
     """Records framed as `uint64 length, uint32 masked CRC-32C of length, data, uint32 masked CRC-32C of data`."""
     index = 0
@@ -267,7 +262,7 @@ def _tf_record(stream) -> Iterator[Item]:
             yield Item(where, error="the file ends inside a record's length")
             return
         length, length_crc = struct.unpack("<QI", header)
-        if _masked_crc(header[:8]) != length_crc:
+        if masked_crc(header[:8]) != length_crc:
             yield Item(
                 where, error="the record's length is corrupt (its checksum differs); the rest of the file is lost"
             )
@@ -276,7 +271,7 @@ def _tf_record(stream) -> Iterator[Item]:
         if len(data) < length or len(footer) < 4:
             yield Item(where, error="the file ends inside a record")
             return
-        if struct.unpack("<I", footer)[0] != _masked_crc(data):
+        if struct.unpack("<I", footer)[0] != masked_crc(data):
             yield Item(where, error="the record's data is corrupt (its checksum differs)")
         else:
             value = _b64(data)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from components.train_model import free_ports
 from core import storage
+from pipelines.rehearsal.state_files import write_json
 
 GOOGLE_STORAGE_HOSTS = ("www.googleapis.com", "storage.googleapis.com")  # the hosts TensorFlow's gs:// calls
 LOCAL_HOSTS = "127.0.0.1,localhost"
@@ -57,7 +58,7 @@ def gcs_emulator(directory: str, bucket: str):
             host, stop = _serving(directory, users), None
             if host is None:
                 host, stop = _serve(directory, bucket)
-                _write_json(os.path.join(directory, SERVING), {"host": host, "pid": os.getpid()})
+                write_json(os.path.join(directory, SERVING), {"host": host, "pid": os.getpid()})
                 fcntl.flock(users, fcntl.LOCK_SH)
         finally:
             fcntl.flock(join, fcntl.LOCK_UN)
@@ -69,13 +70,6 @@ def gcs_emulator(directory: str, bucket: str):
                 stop()
                 os.remove(os.path.join(directory, SERVING))
             fcntl.flock(users, fcntl.LOCK_UN)
-
-
-def _write_json(path: str, value: dict) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f)
-    os.replace(tmp, path)
 
 
 def _serving(directory: str, users) -> str | None:

@@ -27,6 +27,7 @@ import json
 import os
 
 from pipelines import preflight
+from pipelines.rehearsal.state_files import write_json
 
 # Vertex AI's methods the double serves, by the permission each needs (docs: Vertex AI IAM permissions)
 VERTEX_READ = (
@@ -137,8 +138,7 @@ class Iam:
                 elif member not in binding.setdefault("members", []):
                     binding["members"].append(member)
         if added:
-            with open(path, "w") as f:
-                json.dump(state, f, indent=2)
+            write_json(path, state, indent=2)
         self.state = state
         self.accounts: dict = accounts
 

@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any
 
+from pipelines.rehearsal.state_files import write_json
+
 
 class ApiError(Exception):
     """An error Vertex AI would answer with: a gRPC status name, an HTTP code and a message."""
@@ -111,10 +113,7 @@ class Registry:
 
     def save(self) -> None:
         with self.lock:
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(self.state, f, indent=1)
-            os.replace(tmp, self.path)
+            write_json(self.path, self.state, indent=1)
             stat = os.stat(self.path)
             self._read = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
