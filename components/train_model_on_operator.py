@@ -185,10 +185,11 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
 
     body = as_dict(job)
     namespace, name = job.metadata.namespace, job.metadata.name
-    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
+    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep or time.sleep)
     what = f"{KIND} {namespace}/{name}"
     try:
-        TrainingClient(client_configuration=api.configuration, namespace=namespace, job_kind=KIND).create_job(job)
+        trainer = TrainingClient(client_configuration=api.configuration, namespace=namespace, job_kind=KIND)
+        kube.call(trainer.create_job, job, log=log, sleep=sleep or time.sleep)
         specs = body["spec"]["tfReplicaSpecs"]
         log(
             f"created {what}: 1 chief + {specs.get('Worker', {}).get('replicas', 0)} worker(s) of "
@@ -197,7 +198,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
     except RuntimeError as e:
         if kube.status_code(e) != 409:
             raise
-        kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log)
+        kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep or time.sleep)
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
     replica_log = FailureLog(api, namespace, name)
@@ -219,7 +220,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         return None
 
     def remove():
-        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name):
+        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep or time.sleep):
             log(f"deleted {what}")
 
     return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)

@@ -234,8 +234,8 @@ def run_experiment(
 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     what = f"{KIND} {namespace}/{name}"
-    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
-    kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log)
+    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep or time.sleep)
+    kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep or time.sleep)
     log(
         f"created {what}: {body['spec']['algorithm']['algorithmName']}, up to {spec.max_trial_count} trials, "
         f"{spec.parallel_trial_count} at a time"
@@ -272,7 +272,7 @@ def run_experiment(
         return None
 
     def remove():
-        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name):
+        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep or time.sleep):
             log(f"deleted {what} (and its trials)")
 
     return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)

@@ -5,6 +5,11 @@ the official `kubernetes` client on custom objects, plus what every engine step 
 - `require()`: fail at once, naming the missing resource kind, when the cluster lacks an engine's CRD;
 - `create_or_adopt()`: create an object; after a step retry the object of the same name (same run, same task) is
   adopted instead of failing with 409;
+- `call()`: one API call retried while the API server fails transiently: 429 (API Priority and Fairness),
+  500/502/503/504 and lost connections, with google-api-core's jittered exponential backoff, at least the server's
+  `Retry-After` (the client's urllib3 already waits it out and retries a 429 or 503 that names one);
+- `poll()`/`watch()`: wait for an object, every read through `call()`; `watch` deletes the object when the wait
+  gives up (timeout, an API that stays unavailable) or the run is cancelled;
 - `Follower`: prints each new status condition once, as the step polls;
 - `on_cancel()`: a cancelled run stops the step's pod with SIGTERM: delete the object the step created, then exit;
 - `object_name()`: a DNS-1035 name from a prefix and the run's identity, stable across retries of the same task.
@@ -21,6 +26,8 @@ import sys
 import time
 
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+CALL_ATTEMPTS = 8  # with backoff from 1 s doubling to 30 s: about two minutes of an unavailable API server
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tfpipe"}
 
 
@@ -81,12 +88,12 @@ def custom(api):
     return client.CustomObjectsApi(api)
 
 
-def require(api, group: str, version: str, plural: str, kind: str, hint: str) -> None:
+def require(api, group: str, version: str, plural: str, kind: str, hint: str, log=print, sleep=time.sleep) -> None:
     """Raise EngineMissing unless the API server serves `plural` in `group/version`."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        listing = custom(api).get_api_resources(group, version)
+        listing = call(custom(api).get_api_resources, group, version, log=log, sleep=sleep)
     except ApiException as e:
         if e.status != 404:
             raise
@@ -105,7 +112,67 @@ def status_code(error: BaseException | None) -> int | None:
     return None
 
 
-def create_or_adopt(api, group: str, version: str, namespace: str, plural: str, body: dict, log=print) -> dict:
+def transient(error: BaseException) -> bool:
+    """Whether the API server may answer the same call differently soon: a transient status, or no answer at all."""
+    import urllib3
+
+    status = status_code(error)
+    if status is not None:
+        return status in TRANSIENT_STATUS
+    lost = ConnectionError | urllib3.exceptions.ProtocolError | urllib3.exceptions.MaxRetryError
+    return any(isinstance(e, lost) for e in _chain(error))
+
+
+def _chain(error: BaseException):
+    """The error and those it was raised from or while handling (a client library may wrap it either way)."""
+    current: BaseException | None = error
+    while current is not None:
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def retry_after(error: BaseException) -> float:
+    """The seconds the server's `Retry-After` header asks for (0 when it names none)."""
+    headers = getattr(error, "headers", None) or {}
+    try:
+        return max(0.0, float(headers.get("Retry-After", 0)))
+    except (TypeError, ValueError, AttributeError):
+        return 0.0
+
+
+def describe(error: BaseException) -> str:
+    """`HTTP 503 Service Unavailable`, `connection lost (RemoteDisconnected)`, or the error's type and first line."""
+    status = status_code(error)
+    if status is not None:
+        return f"HTTP {status} {getattr(error, 'reason', '') or ''}".strip()
+    lost = next((e for e in _chain(error) if isinstance(e, ConnectionError)), None)
+    if lost is not None:
+        return f"connection lost ({type(lost).__name__})"
+    return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}".rstrip(": ")
+
+
+def call(fn, *args, attempts: int = CALL_ATTEMPTS, sleep=time.sleep, log=print, **kwargs):
+    """`fn(*args, **kwargs)`, retried while it fails with a `transient` error, at most `attempts` times: each wait
+    the next of google-api-core's jittered exponential delays (1 s doubling to 30 s), at least the server's
+    `Retry-After`. A create whose answer was lost comes back as 409 and a delete as 404: callers adopt those."""
+    from google.api_core.retry import exponential_sleep_generator
+
+    delays = exponential_sleep_generator(1.0, 30.0, 2.0)
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if attempt == attempts or not transient(e):
+                raise
+            delay = max(next(delays), retry_after(e))
+            log(f"Kubernetes API: {describe(e)}; retrying in {delay:.1f} s ({attempt}/{attempts - 1})")
+            sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def create_or_adopt(
+    api, group: str, version: str, namespace: str, plural: str, body: dict, log=print, sleep=time.sleep
+) -> dict:
     """Create `body`; if an object of that name exists already and carries the same run label (a retry of the
     step), adopt it."""
     from kubernetes.client.exceptions import ApiException
@@ -113,11 +180,13 @@ def create_or_adopt(api, group: str, version: str, namespace: str, plural: str, 
     objects = custom(api)
     name = body["metadata"]["name"]
     try:
-        return objects.create_namespaced_custom_object(group, version, namespace, plural, body)
+        return call(
+            objects.create_namespaced_custom_object, group, version, namespace, plural, body, log=log, sleep=sleep
+        )
     except ApiException as e:
         if e.status != 409:
             raise
-    existing = objects.get_namespaced_custom_object(group, version, namespace, plural, name)
+    existing = call(objects.get_namespaced_custom_object, group, version, namespace, plural, name, log=log, sleep=sleep)
     run = body["metadata"].get("labels", {}).get("tfpipe/run-id")
     if run and existing["metadata"].get("labels", {}).get("tfpipe/run-id") != run:
         raise RuntimeError(
@@ -128,14 +197,22 @@ def create_or_adopt(api, group: str, version: str, namespace: str, plural: str, 
     return existing
 
 
-def delete(api, group: str, version: str, namespace: str, plural: str, name: str) -> bool:
-    """Delete with foreground propagation (its pods go first); False when it was gone already."""
+def delete(api, group: str, version: str, namespace: str, plural: str, name: str, log=print, sleep=time.sleep) -> bool:
+    """Delete with foreground propagation (its pods go first), through `call`; False when it was gone already."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     try:
-        custom(api).delete_namespaced_custom_object(
-            group, version, namespace, plural, name, body=client.V1DeleteOptions(propagation_policy="Foreground")
+        call(
+            custom(api).delete_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            body=client.V1DeleteOptions(propagation_policy="Foreground"),
+            log=log,
+            sleep=sleep,
         )
         return True
     except ApiException as e:
@@ -170,11 +247,12 @@ class Follower:
                 self.log(f"{self.what}: {c.get('type')}={c.get('status')}{reason}{message}")
 
 
-def poll(read, done, seconds: float, timeout: float, what: str, sleep=time.sleep):
-    """Call `read()` every `seconds` until `done(obj)` returns a result (not None); TimeoutError after `timeout`."""
+def poll(read, done, seconds: float, timeout: float, what: str, sleep=time.sleep, log=print):
+    """Call `read()` (through `call`) every `seconds` until `done(obj)` returns a result (not None); TimeoutError
+    after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
-        obj = read()
+        obj = call(read, sleep=sleep, log=log)
         result = done(obj)
         if result is not None:
             return result
@@ -184,13 +262,16 @@ def poll(read, done, seconds: float, timeout: float, what: str, sleep=time.sleep
 
 
 def watch(read, done, remove, seconds: float, timeout: float, what: str, log=print, sleep=time.sleep):
-    """`poll` an object this step created until `done`; `remove()` it when the run is cancelled or the wait times
-    out (a job nobody waits for must not keep running)."""
+    """`poll` an object this step created until `done`; `remove()` it when the run is cancelled or the wait gives up
+    (timed out, or the API server stayed unavailable through `call`'s retries): a job nobody waits for must not keep
+    running. A failure `done` reports leaves the object, whose pods hold the logs."""
     with on_cancel(remove, log):
         try:
-            return poll(read, done, seconds, timeout, what, sleep)
-        except TimeoutError:
-            remove()
+            return poll(read, done, seconds, timeout, what, sleep, log)
+        except Exception as e:
+            if isinstance(e, TimeoutError) or transient(e):
+                log(f"{what}: giving up ({describe(e)}); deleting it")
+                remove()
             raise
 
 

@@ -7,6 +7,7 @@ import signal
 import threading
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from components.lib.kube import api as kube
 from components.train_model_on_operator import TrainingJobFailed, as_dict, run_tfjob, tfjob, train_with_operator
@@ -216,6 +217,66 @@ def test_a_retried_step_follows_its_own_job_and_refuses_another_runs(api_server)
     other = job(labels={"tfpipe/run-id": "run-2"})
     with pytest.raises(RuntimeError, match="belongs to another run"):
         run_tfjob(api, other, poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
+
+
+def test_throttling_server_errors_and_dropped_connections_are_retried_and_a_lost_create_adopted(api_server):
+    # discovery throttled (429, Retry-After: 1); the create handled but its answer lost, so the retry meets 409
+    # and adopts the job; then a read answered 503, one whose connection drops, one answered 500
+    api_server.faults = [429, ("POST", "lost"), ("GET", 503), ("GET", "reset"), ("GET", 500)]
+    api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}, {"conditions": [CREATED, RUNNING, SUCCEEDED]}]
+    lines, sleeps = [], []
+    done = run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lines.append, sleep=sleeps.append)
+    assert kube.condition(done, "Succeeded")
+    faulted = [(r.method, r.path.rsplit("/", 1)[-1], r.fault) for r in api_server.requests if r.fault]
+    assert faulted == [
+        ("GET", "v1", 429),
+        ("POST", "tfjobs", "lost"),
+        ("GET", "tfpipe-train-abc", 503),
+        ("GET", "tfpipe-train-abc", "reset"),
+        ("GET", "tfpipe-train-abc", 500),
+    ]
+    assert len(api_server.created("tfjobs")) == 3  # the lost create, its retry and the adopting create: 409s
+    assert [key[3] for key in api_server.objects if key[2] == "tfjobs"] == ["tfpipe-train-abc"]
+    assert "TFJob ml/tfpipe-train-abc exists already (a retry of this step): following it" in lines
+    # the 429 and its Retry-After: waited out and retried by the client's urllib3; the others by kube.call
+    retries = [line.split(";")[0] for line in lines if line.startswith("Kubernetes API: ")]
+    assert retries == [
+        "Kubernetes API: connection lost (RemoteDisconnected)",
+        "Kubernetes API: HTTP 503 Service Unavailable",
+        "Kubernetes API: HTTP 500 Internal Server Error",
+    ]
+    assert len(sleeps) == 3 and all(0 < s <= 2.0 for s in sleeps)
+    assert not api_server.calls("DELETE")
+
+
+def test_an_api_server_that_stays_unavailable_ends_the_wait_and_deletes_the_job(api_server):
+    api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}]
+    lines, sleeps = [], []
+
+    def unavailable_once_running(obj):
+        if not api_server.faults and not api_server.calls("DELETE"):
+            api_server.faults.extend([("GET", 503, "/tfjobs/")] * kube.CALL_ATTEMPTS)
+
+    api_server.on_get["tfjobs"] = unavailable_once_running
+    with pytest.raises(ApiException) as failed:
+        run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lines.append, sleep=sleeps.append)
+    assert failed.value.status == 503
+    assert len([r for r in api_server.requests if r.fault == 503]) == kube.CALL_ATTEMPTS
+    assert "TFJob ml/tfpipe-train-abc: giving up (HTTP 503 Service Unavailable); deleting it" in lines
+    (deleted,) = [r for r in api_server.calls("DELETE") if r.fault is None]
+    assert deleted.path == "/apis/kubeflow.org/v1/namespaces/ml/tfjobs/tfpipe-train-abc"
+    assert lines[-1] == "deleted TFJob ml/tfpipe-train-abc"
+    poll_wait, *backoff = sleeps
+    assert poll_wait == 0 and len(backoff) == kube.CALL_ATTEMPTS - 1 and all(0 < s <= 30 for s in backoff)
+
+
+def test_a_failed_job_is_kept_for_its_logs_while_a_forbidden_read_fails_at_once(api_server):
+    api_server.faults = []
+    api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING, FAILED]}]
+    with pytest.raises(TrainingJobFailed):
+        run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
+    assert not api_server.calls("DELETE")
+    assert not kube.transient(RuntimeError("no status"))
 
 
 def test_a_cancelled_run_deletes_the_job(api_server):

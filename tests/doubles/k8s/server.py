@@ -17,6 +17,13 @@ What it does as the API server does:
   decides); meanwhile a create of the same name is a 409;
 - RBAC (when given the rules of a Role): each request is allowed only if a rule grants its verb on its resource.
 
+Failing as the API server fails, when a test asks: `faults` (the next requests' faults, in order; a `(METHOD,
+FAULT)` or `(METHOD, FAULT, PATH_PART)` waits for the next request it matches) and then
+`fault_rate` of the other requests (drawn with `fault_seed`), each one of `FAULTS`: 429 TooManyRequests with
+`Retry-After: 1` (API Priority and Fairness), 500 InternalError, 503 ServiceUnavailable, "reset" (the connection
+closed before the request is handled) or "lost" (handled, then the connection closed before the answer). A faulted
+request is recorded with its `fault`.
+
 For the tests: every request is recorded; `scripts` let a test play an operator (each GET of an object of that
 plural first writes the next status, as an operator writes it through the status subresource); `routes` answer
 other paths; `controllers` (operator doubles) are called on every change and on a background tick.
@@ -26,7 +33,9 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import re
+import socket
 import threading
 import time
 import uuid
@@ -58,6 +67,12 @@ SCHEMAS = {
     "serving.kserve.io/v1beta1/inferenceservices": "inferenceservices.serving.kserve.io.v1beta1.json",
 }
 FIXED_METADATA = ("name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp", "resourceVersion")
+FAULTS = (429, 500, 503, "reset", "lost")
+FAULT_ANSWERS = {
+    429: ("TooManyRequests", "Too many requests, please try again later."),
+    500: ("InternalError", "Internal error occurred: etcdserver: request timed out"),
+    503: ("ServiceUnavailable", "the server is currently unable to handle the request"),
+}
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
@@ -68,6 +83,7 @@ class Request:
     query: dict
     body: object = None
     content_type: str = ""
+    fault: object = None  # the fault this request met (FAULTS), None when it was answered
 
 
 class Refused(Exception):
@@ -138,11 +154,17 @@ class KubeAPI:
     namespaces: dict | None = None  # name -> labels (Katib's webhook reads them); None: not checked
     user: str = "system:serviceaccount:kubeflow:pipeline-runner"
     controllers: list = field(default_factory=list)  # operator doubles: .reconcile(api) on changes and each tick
+    faults: list = field(
+        default_factory=list
+    )  # the next requests' faults, in order: FAULTS, (METHOD, FAULT[, PATH_PART])
+    fault_rate: float = 0.0  # then this share of the requests fails, with one of FAULTS
+    fault_seed: int = 0
     foreground_seconds: float = 0.3
     tick_seconds: float = 0.05
 
     def __post_init__(self):
         self.lock = threading.RLock()
+        self._faults_drawn = random.Random(self.fault_seed)
         self.version = 0
         self.terminating: dict = {}  # key -> time the foreground deletion may complete
         self.held: set = set()  # keys whose dependents an operator double has not removed yet
@@ -164,13 +186,31 @@ class KubeAPI:
                 request = Request(method, url.path, parse_qs(url.query), body, content_type)
                 with api.lock:
                     api.requests.append(request)
-                    api._collect()
-                    try:
-                        status, answer = api.answer(request)
-                    except Refused as e:
-                        status, answer = api._status(e.code, e.reason, e.message)
-                    if method != "GET":
-                        api._reconcile()
+                    request.fault = api._next_fault(request)
+                    if request.fault in FAULT_ANSWERS:
+                        reason, message = FAULT_ANSWERS[request.fault]
+                        status, answer = api._status(request.fault, reason, message)
+                    elif request.fault != "reset":
+                        api._collect()
+                        try:
+                            status, answer = api.answer(request)
+                        except Refused as e:
+                            status, answer = api._status(e.code, e.reason, e.message)
+                        if method != "GET":
+                            api._reconcile()
+                if request.fault in ("reset", "lost"):
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if request.fault == 429:
+                    self.send_response(429)
+                    self.send_header("Retry-After", "1")
+                    data = json.dumps(answer).encode()
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 self._send(status, answer)
 
             def do_GET(self):
@@ -269,6 +309,24 @@ class KubeAPI:
             with self.lock:
                 self._collect()
                 self._reconcile()
+
+    def _next_fault(self, request: Request):
+        if self.faults:
+            first = self.faults[0]
+            method, fault, part = (
+                first
+                if isinstance(first, tuple) and len(first) == 3
+                else (*first, "")
+                if isinstance(first, tuple)
+                else (request.method, first, "")
+            )
+            if method != request.method or part not in request.path:
+                return None
+            self.faults.pop(0)
+            return fault
+        if self.fault_rate and self._faults_drawn.random() < self.fault_rate:
+            return self._faults_drawn.choice(FAULTS)
+        return None
 
     def _reconcile(self):
         for controller in self.controllers:
