@@ -20,7 +20,7 @@ What it does as the API server does:
 Failing as the API server fails, when a test asks: `faults` (the next requests' faults, in order; a `(METHOD,
 FAULT)` or `(METHOD, FAULT, PATH_PART)` waits for the next request it matches) and then
 `fault_rate` of the other requests (drawn with `fault_seed`), each one of `FAULTS`: 429 TooManyRequests with
-`Retry-After: 1` (API Priority and Fairness), 500 InternalError, 503 ServiceUnavailable, "reset" (the connection
+`Retry-After: 1` (API Priority and Fairness; `retry_after`), 500 InternalError, 503 ServiceUnavailable, "reset" (the connection
 closed before the request is handled) or "lost" (handled, then the connection closed before the answer). A faulted
 request is recorded with its `fault`.
 
@@ -159,6 +159,7 @@ class KubeAPI:
     )  # the next requests' faults, in order: FAULTS, (METHOD, FAULT[, PATH_PART])
     fault_rate: float = 0.0  # then this share of the requests fails, with one of FAULTS
     fault_seed: int = 0
+    retry_after: int = 1  # the seconds a 429 asks the client to wait
     foreground_seconds: float = 0.3
     tick_seconds: float = 0.05
 
@@ -204,7 +205,7 @@ class KubeAPI:
                     return
                 if request.fault == 429:
                     self.send_response(429)
-                    self.send_header("Retry-After", "1")
+                    self.send_header("Retry-After", str(api.retry_after))
                     data = json.dumps(answer).encode()
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
