@@ -2,8 +2,10 @@
 tuning job and the local study; the best trial's values override the pipeline's.
 
 - Search space: Katib's double, int (`uniform`, or `logUniform` for a log scale), categorical and discrete. Refused:
-  a reverse-log scale (Katib has none) and, with `bayesianoptimization`, a double whose range reaches 0 (it samples
-  every double log-uniformly: its suggestion service would fail).
+  a reverse-log scale (Katib has none), with `bayesianoptimization` a double whose range reaches 0 (it samples
+  every double log-uniformly: its suggestion service would fail), and with `grid` a `max_trial_count` above the
+  grid's size (its suggestion service refuses it). Warned: a log-scaled integer under `bayesianoptimization`, which
+  searches integers uniformly.
 - Algorithm: `default` (Vizier's GP bandit) → `bayesianoptimization`; `random` and `grid` as they are. Metric,
   goal, trial counts as the spec says (`measurement` → the metric strategy `latest`, or `max` / `min`).
 - Trials: a Job of the trainer image (one process) on the shared volume, the values as trainer flags. Their
@@ -84,7 +86,55 @@ def search_space(spec) -> list[dict]:
                     "feasibleSpace": {"list": [_number(v) for v in p.values]},
                 }
             )
+    _check_grid(spec, out)
     return out
+
+
+def grid_size(parameters: list[dict]) -> int:
+    """The combinations Katib's grid enumerates over Katib `parameters` (its Optuna service): an int range counts
+    every step from min to max (step 1 when unset, as here), a list its values."""
+    size = 1
+    for p in parameters:
+        feasible = p["feasibleSpace"]
+        if p["parameterType"] == "int":
+            size *= len(range(int(feasible["min"]), int(feasible["max"]) + 1, int(feasible.get("step") or 1)))
+        else:
+            size *= len(feasible["list"])
+    return size
+
+
+def _check_grid(spec, parameters: list[dict]) -> None:
+    """ValueError when Katib's grid would refuse the study: more trials than combinations."""
+    if ALGORITHMS[spec.algorithm] != "grid" or spec.max_trial_count <= (size := grid_size(parameters)):
+        return
+    counts = " x ".join(
+        f"{p['name']} {grid_size([p])}"
+        + (
+            f" (integers {p['feasibleSpace']['min']} to {p['feasibleSpace']['max']} by Katib's step 1)"
+            if p["parameterType"] == "int"
+            else ""
+        )
+        for p in parameters
+    )
+    raise ValueError(
+        f"study: algorithm grid has {size} combinations ({counts}), fewer than max_trial_count="
+        f"{spec.max_trial_count}, and Katib's grid refuses more trials than combinations; set max_trial_count "
+        f"<= {size}, or platform.kubeflow.tuning: pod"
+    )
+
+
+def log_scale_warnings(spec) -> list[str]:
+    """One warning line per log-scaled integer under `bayesianoptimization`: Katib's scikit-optimize service builds
+    every int as `Integer(min, max)`, a uniform search, where Vertex honours the scale."""
+    if ALGORITHMS[spec.algorithm] != "bayesianoptimization":
+        return []
+    return [
+        f"warning: study parameter {p.parameter_id}: Katib's bayesianoptimization (scikit-optimize) searches "
+        f"integers uniformly from {p.min} to {p.max}, not on the log scale the study asks (Vertex does); for a log "
+        "search use algorithm random, or a discrete parameter of log-spaced values"
+        for p in spec.parameters
+        if p.type == "integer" and p.scale == "log"
+    ]
 
 
 def objective(spec) -> dict:
@@ -240,6 +290,8 @@ def run_experiment(
         f"created {what}: {body['spec']['algorithm']['algorithmName']}, up to {spec.max_trial_count} trials, "
         f"{spec.parallel_trial_count} at a time"
     )
+    for warning in log_scale_warnings(spec):
+        log(warning)
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
     progress: dict[str, Any] = {}

@@ -19,6 +19,7 @@ from components.tune_on_katib import (
     StudyFailed,
     best_trial,
     experiment,
+    log_scale_warnings,
     run_experiment,
     search_space,
     tune_with_katib,
@@ -532,3 +533,110 @@ def test_bayesian_optimization_on_a_double_reaching_zero_never_starts_a_trial(ka
         "application: search space should not contain 0 when using log-uniform prior"
     ]
     assert api.items("trials") == []
+
+
+GRID = StudySpec(
+    algorithm="grid",
+    max_trial_count=8,
+    parallel_trial_count=2,
+    parameters=[
+        {"type": "integer", "parameter_id": "hidden_units", "min": 32, "max": 35, "scale": "log"},
+        {"type": "categorical", "parameter_id": "activation", "values": ["relu", "gelu"]},
+    ],
+)
+
+
+def test_grid_with_more_trials_than_combinations_is_refused_naming_both():
+    assert [p["name"] for p in search_space(GRID)] == ["hidden_units", "activation"]  # 4 x 2: the budget fits
+    with pytest.raises(ValueError) as refused:
+        search_space(GRID.model_copy(update={"max_trial_count": 9}))
+    assert str(refused.value) == (
+        "study: algorithm grid has 8 combinations (hidden_units 4 (integers 32 to 35 by Katib's step 1) x "
+        "activation 2), fewer than max_trial_count=9, and Katib's grid refuses more trials than combinations; set "
+        "max_trial_count <= 8, or platform.kubeflow.tuning: pod"
+    )
+
+
+def test_the_cli_refuses_a_grid_katib_would_refuse_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from pipelines.cli import cli
+
+    config = tmp_path / "study.yaml"
+    images = "".join(
+        f"  {name}_image: registry.acme.test/tfpipe/{name}:1\n" for name in ("components", "trainer", "serving")
+    )
+    config.write_text(
+        f"platform:\n{images}study:\n  algorithm: grid\n  max_trial_count: 12\n  parameters:\n"
+        "    - {type: integer, parameter_id: hidden_units, min: 32, max: 41}\n"
+    )
+    result = CliRunner().invoke(
+        cli, ["compile", "--target", "kubeflow", "--config", str(config), "--output", str(tmp_path / "k.yaml")]
+    )
+    assert (result.exit_code, result.output) == (
+        1,
+        "Error: platform.kubeflow.tuning is katib, but study: algorithm grid has 10 combinations (hidden_units 10 "
+        "(integers 32 to 41 by Katib's step 1)), fewer than max_trial_count=12, and Katib's grid refuses more "
+        "trials than combinations; set max_trial_count <= 10, or platform.kubeflow.tuning: pod\n",
+    )
+
+
+def test_katibs_grid_fails_the_experiment_when_trials_outnumber_combinations(katib_cluster):
+    """What such a study met on Katib before the compile-time refusal: the grid's settings check fails the
+    Suggestion, the experiment fails with Katib's message, no trial runs."""
+    api, operator, volume = katib_cluster
+    body = experiment(
+        "tfpipe-tune-grid", "ml", GRID, "tfpipe/trainer:dev", [], f"{volume}/trials", {}, "tfpipe", str(volume)
+    )
+    body["spec"]["maxTrialCount"] = 9  # what search_space() now refuses
+    with pytest.raises(StudyFailed) as failed:
+        run_experiment(kube.api_client(api.url), body, GRID, poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
+    assert str(failed.value) == (
+        "Experiment ml/tfpipe-tune-grid failed: Suggestion has failed (0 failed trial(s); max_failed_trial_count=1)"
+    )
+    assert operator.events == [
+        "Suggestion ml/tfpipe-tune-grid: SuggestionFailed: Validation failed: ValidateAlgorithmSettings Error: Max "
+        "Trial Count: 9 > all possible search combinations: 8"
+    ]
+    assert api.items("trials") == []
+
+
+def test_katibs_bayesian_optimization_draws_log_scaled_integers_uniformly(katib_cluster):
+    """Katib's scikit-optimize service builds every int as Integer(min, max): uniform, whatever the distribution.
+    200 seeded trials of 1..1000: about half above 500 (log-uniform would put a tenth there)."""
+    api, operator, volume = katib_cluster
+    spec = StudySpec(
+        parameters=[{"type": "integer", "parameter_id": "hidden_units", "min": 1, "max": 1000, "scale": "log"}],
+        max_trial_count=200,
+        parallel_trial_count=200,
+    )
+    body = experiment(
+        "tfpipe-tune-bo", "ml", spec, "tfpipe/trainer:dev", [], f"{volume}/trials", {}, "tfpipe", str(volume)
+    )
+    assert body["spec"]["parameters"][0]["feasibleSpace"]["distribution"] == "logUniform"
+    # no command: the webhook refuses every trial pod, so the trials exist without running the trainer
+    del body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    kube.custom(kube.api_client(api.url)).create_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", "ml", "experiments", body
+    )
+    values = [int(t["spec"]["parameterAssignments"][0]["value"]) for t in api.items("trials")]
+    assert len(values) == 200 and all(1 <= v <= 1000 for v in values)
+    assert 80 <= sum(v > 500 for v in values) <= 120
+
+
+def test_the_step_warns_of_log_scaled_integers_under_bayesian_optimization(api_server):
+    api_server.scripts["experiments"] = [
+        {"conditions": [CREATED, SUCCEEDED], "trials": 4, "trialsSucceeded": 4, "currentOptimalTrial": OPTIMAL}
+    ]
+    lines = []
+    run_experiment(
+        kube.api_client(api_server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lines.append, sleep=lambda s: None
+    )
+    assert lines[:2] == [
+        "created Experiment ml/tfpipe-tune-abc: bayesianoptimization, up to 4 trials, 2 at a time",
+        "warning: study parameter hidden_units: Katib's bayesianoptimization (scikit-optimize) searches integers "
+        "uniformly from 32 to 256, not on the log scale the study asks (Vertex does); for a log search use "
+        "algorithm random, or a discrete parameter of log-spaced values",
+    ]
+    random = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), "algorithm": "random"})
+    assert log_scale_warnings(random) == []

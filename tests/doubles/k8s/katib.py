@@ -6,7 +6,10 @@
 - the pod webhook's command rule (pkg/webhook/v1beta1/pod/utils.go): the primary container's command is wrapped
   for the metrics collector, and without a `command` the image's ENTRYPOINT is read from its registry;
 - the skopt suggestion service's search space (pkg/suggestion/v1beta1/skopt/base_service.py): every double is
-  log-uniform, so a range that holds 0 fails every suggestion request;
+  log-uniform, so a range that holds 0 fails every suggestion request, and every int uniform, whatever its
+  distribution;
+- the grid's algorithm settings check (Optuna's service, pkg/suggestion/v1beta1/optuna/service.py
+  `_validate_grid_setting`, counting with internal/search_space.py `convert_to_combinations`);
 - the File metrics collector's JSON format (pkg/metricscollector/v1beta1/file-metricscollector).
 """
 
@@ -313,6 +316,33 @@ def skopt_dimension_error(parameter: dict) -> str:
         return f"the lower bound {low} has to be less than the upper bound {high}"
     if kind == "double" and low * high <= 0:  # every double is Real(min, max, "log-uniform")
         return "search space should not contain 0 when using log-uniform prior"
+    return ""
+
+
+def sampled_distribution(algorithm: str, parameter: dict) -> str:
+    """The distribution an int or double parameter is drawn from: skopt (`bayesianoptimization`) builds
+    `Integer(min, max)`, uniform, and `Real(min, max, "log-uniform")` whatever `feasibleSpace.distribution` says;
+    the other services follow it."""
+    if algorithm == "bayesianoptimization":
+        return "uniform" if parameter["parameterType"] == "int" else "logUniform"
+    return parameter["feasibleSpace"].get("distribution") or "uniform"
+
+
+def grid_validation_error(spec: dict) -> str:
+    """What the grid's ValidateAlgorithmSettings answers, "" when `maxTrialCount` fits the combinations (an int
+    range by its step, 1 when unset; a list by its values). Doubles (which need a step) are not ported."""
+    combinations = 1
+    for p in spec["parameters"]:
+        feasible = p["feasibleSpace"]
+        assert p["parameterType"] != "double", "the double does not port grid over doubles"
+        if p["parameterType"] == "int":
+            step = int(feasible.get("step") or 1)
+            combinations *= len(range(int(feasible["min"]), int(feasible["max"]) + 1, step))
+        else:
+            combinations *= len(feasible["list"])
+    max_trial = spec.get("maxTrialCount") or 0
+    if max_trial > combinations:
+        return f"Max Trial Count: {max_trial} > all possible search combinations: {combinations}"
     return ""
 
 

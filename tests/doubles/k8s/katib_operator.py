@@ -1,9 +1,11 @@
 """Katib v0.19's controllers for an Experiment whose trials are batch Jobs, as a step sees them (rules in katib.py):
 
-- the suggestion: values drawn from each parameter's feasible space (uniform, or log-uniform for `logUniform`; a
-  seeded draw stands in for every algorithm's own search); for `bayesianoptimization` the skopt service first builds
-  its search space, and when that raises (a double reaching 0) every suggestion request fails: no trial is ever
-  created and the experiment keeps only its Created condition;
+- the suggestion: values drawn from each parameter's feasible space (uniform, or log-uniform for `logUniform`, but
+  as skopt draws under `bayesianoptimization`: ints uniform, doubles log-uniform; a seeded draw stands in for every
+  algorithm's own search); for `bayesianoptimization` the skopt service first builds its search space, and when
+  that raises (a double reaching 0) every suggestion request fails: no trial is ever created and the experiment
+  keeps only its Created condition; for `grid` the service first validates the settings, and more trials than
+  combinations fail the Suggestion and the experiment ("Suggestion has failed"), no trial created;
 - trials `<experiment>-<8 characters>`, each a Job from the trial template with `${trialParameters.*}` substituted,
   checked against Kubernetes' Job schema, its pod admitted by Katib's pod webhook (the primary container's command
   wrapped for the File collector; no `command` and an image the webhook cannot read from a registry: the pod is
@@ -46,6 +48,7 @@ class Study:
     trials: list = field(default_factory=list)
     conditions: list = field(default_factory=list)
     suggestion_error: str = ""
+    validation_error: str = ""
     done: bool = False
 
 
@@ -92,6 +95,7 @@ class KatibOperator:
         if study is None:
             study = self.studies[key] = Study()
             self._set(study, "Created", "ExperimentCreated", "Experiment is created")
+            self._validate(ns, name, spec, study)
             if spec["algorithm"]["algorithmName"] == "bayesianoptimization":
                 study.suggestion_error = next(filter(None, map(katib.skopt_dimension_error, spec["parameters"])), "")
                 if study.suggestion_error:
@@ -103,9 +107,19 @@ class KatibOperator:
             return
         for trial in study.trials:
             self._follow(trial, spec)
-        if not study.suggestion_error:
+        if not study.suggestion_error and not study.validation_error:
             self._create_trials(api, ns, name, spec, study)
         self._status(api, key, spec, study)
+
+    def _validate(self, ns, name, spec, study: Study):
+        """The suggestion controller's ValidateAlgorithmSettings call: a refusal marks the Suggestion failed."""
+        if spec["algorithm"]["algorithmName"] == "grid":
+            study.validation_error = katib.grid_validation_error(spec)
+        if study.validation_error:
+            self.events.append(
+                f"Suggestion {ns}/{name}: SuggestionFailed: Validation failed: ValidateAlgorithmSettings Error: "
+                f"{study.validation_error}"
+            )
 
     def _create_trials(self, api, ns, name, spec, study: Study):
         states = [t.state for t in study.trials]
@@ -114,7 +128,8 @@ class KatibOperator:
         wanted = min(spec["parallelTrialCount"], spec["maxTrialCount"] - completed) - active
         for _ in range(max(wanted, 0)):
             trial_name = f"{name}-{''.join(self.random.choice(ALPHABET) for _ in range(8))}"
-            assignments = [{"name": p["name"], "value": self._draw(p)} for p in spec["parameters"]]
+            algorithm = spec["algorithm"]["algorithmName"]
+            assignments = [{"name": p["name"], "value": self._draw(algorithm, p)} for p in spec["parameters"]]
             trial = Trial(trial_name, assignments)
             study.trials.append(trial)
             api.create_owned(
@@ -132,12 +147,12 @@ class KatibOperator:
             )
             self._start(api, ns, name, spec, trial)
 
-    def _draw(self, parameter: dict) -> str:
+    def _draw(self, algorithm: str, parameter: dict) -> str:
         feasible, kind = parameter["feasibleSpace"], parameter["parameterType"]
         if kind in ("categorical", "discrete"):
             return self.random.choice(feasible["list"])
         low, high = float(feasible["min"]), float(feasible["max"])
-        if feasible.get("distribution") == "logUniform":
+        if katib.sampled_distribution(algorithm, parameter) == "logUniform":
             value = math.exp(self.random.uniform(math.log(low), math.log(high)))
         else:
             value = self.random.uniform(low, high)
@@ -266,7 +281,9 @@ class KatibOperator:
         failed = len(counts["Failed"]) + len(counts["MetricsUnavailable"])
         completed = len(study.trials) - len(counts["Pending"]) - len(counts["Running"])
         limit = spec.get("maxFailedTrialCount")
-        if limit is not None and failed and failed >= limit:
+        if study.validation_error:
+            self._finish(study, "Failed", "ExperimentFailed", "Suggestion has failed")
+        elif limit is not None and failed and failed >= limit:
             self._finish(
                 study, "Failed", "ExperimentFailed", "Experiment has failed because max failed count has reached"
             )
