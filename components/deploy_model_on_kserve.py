@@ -1,6 +1,7 @@
 """Kubeflow serving step: the published repository version on a KServe InferenceService, given its share of the
 traffic only once it has answered correctly (`deploy_to_kserve`); on any failure the InferenceService is rolled back
-and the version removed from the repository, so that the champion serves.
+and the version removed from the repository, so that the champion serves. Every Kubernetes API call is retried while
+the API server fails transiently (`kube.call`), so that a 429 or a 503 does not roll a good version back.
 
 The predictor is by default this project's serving image, which serves with the TensorFlow that wrote the model
 (`predictor: tensorflow` is KServe's TensorFlow runtime, TF Serving, whose tags trail TensorFlow's releases).
@@ -18,6 +19,8 @@ MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts the storage
 PORT = 8080
 REVISIONS = ("serving.knative.dev", "v1", "revisions")
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
+GRACE_SECONDS = 25  # a cancelled run's rollback, within the pod's 30 s termination grace period
+ROLLBACK_SECONDS = 600  # at most, for the restored revision after a failure
 
 
 class ServingFailed(RuntimeError):
@@ -182,24 +185,37 @@ def smoke_test(url: str, model_name: str, checks: list, protocol: str = "serving
     return smoke_record(results)
 
 
-def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=print) -> list[str]:
+def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=print, sleep=None) -> list[str]:
     """Delete the InferenceService's Knative revisions other than the one serving and the `keep_previous` newest
-    before it; [] when the cluster has no Knative (raw deployment mode keeps no revisions)."""
+    before it; [] when the cluster has no Knative (raw deployment mode keeps no revisions). Every call through
+    `kube.call`."""
+    import time
+
     from kubernetes.client.exceptions import ApiException
 
     from components.lib.kube import api as kube
 
+    sleep = sleep or time.sleep
     group, version, plural = REVISIONS
     objects = kube.custom(api)
     try:
-        listing = objects.list_namespaced_custom_object(
-            group, version, namespace, plural, label_selector=f"{ISVC_LABEL}={name}"
+        listing = kube.call(
+            objects.list_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            label_selector=f"{ISVC_LABEL}={name}",
+            log=log,
+            sleep=sleep,
         )
     except ApiException as e:
         if e.status == 404:
             return []
         raise
-    isvc = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    isvc = kube.call(
+        objects.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name, log=log, sleep=sleep
+    )
     serving = _predictor_status(isvc).get("latestReadyRevision")
     revisions = sorted(
         listing.get("items") or [],
@@ -209,13 +225,13 @@ def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=prin
     older = [r["metadata"]["name"] for r in revisions if r["metadata"]["name"] != serving]
     removed = older[keep_previous:]
     for revision in removed:
-        kube.delete(api, group, version, namespace, plural, revision)
+        kube.delete(api, group, version, namespace, plural, revision, log, sleep)
         log(f"deleted revision {revision}")
     return removed
 
 
 def _wait_terminated(
-    objects, namespace: str, name: str, poll_seconds: float, timeout_seconds: float, sleep
+    objects, namespace: str, name: str, poll_seconds: float, timeout_seconds: float, sleep, log
 ) -> dict | None:
     """The InferenceService `name`, or None; one being deleted (foreground deletion keeps it until its revisions are
     gone) is waited out first, so that a new one can be created."""
@@ -238,6 +254,7 @@ def _wait_terminated(
         timeout_seconds,
         f"the deletion of {KIND} {namespace}/{name}",
         sleep,
+        log,
     )
     return obj or None
 
@@ -245,6 +262,46 @@ def _wait_terminated(
 def _predictor_patch(current: dict, new: dict) -> dict:
     """A merge patch of `spec.predictor` from `current` to `new`: keys of `current` that `new` lacks are removed."""
     return {**{k: None for k in current}, **new}
+
+
+def _bounded(sleep, clock, seconds: float):
+    """`sleep` that raises TimeoutError instead of sleeping past `seconds` from now (by `clock`)."""
+    deadline = clock() + seconds
+
+    def wait(s: float) -> None:
+        if clock() + s > deadline:
+            raise TimeoutError(f"not within {seconds:g} s")
+        sleep(s)
+
+    return wait
+
+
+def _why(error: BaseException) -> str:
+    """`kube.describe(error)`, with the API server's message when it sent one."""
+    import json
+
+    from components.lib.kube import api as kube
+
+    try:
+        message = json.loads(getattr(error, "body", None) or "{}").get("message", "")
+    except (ValueError, AttributeError):
+        message = ""
+    return f"{kube.describe(error)}: {message}" if message else kube.describe(error)
+
+
+def version_discarder(model_repository: str, model_name: str, version: int, log=print):
+    """`discard(reason)`: remove `version` from the model repository and log why; once (later calls do nothing)."""
+    from components.lib.deploy.model_repository import remove_version
+
+    removed: list[int] = []
+
+    def discard(reason: str) -> None:
+        if not removed:
+            removed.append(version)
+            remove_version(model_repository, model_name, version)
+            log(f"removed version {version} from the model repository: {reason}")
+
+    return discard
 
 
 def deploy_to_kserve(
@@ -261,116 +318,177 @@ def deploy_to_kserve(
     labels: dict | None = None,
     poll_seconds: float = 5,
     timeout_seconds: float = 900,
+    grace_seconds: float = GRACE_SECONDS,
+    discard=None,
     log=print,
     sleep=None,
+    clock=None,
     post=None,
 ) -> dict:
     """Roll the predictor out on the InferenceService `name` and prove it serves; returns the endpoint's record.
 
-    A first deploy creates the InferenceService with all the traffic; a later one patches the predictor (and the
-    labels) with `canaryTrafficPercent: 0`, waits for a new latest ready revision, smoke-tests every check at its
-    cluster-local `latest` tag (a pod cannot reach the tag's external URL on a default install), then sets
-    `canaryTrafficPercent` to `traffic_percentage`; at 100 % it removes it and deletes older revisions but the
-    `keep_previous` newest.
+    A first deploy creates the InferenceService with all the traffic (a create whose answer was lost is adopted);
+    a later one patches the predictor (and the labels) with `canaryTrafficPercent: 0`, waits for a new latest ready
+    revision, smoke-tests every check at its cluster-local `latest` tag (a pod cannot reach the tag's external URL on
+    a default install), then sets `canaryTrafficPercent` to `traffic_percentage`; at 100 % it removes it and deletes
+    older revisions but the `keep_previous` newest. Every API call goes through `kube.call` with `log` and `sleep`;
+    each patch is a merge patch, so a repeated one is harmless.
 
-    It rolls back on any failure (then raises ServingFailed) and on a cancelled run: a first deploy's
-    InferenceService is deleted; otherwise the previous predictor and labels are restored with
-    `canaryTrafficPercent: 0`, which keeps the traffic on the last rolled-out revision until the restored one is
-    ready (the spec alone would route it to the rejected one meanwhile)."""
+    Until the new version serves, any failure rolls back (then raises ServingFailed) and calls `discard(reason)`
+    (the caller's removal of the version from the model repository): a first deploy's InferenceService is deleted;
+    otherwise the previous predictor and labels are restored with `canaryTrafficPercent: 0`, which keeps the traffic
+    on the last rolled-out revision until the restored one is ready. A cancelled run (SIGTERM) calls `discard`
+    first, then rolls back without sleeping past `grace_seconds` by `clock` (the pod's grace period), and logs what
+    is left; it raises kube.Cancelled.
+
+    Once the new version serves (smoke test passed, traffic moved) nothing discards it, since new predictor pods
+    would mount an empty folder: a failed clean-up (pruning revisions) is logged in one line, returned as the
+    record's `cleanup_error` ("" when none), and the step succeeds, because what it deployed serves and its records
+    must say so; the next full rollout prunes the revisions left over."""
     import copy
     import time
 
     from components.lib.kube import api as kube
 
-    sleep = sleep or time.sleep
-    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT)
+    sleep, clock, discard = sleep or time.sleep, clock or time.monotonic, discard or (lambda reason: None)
     objects = kube.custom(api)
     what = f"{KIND} {namespace}/{name}"
     labels = dict(labels or {})
-    existing = _wait_terminated(objects, namespace, name, poll_seconds, timeout_seconds, sleep)
 
-    def patch(body: dict) -> dict:
-        return objects.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+    def patch(body: dict, wait=sleep) -> dict:
+        return kube.call(
+            objects.patch_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name, body, log=log, sleep=wait
+        )
 
     def read():
         return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
-    def wait_ready(before: str, timeout: float, about: str) -> dict:
+    def wait_ready(before: str, timeout: float, about: str, wait=sleep) -> dict:
         follow = kube.Follower(what, log)
 
         def done(obj):
             follow(obj)
             return obj if ready(obj, before) else None
 
-        return kube.poll(read, done, poll_seconds, timeout, about, sleep)
+        return kube.poll(read, done, poll_seconds, timeout, about, wait, log)
 
-    if existing is None:
-        objects.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, inference_service(name, namespace, spec_predictor, labels)
-        )
-        log(f"created {what}")
-        before, previous, previous_labels = "", {}, {}
-    else:
-        before = latest_created(existing)
-        previous = copy.deepcopy(existing["spec"]["predictor"])
-        previous_labels = dict(existing["metadata"].get("labels") or {})
-        patch(
-            {
-                "metadata": {"labels": labels, "annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
-                "spec": {"predictor": _predictor_patch(previous, {**spec_predictor, "canaryTrafficPercent": 0})},
-            }
-        )
-        log(f"updated {what}: the new revision starts with no traffic (canaryTrafficPercent 0) until it has answered")
-
-    def rollback() -> str:
+    try:
+        kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep)
+        existing = _wait_terminated(objects, namespace, name, poll_seconds, timeout_seconds, sleep, log)
         if existing is None:
-            kube.delete(api, GROUP, VERSION, namespace, PLURAL, name)
+            body = inference_service(name, namespace, spec_predictor, labels)
+            kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep)
+            log(f"created {what}")
+            before, previous, previous_labels = "", {}, {}
+        else:
+            before = latest_created(existing)
+            previous = copy.deepcopy(existing["spec"]["predictor"])
+            previous_labels = dict(existing["metadata"].get("labels") or {})
+            patch(
+                {
+                    "metadata": {"labels": labels, "annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
+                    "spec": {"predictor": _predictor_patch(previous, {**spec_predictor, "canaryTrafficPercent": 0})},
+                }
+            )
+            log(
+                f"updated {what}: the new revision starts with no traffic (canaryTrafficPercent 0) until it has answered"
+            )
+    except BaseException as e:  # noqa: B036 (a cancelled run too: the version never served)
+        discard(_why(e))
+        raise
+    restored_canary = previous.get("canaryTrafficPercent")
+    left = (
+        f"{what}, serving the removed version: delete it"
+        if existing is None
+        else f"canaryTrafficPercent 0 on {what}: "
+        + ("remove it" if restored_canary is None else f"set it back to {restored_canary}")
+        + " once the previous predictor's revision is ready"
+    )
+
+    def rollback(seconds: float) -> str:
+        """Undo the change, not sleeping past `seconds`; says what was done and what is left."""
+        wait = _bounded(sleep, clock, seconds)
+        if existing is None:
+            kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, wait)
             return f"deleted {what} (it served nothing before)"
-        rejected = latest_created(read())
+        rejected = latest_created(kube.call(read, log=log, sleep=wait))
         patch(
             {
                 "metadata": {"labels": {**{k: None for k in labels}, **previous_labels}},
                 "spec": {"predictor": _predictor_patch(spec_predictor, {**previous, "canaryTrafficPercent": 0})},
-            }
+            },
+            wait,
         )
         pinned = _predictor_status(existing).get("latestRolledoutRevision") or "the last rolled-out revision"
         try:
-            restored = wait_ready(rejected, min(timeout_seconds, 600), f"{what}'s restored revision")
+            restored = wait_ready(rejected, seconds, f"{what}'s restored revision", wait)
         except (TimeoutError, ServingFailed) as e:
-            return f"restored the previous predictor of {what}; its traffic stays pinned to {pinned} ({e})"
-        patch({"spec": {"predictor": {"canaryTrafficPercent": previous.get("canaryTrafficPercent")}}})
+            return (
+                f"restored the previous predictor of {what}; its traffic stays pinned to {pinned} ({e}); left: {left}"
+            )
+        patch({"spec": {"predictor": {"canaryTrafficPercent": restored_canary}}}, wait)
         return (
             f"restored the previous predictor of {what} (revision {latest_created(restored)}); traffic was pinned to "
             f"{pinned} meanwhile"
         )
 
-    with kube.on_cancel(lambda: log(rollback()), log):
+    def cancelled() -> None:
+        """The rejected version leaves the repository first, then the rollback within the grace period."""
+        start = clock()
         try:
-            obj = wait_ready(before, timeout_seconds, f"{what}'s new revision")
-            revision = latest_created(obj)
-            url = smoke_url(obj)
-            if not url:
-                raise ServingFailed(f"{what} is Ready but reports no cluster-local address")
-            smoke = smoke_test(url, model_name, checks, protocol, post)
-            canary = existing is not None and traffic_percentage < 100
-            if existing is not None:
-                patch({"spec": {"predictor": {"canaryTrafficPercent": traffic_percentage if canary else None}}})
-                obj = kube.poll(
-                    read,
-                    lambda o: o if _routed(o, revision, traffic_percentage if canary else 100) else None,
-                    poll_seconds,
-                    timeout_seconds,
-                    f"{what}'s traffic to {revision}",
-                    sleep,
-                )
+            discard("the run was cancelled")
+        except Exception as e:
+            log(f"the cancelled version stays in the model repository: its removal failed ({_why(e)})")
+        try:
+            log(rollback(max(0.0, grace_seconds - (clock() - start))))
+        except Exception as e:
+            log(
+                f"the rollback of {what} did not finish within the {grace_seconds:g} s grace period ({_why(e)}); "
+                f"left: {left}"
+            )
+
+    def serve() -> tuple[dict, str, str, dict, bool]:
+        obj = wait_ready(before, timeout_seconds, f"{what}'s new revision")
+        revision, url = latest_created(obj), smoke_url(obj)
+        if not url:
+            raise ServingFailed(f"{what} is Ready but reports no cluster-local address")
+        smoke = smoke_test(url, model_name, checks, protocol, post)
+        canary = existing is not None and traffic_percentage < 100
+        if existing is not None:
+            patch({"spec": {"predictor": {"canaryTrafficPercent": traffic_percentage if canary else None}}})
+            obj = kube.poll(
+                read,
+                lambda o: o if _routed(o, revision, traffic_percentage if canary else 100) else None,
+                poll_seconds,
+                timeout_seconds,
+                f"{what}'s traffic to {revision}",
+                sleep,
+                log,
+            )
+        return obj, revision, url, smoke, canary
+
+    with kube.on_cancel(cancelled, log):
+        try:
+            obj, revision, url, smoke, canary = serve()
         except kube.Cancelled:
             raise
         except Exception as e:
-            undone = rollback()
+            try:
+                undone = rollback(min(timeout_seconds, ROLLBACK_SECONDS))
+            finally:
+                discard(f"{what} did not serve it: {e}")
             raise ServingFailed(f"{what} did not serve the new version: {e}; {undone}") from e
     predictor_status = _predictor_status(obj)
     log(f"{what} serves revision {revision} at {url}" + (f" ({traffic_percentage} % canary)" if canary else ""))
-    removed = [] if canary else prune_revisions(api, namespace, name, keep_previous, log)
+    removed, cleanup_error = [], ""
+    if not canary:
+        try:
+            removed = prune_revisions(api, namespace, name, keep_previous, log, sleep)
+        except Exception as e:
+            cleanup_error = f"pruning the older revisions of {what} failed: {_why(e)}"
+            log(
+                f"warning: {cleanup_error}; revision {revision} serves all the same (the next full rollout prunes them)"
+            )
     status = obj.get("status") or {}
     return {
         "name": name,
@@ -384,6 +502,7 @@ def deploy_to_kserve(
         "canary": canary,
         "smoke": smoke,
         "deleted_revisions": removed,
+        "cleanup_error": cleanup_error,
     }
 
 
@@ -419,7 +538,9 @@ def deploy_model_on_kserve(
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (kubeflow, serving: kserve): serve the published version on the InferenceService
     `inference_service` ("" = `model_name`) with `traffic_percentage` % of the traffic, wait until it is Ready,
-    smoke-test it; on failure restore the previous predictor and remove the version from the repository.
+    smoke-test it; on failure (or a cancelled run) remove the version from the repository and restore the previous
+    predictor. Once the version serves, a failed clean-up does not fail the step: it is the endpoint's
+    `cleanup_error`.
 
     Args:
         published: The published repository version.
@@ -445,8 +566,7 @@ def deploy_model_on_kserve(
     import json
     from collections import namedtuple
 
-    from components.deploy_model_on_kserve import deploy_to_kserve, predictor, storage_uri
-    from components.lib.deploy.model_repository import remove_version
+    from components.deploy_model_on_kserve import deploy_to_kserve, predictor, storage_uri, version_discarder
     from components.lib.deploy.smoke import reference_checks
     from components.lib.kube import api as kube
     from core import names
@@ -455,6 +575,7 @@ def deploy_model_on_kserve(
     names.location(model_repository, "model_repository")
     version, path = int(published.metadata["version"]), published.metadata["path"]
     name = inference_service or model_name
+    discard = version_discarder(model_repository, model_name, version, kube.log_to_stdout)
     try:  # a name KServe would refuse fails before any object is made, and the version is removed
         names.inference_service(name, "inference_service" if inference_service else "model_name")
         spec = predictor(
@@ -468,31 +589,33 @@ def deploy_model_on_kserve(
             service_account,
             runtime_version,
         )
-        info = deploy_to_kserve(
-            kube.api_client(),
-            name=name,
-            namespace=namespace or kube.own_namespace(),
-            spec_predictor=spec,
-            traffic_percentage=traffic_percentage,
-            model_name=name,
-            checks=reference_checks(path, dataset.path),
-            protocol=predictor_kind,
-            keep_previous=keep_previous,
-            labels={**kube.run_labels(kube.run_id(), "deploy-model"), "tfpipe/model-version": str(version)},
-            poll_seconds=poll_seconds,
-            timeout_seconds=timeout_minutes * 60,
-            log=kube.log_to_stdout,
-        )
+        client, labels = kube.api_client(), kube.run_labels(kube.run_id(), "deploy-model")
+        checks = reference_checks(path, dataset.path)
     except BaseException as e:  # noqa: B036 (a cancelled run too: the version never served)
-        remove_version(model_repository, model_name, version)
-        print(f"removed version {version} from the model repository: {e}", flush=True)
+        discard(str(e))
         raise
+    info = deploy_to_kserve(  # it removes the version (`discard`) on any failure before the version serves
+        client,
+        name=name,
+        namespace=namespace or kube.own_namespace(),
+        spec_predictor=spec,
+        traffic_percentage=traffic_percentage,
+        model_name=name,
+        checks=checks,
+        protocol=predictor_kind,
+        keep_previous=keep_previous,
+        labels={**labels, "tfpipe/model-version": str(version)},
+        poll_seconds=poll_seconds,
+        timeout_seconds=timeout_minutes * 60,
+        discard=discard,
+        log=kube.log_to_stdout,
+    )
     info.update(
         model_name=model_name,
         version=version,
         storage_uri=spec.get("model", {}).get("storageUri") or spec["containers"][0]["env"][0]["value"],
     )
-    endpoint.metadata.update({k: info[k] for k in ("url", "revision", "version", "canary")})
+    endpoint.metadata.update({k: info[k] for k in ("url", "revision", "version", "canary", "cleanup_error")})
     with open(endpoint.path, "w") as f:
         json.dump(info, f, indent=2)
     print(f"serving {model_name} version {version} on {info['namespace']}/{name}: {info['url']}")

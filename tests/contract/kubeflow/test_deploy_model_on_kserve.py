@@ -3,6 +3,7 @@ exact InferenceService, then the rollout as KServe performs it (revisions, traff
 revisions, KServe's status), the smoke test over the cluster's network, and the rollback on every kind of failure.
 The component itself is driven end to end with the project's serving image as the predictor's process."""
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,10 +90,8 @@ def deploy(cluster, version=2, traffic=100, keep_previous=0, timeout=20, name="d
         checks=[CHECK],
         keep_previous=keep_previous,
         labels={"tfpipe/run-id": f"r{version}", "tfpipe/model-version": str(version)},
-        poll_seconds=0.02,
         timeout_seconds=timeout,
-        log=lambda m: None,
-        **overrides,
+        **{"poll_seconds": 0.02, "log": lambda m: None, **overrides},
     )
 
 
@@ -300,6 +299,161 @@ def test_readiness_does_not_compare_the_knative_generation_with_the_inference_se
     info = deploy(cluster, version=2)
     assert isvc(cluster)["status"]["observedGeneration"] < isvc(cluster)["metadata"]["generation"]
     assert info["revision"] == "digits-predictor-00002"
+
+
+def recording(sleeps: list):
+    """A step's `sleep` that records each wait and sleeps a poll's worth at most (the operator double's pace)."""
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        time.sleep(min(seconds, 0.02))
+
+    return sleep
+
+
+def test_a_failing_api_server_is_retried_a_lost_create_adopted_and_a_lost_patch_repeated(cluster):
+    lines, sleeps = [], []
+    # the create handled but its answer lost: its retry meets 409 and adopts this run's InferenceService
+    cluster.api.faults = [("POST", "lost"), ("GET", 503, "/inferenceservices/digits")]
+    deploy(cluster, version=1, log=lines.append, sleep=recording(sleeps))
+    lost, retried = cluster.api.created("inferenceservices")  # the retry met 409: no third create
+    assert (
+        lost
+        == retried
+        == inference_service(
+            "digits",
+            "ml",
+            uri_predictor("pvc://tfpipe/model-repository/digits/1"),
+            {"tfpipe/run-id": "r1", "tfpipe/model-version": "1"},
+        )
+    )
+    assert "InferenceService ml/digits exists already (a retry of this step): following it" in lines
+    # the update answered 503, a read reset, the traffic patch handled but its answer lost, the prune's calls failing
+    cluster.api.faults = [
+        ("PATCH", 503),
+        ("GET", "reset", "/inferenceservices/"),
+        ("PATCH", "lost"),
+        ("GET", 500, "/revisions"),
+        ("DELETE", 503, "/revisions/"),
+    ]
+    info = deploy(cluster, version=2, log=lines.append, sleep=recording(sleeps))
+    assert info["revision"] == "digits-predictor-00002" and info["cleanup_error"] == ""
+    assert info["deleted_revisions"] == ["digits-predictor-00001"]
+    assert split(cluster) == {"digits-predictor-00002": 100}
+    assert _uri(isvc(cluster)["spec"]["predictor"]) == "pvc://tfpipe/model-repository/digits/2"
+    assert "canaryTrafficPercent" not in isvc(cluster)["spec"]["predictor"]
+    assert isvc(cluster)["metadata"]["labels"] == {"tfpipe/run-id": "r2", "tfpipe/model-version": "2"}
+    faulted = [(r.method, r.path.rsplit("/", 1)[-1], r.fault) for r in cluster.api.requests if r.fault]
+    assert faulted == [
+        ("POST", "inferenceservices", "lost"),
+        ("GET", "digits", 503),
+        ("PATCH", "digits", 503),
+        ("GET", "digits", "reset"),
+        ("PATCH", "digits", "lost"),
+        ("GET", "revisions", 500),
+        ("DELETE", "digits-predictor-00001", 503),
+    ]
+    # no rollback: the update and the traffic patch, each sent again with the same body, nothing else
+    patches = [r.body for r in cluster.api.calls("PATCH")]
+    assert len(patches) == 4 and patches[0] == patches[1] and patches[2] == patches[3]
+    assert patches[2] == {"spec": {"predictor": {"canaryTrafficPercent": None}}}
+    assert not cluster.api.calls("DELETE", "inferenceservices")
+    retries = [line.split(";")[0] for line in lines if line.startswith("Kubernetes API: ")]
+    assert retries == [
+        "Kubernetes API: connection lost (RemoteDisconnected)",
+        "Kubernetes API: HTTP 503 Service Unavailable",
+        "Kubernetes API: HTTP 503 Service Unavailable",
+        "Kubernetes API: connection lost (RemoteDisconnected)",
+        "Kubernetes API: HTTP 500 Internal Server Error",
+        "Kubernetes API: HTTP 503 Service Unavailable",
+    ]
+    assert len([s for s in sleeps if s != 0.02]) == len(retries)
+
+
+@pytest.fixture
+def repository(tmp_path):
+    """A local model repository with versions 1 and 2 of `digits`."""
+    from components.lib.deploy.model_repository import publish
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "saved_model.pb").write_bytes(b"model")
+    base = str(tmp_path / "model-repository")
+    for _ in (1, 2):
+        publish(str(model), base, "digits", {})
+    return base
+
+
+def test_a_failed_prune_after_the_rollout_keeps_the_serving_version_and_is_reported(cluster, repository):
+    from components.deploy_model_on_kserve import version_discarder
+    from components.lib.deploy.model_repository import versions
+
+    deploy(cluster, version=1)
+    # a Role that may not delete revisions: the prune fails once version 2 serves all the traffic
+    cluster.api.rbac = [
+        {**rule, "verbs": [v for v in rule["verbs"] if v != "delete"]} if "revisions" in rule["resources"] else rule
+        for rule in shipped_rules()
+    ]
+    lines = []
+    info = deploy(
+        cluster, version=2, log=lines.append, discard=version_discarder(repository, "digits", 2, lines.append)
+    )
+    error = (
+        "pruning the older revisions of InferenceService ml/digits failed: HTTP 403 Forbidden: "
+        'revisions.serving.knative.dev "digits-predictor-00001" is forbidden: User "'
+        f'{cluster.api.user}" cannot delete resource "revisions" in API group "serving.knative.dev" in the '
+        'namespace "ml"'
+    )
+    assert info["cleanup_error"] == error and info["deleted_revisions"] == []
+    assert lines[-1] == (
+        f"warning: {error}; revision digits-predictor-00002 serves all the same (the next full rollout prunes them)"
+    )
+    assert not [line for line in lines if line.startswith("removed version")]
+    assert versions(repository, "digits") == [1, 2]
+    assert split(cluster) == {"digits-predictor-00002": 100}
+
+
+def test_a_cancelled_run_removes_the_version_first_and_rolls_back_within_the_grace_period(cluster, repository):
+    import os
+    import signal
+
+    from components.deploy_model_on_kserve import version_discarder
+    from components.lib.deploy.model_repository import versions
+
+    deploy(cluster, version=1)
+    cluster.ready_after["pvc://tfpipe/model-repository/digits/2"] = 60  # never ready in this test
+    cluster.ready_after["pvc://tfpipe/model-repository/digits/1"] = 60  # nor the restored predictor's revision
+    now, sleeps, lines, patched_at_removal = [0.0], [], [], []
+
+    def sleep(seconds):  # a fake clock: no real waiting; the run is cancelled during the third wait
+        sleeps.append(seconds)
+        now[0] += seconds
+        if len(sleeps) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    remove = version_discarder(repository, "digits", 2, lines.append)
+
+    def discard(reason):
+        patched_at_removal.append(len(cluster.api.calls("PATCH")))
+        remove(reason)
+
+    with pytest.raises(kube.Cancelled):
+        deploy(cluster, version=2, poll_seconds=5, log=lines.append, sleep=sleep, clock=lambda: now[0], discard=discard)
+    assert versions(repository, "digits") == [1]
+    assert patched_at_removal == [1]  # the version was gone before the rollback's first request
+    restore = cluster.api.calls("PATCH")[1].body
+    assert restore["spec"]["predictor"]["canaryTrafficPercent"] == 0
+    assert _uri(restore["spec"]["predictor"]) == "pvc://tfpipe/model-repository/digits/1"
+    assert len(cluster.api.calls("PATCH")) == 2
+    assert [line for line in lines if not line.startswith("InferenceService ml/digits: ")][-3:] == [
+        "received SIGTERM: the run was cancelled",
+        "removed version 2 from the model repository: the run was cancelled",
+        "restored the previous predictor of InferenceService ml/digits; its traffic stays pinned to "
+        "digits-predictor-00001 (not within 25 s); left: canaryTrafficPercent 0 on InferenceService ml/digits: "
+        "remove it once the previous predictor's revision is ready",
+    ]
+    assert sleeps[3:] == [5] * 5 and now[0] - 15 == 25  # the rollback's waits: the grace period, not a second more
+    assert split(cluster) == {"digits-predictor-00001": 100}
 
 
 def test_kserve_missing_fails_at_once_naming_the_kind():

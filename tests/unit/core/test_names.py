@@ -467,7 +467,8 @@ def kserve(monkeypatch):
 
     def deploy_to_kserve(api, *, name, model_name, **options):
         created.append(name)
-        return {"name": name, "namespace": "ns", "url": "http://x", "revision": f"{name}-predictor-00001", "canary": 0}
+        record = {"name": name, "namespace": "ns", "url": "http://x", "revision": f"{name}-predictor-00001"}
+        return {**record, "canary": 0, "cleanup_error": ""}
 
     monkeypatch.setattr(step, "deploy_to_kserve", deploy_to_kserve)
     monkeypatch.setattr(kube, "api_client", lambda: None)
