@@ -4,8 +4,11 @@ The job has 1 `Chief` and `workers - 1` `Worker` replicas of the trainer image; 
 `TF_CONFIG` the trainer reads, the layout Vertex gives a custom job. The replicas share the run's
 PersistentVolumeClaim: the step copies the prepared data onto it, the chief writes the model, metrics and history
 there (`AIP_*` locations, as on Vertex), and the step copies them into its output artifacts after the job
-succeeds. A failing replica restarts (`restartPolicy: OnFailure`, at most `max_restarts` times per replica) and the
-group resumes from the `BackupAndRestore` backup on the volume. The step prints each new job condition, fails with
+succeeds. With `max_restarts` above 0 the replicas run with `restartPolicy: ExitCode`: a replica killed by a signal
+(exit code 128 and above: preempted, evicted, OOM-killed) gets a new pod, as often as it happens until the job's
+deadline (`activeDeadlineSeconds`, the step's timeout), and resumes from the `BackupAndRestore` backup on the volume;
+any other non-zero exit (the trainer exits 1 on an error) fails the job at once. With 0, `Never`: any failure fails
+the job. The step prints each new job condition, fails with
 the job's message and the last log lines of the first replica seen failing (else the chief's), and deletes the job
 when the run is cancelled or times out.
 """
@@ -82,7 +85,7 @@ def tfjob(
     )
 
     def replicas(count):
-        return KubeflowOrgV1ReplicaSpec(replicas=count, restart_policy="OnFailure", template=template)
+        return KubeflowOrgV1ReplicaSpec(replicas=count, restart_policy=restart_policy(max_restarts), template=template)
 
     specs = {"Chief": replicas(1)}
     if workers > 1:
@@ -94,7 +97,6 @@ def tfjob(
         spec=KubeflowOrgV1TFJobSpec(
             tf_replica_specs=specs,
             run_policy=KubeflowOrgV1RunPolicy(
-                backoff_limit=max_restarts * workers,  # a group restart restarts every replica once
                 clean_pod_policy="Running",  # stop what still runs once the chief is done; keep pods for logs
                 ttl_seconds_after_finished=7 * 24 * 3600,  # then the operator deletes the job
                 active_deadline_seconds=timeout_seconds or None,
@@ -102,6 +104,13 @@ def tfjob(
         ),
     )
     return job
+
+
+def restart_policy(max_restarts: int) -> str:
+    """The replicas' restart policy: `ExitCode` (the operator recreates a replica killed by a signal, exit code 128
+    and above, and fails the job on any other non-zero code) when restarts are allowed, else `Never`. The operator
+    counts no ExitCode recreation toward `backoffLimit`, so none is set: the job's deadline bounds them."""
+    return "ExitCode" if max_restarts else "Never"
 
 
 def as_dict(job) -> dict:
@@ -333,7 +342,9 @@ def train_model_on_operator(
         workers: TFJob replicas: 1 chief and `workers - 1` workers.
         epochs: Training epochs.
         hyperparameters: Trainer flags by name with underscores.
-        max_restarts: Restarts of each replica after a failure (the TFJob's backoff limit is this × workers).
+        max_restarts: 0: a failed replica fails the job; above 0: a replica killed by a signal (exit code >= 128)
+            gets a new pod, without a count limit, until `timeout_minutes` (the operator counts no such recreation
+            toward a backoff limit); other exit codes fail the job at once.
         trainer_image: The trainer image the replicas run.
         namespace: Namespace of the created objects (empty: the run's namespace).
         service_account: Service account of their pods (empty: the namespace's default).

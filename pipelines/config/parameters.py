@@ -53,7 +53,10 @@ class PipelineParameters(BaseModel):
         2,
         ge=0,
         description=(
-            "Local launcher: restarts of the worker group after a lost worker (a worker's error is not retried)."
+            "Local launcher: restarts of the worker group after a lost worker (a worker's error is not retried). "
+            "Kubeflow TFJob: 0 fails the job on any failed replica; above 0, a replica killed by a signal (exit code "
+            ">= 128) gets a new pod with no count limit until training_timeout_minutes, and any other exit code "
+            "fails the job."
         ),
     )
     accuracy_threshold: float = Field(

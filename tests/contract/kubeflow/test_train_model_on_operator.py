@@ -83,11 +83,10 @@ def test_tfjob_one_chief_and_n_minus_one_workers_of_the_trainer_image():
         "metadata": {"name": "tfpipe-train-abc", "namespace": "ml", "labels": {"tfpipe/run-id": "run-1"}},
         "spec": {
             "tfReplicaSpecs": {
-                "Chief": {"replicas": 1, "restartPolicy": "OnFailure", "template": template},
-                "Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": template},
+                "Chief": {"replicas": 1, "restartPolicy": "ExitCode", "template": template},
+                "Worker": {"replicas": 2, "restartPolicy": "ExitCode", "template": template},
             },
             "runPolicy": {
-                "backoffLimit": 6,
                 "cleanPodPolicy": "Running",
                 "ttlSecondsAfterFinished": 604800,
                 "activeDeadlineSeconds": 3600,
@@ -97,7 +96,6 @@ def test_tfjob_one_chief_and_n_minus_one_workers_of_the_trainer_image():
     single = as_dict(job(workers=1, claim_name="", service_account="", resources={}, timeout_seconds=0))
     assert set(single["spec"]["tfReplicaSpecs"]) == {"Chief"}
     assert single["spec"]["runPolicy"] == {
-        "backoffLimit": 2,
         "cleanPodPolicy": "Running",
         "ttlSecondsAfterFinished": 604800,
     }
@@ -464,7 +462,7 @@ def test_a_failing_trainer_fails_the_component_with_the_jobs_message_and_the_chi
     api, volume = training_cluster
     with pytest.raises(TrainingJobFailed) as e:
         run_train_model_on_operator(volume, digits_data, tmp_path, model_builder="models.missing:build", max_restarts=0)
-    assert "has failed because it has reached the specified backoff limit" in str(e.value)
+    assert "replica(s) failed." in str(e.value)  # max_restarts 0: restartPolicy Never
     assert "last log lines" in str(e.value) and "models.missing" in str(e.value)  # whichever replica failed first
 
 

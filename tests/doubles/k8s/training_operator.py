@@ -2,7 +2,10 @@
 (`<job>-<type>-<i>`, the operator's labels), `TF_CONFIG` (`chief` / `worker` cluster keys, the task's type and
 index, only for more than one replica) with each replica's address at a free local port (the double's DNS), the
 replicas run by the kubelet double; `restartPolicy: OnFailure` restarts a failed container until the restarts reach
-`runPolicy.backoffLimit`; the chief's exit decides success; `activeDeadlineSeconds` fails the job; the conditions and
+`runPolicy.backoffLimit`; `restartPolicy: ExitCode` (pods run with `restartPolicy: Never`) deletes a pod that
+failed with a retryable exit code (128 and above: killed by a signal) and creates a new one (its log starts empty;
+the job is `Restarting` while it starts; it adds nothing to a restart count, so `backoffLimit` does not bound it),
+and fails the job at once on any other exit code; the chief's exit decides success; `activeDeadlineSeconds` fails the job; the conditions and
 messages are the operator's. `cleanPodPolicy: Running` stops the other replicas once the job has finished."""
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class Replica:
     process: object = None
     restarts: int = 0
     failed_at: float | None = None
+    uid: int = 1  # a new pod of the replica (ExitCode's recreation) gets the next one
 
 
 @dataclass
@@ -36,11 +40,13 @@ class Job:
     finished: bool = False
     cluster: dict = field(default_factory=dict)  # TF_CONFIG's cluster: replica type -> addresses
     start_time: str = field(default_factory=now)
+    restarting_until: float = 0.0  # a recreated pod's start-up: the job is Restarting until then
 
 
 class TrainingOperator:
     def __init__(self, kubelet, restart_delay: float = 1.0):
-        """`restart_delay`: the kubelet's back-off before it restarts a crashed container (10 s at first there)."""
+        """`restart_delay`: the kubelet's back-off before it restarts a crashed container (10 s at first there), and
+        how long a recreated pod takes to start (the job is Restarting meanwhile)."""
         self.kubelet, self.restart_delay = kubelet, restart_delay
         self.jobs: dict[tuple, Job] = {}
 
@@ -61,10 +67,12 @@ class TrainingOperator:
                 replica.process.stop()
 
     def _condition(self, job: Job, kind: str, reason: str, message: str):
+        """The operator's setCondition: Running and Restarting replace each other; an end sets Running False."""
         for c in job.conditions:
             if c["type"] == "Running" and kind in ("Succeeded", "Failed"):
                 c["status"] = "False"
-        job.conditions = [c for c in job.conditions if c["type"] != kind]
+        replaced = {kind, *({"Running": ["Restarting"], "Restarting": ["Running"]}.get(kind, []))}
+        job.conditions = [c for c in job.conditions if c["type"] not in replaced]
         job.conditions.append(
             {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now()}
         )
@@ -89,6 +97,13 @@ class TrainingOperator:
             if code is None or code == 0:
                 continue
             policy = spec["tfReplicaSpecs"][replica.rtype].get("restartPolicy", "Never")
+            if policy == "ExitCode" and code < 128:  # training-operator's IsRetryableExitCode: code >= 128
+                self._pod_status(replica, {"terminated": {"exitCode": code, "reason": "Error"}}, phase="Failed")
+                self._fail(api, key, job, f'job "{name}" is failing because "{replica.rtype}" replica(s) failed.')
+                return
+            if policy == "ExitCode":
+                self._recreate(api, name, job, replica, code)
+                continue
             if policy not in ("OnFailure", "Always"):
                 self._fail(api, key, job, f"TFJob {ns}/{name} has failed because 1 {replica.rtype} replica(s) failed.")
                 return
@@ -116,9 +131,30 @@ class TrainingOperator:
         if chief.process.process.poll() == 0:
             self._finish(api, key, job, "Succeeded", "TFJobSucceeded", f"TFJob {ns}/{name} successfully completed.")
             return
-        if not any(c["type"] == "Running" for c in job.conditions):
+        if not any(c["type"] == "Running" for c in job.conditions) and time.monotonic() >= job.restarting_until:
             self._condition(job, "Running", "TFJobRunning", f"TFJob {ns}/{name} is running.")
         self._write(api, key, job)
+
+    def _recreate(self, api, name: str, job: Job, replica: Replica, code: int) -> None:
+        """ExitCode and a retryable code: the failed pod shows its exit first, then the operator deletes it (its log
+        with it) and creates a new pod of the replica."""
+        if replica.failed_at is None:
+            replica.failed_at = time.monotonic()
+            self._pod_status(replica, {"terminated": {"exitCode": code, "reason": "Error"}}, phase="Failed")
+            return
+        replica.process.stop()
+        api.pods[:] = [p for p in api.pods if p is not replica.pod]
+        api.logs.pop(replica.name, None)
+        replica.pod = {k: v for k, v in replica.pod.items() if k != "status"}
+        replica.uid, replica.failed_at = replica.uid + 1, None
+        replica.pod["metadata"] = {**replica.pod["metadata"], "uid": f"{replica.name}-{replica.uid}"}
+        api.pods.append(replica.pod)
+        replica.process = self.kubelet.start(replica.pod, "tensorflow", self._env(job, replica))
+        self._pod_status(replica, {"running": {"startedAt": now()}})
+        self._condition(
+            job, "Restarting", "TFJobRestarting", f"job {name} is restarting because {replica.rtype} replica(s) failed."
+        )
+        job.restarting_until = time.monotonic() + self.restart_delay
 
     def _create(self, api, ns, name, obj) -> Job:
         job = Job()
@@ -140,6 +176,7 @@ class TrainingOperator:
                     "kind": "Pod",
                     "metadata": {
                         "name": pod_name,
+                        "uid": f"{pod_name}-1",
                         "namespace": ns,
                         "labels": labels,
                         "annotations": (template.get("metadata") or {}).get("annotations", {}),
@@ -159,7 +196,7 @@ class TrainingOperator:
         return job
 
     @staticmethod
-    def _pod_status(replica: Replica, state: dict) -> None:
+    def _pod_status(replica: Replica, state: dict, phase: str = "Running") -> None:
         image = replica.pod["spec"]["containers"][0]["image"]
         status = {
             "name": "tensorflow",
@@ -169,7 +206,7 @@ class TrainingOperator:
             "restartCount": replica.restarts,
             "state": state,
         }
-        replica.pod["status"] = {"phase": "Running", "containerStatuses": [status]}
+        replica.pod["status"] = {"phase": phase, "containerStatuses": [status]}
 
     @staticmethod
     def _env(job: Job, replica: Replica) -> dict:
