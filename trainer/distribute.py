@@ -82,6 +82,20 @@ def make_strategy(cluster: Cluster):
     return tf.distribute.get_strategy()
 
 
+PEER_LOST = 138  # 128 + SIGUSR1: the status training-operator's ExitCode policy sets aside for retryable errors
+
+
+def peer_lost_status(error: BaseException) -> int | None:
+    """PEER_LOST when `error` means another worker (or a service the step needs) stopped answering: a collective
+    aborted, a heartbeat or deadline missed. Restarting the worker group resumes from the backup, so schedulers
+    should retry it (training-operator's `ExitCode` policy restarts statuses from 128 up, the local launcher restarts
+    a group whose worker was lost); None for any other error, which would fail the same way again."""
+    import tensorflow as tf
+
+    lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+    return PEER_LOST if isinstance(error, lost) else None
+
+
 PUBLIC_NAMES = {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy", "_DefaultDistributionStrategy": "default"}
 
 

@@ -141,5 +141,21 @@ def main(argv=None) -> int:
     return 0
 
 
+def run(argv=None) -> int:
+    """`main`, with the exit status schedulers read: `distribute.PEER_LOST` when a peer was lost (retried), else an
+    error propagates (status 1: not retried)."""
+    from trainer import distribute
+
+    try:
+        return main(argv)
+    except Exception as e:
+        status = distribute.peer_lost_status(e)
+        if status is None:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"[trainer] lost a peer, exiting with {status} to be restarted: {type(e).__name__}: {first}", flush=True)
+        return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -91,3 +91,25 @@ def test_bad_trainer_flags(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(argv, {})
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_lost_peer_exits_with_the_status_schedulers_retry_and_other_errors_propagate(monkeypatch, capsys):
+    import tensorflow as tf
+
+    from trainer import task
+
+    aborted = tf.errors.UnavailableError(
+        None, None, "Collective ops is aborted by: The following tasks are unhealthy (stopped sending heartbeats)"
+    )
+    assert distribute.peer_lost_status(aborted) == distribute.PEER_LOST == 138
+    assert distribute.peer_lost_status(tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded")) == 138
+    assert distribute.peer_lost_status(ValueError("bad data")) is None
+    monkeypatch.setattr(task, "main", lambda argv=None: (_ for _ in ()).throw(aborted))
+    assert task.run([]) == 138
+    assert capsys.readouterr().out == (
+        "[trainer] lost a peer, exiting with 138 to be restarted: UnavailableError: Collective ops is aborted by: "
+        "The following tasks are unhealthy (stopped sending heartbeats)\n"
+    )
+    monkeypatch.setattr(task, "main", lambda argv=None: (_ for _ in ()).throw(ValueError("bad data")))
+    with pytest.raises(ValueError, match="bad data"):
+        task.run([])
