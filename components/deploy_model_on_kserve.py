@@ -21,6 +21,7 @@ REVISIONS = ("serving.knative.dev", "v1", "revisions")
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 GRACE_SECONDS = 25  # a cancelled run's rollback, within the pod's 30 s termination grace period
 ROLLBACK_SECONDS = 600  # at most, for the restored revision after a failure
+CONTROL_PLANE = "control-plane"  # KServe's pod mutator webhook selects namespaces without this label
 
 
 class ServingFailed(RuntimeError):
@@ -56,12 +57,23 @@ def predictor(
 ) -> dict:
     """The InferenceService's `spec.predictor` (without canaryTrafficPercent): this project's serving image on the
     version KServe's storage initializer puts at MODEL_DIR, answering KServe's v1 route and ready once the model has
-    loaded; or, `kind` tensorflow, KServe's TensorFlow runtime on the same storage URI."""
-    spec: dict[str, Any] = {"minReplicas": min_replicas, "maxReplicas": max_replicas}
+    loaded; or, `kind` tensorflow, KServe's TensorFlow runtime on the same storage URI. The pod and its container
+    run as Pod Security's `restricted` profile admits them (components.lib.kube.pod_security)."""
+    from components.lib.kube import pod_security
+
+    spec: dict[str, Any] = {
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+        "securityContext": pod_security.pod_context(),
+    }
     if service_account:
         spec["serviceAccountName"] = service_account
     if kind == "tensorflow":
-        model = {"modelFormat": {"name": "tensorflow"}, "storageUri": uri}
+        model = {
+            "modelFormat": {"name": "tensorflow"},
+            "storageUri": uri,
+            "securityContext": pod_security.container_context(),
+        }
         if runtime_version:
             model["runtimeVersion"] = runtime_version
         if resources:
@@ -81,10 +93,37 @@ def predictor(
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "ports": [{"containerPort": PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": route, "port": PORT}, "periodSeconds": 5},
+        "securityContext": pod_security.container_context(),
     }
     if resources:
         container["resources"] = resources
     return {**spec, "containers": [container]}
+
+
+def refuse_control_plane(api, namespace: str, log=print, sleep=None) -> None:
+    """Raise ValueError when `namespace` is labelled `control-plane` (as Kubeflow labels its own `kubeflow`): KServe's
+    pod mutator skips such namespaces, so a `pvc://` model would never be mounted. A namespace the run's role
+    cannot read is left to KServe, whose revision then fails to load the model."""
+    import time
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from components.lib.kube import api as kube
+
+    try:
+        found = kube.call(client.CoreV1Api(api).read_namespace, namespace, log=log, sleep=sleep or time.sleep)
+    except ApiException as e:
+        if e.status in (403, 404):
+            return
+        raise
+    labels = found.metadata.labels or {}
+    if CONTROL_PLANE in labels:
+        raise ValueError(
+            f"KServe cannot serve in the namespace {namespace}: it is labelled {CONTROL_PLANE}={labels[CONTROL_PLANE]}, "
+            "and KServe's pod mutator skips such namespaces (the model is never mounted); set "
+            "platform.kubeflow.namespace to a profile namespace"
+        )
 
 
 def inference_service(name: str, namespace: str, spec_predictor: dict, labels: dict | None = None) -> dict:
@@ -374,6 +413,7 @@ def deploy_to_kserve(
 
     try:
         kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep)
+        refuse_control_plane(api, namespace, log, sleep)
         existing = _wait_terminated(objects, namespace, name, poll_seconds, timeout_seconds, sleep, log)
         if existing is None:
             body = inference_service(name, namespace, spec_predictor, labels)

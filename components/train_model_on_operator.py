@@ -59,7 +59,8 @@ def tfjob(
     )
     from kubernetes import client
 
-    from components.lib.kube.api import VOLUME_SECURITY, volume_parts
+    from components.lib.kube import pod_security
+    from components.lib.kube.api import volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     container = client.V1Container(
@@ -69,6 +70,7 @@ def tfjob(
         env=[client.V1EnvVar(name=k, value=str(v)) for k, v in env.items()],
         resources=resources or None,
         volume_mounts=mounts or None,
+        security_context=pod_security.container_context(),
     )
     template = client.V1PodTemplateSpec(
         metadata=client.V1ObjectMeta(labels=dict(labels or {}), annotations=dict(NO_ISTIO)),
@@ -76,11 +78,7 @@ def tfjob(
             containers=[container],
             volumes=volumes or None,
             service_account_name=service_account or None,
-            security_context=client.V1PodSecurityContext(
-                fs_group=VOLUME_SECURITY["fsGroup"], fs_group_change_policy=VOLUME_SECURITY["fsGroupChangePolicy"]
-            )
-            if volumes
-            else None,
+            security_context=pod_security.pod_context(),
         ),
     )
 

@@ -160,7 +160,8 @@ def experiment(
     labels: dict | None = None,
 ) -> dict:
     """The Katib Experiment (kubeflow.org/v1beta1) for `spec` (a StudySpec)."""
-    from components.lib.kube.api import VOLUME_SECURITY, volume_parts
+    from components.lib.kube import pod_security
+    from components.lib.kube.api import volume_parts
 
     volumes, mounts = volume_parts(claim_name, mount_path)
     trial_dir = f"{trials_dir}/${{trialParameters.trialName}}"
@@ -188,15 +189,19 @@ def experiment(
         "command": list(TRAINER_COMMAND),
         "args": args,
         "env": [{"name": k, "value": v} for k, v in env.items()],
+        "securityContext": pod_security.container_context(),
     }
     if resources:
         container["resources"] = resources
     if mounts:
         container["volumeMounts"] = mounts
-    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "securityContext": pod_security.pod_context(),
+    }
     if volumes:
         pod["volumes"] = volumes
-        pod["securityContext"] = dict(VOLUME_SECURITY)
     if service_account:
         pod["serviceAccountName"] = service_account
     trial_parameters = [

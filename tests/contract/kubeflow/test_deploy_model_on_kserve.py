@@ -144,6 +144,14 @@ def test_inference_service_with_this_projects_serving_image():
             "predictor": {
                 "minReplicas": 1,
                 "maxReplicas": 3,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 1000,
+                    "runAsGroup": 1000,
+                    "fsGroup": 1000,
+                    "fsGroupChangePolicy": "OnRootMismatch",
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
                 "serviceAccountName": "server",
                 "containers": [
                     {
@@ -158,6 +166,7 @@ def test_inference_service_with_this_projects_serving_image():
                         ],
                         "ports": [{"containerPort": 8080, "protocol": "TCP"}],
                         "readinessProbe": {"httpGet": {"path": "/v1/models/digits", "port": 8080}, "periodSeconds": 5},
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                         "resources": {"requests": {"cpu": "1"}},
                     }
                 ],
@@ -170,9 +179,18 @@ def test_kserves_tensorflow_runtime_predictor():
     assert uri_predictor(kind="tensorflow", runtime_version="2.19.0") == {
         "minReplicas": 1,
         "maxReplicas": 3,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 1000,
+            "runAsGroup": 1000,
+            "fsGroup": 1000,
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "model": {
             "modelFormat": {"name": "tensorflow"},
             "storageUri": "pvc://tfpipe/model-repository/digits/2",
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
             "runtimeVersion": "2.19.0",
             "resources": {"requests": {"cpu": "1"}},
         },

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import yaml
 
+from components.lib.kube import pod_security
 from components.lib.kube.api import IMAGE_UID
 from pipelines.config import Volume, load_config
 from pipelines.delivery import delivery_for
 from pipelines.delivery.kubeflow import kubeflow_model_repository
-from tests.doubles.k8s import schema
+from tests.doubles.k8s import admission, schema
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests" / "kubeflow"
@@ -56,7 +57,17 @@ def test_the_claim_and_the_permissions_job_match_the_config_defaults():
     assert pod["volumes"] == [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": volume.claim_name}}]
     (container,) = pod["containers"]
     assert container["volumeMounts"] == [{"name": "tfpipe-data", "mountPath": volume.mount_path}]
-    assert f"os.chown('{volume.mount_path}', {IMAGE_UID}, {IMAGE_UID})" in container["command"][-1]
+    assert f"dir='{volume.mount_path}'" in container["command"][-1]
+
+
+def test_the_permissions_job_runs_as_the_images_user_as_pod_security_restricted_admits():
+    by_kind = {r["kind"]: r for r in resources()}
+    pod = by_kind["Job"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["securityContext"] == pod_security.pod_context()
+    assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == IMAGE_UID
+    assert container["securityContext"] == pod_security.container_context()
+    assert admission.pod_security_denial("tfpipe-volume-permissions", pod, {admission.ENFORCE: "restricted"}) == ""
 
 
 def test_the_binding_grants_the_role_to_the_runs_service_account():

@@ -69,12 +69,20 @@ def test_tfjob_one_chief_and_n_minus_one_workers_of_the_trainer_image():
                     "env": [{"name": "AIP_MODEL_DIR", "value": "/mnt/tfpipe/m"}],
                     "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
                     "volumeMounts": [{"name": "tfpipe-data", "mountPath": "/mnt/tfpipe"}],
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                 }
             ],
             "volumes": [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "tfpipe"}}],
             "serviceAccountName": "trainer",
-            # the images run as uid 1000: the kubelet gives the claim to that group (once, not at every start)
-            "securityContext": {"fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch"},
+            # Pod Security's restricted profile; the images' uid 1000, to which the kubelet gives the claim's group
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 1000,
+                "runAsGroup": 1000,
+                "fsGroup": 1000,
+                "fsGroupChangePolicy": "OnRootMismatch",
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
         },
     }
     assert as_dict(job()) == {
@@ -101,7 +109,7 @@ def test_tfjob_one_chief_and_n_minus_one_workers_of_the_trainer_image():
     }
     pod = single["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
     assert "volumes" not in pod and "serviceAccountName" not in pod
-    assert set(pod["containers"][0]) == {"name", "image", "args", "env"}
+    assert set(pod["containers"][0]) == {"name", "image", "args", "env", "securityContext"}
 
 
 def test_succeeds_streaming_each_condition_once(api_server):

@@ -7,6 +7,12 @@
 - KServe InferenceService: kserve v0.15.2, pkg/apis/serving/v1beta1/inference_service_validation.go (`kserve.py`).
 
 Each check takes (object, old object or None on create, the API double) and returns the denial message, or "" to admit.
+
+And Kubernetes 1.32's Pod Security admission (k8s.io/pod-security-admission, policy/check_*.go) for namespaces
+labelled `pod-security.kubernetes.io/enforce: restricted`, with the API server's message. It judges the pods a
+TFJob, an Experiment's trials or an InferenceService's predictor would have, and refuses the object's create or
+update with the message of its first pod: there the API server refuses the operator's pod create instead, which a
+step sees only as a job that never starts.
 """
 
 from __future__ import annotations
@@ -14,6 +20,10 @@ from __future__ import annotations
 import re
 
 from tests.doubles.k8s import katib, kserve
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
+SECCOMP_ALLOWED = ("RuntimeDefault", "Localhost")
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1035_MESSAGE = (
@@ -83,6 +93,125 @@ def validate_tfjob(obj: dict, old: dict | None, api=None) -> str:
         if chief_or_master > 1:
             errors.append("spec.tfReplicaSpecs: Forbidden: must not have more than 1 Chief or Master role")
     return aggregate(errors)
+
+
+def _names(containers: list[dict]) -> str:
+    names = ", ".join(f'"{c["name"]}"' for c in containers)
+    return f"container {names}" if len(containers) == 1 else f"containers {names}"
+
+
+def _context(container: dict) -> dict:
+    return container.get("securityContext") or {}
+
+
+def _restricted_violations(spec: dict) -> list[str]:
+    """The restricted profile's checks that a pod spec fails, each as `reason (detail)`, in the checks' order."""
+    pod = spec.get("securityContext") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    found = []
+    escalating = [c for c in containers if _context(c).get("allowPrivilegeEscalation") is not False]
+    if escalating:
+        found.append(
+            f"allowPrivilegeEscalation != false ({_names(escalating)} must set "
+            "securityContext.allowPrivilegeEscalation=false)"
+        )
+    not_dropped = [c for c in containers if "ALL" not in ((_context(c).get("capabilities") or {}).get("drop") or [])]
+    added = [
+        (c, cap)
+        for c in containers
+        for cap in (_context(c).get("capabilities") or {}).get("add") or []
+        if cap != "NET_BIND_SERVICE"
+    ]
+    details = [f'{_names(not_dropped)} must set securityContext.capabilities.drop=["ALL"]'] if not_dropped else []
+    details += [f'{_names([c])} must not include "{cap}" in securityContext.capabilities.add' for c, cap in added]
+    if details:
+        found.append(f"unrestricted capabilities ({'; '.join(details)})")
+    details = ["pod must not set securityContext.runAsNonRoot=false"] if pod.get("runAsNonRoot") is False else []
+    explicit_false = [c for c in containers if _context(c).get("runAsNonRoot") is False]
+    if explicit_false:
+        details.append(f"{_names(explicit_false)} must not set securityContext.runAsNonRoot=false")
+    if pod.get("runAsNonRoot") is not True:
+        unset = [c for c in containers if _context(c).get("runAsNonRoot") is None]
+        if unset:
+            details.append(f"pod or {_names(unset)} must set securityContext.runAsNonRoot=true")
+    if details:
+        found.append(f"runAsNonRoot != true ({'; '.join(details)})")
+    details = ["pod must not set runAsUser=0"] if pod.get("runAsUser") == 0 else []
+    root = [c for c in containers if _context(c).get("runAsUser") == 0]
+    if root:
+        details.append(f"{_names(root)} must not set runAsUser=0")
+    if details:
+        found.append(f"runAsUser=0 ({'; '.join(details)})")
+    found += _seccomp_violations(pod, containers)
+    return found
+
+
+def _seccomp_violations(pod: dict, containers: list[dict]) -> list[str]:
+    pod_type = (pod.get("seccompProfile") or {}).get("type")
+    details = []
+    if pod_type and pod_type not in SECCOMP_ALLOWED:
+        details.append(f'pod must not set securityContext.seccompProfile.type to "{pod_type}"')
+    bad = [
+        c for c in containers if (_context(c).get("seccompProfile") or {}).get("type") not in (None, *SECCOMP_ALLOWED)
+    ]
+    if bad:
+        types = {(_context(c)["seccompProfile"])["type"] for c in bad}
+        details.append(
+            f"{_names(bad)} must not set securityContext.seccompProfile.type to "
+            + ", ".join(f'"{t}"' for t in sorted(types))
+        )
+    if pod_type not in SECCOMP_ALLOWED:
+        unset = [c for c in containers if not (_context(c).get("seccompProfile") or {}).get("type")]
+        if unset:
+            details.append(
+                f'pod or {_names(unset)} must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost"'
+            )
+    return [f"seccompProfile ({'; '.join(details)})"] if details else []
+
+
+def pod_security_denial(pod_name: str, spec: dict, labels: dict) -> str:
+    """The API server's refusal of the pod `pod_name` (its spec) in a namespace with `labels`, or "" to admit."""
+    if labels.get(ENFORCE) != "restricted":
+        return ""
+    violations = _restricted_violations(spec)
+    if not violations:
+        return ""
+    version = labels.get(ENFORCE_VERSION, "latest")
+    return f'pods "{pod_name}" is forbidden: violates PodSecurity "restricted:{version}": {", ".join(violations)}'
+
+
+def _predictor_pod(predictor: dict) -> dict:
+    """The predictor's pod spec as KServe makes it: its pod fields, and the model's container as kserve-container."""
+    spec = {k: v for k, v in predictor.items() if k not in ("model", "containers")}
+    model = predictor.get("model")
+    containers = [{**model, "name": kserve.CONTAINER}] if model else []
+    return {**spec, "containers": [*containers, *(predictor.get("containers") or [])]}
+
+
+def pods_of(obj: dict) -> list[tuple[str, dict]]:
+    """(pod name, pod spec) of the pods the operators would create for a TFJob, an Experiment (a trial of its
+    template: Katib's names are random) or an InferenceService (its first predictor revision)."""
+    name, spec = obj["metadata"]["name"], obj.get("spec") or {}
+    if obj.get("kind") == "TFJob":
+        return [
+            (f"{name}-{rtype.lower()}-0", ((rspec or {}).get("template") or {}).get("spec") or {})
+            for rtype, rspec in (spec.get("tfReplicaSpecs") or {}).items()
+        ]
+    if obj.get("kind") == "Experiment":
+        trial = (spec.get("trialTemplate") or {}).get("trialSpec") or {}
+        return [(f"{name}-trial", ((trial.get("spec") or {}).get("template") or {}).get("spec") or {})]
+    if obj.get("kind") == "InferenceService":
+        return [(f"{name}-predictor-00001-deployment", _predictor_pod(spec.get("predictor") or {}))]
+    return []
+
+
+def pod_security(obj: dict, api) -> str:
+    """The refusal of the first of `obj`'s pods that its namespace's Pod Security level forbids, or ""."""
+    labels = (api.namespaces or {}).get(obj["metadata"].get("namespace"), {}) if api is not None else {}
+    for pod_name, spec in pods_of(obj):
+        if denied := pod_security_denial(pod_name, spec, labels or {}):
+            return denied
+    return ""
 
 
 # the CEL rules of the vendored CRDs that the checks above (or katib.py / kserve.py) port, by path: a re-vendored

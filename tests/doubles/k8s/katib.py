@@ -213,6 +213,22 @@ def _trial_template(spec: dict) -> tuple[list[str], bool]:
     return errors, False
 
 
+# the Job's and pod's pointer fields that may be 0 or false (Go keeps them; `omitempty` drops a plain bool's false)
+POINTER_FIELDS = frozenset(
+    (
+        "backoffLimit",
+        "runAsUser",
+        "runAsGroup",
+        "fsGroup",
+        "allowPrivilegeEscalation",
+        "privileged",
+        "runAsNonRoot",
+        "readOnlyRootFilesystem",
+        "automountServiceAccountToken",
+    )
+)
+
+
 def job_errors(job: dict) -> list[str]:
     """Katib converts a batch/v1 Job template to the typed Job and refuses anything the conversion drops: unknown
     fields, and explicitly empty lists, maps and strings (Go's omitempty)."""
@@ -229,7 +245,7 @@ def job_errors(job: dict) -> list[str]:
 def _empty_values(value, path: str):
     if isinstance(value, dict):
         for k, v in value.items():
-            if v in ({}, [], "", False) and not (k == "backoffLimit"):
+            if v in ({}, [], "", False) and k not in POINTER_FIELDS:
                 yield f"{path}/{k}", v
             else:
                 yield from _empty_values(v, f"{path}/{k}")

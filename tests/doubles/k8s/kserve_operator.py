@@ -251,28 +251,38 @@ class KServeOperator:
                 self.network.unroute(f"{tag}-{local}")
 
 
-def process_pods(claims: dict[str, str], images: dict[str, str], runtime: str = "process"):
+def process_pods(
+    claims: dict[str, str], images: dict[str, str], runtime: str = "process", namespaces: dict | None = None
+):
     """`start_pod` for KServeOperator running the predictor's container as a process (`runtime="podman"`: in its
     built image): `claims` maps claim names to host folders, `images` image names to the project's Dockerfiles
     they are built from (podman: to the built images' names). A `pvc://CLAIM/PATH` storage URI is mounted read-only
     at /mnt/models as KServe mounts it (direct PVC mount: a subPath of the claim), and the injector's rewrite of
-    STORAGE_URI to /mnt/models is applied."""
+    STORAGE_URI to /mnt/models is applied; not in a namespace labelled `control-plane` (`namespaces`: name ->
+    labels), which KServe's pod mutator webhook skips: there the container starts as it was given."""
     from tests.doubles.k8s.pods import PodmanPod, ProcessPod, image_config
 
     def start(isvc, revision, spec):
         (container,) = [c for c in spec["containers"] if c["name"] == "kserve-container"]
-        env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
-        claim, _, path = env["STORAGE_URI"].removeprefix("pvc://").partition("/")
-        container = {
-            **container,
-            "env": [
-                *(e for e in container["env"] if e["name"] != "STORAGE_URI"),
-                {"name": "STORAGE_URI", "value": "/mnt/models"},
-            ],
-        }
-        mounts = {"/mnt/models": f"{claims[claim]}/{path}"}
+        mounts: dict = {}
+        if "control-plane" not in (namespaces or {}).get(isvc["metadata"]["namespace"], {}):
+            container, mounts = _storage_mounted(container, claims)
         if runtime == "podman":
             return PodmanPod(container, images[container["image"]], mounts, read_only={"/mnt/models"})
         return ProcessPod(container, image_config(images[container["image"]]), mounts)
 
     return start
+
+
+def _storage_mounted(container: dict, claims: dict[str, str]) -> tuple[dict, dict]:
+    """KServe's pod mutator: the `pvc://` storage URI's folder at /mnt/models, and STORAGE_URI rewritten to it."""
+    env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
+    claim, _, path = env["STORAGE_URI"].removeprefix("pvc://").partition("/")
+    container = {
+        **container,
+        "env": [
+            *(e for e in container["env"] if e["name"] != "STORAGE_URI"),
+            {"name": "STORAGE_URI", "value": "/mnt/models"},
+        ],
+    }
+    return container, {"/mnt/models": f"{claims[claim]}/{path}"}

@@ -54,6 +54,7 @@ CUSTOM = re.compile(
     r"(?:/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?)?$"
 )
 CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<plural>pods)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
+NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
 MERGE, JSON_PATCH, STRATEGIC, APPLY = (
     "application/merge-patch+json",
     "application/json-patch+json",
@@ -151,7 +152,7 @@ class KubeAPI:
     routes: dict = field(default_factory=dict)  # (method, path) -> callable(body) -> (status, json)
     on_get: dict = field(default_factory=dict)  # plural -> callable(obj) (may change it) before it is answered
     rbac: list | None = None  # a Role's rules; None: every request is allowed
-    namespaces: dict | None = None  # name -> labels (Katib's webhook reads them); None: not checked
+    namespaces: dict | None = None  # name -> labels (Katib's webhook, Pod Security, KServe's pod mutator read them)
     user: str = "system:serviceaccount:kubeflow:pipeline-runner"
     controllers: list = field(default_factory=list)  # operator doubles: .reconcile(api) on changes and each tick
     faults: list = field(
@@ -364,6 +365,8 @@ class KubeAPI:
             return self.routes[(r.method, r.path)](r.body)
         if m := CORE.match(r.path):
             return self._core(r, m)
+        if m := NAMESPACE.match(r.path):
+            return self._namespace(r, m["name"])
         m = CUSTOM.match(r.path)
         if not m:
             return self._status(404, "NotFound", f"no route {r.path}")
@@ -480,6 +483,8 @@ class KubeAPI:
             raise Refused(422, "Invalid", f'{kind}.{group} "{name}" is invalid: ' + "; ".join(errors))
         if by_operator:
             return
+        if denied := admission.pod_security(obj, self):
+            raise Refused(403, "Forbidden", denied)
         for webhook, check in admission.WEBHOOKS.get(f"{gv}/{plural}", []):
             denied = check(obj, old, self)
             if denied:
@@ -559,6 +564,17 @@ class KubeAPI:
             return obj
         self.remove(key)
         return obj
+
+    def _namespace(self, r: Request, name: str):
+        """A namespace object with its labels (`namespaces`); a Role in that namespace may grant reading it."""
+        self._authorize(r, "", "namespaces", name, name, None)
+        if r.method != "GET":
+            return self._status(405, "MethodNotAllowed", r.method)
+        known = self.namespaces or {}
+        if name not in known:
+            return self._status(404, "NotFound", f'namespaces "{name}" not found')
+        labels = {"kubernetes.io/metadata.name": name, **known[name]}
+        return 200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
     def _core(self, r: Request, m):
         self._authorize(r, "", m["plural"], m["ns"], m["name"], m["sub"])
