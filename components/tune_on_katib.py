@@ -10,7 +10,10 @@ tuning job and the local study; the best trial's values override the pipeline's.
   goal, trial counts as the spec says (`measurement` → the metric strategy `latest`, or `max` / `min`).
 - Trials: a Job of the trainer image (one process) on the shared volume, the values as trainer flags. Their
   `CLOUD_ML_HP_METRIC_FILE` is the file of Katib's File metrics collector, whose `JSON` format parses
-  `cloudml-hypertune`'s reports as written (string values, a float `timestamp`).
+  `cloudml-hypertune`'s reports as written (string values, a float `timestamp`). The template says `retain: true`:
+  Katib keeps a finished trial's Job (and its pod's log) rather than deleting it, so a failed study can quote it.
+- The end: once the best trial is read or the failure reported (the first failed trial's last log lines quoted),
+  the Experiment is deleted (foreground: its trials, Jobs and pods with it) unless `keep` says otherwise.
 """
 
 import json
@@ -29,10 +32,17 @@ CONTAINER = "training-container"
 METRICS_FILE = "/var/log/katib/tfpipe/output.metrics"  # Katib mounts a volume at its folder for the collector
 ALGORITHMS = {"default": "bayesianoptimization", "random": "random", "grid": "grid"}
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}
+JOB_NAME = "batch.kubernetes.io/job-name"  # the label the Job controller gives a Job's pods: the trial's name
+TAIL_LINES = 20
 
 
 class StudyFailed(RuntimeError):
-    """The Katib experiment failed or found no best trial (its own message)."""
+    """The Katib experiment failed or found no best trial (its own message). `trial_log`: `failed_trial_log`'s
+    answer (the first failed trial, its pod and whole log), None when no trial failed."""
+
+    def __init__(self, message: str, trial_log: dict | None = None):
+        super().__init__(message)
+        self.trial_log = trial_log
 
 
 def trial_parameter_name(parameter_id: str) -> str:
@@ -231,6 +241,7 @@ def experiment(
             },
             "parameters": search_space(spec),
             "trialTemplate": {
+                "retain": True,  # Katib would delete each finished trial's Job, and the logs a failure needs
                 "primaryContainerName": CONTAINER,
                 "trialParameters": trial_parameters,
                 "trialSpec": {
@@ -278,11 +289,74 @@ def best_trial(obj: dict, spec) -> dict | None:
     }
 
 
+def failed_trial_log(api, namespace: str, obj: dict, log=print, sleep=None) -> dict | None:
+    """The first failed trial of the Experiment `obj` (Katib's `failedTrialList`, then `metricsUnavailableTrialList`)
+    and its pod's primary-container log, read through the API: `{"trial", "pod", "log", "error"}`, `error` saying
+    why the log could not be read (else empty); None when no trial failed."""
+    import time
+
+    from kubernetes import client
+
+    from components.lib.kube import api as kube
+
+    status = obj.get("status") or {}
+    trial = next(iter([*(status.get("failedTrialList") or []), *(status.get("metricsUnavailableTrialList") or [])]), "")
+    if not trial:
+        return None
+    core = client.CoreV1Api(api)
+    found: dict = {"trial": trial, "pod": "", "log": "", "error": ""}
+    try:
+        pods = kube.call(
+            core.list_namespaced_pod,
+            namespace,
+            label_selector=f"{JOB_NAME}={trial}",
+            log=log,
+            sleep=sleep or time.sleep,
+        ).items
+        if not pods:
+            return {**found, "error": "its pod is gone"}
+        found["pod"] = pods[0].metadata.name
+        found["log"] = kube.call(
+            core.read_namespaced_pod_log,
+            found["pod"],
+            namespace,
+            container=CONTAINER,
+            log=log,
+            sleep=sleep or time.sleep,
+        )
+    except Exception as e:  # noqa: BLE001 (the experiment's message is the error; this adds to it)
+        found["error"] = kube.describe(e)
+    return found
+
+
+def failure_message(what: str, failed: dict, trials_failed: int, spec, trial_log: dict | None) -> str:
+    """StudyFailed's message: Katib's, then the failed trial's last log lines (or why they are missing)."""
+    message = (
+        f"{what} failed: {failed.get('message') or failed.get('reason')} ({trials_failed} failed trial(s); "
+        f"max_failed_trial_count={spec.max_failed_trial_count})"
+    )
+    if trial_log is None:
+        return message
+    if trial_log["error"] or not trial_log["log"]:
+        reason = trial_log["error"] or "it is empty"
+        return f"{message}\ntrial {trial_log['trial']} failed; its log could not be read: {reason}"
+    tail = "".join(trial_log["log"].splitlines(keepends=True)[-TAIL_LINES:])
+    return f"{message}\ntrial {trial_log['trial']}'s last log lines (pod {trial_log['pod']}):\n{tail}"
+
+
 def run_experiment(
-    api, body: dict, spec, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print, sleep=None
+    api,
+    body: dict,
+    spec,
+    poll_seconds: float = 10,
+    timeout_seconds: float = 24 * 3600,
+    log=print,
+    sleep=None,
+    keep: bool = False,
 ) -> dict:
     """Create (or adopt) the Experiment and wait: returns `best_trial(...)` once it has succeeded; raises
-    StudyFailed with Katib's message, TimeoutError (experiment deleted) or kube.Cancelled (experiment deleted)."""
+    StudyFailed with Katib's message and the first failed trial's last log lines, TimeoutError or kube.Cancelled.
+    The Experiment is deleted (foreground) at every end; after a success or a reported failure, not when `keep`."""
     import time
 
     from components.lib.kube import api as kube
@@ -317,11 +391,8 @@ def run_experiment(
                 + (f"; best {best['trial']}: {spec.metric_id}={best['metric']} {best['parameters']}" if best else "")
             )
         if failed := kube.condition(obj, "Failed"):
-            raise StudyFailed(
-                f"{what} failed: {failed.get('message') or failed.get('reason')} "
-                f"({counts['trialsFailed']} failed trial(s); max_failed_trial_count="
-                f"{spec.max_failed_trial_count})"
-            )
+            trial_log = failed_trial_log(api, namespace, obj, log, sleep)
+            raise StudyFailed(failure_message(what, failed, counts["trialsFailed"], spec, trial_log), trial_log)
         if kube.condition(obj, "Succeeded"):
             if best is None:
                 raise StudyFailed(f"{what} ended without a best trial: no trial reported {spec.metric_id!r}")
@@ -332,7 +403,24 @@ def run_experiment(
         if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep or time.sleep):
             log(f"deleted {what} (and its trials)")
 
-    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
+    def finish():
+        """After a success or a reported failure: delete the Experiment (a failed delete only warns), or keep it."""
+        hint = f"kubectl delete experiment -n {namespace} {name}"
+        if keep:
+            log(f"kept {what} (platform.kubeflow.keep_experiment); delete it with {hint}")
+            return
+        try:
+            remove()
+        except Exception as e:  # noqa: BLE001 (the study's outcome stands)
+            log(f"warning: deleting {what} failed: {kube.describe(e)}; delete it with {hint}")
+
+    try:
+        best = kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
+    except StudyFailed:
+        finish()
+        raise
+    finish()
+    return best
 
 
 def tune_with_katib(
@@ -354,10 +442,12 @@ def tune_with_katib(
     run_id: str,
     poll_seconds: float = 10,
     timeout_seconds: float = 24 * 3600,
+    keep_experiment: bool = False,
     log=print,
     sleep=None,
 ) -> dict:
-    """Stage the data on the volume, run the experiment, record it: the best trial."""
+    """Stage the data on the volume, run the experiment, record it: the best trial. When the study fails, the
+    failed trial's whole log is saved on the volume, next to the trials' folder, and the step's log names it."""
     from components.lib.kube import api as kube
     from components.lib.kube.volume import stage_dataset
     from components.lib.study.spec import trial_flags
@@ -380,7 +470,11 @@ def tune_with_katib(
         service_account,
         kube.run_labels(run_id, "tune-hyperparameters"),
     )
-    best = run_experiment(api, body, spec, poll_seconds, timeout_seconds, log, sleep)
+    try:
+        best = run_experiment(api, body, spec, poll_seconds, timeout_seconds, log, sleep, keep_experiment)
+    except StudyFailed as e:
+        save_trial_log(e.trial_log, os.path.dirname(trials_dir), claim_name, log)
+        raise
     # the trials' models and checkpoints are of no further use: run after run they would fill the volume
     shutil.rmtree(os.path.dirname(trials_dir), ignore_errors=True)
     os.makedirs(tuning_path, exist_ok=True)
@@ -397,6 +491,16 @@ def tune_with_katib(
             indent=2,
         )
     return best
+
+
+def save_trial_log(trial_log: dict | None, folder: str, claim_name: str, log=print) -> None:
+    """Write a failed trial's whole log to `folder/<trial>.log` and log where it is."""
+    if not trial_log or not trial_log["log"]:
+        return
+    path = os.path.join(folder, f"{trial_log['trial']}.log")
+    with open(path, "w") as f:
+        f.write(trial_log["log"])
+    log(f"trial {trial_log['trial']}'s whole log: {path} (on the claim {claim_name})")
 
 
 def tune_on_katib(
@@ -417,6 +521,7 @@ def tune_on_katib(
     poll_seconds: float,
     timeout_minutes: int,
     tuning: Output[Artifact],
+    keep_experiment: bool = False,
 ) -> dict:
     """KFP step (kubeflow, tuning: katib): run the study as a Katib Experiment (when `enabled`) and return the
     hyperparameters for final training: the pipeline's `batch_size` and `learning_rate`, overridden by the best
@@ -438,6 +543,7 @@ def tune_on_katib(
         resources: Kubernetes resources of every trial (requests, limits).
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the Experiment has not finished by then.
+        keep_experiment: Keep the Experiment (its trials, their Jobs and pods) once it has ended; else it is deleted.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
 
@@ -473,6 +579,7 @@ def tune_on_katib(
         run_id=kube.run_id(),
         poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60,
+        keep_experiment=keep_experiment,
         log=kube.log_to_stdout,
     )
     hyperparameters = with_best_trial(hyperparameters, best["parameters"])

@@ -185,6 +185,13 @@ class KubeflowSettings(BaseModel):
         ge=1,
         description="Minutes the Katib Experiment may take; the tuning step fails when it has not finished by then.",
     )
+    keep_experiment: bool = Field(
+        False,
+        description=(
+            "Keep the Katib Experiment (its trials, their Jobs and pods' logs) once the study has ended, to inspect "
+            "it; by default the tuning step deletes it, so experiments do not pile up in the namespace."
+        ),
+    )
     serving_timeout_minutes: int = Field(
         15,
         ge=1,

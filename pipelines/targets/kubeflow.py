@@ -98,6 +98,7 @@ class KubeflowOps(SelfHostedOps):
                 trainer_image=self.platform.kubeflow_trainer_image(),
                 resources=k.worker_resources.requirements(),
                 timeout_minutes=k.tuning_timeout_minutes,
+                keep_experiment=k.keep_experiment,
                 **self._engine_inputs(),
             )
         ).after(inputs.after)

@@ -64,11 +64,12 @@ def test_engine_steps_and_their_inputs(tmp_path):
     tune = params(root["tune-on-katib"])
     assert tune["study_spec"]["algorithm"] == "default" and tune["enabled"] == {"componentInputParameter": "tune"}
     assert tune["workers"] == {"componentInputParameter": "workers"}  # the trials' global batch is the training's
-    assert {k: tune[k] for k in (*engine, "trainer_image", "resources", "timeout_minutes")} == {
+    assert {k: tune[k] for k in (*engine, "trainer_image", "resources", "timeout_minutes", "keep_experiment")} == {
         **engine,
         "trainer_image": "example.com/tfpipe/trainer:abc",
         "resources": workers,
         "timeout_minutes": 1440,
+        "keep_experiment": False,
     }
     train = params(root["train-model-on-operator"])
     assert train["hyperparameters"] == {

@@ -4,6 +4,7 @@ trials, cancelled, Katib missing)."""
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -11,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from components.lib.kube import api as kube
 from components.lib.study.spec import DEFAULT_STUDY, StudySpec
@@ -117,6 +119,7 @@ def test_experiment_from_the_study_spec():
                 },
             ],
             "trialTemplate": {
+                "retain": True,
                 "primaryContainerName": "training-container",
                 "trialParameters": [
                     {"name": "learningRate", "description": "--learning_rate", "reference": "learning_rate"},
@@ -330,13 +333,117 @@ def test_succeeds_with_the_best_trials_values(api_server):
         "Experiment ml/tfpipe-tune-abc: 4 trial(s): 3 succeeded, 0 failed, 1 running; best tfpipe-tune-abc-x7k2: "
         "accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, 'dropout': 0.1}" in lines
     )
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         "Experiment ml/tfpipe-tune-abc: Succeeded=True (ExperimentMaxTrialsReached): Experiment has "
         "succeeded because max trial count has reached",
         "Experiment ml/tfpipe-tune-abc: 4 trial(s): 4 succeeded, 0 failed, 0 running; best "
         "tfpipe-tune-abc-x7k2: accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, "
         "'dropout': 0.1}",
+        "deleted Experiment ml/tfpipe-tune-abc (and its trials)",
     ]
+    assert [(r.path, r.body["propagationPolicy"]) for r in api_server.calls("DELETE")] == [
+        (EXPERIMENT_PATH, "Foreground")
+    ]
+
+
+EXPERIMENT_PATH = "/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/tfpipe-tune-abc"
+FAILED_TRIAL = {"conditions": [CREATED, RUNNING, FAILED], "trials": 1, "trialsFailed": 1, "failedTrialList": ["t-1"]}
+KATIB_FAILED = (
+    "Experiment ml/tfpipe-tune-abc failed: Experiment has failed because max failed count has reached (1 failed "
+    "trial(s); max_failed_trial_count=1)"
+)
+
+
+def trial_pod(name: str, trial: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "labels": {"batch.kubernetes.io/job-name": trial}},
+        "spec": {"containers": [{"name": "training-container", "image": "example.com/trainer:1"}]},
+    }
+
+
+def test_a_failed_study_quotes_the_failed_trials_last_log_lines_then_deletes_the_experiment(api_server):
+    api_server.scripts["experiments"] = [FAILED_TRIAL]
+    api_server.pods += [trial_pod("t-0-aaaaa", "t-0"), trial_pod("t-1-bbbbb", "t-1")]
+    api_server.logs.update({"t-0-aaaaa": "not this one\n", "t-1-bbbbb": "".join(f"line {i}\n" for i in range(1, 26))})
+    api_server.faults = [("GET", 500, "/log")]
+    lines, sleeps = [], []
+    with pytest.raises(StudyFailed) as failed:
+        run_experiment(
+            kube.api_client(api_server.url),
+            build(),
+            DEFAULT_STUDY,
+            poll_seconds=0,
+            log=lines.append,
+            sleep=sleeps.append,
+        )
+    assert str(failed.value) == KATIB_FAILED + "\ntrial t-1's last log lines (pod t-1-bbbbb):\n" + "".join(
+        f"line {i}\n" for i in range(6, 26)
+    )
+    assert failed.value.trial_log["log"].startswith("line 1\nline 2\n")
+    log_reads = [r for r in api_server.calls("GET", "pods") if r.path.endswith("/log")]
+    assert [(r.path, r.query["container"], r.fault) for r in log_reads] == [
+        ("/api/v1/namespaces/ml/pods/t-1-bbbbb/log", ["training-container"], 500),
+        ("/api/v1/namespaces/ml/pods/t-1-bbbbb/log", ["training-container"], None),
+    ]
+    assert len(sleeps) == 1 and lines[-2:] == [
+        f"Kubernetes API: HTTP 500 Internal Server Error; retrying in {sleeps[0]:.1f} s (1/7)",
+        "deleted Experiment ml/tfpipe-tune-abc (and its trials)",
+    ]
+    assert [(r.path, r.body["propagationPolicy"]) for r in api_server.calls("DELETE")] == [
+        (EXPERIMENT_PATH, "Foreground")
+    ]
+
+
+def test_a_failed_trial_whose_pod_is_gone_is_named_with_the_reason(api_server):
+    api_server.scripts["experiments"] = [FAILED_TRIAL]
+    with pytest.raises(StudyFailed) as failed:
+        run_experiment(
+            kube.api_client(api_server.url),
+            build(),
+            DEFAULT_STUDY,
+            poll_seconds=0,
+            log=lambda m: None,
+            sleep=lambda s: None,
+        )
+    assert str(failed.value) == KATIB_FAILED + "\ntrial t-1 failed; its log could not be read: its pod is gone"
+
+
+def test_keep_leaves_the_ended_experiment_and_says_how_to_delete_it(api_server):
+    api_server.scripts["experiments"] = [{"conditions": [CREATED, SUCCEEDED], "currentOptimalTrial": OPTIMAL}]
+    lines = []
+    run_experiment(
+        kube.api_client(api_server.url),
+        build(),
+        DEFAULT_STUDY,
+        poll_seconds=0,
+        log=lines.append,
+        sleep=lambda s: None,
+        keep=True,
+    )
+    assert lines[-1] == (
+        "kept Experiment ml/tfpipe-tune-abc (platform.kubeflow.keep_experiment); delete it with kubectl delete "
+        "experiment -n ml tfpipe-tune-abc"
+    )
+    assert api_server.calls("DELETE") == []
+
+
+def test_a_refused_delete_warns_and_the_study_stands():
+    rules = yaml.safe_load((Path(kube.__file__).parents[3] / "manifests/kubeflow/role.yaml").read_text())["rules"]
+    rules[0] = {**rules[0], "verbs": [v for v in rules[0]["verbs"] if v != "delete"]}
+    server = KubeAPI(installed=dict(EXPERIMENTS), rbac=rules)
+    server.scripts["experiments"] = [{"conditions": [CREATED, SUCCEEDED], "currentOptimalTrial": OPTIMAL}]
+    lines = []
+    try:
+        best = run_experiment(
+            kube.api_client(server.url), build(), DEFAULT_STUDY, poll_seconds=0, log=lines.append, sleep=lambda s: None
+        )
+    finally:
+        server.close()
+    assert best["trial"] == "tfpipe-tune-abc-x7k2"
+    assert lines[-1].startswith("warning: deleting Experiment ml/tfpipe-tune-abc failed: HTTP 403 Forbidden")
+    assert lines[-1].endswith("; delete it with kubectl delete experiment -n ml tfpipe-tune-abc")
 
 
 def test_best_trial_by_measurement():
@@ -471,20 +578,33 @@ def katib_cluster(monkeypatch, tmp_path):
 @pytest.mark.e2e
 def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster, digits_data, tmp_path):
     api, operator, volume = katib_cluster
+    seen: dict = {}  # the trial pods, as the step's polls could see them before the Experiment's deletion
+    api.on_get["experiments"] = lambda obj: seen.update({p["metadata"]["name"]: p for p in api.pods})
     hyperparameters, tuning = run_tune_on_katib(volume, digits_data, tmp_path)
-    (experiment,) = api.items("experiments")
-    assert experiment["status"]["trialsSucceeded"] == 2 and operator.events == []
-    best = experiment["status"]["currentOptimalTrial"]
+    status = json.loads((Path(tuning.path) / "trials.json").read_text())["status"]  # what the step read
+    assert status["trialsSucceeded"] == 2 and operator.events == []
+    best = status["currentOptimalTrial"]
     assert tuning.metadata["best_trial"] == best["bestTrialName"]
     assert hyperparameters["learning_rate"] == float(
         next(a["value"] for a in best["parameterAssignments"] if a["name"] == "learning_rate")
     )
     # each trial wrote to its own folder on the claim, named by ${trialSpec.Name}; the study removed them
-    folders = {e["value"] for p in api.pods for e in p["spec"]["containers"][0]["env"] if e["name"] == "AIP_MODEL_DIR"}
+    pods = list(seen.values())
+    folders = {e["value"] for p in pods for e in p["spec"]["containers"][0]["env"] if e["name"] == "AIP_MODEL_DIR"}
     trials_dir = volume / "runs" / "run-1" / "tune-hyperparameters" / "trials"
-    assert folders == {f"{trials_dir}/{t['metadata']['name']}/model" for t in api.items("trials")}
+    assert folders == {f"{trials_dir}/{t}/model" for t in status["succeededTrialList"]}
     assert not trials_dir.exists() and (volume / "runs" / "run-1" / "dataset").is_dir()  # the training reads it next
-    pod = api.pods[0]["spec"]["containers"][0]
+    # the Experiment deleted once read: its trials, their retained Jobs and pods went with it
+    (deleted,) = api.calls("DELETE", "experiments")
+    assert deleted.body["propagationPolicy"] == "Foreground"
+    kube.poll(  # TimeoutError while any is left
+        lambda: (api.pods, api.items("trials"), api.items("experiments")),
+        lambda objects: None if any(objects) else "gone",
+        0.05,
+        30,
+        "the Experiment's deletion",
+    )
+    pod = pods[0]["spec"]["containers"][0]
     assert pod["command"] == ["sh", "-c"] and pod["args"][0].startswith("python -m trainer.task --data-dir ")
     assert pod["args"][0].endswith(" && echo completed > /var/log/katib/tfpipe/$$$$.pid")
 
@@ -494,9 +614,10 @@ def test_failing_trials_fail_the_component_with_katibs_message(katib_cluster, di
     api, operator, volume = katib_cluster
     with pytest.raises(
         StudyFailed, match=r"Experiment has failed because max failed count has reached \([12] failed trial"
-    ):
+    ) as failed:
         run_tune_on_katib(volume, digits_data, tmp_path, model_builder="models.missing:build")
-    assert api.items("experiments")[0]["status"]["trialsFailed"] >= 1
+    assert f"\ntrial {failed.value.trial_log['trial']}'s last log lines (pod " in str(failed.value)
+    assert "models.missing" in failed.value.trial_log["log"]
 
 
 def test_trial_pods_without_a_command_are_refused_when_the_registry_cannot_be_read(katib_cluster, digits_data):
@@ -651,3 +772,90 @@ def test_the_step_warns_of_log_scaled_integers_under_bayesian_optimization(api_s
     ]
     random = StudySpec.model_validate({**DEFAULT_STUDY.model_dump(), "algorithm": "random"})
     assert log_scale_warnings(random) == []
+
+
+FAILING_TRIAL = ["python", "-m", "tests.helpers.failing_trial"]
+TRIAL_LINES = "".join(f"trial line {i}\n" for i in range(1, 31))
+
+
+def ended(api, name: str) -> dict:
+    """The Experiment once Katib's double has ended it (polled without waiting longer than needed)."""
+    return kube.poll(
+        lambda: api.get("experiments", name, "ml"),
+        lambda obj: obj if kube.condition(obj, "Failed") or kube.condition(obj, "Succeeded") else None,
+        0.05,
+        60,
+        name,
+    )
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_katib_deletes_each_finished_trials_job_and_log_unless_the_template_retains_it(katib_cluster, retain):
+    api, operator, volume = katib_cluster
+    body = experiment("tfpipe-tune-jobs", "ml", SMALL_STUDY, "tfpipe/trainer:dev", [], f"{volume}/t", {}, "", "")
+    body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["command"] = FAILING_TRIAL
+    body["spec"]["trialTemplate"]["retain"] = retain
+    kube.custom(kube.api_client(api.url)).create_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", "ml", "experiments", body
+    )
+    status = ended(api, "tfpipe-tune-jobs")["status"]
+    failed = status["failedTrialList"]  # one or both: the study fails at the first
+    assert failed and failed == sorted(failed)
+    pods = {p["metadata"]["labels"]["batch.kubernetes.io/job-name"]: p["metadata"]["name"] for p in api.pods}
+    if retain:
+        assert all(api.logs[pods[trial]] == TRIAL_LINES for trial in failed)
+    else:
+        assert not set(failed) & set(pods) and set(api.logs) <= set(pods.values())
+
+
+def test_a_failed_study_on_katib_saves_the_trials_log_and_deletes_the_experiment(katib_cluster, tmp_path, monkeypatch):
+    from components import tune_on_katib
+
+    api, operator, volume = katib_cluster
+    monkeypatch.setattr(tune_on_katib, "TRAINER_COMMAND", FAILING_TRIAL)
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "stats.json").write_text("{}")
+    lines = []
+    with pytest.raises(StudyFailed) as failed:
+        tune_with_katib(
+            kube.api_client(api.url),
+            str(data),
+            str(tmp_path / "tuning"),
+            spec=SMALL_STUDY,
+            trial_epochs=1,
+            batch_size=16,
+            workers=1,
+            model_builder="trainer.model:build_model",
+            image="tfpipe/trainer:dev",
+            namespace="ml",
+            service_account="",
+            claim_name="tfpipe",
+            mount_path=str(volume),
+            resources={},
+            run_id="run-9",
+            poll_seconds=0.05,
+            log=lines.append,
+            sleep=lambda s: None,
+        )
+    name = kube.object_name("tfpipe-tune", "run-9", "tune-hyperparameters")
+    trial, pod = failed.value.trial_log["trial"], failed.value.trial_log["pod"]
+    assert pod.startswith(f"{trial}-") and trial.startswith(f"{name}-")
+    katib_message, quoted = str(failed.value).split("\n", 1)
+    assert re.fullmatch(
+        rf"Experiment ml/{name} failed: Experiment has failed because max failed count has reached \([12] failed "
+        r"trial\(s\); max_failed_trial_count=1\)",
+        katib_message,
+    )
+    assert quoted == f"trial {trial}'s last log lines (pod {pod}):\n" + "".join(
+        f"trial line {i}\n" for i in range(11, 31)
+    )
+    saved = volume / "runs" / "run-9" / "tune-hyperparameters" / f"{trial}.log"
+    assert saved.read_text() == TRIAL_LINES
+    assert lines[-2:] == [
+        f"deleted Experiment ml/{name} (and its trials)",
+        f"trial {trial}'s whole log: {saved} (on the claim tfpipe)",
+    ]
+    assert [(r.path, r.body["propagationPolicy"]) for r in api.calls("DELETE")] == [
+        (f"/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/{name}", "Foreground")
+    ]

@@ -11,7 +11,12 @@
   wrapped for the File collector; no `command` and an image the webhook cannot read from a registry: the pod is
   refused, and the Job keeps retrying without a pod) and run by the kubelet double with the collector's emptyDir;
 - the File collector parses the metrics file (JSON format); a trial succeeds, fails, or has its metrics unavailable;
-- the experiment's counters, `currentOptimalTrial`, and its conditions: Succeeded when the trials reach
+- once a trial has finished, its Job is deleted (foreground: its pod and the pod's log go with it) unless the trial
+  template says `retain: true` (the trial's `RetainRun`: pkg/controller.v1beta1/trial/trial_controller.go); the
+  pods carry the Job controller's `batch.kubernetes.io/job-name` label, the trial's name; an Experiment deleted
+  takes its trials, their Jobs and pods;
+- the experiment's counters and trial lists (`failedTrialList`, ..., sorted by name as Katib lists trials),
+  `currentOptimalTrial`, and its conditions: Succeeded when the trials reach
   `maxTrialCount`, Failed once failed trials reach `maxFailedTrialCount`.
 """
 
@@ -29,6 +34,7 @@ from tests.doubles.k8s.server import now
 
 EXPERIMENTS = ("kubeflow.org/v1beta1", "experiments")
 TRIALS = ("kubeflow.org/v1beta1", "trials")
+JOB_NAME = "batch.kubernetes.io/job-name"  # the label the Job controller gives a Job's pods
 ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -41,6 +47,8 @@ class Trial:
     metrics: list = field(default_factory=list)  # [{name, min, max, latest}]
     refused: str = ""
     metrics_file: str = ""
+    pod_name: str = ""
+    deleted: bool = False  # its Job (and pod) deleted once it finished
 
 
 @dataclass
@@ -74,9 +82,17 @@ class KatibOperator:
         for key in [k for k in self.studies if k not in api.objects]:
             study = self.studies.pop(key)
             for trial in study.trials:
-                if trial.pod is not None:
-                    trial.pod.stop()
+                self._delete_job(api, trial)
                 api.remove((TRIALS[0], key[1], TRIALS[1], trial.name))
+
+    @staticmethod
+    def _delete_job(api, trial: Trial) -> None:
+        """The trial's Job deleted with foreground propagation: its pod stopped and gone, the pod's log with it."""
+        if trial.pod is not None and not trial.deleted:
+            trial.pod.stop()
+            api.pods[:] = [p for p in api.pods if p["metadata"]["labels"].get(JOB_NAME) != trial.name]
+            api.logs.pop(trial.pod_name, None)
+        trial.deleted = True
 
     def _set(self, study: Study, kind: str, reason: str, message: str, status: str = "True"):
         if any((c["type"], c["status"], c["reason"]) == (kind, status, reason) for c in study.conditions):
@@ -106,7 +122,9 @@ class KatibOperator:
         if study.done:
             return
         for trial in study.trials:
-            self._follow(trial, spec)
+            self._follow(api, trial, spec)
+            if trial.state not in ("Pending", "Running") and not spec["trialTemplate"].get("retain"):
+                self._delete_job(api, trial)
         if not study.suggestion_error and not study.validation_error:
             self._create_trials(api, ns, name, spec, study)
         self._status(api, key, spec, study)
@@ -142,7 +160,10 @@ class KatibOperator:
                         "namespace": ns,
                         "labels": {**obj_labels(api, ns, name), "katib.kubeflow.org/experiment": name},
                     },
-                    "spec": {"parameterAssignments": assignments},
+                    "spec": {
+                        "parameterAssignments": assignments,
+                        **({"retainRun": True} if spec["trialTemplate"].get("retain") else {}),
+                    },
                 },
             )
             self._start(api, ns, name, spec, trial)
@@ -187,6 +208,7 @@ class KatibOperator:
                     **(pod_template.get("metadata") or {}).get("labels", {}),
                     "katib.kubeflow.org/experiment": name,
                     "katib.kubeflow.org/trial": trial.name,
+                    JOB_NAME: trial.name,
                 },
                 "annotations": (pod_template.get("metadata") or {}).get("annotations", {}),
             },
@@ -221,13 +243,15 @@ class KatibOperator:
         }
         api.pods.append(pod)
         trial.pod = self.kubelet.start(pod, primary)
+        trial.pod_name = pod["metadata"]["name"]
         trial.metrics_file = collector
         trial.state = "Running"
 
-    def _follow(self, trial: Trial, spec):
+    def _follow(self, api, trial: Trial, spec):
         if trial.state != "Running":
             return
         code = trial.pod.process.poll()
+        api.logs[trial.pod_name] = trial.pod.log()
         if code is None:
             return
         if code != 0:
@@ -263,6 +287,14 @@ class KatibOperator:
         ):
             if counts[state]:
                 status[field_name] = len(counts[state])
+        for field_name, states in (
+            ("runningTrialList", ("Running",)),
+            ("succeededTrialList", ("Succeeded",)),
+            ("failedTrialList", ("Failed",)),
+            ("metricsUnavailableTrialList", ("MetricsUnavailable",)),
+        ):
+            if names := sorted(t.name for state in states for t in counts[state]):
+                status[field_name] = names
         if study.trials:
             status["trials"] = len(study.trials)
             self._set(study, "Running", "ExperimentRunning", "Experiment is running")
