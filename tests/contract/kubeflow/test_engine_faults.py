@@ -22,7 +22,7 @@ def retried(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_tfjob_step_succeeds_through_an_api_server_that_fails_a_third_of_its_requests(seed):
+def test_a_tfjob_step_succeeds_through_an_api_server_that_fails_two_requests_in_five(seed):
     api = KubeAPI(installed=dict(tfjobs.TFJOBS), fault_rate=RATE, fault_seed=seed, retry_after=0)
     try:
         api.scripts["tfjobs"] = [
@@ -43,7 +43,7 @@ def test_a_tfjob_step_succeeds_through_an_api_server_that_fails_a_third_of_its_r
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_a_katib_step_finds_the_best_trial_through_an_api_server_that_fails_a_third_of_its_requests(seed):
+def test_a_katib_step_finds_the_best_trial_through_an_api_server_that_fails_two_requests_in_five(seed):
     api = KubeAPI(installed=dict(EXPERIMENTS), fault_rate=RATE, fault_seed=seed, retry_after=0)
     try:
         api.scripts["experiments"] = [
