@@ -3,8 +3,8 @@ traffic only once it has answered correctly (`deploy_to_kserve`); on any failure
 and the version removed from the repository, so that the champion serves. Every Kubernetes API call is retried while
 the API server fails transiently (`kube.call`), so that a 429 or a 503 does not roll a good version back.
 
-The predictor is by default this project's serving image, which serves with the TensorFlow that wrote the model
-(`predictor: tensorflow` is KServe's TensorFlow runtime, TF Serving, whose tags trail TensorFlow's releases).
+The predictor is this project's serving image, which serves with the TensorFlow that wrote the model the one version
+its revision mounts, so that a canary and a rollback each serve their own version.
 """
 
 import os
@@ -45,7 +45,6 @@ def storage_uri(version_path: str, claim_name: str, mount_path: str) -> str:
 
 
 def predictor(
-    kind: str,
     uri: str,
     model_name: str,
     image: str,
@@ -53,12 +52,10 @@ def predictor(
     min_replicas: int,
     max_replicas: int,
     service_account: str = "",
-    runtime_version: str = "",
 ) -> dict:
     """The InferenceService's `spec.predictor` (without canaryTrafficPercent): this project's serving image on the
     version KServe's storage initializer puts at MODEL_DIR, answering KServe's v1 route and ready once the model has
-    loaded; or, `kind` tensorflow, KServe's TensorFlow runtime on the same storage URI. The pod and its container
-    run as Pod Security's `restricted` profile admits them (components.lib.kube.pod_security)."""
+    loaded. The pod and its container run as Pod Security's `restricted` profile admits them (components.lib.kube.pod_security)."""
     from components.lib.kube import pod_security
 
     spec: dict[str, Any] = {
@@ -68,17 +65,6 @@ def predictor(
     }
     if service_account:
         spec["serviceAccountName"] = service_account
-    if kind == "tensorflow":
-        model = {
-            "modelFormat": {"name": "tensorflow"},
-            "storageUri": uri,
-            "securityContext": pod_security.container_context(),
-        }
-        if runtime_version:
-            model["runtimeVersion"] = runtime_version
-        if resources:
-            model["resources"] = resources
-        return {**spec, "model": model}
     route = f"/v1/models/{model_name}"
     env = {
         "STORAGE_URI": uri,
@@ -192,15 +178,13 @@ def ready(obj: dict, before: str) -> bool | None:
     return _predictor_status(obj).get("latestReadyRevision") == created or None
 
 
-def smoke_request(check, protocol: str) -> dict:
+def smoke_request(check) -> dict:
     """The predict body for a check: this project's serving image takes the signature in `parameters` (Vertex's
-    form), KServe's TensorFlow runtime (TF Serving) as `signature_name`."""
-    if protocol == "tensorflow":
-        return {"signature_name": check.signature, "instances": check.instances()}
+    form)."""
     return {"instances": check.instances(), "parameters": {"signature_name": check.signature}}
 
 
-def smoke_test(url: str, model_name: str, checks: list, protocol: str = "serving_image", post=None) -> dict:
+def smoke_test(url: str, model_name: str, checks: list, post=None) -> dict:
     """Predict each check's examples through the revision (KServe's v1 protocol); the class ids must equal the
     SavedModel's own. Returns the deploy record's `smoke` (`smoke_record`)."""
     from components.lib.deploy.smoke import smoke_record
@@ -211,7 +195,7 @@ def smoke_test(url: str, model_name: str, checks: list, protocol: str = "serving
         post = requests.post
     results = []
     for check in checks:
-        response = post(f"{url}/v1/models/{model_name}:predict", json=smoke_request(check, protocol), timeout=60)
+        response = post(f"{url}/v1/models/{model_name}:predict", json=smoke_request(check), timeout=60)
         try:
             body = response.json()
         except ValueError:
@@ -352,7 +336,6 @@ def deploy_to_kserve(
     traffic_percentage: int,
     model_name: str,
     checks: list,
-    protocol: str = "serving_image",
     keep_previous: int = 0,
     labels: dict | None = None,
     poll_seconds: float = 5,
@@ -492,7 +475,7 @@ def deploy_to_kserve(
         revision, url = latest_created(obj), smoke_url(obj)
         if not url:
             raise ServingFailed(f"{what} is Ready but reports no cluster-local address")
-        smoke = smoke_test(url, model_name, checks, protocol, post)
+        smoke = smoke_test(url, model_name, checks, post)
         canary = existing is not None and traffic_percentage < 100
         if existing is not None:
             patch({"spec": {"predictor": {"canaryTrafficPercent": traffic_percentage if canary else None}}})
@@ -561,9 +544,7 @@ def deploy_model_on_kserve(
     model_name: str,
     traffic_percentage: int,
     inference_service: str,
-    predictor_kind: str,
     serving_image: str,
-    runtime_version: str,
     namespace: str,
     service_account: str,
     claim_name: str,
@@ -589,9 +570,7 @@ def deploy_model_on_kserve(
         model_name: The model's name in the repository.
         traffic_percentage: The new version's share of the traffic in % (< 100: a canary).
         inference_service: The InferenceService's name (empty: `model_name`).
-        predictor_kind: serving_image (this project's serving image) or tensorflow (KServe's TensorFlow runtime).
         serving_image: This project's serving image.
-        runtime_version: predictor tensorflow: the TF Serving image tag (empty: the runtime's).
         namespace: Namespace of the created objects (empty: the run's namespace).
         service_account: Service account of their pods (empty: the namespace's default).
         claim_name: The shared PersistentVolumeClaim the pods mount (where the dataset and outputs live).
@@ -619,7 +598,6 @@ def deploy_model_on_kserve(
     try:  # a name KServe would refuse fails before any object is made, and the version is removed
         names.inference_service(name, "inference_service" if inference_service else "model_name")
         spec = predictor(
-            predictor_kind,
             storage_uri(path, claim_name, mount_path),
             name,
             serving_image,
@@ -627,7 +605,6 @@ def deploy_model_on_kserve(
             min_replicas,
             max_replicas,
             service_account,
-            runtime_version,
         )
         client, labels = kube.api_client(), kube.run_labels(kube.run_id(), "deploy-model")
         checks = reference_checks(path, dataset.path)
@@ -642,7 +619,6 @@ def deploy_model_on_kserve(
         traffic_percentage=traffic_percentage,
         model_name=name,
         checks=checks,
-        protocol=predictor_kind,
         keep_previous=keep_previous,
         labels={**labels, "tfpipe/model-version": str(version)},
         poll_seconds=poll_seconds,
@@ -653,7 +629,7 @@ def deploy_model_on_kserve(
     info.update(
         model_name=model_name,
         version=version,
-        storage_uri=spec.get("model", {}).get("storageUri") or spec["containers"][0]["env"][0]["value"],
+        storage_uri=spec["containers"][0]["env"][0]["value"],
     )
     endpoint.metadata.update({k: info[k] for k in ("url", "revision", "version", "canary", "cleanup_error")})
     with open(endpoint.path, "w") as f:

@@ -159,15 +159,13 @@ class KubeflowSettings(BaseModel):
             "(predictor: serving_image)."
         ),
     )
-    predictor: Literal["serving_image", "tensorflow"] = Field(
+    predictor: Literal["serving_image"] = Field(
         "serving_image",
         description=(
-            "KServe's predictor: serving_image, this project's serving image as a custom container; tensorflow, "
-            "KServe's TensorFlow runtime (TF Serving) on the same storage URI."
+            "KServe's predictor: serving_image, this project's serving image as a custom container, serving the one "
+            "version its revision mounts (so a canary and a rollback each serve their own version); tensorflow "
+            "(KServe's TF Serving runtime) is refused, as it serves the newest version under the model's folder."
         ),
-    )
-    tensorflow_runtime_version: str = Field(
-        "", description="With predictor tensorflow: the TF Serving image tag of KServe's runtime (empty: its default)."
     )
     inference_service: InferenceService = Field(
         "", description="The InferenceService's name (empty: the model_name parameter)."
@@ -197,6 +195,18 @@ class KubeflowSettings(BaseModel):
         ge=1,
         description="Minutes the new InferenceService revision has to become Ready; past them it is rolled back.",
     )
+
+    @field_validator("predictor", mode="before")
+    @classmethod
+    def _predictor(cls, value: object) -> object:
+        if value == "tensorflow":
+            raise ValueError(
+                "tensorflow (KServe's TF Serving runtime) is not supported: TF Serving serves the newest numbered "
+                "version under the model's folder, so a canary and the revision a failed rollout restores would serve "
+                "the same version (and its releases trail the trainer's TensorFlow); use predictor: serving_image, "
+                "this project's serving image, which serves one version per revision"
+            )
+        return value
 
     @field_validator("namespace", "service_account")
     @classmethod
@@ -237,7 +247,7 @@ class KubeflowSettings(BaseModel):
         used = []
         if self.training == "operator" or self.tuning == "katib":
             used.append("trainer_gpu_image" if self.worker_resources.gpus else "trainer_image")
-        if self.serving == "kserve" and self.predictor == "serving_image":
+        if self.serving == "kserve":
             used.append("serving_gpu_image" if self.serving_resources.gpus else "serving_image")
         return used
 

@@ -109,7 +109,6 @@ def split(cluster) -> dict:
 
 def uri_predictor(uri="pvc://tfpipe/model-repository/digits/2", **overrides):
     values = dict(
-        kind="serving_image",
         uri=uri,
         model_name="digits",
         image="example.com/serving:1",
@@ -171,28 +170,6 @@ def test_inference_service_with_this_projects_serving_image():
                     }
                 ],
             }
-        },
-    }
-
-
-def test_kserves_tensorflow_runtime_predictor():
-    assert uri_predictor(kind="tensorflow", runtime_version="2.19.0") == {
-        "minReplicas": 1,
-        "maxReplicas": 3,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": 1000,
-            "runAsGroup": 1000,
-            "fsGroup": 1000,
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "model": {
-            "modelFormat": {"name": "tensorflow"},
-            "storageUri": "pvc://tfpipe/model-repository/digits/2",
-            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            "runtimeVersion": "2.19.0",
-            "resources": {"requests": {"cpu": "1"}},
         },
     }
 

@@ -429,6 +429,24 @@ def test_names_and_locations_are_checked_on_load_in_one_line(tmp_path, section, 
     assert "\n" not in str(e.value)
 
 
+def test_kserves_tensorflow_runtime_is_refused_on_load_in_one_line(tmp_path):
+    # TF Serving serves the newest version folder under the model's: a canary could not be told from the champion
+    (tmp_path / "c.yaml").write_text("platform:\n  kubeflow: {serving: kserve, predictor: tensorflow}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "c.yaml", environ={})
+    assert str(e.value) == (
+        "invalid configuration: platform.kubeflow.predictor: tensorflow (KServe's TF Serving runtime) is not "
+        "supported: TF Serving serves the newest numbered version under the model's folder, so a canary and the "
+        "revision a failed rollout restores would serve the same version (and its releases trail the trainer's "
+        "TensorFlow); use predictor: serving_image, this project's serving image, which serves one version per "
+        "revision"
+    )
+    assert (
+        load_config(None, sets=["platform.kubeflow.predictor=serving_image"], environ={}).platform.kubeflow.predictor
+        == "serving_image"
+    )
+
+
 def test_names_that_every_place_takes_load():
     config = load_config(
         None,
@@ -509,7 +527,7 @@ def test_the_images_a_run_uses():
     assert default.images_used("kubeflow") == ["components_image", "trainer_image", "serving_image"]
     in_pod = Platform(kubeflow={"training": "pod", "tuning": "pod", "serving": "url"})
     assert in_pod.images_used("kubeflow") == ["components_image"]
-    gpu_workers = Platform(kubeflow={"worker_resources": {"gpus": 1}, "predictor": "tensorflow"})
+    gpu_workers = Platform(kubeflow={"worker_resources": {"gpus": 1}, "serving": "url"})
     assert gpu_workers.images_used("kubeflow") == ["components_image", "trainer_gpu_image"]
     gpu = Platform(accelerator_type="NVIDIA_TESLA_T4", accelerator_count=1, trainer_image="example.com/trainer:1")
     assert gpu.images_used("vertex") == ["components_image", "trainer_gpu_image", "serving_image"]
