@@ -153,7 +153,7 @@ def serving_api(namespaces: dict, rbac: list) -> tuple[KubeAPI, Network]:
 
 
 def deploy(api: KubeAPI, lines: list):
-    spec = predictor("serving_image", "pvc://tfpipe/m/d/1", "d", "example.com/serving:1", {}, 1, 1)
+    spec = predictor("pvc://tfpipe/m/d/1", "d", "example.com/serving:1", {}, 1, 1)
     return deploy_to_kserve(
         kube.api_client(api.url),
         name="d",
@@ -207,7 +207,7 @@ def test_kserves_pod_mutator_mounts_no_model_in_a_control_plane_namespace(tmp_pa
         {"example.com/serving:1": "serving.Dockerfile"},
         namespaces={"kubeflow": {"control-plane": "kubeflow"}, "ml": {}},
     )
-    spec = predictor("serving_image", "pvc://tfpipe/m/d/1", "d", "example.com/serving:1", {}, 1, 1)
+    spec = predictor("pvc://tfpipe/m/d/1", "d", "example.com/serving:1", {}, 1, 1)
     mounted = start({"metadata": {"namespace": "ml"}}, "d-predictor-00001", spec)
     skipped = start({"metadata": {"namespace": "kubeflow"}}, "d-predictor-00001", spec)
     try:
