@@ -1,7 +1,9 @@
 """Distribution strategy, cluster and chief detection, chief-only write locations.
 
-Understands plain `TF_CONFIG` (chief is `chief`, or `worker` 0 when the cluster has no chief) and Vertex AI's
-`CLUSTER_SPEC` (`workerpool0..3`), which is translated to `TF_CONFIG` before the strategy is built.
+Understands plain `TF_CONFIG` (chief is `chief`, or `worker` 0 when the cluster has no chief), Vertex AI's
+`CLUSTER_SPEC` (`workerpool0..3`) and the pods of a JobSet (Kubeflow Trainer v2's TrainJob on the project's
+TrainingRuntime, which sets no `TF_CONFIG`: see `tf_config_from_jobset`); the latter two are translated to
+`TF_CONFIG` before the strategy is built.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ from dataclasses import dataclass
 
 VERTEX_POOL_ROLES = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps", "workerpool3": "evaluator"}
 TRAINING_ROLES = ("chief", "worker")
+# A JobSet pod's environment (manifests/kubeflow/trainer-v2: the runtime maps the JobSet's pod annotations to these;
+# Kubernetes sets JOB_COMPLETION_INDEX in an Indexed Job's pods; the TrainJob sets the number of workers)
+JOBSET_ENV = ("TFPIPE_JOBSET_NAME", "TFPIPE_REPLICATED_JOB", "TFPIPE_JOB_INDEX", "JOB_COMPLETION_INDEX")
+JOBSET_WORKERS = "TFPIPE_NUM_WORKERS"
+JOBSET_PORT = 2222  # the port each worker's collective ops listen on (the runtime declares it on the container)
 
 
 @dataclass(frozen=True)
@@ -50,15 +57,45 @@ def tf_config_from_cluster_spec(cluster_spec: dict) -> dict:
     return {"cluster": cluster, "task": {"type": VERTEX_POOL_ROLES[task["type"]], "index": int(task["index"])}}
 
 
+def tf_config_from_jobset(environ) -> dict:
+    """`TF_CONFIG` for a pod of a JobSet's Indexed Job of `TFPIPE_NUM_WORKERS` pods: every pod is a `worker`
+    (worker 0 is the chief), its index is `JOB_COMPLETION_INDEX`, and worker i's address is the stable hostname
+    JobSet gives it, `JOBSET-REPLICATEDJOB-JOBINDEX-i.JOBSET:JOBSET_PORT` (the JobSet's default subdomain is its
+    name). Raises ValueError naming the variable that is missing or not a valid number."""
+    missing = [name for name in (*JOBSET_ENV, JOBSET_WORKERS) if not environ.get(name)]
+    if missing:
+        raise ValueError(f"cannot build TF_CONFIG for a JobSet pod: {', '.join(missing)} not set")
+    workers, job_index, index = (_count(environ, name) for name in (JOBSET_WORKERS, "TFPIPE_JOB_INDEX", JOBSET_ENV[3]))
+    if workers < 1 or index >= workers:
+        raise ValueError(
+            f"cannot build TF_CONFIG for a JobSet pod: JOB_COMPLETION_INDEX={index} is not below "
+            f"{JOBSET_WORKERS}={workers}"
+        )
+    jobset, replicated_job = environ["TFPIPE_JOBSET_NAME"], environ["TFPIPE_REPLICATED_JOB"]
+    hosts = [f"{jobset}-{replicated_job}-{job_index}-{i}.{jobset}:{JOBSET_PORT}" for i in range(workers)]
+    return {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": index}}
+
+
+def _count(environ, name: str) -> int:
+    value = environ[name]
+    if not value.isdigit():
+        raise ValueError(f"cannot build TF_CONFIG for a JobSet pod: {name}={value!r} is not a whole number")
+    return int(value)
+
+
 def resolve_tf_config(environ=os.environ) -> dict | None:
-    """Return the TF_CONFIG dict for this process, setting it from CLUSTER_SPEC when only that is given."""
+    """Return the TF_CONFIG dict for this process, setting it from CLUSTER_SPEC, else from a JobSet pod's
+    environment (`TFPIPE_JOBSET_NAME` set), when TF_CONFIG is not given."""
     if environ.get("TF_CONFIG"):
         return json.loads(environ["TF_CONFIG"])
     if environ.get("CLUSTER_SPEC"):
         config = tf_config_from_cluster_spec(json.loads(environ["CLUSTER_SPEC"]))
-        environ["TF_CONFIG"] = json.dumps(config)
-        return config
-    return None
+    elif environ.get("TFPIPE_JOBSET_NAME"):
+        config = tf_config_from_jobset(environ)
+    else:
+        return None
+    environ["TF_CONFIG"] = json.dumps(config)
+    return config
 
 
 def cluster_from_env(environ=os.environ) -> Cluster:

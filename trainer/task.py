@@ -33,7 +33,10 @@ def main(argv=None) -> int:
 
     fast_exit.skip_exit_collection()
 
-    cluster = distribute.cluster_from_env()  # sets TF_CONFIG from CLUSTER_SPEC before the strategy exists
+    try:
+        cluster = distribute.cluster_from_env()  # sets TF_CONFIG (CLUSTER_SPEC, JobSet) before the strategy exists
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     import numpy as np
     import tensorflow as tf
 

@@ -4,7 +4,8 @@
   defaults in memory, never in the stored object), plus the CRD's one CEL rule;
 - Katib Experiment: katib v0.19.0, pkg/webhook/v1beta1/experiment/validator/validator.go (`katib.py`), and its
   defaulting (mutate_webhook.go);
-- KServe InferenceService: kserve v0.15.2, pkg/apis/serving/v1beta1/inference_service_validation.go (`kserve.py`).
+- KServe InferenceService: kserve v0.15.2, pkg/apis/serving/v1beta1/inference_service_validation.go (`kserve.py`);
+- Kubeflow Trainer v2.3.0's TrainJob and (Cluster)TrainingRuntime: their CRDs' CEL rules (`trainer.py`).
 
 Each check takes (object, old object or None on create, the API double) and returns the denial message, or "" to admit.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from tests.doubles.k8s import katib, kserve
+from tests.doubles.k8s import katib, kserve, trainer
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 ENFORCE_VERSION = "pod-security.kubernetes.io/enforce-version"
@@ -219,6 +220,7 @@ def pod_security(obj: dict, api) -> str:
 PORTED_CEL = {
     "tfjobs.kubeflow.org.v1.json": {".spec.runPolicy.schedulingPolicy.queue": "self == oldSelf"},
     "inferenceservices.serving.kserve.io.v1beta1.json": {},
+    **trainer.PORTED_CEL,
 }
 
 WEBHOOKS = {
@@ -226,6 +228,14 @@ WEBHOOKS = {
     "kubeflow.org/v1beta1/experiments": [("validator.experiment.katib.kubeflow.org", katib.validate_experiment)],
     "serving.kserve.io/v1beta1/inferenceservices": [
         ("inferenceservice.kserve-webhook-server.validator", kserve.validate_inference_service)
+    ],
+    # Trainer v2's CRD validation rules (CEL): the API server answers them with 422, this double with 403
+    "trainer.kubeflow.org/v1alpha1/trainjobs": [("trainjobs.trainer.kubeflow.org CEL", trainer.validate_trainjob)],
+    "trainer.kubeflow.org/v1alpha1/trainingruntimes": [
+        ("trainingruntimes.trainer.kubeflow.org CEL", trainer.validate_runtime)
+    ],
+    "trainer.kubeflow.org/v1alpha1/clustertrainingruntimes": [
+        ("clustertrainingruntimes.trainer.kubeflow.org CEL", trainer.validate_runtime)
     ],
 }
 MUTATIONS = {

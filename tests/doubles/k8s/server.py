@@ -66,6 +66,9 @@ SCHEMAS = {
     "kubeflow.org/v1/tfjobs": "tfjobs.kubeflow.org.v1.json",
     "kubeflow.org/v1beta1/experiments": "experiments.kubeflow.org.v1beta1.json",
     "serving.kserve.io/v1beta1/inferenceservices": "inferenceservices.serving.kserve.io.v1beta1.json",
+    "trainer.kubeflow.org/v1alpha1/trainjobs": "trainjobs.trainer.kubeflow.org.v1alpha1.json",
+    "trainer.kubeflow.org/v1alpha1/trainingruntimes": "trainingruntimes.trainer.kubeflow.org.v1alpha1.json",
+    "trainer.kubeflow.org/v1alpha1/clustertrainingruntimes": "clustertrainingruntimes.trainer.kubeflow.org.v1alpha1.json",
 }
 FIXED_METADATA = ("name", "namespace", "uid", "creationTimestamp", "generation", "deletionTimestamp", "resourceVersion")
 FAULTS = (429, 500, 503, "reset", "lost")
