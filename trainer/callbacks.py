@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
+from collections.abc import Callable
 
 import hypertune
 import tensorflow as tf
@@ -132,3 +135,21 @@ class ProgressLog(keras.callbacks.Callback):
             seconds=round(self.epoch_seconds[-1], 2),
             **figures,
         )
+
+
+class FinishAndExit(keras.callbacks.Callback):
+    """The last of `fit`'s callbacks: when training ends, `finish()` writes the trainer's outputs, then the process
+    ends at once with status 0 (`exit_process`, `os._exit`), its output flushed. Whatever `fit` does after its
+    callbacks is skipped: TensorFlow 2.21 destroys fit's tf.data iterators there and each waits, idle, for its
+    autotuning thread's current period to run out (seconds to a minute at the end of a long fit). `finish` must close
+    what it writes; an error in it propagates as from `fit`."""
+
+    def __init__(self, finish: Callable[[], None], exit_process: Callable[[int], None] = os._exit):
+        super().__init__()
+        self.finish, self.exit_process = finish, exit_process
+
+    def on_train_end(self, logs=None):
+        self.finish()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.exit_process(0)

@@ -87,6 +87,48 @@ def main(argv=None) -> int:
         args.hypertune_metric_tag,
         resume=bool(tf.io.gfile.glob(f"{backup_dir}/*")),  # a backup left by an interrupted attempt
     )
+
+    def finish() -> None:
+        """The model and the training's records written (every worker saves: MWMS's save is collective)."""
+        model_dir = distribute.write_location(args.model_dir, cluster)
+        model.save(model_dir, save_format="tf", signatures=models.serving_signatures(model, stats))
+        distribute.discard(model_dir, args.model_dir)
+        distribute.discard(log_dir, args.log_dir)
+        if cluster.is_chief:
+            tf.io.gfile.makedirs(f"{args.model_dir}/assets.extra")
+            with tf.io.gfile.GFile(f"{args.model_dir}/{data.LABELS_FILE}", "w") as f:
+                f.write("\n".join(stats["labels"]) + "\n")
+            if stats.get("feature_names"):  # batch prediction matches CSV headers / object fields to these by name
+                with tf.io.gfile.GFile(f"{args.model_dir}/{data.FEATURES_FILE}", "w") as f:
+                    f.write("\n".join(stats["feature_names"]) + "\n")
+            pixels = next(iter(val_ds))[0]
+            examples = tf.cast(pixels, tf.float32).numpy()
+            input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input
+            requests: list = [{input_name: examples[:n]} for n in (1, 8, len(examples))]
+            if stats["kind"] == data.IMAGE:  # the encoded-image signature too, on PNGs of the same examples
+                encoded = np.array([tf.io.encode_png(image).numpy() for image in pixels[:8]], dtype=object)
+                requests += [(data.IMAGE_BYTES_SIGNATURE, {data.IMAGE_BYTES_INPUT: encoded[:n]}) for n in (1, 8)]
+            warmup.write_warmup_requests(args.model_dir, requests)
+            final = epoch_log.last or epoch_log.previous  # a restart after the last epoch trains no epoch
+            summary = {
+                "val_accuracy": final.get("val_accuracy"),
+                "val_loss": final.get("val_loss"),
+                "train_accuracy": final.get("accuracy"),
+                "train_loss": final.get("loss"),
+                "epochs": args.epochs,
+                "steps_per_epoch": steps,
+                "global_batch_size": global_batch,
+                "num_workers": cluster.num_workers,
+                "strategy": distribute.strategy_name(strategy),
+                "model": args.model,
+                "seconds": round(time.time() - started, 2),
+                "model_dir": args.model_dir,
+                "hyperparameters": {k: getattr(args, k) for k in callbacks.HPARAMS},
+            }
+            with tf.io.gfile.GFile(f"{args.job_dir}/metrics.json", "w") as f:
+                json.dump(summary, f, indent=2)
+            print(f"[trainer] saved model to {args.model_dir}; val_accuracy={summary['val_accuracy']}", flush=True)
+
     model.fit(
         train_ds,
         epochs=args.epochs,
@@ -100,48 +142,10 @@ def main(argv=None) -> int:
             models.keras.callbacks.TensorBoard(log_dir),
             epoch_log,
             *([callbacks.ProgressLog(global_batch)] if cluster.is_chief else []),
+            callbacks.FinishAndExit(finish),  # last: after the backup's removal and TensorBoard's flush
         ],
     )
-
-    model_dir = distribute.write_location(args.model_dir, cluster)
-    model.save(model_dir, save_format="tf", signatures=models.serving_signatures(model, stats))
-    distribute.discard(model_dir, args.model_dir)
-    distribute.discard(log_dir, args.log_dir)
-    if cluster.is_chief:
-        tf.io.gfile.makedirs(f"{args.model_dir}/assets.extra")
-        with tf.io.gfile.GFile(f"{args.model_dir}/{data.LABELS_FILE}", "w") as f:
-            f.write("\n".join(stats["labels"]) + "\n")
-        if stats.get("feature_names"):  # batch prediction matches CSV headers / object fields to these by name
-            with tf.io.gfile.GFile(f"{args.model_dir}/{data.FEATURES_FILE}", "w") as f:
-                f.write("\n".join(stats["feature_names"]) + "\n")
-        pixels = next(iter(val_ds))[0]
-        examples = tf.cast(pixels, tf.float32).numpy()
-        input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input
-        requests: list = [{input_name: examples[:n]} for n in (1, 8, len(examples))]
-        if stats["kind"] == data.IMAGE:  # the encoded-image signature too, on PNGs of the same examples
-            encoded = np.array([tf.io.encode_png(image).numpy() for image in pixels[:8]], dtype=object)
-            requests += [(data.IMAGE_BYTES_SIGNATURE, {data.IMAGE_BYTES_INPUT: encoded[:n]}) for n in (1, 8)]
-        warmup.write_warmup_requests(args.model_dir, requests)
-        final = epoch_log.last or epoch_log.previous  # a restart after the last epoch trains no epoch
-        summary = {
-            "val_accuracy": final.get("val_accuracy"),
-            "val_loss": final.get("val_loss"),
-            "train_accuracy": final.get("accuracy"),
-            "train_loss": final.get("loss"),
-            "epochs": args.epochs,
-            "steps_per_epoch": steps,
-            "global_batch_size": global_batch,
-            "num_workers": cluster.num_workers,
-            "strategy": distribute.strategy_name(strategy),
-            "model": args.model,
-            "seconds": round(time.time() - started, 2),
-            "model_dir": args.model_dir,
-            "hyperparameters": {k: getattr(args, k) for k in callbacks.HPARAMS},
-        }
-        with tf.io.gfile.GFile(f"{args.job_dir}/metrics.json", "w") as f:
-            json.dump(summary, f, indent=2)
-        print(f"[trainer] saved model to {args.model_dir}; val_accuracy={summary['val_accuracy']}", flush=True)
-    return 0
+    raise AssertionError("FinishAndExit ends the process when training ends")
 
 
 def run(argv=None) -> int:
