@@ -144,7 +144,7 @@ class FinishAndExit(keras.callbacks.Callback):
     autotuning thread's current period to run out (seconds to a minute at the end of a long fit). `finish` must close
     what it writes; an error in it propagates as from `fit`."""
 
-    def __init__(self, finish: Callable[[], None], exit_process: Callable[[int], None] = os._exit):
+    def __init__(self, finish: Callable[[], None], exit_process: Callable[[int], None] | None = os._exit):
         super().__init__()
         self.finish, self.exit_process = finish, exit_process
 
@@ -152,4 +152,5 @@ class FinishAndExit(keras.callbacks.Callback):
         self.finish()
         sys.stdout.flush()
         sys.stderr.flush()
-        self.exit_process(0)
+        if self.exit_process is not None:  # None: the process runs on (a warm trial runner), `fit` returns
+            self.exit_process(0)

@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
+# Set by a process that runs trainings one after another in itself (the study's warm trial runner): the trainer then
+# returns from `main` when training ends instead of ending the process (callbacks.FinishAndExit).
+IN_PROCESS_ENV = "TFPIPE_TRAINER_IN_PROCESS"
+
 # Keras 3 cannot fit under MultiWorkerMirroredStrategy (keras#20585): tf-keras, chosen before TensorFlow loads.
 LEGACY_KERAS = {"TF_USE_LEGACY_KERAS": "1"}
 

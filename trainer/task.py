@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 
 from trainer import builder, flags
-from trainer.environment import use_legacy_keras
+from trainer.environment import IN_PROCESS_ENV, use_legacy_keras
 
 use_legacy_keras()
 
@@ -142,10 +143,11 @@ def main(argv=None) -> int:
             models.keras.callbacks.TensorBoard(log_dir),
             epoch_log,
             *([callbacks.ProgressLog(global_batch)] if cluster.is_chief else []),
-            callbacks.FinishAndExit(finish),  # last: after the backup's removal and TensorBoard's flush
+            # last: after the backup's removal and TensorBoard's flush
+            callbacks.FinishAndExit(finish, None if os.environ.get(IN_PROCESS_ENV) else os._exit),
         ],
     )
-    raise AssertionError("FinishAndExit ends the process when training ends")
+    return 0  # in a process that runs on after the training (IN_PROCESS_ENV)
 
 
 def run(argv=None) -> int:

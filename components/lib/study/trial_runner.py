@@ -2,7 +2,8 @@
 
 It imports the trainer's heavy dependencies (`--preload`: TensorFlow, tf-keras, the trainer's modules) as it starts,
 before the study has a trial for it, then runs trials one after another, each as `python -m MODULE ARGS` would
-(`runpy`, `sys.argv`, `SystemExit` as the exit code), with the trial's environment and its output (file descriptors
+(`runpy`, `sys.argv`, `SystemExit` as the exit code; `IN_PROCESS_ENV` set, so that the trainer returns rather than
+ending the process), with the trial's environment and its output (file descriptors
 1 and 2: TensorFlow's C++ logs too) in the trial's log. A study of N trials, P in parallel, thus starts P TensorFlow
 processes, not N. A failed trial retires its runner: a failure never leaks into another trial.
 
@@ -19,6 +20,8 @@ import os
 import runpy
 import sys
 import traceback
+
+from trainer.environment import IN_PROCESS_ENV
 
 
 def _redirect(path: str) -> None:
@@ -43,7 +46,7 @@ def _exit_code(error: SystemExit) -> int:
 def run_trial(module: str, argv: list[str], env: dict, base_env: dict) -> int:
     """Run `python -m module *argv` in this process with `base_env` + `env` as the environment; its exit code."""
     os.environ.clear()
-    os.environ.update({**base_env, **env})
+    os.environ.update({**base_env, **env, IN_PROCESS_ENV: "1"})
     if "tf_keras" in sys.modules:  # a fresh Keras session per trial: layer names and state as in a new process
         sys.modules["tf_keras"].backend.clear_session()
     sys.argv = [module, *argv]

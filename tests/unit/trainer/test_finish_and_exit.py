@@ -26,3 +26,9 @@ def test_an_error_while_writing_the_outputs_propagates_and_the_process_is_not_en
     with pytest.raises(OSError, match="permission denied"):
         FinishAndExit(finish, exit_process=exits.append).on_train_end(logs={})
     assert exits == []
+
+
+def test_a_process_that_runs_on_gets_the_outputs_and_fit_returns():
+    events: list = []
+    FinishAndExit(lambda: events.append("finish"), exit_process=None).on_train_end(logs={})
+    assert events == ["finish"]
