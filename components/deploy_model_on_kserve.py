@@ -90,7 +90,6 @@ def refuse_control_plane(api, namespace: str, log=print, sleep=None) -> None:
     """Raise ValueError when `namespace` is labelled `control-plane` (as Kubeflow labels its own `kubeflow`): KServe's
     pod mutator skips such namespaces, so a `pvc://` model would never be mounted. A namespace the run's role
     cannot read is left to KServe, whose revision then fails to load the model."""
-    import time
 
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -98,7 +97,7 @@ def refuse_control_plane(api, namespace: str, log=print, sleep=None) -> None:
     from components.lib.kube import api as kube
 
     try:
-        found = kube.call(client.CoreV1Api(api).read_namespace, namespace, log=log, sleep=sleep or time.sleep)
+        found = kube.call(client.CoreV1Api(api).read_namespace, namespace, log=log, sleep=sleep)
     except ApiException as e:
         if e.status in (403, 404):
             return

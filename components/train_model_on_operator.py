@@ -184,7 +184,6 @@ def _failed(status) -> bool:
 def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:
     """Create (or, on a retry, adopt) the TFJob and wait for it: returns the succeeded job; raises
     TrainingJobFailed with the job's message, TimeoutError (job deleted), or kube.Cancelled (job deleted)."""
-    import time
 
     from kubeflow.training import TrainingClient
 
@@ -192,11 +191,11 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
 
     body = as_dict(job)
     namespace, name = job.metadata.namespace, job.metadata.name
-    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep or time.sleep)
+    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep)
     what = f"{KIND} {namespace}/{name}"
     try:
         trainer = TrainingClient(client_configuration=api.configuration, namespace=namespace, job_kind=KIND)
-        kube.call(trainer.create_job, job, log=log, sleep=sleep or time.sleep)
+        kube.call(trainer.create_job, job, log=log, sleep=sleep)
         specs = body["spec"]["tfReplicaSpecs"]
         log(
             f"created {what}: 1 chief + {specs.get('Worker', {}).get('replicas', 0)} worker(s) of "
@@ -205,7 +204,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
     except RuntimeError as e:
         if kube.status_code(e) != 409:
             raise
-        kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep or time.sleep)
+        kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep)
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
     replica_log = FailureLog(api, namespace, name)
@@ -227,10 +226,10 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         return None
 
     def remove():
-        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep or time.sleep):
+        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep):
             log(f"deleted {what}")
 
-    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
+    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep)
 
 
 def collect_outputs(job_dir: str, model_path: str, training_path: str) -> dict:

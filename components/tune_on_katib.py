@@ -293,7 +293,6 @@ def failed_trial_log(api, namespace: str, obj: dict, log=print, sleep=None) -> d
     """The first failed trial of the Experiment `obj` (Katib's `failedTrialList`, then `metricsUnavailableTrialList`)
     and its pod's primary-container log, read through the API: `{"trial", "pod", "log", "error"}`, `error` saying
     why the log could not be read (else empty); None when no trial failed."""
-    import time
 
     from kubernetes import client
 
@@ -311,7 +310,7 @@ def failed_trial_log(api, namespace: str, obj: dict, log=print, sleep=None) -> d
             namespace,
             label_selector=f"{JOB_NAME}={trial}",
             log=log,
-            sleep=sleep or time.sleep,
+            sleep=sleep,
         ).items
         if not pods:
             return {**found, "error": "its pod is gone"}
@@ -322,7 +321,7 @@ def failed_trial_log(api, namespace: str, obj: dict, log=print, sleep=None) -> d
             namespace,
             container=CONTAINER,
             log=log,
-            sleep=sleep or time.sleep,
+            sleep=sleep,
         )
     except Exception as e:  # noqa: BLE001 (the experiment's message is the error; this adds to it)
         found["error"] = kube.describe(e)
@@ -357,14 +356,13 @@ def run_experiment(
     """Create (or adopt) the Experiment and wait: returns `best_trial(...)` once it has succeeded; raises
     StudyFailed with Katib's message and the first failed trial's last log lines, TimeoutError or kube.Cancelled.
     The Experiment is deleted (foreground) at every end; after a success or a reported failure, not when `keep`."""
-    import time
 
     from components.lib.kube import api as kube
 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     what = f"{KIND} {namespace}/{name}"
-    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep or time.sleep)
-    kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep or time.sleep)
+    kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep)
+    kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep)
     log(
         f"created {what}: {body['spec']['algorithm']['algorithmName']}, up to {spec.max_trial_count} trials, "
         f"{spec.parallel_trial_count} at a time"
@@ -400,7 +398,7 @@ def run_experiment(
         return None
 
     def remove():
-        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep or time.sleep):
+        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep):
             log(f"deleted {what} (and its trials)")
 
     def finish():
@@ -415,7 +413,7 @@ def run_experiment(
             log(f"warning: deleting {what} failed: {kube.describe(e)}; delete it with {hint}")
 
     try:
-        best = kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep or time.sleep)
+        best = kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep)
     except StudyFailed:
         finish()
         raise

@@ -88,7 +88,7 @@ def custom(api):
     return client.CustomObjectsApi(api)
 
 
-def require(api, group: str, version: str, plural: str, kind: str, hint: str, log=print, sleep=time.sleep) -> None:
+def require(api, group: str, version: str, plural: str, kind: str, hint: str, log=print, sleep=None) -> None:
     """Raise EngineMissing unless the API server serves `plural` in `group/version`."""
     from kubernetes.client.exceptions import ApiException
 
@@ -151,12 +151,14 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}".rstrip(": ")
 
 
-def call(fn, *args, attempts: int = CALL_ATTEMPTS, sleep=time.sleep, log=print, **kwargs):
+def call(fn, *args, attempts: int = CALL_ATTEMPTS, sleep=None, log=print, **kwargs):
     """`fn(*args, **kwargs)`, retried while it fails with a `transient` error, at most `attempts` times: each wait
     the next of google-api-core's jittered exponential delays (1 s doubling to 30 s), at least the server's
-    `Retry-After`. A create whose answer was lost comes back as 409 and a delete as 404: callers adopt those."""
+    `Retry-After` (`sleep`: None is `time.sleep`, as everywhere here). A create whose answer was lost comes back as
+    409 and a delete as 404: callers adopt those."""
     from google.api_core.retry import exponential_sleep_generator
 
+    sleep = sleep or time.sleep
     delays = exponential_sleep_generator(1.0, 30.0, 2.0)
     for attempt in range(1, attempts + 1):
         try:
@@ -171,7 +173,7 @@ def call(fn, *args, attempts: int = CALL_ATTEMPTS, sleep=time.sleep, log=print, 
 
 
 def create_or_adopt(
-    api, group: str, version: str, namespace: str, plural: str, body: dict, log=print, sleep=time.sleep
+    api, group: str, version: str, namespace: str, plural: str, body: dict, log=print, sleep=None
 ) -> dict:
     """Create `body`; if an object of that name exists already and carries the same run label (a retry of the
     step), adopt it."""
@@ -197,7 +199,7 @@ def create_or_adopt(
     return existing
 
 
-def delete(api, group: str, version: str, namespace: str, plural: str, name: str, log=print, sleep=time.sleep) -> bool:
+def delete(api, group: str, version: str, namespace: str, plural: str, name: str, log=print, sleep=None) -> bool:
     """Delete with foreground propagation (its pods go first), through `call`; False when it was gone already."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -247,9 +249,10 @@ class Follower:
                 self.log(f"{self.what}: {c.get('type')}={c.get('status')}{reason}{message}")
 
 
-def poll(read, done, seconds: float, timeout: float, what: str, sleep=time.sleep, log=print):
+def poll(read, done, seconds: float, timeout: float, what: str, sleep=None, log=print):
     """Call `read()` (through `call`) every `seconds` until `done(obj)` returns a result (not None); TimeoutError
     after `timeout`."""
+    sleep = sleep or time.sleep
     deadline = time.monotonic() + timeout
     while True:
         obj = call(read, sleep=sleep, log=log)
@@ -261,7 +264,7 @@ def poll(read, done, seconds: float, timeout: float, what: str, sleep=time.sleep
         sleep(seconds)
 
 
-def watch(read, done, remove, seconds: float, timeout: float, what: str, log=print, sleep=time.sleep):
+def watch(read, done, remove, seconds: float, timeout: float, what: str, log=print, sleep=None):
     """`poll` an object this step created until `done`; `remove()` it when the run is cancelled or the wait gives up
     (timed out, or the API server stayed unavailable through `call`'s retries): a job nobody waits for must not keep
     running. A failure `done` reports leaves the object, whose pods hold the logs."""
