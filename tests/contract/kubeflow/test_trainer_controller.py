@@ -144,3 +144,31 @@ def test_a_trainjob_on_a_runtime_that_does_not_exist_is_refused_as_the_webhook_r
         "must be created before the TrainJob is created"
     )
     assert not api.pods
+
+
+def test_pod_security_restricted_refuses_the_pods_of_a_runtime_that_does_not_meet_it(tmp_path):
+    controller = TrainerController(Kubelet({"tfpipe": Claim(str(tmp_path))}, {IMAGE: "trainer.Dockerfile"}))
+    api = KubeAPI(
+        installed=dict(INSTALLED),
+        controllers=[controller],
+        namespaces={"ml": {"pod-security.kubernetes.io/enforce": "restricted"}},
+    )
+    try:
+        runtime = tj.training_runtime()
+        pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        del pod["securityContext"], pod["containers"][0]["securityContext"]
+        api.put(tj.API_VERSION, "ml", tj.RUNTIME_PLURAL, runtime)
+        submit(api, with_runtime=False)
+        for _ in range(100):
+            if controller.events:
+                break
+            time.sleep(0.02)
+        assert len(controller.events) == 2 and not api.pods
+        assert controller.events[0].startswith('Error creating: pods "tj-node-0-0-')
+        assert (
+            'is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+            in (controller.events[0])
+        )
+        assert "status" not in api.get("trainjobs", "tj", "ml")
+    finally:
+        api.close()

@@ -12,6 +12,8 @@ them, for a TrainJob on a runtime without an ML policy (the project's `tfpipe-te
 - The double's pods share this machine's network: each worker's port 2222 is a free host port, and the JobSet's DNS
   names are resolved for the trainer by giving each pod the `TF_CONFIG` that `trainer.distribute` derives from that
   pod's own environment, with every `<host>.<subdomain>:2222` replaced by its pod's address.
+- Pod Security admission refuses a pod its namespace's `restricted` level forbids: the Job gets no such pod (its
+  FailedCreate event in `events`) and the TrainJob makes no progress, as on a cluster.
 - A container's non-zero exit fails its Job (`backoffLimit: 0`): reason `PodFailurePolicy` when the Job's
   `podFailurePolicy` has a `FailJob` rule for the exit code, else `BackoffLimitExceeded`. The JobSet's
   `failurePolicy` then applies its first rule matching the Job's reason (`FailJobSet`), else restarts every Job
@@ -100,6 +102,7 @@ class TrainerController:
     def __init__(self, kubelet):
         self.kubelet = kubelet
         self.runs: dict[tuple, Run] = {}
+        self.events: list[str] = []  # the Job controller's FailedCreate messages (Pod Security refusals)
 
     def close(self):
         for run in self.runs.values():
@@ -131,7 +134,7 @@ class TrainerController:
                 return  # the webhook refuses such a TrainJob; one whose runtime went away waits for it
             run = self.runs[key] = Run(jobset_spec(obj, runtime))
             self._start(api, key, obj, run)
-        if run.finished:
+        if run.finished or not run.workers:
             return
         for worker in run.workers:
             api.logs[worker.pod["metadata"]["name"]] = worker.process.log()
@@ -156,8 +159,11 @@ class TrainerController:
 
     def _start(self, api, key, obj, run: Run) -> None:
         """Create every Job's pods (the restart attempt `run.restarts`) and start their containers."""
+        from tests.doubles.k8s.admission import pod_security_denial
+
         ns, name = key[1], key[3]
         run.workers = []
+        labels = (api.namespaces or {}).get(ns, {})
         for rjob in run.jobset["replicatedJobs"]:
             template = rjob["template"]
             count = template["spec"].get("completions", 1)
@@ -165,8 +171,13 @@ class TrainerController:
                 job_name = f"{name}-{rjob['name']}-{job_index}"
                 for index in range(count):
                     pod = self._pod(ns, name, rjob, job_name, job_index, index, run.restarts)
+                    if denied := pod_security_denial(pod["metadata"]["name"], pod["spec"], labels):
+                        self.events.append(f"Error creating: {denied}")
+                        continue
                     run.workers.append(Worker(pod["metadata"]["name"], pod["spec"]["hostname"], index, pod))
                     api.pods.append(pod)
+        if not run.workers:
+            return
         ports = {f"{w.hostname}.{name}": free_port() for w in run.workers}
         for worker in run.workers:
             (container,) = [c for c in worker.pod["spec"]["containers"] if c["name"] == NODE]
