@@ -1,21 +1,29 @@
-"""Kubeflow training step: the final training as a TFJob of the Kubeflow training operator.
+"""Kubeflow training step: the final training as a TrainJob of Kubeflow Trainer v2 or a TFJob of the training
+operator v1.9.
 
-The job has 1 `Chief` and `workers - 1` `Worker` replicas of the trainer image; the operator gives each pod the
-`TF_CONFIG` the trainer reads, the layout Vertex gives a custom job. The replicas share the run's
-PersistentVolumeClaim: the step copies the prepared data onto it, the chief writes the model, metrics and history
-there (`AIP_*` locations, as on Vertex), and the step copies them into its output artifacts after the job
-succeeds. With `max_restarts` above 0 the replicas run with `restartPolicy: ExitCode`: a replica killed by a signal
-(exit code 128 and above: preempted, evicted, OOM-killed) gets a new pod, as often as it happens until the job's
-deadline (`activeDeadlineSeconds`, the step's timeout), and resumes from the `BackupAndRestore` backup on the volume;
-any other non-zero exit (the trainer exits 1 on an error) fails the job at once. With 0, `Never`: any failure fails
-the job. The step prints each new job condition, fails with
-the job's message and the last log lines of the first replica seen failing (else the chief's), and deletes the job
-when the run is cancelled or times out.
+A TrainJob runs `workers` pods of the trainer image on the project's TrainingRuntime `tfpipe-tensorflow-distributed`
+(manifests/kubeflow/trainer-v2), which the platform team applies to the namespace: the step checks it exists and does
+not create it. Each pod derives its `TF_CONFIG` from its JobSet hostname and index; worker 0 is the chief. The
+runtime's failure policy governs restarts: a worker's own error (exit 1-127) fails the job at once; a worker killed
+by a signal restarts every worker, at most the runtime's `maxRestarts` times (the step warns in one line when that
+is not `max_restarts`).
+A TFJob has 1 `Chief` and `workers - 1` `Worker` replicas; the operator gives each pod its `TF_CONFIG`. With
+`max_restarts` above 0 the replicas run with `restartPolicy: ExitCode`: a replica killed by a signal (exit code 128
+and above: preempted, evicted, OOM-killed) gets a new pod, as often as it happens until the job's deadline
+(`activeDeadlineSeconds`, the step's timeout); any other non-zero exit (the trainer exits 1 on an error) fails the
+job at once. With 0, `Never`: any failure fails the job.
+Either way the pods share the run's PersistentVolumeClaim: the step copies the prepared data onto it, the chief
+writes the model, metrics and history there (`AIP_*` locations, as on Vertex; a restarted worker resumes from the
+`BackupAndRestore` backup there), and the step copies them into its output artifacts after the job succeeds. The
+step prints each new job condition, fails with the job's message and the last log lines of the first pod seen
+failing (else the chief's), and deletes the job when the run is cancelled or times out.
 """
 
 import json
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -27,11 +35,54 @@ MISSING_HINT = (
     "install the Kubeflow training operator (v1.9) or set platform.kubeflow.training: pod (N processes "
     "in the step's pod)"
 )
+TRAINJOB_HINT = "install Kubeflow Trainer v2 or set platform.kubeflow.training: tfjob or pod"
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # a job's pods must be able to finish (Kubeflow's mesh)
 
 
 class TrainingJobFailed(RuntimeError):
-    """The TFJob failed (its own message)."""
+    """The training job failed (its own message)."""
+
+
+def _tfjob_replica(pod) -> str:
+    labels = pod.metadata.labels or {}
+    kind = labels.get("training.kubeflow.org/replica-type", "")
+    return kind if kind == "chief" else f"{kind} {labels.get('training.kubeflow.org/replica-index', '')}"
+
+
+def _jobset_replica(pod) -> str:
+    index = (pod.metadata.labels or {}).get("batch.kubernetes.io/job-completion-index", "")
+    return "chief" if index == "0" else f"worker {index}"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The kind-specific parts of a training job the step follows: its resource, the container its pods run, the
+    label that names the job on them, `replica(pod)` (`chief`, `worker 1`) and the condition type of success."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    container: str
+    job_label: str
+    replica: Callable
+    succeeded: str
+
+    def what(self, namespace: str, name: str) -> str:
+        return f"{self.kind} {namespace}/{name}"
+
+
+TFJOB = Engine(KIND, GROUP, VERSION, PLURAL, CONTAINER, "training.kubeflow.org/job-name", _tfjob_replica, "Succeeded")
+TRAINJOB = Engine(
+    "TrainJob",
+    "trainer.kubeflow.org",
+    "v1alpha1",
+    "trainjobs",
+    "node",
+    "jobset.sigs.k8s.io/jobset-name",
+    _jobset_replica,
+    "Complete",
+)
 
 
 def tfjob(
@@ -118,32 +169,29 @@ def as_dict(job) -> dict:
 
 
 class FailureLog:
-    """The last log lines of the first replica seen failing (its container exited with an error, or restarted after
-    one), else the chief's: read at every poll and kept, since the operator deletes every pod when the job
-    fails on its backoff limit or deadline, so a failure's own lines must be read while its container is still there
-    (after a crash, the kubelet waits before it restarts a container; once restarted, its previous attempt's lines).
+    """The last log lines of the first pod seen failing (its container exited with an error, or restarted after
+    one), else the chief's: read at every poll and kept, since the controller may delete the pods when the job
+    fails (the training operator on its backoff limit or deadline) or restarts (JobSet recreates every worker), so
+    a failure's own lines must be read while its container is still there (after a crash, the kubelet waits before
+    it restarts a container; once restarted, its previous attempt's lines).
     """
 
-    def __init__(self, api, namespace: str, name: str, lines: int = 20):
-        self.api, self.namespace, self.name, self.lines = api, namespace, name, lines
+    def __init__(self, api, engine: Engine, namespace: str, name: str, lines: int = 20):
+        self.api, self.engine, self.namespace, self.name, self.lines = api, engine, namespace, name, lines
         self.kept, self.replica, self.failed_pod = "", "chief", ""
 
     def watch(self) -> str:
-        """The chosen replica's current lines, or its previous attempt's once it has restarted; the last ones read
+        """The chosen pod's current lines, or its previous attempt's once it has restarted; the last ones read
         when the pods (or their logs) are gone. `replica` names whose lines they are (`chief`, `worker 1`)."""
         from kubernetes import client
 
         try:
             core = client.CoreV1Api(self.api)
-            pods = core.list_namespaced_pod(
-                self.namespace, label_selector=f"training.kubeflow.org/job-name={self.name}"
-            ).items
-            statuses = {p.metadata.name: _container_status(p) for p in pods}
-            if not self.failed_pod:  # the first replica seen failing: the others may fail after it, because of it
+            pods = core.list_namespaced_pod(self.namespace, label_selector=f"{self.engine.job_label}={self.name}").items
+            statuses = {p.metadata.name: self._container_status(p) for p in pods}
+            if not self.failed_pod:  # the first pod seen failing: the others may fail after it, because of it
                 self.failed_pod = next((n for n, status in statuses.items() if _failed(status)), "")
-            chosen = self.failed_pod or next(
-                (p.metadata.name for p in pods if _label(p, "replica-type") == "chief"), ""
-            )
+            chosen = self.failed_pod or next((p.metadata.name for p in pods if self.engine.replica(p) == "chief"), "")
             pod = next((p for p in pods if p.metadata.name == chosen), None)
             if pod is None:
                 return self.kept
@@ -151,26 +199,19 @@ class FailureLog:
             tail = core.read_namespaced_pod_log(
                 pod.metadata.name,
                 self.namespace,
-                container=CONTAINER,
+                container=self.engine.container,
                 tail_lines=self.lines,
                 previous=bool(status and status.restart_count and status.state and status.state.running),
             )
             if tail:
-                self.kept = tail
-                kind = _label(pod, "replica-type")
-                self.replica = kind if kind == "chief" else f"{kind} {_label(pod, 'replica-index')}"
+                self.kept, self.replica = tail, self.engine.replica(pod)
         except Exception:  # noqa: BLE001 (best effort: the job's message is the error)
             pass
         return self.kept
 
-
-def _label(pod, key: str) -> str:
-    return (pod.metadata.labels or {}).get(f"training.kubeflow.org/{key}", "")
-
-
-def _container_status(pod):
-    statuses = (pod.status.container_statuses or []) if pod.status else []
-    return next((s for s in statuses if s.name == CONTAINER), None)
+    def _container_status(self, pod):
+        statuses = (pod.status.container_statuses or []) if pod.status else []
+        return next((s for s in statuses if s.name == self.engine.container), None)
 
 
 def _failed(status) -> bool:
@@ -192,29 +233,103 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
     body = as_dict(job)
     namespace, name = job.metadata.namespace, job.metadata.name
     kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep)
-    what = f"{KIND} {namespace}/{name}"
     try:
         trainer = TrainingClient(client_configuration=api.configuration, namespace=namespace, job_kind=KIND)
         kube.call(trainer.create_job, job, log=log, sleep=sleep)
         specs = body["spec"]["tfReplicaSpecs"]
         log(
-            f"created {what}: 1 chief + {specs.get('Worker', {}).get('replicas', 0)} worker(s) of "
-            f"{specs['Chief']['template']['spec']['containers'][0]['image']}"
+            f"created {TFJOB.what(namespace, name)}: 1 chief + {specs.get('Worker', {}).get('replicas', 0)} "
+            f"worker(s) of {specs['Chief']['template']['spec']['containers'][0]['image']}"
         )
     except RuntimeError as e:
         if kube.status_code(e) != 409:
             raise
         kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep)
+    return follow_job(api, TFJOB, namespace, name, poll_seconds, timeout_seconds, log, sleep)
+
+
+def run_trainjob(
+    api,
+    body: dict,
+    max_restarts: int,
+    poll_seconds: float = 10,
+    timeout_seconds: float = 24 * 3600,
+    log=print,
+    sleep=None,
+) -> dict:
+    """Check the TrainJob's TrainingRuntime, create (or, on a retry, adopt) the TrainJob and wait for it, as
+    `run_tfjob`; EngineMissing when the namespace has no such runtime. A runtime whose `maxRestarts` is not
+    `max_restarts` gets a one-line warning: its failure policy decides."""
+    from kubernetes.client.exceptions import ApiException
+
+    from components.lib.kube import api as kube, trainjob as tj
+
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    kube.require(api, tj.GROUP, tj.VERSION, tj.PLURAL, tj.KIND, TRAINJOB_HINT, log, sleep)
+    runtime_name = body["spec"]["runtimeRef"]["name"]
+    objects = kube.custom(api)
+    try:
+        runtime = kube.call(
+            objects.get_namespaced_custom_object,
+            tj.GROUP,
+            tj.VERSION,
+            namespace,
+            tj.RUNTIME_PLURAL,
+            runtime_name,
+            log=log,
+            sleep=sleep,
+        )
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        raise kube.EngineMissing(
+            f"the namespace {namespace} has no {tj.RUNTIME_KIND} {runtime_name}: apply it there "
+            f"(kubectl apply -k manifests/kubeflow/trainer-v2 -n {namespace})"
+        ) from None
+    allowed = runtime["spec"]["template"]["spec"].get("failurePolicy", {}).get("maxRestarts", 0)
+    if allowed != max_restarts:
+        log(
+            f"warning: {tj.RUNTIME_KIND} {namespace}/{runtime_name} restarts the workers at most {allowed} time(s), "
+            f"not max_restarts={max_restarts}: its failure policy decides"
+        )
+    try:
+        kube.call(
+            objects.create_namespaced_custom_object,
+            tj.GROUP,
+            tj.VERSION,
+            namespace,
+            tj.PLURAL,
+            body,
+            log=log,
+            sleep=sleep,
+        )
+        trainer = body["spec"]["trainer"]
+        log(f"created {TRAINJOB.what(namespace, name)}: {trainer['numNodes']} worker(s) of {trainer['image']}")
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        kube.create_or_adopt(api, tj.GROUP, tj.VERSION, namespace, tj.PLURAL, body, log, sleep)
+    return follow_job(api, TRAINJOB, namespace, name, poll_seconds, timeout_seconds, log, sleep)
+
+
+def follow_job(
+    api, engine: Engine, namespace: str, name: str, poll_seconds: float, timeout_seconds: float, log, sleep
+) -> dict:
+    """Wait for the created job: print each new condition; the job once it succeeded; TrainingJobFailed with its
+    message and the failing pod's last lines; deleted on cancellation or when the wait gives up."""
+    from components.lib.kube import api as kube
+
+    what = engine.what(namespace, name)
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
-    replica_log = FailureLog(api, namespace, name)
+    replica_log = FailureLog(api, engine, namespace, name)
 
     def read():
-        return objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return objects.get_namespaced_custom_object(engine.group, engine.version, namespace, engine.plural, name)
 
     def done(obj):
         follow(obj)
-        if kube.condition(obj, "Succeeded"):
+        if kube.condition(obj, engine.succeeded):
             return obj
         if failed := kube.condition(obj, "Failed"):
             tail = replica_log.watch()
@@ -226,7 +341,7 @@ def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 
         return None
 
     def remove():
-        if kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, sleep):
+        if kube.delete(api, engine.group, engine.version, namespace, engine.plural, name, log, sleep):
             log(f"deleted {what}")
 
     return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep)
@@ -270,9 +385,12 @@ def train_with_operator(
     timeout_seconds: float = 24 * 3600,
     log=print,
     sleep=None,
+    engine: str = "tfjob",
 ) -> dict:
-    """Stage the data on the volume, run the TFJob, collect the model: the training summary (metrics.json)."""
+    """Stage the data on the volume, run the `engine`'s job (`tfjob` or `trainjob`), collect the model: the training
+    summary (metrics.json), which names the job under the engine's key."""
     from components.lib.kube import api as kube, volume
+    from components.lib.kube.trainjob import trainjob
     from trainer.flags import command_line
 
     name = kube.object_name("tfpipe-train", run_id, "train-model")
@@ -287,28 +405,86 @@ def train_with_operator(
         **LEGACY_KERAS,
         "PYTHONUNBUFFERED": "1",
     }
-    job = tfjob(
-        name,
-        namespace,
-        image,
-        workers,
-        args,
-        env,
-        resources,
-        claim_name,
-        mount_path,
-        service_account,
-        max_restarts,
-        int(timeout_seconds),
-        kube.run_labels(run_id, "train-model"),
-    )
-    run_tfjob(api, job, poll_seconds, timeout_seconds, log, sleep)
+    if engine == "trainjob":
+        body = trainjob(
+            name=name,
+            namespace=namespace,
+            image=image,
+            workers=workers,
+            args=args,
+            env=env,
+            resources=resources,
+            claim_name=claim_name,
+            mount_path=mount_path,
+            service_account=service_account,
+            timeout_seconds=int(timeout_seconds),
+            labels=kube.run_labels(run_id, "train-model"),
+        )
+        run_trainjob(api, body, max_restarts, poll_seconds, timeout_seconds, log, sleep)
+    else:
+        job = tfjob(
+            name,
+            namespace,
+            image,
+            workers,
+            args,
+            env,
+            resources,
+            claim_name,
+            mount_path,
+            service_account,
+            max_restarts,
+            int(timeout_seconds),
+            kube.run_labels(run_id, "train-model"),
+        )
+        run_tfjob(api, job, poll_seconds, timeout_seconds, log, sleep)
     summary = collect_outputs(job_dir, model_path, training_path)
     volume.release_run_folder(run_dir, data_dir != data_path)
-    summary.update(tfjob=f"{namespace}/{name}")
+    summary.update({engine: f"{namespace}/{name}"})
     with open(os.path.join(training_path, "metrics.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
+
+
+ENGINES = {"trainjob": TRAINJOB, "tfjob": TFJOB}  # auto's order of preference
+NO_ENGINE = (
+    "the cluster serves neither TrainJob (trainjobs.trainer.kubeflow.org/v1alpha1) nor TFJob (tfjobs.kubeflow.org/v1): "
+    "install Kubeflow Trainer v2 and apply manifests/kubeflow/trainer-v2, or set platform.kubeflow.training: pod"
+)
+
+
+def serves(api, engine: Engine, log=print, sleep=None) -> bool:
+    """Whether the API server's discovery lists the engine's resource."""
+    from kubernetes.client.exceptions import ApiException
+
+    from components.lib.kube import api as kube
+
+    try:
+        listing = kube.call(kube.custom(api).get_api_resources, engine.group, engine.version, log=log, sleep=sleep)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return False
+    return engine.plural in {r.name for r in listing.resources or []}
+
+
+def choose_engine(api, setting: str, log=print, sleep=None) -> str:
+    """`setting` unless it is `auto`; then `trainjob` when the cluster serves TrainJob, else `tfjob` when it serves
+    TFJob (logged in one line with the reason), else EngineMissing. Training in the step's own pod is no fallback:
+    this step's image has no TensorFlow (`training: pod` compiles the train-model step instead)."""
+    from components.lib.kube import api as kube
+
+    if setting != "auto":
+        return setting
+    skipped: list[str] = []
+    for name, engine in ENGINES.items():
+        resource = f"{engine.plural}.{engine.group}/{engine.version}"
+        if serves(api, engine, log, sleep):
+            why = f"the cluster serves {resource}" + (f", not {', '.join(skipped)}" if skipped else "")
+            log(f"training engine: {engine.kind} ({why})")
+            return name
+        skipped.append(resource)
+    raise kube.EngineMissing(NO_ENGINE)
 
 
 def train_model_on_operator(
@@ -326,22 +502,23 @@ def train_model_on_operator(
     resources: dict,
     poll_seconds: float,
     timeout_minutes: int,
+    engine: str,
     model: Output[Model],
     metrics: Output[Metrics],
     training: Output[Artifact],
 ):
-    """KFP step (kubeflow, training: operator): train as a TFJob of 1 chief + `workers - 1` workers of the trainer
-    image on the shared volume, with the given hyperparameters and `model_builder`'s model; the model goes to
-    `model`.
+    """KFP step (kubeflow, training: auto, trainjob or tfjob): train `workers` workers of the trainer image as a
+    TrainJob or a TFJob on the shared volume, with the given hyperparameters and `model_builder`'s model; the model
+    goes to `model`.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
-        workers: TFJob replicas: 1 chief and `workers - 1` workers.
+        workers: Workers: a TrainJob's pods (worker 0 the chief), a TFJob's 1 chief and `workers - 1` workers.
         epochs: Training epochs.
         hyperparameters: Trainer flags by name with underscores.
-        max_restarts: 0: a failed replica fails the job; above 0: a replica killed by a signal (exit code >= 128)
-            gets a new pod, without a count limit, until `timeout_minutes` (the operator counts no such recreation
-            toward a backoff limit); other exit codes fail the job at once.
+        max_restarts: TFJob: 0, a failed replica fails the job; above 0, a replica killed by a signal (exit code
+            >= 128) gets a new pod, without a count limit, until `timeout_minutes`; other exit codes fail the job
+            at once. TrainJob: the runtime's `maxRestarts` decides (a warning when it differs).
         trainer_image: The trainer image the replicas run.
         namespace: Namespace of the created objects (empty: the run's namespace).
         service_account: Service account of their pods (empty: the namespace's default).
@@ -349,14 +526,16 @@ def train_model_on_operator(
         mount_path: Where the pods mount the claim (paths under it are the same in every pod).
         resources: Kubernetes resources of every replica (requests, limits).
         poll_seconds: How often the step reads the objects' status, in seconds.
-        timeout_minutes: The step fails when the TFJob has not finished by then.
+        timeout_minutes: The step fails when the job has not finished by then.
+        engine: auto (TrainJob when the cluster serves it, else TFJob), trainjob or tfjob.
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from components.lib.kube import api as kube
-    from components.train_model_on_operator import train_with_operator
+    from components.train_model_on_operator import choose_engine, train_with_operator
 
+    api = kube.api_client()
     summary = train_with_operator(
-        kube.api_client(),
+        api,
         dataset.path,
         model.path,
         training.path,
@@ -375,9 +554,13 @@ def train_model_on_operator(
         poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60,
         log=kube.log_to_stdout,
+        engine=choose_engine(api, engine, kube.log_to_stdout),
     )
     for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):
         metrics.log_metric(key, summary[key])
     model.metadata.update(
-        framework="tensorflow", format="saved_model", val_accuracy=summary["val_accuracy"], tfjob=summary["tfjob"]
+        framework="tensorflow",
+        format="saved_model",
+        val_accuracy=summary["val_accuracy"],
+        **{k: summary[k] for k in ENGINES if k in summary},
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -16,7 +17,11 @@ from pipelines.config.parameters import PipelineParameters
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")  # Kubernetes CPU/memory quantities
 _DNS_LABEL = names.DNS_LABEL
-DEFAULT_STEP = "default"  # kubeflow.step_resources key for every step without its own entry
+DEFAULT_STEP = "default"
+TRAINING_RENAMED = (
+    "platform.kubeflow.training: operator is deprecated, read as tfjob: write tfjob, or auto to train as a TrainJob "
+    "where the cluster serves Kubeflow Trainer v2"
+)  # kubeflow.step_resources key for every step without its own entry
 
 
 class Resources(BaseModel):
@@ -102,13 +107,25 @@ class KubeflowSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    training: Literal["operator", "pod"] = Field(
-        "operator",
+    training: Literal["auto", "trainjob", "tfjob", "pod"] = Field(
+        "auto",
         description=(
-            "The training engine: operator, a TFJob of the Kubeflow training operator; pod, the workers as processes "
-            "in the step's own pod (one node)."
+            "The training engine: auto, a TrainJob when the cluster serves Kubeflow Trainer v2, else a TFJob when it "
+            "serves the training operator (the step checks at run time and logs its choice); trainjob, a TrainJob "
+            "on the TrainingRuntime of manifests/kubeflow/trainer-v2; tfjob, a TFJob of the training operator v1.9 "
+            "(operator, its former name, is read as tfjob with a warning); pod, the workers as processes in the "
+            "step's own pod (one node)."
         ),
     )
+
+    @field_validator("training", mode="before")
+    @classmethod
+    def _renamed(cls, value):
+        if value == "operator":
+            warnings.warn(TRAINING_RENAMED, FutureWarning, stacklevel=2)
+            return "tfjob"
+        return value
+
     tuning: Literal["katib", "pod"] = Field(
         "katib",
         description=(
@@ -227,8 +244,12 @@ class KubeflowSettings(BaseModel):
     def _engines_need_the_volume(self):
         needs = [
             f"{field}: {getattr(self, field)}"
-            for field, engine in (("training", "operator"), ("tuning", "katib"), ("serving", "kserve"))
-            if getattr(self, field) == engine
+            for field, engines in (
+                ("training", ("auto", "trainjob", "tfjob")),
+                ("tuning", ("katib",)),
+                ("serving", ("kserve",)),
+            )
+            if getattr(self, field) in engines
         ]
         if needs and not self.volume.claim_name:
             raise ValueError(
@@ -245,7 +266,7 @@ class KubeflowSettings(BaseModel):
         trainer's for a TFJob or Katib trials, the serving image's for KServe's custom predictor (GPU variants when
         they get GPUs)."""
         used = []
-        if self.training == "operator" or self.tuning == "katib":
+        if self.training != "pod" or self.tuning == "katib":
             used.append("trainer_gpu_image" if self.worker_resources.gpus else "trainer_image")
         if self.serving == "kserve":
             used.append("serving_gpu_image" if self.serving_resources.gpus else "serving_image")

@@ -1,5 +1,6 @@
-"""The kubeflow target: Kubeflow's engines, each a config choice (`platform.kubeflow`): training as a TFJob of the
-training operator (`operator`) or the local launcher in the step's pod (`pod`); the study as a Katib Experiment
+"""The kubeflow target: Kubeflow's engines, each a config choice (`platform.kubeflow`): training as a TrainJob of
+Kubeflow Trainer v2 (`trainjob`), a TFJob of the training operator (`tfjob`), whichever the cluster serves (`auto`),
+or the local launcher in the step's pod (`pod`); the study as a Katib Experiment
 (`katib`) or the local study (`pod`); serving on a KServe InferenceService (`kserve`), a TF Serving you run (`url`)
 or not at all (`none`); the model repository and batch predictor as on local. Every step mounts the shared
 PersistentVolumeClaim (kfp-kubernetes) and gets its CPU and memory requests and limits."""
@@ -120,10 +121,12 @@ class KubeflowOps(SelfHostedOps):
                 trainer_image=self.platform.kubeflow_trainer_image(),
                 resources=k.worker_resources.requirements(),
                 timeout_minutes=k.training_timeout_minutes,
+                engine=k.training,
                 **self._engine_inputs(),
             )
         )
-        task.set_display_name("Train (TFJob, MultiWorkerMirroredStrategy)")
+        kind = {"auto": "TrainJob or TFJob", "trainjob": "TrainJob", "tfjob": "TFJob"}[k.training]
+        task.set_display_name(f"Train ({kind}, MultiWorkerMirroredStrategy)")
         return Trained(task.outputs["model"], task.outputs["training"])
 
     def deploy(self, inputs: DeployInputs) -> None:

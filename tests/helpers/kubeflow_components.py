@@ -54,9 +54,11 @@ def katib_api(kubelet, monkeypatch, home):
     return api, operator
 
 
-def run_train_model_on_operator(volume, data_dir, tmp_path, model_builder="trainer.model:build_model", max_restarts=1):
-    """train-model-on-operator's component function: a chief and a worker train on `data_dir` for one epoch; its
-    outputs (model, metrics)."""
+def run_train_model_on_operator(
+    volume, data_dir, tmp_path, model_builder="trainer.model:build_model", max_restarts=1, engine="auto"
+):
+    """train-model-on-operator's component function: a chief and a worker train on `data_dir` for one epoch on
+    `engine`; its outputs (model, metrics)."""
     from types import SimpleNamespace
 
     from components.train_model_on_operator import train_model_on_operator
@@ -72,6 +74,7 @@ def run_train_model_on_operator(volume, data_dir, tmp_path, model_builder="train
             max_restarts=max_restarts,
             trainer_image="tfpipe/trainer:dev",
             **engine_arguments(volume),
+            engine=engine,
             model=outputs.model,
             metrics=outputs.metrics,
             training=SimpleNamespace(path=str(tmp_path / "training")),

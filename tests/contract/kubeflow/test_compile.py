@@ -264,11 +264,11 @@ def test_the_cli_refuses_such_a_study_in_one_line(tmp_path):
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ("training: tfjob", r"platform.kubeflow.training: Input should be 'operator' or 'pod'"),
+        ("training: job", r"platform.kubeflow.training: Input should be 'auto', 'trainjob', 'tfjob' or 'pod'"),
         ("serving: seldon", r"platform.kubeflow.serving: Input should be 'kserve', 'url' or 'none'"),
         (
             "volume: {claim_name: ''}",
-            r"platform.kubeflow: training: operator, tuning: katib, serving: kserve need "
+            r"platform.kubeflow: training: auto, tuning: katib, serving: kserve need "
             r"volume.claim_name",
         ),
         ("worker_resources: {memory_limit: 8GB}", r"'8GB' is not a Kubernetes quantity"),
@@ -280,6 +280,16 @@ def test_kubeflow_config_validation(tmp_path, settings, message):
     (tmp_path / "c.yaml").write_text(f"platform:\n  kubeflow: {{{settings}}}\n")
     with pytest.raises(ConfigError, match=message):
         load_config(tmp_path / "c.yaml", environ={})
+
+
+def test_training_operator_is_read_as_tfjob_with_a_one_line_warning(tmp_path):
+    from pipelines.config.kubeflow import TRAINING_RENAMED
+
+    (tmp_path / "c.yaml").write_text("platform:\n  kubeflow: {training: operator}\n")
+    with pytest.warns(FutureWarning) as warned:
+        config = load_config(tmp_path / "c.yaml", environ={})
+    assert config.platform.kubeflow.training == "tfjob"
+    assert [str(w.message) for w in warned] == [TRAINING_RENAMED] and "\n" not in TRAINING_RENAMED
 
 
 def test_kubeflow_config_from_file_env_and_set(tmp_path):

@@ -113,7 +113,7 @@ def test_the_docs_kind_profile_matches_the_manifests_and_the_config_model(tmp_pa
     by_kind = {r["kind"]: r for r in resources()}
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
 
-    assert (kubeflow.training, kubeflow.tuning, kubeflow.serving) == ("operator", "katib", "kserve")
+    assert (kubeflow.training, kubeflow.tuning, kubeflow.serving) == ("auto", "katib", "kserve")
     assert kubeflow.volume.claim_name == by_kind["PersistentVolumeClaim"]["metadata"]["name"]
     (mount,) = by_kind["Job"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     assert kubeflow.volume.mount_path == mount["mountPath"]

@@ -421,7 +421,8 @@ def test_object_names_are_dns_labels_stable_per_run_and_task():
 
 @pytest.fixture
 def training_cluster(monkeypatch, tmp_path):
-    """The double with the training operator's double; the claim `tfpipe` a folder owned by root, as a fresh volume."""
+    """The double with the training operator's double, failing one request in five; the claim `tfpipe` a folder
+    owned by root, as a fresh volume."""
     from tests.doubles.k8s import point_clients_at, shipped_rules
     from tests.doubles.k8s.kubelet import Claim, Kubelet
     from tests.doubles.k8s.training_operator import TrainingOperator
@@ -429,7 +430,14 @@ def training_cluster(monkeypatch, tmp_path):
     volume = tmp_path / "volume"
     volume.mkdir()
     operator = TrainingOperator(Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"}))
-    api = KubeAPI(installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}}, controllers=[operator], rbac=shipped_rules())
+    api = KubeAPI(
+        installed={"kubeflow.org/v1": {"tfjobs": "TFJob"}},
+        controllers=[operator],
+        rbac=shipped_rules(),
+        fault_rate=0.2,  # an API server under load: 429 (no wait asked), 500, 503, dropped connections
+        fault_seed=3,
+        retry_after=0,
+    )
     point_clients_at(api, monkeypatch, tmp_path / "home")
     yield api, volume
     api.close()
@@ -460,6 +468,7 @@ def test_the_component_trains_a_chief_and_a_worker_on_the_shared_volume(training
     ]
     assert (tmp_path / "model" / "saved_model.pb").is_file() and 0 < outputs.metrics.logged["val_accuracy"] <= 1
     assert outputs.model.metadata["tfjob"] == f"ml/{job['metadata']['name']}"
+    assert any(r.fault for r in api.requests)
     assert list(volume.iterdir()) == [volume / "runs"] and not any((volume / "runs").iterdir())  # nothing left behind
 
 

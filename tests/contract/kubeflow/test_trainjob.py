@@ -106,6 +106,7 @@ def test_the_trainjob_of_a_run_is_created_as_the_schema_admits(api):
 
 
 def test_without_a_claim_a_timeout_or_resources_the_trainjob_leaves_them_out(api):
+    create(api, shipped_runtime(), "trainingruntimes")
     created = create(api, run_job(claim_name="", timeout_seconds=0, resources={}, service_account=""), "trainjobs")
     assert "activeDeadlineSeconds" not in created["spec"] and "resourcesPerNode" not in created["spec"]["trainer"]
     (patch,) = created["spec"]["runtimePatches"]
@@ -229,7 +230,8 @@ def test_the_crds_cel_rules_refuse_a_bad_name_two_policies_and_changes_to_immuta
     assert code == 403 and text.endswith(
         'spec.mlPolicy: Invalid value: "object": Only one of the policy can be configured'
     )
-    job, runtime = create(api, run_job(), "trainjobs"), create(api, runtime, "trainingruntimes")
+    runtime = create(api, runtime, "trainingruntimes")
+    job = create(api, run_job(), "trainjobs")
     job["spec"]["trainer"]["numNodes"] = 4
     code, text = refused(
         lambda: objects(api).replace_namespaced_custom_object(

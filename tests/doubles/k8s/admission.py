@@ -230,7 +230,10 @@ WEBHOOKS = {
         ("inferenceservice.kserve-webhook-server.validator", kserve.validate_inference_service)
     ],
     # Trainer v2's CRD validation rules (CEL): the API server answers them with 422, this double with 403
-    "trainer.kubeflow.org/v1alpha1/trainjobs": [("trainjobs.trainer.kubeflow.org CEL", trainer.validate_trainjob)],
+    "trainer.kubeflow.org/v1alpha1/trainjobs": [
+        ("trainjobs.trainer.kubeflow.org CEL", trainer.validate_trainjob),
+        ("validator.trainjob.trainer.kubeflow.org", trainer.validate_runtime_ref),
+    ],
     "trainer.kubeflow.org/v1alpha1/trainingruntimes": [
         ("trainingruntimes.trainer.kubeflow.org CEL", trainer.validate_runtime)
     ],

@@ -8,6 +8,7 @@ items are paired by their list-map key (`manager`, `name`), as the API server co
 
 from __future__ import annotations
 
+import json
 import re
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -178,3 +179,21 @@ def validate_runtime(obj: dict, old: dict | None, api=None) -> str:
             errors.append(_invalid(path, claim_policy, "namespace cannot be set for VolumeClaimPolicies templates"))
     errors += _immutable(obj, old, [p for p, rule in RUNTIME_RULES if rule == IMMUTABLE], "Value is immutable")
     return aggregate(errors)
+
+
+def validate_runtime_ref(obj: dict, old: dict | None, api) -> str:
+    """Trainer v2.3.0's TrainJob webhook (ValidateObjects): the runtime `spec.runtimeRef` names must exist."""
+    ref = obj["spec"]["runtimeRef"]
+    kind = ref.get("kind", "ClusterTrainingRuntime")
+    plural = {"TrainingRuntime": "trainingruntimes", "ClusterTrainingRuntime": "clustertrainingruntimes"}.get(kind)
+    if plural is None:
+        return f"unsupported runtime: {kind}.{ref.get('apiGroup', '')}"
+    namespace = obj["metadata"].get("namespace") if kind == "TrainingRuntime" else None
+    if ("trainer.kubeflow.org/v1alpha1", namespace, plural, ref["name"]) in api.objects:
+        return ""
+    field = "runtimeRef" if kind == "TrainingRuntime" else "RuntimeRef"
+    return (
+        f"spec.{field}: Invalid value: {json.dumps(ref, separators=(',', ':'))}: {plural}.trainer.kubeflow.org "
+        f'"{ref["name"]}" not found: specified {kind[0].lower() + kind[1:]} must be created before the TrainJob '
+        "is created"
+    )
