@@ -22,6 +22,14 @@ ISVC_LABEL = "serving.kserve.io/inferenceservice"
 GRACE_SECONDS = 25  # a cancelled run's rollback, within the pod's 30 s termination grace period
 ROLLBACK_SECONDS = 600  # at most, for the restored revision after a failure
 CONTROL_PLANE = "control-plane"  # KServe's pod mutator webhook selects namespaces without this label
+MODE = "serving.kserve.io/deploymentMode"
+MODE_NAMES = {"knative": "Knative", "standard": "Standard"}  # the names KServe 0.16+ accepts in the annotation
+STATUS_MODES = {"Knative": "knative", "Serverless": "knative", "Standard": "standard", "RawDeployment": "standard"}
+NO_CANARY = (
+    "{what} runs in KServe's Standard mode, where this cluster's KServe cannot honour a canary: it ignores "
+    "canaryTrafficPercent and its InferenceService has no spec.canary (KServe 0.20 adds it); set traffic_percentage "
+    "to 100, or serve in Knative mode"
+)
 
 
 class ServingFailed(RuntimeError):
@@ -111,18 +119,56 @@ def refuse_control_plane(api, namespace: str, log=print, sleep=None) -> None:
         )
 
 
-def inference_service(name: str, namespace: str, spec_predictor: dict, labels: dict | None = None) -> dict:
+def inference_service(
+    name: str, namespace: str, spec_predictor: dict, labels: dict | None = None, serving_mode: str = "auto"
+) -> dict:
+    """The InferenceService `name` serving `spec_predictor`; `serving_mode` knative or standard asks KServe for
+    that mode (annotation in KServe 0.16's names), auto leaves it to the cluster's default."""
+    annotations = {"serving.kserve.io/enable-tag-routing": "true"}
+    if serving_mode in MODE_NAMES:
+        annotations[MODE] = MODE_NAMES[serving_mode]
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": dict(labels or {}),
-            "annotations": {"serving.kserve.io/enable-tag-routing": "true"},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {}), "annotations": annotations},
         "spec": {"predictor": spec_predictor},
     }
+
+
+def deployment_mode(obj: dict | None) -> str:
+    """knative or standard, as KServe recorded the InferenceService's mode in `status.deploymentMode` (either
+    version's names); "" before its controller has written it."""
+    return STATUS_MODES.get(((obj or {}).get("status") or {}).get("deploymentMode", ""), "")
+
+
+def predictor_deployment(name: str, spec_predictor: dict) -> str:
+    """The Deployment (and Service) of a Standard-mode predictor: KServe's PredictorServiceName."""
+    return f"{name}-{spec_predictor['name']}-predictor" if spec_predictor.get("name") else f"{name}-predictor"
+
+
+def canary_spec(spec_predictor: dict, variant: str, percent: int) -> list[dict]:
+    """KServe 0.20's `spec.canary` for `spec_predictor` as the canary `variant` with `percent` % (its replicas are
+    ceil(stable minReplicas x percent / 100), taken from the stable predictor's; autoscaling fields are refused)."""
+    fields = {k: v for k, v in spec_predictor.items() if k not in ("minReplicas", "maxReplicas", "name")}
+    return [{"predictor": {**fields, "name": variant}, "trafficPercent": percent}]
+
+
+def _uri_of(spec: dict) -> str:
+    container: dict = next((c for c in spec.get("containers") or [] if c.get("name") == CONTAINER), {})
+    return next((e.get("value", "") for e in container.get("env") or [] if e.get("name") == "STORAGE_URI"), "")
+
+
+def rolled_out(deployment: dict | None, uri: str) -> bool:
+    """The Deployment runs `uri` on every replica, the old pods gone (kubectl rollout status's test)."""
+    if not deployment:
+        return False
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    wanted = spec.get("replicas", 1)
+    return (
+        _uri_of((spec.get("template") or {}).get("spec") or {}) == uri
+        and (status.get("observedGeneration") or 0) >= ((deployment.get("metadata") or {}).get("generation") or 0)
+        and status.get("updatedReplicas") == status.get("replicas") == status.get("availableReplicas") == wanted
+    )
 
 
 def _predictor_status(obj: dict) -> dict:
@@ -157,6 +203,16 @@ def ready(obj: dict, before: str) -> bool | None:
     created = latest_created(obj)
     if not created or created == before:
         return None  # KServe has not reconciled the change yet: what the status says is about the old revision
+    raise_failure(obj)
+    if not kube.condition(obj, "Ready"):
+        return None
+    return _predictor_status(obj).get("latestReadyRevision") == created or None
+
+
+def raise_failure(obj: dict) -> None:
+    """ServingFailed when KServe reports the model's load or the predictor's rollout failed."""
+    from components.lib.kube import api as kube
+
     model = (obj.get("status") or {}).get("modelStatus") or {}
     if model.get("transitionStatus") in ("BlockedByFailedLoad", "InvalidSpec"):
         failure = model.get("lastFailureInfo") or {}
@@ -172,9 +228,6 @@ def ready(obj: dict, before: str) -> bool | None:
             in ("RevisionFailed", "ContainerHealthCheckFailed", "ProgressDeadlineExceeded", "ExitCode")
         ):
             raise ServingFailed(f"{c['type']}=False ({c['reason']}): {c.get('message', '')}")
-    if not kube.condition(obj, "Ready"):
-        return None
-    return _predictor_status(obj).get("latestReadyRevision") == created or None
 
 
 def smoke_request(check) -> dict:
@@ -337,6 +390,8 @@ def deploy_to_kserve(
     checks: list,
     keep_previous: int = 0,
     labels: dict | None = None,
+    serving_mode: str = "auto",
+    variant: str = "canary",
     poll_seconds: float = 5,
     timeout_seconds: float = 900,
     grace_seconds: float = GRACE_SECONDS,
@@ -348,19 +403,28 @@ def deploy_to_kserve(
 ) -> dict:
     """Roll the predictor out on the InferenceService `name` and prove it serves; returns the endpoint's record.
 
-    A first deploy creates the InferenceService with all the traffic (a create whose answer was lost is adopted);
-    a later one patches the predictor (and the labels) with `canaryTrafficPercent: 0`, waits for a new latest ready
-    revision, smoke-tests every check at its cluster-local `latest` tag (a pod cannot reach the tag's external URL on
-    a default install), then sets `canaryTrafficPercent` to `traffic_percentage`; at 100 % it removes it and deletes
-    older revisions but the `keep_previous` newest. Every API call goes through `kube.call` with `log` and `sleep`;
-    each patch is a merge patch, so a repeated one is harmless.
+    The deployment mode is KServe's `status.deploymentMode` of the InferenceService (after a create, once its
+    controller has written it); `serving_mode` knative or standard requires that mode (a new InferenceService asks
+    for it), auto takes the cluster's.
+
+    A first deploy creates the InferenceService with all the traffic (a create whose answer was lost is adopted).
+    Knative mode: a later deploy patches the predictor (and the labels) with `canaryTrafficPercent: 0`, waits for a
+    new latest ready revision, smoke-tests every check at its cluster-local `latest` tag, then sets
+    `canaryTrafficPercent` to `traffic_percentage`; at 100 % it removes it and deletes older revisions but the
+    `keep_previous` newest. Standard mode: a full rollout patches the predictor and waits for its Deployment to run
+    the new version on every replica, then smoke-tests it at the predictor's Service (it serves once rolled out); a
+    canary (`traffic_percentage` < 100) is KServe 0.20's `spec.canary` entry `variant`, added with trafficPercent 0,
+    smoke-tested at its own Service, then given `traffic_percentage`; where the cluster's InferenceService has no
+    `spec.canary` the API server refuses that patch (field validation Strict) and the step refuses the canary in
+    one line, nothing changed. Every API call goes through `kube.call` with `log` and `sleep`; each patch is a merge
+    patch, so a repeated one is harmless.
 
     Until the new version serves, any failure rolls back (then raises ServingFailed) and calls `discard(reason)`
     (the caller's removal of the version from the model repository): a first deploy's InferenceService is deleted;
-    otherwise the previous predictor and labels are restored with `canaryTrafficPercent: 0`, which keeps the traffic
-    on the last rolled-out revision until the restored one is ready. A cancelled run (SIGTERM) calls `discard`
-    first, then rolls back without sleeping past `grace_seconds` by `clock` (the pod's grace period), and logs what
-    is left; it raises kube.Cancelled.
+    a Standard-mode canary is removed; otherwise the previous predictor and labels are restored (Knative mode: with
+    `canaryTrafficPercent: 0`, which keeps the traffic on the last rolled-out revision until the restored one is
+    ready). A cancelled run (SIGTERM) calls `discard` first, then rolls back without sleeping past `grace_seconds` by
+    `clock` (the pod's grace period), and logs what is left; it raises kube.Cancelled.
 
     Once the new version serves (smoke test passed, traffic moved) nothing discards it, since new predictor pods
     would mount an empty folder: a failed clean-up (pruning revisions) is logged in one line, returned as the
@@ -369,16 +433,28 @@ def deploy_to_kserve(
     import copy
     import time
 
+    from kubernetes.client.exceptions import ApiException
+
     from components.lib.kube import api as kube
 
     sleep, clock, discard = sleep or time.sleep, clock or time.monotonic, discard or (lambda reason: None)
     objects = kube.custom(api)
     what = f"{KIND} {namespace}/{name}"
     labels = dict(labels or {})
+    canary = traffic_percentage < 100
 
-    def patch(body: dict, wait=sleep) -> dict:
+    def patch(body: dict, wait=sleep, **options) -> dict:
         return kube.call(
-            objects.patch_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name, body, log=log, sleep=wait
+            objects.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            body,
+            log=log,
+            sleep=wait,
+            **options,
         )
 
     def read():
@@ -393,35 +469,106 @@ def deploy_to_kserve(
 
         return kube.poll(read, done, poll_seconds, timeout, about, wait, log)
 
+    def wait_mode(obj: dict) -> str:
+        mode = deployment_mode(obj) or deployment_mode(
+            kube.poll(
+                read,
+                lambda o: o if deployment_mode(o) else None,
+                poll_seconds,
+                timeout_seconds,
+                f"{what}'s deployment mode",
+                sleep,
+                log,
+            )
+        )
+        if serving_mode != "auto" and mode != serving_mode:
+            raise ValueError(
+                f"{what} runs in KServe's {MODE_NAMES[mode]} mode, not {serving_mode} as platform.kubeflow.serving_mode "
+                "says; KServe cannot change an InferenceService's mode: delete it, or set serving_mode to auto"
+            )
+        log(f"{what} runs in KServe's {MODE_NAMES[mode]} mode")
+        return mode
+
+    def read_deployment(deployment: str) -> dict:
+        from kubernetes import client
+
+        try:
+            found = client.AppsV1Api(api).read_namespaced_deployment(deployment, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return {}
+            raise
+        return api.sanitize_for_serialization(found)
+
+    def wait_rollout(spec: dict, timeout: float, about: str, wait=sleep) -> dict:
+        deployment, uri, follow = predictor_deployment(name, spec), _uri_of(spec), kube.Follower(what, log)
+
+        def done(obj):
+            follow(obj)
+            raise_failure(obj)
+            return obj if rolled_out(kube.call(read_deployment, deployment, log=log, sleep=wait), uri) else None
+
+        return kube.poll(read, done, poll_seconds, timeout, about, wait, log)
+
+    def start_canary() -> None:
+        try:
+            patch(
+                {
+                    "metadata": {"annotations": {MODE: "Standard"}},
+                    "spec": {"canary": canary_spec(spec_predictor, variant, 0)},
+                },
+                field_validation="Strict",
+            )
+        except ApiException as e:
+            if e.status in (400, 422) and "canary" in (e.body or ""):
+                raise ValueError(NO_CANARY.format(what=what)) from None
+            raise
+        log(f"added the canary {variant} to {what} with no traffic (trafficPercent 0) until it has answered")
+
     try:
         kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep)
         refuse_control_plane(api, namespace, log, sleep)
         existing = _wait_terminated(objects, namespace, name, poll_seconds, timeout_seconds, sleep, log)
         if existing is None:
-            body = inference_service(name, namespace, spec_predictor, labels)
+            body = inference_service(name, namespace, spec_predictor, labels, serving_mode)
             kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep)
             log(f"created {what}")
-            before, previous, previous_labels = "", {}, {}
+            before, previous, previous_labels, mode = "", {}, {}, ""
         else:
+            mode = wait_mode(existing)
             before = latest_created(existing)
             previous = copy.deepcopy(existing["spec"]["predictor"])
             previous_labels = dict(existing["metadata"].get("labels") or {})
-            patch(
-                {
-                    "metadata": {"labels": labels, "annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
-                    "spec": {"predictor": _predictor_patch(previous, {**spec_predictor, "canaryTrafficPercent": 0})},
-                }
-            )
-            log(
-                f"updated {what}: the new revision starts with no traffic (canaryTrafficPercent 0) until it has answered"
-            )
+            if mode == "standard" and canary:
+                start_canary()
+            else:
+                new = spec_predictor if mode == "standard" else {**spec_predictor, "canaryTrafficPercent": 0}
+                spec: dict[str, Any] = {"predictor": _predictor_patch(previous, new)}
+                if existing["spec"].get("canary"):
+                    spec["canary"] = None
+                patch(
+                    {
+                        "metadata": {"labels": labels, "annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
+                        "spec": spec,
+                    }
+                )
+                log(
+                    f"updated {what}: the new revision starts with no traffic (canaryTrafficPercent 0) until it has answered"
+                    if mode == "knative"
+                    else f"updated {what}: its Deployment rolls the new version out"
+                )
     except BaseException as e:  # noqa: B036 (a cancelled run too: the version never served)
         discard(_why(e))
         raise
     restored_canary = previous.get("canaryTrafficPercent")
+    standard_canary = existing is not None and mode == "standard" and canary
     left = (
         f"{what}, serving the removed version: delete it"
         if existing is None
+        else f"the canary {variant} on {what}: remove it (spec.canary)"
+        if standard_canary
+        else f"the predictor of {what} runs the removed version: restore the previous one"
+        if mode == "standard"
         else f"canaryTrafficPercent 0 on {what}: "
         + ("remove it" if restored_canary is None else f"set it back to {restored_canary}")
         + " once the previous predictor's revision is ready"
@@ -433,6 +580,22 @@ def deploy_to_kserve(
         if existing is None:
             kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, wait)
             return f"deleted {what} (it served nothing before)"
+        if standard_canary:
+            patch({"spec": {"canary": None}}, wait)
+            return f"removed the canary {variant} from {what}; its stable predictor served all along"
+        if mode == "standard":
+            patch(
+                {
+                    "metadata": {"labels": {**{k: None for k in labels}, **previous_labels}},
+                    "spec": {"predictor": _predictor_patch(spec_predictor, previous)},
+                },
+                wait,
+            )
+            try:
+                wait_rollout(previous, seconds, f"{what}'s restored predictor", wait)
+            except (TimeoutError, ServingFailed) as e:
+                return f"restored the previous predictor of {what}; its rollout did not finish ({e})"
+            return f"restored the previous predictor of {what} (Deployment {predictor_deployment(name, previous)})"
         rejected = latest_created(kube.call(read, log=log, sleep=wait))
         patch(
             {
@@ -469,29 +632,56 @@ def deploy_to_kserve(
                 f"left: {left}"
             )
 
-    def serve() -> tuple[dict, str, str, dict, bool]:
+    def serve_knative() -> tuple[dict, str, str, dict, bool]:
         obj = wait_ready(before, timeout_seconds, f"{what}'s new revision")
         revision, url = latest_created(obj), smoke_url(obj)
         if not url:
             raise ServingFailed(f"{what} is Ready but reports no cluster-local address")
         smoke = smoke_test(url, model_name, checks, post)
-        canary = existing is not None and traffic_percentage < 100
+        is_canary = existing is not None and canary
         if existing is not None:
-            patch({"spec": {"predictor": {"canaryTrafficPercent": traffic_percentage if canary else None}}})
+            patch({"spec": {"predictor": {"canaryTrafficPercent": traffic_percentage if is_canary else None}}})
             obj = kube.poll(
                 read,
-                lambda o: o if _routed(o, revision, traffic_percentage if canary else 100) else None,
+                lambda o: o if _routed(o, revision, traffic_percentage if is_canary else 100) else None,
                 poll_seconds,
                 timeout_seconds,
                 f"{what}'s traffic to {revision}",
                 sleep,
                 log,
             )
-        return obj, revision, url, smoke, canary
+        return obj, revision, url, smoke, is_canary
+
+    def serve_standard() -> tuple[dict, str, str, dict, bool]:
+        if not standard_canary:
+            obj = wait_rollout(spec_predictor, timeout_seconds, f"{what}'s rollout")
+            deployment = predictor_deployment(name, spec_predictor)
+            url = f"http://{deployment}.{namespace}.svc.cluster.local"
+            return obj, deployment, url, smoke_test(url, model_name, checks, post), False
+        deployment = f"{name}-{variant}-predictor"
+
+        def canary_at(percent: int):
+            def done(o):
+                raise_failure(o)
+                found = [c for c in (o.get("status") or {}).get("canaryStatuses") or [] if c.get("name") == variant]
+                return o if found and found[0].get("ready") and found[0].get("trafficPercent") == percent else None
+
+            return done
+
+        kube.poll(read, canary_at(0), poll_seconds, timeout_seconds, f"{what}'s canary {variant}", sleep, log)
+        url = f"http://{deployment}.{namespace}.svc.cluster.local"
+        smoke = smoke_test(url, model_name, checks, post)
+        patch({"spec": {"canary": canary_spec(spec_predictor, variant, traffic_percentage)}})
+        obj = kube.poll(
+            read, canary_at(traffic_percentage), poll_seconds, timeout_seconds, f"{what}'s canary share", sleep, log
+        )
+        return obj, deployment, url, smoke, True
 
     with kube.on_cancel(cancelled, log):
         try:
-            obj, revision, url, smoke, canary = serve()
+            if not mode:
+                mode = wait_mode(kube.call(read, log=log, sleep=sleep))
+            obj, revision, url, smoke, is_canary = serve_standard() if mode == "standard" else serve_knative()
         except kube.Cancelled:
             raise
         except Exception as e:
@@ -501,9 +691,12 @@ def deploy_to_kserve(
                 discard(f"{what} did not serve it: {e}")
             raise ServingFailed(f"{what} did not serve the new version: {e}; {undone}") from e
     predictor_status = _predictor_status(obj)
-    log(f"{what} serves revision {revision} at {url}" + (f" ({traffic_percentage} % canary)" if canary else ""))
+    log(
+        f"{what} serves {'revision' if mode == 'knative' else 'Deployment'} {revision} at {url}"
+        + (f" ({traffic_percentage} % canary)" if is_canary else "")
+    )
     removed, cleanup_error = [], ""
-    if not canary:
+    if not is_canary and mode == "knative":
         try:
             removed = prune_revisions(api, namespace, name, keep_previous, log, sleep)
         except Exception as e:
@@ -515,13 +708,14 @@ def deploy_to_kserve(
     return {
         "name": name,
         "namespace": namespace,
+        "deployment_mode": mode,
         "url": ((status.get("address") or {}).get("url") or "").rstrip("/"),
         "smoke_url": url,
         "service_url": status.get("url"),
         "revision": revision,
         "previous_revision": predictor_status.get("previousRolledoutRevision", ""),
         "traffic": predictor_status.get("traffic", []),
-        "canary": canary,
+        "canary": is_canary,
         "smoke": smoke,
         "deleted_revisions": removed,
         "cleanup_error": cleanup_error,
@@ -555,6 +749,7 @@ def deploy_model_on_kserve(
     poll_seconds: float,
     timeout_minutes: int,
     endpoint: Output[Artifact],
+    serving_mode: str = "auto",
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (kubeflow, serving: kserve): serve the published version on the InferenceService
     `inference_service` ("" = `model_name`) with `traffic_percentage` % of the traffic, wait until it is Ready,
@@ -580,6 +775,7 @@ def deploy_model_on_kserve(
         keep_previous: Older revisions of the InferenceService kept after a full rollout.
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the new revision is not Ready by then.
+        serving_mode: KServe's deployment mode: auto (the cluster's), knative or standard (required).
     """
     import json
     from collections import namedtuple
@@ -620,6 +816,8 @@ def deploy_model_on_kserve(
         checks=checks,
         keep_previous=keep_previous,
         labels={**labels, "tfpipe/model-version": str(version)},
+        serving_mode=serving_mode,
+        variant=f"v{version}",
         poll_seconds=poll_seconds,
         timeout_seconds=timeout_minutes * 60,
         discard=discard,

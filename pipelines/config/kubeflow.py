@@ -184,6 +184,15 @@ class KubeflowSettings(BaseModel):
             "(KServe's TF Serving runtime) is refused, as it serves the newest version under the model's folder."
         ),
     )
+    serving_mode: Literal["auto", "knative", "standard"] = Field(
+        "auto",
+        description=(
+            "KServe's deployment mode of the InferenceService: auto, the cluster's (KServe's status.deploymentMode "
+            "of the InferenceService, the config map's default for a new one); knative or standard to require it "
+            "(a new InferenceService asks for it; one in the other mode is refused). A canary (traffic_percentage "
+            "< 100) needs Knative mode, or Standard mode on KServe 0.20 or later (spec.canary)."
+        ),
+    )
     inference_service: InferenceService = Field(
         "", description="The InferenceService's name (empty: the model_name parameter)."
     )

@@ -153,6 +153,7 @@ class KubeflowOps(SelfHostedOps):
                     **keywords(inputs.repository),
                     traffic_percentage=inputs.traffic_percentage,
                     inference_service=k.inference_service,
+                    serving_mode=k.serving_mode,
                     serving_image=p.kubeflow_serving_image(),
                     resources=k.serving_resources.requirements(),
                     min_replicas=p.serving_min_replicas,

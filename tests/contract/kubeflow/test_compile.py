@@ -96,6 +96,7 @@ def test_engine_steps_and_their_inputs(tmp_path):
         },
         **engine,
         "inference_service": "digits",
+        "serving_mode": "auto",
         "serving_image": "example.com/serving:2",
         "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
         "min_replicas": 2,

@@ -202,7 +202,13 @@ def pods_of(obj: dict) -> list[tuple[str, dict]]:
         trial = (spec.get("trialTemplate") or {}).get("trialSpec") or {}
         return [(f"{name}-trial", ((trial.get("spec") or {}).get("template") or {}).get("spec") or {})]
     if obj.get("kind") == "InferenceService":
-        return [(f"{name}-predictor-00001-deployment", _predictor_pod(spec.get("predictor") or {}))]
+        stable = spec.get("predictor") or {}
+        canaries = [
+            (f"{name}-{c['predictor'].get('name')}-predictor", _predictor_pod({**stable, **c["predictor"]}))
+            for c in spec.get("canary") or []
+            if c.get("predictor")
+        ]
+        return [(f"{name}-predictor-00001-deployment", _predictor_pod(stable)), *canaries]
     return []
 
 
@@ -220,6 +226,8 @@ def pod_security(obj: dict, api) -> str:
 PORTED_CEL = {
     "tfjobs.kubeflow.org.v1.json": {".spec.runPolicy.schedulingPolicy.queue": "self == oldSelf"},
     "inferenceservices.serving.kserve.io.v1beta1.json": {},
+    "inferenceservices.serving.kserve.io.v1beta1.v0.16.0.json": {},
+    "inferenceservices.serving.kserve.io.v1beta1.v0.20.0.json": {},
     **trainer.PORTED_CEL,
 }
 
@@ -241,7 +249,7 @@ WEBHOOKS = {
         ("clustertrainingruntimes.trainer.kubeflow.org CEL", trainer.validate_runtime)
     ],
 }
-MUTATIONS = {
-    "kubeflow.org/v1beta1/experiments": [katib.default_experiment],
+MUTATIONS = {  # each mutation takes (object, the API double)
+    "kubeflow.org/v1beta1/experiments": [lambda obj, api: katib.default_experiment(obj)],
     "serving.kserve.io/v1beta1/inferenceservices": [kserve.default_inference_service],
 }

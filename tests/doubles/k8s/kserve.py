@@ -1,6 +1,21 @@
-"""KServe v0.15.2's InferenceService webhooks, ported: the defaulter (pkg/apis/serving/v1beta1/
-inference_service_defaults.go, with the shipped inferenceservice-config: Serverless, 1 CPU / 2Gi container defaults)
-and the validator (inference_service_validation.go, component.go, predictor.go, predictor_custom.go)."""
+"""KServe's InferenceService webhooks, ported from v0.15.2 (pkg/apis/serving/v1beta1/inference_service_defaults.go,
+with the inferenceservice-config's 1 CPU / 2Gi container defaults; inference_service_validation.go, component.go,
+predictor.go, predictor_custom.go), with what v0.16.0 and v0.20.0 changed for the deployment modes and the canary:
+
+- the modes (pkg/constants/constants.go): 0.15 knows `Serverless`, `RawDeployment`, `ModelMesh`; 0.16 renamed them
+  `Knative` and `Standard`, keeping the old names as deprecated aliases. The mode of an InferenceService
+  (controller utils.GetDeploymentMode) is its `status.deploymentMode` once written, else its
+  `serving.kserve.io/deploymentMode` annotation when the version knows the value (0.16+: an alias counts as its new
+  name), else the config map's `deploy.defaultDeploymentMode` (0.16+ reads an alias as its new name);
+- the defaulter writes the annotation when there is none and the default is `RawDeployment` (0.15) or `Standard`
+  (0.16+); 0.20's rewrites an alias annotation to the new name;
+- validateDeploymentMode: once the status has a mode, an annotation that differs is refused; 0.15 and 0.16 compare
+  the strings as they are (so on 0.16 to 0.19 an InferenceService annotated `RawDeployment` is refused every update),
+  0.20 compares the annotation with the status normalised;
+- 0.20's `spec.canary` (validateCanarySpecs): only with the annotation `Standard`, each canary's predictor named, no
+  autoscaling of its own, minReplicas at most the stable predictor's, trafficPercent 0 to 100 and at most 100 in all.
+
+The version and the config map's default are the KServe operator double's (`settings(api)`)."""
 
 from __future__ import annotations
 
@@ -25,7 +40,44 @@ AUTOSCALER_CLASSES = ("hpa", "external", "keda", "none")
 RESOURCE_DEFAULTS = {"cpu": "1", "memory": "2Gi"}
 
 
-def default_inference_service(obj: dict) -> None:
+MODE = "serving.kserve.io/deploymentMode"
+ALIASES = {"Serverless": "Knative", "RawDeployment": "Standard"}  # 0.16+: deprecated name -> new name
+MODES = {"0.15": ("Serverless", "RawDeployment", "ModelMesh")}  # the modes each version knows; 0.16+: below
+NEW_MODES = ("Knative", "Standard", "ModelMesh")
+
+
+def settings(api) -> tuple[str, str]:
+    """(KServe version, the config map's defaultDeploymentMode as written) of the cluster's KServe operator double;
+    ("0.15", "Serverless") without one."""
+    operator = next((c for c in getattr(api, "controllers", []) if hasattr(c, "kserve_version")), None)
+    return (operator.kserve_version, operator.default_mode) if operator else ("0.15", "Serverless")
+
+
+def normalised(version: str, mode: str) -> str:
+    """The mode `mode` names on `version` (0.16+: an alias is its new name)."""
+    return mode if version == "0.15" else ALIASES.get(mode, mode)
+
+
+def deployment_mode(version: str, default: str, status_mode: str, annotations: dict) -> str:
+    """utils.GetDeploymentMode of `version`: the status's, else a known annotation's, else the config map's."""
+    if status_mode:
+        return normalised(version, status_mode) if version == "0.20" else status_mode
+    known = MODES.get(version, NEW_MODES)
+    annotated = normalised(version, annotations.get(MODE, ""))
+    if MODE in annotations and annotated in known:
+        return annotated
+    return normalised(version, default)
+
+
+def default_inference_service(obj: dict, api=None) -> None:
+    version, default = settings(api)
+    annotations = obj["metadata"].setdefault("annotations", {})
+    if version == "0.20" and annotations.get(MODE) in ALIASES:
+        annotations[MODE] = ALIASES[annotations[MODE]]
+    if MODE not in annotations and normalised(version, default) in ("ModelMesh", MODES.get(version, NEW_MODES)[1]):
+        annotations[MODE] = normalised(version, default)
+    if not annotations:
+        del obj["metadata"]["annotations"]
     predictor = (obj.get("spec") or {}).get("predictor") or {}
     for framework in FRAMEWORKS:
         if framework in predictor:
@@ -55,11 +107,15 @@ def _implementations(predictor: dict) -> int:
 def validate_inference_service(obj: dict, old: dict | None, api=None) -> str:
     meta, spec = obj["metadata"], obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
+    version, _ = settings(api)
     if old is not None:
         was = (old.get("status") or {}).get("deploymentMode", "")
-        now = annotations.get("serving.kserve.io/deploymentMode")
+        was = normalised(version, was) if version == "0.20" else was
+        now = annotations.get(MODE)
         if was and now is not None and now != was:
             return f"update rejected: deploymentMode cannot be changed from '{was}' to '{now}'"
+    if spec.get("canary") and (denied := _canary_errors(spec, annotations)):
+        return denied
     if not NAME.match(meta["name"]):
         return (
             f'the InferenceService "{meta["name"]}" is invalid: a InferenceService name must consist of lower case '
@@ -111,4 +167,50 @@ def validate_inference_service(obj: dict, old: dict | None, api=None) -> str:
             "rps",
         ):
             return f"[{metric}] is not a supported metric"
+    return ""
+
+
+def _canary_errors(spec: dict, annotations: dict) -> str:
+    """v0.20.0's validateCanarySpecs."""
+    if annotations.get(MODE) != "Standard":
+        return "canary is only supported in Standard deployment mode"
+    stable = spec.get("predictor") or {}
+    uri = any(
+        e.get("name") == "STORAGE_URI"
+        for c in stable.get("containers") or []
+        if c.get("name") == CONTAINER
+        for e in c.get("env") or []
+    )
+    if not uri and "model" not in stable and not any(stable.get(f, {}).get("storageUri") for f in FRAMEWORKS):
+        return "canary requires a stable predictor with a model (multi-model serving is not supported with canary)"
+    names, total = set(), 0
+    for i, canary in enumerate(spec["canary"]):
+        predictor, name = canary.get("predictor") or {}, (canary.get("predictor") or {}).get("name", "")
+        if not name:
+            return f"canary[{i}] predictor.name is required"
+        if name in names:
+            return f'canary predictor.name "{name}" is duplicated'
+        names.add(name)
+        if name == stable.get("name"):
+            return f'canary predictor.name "{name}" conflicts with stable predictor name'
+        percent = canary.get("trafficPercent", 0)
+        if not 0 <= percent <= 100:
+            return f'canary "{name}" trafficPercent must be between 0 and 100, got {percent}'
+        total += percent
+        if _implementations(predictor) != 1:
+            return f'canary "{name}" predictor: exactly one of [{IMPLEMENTATIONS}] must be specified in PredictorSpec'
+        if predictor.get("workerSpec") is not None:
+            return f'canary "{name}" must not set workerSpec (multi-node is not yet supported for canary)'
+        if (predictor.get("maxReplicas") or 0) > 0:
+            return f'canary "{name}" must not set maxReplicas (canary uses fixed replicas)'
+        for field in ("scaleTarget", "scaleMetric", "autoScaling"):
+            if predictor.get(field) is not None:
+                return f'canary "{name}" must not set {field} (canary uses fixed replicas)'
+        if predictor.get("minReplicas") is not None and predictor["minReplicas"] > stable.get("minReplicas", 1):
+            return (
+                f'canary "{name}" minReplicas ({predictor["minReplicas"]}) must not exceed stable predictor '
+                f"minReplicas ({stable.get('minReplicas', 1)})"
+            )
+    if total > 100:
+        return f"sum of canary trafficPercent values ({total}) must be <= 100"
     return ""

@@ -1,4 +1,8 @@
-"""KServe v0.15 in Serverless mode, with Knative Serving under it, as far as a deploy step sees them (the rules are
+"""KServe 0.15, 0.16 or 0.20 (`KServeOperator(version=, default_mode=)`: the inferenceservice-config's
+`deploy.defaultDeploymentMode` as written; KServe ships `Serverless`), each InferenceService in the mode that version
+gives it (kserve.deployment_mode), its status's `deploymentMode` that mode's name.
+
+Knative mode (0.15's Serverless), with Knative Serving under it, as far as a deploy step sees them (the rules are
 in tests/doubles/k8s/kserve.py's sources and Knative 1.17's): every change of the predictor's pod template (spec,
 labels, annotations) makes a new revision `NAME-predictor-0000N` (a `serving.knative.dev/v1` Revision object and a
 pod); `canaryTrafficPercent` only moves traffic: with a revision rolled out before, the `latest` target gets that
@@ -9,17 +13,52 @@ external-domain URL of their tag, and a failed revision or model load is reporte
 
 The cluster's network (`network.Network`) routes `NAME-predictor.NS.svc.cluster.local` by the traffic split and
 `latest-` / `prev-` tag hosts to their revisions; `*.example.com` (the external domain) stays unreachable.
+
+Standard mode (0.15's RawDeployment; pkg/controller/v1beta1/inferenceservice/components/predictor.go,
+reconcilers/raw, inference_service_status.go's PropagateRawStatus): the predictor is a Deployment
+`NAME-predictor` (0.20: `NAME-PREDICTORNAME-predictor` when `spec.predictor.name` is set) behind a Service of that
+name; no Knative revisions, no traffic split: `canaryTrafficPercent` is ignored. A change of the pod template rolls
+the Deployment: the new pod replaces the old once it is ready (this double runs one pod per Deployment, standing
+for its replicas); a pod that fails leaves the old one serving and the Deployment's Progressing condition False
+(`ProgressDeadlineExceeded`, at once here, after the deadline on a cluster). The InferenceService's status is
+PropagateRawStatus's: `PredictorReady` / `Ready` from the Deployment's conditions, `observedGeneration` the
+Deployment's, the component's URL once ready; `address` the predictor Service's cluster-local name.
+0.20's `spec.canary`: each canary a Deployment `NAME-CANARYNAME-predictor` of the stable predictor merged with the
+canary's, its replicas ceil(stable minReplicas x trafficPercent / 100) taken from the stable's (at least 1 left);
+`status.canaryStatuses` and the `CanaryPredictorReady` condition; a Deployment no longer in the spec is deleted.
+v0.20.0 routes nothing by trafficPercent (its ingress and the stable Service select the stable pods only): a canary
+answers at its own Service, and its share of the replicas is its trafficPercent.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 
+from tests.doubles.k8s import kserve
 from tests.doubles.k8s.server import now
 
 ISVC = ("serving.kserve.io/v1beta1", "inferenceservices")
 REVISIONS = ("serving.knative.dev/v1", "revisions")
+DEPLOYMENTS = ("apps/v1", "deployments")
+SCHEMA_FILES = {
+    "0.15": "inferenceservices.serving.kserve.io.v1beta1.json",
+    "0.16": "inferenceservices.serving.kserve.io.v1beta1.v0.16.0.json",
+    "0.20": "inferenceservices.serving.kserve.io.v1beta1.v0.20.0.json",
+}
+STANDARD = ("Standard", "RawDeployment")
+
+
+def cluster(version: str = "0.15", default_mode: str = "Serverless") -> dict:
+    """KubeAPI's `installed` and `schemas` for KServe `version` installed with `default_mode`: Knative Serving's
+    revisions when the default is Knative, Deployments (apps/v1) always."""
+    installed = {ISVC[0]: {ISVC[1]: "InferenceService"}, DEPLOYMENTS[0]: {DEPLOYMENTS[1]: "Deployment"}}
+    if kserve.normalised(version, default_mode) in ("Knative", "Serverless"):
+        installed[REVISIONS[0]] = {REVISIONS[1]: "Revision"}
+    return {"installed": installed, "schemas": {f"{ISVC[0]}/{ISVC[1]}": SCHEMA_FILES[version]}}
+
+
 NOT_IN_TEMPLATE = (
     "autoscaling.knative.dev/min-scale",
     "autoscaling.knative.dev/max-scale",
@@ -46,16 +85,110 @@ class Service:
     ever_ready: bool = False
 
 
+@dataclass
+class Deployment:
+    """A predictor's Deployment (Standard mode): the pod serving and the one rolling in."""
+
+    name: str
+    template: dict
+    replicas: int
+    generation: int = 1
+    serving: object = None  # the pod of the last template that became ready
+    rolling: object = None  # the pod of the current template, until it is ready
+    failed: str = ""  # why the current template's pod failed
+    isvc_label: str = ""
+
+    def stop(self):
+        for pod in (self.serving, self.rolling):
+            if pod is not None:
+                pod.stop()
+
+    def step(self) -> None:
+        """Promote the rolling pod once ready (the old one goes); note its failure."""
+        if self.rolling is None:
+            return
+        state = self.rolling.state()
+        if state == "ready":
+            if self.serving is not None:
+                self.serving.stop()
+            self.serving, self.rolling = self.rolling, None
+        elif state.startswith("failed"):
+            self.failed = state.removeprefix("failed: ")
+
+    def obj(self, ns: str, labels: dict) -> dict:
+        done = self.rolling is None
+        available = self.serving is not None
+        progressing = (
+            {
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": f'ReplicaSet "{self.name}" has timed out progressing.',
+            }
+            if self.failed
+            else {"status": "True", "reason": "NewReplicaSetAvailable" if done else "ReplicaSetUpdated", "message": ""}
+        )
+        conditions = [
+            {
+                "type": "Available",
+                "status": "True" if available else "False",
+                "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+                "message": "Deployment has minimum availability."
+                if available
+                else "Deployment does not have minimum availability.",
+            },
+            {"type": "Progressing", **progressing},
+        ]
+        return {
+            "apiVersion": DEPLOYMENTS[0],
+            "kind": "Deployment",
+            "metadata": {"name": self.name, "namespace": ns, "labels": labels, "generation": self.generation},
+            "spec": {
+                "replicas": self.replicas,
+                "selector": {"matchLabels": {"app": f"isvc.{self.name}"}},
+                "template": {
+                    "metadata": {"labels": {**labels, "app": f"isvc.{self.name}"}},
+                    "spec": self.template["predictor"],
+                },
+            },
+            "status": {
+                "observedGeneration": self.generation,
+                "replicas": self.replicas,
+                "updatedReplicas": self.replicas if done else 0,
+                "readyReplicas": self.replicas if available else 0,
+                "availableReplicas": self.replicas if available else 0,
+                "conditions": conditions,
+            },
+        }
+
+
 class KServeOperator:
-    def __init__(self, network, start_pod, domain: str = "example.com"):
-        """`start_pod(isvc, revision name, predictor spec)` returns a pod (pods.ProcessPod or pods.FakePod)."""
+    def __init__(
+        self, network, start_pod, domain: str = "example.com", version: str = "0.15", default_mode: str = "Serverless"
+    ):
+        """`start_pod(isvc, revision or Deployment name, predictor spec)` returns a pod (pods.ProcessPod or
+        pods.FakePod)."""
+        if version not in SCHEMA_FILES:
+            raise ValueError(f"KServe {version}: this double models {', '.join(SCHEMA_FILES)}")
         self.network, self.start_pod, self.domain = network, start_pod, domain
+        self.kserve_version, self.default_mode = version, default_mode
         self.services: dict[tuple, Service] = {}
+        self.raw: dict[tuple, dict[str, Deployment]] = {}  # InferenceService -> its Deployments by name
 
     def close(self):
         for service in self.services.values():
             for revision in service.revisions:
                 revision.pod.stop()
+        for deployments in self.raw.values():
+            for deployment in deployments.values():
+                deployment.stop()
+
+    def mode(self, isvc: dict) -> str:
+        return kserve.deployment_mode(
+            self.kserve_version,
+            self.default_mode,
+            (isvc.get("status") or {}).get("deploymentMode", ""),
+            isvc["metadata"].get("annotations") or {},
+        )
 
     def revision(self, name: str) -> Revision:
         return next(r for s in self.services.values() for r in s.revisions if r.name == name)
@@ -66,6 +199,8 @@ class KServeOperator:
                 self._reconcile(api, key, isvc)
         for key in [k for k in self.services if k not in api.objects]:
             self._tear_down(api, key)
+        for key in [k for k in self.raw if k not in api.objects]:
+            self._tear_down_raw(api, key)
 
     def _tear_down(self, api, key):
         service = self.services.pop(key)
@@ -80,8 +215,13 @@ class KServeOperator:
             api.held.add(key)
             if key in self.services:
                 self._tear_down(api, key)
+            if key in self.raw:
+                self._tear_down_raw(api, key)
             api.held.discard(key)
             return
+        mode = self.mode(isvc)
+        if mode in STANDARD:
+            return self._reconcile_standard(api, key, isvc, mode)
         service = self.services.setdefault(key, Service())
         predictor = copy.deepcopy(isvc["spec"]["predictor"])
         canary = predictor.pop("canaryTrafficPercent", None)
@@ -126,7 +266,9 @@ class KServeOperator:
         traffic = self._traffic(service, canary, ready, name, ns, isvc)
         if ready is not None:
             self._propagate(service, traffic, ready, created)
-        api.write_status(key, self._status(isvc, service, traffic, ready, created, name, ns))
+        api.write_status(
+            key, {**self._status(isvc, service, traffic, ready, created, name, ns), "deploymentMode": mode}
+        )
 
     def _traffic(self, service, canary, ready, name, ns, isvc) -> list[dict]:
         if ready is None:
@@ -249,6 +391,157 @@ class KServeOperator:
                 self.network.route(f"{tag}-{local}", [(*revisions[target["revisionName"]].pod.address, 100)])
             else:
                 self.network.unroute(f"{tag}-{local}")
+
+    # Standard mode
+    def _tear_down_raw(self, api, key):
+        for deployment in self.raw.pop(key).values():
+            deployment.stop()
+            api.remove((DEPLOYMENTS[0], key[1], DEPLOYMENTS[1], deployment.name))
+            self.network.unroute(f"{deployment.name}.{key[1]}.svc.cluster.local")
+
+    def _variants(self, isvc: dict, name: str) -> dict[str, tuple[dict, int]]:
+        """Deployment name -> (predictor spec, replicas): the stable predictor's and each canary's (0.20)."""
+        spec = isvc["spec"]
+        stable = {k: v for k, v in spec["predictor"].items() if k != "canaryTrafficPercent"}
+        low = stable.get("minReplicas", 1)
+        canaries = {
+            f"{name}-{c['predictor']['name']}-predictor": (
+                {**stable, **c["predictor"], "maxReplicas": 0},
+                c["predictor"].get("minReplicas") or math.ceil(low * c.get("trafficPercent", 0) / 100),
+            )
+            for c in spec.get("canary") or []
+        }
+        stable_name = f"{name}-{stable['name']}-predictor" if stable.get("name") else f"{name}-predictor"
+        taken = sum(replicas for _, replicas in canaries.values())
+        return {stable_name: (stable, max(low - taken, 1) if canaries else low), **canaries}
+
+    def _reconcile_standard(self, api, key, isvc, mode):
+        _, ns, _, name = key
+        deployments = self.raw.setdefault(key, {})
+        labels = {
+            **(isvc["metadata"].get("labels") or {}),
+            "serving.kserve.io/inferenceservice": name,
+            "component": "predictor",
+        }
+        variants = self._variants(isvc, name)
+        for gone in [d for d in deployments if d not in variants]:
+            deployments.pop(gone).stop()
+            api.remove((DEPLOYMENTS[0], ns, DEPLOYMENTS[1], gone))
+            self.network.unroute(f"{gone}.{ns}.svc.cluster.local")
+        for dname, (predictor, replicas) in variants.items():
+            template = {
+                "predictor": {k: v for k, v in predictor.items() if k not in ("name", "minReplicas", "maxReplicas")},
+                "labels": labels,
+            }
+            deployment = deployments.get(dname)
+            if deployment is None:
+                deployment = deployments[dname] = Deployment(dname, template, replicas)
+                deployment.rolling = self.start_pod(isvc, dname, predictor)
+            elif deployment.template != template:
+                if deployment.rolling is not None:
+                    deployment.rolling.stop()
+                deployment.template, deployment.failed = template, ""
+                deployment.generation += 1
+                deployment.rolling = self.start_pod(isvc, dname, predictor)
+            elif deployment.replicas != replicas:
+                deployment.replicas, deployment.generation = replicas, deployment.generation + 1
+            deployment.step()
+            self._write_deployment(api, ns, deployment, labels)
+            if deployment.serving is not None:
+                self.network.route(f"{dname}.{ns}.svc.cluster.local", [(*deployment.serving.address, 100)])
+        stable_name = next(iter(variants))
+        api.write_status(key, self._raw_status(isvc, mode, deployments[stable_name], deployments, name, ns))
+
+    @staticmethod
+    def _write_deployment(api, ns, deployment, labels):
+        key = (DEPLOYMENTS[0], ns, DEPLOYMENTS[1], deployment.name)
+        obj = deployment.obj(ns, labels)
+        if key not in api.objects:
+            created = api.create_owned(key, {k: v for k, v in obj.items() if k != "status"})
+            created["metadata"]["generation"] = deployment.generation
+        stored = api.objects[key]
+        for part in ("spec", "status"):
+            stored[part] = obj[part]
+        stored["metadata"].update(generation=deployment.generation, labels=labels)
+
+    def _raw_status(self, isvc, mode, stable, deployments, name, ns) -> dict:
+        status = isvc.get("status") or {}
+        if stable.failed:
+            ready = {
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": f'ReplicaSet "{stable.name}" has timed out progressing.',
+            }
+        elif stable.rolling is None and stable.serving is not None:
+            ready = {"status": "True", "reason": "NewReplicaSetAvailable"}
+        elif stable.serving is not None:
+            ready = {"status": "Unknown", "reason": "ReplicaSetUpdated"}
+        else:
+            ready = {
+                "status": "False",
+                "reason": "MinimumReplicasUnavailable",
+                "message": "Deployment does not have minimum availability.",
+            }
+        conditions = [
+            {"type": "IngressReady", "status": "True"},
+            {"type": "PredictorReady", **ready},
+            {"type": "Ready", **ready},
+        ]
+        canaries = [(n, d) for n, d in deployments.items() if d is not stable]
+        out = {
+            "observedGeneration": stable.generation,
+            "deploymentMode": mode,
+            "conditions": conditions,
+            "components": {"predictor": {}},
+            "modelStatus": self._raw_model_status(stable),
+        }
+        if canaries:
+            spec_canaries = {f"{name}-{c['predictor']['name']}-predictor": c for c in isvc["spec"].get("canary") or []}
+            out["canaryStatuses"] = [
+                {
+                    "name": spec_canaries[n]["predictor"]["name"],
+                    "ready": d.serving is not None and d.rolling is None,
+                    "trafficPercent": spec_canaries[n].get("trafficPercent", 0),
+                }
+                for n, d in canaries
+            ]
+            all_ready = all(c["ready"] for c in out["canaryStatuses"])
+            conditions.append(
+                {
+                    "type": "CanaryPredictorReady",
+                    "status": "True" if all_ready else "False",
+                    "reason": "AllCanariesReady" if all_ready else "CanariesNotReady",
+                }
+            )
+        if stable.serving is not None:
+            local = f"http://{stable.name}.{ns}.svc.cluster.local"
+            out["components"]["predictor"] = {"url": local, "address": {"url": local}}
+            out["address"] = {"url": local}
+            out["url"] = f"http://{name}-{ns}.{self.domain}"
+        before = {c["type"]: c for c in status.get("conditions") or []}
+        for c in conditions:
+            same = before.get(c["type"], {})
+            changed = (same.get("status"), same.get("reason")) != (c["status"], c.get("reason"))
+            c["lastTransitionTime"] = now() if changed else same.get("lastTransitionTime", now())
+        return out
+
+    @staticmethod
+    def _raw_model_status(stable) -> dict:
+        if stable.failed:
+            return {
+                "transitionStatus": "BlockedByFailedLoad",
+                "states": {"activeModelState": "Loaded" if stable.serving else "", "targetModelState": "FailedToLoad"},
+                "lastFailureInfo": {"reason": "ModelLoadFailed", "message": stable.failed},
+            }
+        if stable.rolling is None:
+            return {
+                "transitionStatus": "UpToDate",
+                "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
+            }
+        return {
+            "transitionStatus": "InProgress",
+            "states": {"activeModelState": "Loaded" if stable.serving else "", "targetModelState": "Pending"},
+        }
 
 
 def process_pods(

@@ -166,6 +166,7 @@ class KubeAPI:
     retry_after: int = 1  # the seconds a 429 asks the client to wait
     foreground_seconds: float = 0.3
     tick_seconds: float = 0.05
+    schemas: dict = field(default_factory=dict)  # "group/version/plural" -> a vendored schema other than SCHEMAS'
 
     def __post_init__(self):
         self.lock = threading.RLock()
@@ -477,7 +478,7 @@ class KubeAPI:
         name = obj.get("metadata", {}).get("name", "")
         kind = self.installed.get(gv, {}).get(plural, plural)
         errors = schema.metadata_errors(obj.get("metadata") or {})
-        filename = SCHEMAS.get(f"{gv}/{plural}")
+        filename = self.schemas.get(f"{gv}/{plural}") or SCHEMAS.get(f"{gv}/{plural}")
         if filename:
             errors += schema.custom_schema(filename).errors(obj)
         if obj.get("apiVersion") != gv or obj.get("kind") != kind:
@@ -505,7 +506,7 @@ class KubeAPI:
         if "generateName" in meta and "name" not in meta:
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         for mutate in admission.MUTATIONS.get(f"{gv}/{plural}", []) if not by_operator else []:
-            mutate(obj)
+            mutate(obj, self)
         obj.pop("status", None)  # the status subresource: a create sets no status
         self._check(gv, plural, obj, None, by_operator)
         key = (gv, ns, plural, meta["name"])
@@ -543,7 +544,7 @@ class KubeAPI:
             else:
                 new.pop("status", None)
             for mutate in admission.MUTATIONS.get(f"{gv}/{plural}", []):
-                mutate(new)
+                mutate(new, self)
             self._check(gv, plural, new, old)
         new = drop_nulls(new)
         if new == old:
