@@ -37,8 +37,9 @@ class Art:
     metadata: dict = field(default_factory=dict)
 
 
-def katib_api(kubelet, monkeypatch, home):
-    """The double with Katib's controllers over `kubelet`, its namespace labelled for the metrics collector."""
+def katib_api(kubelet, monkeypatch, home, labels: dict | None = None, **server):
+    """The double with Katib's controllers over `kubelet`, its namespace labelled for the metrics collector (and with
+    `labels`); `server`: more of KubeAPI's settings (faults)."""
     from tests.doubles.k8s import point_clients_at, shipped_rules
     from tests.doubles.k8s.katib import INJECTION
     from tests.doubles.k8s.katib_operator import KatibOperator
@@ -47,8 +48,9 @@ def katib_api(kubelet, monkeypatch, home):
     api = KubeAPI(
         installed=dict(EXPERIMENTS),
         controllers=[operator],
-        namespaces={"ml": {INJECTION: "enabled"}},
+        namespaces={"ml": {INJECTION: "enabled", **(labels or {})}},
         rbac=shipped_rules(),
+        **server,
     )
     point_clients_at(api, monkeypatch, home)
     return api, operator

@@ -1,7 +1,8 @@
 """A cheap stand-in for `trainer.task` in study tests: a known optimum, reported through the real hypertune.
 
 accuracy = 1 − (log10(learning_rate) + 2)² / 4 − ((hidden_units − 100) / 200)²  → best at lr=0.01, units=100.
-`--mode crash` exits 3 before reporting; `--mode silent` exits 0 without reporting.
+`--mode crash` exits 3 before reporting; `--mode silent` exits 0 without reporting. Other flags are ignored (a Katib
+trial passes the trainer's).
 """
 
 import argparse
@@ -17,7 +18,7 @@ p.add_argument("--learning-rate", type=float, required=True)
 p.add_argument("--hidden-units", type=int, default=100)
 p.add_argument("--mode", default="ok")
 p.add_argument("--sleep", type=float, default=0.3)
-args = p.parse_args()
+args, _ = p.parse_known_args()  # a trial gets the trainer's other flags too
 os.makedirs(os.environ["AIP_MODEL_DIR"], exist_ok=True)
 time.sleep(args.sleep)
 if args.mode == "crash":

@@ -124,11 +124,14 @@ def transient(error: BaseException) -> bool:
 
 
 def _chain(error: BaseException):
-    """The error and those it was raised from or while handling (a client library may wrap it either way)."""
+    """The error and those it was raised from or while handling (a client library may wrap it either way), or that
+    it carries as an argument (urllib3's ProtocolError, which its MaxRetryError is raised from, holds the lost
+    connection's error so)."""
     current: BaseException | None = error
     while current is not None:
         yield current
-        current = current.__cause__ or current.__context__
+        carried = next((a for a in current.args if isinstance(a, BaseException)), None)
+        current = current.__cause__ or current.__context__ or carried
 
 
 def retry_after(error: BaseException) -> float:

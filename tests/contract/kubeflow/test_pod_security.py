@@ -4,6 +4,7 @@ predictor the steps create pass it, and the serving step refuses a namespace lab
 mutator skips those) in one line."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -144,6 +145,45 @@ def test_the_tuning_steps_trial_template_passes_restricted_admission(restricted_
     )
     assert best["trial"] == "e-x7k2"
     assert restricted_api.created("experiments") == [body]
+    trial_pod = body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
+    assert pod_security_denial("e-trial", trial_pod, RESTRICTED) == ""  # Katib's trial pods: see the next test
+
+
+def test_a_trial_pod_that_violates_restricted_leaves_its_job_without_a_pod_as_the_api_server_refuses_it(
+    monkeypatch, tmp_path
+):
+    """The API server admits an Experiment whatever its trial template; it refuses each trial pod the Job controller
+    creates, which records FailedCreate with the refusal: the trials never start, and the step times out and
+    deletes the Experiment."""
+    from tests.doubles.k8s.kubelet import Claim, Kubelet
+    from tests.helpers.kubeflow_components import SMALL_STUDY, katib_api
+
+    kubelet = Kubelet({"tfpipe": Claim(str(tmp_path))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"})
+    api, operator = katib_api(kubelet, monkeypatch, tmp_path / "home", RESTRICTED)
+    try:
+        body = experiment("e", "ml", SMALL_STUDY, "tfpipe/trainer:dev", [], f"{tmp_path}/trials", {}, "", "")
+        pod = body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
+        del pod["securityContext"], pod["containers"][0]["securityContext"]
+        lines: list[str] = []
+        with pytest.raises(TimeoutError):
+            run_experiment(kube.api_client(api.url), body, SMALL_STUDY, 0.05, 0.5, lines.append)
+        violations = re.escape(NOTHING_SET.replace("tensorflow", "training-container"))
+        refused = [
+            re.fullmatch(
+                r'Job ml/(e-[a-z0-9]{8}): FailedCreate: Error creating: pods "\1-[a-z0-9]{5}" is forbidden: '
+                rf'violates PodSecurity "restricted:latest": {violations}',
+                event,
+            )
+            for event in operator.events
+        ]
+        assert len(refused) == 2 and all(refused) and api.pods == []
+        assert lines[-2:] == [
+            "Experiment ml/e: giving up (TimeoutError: Experiment ml/e did not finish within 0 min); deleting it",
+            "deleted Experiment ml/e (and its trials)",
+        ]
+        assert [r.path for r in api.calls("DELETE")] == ["/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/e"]
+    finally:
+        api.close()
 
 
 def serving_api(namespaces: dict, rbac: list) -> tuple[KubeAPI, Network]:

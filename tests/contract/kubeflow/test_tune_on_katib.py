@@ -859,3 +859,168 @@ def test_a_failed_study_on_katib_saves_the_trials_log_and_deletes_the_experiment
     assert [(r.path, r.body["propagationPolicy"]) for r in api.calls("DELETE")] == [
         (f"/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/{name}", "Foreground")
     ]
+
+
+# Katib's double behind an API server that fails two requests in five (429 with Retry-After, 500, 503, a connection
+# reset before or lost after the request is handled), in a namespace that enforces Pod Security's restricted profile.
+# First, in every run: the discovery request reset four times (urllib3's own three retries spent: MaxRetryError),
+# then the Experiment's create handled but its answer lost (the step's retry meets 409 and adopts the Experiment).
+FIRST_FAULTS = [*[("GET", "reset", "/apis/kubeflow.org/v1beta1")] * 4, ("POST", "lost", "/experiments")]
+FAULT_SEEDS = range(4)
+STAND_IN_TRIAL = ["python", "-m", "tests.helpers.stand_in_trainer", "--sleep", "0"]
+RETRY = r"; retrying in \d+\.\d s \([1-7]/7\)"
+RETRY_LINE = re.compile(rf"Kubernetes API: (HTTP (429|500|503) [A-Za-z ]+|connection lost \([A-Za-z]+\)){RETRY}")
+FIRST_RETRIES = [
+    rf"Kubernetes API: connection lost \(RemoteDisconnected\){RETRY}",  # the discovery's MaxRetryError
+    rf"Kubernetes API: connection lost \(RemoteDisconnected\){RETRY}",  # the create's lost answer
+]
+
+
+@pytest.fixture(params=FAULT_SEEDS, ids=lambda seed: f"seed{seed}")
+def failing_katib_cluster(request, monkeypatch, tmp_path):
+    """`katib_cluster` with FIRST_FAULTS and then faults drawn from the seed, in a restricted namespace; a function
+    that cuts the step's waits to at most 50 ms."""
+    from tests.doubles.k8s.admission import ENFORCE
+    from tests.doubles.k8s.kubelet import Claim, Kubelet
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    kubelet = Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"})
+    api, operator = katib_api(
+        kubelet,
+        monkeypatch,
+        tmp_path / "home",
+        {ENFORCE: "restricted"},
+        faults=list(FIRST_FAULTS),
+        fault_rate=0.4,
+        fault_seed=request.param,
+        retry_after=0,
+    )
+    yield api, operator, volume, lambda s: time.sleep(min(s, 0.05))
+    api.close()
+
+
+def retries(lines: list[str]) -> list[str]:
+    """The step's retry lines, checked: the first ones FIRST_FAULTS cause, each saying what failed and the wait."""
+    found = [line for line in lines if line.startswith("Kubernetes API: ")]
+    assert [line for line in found if not RETRY_LINE.fullmatch(line)] == []
+    assert all(re.fullmatch(pattern, line) for pattern, line in zip(FIRST_RETRIES, found, strict=False))
+    assert len(found) >= len(FIRST_RETRIES)
+    return found
+
+
+def tune(api, volume, data, tuning, run_id: str, lines: list, sleep) -> dict:
+    return tune_with_katib(
+        kube.api_client(api.url),
+        str(data),
+        str(tuning),
+        spec=SMALL_STUDY,
+        trial_epochs=1,
+        batch_size=16,
+        workers=1,
+        model_builder="trainer.model:build_model",
+        image="tfpipe/trainer:dev",
+        namespace="ml",
+        service_account="",
+        claim_name="tfpipe",
+        mount_path=str(volume),
+        resources={},
+        run_id=run_id,
+        poll_seconds=0.05,
+        timeout_seconds=60,
+        log=lines.append,
+        sleep=sleep,
+    )
+
+
+def a_dataset(tmp_path) -> Path:
+    data = tmp_path / "dataset"
+    data.mkdir()
+    (data / "stats.json").write_text("{}")
+    return data
+
+
+def step_lines(lines: list[str], name: str) -> list[str]:
+    """The step's own lines: not its retries, nor the Experiment's progress (which depends on when it polled)."""
+    return [line for line in lines if not line.startswith(("Kubernetes API: ", f"Experiment ml/{name}: "))]
+
+
+def test_a_study_succeeds_on_katib_through_failing_requests_in_a_restricted_namespace(
+    failing_katib_cluster, tmp_path, monkeypatch
+):
+    from components import tune_on_katib
+
+    api, operator, volume, sleep = failing_katib_cluster
+    monkeypatch.setattr(tune_on_katib, "TRAINER_COMMAND", STAND_IN_TRIAL)
+    lines: list[str] = []
+    best = tune(api, volume, a_dataset(tmp_path), tmp_path / "tuning", "run-7", lines, sleep)
+    name = kube.object_name("tfpipe-tune", "run-7", "tune-hyperparameters")
+    assert best["trial"].startswith(f"{name}-") and best["status"]["trialsSucceeded"] == 2
+    assert operator.events == []  # every trial pod admitted
+    assert json.loads((tmp_path / "tuning" / "trials.json").read_text())["best"]["trial"] == best["trial"]
+    retries(lines)
+    assert step_lines(lines, name) == [
+        f"Experiment ml/{name} exists already (a retry of this step): following it",
+        f"created Experiment ml/{name}: bayesianoptimization, up to 2 trials, 2 at a time",
+        "warning: study parameter hidden_units: Katib's bayesianoptimization (scikit-optimize) searches integers "
+        "uniformly from 32 to 256, not on the log scale the study asks (Vertex does); for a log search use "
+        "algorithm random, or a discrete parameter of log-spaced values",
+        f"deleted Experiment ml/{name} (and its trials)",
+    ]
+    # one Experiment, created once, deleted (a retried delete meets 404: gone already)
+    assert [key[3] for key in api.objects if key[2] == "experiments"] in ([], [name])
+    assert {(r.method, r.path) for r in api.requests if r.method in ("POST", "DELETE")} == {
+        ("POST", "/apis/kubeflow.org/v1beta1/namespaces/ml/experiments"),
+        ("DELETE", f"/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/{name}"),
+    }
+
+
+def test_a_failed_study_on_katib_quotes_its_trials_log_through_failing_requests_in_a_restricted_namespace(
+    failing_katib_cluster, tmp_path, monkeypatch
+):
+    from components import tune_on_katib
+
+    api, operator, volume, sleep = failing_katib_cluster
+    monkeypatch.setattr(tune_on_katib, "TRAINER_COMMAND", FAILING_TRIAL)
+    lines: list[str] = []
+    with pytest.raises(StudyFailed) as failed:
+        tune(api, volume, a_dataset(tmp_path), tmp_path / "tuning", "run-9", lines, sleep)
+    name = kube.object_name("tfpipe-tune", "run-9", "tune-hyperparameters")
+    trial, pod = failed.value.trial_log["trial"], failed.value.trial_log["pod"]
+    assert (failed.value.trial_log["error"], pod.startswith(f"{trial}-")) == ("", True)
+    assert str(failed.value).split("\n", 1)[1] == f"trial {trial}'s last log lines (pod {pod}):\n" + "".join(
+        f"trial line {i}\n" for i in range(11, 31)
+    )
+    saved = volume / "runs" / "run-9" / "tune-hyperparameters" / f"{trial}.log"
+    assert saved.read_text() == TRIAL_LINES
+    retries(lines)
+    assert step_lines(lines, name)[-2:] == [
+        f"deleted Experiment ml/{name} (and its trials)",
+        f"trial {trial}'s whole log: {saved} (on the claim tfpipe)",
+    ]
+    assert {r.path for r in api.calls("DELETE")} == {f"/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/{name}"}
+
+
+def test_a_grid_katib_refuses_fails_the_study_with_katibs_message_through_failing_requests(failing_katib_cluster):
+    api, operator, volume, sleep = failing_katib_cluster
+    body = experiment(
+        "tfpipe-tune-grid", "ml", GRID, "tfpipe/trainer:dev", [], f"{volume}/trials", {}, "tfpipe", str(volume)
+    )
+    body["spec"]["maxTrialCount"] = 9  # what search_space() refuses
+    lines: list[str] = []
+    with pytest.raises(StudyFailed) as failed:
+        run_experiment(kube.api_client(api.url), body, GRID, poll_seconds=0.05, log=lines.append, sleep=sleep)
+    assert str(failed.value) == (
+        "Experiment ml/tfpipe-tune-grid failed: Suggestion has failed (0 failed trial(s); max_failed_trial_count=1)"
+    )
+    assert operator.events == [
+        "Suggestion ml/tfpipe-tune-grid: SuggestionFailed: Validation failed: ValidateAlgorithmSettings Error: Max "
+        "Trial Count: 9 > all possible search combinations: 8"
+    ]
+    assert api.items("trials") == []
+    retries(lines)
+    assert step_lines(lines, "tfpipe-tune-grid") == [
+        "Experiment ml/tfpipe-tune-grid exists already (a retry of this step): following it",
+        "created Experiment ml/tfpipe-tune-grid: grid, up to 8 trials, 2 at a time",  # the spec's count, not the body's
+        "deleted Experiment ml/tfpipe-tune-grid (and its trials)",
+    ]

@@ -10,10 +10,11 @@
 Each check takes (object, old object or None on create, the API double) and returns the denial message, or "" to admit.
 
 And Kubernetes 1.32's Pod Security admission (k8s.io/pod-security-admission, policy/check_*.go) for namespaces
-labelled `pod-security.kubernetes.io/enforce: restricted`, with the API server's message. It judges the pods a
-TFJob, an Experiment's trials or an InferenceService's predictor would have, and refuses the object's create or
-update with the message of its first pod: there the API server refuses the operator's pod create instead, which a
-step sees only as a job that never starts.
+labelled `pod-security.kubernetes.io/enforce: restricted`, with the API server's message. Katib's double judges
+each trial pod as the Job controller creates it (katib_operator.py), as the API server does. For a TFJob or an
+InferenceService it judges the pods their operators would create and refuses the object's create or update with
+the message of its first pod: there the API server admits the object and refuses the operator's pod create instead,
+which a step sees only as a job that never starts.
 """
 
 from __future__ import annotations
@@ -190,17 +191,14 @@ def _predictor_pod(predictor: dict) -> dict:
 
 
 def pods_of(obj: dict) -> list[tuple[str, dict]]:
-    """(pod name, pod spec) of the pods the operators would create for a TFJob, an Experiment (a trial of its
-    template: Katib's names are random) or an InferenceService (its first predictor revision)."""
+    """(pod name, pod spec) of the pods the operators would create for a TFJob or an InferenceService (its first
+    predictor revision)."""
     name, spec = obj["metadata"]["name"], obj.get("spec") or {}
     if obj.get("kind") == "TFJob":
         return [
             (f"{name}-{rtype.lower()}-0", ((rspec or {}).get("template") or {}).get("spec") or {})
             for rtype, rspec in (spec.get("tfReplicaSpecs") or {}).items()
         ]
-    if obj.get("kind") == "Experiment":
-        trial = (spec.get("trialTemplate") or {}).get("trialSpec") or {}
-        return [(f"{name}-trial", ((trial.get("spec") or {}).get("template") or {}).get("spec") or {})]
     if obj.get("kind") == "InferenceService":
         stable = spec.get("predictor") or {}
         canaries = [

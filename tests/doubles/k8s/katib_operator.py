@@ -9,7 +9,9 @@
 - trials `<experiment>-<8 characters>`, each a Job from the trial template with `${trialParameters.*}` substituted,
   checked against Kubernetes' Job schema, its pod admitted by Katib's pod webhook (the primary container's command
   wrapped for the File collector; no `command` and an image the webhook cannot read from a registry: the pod is
-  refused, and the Job keeps retrying without a pod) and run by the kubelet double with the collector's emptyDir;
+  refused, and the Job keeps retrying without a pod), then by Pod Security admission in a namespace that enforces
+  `restricted` (a violation refuses the pod: the Job's FailedCreate event quotes the API server, and the Job stays
+  without a pod), and run by the kubelet double with the collector's emptyDir;
 - the File collector parses the metrics file (JSON format); a trial succeeds, fails, or has its metrics unavailable;
 - once a trial has finished, its Job is deleted (foreground: its pod and the pod's log go with it) unless the trial
   template says `retain: true` (the trial's `RetainRun`: pkg/controller.v1beta1/trial/trial_controller.go); the
@@ -29,7 +31,7 @@ import os
 import random
 from dataclasses import dataclass, field
 
-from tests.doubles.k8s import katib, schema
+from tests.doubles.k8s import admission, katib, schema
 from tests.doubles.k8s.server import now
 
 EXPERIMENTS = ("kubeflow.org/v1beta1", "experiments")
@@ -241,6 +243,11 @@ class KatibOperator:
             "volumes": [*(pod["spec"].get("volumes") or []), {"name": "metrics-volume", "emptyDir": {}}],
             "shareProcessNamespace": True,
         }
+        labels = (api.namespaces or {}).get(ns) or {}
+        if denied := admission.pod_security_denial(pod["metadata"]["name"], pod["spec"], labels):
+            trial.refused = f"Error creating: {denied}"
+            self.events.append(f"Job {ns}/{trial.name}: FailedCreate: {trial.refused}")
+            return
         api.pods.append(pod)
         trial.pod = self.kubelet.start(pod, primary)
         trial.pod_name = pod["metadata"]["name"]

@@ -5,8 +5,6 @@ import pytest
 from components.lib.prep.rules import route, shard_count
 from components.lib.prep.sources import DataError, default_image_size
 from components.prepare_data import prepare
-from core import cpus
-from core.cpus import available_cpus
 from tests.helpers.data import write_images
 from trainer import data
 
@@ -389,23 +387,6 @@ def test_default_image_size_rule():
     assert default_image_size([32, 500])[0] == 32
     assert default_image_size([240, 333, 500])[0] == 180
     assert default_image_size([])[0] == 180
-
-
-@pytest.mark.parametrize(
-    "files, expected",
-    [
-        ({}, 2),
-        ({"/sys/fs/cgroup/cpu.max": "max 100000\n"}, 2),
-        ({"/sys/fs/cgroup/cpu.max": "50000 100000\n"}, 1),
-        ({"/sys/fs/cgroup/cpu.max": "150000 100000\n"}, 2),
-        ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "100000\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 1),
-        ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n"}, 2),
-    ],
-)
-def test_available_cpus_follows_the_cgroup_limit(monkeypatch, files, expected):
-    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr(cpus, "_read", lambda path: files.get(path, ""))
-    assert available_cpus() == expected
 
 
 def test_mixed_size_images_default_to_the_smallest_side_and_an_explicit_size_prepares_other_data(tmp_path):
