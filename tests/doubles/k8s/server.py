@@ -55,6 +55,13 @@ CUSTOM = re.compile(
 )
 CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<plural>pods)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
 NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
+# core objects a namespace's set-up creates (manifests/kubeflow), kept like custom objects under `installed["v1"]`
+CORE_OBJECTS = re.compile(
+    r"^/api/(?P<version>v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>persistentvolumeclaims|serviceaccounts)"
+    r"(?:/(?P<name>[^/]+))?$"
+)
+# the built-in API groups: their objects are checked against Kubernetes' own schemas (schema.core_errors)
+BUILT_IN = ("v1", "batch/v1", "rbac.authorization.k8s.io/v1")
 MERGE, JSON_PATCH, STRATEGIC, APPLY = (
     "application/merge-patch+json",
     "application/json-patch+json",
@@ -370,10 +377,11 @@ class KubeAPI:
             return self._core(r, m)
         if m := NAMESPACE.match(r.path):
             return self._namespace(r, m["name"])
-        m = CUSTOM.match(r.path)
-        if not m:
+        found = CUSTOM.match(r.path) or CORE_OBJECTS.match(r.path)
+        if not found:
             return self._status(404, "NotFound", f"no route {r.path}")
-        gv = f"{m['group']}/{m['version']}"
+        m = {"group": "", "sub": None, **found.groupdict()}
+        gv = f"{m['group']}/{m['version']}" if m["group"] else m["version"]
         kinds = self.installed.get(gv)
         if m["plural"] is None and not m["ns"]:
             if kinds is None:
@@ -473,13 +481,15 @@ class KubeAPI:
         raise Refused(415, "UnsupportedMediaType", f"the server does not support the media type {r.content_type!r}")
 
     def _check(self, gv: str, plural: str, obj: dict, old: dict | None, by_operator: bool = False) -> None:
-        group = gv.split("/")[0]
+        group = gv.split("/")[0] if "/" in gv else ""
         name = obj.get("metadata", {}).get("name", "")
         kind = self.installed.get(gv, {}).get(plural, plural)
         errors = schema.metadata_errors(obj.get("metadata") or {})
         filename = SCHEMAS.get(f"{gv}/{plural}")
         if filename:
             errors += schema.custom_schema(filename).errors(obj)
+        elif gv in BUILT_IN:
+            errors += schema.core_errors(obj)
         if obj.get("apiVersion") != gv or obj.get("kind") != kind:
             errors.append(f"apiVersion/kind: expected {gv} {kind}, got {obj.get('apiVersion')} {obj.get('kind')}")
         if errors:
