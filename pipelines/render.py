@@ -34,6 +34,7 @@ PLACEHOLDERS = {
 }
 _FREE_TEXT = re.compile(r"\$\{[A-Z][A-Z_]*\}")
 DEFAULT_NAMESPACE = "kubeflow"
+RUNNER = "tfpipe-runner"  # the runs' service account manifests/kubeflow ships (runner-serviceaccount.yaml)
 
 
 class RenderError(ValueError):
@@ -257,7 +258,9 @@ def _adapted(body: dict, namespace: str, platform) -> dict:
     elif kind == "RoleBinding":
         for subject in body["subjects"]:
             subject["namespace"] = namespace
-            subject["name"] = platform.kfp_service_account or subject["name"]
-    elif kind == "ServiceAccount" and k.service_account:
-        body["metadata"]["name"] = k.service_account
+            subject["name"] = platform.kfp_service_account or RUNNER
+    elif kind == "ServiceAccount" and body["metadata"]["name"] == RUNNER:
+        body["metadata"]["name"] = platform.kfp_service_account or RUNNER
+    elif kind == "ServiceAccount":
+        body["metadata"]["name"] = k.service_account or body["metadata"]["name"]
     return body

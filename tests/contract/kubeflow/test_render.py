@@ -38,6 +38,9 @@ DEFAULT_FILES = [
     "persistentvolumeclaim-tfpipe.yaml",
     "role-tfpipe-engines.yaml",
     "rolebinding-tfpipe-engines.yaml",
+    "role-tfpipe-kfp-runner.yaml",
+    "rolebinding-tfpipe-kfp-runner.yaml",
+    "serviceaccount-tfpipe-runner.yaml",
     "serviceaccount-tfpipe-workloads.yaml",
     "job-tfpipe-volume-permissions.yaml",
 ]
@@ -174,3 +177,37 @@ def test_a_rendered_job_without_its_security_settings_is_refused_as_the_api_serv
         'seccompProfile (pod or container "check" must set securityContext.seccompProfile.type to "RuntimeDefault" '
         'or "Localhost")'
     )
+
+
+def test_the_namespace_objects_follow_the_configs_namespace_claim_image_and_service_accounts(tmp_path):
+    config = {
+        "platform": {
+            "components_image": "example.com/tfpipe/components:1",
+            "kfp_service_account": "ml-runner",
+            "kubeflow": {
+                "namespace": "ml",
+                "service_account": "ml-workloads",
+                "volume": {"claim_name": "ml-data", "mount_path": "/data"},
+            },
+        },
+        "parameters": {"model_repository": "/data/model-repository"},
+    }
+    paths, _ = render(tmp_path, config)
+    bodies = {p.name: yaml.safe_load(p.read_text()) for p in paths}
+    assert {b["metadata"]["namespace"] for b in bodies.values()} == {"ml"}
+    for binding in ("rolebinding-tfpipe-engines.yaml", "rolebinding-tfpipe-kfp-runner.yaml"):
+        assert bodies[binding]["subjects"] == [{"kind": "ServiceAccount", "name": "ml-runner", "namespace": "ml"}]
+    assert "serviceaccount-ml-runner.yaml" in bodies and "serviceaccount-ml-workloads.yaml" in bodies
+    assert bodies["persistentvolumeclaim-ml-data.yaml"]["metadata"]["name"] == "ml-data"
+    pod = bodies["job-tfpipe-volume-permissions.yaml"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "tfpipe-data", "persistentVolumeClaim": {"claimName": "ml-data"}}]
+    (container,) = pod["containers"]
+    assert container["image"] == "example.com/tfpipe/components:1"
+    assert container["volumeMounts"] == [{"name": "tfpipe-data", "mountPath": "/data"}]
+    assert container["command"][-1] == "import tempfile; tempfile.TemporaryFile(dir='/data').close()"
+    predictor = bodies["inferenceservice-tfpipe-model.yaml"]["spec"]["predictor"]
+    assert predictor["serviceAccountName"] == "ml-workloads"
+    assert predictor["containers"][0]["env"][0] == {
+        "name": "STORAGE_URI",
+        "value": "pvc://ml-data/model-repository/tfpipe-model/${MODEL_VERSION}",
+    }

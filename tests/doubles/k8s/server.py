@@ -15,7 +15,8 @@ What it does as the API server does:
 - deletion: `Foreground` propagation leaves the object in place, with `deletionTimestamp` and the
   `foregroundDeletion` finalizer, until its dependents are gone (`foreground_seconds`, or what an operator double
   decides); meanwhile a create of the same name is a 409;
-- RBAC (when given the rules of a Role): each request is allowed only if a rule grants its verb on its resource.
+- RBAC (when given the rules of a Role): each request is allowed only if a rule grants its verb on its resource
+  (`authorized` collects what was allowed: the permissions the callers use).
 
 Failing as the API server fails, when a test asks: `faults` (the next requests' faults, in order; a `(METHOD,
 FAULT)` or `(METHOD, FAULT, PATH_PART)` waits for the next request it matches) and then
@@ -162,6 +163,7 @@ class KubeAPI:
     routes: dict = field(default_factory=dict)  # (method, path) -> callable(body) -> (status, json)
     on_get: dict = field(default_factory=dict)  # plural -> callable(obj) (may change it) before it is answered
     rbac: list | None = None  # a Role's rules; None: every request is allowed
+    authorized: set = field(default_factory=set)  # (API group, resource, verb) of each request `rbac` allowed
     namespaces: dict | None = None  # name -> labels (Katib's webhook, Pod Security, KServe's pod mutator read them)
     user: str = "system:serviceaccount:kubeflow:pipeline-runner"
     controllers: list = field(default_factory=list)  # operator doubles: .reconcile(api) on changes and each tick
@@ -361,6 +363,7 @@ class KubeAPI:
                 and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
                 and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
             ):
+                self.authorized.add((group, resource, verb))
                 return
         what = f"{plural}.{group}" if group else plural
         raise Refused(
