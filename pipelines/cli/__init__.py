@@ -87,4 +87,4 @@ def main() -> None:
         sys.exit(130)
 
 
-from pipelines.cli import delivery, endpoint, local, rehearse, serving  # noqa: E402,F401 (register the commands)
+from pipelines.cli import delivery, endpoint, local, rehearse, render, serving  # noqa: E402,F401 (register the commands)

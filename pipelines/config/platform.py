@@ -309,7 +309,11 @@ class Platform(BaseModel):
     )
     kfp_service_account: KubernetesSubdomain = Field(
         "",
-        description="Kubeflow: the Kubernetes service account the runs execute as (empty: the deployment's default).",
+        description=(
+            "Kubeflow: the Kubernetes service account every step of a run executes as: tfpipe-runner, the one "
+            "manifests/kubeflow creates with only what the steps and Kubeflow Pipelines call (empty: the deployment's "
+            "default, pipeline-runner on a standalone install, default-editor in a profile namespace)."
+        ),
     )
     schedule: ScheduleSettings = Field(
         ScheduleSettings(), description="The recurring run `schedule` creates: its name, timing and limits."

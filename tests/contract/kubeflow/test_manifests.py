@@ -6,6 +6,7 @@ rules on every request the steps make (tests/doubles/k8s)."""
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from components.lib.kube import pod_security
@@ -31,6 +32,11 @@ def resources() -> list[dict]:
     return [yaml.safe_load((MANIFESTS / name).read_text()) for name in kustomization["resources"]]
 
 
+def named(kind: str, name: str) -> dict:
+    (found,) = [r for r in resources() if (r["kind"], r["metadata"]["name"]) == (kind, name)]
+    return found
+
+
 def test_the_kustomization_applies_every_manifest_and_each_is_valid():
     kustomization = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
     assert sorted(kustomization["resources"]) == sorted(
@@ -40,12 +46,15 @@ def test_the_kustomization_applies_every_manifest_and_each_is_valid():
     for resource in resources():
         assert schema.core_errors(resource) == [], resource["metadata"]["name"]
         assert schema.metadata_errors(resource["metadata"]) == []
-    assert sorted(r["kind"] for r in resources()) == [
-        "Job",
-        "PersistentVolumeClaim",
-        "Role",
-        "RoleBinding",
-        "ServiceAccount",
+    assert sorted((r["kind"], r["metadata"]["name"]) for r in resources()) == [
+        ("Job", "tfpipe-volume-permissions"),
+        ("PersistentVolumeClaim", "tfpipe"),
+        ("Role", "tfpipe-engines"),
+        ("Role", "tfpipe-kfp-runner"),
+        ("RoleBinding", "tfpipe-engines"),
+        ("RoleBinding", "tfpipe-kfp-runner"),
+        ("ServiceAccount", "tfpipe-runner"),
+        ("ServiceAccount", "tfpipe-workloads"),
     ]
 
 
@@ -70,16 +79,13 @@ def test_the_permissions_job_runs_as_the_images_user_as_pod_security_restricted_
     assert admission.pod_security_denial("tfpipe-volume-permissions", pod, {admission.ENFORCE: "restricted"}) == ""
 
 
-def test_the_binding_grants_the_role_to_the_runs_service_account():
-    by_kind = {r["kind"]: r for r in resources()}
-    binding, role = by_kind["RoleBinding"], by_kind["Role"]
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "Role",
-        "name": role["metadata"]["name"],
-    }
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner", "namespace": "kubeflow"}]
-    assert by_kind["ServiceAccount"]["automountServiceAccountToken"] is False
+@pytest.mark.parametrize("role", ["tfpipe-engines", "tfpipe-kfp-runner"])
+def test_the_bindings_grant_the_roles_to_the_runs_own_service_account(role):
+    binding = named("RoleBinding", role)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tfpipe-runner", "namespace": "kubeflow"}]
+    assert "automountServiceAccountToken" not in named("ServiceAccount", "tfpipe-runner")  # KFP's processes call
+    assert named("ServiceAccount", "tfpipe-workloads")["automountServiceAccountToken"] is False
 
 
 def registry(image: str) -> str:
@@ -119,9 +125,10 @@ def test_the_docs_kind_profile_matches_the_manifests_and_the_config_model(tmp_pa
     assert kubeflow.volume.mount_path == mount["mountPath"]
     assert config.parameters.model_repository == kubeflow_model_repository(platform)
     assert kubeflow.namespace == kustomization["namespace"]
-    (subject,) = by_kind["RoleBinding"]["subjects"]
-    assert (platform.kfp_service_account, kubeflow.namespace) == (subject["name"], subject["namespace"])
-    assert kubeflow.service_account == by_kind["ServiceAccount"]["metadata"]["name"]
+    for binding in ("tfpipe-engines", "tfpipe-kfp-runner"):
+        (subject,) = named("RoleBinding", binding)["subjects"]
+        assert (platform.kfp_service_account, kubeflow.namespace) == (subject["name"], subject["namespace"])
+    assert kubeflow.service_account == named("ServiceAccount", "tfpipe-workloads")["metadata"]["name"]
     assert platform.components_image == by_kind["Job"]["spec"]["template"]["spec"]["containers"][0]["image"]
     for field in IMAGE_FIELDS:
         image = getattr(platform, field)

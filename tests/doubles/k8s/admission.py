@@ -191,8 +191,9 @@ def _predictor_pod(predictor: dict) -> dict:
 
 
 def pods_of(obj: dict) -> list[tuple[str, dict]]:
-    """(pod name, pod spec) of the pods the operators would create for a TFJob or an InferenceService (its first
-    predictor revision)."""
+    """(pod name, pod spec) of the pods the operators would create for a TFJob, an InferenceService (its first
+    predictor revision and its canaries' Deployments), a Job (the Job controller's names are random) or a
+    TrainingRuntime (each replicated job's first pod)."""
     name, spec = obj["metadata"]["name"], obj.get("spec") or {}
     if obj.get("kind") == "TFJob":
         return [
@@ -207,6 +208,14 @@ def pods_of(obj: dict) -> list[tuple[str, dict]]:
             if c.get("predictor")
         ]
         return [(f"{name}-predictor-00001-deployment", _predictor_pod(stable)), *canaries]
+    if obj.get("kind") == "Job":
+        return [(f"{name}-pod", (spec.get("template") or {}).get("spec") or {})]
+    if obj.get("kind") == "TrainingRuntime":  # the pods of a TrainJob that patches nothing of their security
+        jobs = ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+        return [
+            (f"{name}-{job['name']}-0-0", ((job["template"].get("spec") or {}).get("template") or {}).get("spec") or {})
+            for job in jobs
+        ]
     return []
 
 

@@ -15,7 +15,8 @@ What it does as the API server does:
 - deletion: `Foreground` propagation leaves the object in place, with `deletionTimestamp` and the
   `foregroundDeletion` finalizer, until its dependents are gone (`foreground_seconds`, or what an operator double
   decides); meanwhile a create of the same name is a 409;
-- RBAC (when given the rules of a Role): each request is allowed only if a rule grants its verb on its resource.
+- RBAC (when given the rules of a Role): each request is allowed only if a rule grants its verb on its resource
+  (`authorized` collects what was allowed: the permissions the callers use).
 
 Failing as the API server fails, when a test asks: `faults` (the next requests' faults, in order; a `(METHOD,
 FAULT)` or `(METHOD, FAULT, PATH_PART)` waits for the next request it matches) and then
@@ -55,6 +56,13 @@ CUSTOM = re.compile(
 )
 CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<plural>pods)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
 NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
+# core objects a namespace's set-up creates (manifests/kubeflow), kept like custom objects under `installed["v1"]`
+CORE_OBJECTS = re.compile(
+    r"^/api/(?P<version>v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>persistentvolumeclaims|serviceaccounts)"
+    r"(?:/(?P<name>[^/]+))?$"
+)
+# the built-in API groups: their objects are checked against Kubernetes' own schemas (schema.core_errors)
+BUILT_IN = ("v1", "batch/v1", "rbac.authorization.k8s.io/v1")
 MERGE, JSON_PATCH, STRATEGIC, APPLY = (
     "application/merge-patch+json",
     "application/json-patch+json",
@@ -155,6 +163,7 @@ class KubeAPI:
     routes: dict = field(default_factory=dict)  # (method, path) -> callable(body) -> (status, json)
     on_get: dict = field(default_factory=dict)  # plural -> callable(obj) (may change it) before it is answered
     rbac: list | None = None  # a Role's rules; None: every request is allowed
+    authorized: set = field(default_factory=set)  # (API group, resource, verb) of each request `rbac` allowed
     namespaces: dict | None = None  # name -> labels (Katib's webhook, Pod Security, KServe's pod mutator read them)
     user: str = "system:serviceaccount:kubeflow:pipeline-runner"
     controllers: list = field(default_factory=list)  # operator doubles: .reconcile(api) on changes and each tick
@@ -355,6 +364,7 @@ class KubeAPI:
                 and (resource in rule.get("resources", []) or "*" in rule.get("resources", []))
                 and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
             ):
+                self.authorized.add((group, resource, verb))
                 return
         what = f"{plural}.{group}" if group else plural
         raise Refused(
@@ -371,10 +381,11 @@ class KubeAPI:
             return self._core(r, m)
         if m := NAMESPACE.match(r.path):
             return self._namespace(r, m["name"])
-        m = CUSTOM.match(r.path)
-        if not m:
+        found = CUSTOM.match(r.path) or CORE_OBJECTS.match(r.path)
+        if not found:
             return self._status(404, "NotFound", f"no route {r.path}")
-        gv = f"{m['group']}/{m['version']}"
+        m = {"group": "", "sub": None, **found.groupdict()}
+        gv = f"{m['group']}/{m['version']}" if m["group"] else m["version"]
         kinds = self.installed.get(gv)
         if m["plural"] is None and not m["ns"]:
             if kinds is None:
@@ -474,13 +485,15 @@ class KubeAPI:
         raise Refused(415, "UnsupportedMediaType", f"the server does not support the media type {r.content_type!r}")
 
     def _check(self, gv: str, plural: str, obj: dict, old: dict | None, by_operator: bool = False) -> None:
-        group = gv.split("/")[0]
+        group = gv.split("/")[0] if "/" in gv else ""
         name = obj.get("metadata", {}).get("name", "")
         kind = self.installed.get(gv, {}).get(plural, plural)
         errors = schema.metadata_errors(obj.get("metadata") or {})
         filename = self.schemas.get(f"{gv}/{plural}") or SCHEMAS.get(f"{gv}/{plural}")
         if filename:
             errors += schema.custom_schema(filename).errors(obj)
+        elif gv in BUILT_IN:
+            errors += schema.core_errors(obj)
         if obj.get("apiVersion") != gv or obj.get("kind") != kind:
             errors.append(f"apiVersion/kind: expected {gv} {kind}, got {obj.get('apiVersion')} {obj.get('kind')}")
         if errors:

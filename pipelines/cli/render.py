@@ -1,0 +1,28 @@
+"""`render`: the Kubernetes objects of the kubeflow target, one YAML file each (pipelines/render.py)."""
+
+from __future__ import annotations
+
+import click
+
+from pipelines.cli import _fail, _load, cli, config_options
+
+
+@cli.command()
+@click.option("--target", type=click.Choice(["kubeflow"]), required=True)
+@config_options
+@click.option("--out", required=True, type=click.Path(file_okay=False), metavar="DIR", help="folder of the YAML files")
+def render(target, config_file, profile, sets, out):
+    """Write every Kubernetes object the kubeflow steps would create for the config (training job and runtime,
+    Katib Experiment, InferenceService) and the namespace's claim, permissions Job and RBAC, one YAML file per
+    object, run-time values as placeholders: review them, or check them with
+    `kubectl apply --dry-run=server -f DIR`."""
+    from pipelines.config import ConfigError
+    from pipelines.render import RenderError, render_kubeflow, write
+
+    config = _load(config_file, profile, sets)
+    try:
+        objects = render_kubeflow(config)
+    except (ConfigError, RenderError) as e:
+        _fail(str(e))
+    for path in write(objects, out, config_file or "the default config"):
+        click.echo(path)
