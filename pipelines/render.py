@@ -62,7 +62,7 @@ def render_kubeflow(config: Config) -> list[Rendered]:
     k = config.platform.kubeflow
     namespace = k.namespace or config.platform.kfp_namespace or DEFAULT_NAMESPACE
     objects = []
-    if k.training == "operator":
+    if k.training != "pod":
         objects += _training(config, namespace)
     if k.tuning == "katib":
         objects.append(_experiment(config, namespace))
@@ -104,8 +104,8 @@ def _labels(step: str) -> dict:
 
 
 def _training(config: Config, namespace: str) -> list[Rendered]:
-    """The TFJob (training operator v1) and the TrainJob on the shipped TrainingRuntime (Trainer v2): the step
-    creates the one its cluster serves."""
+    """The TFJob (training operator v1) and the TrainJob on the shipped TrainingRuntime (Trainer v2), the ones
+    `platform.kubeflow.training` allows: with auto both, as the step creates the one its cluster serves."""
     from components.lib.kube import trainjob
     from components.lib.study.spec import pipeline_hyperparameters, with_best_trial
     from components.train_model_on_operator import as_dict, tfjob
@@ -144,11 +144,11 @@ def _training(config: Config, namespace: str) -> list[Rendered]:
     )
     runtime = trainjob.training_runtime(max_restarts=p.max_restarts)
     runtime["metadata"]["namespace"] = namespace
-    return [
-        _rendered(
-            "The training step's TFJob (training operator v1.9), where the cluster serves TFJobs.",
-            as_dict(tfjob(**common, max_restarts=p.max_restarts)),
-        ),
+    tfjob_object = _rendered(
+        "The training step's TFJob (training operator v1.9), where the cluster serves TFJobs.",
+        as_dict(tfjob(**common, max_restarts=p.max_restarts)),
+    )
+    trainjob_objects = [
         _rendered(
             f"The TrainingRuntime of Trainer v2 (max_restarts {p.max_restarts}) the TrainJob runs on "
             "(manifests/kubeflow/trainer-v2 ships it with max_restarts 2).",
@@ -159,6 +159,10 @@ def _training(config: Config, namespace: str) -> list[Rendered]:
             trainjob.trainjob(**common, runtime=runtime["metadata"]["name"]),
         ),
     ]
+    engine = k.training
+    return ([tfjob_object] if engine in ("auto", "tfjob") else []) + (
+        trainjob_objects if engine in ("auto", "trainjob") else []
+    )
 
 
 def _experiment(config: Config, namespace: str) -> Rendered:

@@ -211,3 +211,16 @@ def test_the_namespace_objects_follow_the_configs_namespace_claim_image_and_serv
         "name": "STORAGE_URI",
         "value": "pvc://ml-data/model-repository/tfpipe-model/${MODEL_VERSION}",
     }
+
+
+@pytest.mark.parametrize(
+    "training, files",
+    [
+        ("tfjob", ["tfjob-tfpipe-train-run-id.yaml"]),
+        ("trainjob", ["trainingruntime-tfpipe-tensorflow-distributed.yaml", "trainjob-tfpipe-train-run-id.yaml"]),
+        ("pod", []),
+    ],
+)
+def test_the_training_objects_are_those_of_the_configured_engine(tmp_path, training, files):
+    paths, _ = render(tmp_path, {"platform": {"kubeflow": {"training": training}}})
+    assert [p.name for p in paths] == files + DEFAULT_FILES[3:]

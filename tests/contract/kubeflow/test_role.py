@@ -7,26 +7,47 @@ else. test_manifests.py and the engine tests check the converse: every request t
 import pytest
 
 from components.deploy_model_on_kserve import ServingFailed
-from components.lib.kube import api as kube
+from components.lib.kube import api as kube, trainjob as tj
 from components.lib.study.spec import DEFAULT_STUDY
-from components.train_model_on_operator import TrainingJobFailed, run_tfjob
+from components.train_model_on_operator import TrainingJobFailed, run_tfjob, run_trainjob
 from components.tune_on_katib import StudyFailed, run_experiment
-from tests.contract.kubeflow import test_train_model_on_operator as tfjobs, test_tune_on_katib as katib
+from tests.contract.kubeflow import (
+    test_deploy_on_kserve_modes as modes,
+    test_train_model_on_operator as tfjobs,
+    test_train_on_trainjob as trainjobs,
+    test_tune_on_katib as katib,
+)
 from tests.contract.kubeflow.test_deploy_model_on_kserve import cluster, deploy  # noqa: F401 (the fixture)
+from tests.contract.kubeflow.test_deploy_on_kserve_modes import make  # noqa: F401 (the fixture)
 from tests.doubles.k8s import KubeAPI, shipped_rules
 from tests.helpers.kubeflow_components import EXPERIMENTS
 
-KUBEFLOW, KSERVE, KNATIVE, CORE = "kubeflow.org", "serving.kserve.io", "serving.knative.dev", ""
+KUBEFLOW, TRAINER, KSERVE, KNATIVE, APPS, CORE = (
+    "kubeflow.org",
+    "trainer.kubeflow.org",
+    "serving.kserve.io",
+    "serving.knative.dev",
+    "apps",
+    "",
+)
 LOGS = {(CORE, "pods", "list"), (CORE, "pods/log", "get")}  # a failed job's or trial's pods and their logs
-USED = {
+# create, read, patch the predictor and traffic, delete a first deploy that failed; refuse a control-plane namespace
+SERVING = {(KSERVE, "inferenceservices", v) for v in ("create", "get", "patch", "delete")} | {
+    (CORE, "namespaces", "get")
+}
+USED = {  # by step and engine
     # create (or adopt: get), read the status, delete on a timeout or cancellation; the failed replica's log
-    "train-model-on-operator": {(KUBEFLOW, "tfjobs", v) for v in ("create", "get", "delete")} | LOGS,
+    "train-model-on-operator (tfjob)": {(KUBEFLOW, "tfjobs", v) for v in ("create", "get", "delete")} | LOGS,
+    # the same for the TrainJob, after reading the runtime it names
+    "train-model-on-operator (trainjob)": {(TRAINER, "trainjobs", v) for v in ("create", "get", "delete")}
+    | {(TRAINER, "trainingruntimes", "get")}
+    | LOGS,
     # the same for the Experiment, deleted once the study ended; the first failed trial's log
     "tune-on-katib": {(KUBEFLOW, "experiments", v) for v in ("create", "get", "delete")} | LOGS,
-    # create, read, patch the predictor and traffic, delete a first deploy that failed; prune older revisions;
-    # refuse a control-plane namespace
-    "deploy-model-on-kserve": {(KSERVE, "inferenceservices", v) for v in ("create", "get", "patch", "delete")}
-    | {(KNATIVE, "revisions", "list"), (KNATIVE, "revisions", "delete"), (CORE, "namespaces", "get")},
+    # Knative mode: older revisions pruned
+    "deploy-model-on-kserve (knative)": SERVING | {(KNATIVE, "revisions", "list"), (KNATIVE, "revisions", "delete")},
+    # Standard mode: the predictor's Deployment followed through its rollout
+    "deploy-model-on-kserve (standard)": SERVING | {(APPS, "deployments", "get")},
 }
 
 
@@ -75,7 +96,32 @@ def test_the_training_step_uses_what_the_table_says(tfjob_api):
         run_tfjob(
             client, tfjobs.job(name="t2"), poll_seconds=0, timeout_seconds=0, log=lambda m: None, sleep=lambda s: None
         )
-    assert tfjob_api.authorized == USED["train-model-on-operator"]
+    assert tfjob_api.authorized == USED["train-model-on-operator (tfjob)"]
+
+
+def test_the_training_step_on_trainer_v2_uses_what_the_table_says():
+    api = KubeAPI(installed=dict(trainjobs.TRAINER), rbac=shipped_rules())
+    try:
+        api.put(tj.API_VERSION, "ml", tj.RUNTIME_PLURAL, tj.training_runtime(2))
+        api.scripts["trainjobs"] = [trainjobs.RUNNING, {**trainjobs.RUNNING, "conditions": [trainjobs.FAILED]}]
+        api.pods = [trainjobs.pod(0, {"terminated": {"exitCode": 1, "reason": "Error"}})]
+        api.logs["tfpipe-train-abc-node-0-0-x1y2z"] = "ValueError: bad shape\n"
+        with pytest.raises(TrainingJobFailed, match="ValueError: bad shape"):
+            trainjobs.run(api, [])
+        api.scripts["trainjobs"] = [trainjobs.RUNNING]
+        with pytest.raises(TimeoutError):
+            run_trainjob(
+                kube.api_client(api.url),
+                trainjobs.job(name="t2"),
+                2,
+                poll_seconds=0,
+                timeout_seconds=0,
+                log=lambda m: None,
+                sleep=lambda s: None,
+            )
+        assert api.authorized == USED["train-model-on-operator (trainjob)"]
+    finally:
+        api.close()
 
 
 def test_the_tuning_step_uses_what_the_table_says():
@@ -104,4 +150,15 @@ def test_the_serving_step_uses_what_the_table_says(cluster):  # noqa: F811 (the 
     cluster.modes["pvc://tfpipe/model-repository/digits/3"] = "wrong"
     with pytest.raises(ServingFailed):
         deploy(cluster, version=3, name="other")  # a first deploy that fails is deleted
-    assert cluster.api.authorized == USED["deploy-model-on-kserve"]
+    assert cluster.api.authorized == USED["deploy-model-on-kserve (knative)"]
+
+
+def test_the_serving_step_in_standard_mode_uses_what_the_table_says(make):  # noqa: F811 (the fixture)
+    api = make("0.16", "standard", {"pvc://tfpipe/model-repository/digits/3": "fail"})
+    with pytest.raises(ServingFailed):
+        modes.deploy(api, 3)  # a first deploy that fails is deleted
+    modes.deploy(api, 1)
+    modes.deploy(api, 2)
+    with pytest.raises(ServingFailed):
+        modes.deploy(api, 3)  # rolled back
+    assert api.authorized == USED["deploy-model-on-kserve (standard)"]
