@@ -352,11 +352,14 @@ def _bounded(sleep, clock, seconds: float):
 
 
 def _why(error: BaseException) -> str:
-    """`kube.describe(error)`, with the API server's message when it sent one."""
+    """`kube.describe(error)`, with the API server's message when it sent one; the whole message of an error that
+    is neither an API error nor a lost connection (the step's own refusals)."""
     import json
 
     from components.lib.kube import api as kube
 
+    if kube.status_code(error) is None and not kube.transient(error) and str(error):
+        return str(error)
     try:
         message = json.loads(getattr(error, "body", None) or "{}").get("message", "")
     except (ValueError, AttributeError):
