@@ -19,7 +19,8 @@ reconcilers/raw, inference_service_status.go's PropagateRawStatus): the predicto
 `NAME-predictor` (0.20: `NAME-PREDICTORNAME-predictor` when `spec.predictor.name` is set) behind a Service of that
 name; no Knative revisions, no traffic split: `canaryTrafficPercent` is ignored. A change of the pod template rolls
 the Deployment: the new pod replaces the old once it is ready (this double runs one pod per Deployment, standing
-for its replicas); a pod that fails leaves the old one serving and the Deployment's Progressing condition False
+for its replicas), and a template changed back to the serving pod's before then (a rollback: its ReplicaSet's pods
+never left) stops the new pod and is rolled out at once; a pod that fails leaves the old one serving and the Deployment's Progressing condition False
 (`ProgressDeadlineExceeded`, at once here, after the deadline on a cluster). The InferenceService's status is
 PropagateRawStatus's: `PredictorReady` / `Ready` from the Deployment's conditions, `observedGeneration` the
 Deployment's, the component's URL once ready; `address` the predictor Service's cluster-local name.
@@ -97,6 +98,7 @@ class Deployment:
     rolling: object = None  # the pod of the current template, until it is ready
     failed: str = ""  # why the current template's pod failed
     isvc_label: str = ""
+    serving_template: dict = field(default_factory=dict)  # the template of the pod serving (its ReplicaSet's)
 
     def stop(self):
         for pod in (self.serving, self.rolling):
@@ -111,7 +113,7 @@ class Deployment:
         if state == "ready":
             if self.serving is not None:
                 self.serving.stop()
-            self.serving, self.rolling = self.rolling, None
+            self.serving, self.rolling, self.serving_template = self.rolling, None, self.template
         elif state.startswith("failed"):
             self.failed = state.removeprefix("failed: ")
 
@@ -442,7 +444,8 @@ class KServeOperator:
                     deployment.rolling.stop()
                 deployment.template, deployment.failed = template, ""
                 deployment.generation += 1
-                deployment.rolling = self.start_pod(isvc, dname, predictor)
+                back = deployment.serving is not None and template == deployment.serving_template
+                deployment.rolling = None if back else self.start_pod(isvc, dname, predictor)
             elif deployment.replicas != replicas:
                 deployment.replicas, deployment.generation = replicas, deployment.generation + 1
             deployment.step()
