@@ -135,10 +135,15 @@ def inference_service(
     }
 
 
+def reported_mode(obj: dict | None) -> str:
+    """The mode's name as KServe wrote it in `status.deploymentMode` (either version's names); "" before."""
+    return ((obj or {}).get("status") or {}).get("deploymentMode", "")
+
+
 def deployment_mode(obj: dict | None) -> str:
     """knative or standard, as KServe recorded the InferenceService's mode in `status.deploymentMode` (either
     version's names); "" before its controller has written it."""
-    return STATUS_MODES.get(((obj or {}).get("status") or {}).get("deploymentMode", ""), "")
+    return STATUS_MODES.get(reported_mode(obj), "")
 
 
 def predictor_deployment(name: str, spec_predictor: dict) -> str:
@@ -472,9 +477,10 @@ def deploy_to_kserve(
 
         return kube.poll(read, done, poll_seconds, timeout, about, wait, log)
 
-    def wait_mode(obj: dict) -> str:
-        mode = deployment_mode(obj) or deployment_mode(
-            kube.poll(
+    def wait_mode(obj: dict) -> tuple[str, str]:
+        """(knative or standard, the name KServe's status reports), once the status has it."""
+        if not deployment_mode(obj):
+            obj = kube.poll(
                 read,
                 lambda o: o if deployment_mode(o) else None,
                 poll_seconds,
@@ -483,14 +489,14 @@ def deploy_to_kserve(
                 sleep,
                 log,
             )
-        )
+        mode = deployment_mode(obj)
         if serving_mode != "auto" and mode != serving_mode:
             raise ValueError(
                 f"{what} runs in KServe's {MODE_NAMES[mode]} mode, not {serving_mode} as platform.kubeflow.serving_mode "
                 "says; KServe cannot change an InferenceService's mode: delete it, or set serving_mode to auto"
             )
         log(f"{what} runs in KServe's {MODE_NAMES[mode]} mode")
-        return mode
+        return mode, reported_mode(obj)
 
     def read_deployment(deployment: str) -> dict:
         from kubernetes import client
@@ -538,7 +544,7 @@ def deploy_to_kserve(
             log(f"created {what}")
             before, previous, previous_labels, mode = "", {}, {}, ""
         else:
-            mode = wait_mode(existing)
+            mode, reported = wait_mode(existing)
             before = latest_created(existing)
             previous = copy.deepcopy(existing["spec"]["predictor"])
             previous_labels = dict(existing["metadata"].get("labels") or {})
@@ -549,12 +555,9 @@ def deploy_to_kserve(
                 spec: dict[str, Any] = {"predictor": _predictor_patch(previous, new)}
                 if existing["spec"].get("canary"):
                     spec["canary"] = None
-                patch(
-                    {
-                        "metadata": {"labels": labels, "annotations": {"serving.kserve.io/enable-tag-routing": "true"}},
-                        "spec": spec,
-                    }
-                )
+                # KServe 0.16 to 0.19 refuse any update whose mode annotation is not the status's name
+                annotations = {"serving.kserve.io/enable-tag-routing": "true", MODE: reported}
+                patch({"metadata": {"labels": labels, "annotations": annotations}, "spec": spec})
                 log(
                     f"updated {what}: the new revision starts with no traffic (canaryTrafficPercent 0) until it has answered"
                     if mode == "knative"
@@ -683,7 +686,7 @@ def deploy_to_kserve(
     with kube.on_cancel(cancelled, log):
         try:
             if not mode:
-                mode = wait_mode(kube.call(read, log=log, sleep=sleep))
+                mode, _ = wait_mode(kube.call(read, log=log, sleep=sleep))
             obj, revision, url, smoke, is_canary = serve_standard() if mode == "standard" else serve_knative()
         except kube.Cancelled:
             raise

@@ -23,18 +23,19 @@ URI = "pvc://tfpipe/model-repository/digits/{}"
 
 @pytest.fixture
 def standard(monkeypatch):
-    """`(version)` -> (the double in Standard mode, {storage URI: seconds before its pod is ready})."""
+    """`(version, default_mode)` -> (the double, Standard mode unless the config map's `default_mode` says
+    otherwise; {storage URI: seconds before its pod is ready})."""
     made, slow = [], {}
 
-    def build(version):
+    def build(version, default_mode="Standard"):
         network = Network()
         operator = KServeOperator(
             network,
             lambda isvc, name, spec: FakePod(classify, "ok", slow.get(_uri(spec), 0.0)),
             version=version,
-            default_mode="Standard",
+            default_mode=default_mode,
         )
-        api = KubeAPI(controllers=[operator], rbac=shipped_rules(), **cluster(version, "Standard"))
+        api = KubeAPI(controllers=[operator], rbac=shipped_rules(), **cluster(version, default_mode))
         for key, value in network.environ().items():
             monkeypatch.setenv(key, value)
         made.append((api, network))
