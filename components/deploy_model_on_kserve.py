@@ -176,6 +176,18 @@ def rolled_out(deployment: dict | None, uri: str) -> bool:
     )
 
 
+def raise_replica_failure(deployment: dict | None, name: str) -> None:
+    """ServingFailed when the Deployment `name` cannot create its pods (its ReplicaFailure condition, the API
+    server's refusal quoted: a namespace's Pod Security level, a quota)."""
+    from components.lib.kube import api as kube
+
+    failure = kube.condition(deployment or {}, "ReplicaFailure")
+    if failure:
+        raise ServingFailed(
+            f"Deployment {name} cannot create its pods ({failure.get('reason', '')}): {failure.get('message', '')}"
+        )
+
+
 def _predictor_status(obj: dict) -> dict:
     return ((obj.get("status") or {}).get("components") or {}).get("predictor") or {}
 
@@ -515,7 +527,9 @@ def deploy_to_kserve(
         def done(obj):
             follow(obj)
             raise_failure(obj)
-            return obj if rolled_out(kube.call(read_deployment, deployment, log=log, sleep=wait), uri) else None
+            found = kube.call(read_deployment, deployment, log=log, sleep=wait)
+            raise_replica_failure(found, deployment)
+            return obj if rolled_out(found, uri) else None
 
         return kube.poll(read, done, poll_seconds, timeout, about, wait, log)
 
@@ -669,6 +683,7 @@ def deploy_to_kserve(
         def canary_at(percent: int):
             def done(o):
                 raise_failure(o)
+                raise_replica_failure(kube.call(read_deployment, deployment, log=log, sleep=sleep), deployment)
                 found = [c for c in (o.get("status") or {}).get("canaryStatuses") or [] if c.get("name") == variant]
                 return o if found and found[0].get("ready") and found[0].get("trafficPercent") == percent else None
 

@@ -10,11 +10,11 @@
 Each check takes (object, old object or None on create, the API double) and returns the denial message, or "" to admit.
 
 And Kubernetes 1.32's Pod Security admission (k8s.io/pod-security-admission, policy/check_*.go) for namespaces
-labelled `pod-security.kubernetes.io/enforce: restricted`, with the API server's message. Katib's double judges
-each trial pod as the Job controller creates it (katib_operator.py), as the API server does. For a TFJob or an
-InferenceService it judges the pods their operators would create and refuses the object's create or update with
-the message of its first pod: there the API server admits the object and refuses the operator's pod create instead,
-which a step sees only as a job that never starts.
+labelled `pod-security.kubernetes.io/enforce: restricted`, with the API server's message. Katib's and KServe's
+doubles judge each pod as their controllers create it (katib_operator.py, kserve_operator.py), as the API server
+does. For a TFJob, a Job or a TrainingRuntime it still judges the pods their operators would create and refuses the
+object's create or update with the message of its first pod: there the API server admits the object and refuses
+the operator's pod create instead.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def pod_security_denial(pod_name: str, spec: dict, labels: dict) -> str:
     return f'pods "{pod_name}" is forbidden: violates PodSecurity "restricted:{version}": {", ".join(violations)}'
 
 
-def _predictor_pod(predictor: dict) -> dict:
+def predictor_pod(predictor: dict) -> dict:
     """The predictor's pod spec as KServe makes it: its pod fields, and the model's container as kserve-container."""
     spec = {k: v for k, v in predictor.items() if k not in ("model", "containers")}
     model = predictor.get("model")
@@ -191,23 +191,14 @@ def _predictor_pod(predictor: dict) -> dict:
 
 
 def pods_of(obj: dict) -> list[tuple[str, dict]]:
-    """(pod name, pod spec) of the pods the operators would create for a TFJob, an InferenceService (its first
-    predictor revision and its canaries' Deployments), a Job (the Job controller's names are random) or a
-    TrainingRuntime (each replicated job's first pod)."""
+    """(pod name, pod spec) of the pods the operators would create for a TFJob, a Job (the Job controller's names
+    are random) or a TrainingRuntime (each replicated job's first pod)."""
     name, spec = obj["metadata"]["name"], obj.get("spec") or {}
     if obj.get("kind") == "TFJob":
         return [
             (f"{name}-{rtype.lower()}-0", ((rspec or {}).get("template") or {}).get("spec") or {})
             for rtype, rspec in (spec.get("tfReplicaSpecs") or {}).items()
         ]
-    if obj.get("kind") == "InferenceService":
-        stable = spec.get("predictor") or {}
-        canaries = [
-            (f"{name}-{c['predictor'].get('name')}-predictor", _predictor_pod({**stable, **c["predictor"]}))
-            for c in spec.get("canary") or []
-            if c.get("predictor")
-        ]
-        return [(f"{name}-predictor-00001-deployment", _predictor_pod(stable)), *canaries]
     if obj.get("kind") == "Job":
         return [(f"{name}-pod", (spec.get("template") or {}).get("spec") or {})]
     if obj.get("kind") == "TrainingRuntime":  # the pods of a TrainJob that patches nothing of their security

@@ -34,10 +34,12 @@ answers at its own Service, and its share of the replicas is its trafficPercent.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 
-from tests.doubles.k8s import kserve
+from tests.doubles.k8s import admission, kserve
 from tests.doubles.k8s.server import now
 
 ISVC = ("serving.kserve.io/v1beta1", "inferenceservices")
@@ -65,6 +67,26 @@ NOT_IN_TEMPLATE = (
     "autoscaling.knative.dev/max-scale",
     "kubectl.kubernetes.io/last-applied-configuration",
 )
+
+
+@dataclass
+class RefusedPod:
+    """A predictor pod the API server refused (Pod Security): it never starts."""
+
+    refusal: str
+
+    def state(self) -> str:
+        return f"failed: {self.refusal}"
+
+    def stop(self) -> None:
+        pass
+
+
+def pod_name(owner: str, template: dict) -> str:
+    """The name the ReplicaSet controller gives a pod of `owner` (a Deployment): `OWNER-HASH-XXXXX`, here derived
+    from the template so that a test can name it."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()
+    return f"{owner}-{digest[:10]}-{digest[10:15]}"
 
 
 @dataclass
@@ -97,6 +119,7 @@ class Deployment:
     serving: object = None  # the pod of the last template that became ready
     rolling: object = None  # the pod of the current template, until it is ready
     failed: str = ""  # why the current template's pod failed
+    refused: str = ""  # the API server's refusal of the current template's pod (ReplicaFailure FailedCreate)
     isvc_label: str = ""
     serving_template: dict = field(default_factory=dict)  # the template of the pod serving (its ReplicaSet's)
 
@@ -118,7 +141,7 @@ class Deployment:
             self.failed = state.removeprefix("failed: ")
 
     def obj(self, ns: str, labels: dict) -> dict:
-        done = self.rolling is None
+        done = self.rolling is None and not self.refused
         available = self.serving is not None
         progressing = (
             {
@@ -140,6 +163,10 @@ class Deployment:
             },
             {"type": "Progressing", **progressing},
         ]
+        if self.refused:
+            conditions.append(
+                {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": self.refused}
+            )
         return {
             "apiVersion": DEPLOYMENTS[0],
             "kind": "Deployment",
@@ -256,7 +283,8 @@ class KServeOperator:
                     "spec": {"containers": predictor.get("containers") or []},
                 },
             )
-            service.revisions.append(Revision(revision_name, template, self.start_pod(isvc, revision_name, predictor)))
+            pod = self._start(api, isvc, f"{revision_name}-deployment", revision_name, predictor)
+            service.revisions.append(Revision(revision_name, template, pod))
         elif canary != service.canary:
             service.generation += 1  # only the Knative Service's traffic changes
         service.canary = canary
@@ -366,7 +394,7 @@ class KServeOperator:
 
     @staticmethod
     def _model_status(created, ready) -> dict:
-        if created.state.startswith("failed"):
+        if created.state.startswith("failed") and not isinstance(created.pod, RefusedPod):  # a pod that ran
             return {
                 "transitionStatus": "BlockedByFailedLoad",
                 "states": {"activeModelState": "", "targetModelState": "FailedToLoad"},
@@ -438,14 +466,16 @@ class KServeOperator:
             deployment = deployments.get(dname)
             if deployment is None:
                 deployment = deployments[dname] = Deployment(dname, template, replicas)
-                deployment.rolling = self.start_pod(isvc, dname, predictor)
+                self._roll(api, isvc, deployment, predictor)
             elif deployment.template != template:
                 if deployment.rolling is not None:
                     deployment.rolling.stop()
-                deployment.template, deployment.failed = template, ""
+                deployment.template, deployment.failed, deployment.refused = template, "", ""
                 deployment.generation += 1
-                back = deployment.serving is not None and template == deployment.serving_template
-                deployment.rolling = None if back else self.start_pod(isvc, dname, predictor)
+                if deployment.serving is not None and template == deployment.serving_template:
+                    deployment.rolling = None
+                else:
+                    self._roll(api, isvc, deployment, predictor)
             elif deployment.replicas != replicas:
                 deployment.replicas, deployment.generation = replicas, deployment.generation + 1
             deployment.step()
@@ -454,6 +484,21 @@ class KServeOperator:
                 self.network.route(f"{dname}.{ns}.svc.cluster.local", [(*deployment.serving.address, 100)])
         stable_name = next(iter(variants))
         api.write_status(key, self._raw_status(isvc, mode, deployments[stable_name], deployments, name, ns))
+
+    def _start(self, api, isvc, owner: str, name: str, predictor: dict):
+        """The predictor's pod, once Pod Security admission admits it in the InferenceService's namespace (as the
+        ReplicaSet controller creates it); a RefusedPod with the API server's message otherwise."""
+        labels = (api.namespaces or {}).get(isvc["metadata"]["namespace"]) or {}
+        pod = admission.predictor_pod(predictor)
+        if denied := admission.pod_security_denial(pod_name(owner, pod), pod, labels):
+            return RefusedPod(denied)
+        return self.start_pod(isvc, name, predictor)
+
+    def _roll(self, api, isvc, deployment: Deployment, predictor: dict) -> None:
+        """Start the pod of the Deployment's template; a refused one leaves it rolling nothing (ReplicaFailure)."""
+        pod = self._start(api, isvc, deployment.name, deployment.name, predictor)
+        deployment.refused = pod.refusal if isinstance(pod, RefusedPod) else ""
+        deployment.rolling = None if deployment.refused else pod
 
     @staticmethod
     def _write_deployment(api, ns, deployment, labels):
@@ -475,7 +520,7 @@ class KServeOperator:
                 "reason": "ProgressDeadlineExceeded",
                 "message": f'ReplicaSet "{stable.name}" has timed out progressing.',
             }
-        elif stable.rolling is None and stable.serving is not None:
+        elif stable.rolling is None and stable.serving is not None and not stable.refused:
             ready = {"status": "True", "reason": "NewReplicaSetAvailable"}
         elif stable.serving is not None:
             ready = {"status": "Unknown", "reason": "ReplicaSetUpdated"}
@@ -503,7 +548,7 @@ class KServeOperator:
             out["canaryStatuses"] = [
                 {
                     "name": spec_canaries[n]["predictor"]["name"],
-                    "ready": d.serving is not None and d.rolling is None,
+                    "ready": d.serving is not None and d.rolling is None and not d.refused,
                     "trafficPercent": spec_canaries[n].get("trafficPercent", 0),
                 }
                 for n, d in canaries
@@ -536,7 +581,7 @@ class KServeOperator:
                 "states": {"activeModelState": "Loaded" if stable.serving else "", "targetModelState": "FailedToLoad"},
                 "lastFailureInfo": {"reason": "ModelLoadFailed", "message": stable.failed},
             }
-        if stable.rolling is None:
+        if stable.rolling is None and not stable.refused:
             return {
                 "transitionStatus": "UpToDate",
                 "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
