@@ -531,7 +531,7 @@ def train_model_on_operator(
         model_builder: The network to train: `package.module:function` (the config's trainer.model).
     """
     from components.lib.kube import api as kube
-    from components.train_model_on_operator import choose_engine, train_with_operator
+    from components.train_model_on_operator import ENGINES, choose_engine, train_with_operator
 
     api = kube.api_client()
     summary = train_with_operator(
