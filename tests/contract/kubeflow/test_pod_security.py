@@ -1,14 +1,13 @@
 """Pod Security Standards' `restricted` profile, as a full Kubeflow platform enforces it in its namespaces: the double
-refuses a pod without the settings with the API server's message, the TFJob, Katib trial template and KServe
+refuses a pod without the settings with the API server's message (as its operators create the pods:
+test_training_pod_security.py, and the trial pods below), the TFJob, Katib trial template and KServe
 predictor the steps create pass it, and the serving step refuses a namespace labelled `control-plane` (KServe's pod
 mutator skips those) in one line."""
 
-import json
 import re
 
 import numpy as np
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from components.deploy_model_on_kserve import deploy_to_kserve, predictor
 from components.lib.deploy.smoke import SmokeCheck
@@ -61,22 +60,6 @@ def restricted_api():
     server = KubeAPI(installed={**TFJOBS, **EXPERIMENTS}, namespaces={"ml": {**RESTRICTED, INJECTION: "enabled"}})
     yield server
     server.close()
-
-
-def test_a_pod_without_the_settings_is_refused_with_the_api_servers_message(restricted_api):
-    body = as_dict(train_job())
-    for replica in body["spec"]["tfReplicaSpecs"].values():
-        spec = replica["template"]["spec"]
-        del spec["securityContext"], spec["containers"][0]["securityContext"]
-    with pytest.raises(ApiException) as refused:
-        kube.custom(kube.api_client(restricted_api.url)).create_namespaced_custom_object(
-            "kubeflow.org", "v1", "ml", "tfjobs", body
-        )
-    assert refused.value.status == 403
-    assert json.loads(refused.value.body)["message"] == (
-        f'pods "t-chief-0" is forbidden: violates PodSecurity "restricted:latest": {NOTHING_SET}'
-    )
-    assert restricted_api.objects == {}
 
 
 def test_the_profiles_other_checks_and_several_containers_are_named_as_the_api_server_names_them():

@@ -160,15 +160,21 @@ def test_pod_security_restricted_refuses_the_pods_of_a_runtime_that_does_not_mee
         api.put(tj.API_VERSION, "ml", tj.RUNTIME_PLURAL, runtime)
         submit(api, with_runtime=False)
         for _ in range(100):
-            if controller.events:
+            if api.events:
                 break
             time.sleep(0.02)
-        assert len(controller.events) == 2 and not api.pods
-        assert controller.events[0].startswith('Error creating: pods "tj-node-0-0-')
+        assert not api.pods
+        assert [(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"]) for e in api.events] == [
+            ("Job", "tj-node-0", "FailedCreate"),
+            ("Job", "tj-node-0", "FailedCreate"),
+        ]
+        assert api.events[0]["message"].startswith('Error creating: pods "tj-node-0-0-')
         assert (
             'is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
-            in (controller.events[0])
+            in api.events[0]["message"]
         )
-        assert "status" not in api.get("trainjobs", "tj", "ml")
+        assert api.get("trainjobs", "tj", "ml")["status"] == {
+            "jobsStatus": [{"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}]
+        }
     finally:
         api.close()

@@ -10,11 +10,9 @@
 Each check takes (object, old object or None on create, the API double) and returns the denial message, or "" to admit.
 
 And Kubernetes 1.32's Pod Security admission (k8s.io/pod-security-admission, policy/check_*.go) for namespaces
-labelled `pod-security.kubernetes.io/enforce: restricted`, with the API server's message. Katib's and KServe's
-doubles judge each pod as their controllers create it (katib_operator.py, kserve_operator.py), as the API server
-does. For a TFJob, a Job or a TrainingRuntime it still judges the pods their operators would create and refuses the
-object's create or update with the message of its first pod: there the API server admits the object and refuses
-the operator's pod create instead.
+labelled `pod-security.kubernetes.io/enforce: restricted`, with the API server's message. As on a cluster it
+judges pods, never the objects that hold their templates: each operator double asks `pod_security_denial` as its
+controller creates a pod (katib_operator.py, kserve_operator.py, training_operator.py, trainer_controller.py).
 """
 
 from __future__ import annotations
@@ -188,35 +186,6 @@ def predictor_pod(predictor: dict) -> dict:
     model = predictor.get("model")
     containers = [{**model, "name": kserve.CONTAINER}] if model else []
     return {**spec, "containers": [*containers, *(predictor.get("containers") or [])]}
-
-
-def pods_of(obj: dict) -> list[tuple[str, dict]]:
-    """(pod name, pod spec) of the pods the operators would create for a TFJob, a Job (the Job controller's names
-    are random) or a TrainingRuntime (each replicated job's first pod)."""
-    name, spec = obj["metadata"]["name"], obj.get("spec") or {}
-    if obj.get("kind") == "TFJob":
-        return [
-            (f"{name}-{rtype.lower()}-0", ((rspec or {}).get("template") or {}).get("spec") or {})
-            for rtype, rspec in (spec.get("tfReplicaSpecs") or {}).items()
-        ]
-    if obj.get("kind") == "Job":
-        return [(f"{name}-pod", (spec.get("template") or {}).get("spec") or {})]
-    if obj.get("kind") == "TrainingRuntime":  # the pods of a TrainJob that patches nothing of their security
-        jobs = ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
-        return [
-            (f"{name}-{job['name']}-0-0", ((job["template"].get("spec") or {}).get("template") or {}).get("spec") or {})
-            for job in jobs
-        ]
-    return []
-
-
-def pod_security(obj: dict, api) -> str:
-    """The refusal of the first of `obj`'s pods that its namespace's Pod Security level forbids, or ""."""
-    labels = (api.namespaces or {}).get(obj["metadata"].get("namespace"), {}) if api is not None else {}
-    for pod_name, spec in pods_of(obj):
-        if denied := pod_security_denial(pod_name, spec, labels or {}):
-            return denied
-    return ""
 
 
 # the CEL rules of the vendored CRDs that the checks above (or katib.py / kserve.py) port, by path: a re-vendored

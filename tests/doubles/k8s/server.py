@@ -15,6 +15,8 @@ What it does as the API server does:
 - deletion: `Foreground` propagation leaves the object in place, with `deletionTimestamp` and the
   `foregroundDeletion` finalizer, until its dependents are gone (`foreground_seconds`, or what an operator double
   decides); meanwhile a create of the same name is a 409;
+- events: the operator doubles record their controllers' Warning events (`record_event`, a repeat counted up);
+  `GET /api/v1/namespaces/NS/events` lists them, selected by the API server's event fields (`fieldSelector`);
 - RBAC (when given the rules of a Role): each request is allowed only if a rule grants its verb on its resource
   (`authorized` collects what was allowed: the permissions the callers use).
 
@@ -55,6 +57,19 @@ CUSTOM = re.compile(
     r"(?:/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?)?$"
 )
 CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<plural>pods)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
+EVENTS = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$")
+# the fields the API server selects events by (k8s.io/kubernetes pkg/registry/core/event/strategy.go's ToSelectableFields)
+EVENT_FIELDS = {
+    "metadata.name": lambda e: e["metadata"]["name"],
+    "metadata.namespace": lambda e: e["metadata"]["namespace"],
+    "involvedObject.kind": lambda e: e["involvedObject"].get("kind", ""),
+    "involvedObject.namespace": lambda e: e["involvedObject"].get("namespace", ""),
+    "involvedObject.name": lambda e: e["involvedObject"].get("name", ""),
+    "involvedObject.uid": lambda e: e["involvedObject"].get("uid", ""),
+    "involvedObject.apiVersion": lambda e: e["involvedObject"].get("apiVersion", ""),
+    "reason": lambda e: e.get("reason", ""),
+    "type": lambda e: e.get("type", ""),
+}
 NAMESPACE = re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")
 # core objects a namespace's set-up creates (manifests/kubeflow), kept like custom objects under `installed["v1"]`
 CORE_OBJECTS = re.compile(
@@ -160,6 +175,7 @@ class KubeAPI:
     pods: list = field(default_factory=list)
     logs: dict = field(default_factory=dict)  # pod name -> text
     previous_logs: dict = field(default_factory=dict)  # pod name -> its previous container's text (a restart)
+    events: list = field(default_factory=list)  # core/v1 Events the operator doubles record (`record_event`)
     routes: dict = field(default_factory=dict)  # (method, path) -> callable(body) -> (status, json)
     on_get: dict = field(default_factory=dict)  # plural -> callable(obj) (may change it) before it is answered
     rbac: list | None = None  # a Role's rules; None: every request is allowed
@@ -293,6 +309,39 @@ class KubeAPI:
             obj["status"] = copy.deepcopy(status)
             obj["metadata"]["resourceVersion"] = self._next_version()
 
+    def record_event(self, involved: dict, reason: str, message: str, component: str) -> None:
+        """A Warning event about `involved` (an object's apiVersion, kind, metadata), as a controller's event recorder
+        writes it: a repeat of the same reason and message on the same object counts up its `count`."""
+        meta = involved["metadata"]
+        ref = {
+            "apiVersion": involved["apiVersion"],
+            "kind": involved["kind"],
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+        }
+        same = next(
+            (e for e in self.events if (e["involvedObject"], e["reason"], e["message"]) == (ref, reason, message)), None
+        )
+        if same is not None:
+            same.update(count=same["count"] + 1, lastTimestamp=now())
+            return
+        self.events.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+                "involvedObject": ref,
+                "reason": reason,
+                "message": message,
+                "type": "Warning",
+                "source": {"component": component},
+                "count": 1,
+                "firstTimestamp": now(),
+                "lastTimestamp": now(),
+            }
+        )
+
     def create_owned(self, key: tuple, obj: dict) -> dict:
         """An object an operator creates (a revision, a pod): checked like any other."""
         gv, ns, plural, name = key
@@ -379,6 +428,8 @@ class KubeAPI:
             return self.routes[(r.method, r.path)](r.body)
         if m := CORE.match(r.path):
             return self._core(r, m)
+        if m := EVENTS.match(r.path):
+            return self._events(r, m["ns"])
         if m := NAMESPACE.match(r.path):
             return self._namespace(r, m["name"])
         found = CUSTOM.match(r.path) or CORE_OBJECTS.match(r.path)
@@ -500,8 +551,6 @@ class KubeAPI:
             raise Refused(422, "Invalid", f'{kind}.{group} "{name}" is invalid: ' + "; ".join(errors))
         if by_operator:
             return
-        if denied := admission.pod_security(obj, self):
-            raise Refused(403, "Forbidden", denied)
         for webhook, check in admission.WEBHOOKS.get(f"{gv}/{plural}", []):
             denied = check(obj, old, self)
             if denied:
@@ -592,6 +641,32 @@ class KubeAPI:
             return self._status(404, "NotFound", f'namespaces "{name}" not found')
         labels = {"kubernetes.io/metadata.name": name, **known[name]}
         return 200, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+    def _events(self, r: Request, ns: str):
+        """List a namespace's events, selected by `fieldSelector` (`field=value`, `==`, `!=`, comma-separated)."""
+        self._authorize(r, "", "events", ns, None, None)
+        if r.method != "GET":
+            return self._status(405, "MethodNotAllowed", r.method)
+        terms = []
+        for term in filter(None, (r.query.get("fieldSelector") or [""])[0].split(",")):
+            found = re.fullmatch(r"([^=!]+)(==|=|!=)(.*)", term)
+            if not found:
+                raise Refused(400, "BadRequest", f"invalid selector: '{term}'; can't understand '{term}'")
+            name, op, value = found.groups()
+            if name not in EVENT_FIELDS:
+                raise Refused(400, "BadRequest", f"field label not supported: {name}")
+            terms.append((EVENT_FIELDS[name], op != "!=", value))
+        items = [
+            e
+            for e in self.events
+            if e["metadata"]["namespace"] == ns and all((get(e) == value) is equal for get, equal, value in terms)
+        ]
+        return 200, {
+            "kind": "EventList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(self.version)},
+            "items": items,
+        }
 
     def _core(self, r: Request, m):
         self._authorize(r, "", m["plural"], m["ns"], m["name"], m["sub"])

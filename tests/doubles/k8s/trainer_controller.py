@@ -12,8 +12,11 @@ them, for a TrainJob on a runtime without an ML policy (the project's `tfpipe-te
 - The double's pods share this machine's network: each worker's port 2222 is a free host port, and the JobSet's DNS
   names are resolved for the trainer by giving each pod the `TF_CONFIG` that `trainer.distribute` derives from that
   pod's own environment, with every `<host>.<subdomain>:2222` replaced by its pod's address.
-- Pod Security admission refuses a pod its namespace's `restricted` level forbids: the Job gets no such pod (its
-  FailedCreate event in `events`) and the TrainJob makes no progress, as on a cluster.
+- Pod Security admission judges each pod as the Job controller creates it: a refused one is not created, and the
+  Job controller records a `FailedCreate` event on its Job (`Error creating: ` and the API server's refusal; it
+  sets no Job condition for it and retries with back-off, the double tries once). Nothing else shows it: JobSet
+  counts the Job neither ready nor active, and the TrainJob's `jobsStatus` (copied from the JobSet) is all zeros,
+  with no condition, as on a cluster.
 - A container's non-zero exit fails its Job (`backoffLimit: 0`): reason `PodFailurePolicy` when the Job's
   `podFailurePolicy` has a `FailJob` rule for the exit code, else `BackoffLimitExceeded`. The JobSet's
   `failurePolicy` then applies its first rule matching the Job's reason (`FailJobSet`), else restarts every Job
@@ -102,7 +105,6 @@ class TrainerController:
     def __init__(self, kubelet):
         self.kubelet = kubelet
         self.runs: dict[tuple, Run] = {}
-        self.events: list[str] = []  # the Job controller's FailedCreate messages (Pod Security refusals)
 
     def close(self):
         for run in self.runs.values():
@@ -172,11 +174,13 @@ class TrainerController:
                 for index in range(count):
                     pod = self._pod(ns, name, rjob, job_name, job_index, index, run.restarts)
                     if denied := pod_security_denial(pod["metadata"]["name"], pod["spec"], labels):
-                        self.events.append(f"Error creating: {denied}")
+                        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job_name, "namespace": ns}}
+                        api.record_event(job, "FailedCreate", f"Error creating: {denied}", "job-controller")
                         continue
                     run.workers.append(Worker(pod["metadata"]["name"], pod["spec"]["hostname"], index, pod))
                     api.pods.append(pod)
         if not run.workers:
+            self._write(api, key, run)
             return
         ports = {f"{w.hostname}.{name}": free_port() for w in run.workers}
         for worker in run.workers:

@@ -6,7 +6,14 @@ replicas run by the kubelet double; `restartPolicy: OnFailure` restarts a failed
 failed with a retryable exit code (128 and above: killed by a signal) and creates a new one (its log starts empty;
 the job is `Restarting` while it starts; it adds nothing to a restart count, so `backoffLimit` does not bound it),
 and fails the job at once on any other exit code; the chief's exit decides success; `activeDeadlineSeconds` fails the job; the conditions and
-messages are the operator's. `cleanPodPolicy: Running` stops the other replicas once the job has finished."""
+messages are the operator's. `cleanPodPolicy: Running` stops the other replicas once the job has finished.
+
+Pod Security admission judges each replica's pod as the operator creates it (release-1.9's ReconcilePods, replica
+types in the spec's order): a refused pod makes the operator record a `FailedCreatePod` event on the TFJob
+(`Error creating: ` and the API server's refusal) and end the reconcile with the error before it writes any status:
+the TFJob keeps no status (no condition, no start time, so no deadline either). The operator keeps the pods it
+created before the refused one and retries it with back-off (a repeat of the event counts it up); the double
+creates no pod of such a TFJob and tries once."""
 
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from tests.doubles.k8s.admission import pod_security_denial
 from tests.doubles.k8s.pods import free_port
 from tests.doubles.k8s.server import now
 
@@ -41,6 +49,7 @@ class Job:
     cluster: dict = field(default_factory=dict)  # TF_CONFIG's cluster: replica type -> addresses
     start_time: str = field(default_factory=now)
     restarting_until: float = 0.0  # a recreated pod's start-up: the job is Restarting until then
+    refused: bool = False  # Pod Security refused a replica's pod: nothing runs, no status is written
 
 
 class TrainingOperator:
@@ -87,7 +96,7 @@ class TrainingOperator:
         job = self.jobs.get(key)
         if job is None:
             job = self.jobs[key] = self._create(api, ns, name, obj)
-        if job.finished:
+        if job.finished or job.refused:
             return
         spec = obj["spec"]
         run_policy = spec.get("runPolicy") or {}
@@ -159,6 +168,7 @@ class TrainingOperator:
     def _create(self, api, ns, name, obj) -> Job:
         job = Job()
         self._condition(job, "Created", "TFJobCreated", f"TFJob {name} is created.")
+        namespace_labels = (api.namespaces or {}).get(ns) or {}
         for rtype, rspec in obj["spec"]["tfReplicaSpecs"].items():
             for index in range(rspec.get("replicas", 1)):
                 template = rspec["template"]
@@ -183,8 +193,11 @@ class TrainingOperator:
                     },
                     "spec": {**template["spec"], "restartPolicy": "Never" if restart == "ExitCode" else restart},
                 }
+                if denied := pod_security_denial(pod_name, pod["spec"], namespace_labels):
+                    api.record_event(obj, "FailedCreatePod", f"Error creating: {denied}", "tfjob-controller")
+                    return Job(refused=True)
                 job.replicas.append(Replica(pod_name, rtype, index, pod))
-                api.pods.append(pod)
+        api.pods += [r.pod for r in job.replicas]
         ports = {r.name: free_port() for r in job.replicas}
         cluster: dict = {}
         for r in job.replicas:
