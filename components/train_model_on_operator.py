@@ -17,6 +17,10 @@ writes the model, metrics and history there (`AIP_*` locations, as on Vertex; a 
 `BackupAndRestore` backup there), and the step copies them into its output artifacts after the job succeeds. The
 step prints each new job condition, fails with the job's message and the last log lines of the first pod seen
 failing (else the chief's), and deletes the job when the run is cancelled or times out.
+A job whose pods the namespace's Pod Security level refuses can never run, and neither its status nor its pods show
+it (the TFJob gets no status at all, the TrainJob's counts stay 0): the step reads its controller's create-failure
+events (`FailedCreatePod` on the TFJob, `FailedCreate` on the JobSet's Jobs), fails in one line quoting the first
+refusal and deletes the job.
 """
 
 import json
@@ -39,8 +43,15 @@ TRAINJOB_HINT = "install Kubeflow Trainer v2 or set platform.kubeflow.training: 
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # a job's pods must be able to finish (Kubeflow's mesh)
 
 
+POD_SECURITY = "violates PodSecurity"  # the API server's refusal of a pod by Pod Security admission
+
+
 class TrainingJobFailed(RuntimeError):
     """The training job failed (its own message)."""
+
+
+class PodsRefused(TrainingJobFailed):
+    """The API server refuses the job's pods (Pod Security): the job can never run."""
 
 
 def _tfjob_replica(pod) -> str:
@@ -57,7 +68,8 @@ def _jobset_replica(pod) -> str:
 @dataclass(frozen=True)
 class Engine:
     """The kind-specific parts of a training job the step follows: its resource, the container its pods run, the
-    label that names the job on them, `replica(pod)` (`chief`, `worker 1`) and the condition type of success."""
+    label that names the job on them, `replica(pod)` (`chief`, `worker 1`), the condition type of success, and the
+    kind and event reason of the object whose controller records that a pod could not be created."""
 
     kind: str
     group: str
@@ -67,12 +79,25 @@ class Engine:
     job_label: str
     replica: Callable
     succeeded: str
+    pod_owner: str
+    create_failed: str
 
     def what(self, namespace: str, name: str) -> str:
         return f"{self.kind} {namespace}/{name}"
 
 
-TFJOB = Engine(KIND, GROUP, VERSION, PLURAL, CONTAINER, "training.kubeflow.org/job-name", _tfjob_replica, "Succeeded")
+TFJOB = Engine(
+    KIND,
+    GROUP,
+    VERSION,
+    PLURAL,
+    CONTAINER,
+    "training.kubeflow.org/job-name",
+    _tfjob_replica,
+    "Succeeded",
+    KIND,  # training-operator's pod control records it on the TFJob
+    "FailedCreatePod",
+)
 TRAINJOB = Engine(
     "TrainJob",
     "trainer.kubeflow.org",
@@ -82,6 +107,8 @@ TRAINJOB = Engine(
     "jobset.sigs.k8s.io/jobset-name",
     _jobset_replica,
     "Complete",
+    "Job",  # the Job controller records it on the JobSet's Job
+    "FailedCreate",
 )
 
 
@@ -309,14 +336,47 @@ def run_trainjob(
         if e.status != 409:
             raise
         kube.create_or_adopt(api, tj.GROUP, tj.VERSION, namespace, tj.PLURAL, body, log, sleep)
-    return follow_job(api, TRAINJOB, namespace, name, poll_seconds, timeout_seconds, log, sleep)
+    jobs = [
+        f"{name}-{job['name']}-{index}"
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        for index in range(job.get("replicas", 1))
+    ]
+    return follow_job(api, TRAINJOB, namespace, name, poll_seconds, timeout_seconds, log, sleep, jobs)
+
+
+def refused_pods(api, engine: Engine, namespace: str, owners: list[str], log, sleep) -> str:
+    """The first Pod Security refusal among the create-failure events of `owners` (the objects whose controller
+    creates the job's pods), as `Kind ns/name (Reason): message`; "" when there is none. Other create failures (a
+    quota) may pass: the job waits for them."""
+    from kubernetes import client
+
+    from components.lib.kube import api as kube
+
+    core = client.CoreV1Api(api)
+    for owner in owners:
+        selector = f"involvedObject.kind={engine.pod_owner},involvedObject.name={owner},reason={engine.create_failed}"
+        events = kube.call(core.list_namespaced_event, namespace, field_selector=selector, log=log, sleep=sleep)
+        refused = next((e.message for e in events.items if POD_SECURITY in (e.message or "")), "")
+        if refused:
+            return f"{engine.pod_owner} {namespace}/{owner} ({engine.create_failed}): {refused}"
+    return ""
 
 
 def follow_job(
-    api, engine: Engine, namespace: str, name: str, poll_seconds: float, timeout_seconds: float, log, sleep
+    api,
+    engine: Engine,
+    namespace: str,
+    name: str,
+    poll_seconds: float,
+    timeout_seconds: float,
+    log,
+    sleep,
+    owners: list[str] | None = None,
 ) -> dict:
     """Wait for the created job: print each new condition; the job once it succeeded; TrainingJobFailed with its
-    message and the failing pod's last lines; deleted on cancellation or when the wait gives up."""
+    message and the failing pod's last lines; deleted on cancellation or when the wait gives up. PodsRefused, the
+    job deleted, once Pod Security refuses a pod of it (the create-failure events of `owners`, the objects whose
+    controller creates its pods: the job itself by default)."""
     from components.lib.kube import api as kube
 
     what = engine.what(namespace, name)
@@ -337,6 +397,8 @@ def follow_job(
                 f"{what} failed: {failed.get('message') or failed.get('reason')}"
                 + (f"\n{replica_log.replica}'s last log lines:\n{tail}" if tail else "")
             )
+        if refused := refused_pods(api, engine, namespace, owners or [name], log, sleep):
+            raise PodsRefused(f"{what} cannot run: the API server refuses its pods: {refused}")
         replica_log.watch()
         return None
 
@@ -344,7 +406,11 @@ def follow_job(
         if kube.delete(api, engine.group, engine.version, namespace, engine.plural, name, log, sleep):
             log(f"deleted {what}")
 
-    return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep)
+    try:
+        return kube.watch(read, done, remove, poll_seconds, timeout_seconds, what, log, sleep)
+    except PodsRefused:
+        remove()
+        raise
 
 
 def collect_outputs(job_dir: str, model_path: str, training_path: str) -> dict:

@@ -32,16 +32,18 @@ KUBEFLOW, TRAINER, KSERVE, KNATIVE, APPS, CORE = (
 )
 LOGS = {(CORE, "pods", "list"), (CORE, "pods/log", "get")}  # a failed job's or trial's pods and their logs
 # create, read, patch the predictor and traffic, delete a first deploy that failed; refuse a control-plane namespace
+REFUSALS = {(CORE, "events", "list")}  # the pod-creation failures of a training job's controller (Pod Security)
 SERVING = {(KSERVE, "inferenceservices", v) for v in ("create", "get", "patch", "delete")} | {
     (CORE, "namespaces", "get")
 }
 USED = {  # by step and engine
     # create (or adopt: get), read the status, delete on a timeout or cancellation; the failed replica's log
-    "train-model-on-operator (tfjob)": {(KUBEFLOW, "tfjobs", v) for v in ("create", "get", "delete")} | LOGS,
+    "train-model-on-operator (tfjob)": {(KUBEFLOW, "tfjobs", v) for v in ("create", "get", "delete")} | LOGS | REFUSALS,
     # the same for the TrainJob, after reading the runtime it names
     "train-model-on-operator (trainjob)": {(TRAINER, "trainjobs", v) for v in ("create", "get", "delete")}
     | {(TRAINER, "trainingruntimes", "get")}
-    | LOGS,
+    | LOGS
+    | REFUSALS,
     # the same for the Experiment, deleted once the study ended; the first failed trial's log
     "tune-on-katib": {(KUBEFLOW, "experiments", v) for v in ("create", "get", "delete")} | LOGS,
     # Knative mode: older revisions pruned
