@@ -1,5 +1,5 @@
 """What a command was doing when a cloud call failed: `doing` tags the error with it, and the CLI's one line for
-the error (pipelines/cli/errors.py) starts with it."""
+the error (pipelines/cloud_errors.py) starts with it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The reference pages of docs/reference/, generated from the code: the CLI from its click commands
 (`pipelines.cli.cli`, whose `serve` is `serving.command.serve`), the configuration from the config models' fields
-(`pipelines.config.Config` and the models it nests), the pipeline parameters from their `Field(description=...)`.
+(`pipelines.config.Config` and the models it nests), the pipeline parameters from their `Field(description=...)`, the Python API from the signatures and docstrings of
+`pipelines.api.__all__`.
 
     python -m pipelines.reference            # write the pages
     python -m pipelines.reference --check    # exit 1 naming each page that is not what it would write
@@ -433,12 +434,95 @@ def parameters_page() -> str:
     )
 
 
+# --- the Python API ----------------------------------------------------------------------------------------------
+
+
+def parameter_text(param: inspect.Parameter) -> str:
+    """A parameter as declared: `name: annotation = default` (annotations as written, unquoted)."""
+    stars = "*" if param.kind is param.VAR_POSITIONAL else "**" if param.kind is param.VAR_KEYWORD else ""
+    text = stars + param.name
+    if param.annotation is not param.empty:
+        annotation = param.annotation
+        text += f": {annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)}"
+    if param.default is not param.empty:
+        default = f'"{param.default}"' if isinstance(param.default, str) else repr(param.default)
+        text += f" = {default}" if param.annotation is not param.empty else f"={default}"
+    return text
+
+
+def signature_text(name: str, func: Callable[..., typing.Any], keyword: str = "def") -> str:
+    """`def name(...) -> ...: ...` as the code declares it (`*` before the keyword-only parameters), one parameter a
+    line when it does not fit on one."""
+    sig = inspect.signature(func)
+    params: list[str] = []
+    for param in sig.parameters.values():
+        if param.name == "self":
+            continue
+        if param.kind is param.KEYWORD_ONLY and not any(p.startswith("*") for p in params):
+            params.append("*")
+        params.append(parameter_text(param))
+    returns = "" if sig.return_annotation is inspect.Signature.empty else f" -> {sig.return_annotation}"
+    line = f"{keyword} {name}({', '.join(params)}){returns}: ..."
+    if len(line) <= 100:
+        return line
+    return f"{keyword} {name}(\n" + "".join(f"    {p},\n" for p in params) + f"){returns}: ..."
+
+
+def class_text(name: str, cls: type) -> str:
+    """A class as its code declares it: its bases, its public fields and their types, its public properties and
+    methods (formatted as `ruff format` formats the page's code blocks)."""
+    import dataclasses
+
+    bases = ", ".join(b.__name__ for b in cls.__bases__ if b is not object)
+    lines = [f"class {name}({bases}):" if bases else f"class {name}:"]
+    if dataclasses.is_dataclass(cls):
+        lines += [f"    {f.name}: {f.type}" for f in dataclasses.fields(cls) if not f.name.startswith("_")]
+    for attr, value in vars(cls).items():
+        if attr.startswith("_"):
+            continue
+        if isinstance(value, property) and value.fget:
+            returns = inspect.signature(value.fget).return_annotation
+            lines.append(f"    {attr}: {returns}  # property")
+        elif inspect.isfunction(value):
+            lines += [""] if len(lines) > 1 else []
+            lines.append("    " + signature_text(attr, value).replace("\n", "\n    "))
+    return "\n".join(lines) if len(lines) > 1 else f"{lines[0]} ..."
+
+
+def api_entry(name: str, obj: typing.Any) -> str:
+    if isinstance(obj, type) and issubclass(obj, BaseModel):
+        return f"### `{name}`\n\nThe validated configuration: see [the configuration](configuration.md)."
+    text = class_text(name, obj) if isinstance(obj, type) else signature_text(name, obj)
+    return f"### `{name}`\n\n```python\n{text}\n```\n\n{prose(obj.__doc__)}".rstrip()
+
+
+def api_page() -> str:
+    """Every public name of pipelines.api (its `__all__`): the functions, then the results and the exceptions."""
+    from pipelines import api
+
+    objects = {name: getattr(api, name) for name in api.__all__}
+    functions = [api_entry(n, o) for n, o in objects.items() if not isinstance(o, type)]
+    errors = [api_entry(n, o) for n, o in objects.items() if isinstance(o, type) and issubclass(o, Exception)]
+    results = [api_entry(n, o) for n, o in objects.items() if isinstance(o, type) and not issubclass(o, Exception)]
+    intro = (
+        f"{first_sentence(api.__doc__)} The guide: [From Python](../guides/python.md). A name or a "
+        "signature that changes here without this page being regenerated fails `python -m pipelines.reference "
+        "--check`."
+    )
+    return page(
+        "Python API reference",
+        intro,
+        ["## Functions", *functions, "## Results", *results, "## Exceptions", *errors],
+    )
+
+
 # --- the pages ---------------------------------------------------------------------------------------------------
 
 PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page,
     "configuration.md": config_page,
     "pipeline-parameters.md": parameters_page,
+    "python-api.md": api_page,
 }
 
 

@@ -1,20 +1,32 @@
 """`python -m pipelines`: run the pipelines locally; compile, publish, submit and schedule them on Vertex AI or
-Kubeflow; serve a model repository. Shared options and helpers here, the commands in the modules beside it."""
+Kubeflow; serve a model repository. A thin layer over pipelines.api: the commands (in the modules beside this one)
+parse their options, call the API and print what it returns; an API error is one `Error:` line."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import traceback
 
 import click
 
+from pipelines import api
 from pipelines.cli import errors
-from pipelines.config import Config, ConfigError, load_config
+from pipelines.config import Config
+from pipelines.errors import CloudError, CredentialsError, MissingArgument, TfpipeError
 
 
 def _fail(message: str) -> None:
     raise click.ClickException(message)
+
+
+def option_line(error: TfpipeError) -> str:
+    """An API error's line with the CLI's option names for the arguments it is about (`run_name` → --run-name)."""
+    if not error.argument:
+        return str(error)
+    options = ", ".join(f"--{a.strip().replace('_', '-')}" for a in error.argument.split(","))
+    if isinstance(error, MissingArgument):
+        return f"{options} is required (or {error.fallback}), e.g. {options} {error.example}"
+    return f"{options}: {error.reason}"
 
 
 def config_options(func):
@@ -35,35 +47,25 @@ def config_options(func):
     )(func)
 
 
-def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=None):
-    try:
-        return load_config(config_file, overrides, batch_overrides, profile=profile, sets=sets)
-    except ConfigError as e:
-        _fail(str(e))
-
-
-def _refuse_examples(config: Config, fields) -> None:
-    """One line naming every field of `fields` that still holds an example value of tfpipe.yaml or the docs."""
-    found = config.example_values(fields)
-    if found:
-        _fail(f"the config still holds example values (edit them or --set them): {', '.join(found)}")
-
-
-def _source_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except (OSError, subprocess.SubprocessError):
-        return ""
+def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=None) -> Config:
+    """The config of the options: the file, profile and --set, then the command's own options (`overrides` of the
+    parameters, `batch_overrides` of the batch section)."""
+    given = {f"parameters.{k}": v for k, v in (overrides or {}).items()}
+    given.update({f"batch.{k}": v for k, v in (batch_overrides or {}).items()})
+    return api.load_config(config_file, profile, given, sets=sets, origin="the command line")
 
 
 class _Group(click.Group):
-    """The top command: an error of a cloud call ends the command with one `Error:` line (errors.describe), its
-    traceback before it with -v."""
+    """The top command: an API error ends the command with its one `Error:` line, and an error of a cloud call
+    raised outside the API too (errors.describe); with -v, a cloud call's traceback before it."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except TfpipeError as e:
+            if ctx.params.get("verbose") and isinstance(e, (CloudError, CredentialsError)):
+                click.echo(traceback.format_exc().rstrip(), err=True)
+            raise click.ClickException(option_line(e)) from None
         except Exception as e:
             message = errors.describe(e)
             if message is None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from pipelines.cli import _fail, _load, _refuse_examples, cli, config_options
+from pipelines import api
+from pipelines.api.cloud import check_names
+from pipelines.cli import _fail, _load, cli, config_options
 from pipelines.config import PIPELINES
 
 
@@ -57,73 +59,27 @@ def kubeflow_options(func):
     )
 
 
-def _template(delivery, pipeline, config, template, template_tag, registry, workdir):
-    """The template a submit/schedule/publish command runs, resolved before any API call."""
-    from pipelines.templates import TemplateError
+def _only_kubeflow(target, **given):
+    """Refuse the options given (the true values of `given`) unless the target takes the KFP API's options."""
+    names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
+    if names and target != "kubeflow":
+        _fail(f"{', '.join(names)}: only with --target kubeflow")
 
+
+def _template_choice(template, template_tag, registry):
     if template and template_tag:
         _fail("--template and --template-tag: give one of them")
     if registry and not template_tag:
         _fail("--registry: only with --template-tag")
-    try:
-        return delivery.template(pipeline, config, workdir, template, template_tag, registry)
-    except TemplateError as e:
-        _fail(str(e))
 
 
-def _params(chosen, assignments):
-    from pipelines.templates import TemplateError, parse_params
-
-    try:
-        return parse_params(assignments, chosen.spec)
-    except TemplateError as e:
-        _fail(str(e))
-
-
-def _attempt(action, *args, **kwargs):
-    """`action`'s result; its DeliveryError as the command's error."""
-    from pipelines.delivery.base import DeliveryError
-
-    try:
-        return action(*args, **kwargs)
-    except DeliveryError as e:
-        _fail(str(e))
-
-
-def _only_kubeflow(delivery, **given):
-    """Refuse the options given (the true values of `given`) unless the target takes the KFP API's options."""
-    names = [f"--{k.replace('_', '-')}" for k, v in given.items() if v]
-    if names and not delivery.kfp_options:
-        _fail(f"{', '.join(names)}: only with --target kubeflow")
-
-
-def _check_names(delivery, run_name=None, experiment=None, display_name=None):
-    """The names given as options, by the rules of where they go (core/names.py), in one line."""
-    from core import names
-
-    try:
-        if run_name is not None:
-            names.display_name(run_name, "--run-name")
-        if display_name is not None:
-            names.display_name(display_name, "--display-name")
-        if experiment is not None:
-            delivery.check_experiment(experiment, "--experiment")
-    except names.InvalidName as e:
-        _fail(str(e))
-
-
-def _precheck(delivery, pipeline, config, template, template_tag, registry, host, namespace):
-    """Settings a run or schedule needs, checked before any API call (example values first); returns where the
-    calls go."""
-    fields = config.cloud_fields(
-        delivery.target,
-        pipeline,
-        compiling=not (template or template_tag),
-        running=True,
-        registry=bool(template_tag and not registry),
+def _refused(problems: list[str], skipped: bool):
+    """Every pre-flight problem on its own `Error:` line; the last as the command's error."""
+    for problem in problems[:-1]:
+        click.echo(f"Error: {problem}", err=True)
+    return click.ClickException(
+        problems[-1] + ("" if skipped else "\n(fix these, or pass --skip-checks to create the run anyway)")
     )
-    _refuse_examples(config, [f for f in fields if not (host and f == "platform.kfp_host")])
-    return _attempt(delivery.connect, config.platform, host, namespace, running=True)
 
 
 @cli.command()
@@ -167,47 +123,35 @@ def submit(
 ):
     """Submit one run: a Vertex AI PipelineJob or a run on a Kubeflow Pipelines deployment. The parameters are
     checked against the template's inputs before anything is sent."""
-    import tempfile
-
-    from pipelines.delivery import delivery_for
-    from pipelines.delivery.base import Run
-
-    delivery = delivery_for(target)
-    _only_kubeflow(delivery, host=host, namespace=namespace)
-    _check_names(delivery, run_name=run_name, experiment=experiment)
+    _only_kubeflow(target, host=host, namespace=namespace)
+    _template_choice(template, template_tag, registry)
+    check_names(target, run_name=run_name, experiment=experiment)
     config = _load(config_file, profile, sets)
-    platform = config.platform
-    caching = False if no_caching else platform.enable_caching
-    connection = _precheck(delivery, pipeline, config, template, template_tag, registry, host, namespace)
-    with tempfile.TemporaryDirectory(prefix="tfpipe-submit-") as workdir:
-        chosen = _template(delivery, pipeline, config, template, template_tag, registry, workdir)
-        values = _params(chosen, params)
-        chosen = _preflight(delivery, platform, chosen, skip_checks, workdir)
-        run = Run(chosen, values, caching)
-        submitted = _attempt(delivery.submit, connection, run, run_name, experiment, click.echo)
-        if wait:
-            _follow(submitted, poll_seconds)
-
-
-def _preflight(delivery, platform, chosen, skip, workdir):
-    """The template to send after the target's pre-flight checks; on a problem: every one on its own line, then
-    exit 1."""
-    checked = delivery.preflight(platform, chosen, skip, click.echo, workdir)
-    problems = checked.problems
-    if problems:
-        for problem in problems[:-1]:
-            click.echo(f"Error: {problem}", err=True)
-        _fail(problems[-1] + ("" if skip else "\n(fix these, or pass --skip-checks to create the run anyway)"))
-    return checked.template
-
-
-def _follow(submitted, poll_seconds):
-    """Follow the run until it ends; on Ctrl-C say that it goes on."""
     try:
-        _attempt(submitted.wait, poll_seconds, click.echo)
-    except KeyboardInterrupt:
-        click.echo(f"stopped following the run; it goes on: {submitted.url}", err=True)
-        raise
+        submitted = api.submit(
+            target,
+            config,
+            params,
+            pipeline=pipeline,
+            template=template,
+            template_tag=template_tag,
+            registry=registry,
+            run_name=run_name,
+            experiment=experiment,
+            caching=False if no_caching else None,
+            skip_checks=skip_checks,
+            host=host,
+            namespace=namespace,
+            log=click.echo,
+        )
+    except api.PreflightError as e:
+        raise _refused(e.problems, e.skipped) from None
+    if wait:
+        try:
+            submitted.wait(poll_seconds, click.echo)
+        except KeyboardInterrupt:
+            click.echo(f"stopped following the run; it goes on: {submitted.url}", err=True)
+            raise
 
 
 # --- schedule ----------------------------------------------------------------------------------------------------
@@ -255,12 +199,7 @@ def schedule(
 
     Sub-commands manage existing schedules by display name: list, pause NAME, resume NAME, delete NAME (their
     options after the sub-command name)."""
-    import tempfile
-
     from click.core import ParameterSource
-
-    from pipelines.delivery import delivery_for
-    from pipelines.delivery.base import Run
 
     if ctx.invoked_subcommand:
         given = [
@@ -273,36 +212,32 @@ def schedule(
         return
     if not target:
         _fail("--target is required (vertex or kubeflow)")
-    delivery = delivery_for(target)
-    _only_kubeflow(delivery, host=host, namespace=namespace, experiment=experiment)
-    _check_names(delivery, experiment=experiment, display_name=display_name)
+    _only_kubeflow(target, host=host, namespace=namespace, experiment=experiment)
+    _template_choice(template, template_tag, registry)
+    check_names(target, experiment=experiment, display_name=display_name)
     config = _load(config_file, profile, sets)
-    platform = config.platform
-    settings = platform.schedule
-    caching = False if no_caching else platform.enable_caching
-    connection = _precheck(delivery, pipeline, config, template, template_tag, registry, host, namespace)
-    parsed = _parse_cron(delivery, cron or settings.cron)
-    with tempfile.TemporaryDirectory(prefix="tfpipe-schedule-") as workdir:
-        chosen = _template(delivery, pipeline, config, template, template_tag, registry, workdir)
-        values = _params(chosen, params)
-        name = display_name or settings.display_name or chosen.name
-        chosen = _preflight(delivery, platform, chosen, skip_checks, workdir)
-        _attempt(delivery.schedule, connection, Run(chosen, values, caching), parsed, name, experiment, click.echo)
-    runs = ", ".join(t.strftime("%Y-%m-%d %H:%M") for t in parsed.next_runs(3))
-    click.echo(f"{name}: {chosen.name} ({chosen.source}) on '{parsed}'; next runs {runs} {delivery.time_zone(parsed)}")
-
-
-def _parse_cron(delivery, text):
-    from pipelines.cron import parse_cron
-
-    if not text:
-        _fail('--cron is required (or platform.schedule.cron), e.g. --cron "TZ=Europe/Paris 0 3 * * 1"')
     try:
-        parsed = parse_cron(text)
-        delivery.check_cron(parsed)
-    except ValueError as e:  # DeliveryError included
-        _fail(f"--cron: {e}")
-    return parsed
+        done = api.schedule(
+            target,
+            config,
+            cron,
+            params,
+            display_name=display_name,
+            pipeline=pipeline,
+            template=template,
+            template_tag=template_tag,
+            registry=registry,
+            experiment=experiment,
+            caching=False if no_caching else None,
+            skip_checks=skip_checks,
+            host=host,
+            namespace=namespace,
+            log=click.echo,
+        )
+    except api.PreflightError as e:
+        raise _refused(e.problems, e.skipped) from None
+    runs = ", ".join(done.next_runs)
+    click.echo(f"{done.name}: {done.template} ({done.source}) on '{done.cron}'; next runs {runs} {done.time_zone}")
 
 
 def schedule_target_options(func):
@@ -311,23 +246,12 @@ def schedule_target_options(func):
     return _target_option()(func)
 
 
-def _managed(target, config_file, profile, sets, host, namespace):
-    """The delivery of list, pause, resume and delete, and where their calls go, checked before any API call."""
-    from pipelines.delivery import delivery_for
-
-    delivery = delivery_for(target)
-    _only_kubeflow(delivery, host=host, namespace=namespace)
-    config = _load(config_file, profile, sets)
-    _refuse_examples(config, [f for f in delivery.schedule_fields if not (host and f == "platform.kfp_host")])
-    return delivery, _attempt(delivery.connect, config.platform, host, namespace, running=False)
-
-
 @schedule.command("list")
 @schedule_target_options
-def schedule_list(**options):
+def schedule_list(target, config_file, profile, sets, host, namespace):
     """List the schedules (Vertex: of the project and location; kubeflow: recurring runs)."""
-    delivery, connection = _managed(**options)
-    listing = delivery.list_schedules(connection)
+    _only_kubeflow(target, host=host, namespace=namespace)
+    listing = api.list_schedules(target, _load(config_file, profile, sets), host=host, namespace=namespace)
     if not listing.rows:
         click.echo(f"no schedules in {listing.where}")
         return
@@ -338,13 +262,17 @@ def schedule_list(**options):
         )
 
 
+def _change(action, name, target, config_file, profile, sets, host, namespace):
+    _only_kubeflow(target, host=host, namespace=namespace)
+    action(target, name, _load(config_file, profile, sets), host=host, namespace=namespace, log=click.echo)
+
+
 @schedule.command("pause")
 @click.argument("name")
 @schedule_target_options
 def schedule_pause(name, **options):
     """Pause the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
-    delivery, connection = _managed(**options)
-    _attempt(delivery.pause, connection, name, click.echo)
+    _change(api.pause, name, **options)
 
 
 @schedule.command("resume")
@@ -352,8 +280,7 @@ def schedule_pause(name, **options):
 @schedule_target_options
 def schedule_resume(name, **options):
     """Resume the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
-    delivery, connection = _managed(**options)
-    _attempt(delivery.resume, connection, name, click.echo)
+    _change(api.resume, name, **options)
 
 
 @schedule.command("delete")
@@ -361,8 +288,7 @@ def schedule_resume(name, **options):
 @schedule_target_options
 def schedule_delete(name, **options):
     """Delete the schedule(s) with display name NAME (or the resource name / recurring run id NAME)."""
-    delivery, connection = _managed(**options)
-    _attempt(delivery.delete, connection, name, click.echo)
+    _change(api.delete, name, **options)
 
 
 # --- publish -----------------------------------------------------------------------------------------------------
@@ -391,32 +317,11 @@ def schedule_delete(name, **options):
 def publish(registry, tags, target, pipeline, template, config_file, profile, sets):
     """Upload the compiled pipeline to a KFP template registry (Artifact Registry) with tags; submit and schedule
     run it with --template-tag TAG."""
-    import tempfile
-
-    from pipelines.credentials import application_default, on_artifact_registry
-    from pipelines.delivery import delivery_for
-    from pipelines.publish import PublishError, check_registry
-    from pipelines.templates import TemplateError, check_tag
-
-    delivery = delivery_for(target)
-    config = _load(config_file, profile, sets)
-    _refuse_examples(config, config.cloud_fields(target, pipeline, compiling=not template, registry=not registry))
-    try:
-        registry = check_registry(registry or config.platform.template_registry)
-        for tag in tags:
-            check_tag(tag)
-    except (PublishError, TemplateError) as e:
-        _fail(str(e))
-    if on_artifact_registry(registry):  # before the compile: without credentials, the one line at once
-        application_default()
-    with tempfile.TemporaryDirectory(prefix="tfpipe-publish-") as workdir:
-        chosen = _template(delivery, pipeline, config, template, None, None, workdir)
-        package, version = delivery.publish(registry, chosen, tags)
-    click.echo(f"published {package} {version} ({chosen.source}) with tag(s) {', '.join(tags)}")
-    for tag in tags:
-        click.echo(f"  {registry}/{package}/{tag}")
-    if delivery.target == "vertex":
-        from pipelines.preflight import tag_warning
-
-        if warning := tag_warning(chosen.spec):
-            click.echo(warning, err=True)
+    published = api.publish(
+        _load(config_file, profile, sets), tags, registry=registry, target=target, pipeline=pipeline, template=template
+    )
+    click.echo(f"published {published.package} {published.version} ({published.source}) with tag(s) {', '.join(tags)}")
+    for url in published.urls:
+        click.echo(f"  {url}")
+    if published.warning:
+        click.echo(published.warning, err=True)

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import time
-from pathlib import Path
-
 import click
 
 from components.lib.batch.instance_formats import FORMATS
-from core.storage import local_path
-from pipelines.cli import _fail, _load, _refuse_examples, _source_commit, cli, config_options
-from pipelines.config import PIPELINES, ConfigError
-from trainer.environment import use_legacy_keras
+from pipelines import api
+from pipelines.cli import _fail, _load, cli, config_options
+from pipelines.config import PIPELINES
 
 
 @cli.command()
@@ -78,91 +73,41 @@ def run(out_dir, config_file, profile, sets, verbose, quiet, pipeline, instances
         _fail("-v/--verbose and -q/--quiet: choose one")
     batch_options = {k: options.pop(k) for k in _BATCH_ONLY}
     if pipeline == "batch_prediction":
-        return _run_batch(
-            out_dir,
-            (config_file, profile, sets),
-            (verbose, quiet),
-            instances,
-            instances_format,
-            model,
-            {**options, **batch_options},
-        )
-    given = [
-        name
-        for name, value in (
-            ("--instances", instances),
-            ("--instances-format", instances_format),
-            ("--model", model),
-            *((f"--{k.replace('_', '-')}", v) for k, v in batch_options.items()),
-        )
-        if value is not None
-    ]
-    if given:
-        _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
-    config = _load(config_file, profile, sets, options)
-    params = config.parameters.model_dump()
-    params["data_source"] = local_path(params["data_source"])
-    if not params["data_source"].startswith(("gs://", "builtin:")) and not os.path.exists(params["data_source"]):
-        _fail(f"data source not found: {params['data_source']}")
-    params["model_repository"] = local_path(params["model_repository"] or "runs/model_repository")
-    params["source_commit"] = params["source_commit"] or _source_commit()
-    from pipelines.training import PIPELINE_NAME, build_pipeline
-
-    try:
-        dag = build_pipeline("local", config.platform, config.study, config.trainer)
-    except ConfigError as e:  # trainer.model names no function on this Python path
-        _fail(str(e))
-    out = _make_folder(Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve(), "--out")
-
-    use_legacy_keras()
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pipelines import report
-    from pipelines.local_run import run_local
-
-    if not quiet:
-        click.echo(
-            f"Running {PIPELINE_NAME} locally on {params['data_source']} with {params['workers']} worker(s); "
-            f"output in {out}"
-        )
-    started = time.time()
-    steps, run_root = run_local(dag, params, out, verbose, quiet=quiet)
-    _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
+        given = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY if options.get(k) is not None]
+        if given:
+            _fail(f"{', '.join(given)}: not an option of --pipeline batch_prediction")
+        if not instances:
+            _fail("--instances is required with --pipeline batch_prediction")
+        given_options = {**options, **batch_options}
+        overrides = {
+            "instances": instances,
+            "instances_format": instances_format,
+            "model": model,
+            **{k: given_options.get(k) for k in ("model_repository", "model_name", "batch_size", *_BATCH_ONLY)},
+        }
+        config = _load(config_file, profile, sets, batch_overrides=overrides)
+    else:
+        given = [
+            name
+            for name, value in (
+                ("--instances", instances),
+                ("--instances-format", instances_format),
+                ("--model", model),
+                *((f"--{k.replace('_', '-')}", v) for k, v in batch_options.items()),
+            )
+            if value is not None
+        ]
+        if given:
+            _fail(f"{', '.join(given)}: only with --pipeline batch_prediction")
+        config = _load(config_file, profile, sets, options)
+    log = (lambda line: None) if quiet else click.echo
+    _finish(api.run_locally(config, pipeline=pipeline, out=out_dir, progress=not quiet, verbose=verbose, log=log))
 
 
-def _make_folder(path: Path, option: str) -> Path:
-    """`path`, created with its parents unless it exists; one `option: ...` line when it cannot be (a file in the
-    way, no permission)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        _fail(f"{option}: cannot create the folder {e.filename or path}: {e.strerror or e}")
-    return path
-
-
-def _finish(summary: dict, out: Path) -> None:
-    from pipelines import report
-
-    report.write(summary, out)
-    _print_summary(summary)
-    if summary["status"] != "SUCCEEDED":
-        _fail(summary["error"] or f"the pipeline failed; see the step logs in {out / 'logs'}")
-
-
-def _local_instances(instances: str) -> str:
-    """Comma-separated instances with local paths made absolute; each local one must exist or match something
-    (the batch predictor's own expansion; gs:// ones are checked by the step)."""
-    from components.lib.batch.instances import expand_inputs
-
-    items = [i if i.startswith("gs://") else local_path(i) for i in (i.strip() for i in instances.split(",")) if i]
-    if not items:
-        _fail("--instances names no files")
-    local = [i for i in items if not i.startswith("gs://")]
-    try:
-        if local:
-            expand_inputs(",".join(local))
-    except FileNotFoundError as e:
-        _fail(f"--instances: {e}")
-    return ",".join(items)
+def _finish(summary: api.RunSummary) -> None:
+    _print_summary(summary.details)
+    if not summary.succeeded:
+        _fail(summary.error or f"the pipeline failed; see the step logs in {summary.out / 'logs'}")
 
 
 _BATCH_ONLY = (
@@ -186,50 +131,6 @@ _TRAINING_ONLY = (
     "rest_port",
     "grpc_port",
 )
-
-
-def _run_batch(out_dir, config_source, output, instances, instances_format, model, options) -> None:
-    """`run --pipeline batch_prediction`: predictions for local instances from a model repository version.
-    `output`: (verbose, quiet)."""
-    given = [f"--{k.replace('_', '-')}" for k in _TRAINING_ONLY if options.get(k) is not None]
-    if given:
-        _fail(f"{', '.join(given)}: not an option of --pipeline batch_prediction")
-    if not instances:
-        _fail("--instances is required with --pipeline batch_prediction")
-    overrides = {
-        "instances": instances,
-        "instances_format": instances_format,
-        "model": model,
-        **{k: options.get(k) for k in ("model_repository", "model_name", "batch_size", *_BATCH_ONLY)},
-    }
-    config_file, profile, sets = config_source
-    config = _load(config_file, profile, sets, batch_overrides=overrides)
-    params = config.batch.pipeline_arguments()
-    params["instances"] = _local_instances(params["instances"])
-    params["model_repository"] = local_path(params["model_repository"] or "runs/model_repository")
-    if params["model"] and not params["model"].isdigit() and not params["model"].startswith("gs://"):
-        if os.path.exists(params["model"]) or os.sep in params["model"]:
-            params["model"] = local_path(params["model"])
-            if not os.path.exists(params["model"]):
-                _fail(f"model not found: {params['model']}")
-    out = _make_folder(Path(out_dir or f"runs/{time.strftime('%Y%m%d-%H%M%S')}").resolve(), "--out")
-
-    use_legacy_keras()
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pipelines import report
-    from pipelines.batch_prediction import PIPELINE_NAME, build_batch_pipeline
-    from pipelines.local_run import run_local
-
-    verbose, quiet = output
-    if not quiet:
-        click.echo(
-            f"Running {PIPELINE_NAME} locally on {params['instances']} ({params['instances_format']}) with "
-            f"{params['model_name']} {params['model'] or 'champion'} from {params['model_repository']}; "
-            f"output in {out}"
-        )
-    started = time.time()
-    steps, run_root = run_local(build_batch_pipeline("local", config.platform), params, out, verbose, quiet=quiet)
-    _finish(report.collect(run_root, steps, PIPELINE_NAME, params, time.time() - started), out)
 
 
 def _print_summary(s: dict) -> None:
@@ -290,26 +191,7 @@ def compile_(target, output, config_file, profile, sets, pipeline):
     """Compile the training (or batch prediction) pipeline for Vertex AI Pipelines or Kubeflow Pipelines (refused
     while the images, identity or inputs it bakes in still hold example values). The images stay as given; for
     Vertex, those given by tag are named in a warning (submit and schedule pin them by digest)."""
-    from pipelines.delivery import delivery_for
-    from pipelines.templates import TemplateError
-
-    config = _load(config_file, profile, sets)
-    _refuse_examples(config, config.cloud_fields(target, pipeline, compiling=True))
-    if not output.endswith((".yaml", ".yml", ".json")):
-        _fail(f"--output must end in .yaml or .json, got {output}")
-    _make_folder(Path(output).parent, "--output")
-    try:
-        delivery_for(target).compile(pipeline, config, output)
-    except TemplateError as e:
-        _fail(str(e))
-    except OSError as e:  # the file itself cannot be written (a read-only folder)
-        if e.filename != output:
-            raise
-        _fail(f"--output: cannot write {output}: {e.strerror or e}")
+    compiled = api.compile(target, _load(config_file, profile, sets), output, pipeline)
     click.echo(f"compiled {target} {pipeline} pipeline to {output}")
-    if target == "vertex":
-        from pipelines.preflight import tag_warning
-        from pipelines.templates import load_template
-
-        if warning := tag_warning(load_template(output)):
-            click.echo(warning, err=True)
+    if compiled.warning:
+        click.echo(compiled.warning, err=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pipelines.cli import _fail, _load, cli, config_options
+from pipelines import api
+from pipelines.cli import _load, cli, config_options
 
 
 @cli.command()
@@ -16,13 +17,6 @@ def render(target, config_file, profile, sets, out):
     Katib Experiment, InferenceService) and the namespace's claim, permissions Job and RBAC, one YAML file per
     object, run-time values as placeholders: review them, or check them with
     `kubectl apply --dry-run=server -f DIR`."""
-    from pipelines.config import ConfigError
-    from pipelines.render import RenderError, render_kubeflow, write
-
     config = _load(config_file, profile, sets)
-    try:
-        objects = render_kubeflow(config)
-    except (ConfigError, RenderError) as e:
-        _fail(str(e))
-    for path in write(objects, out, config_file or "the default config"):
+    for path in api.render(config, out, target, source=config_file or "the default config"):
         click.echo(path)

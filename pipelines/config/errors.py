@@ -1,7 +1,7 @@
-"""The error every part of the configuration raises for the user."""
+"""The error every part of the configuration raises for the user: `pipelines.errors.ConfigError`, a TfpipeError."""
 
 from __future__ import annotations
 
+from pipelines.errors import ConfigError
 
-class ConfigError(ValueError):
-    """The configuration is invalid (user-facing message)."""
+__all__ = ["ConfigError"]

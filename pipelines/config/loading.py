@@ -61,6 +61,14 @@ def parse_set(assignment: str) -> Override:
     return Override(path, _parse_value(value), f"--set {key.strip()}")
 
 
+def assignment(key: str, value: Any, origin: str) -> Override:
+    """`value` (as given, not parsed) for the dotted `key` (`section.field[.subfield]`), from `origin`."""
+    path = tuple(key.split("."))
+    if len(path) < 2 or not all(path) or path[0] not in SECTIONS:
+        raise ConfigError(f"{origin} {key!r}: expected SECTION.FIELD with SECTION one of: {', '.join(SECTIONS)}")
+    return Override(path, value, origin)
+
+
 def env_overrides(environ: Mapping[str, str]) -> list[Override]:
     """`TFPIPE_<SECTION>__<FIELD>[__<SUBFIELD>]=value` variables (names are case-insensitive after the prefix).
     Read here, not with pydantic-settings: they rank between the profile and `--set`, and an error names the
@@ -183,11 +191,14 @@ def load_config(
     profile: str | None = None,
     sets: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
+    values: Mapping[str, Any] | None = None,
+    origin: str = "the command line",
 ) -> Config:
     """Read `path` (YAML) if given; deep-merge the selected profile (`profile`, else `$TFPIPE_PROFILE`) over its
     sections; apply the `TFPIPE_<SECTION>__<FIELD>` variables of `environ` (default: os.environ), then the
-    `sets` (`section.field=value`), then parameter `overrides` and batch-pipeline `batch_overrides` (None values
-    ignored); validate. Every other profile of the file is validated too."""
+    `sets` (`section.field=value`), then the dotted `values` (`{"section.field": value}`), parameter `overrides` and
+    batch-pipeline `batch_overrides` (None values ignored; an error names `origin` as where they came from);
+    validate. Every other profile of the file is validated too."""
     environ = os.environ if environ is None else environ
     raw = _read(path)
     profiles = _profiles(raw)
@@ -201,12 +212,13 @@ def load_config(
             available = ", ".join(sorted(profiles)) or "none"
             raise ConfigError(f"unknown profile {profile!r}: config file {path} defines profiles: {available}")
         _merge(config, {k: v for k, v in profiles[profile].items() if v is not None}, (), sources, f"profile {profile}")
-    for override in env_overrides(environ) + [parse_set(item) for item in sets]:
+    given = [assignment(key, value, origin) for key, value in (values or {}).items() if value is not None]
+    for override in env_overrides(environ) + [parse_set(item) for item in sets] + given:
         _assign(config, override, sources)
-    for section, values in (("parameters", overrides), ("batch", batch_overrides)):
-        for key, value in (values or {}).items():
+    for section, fields in (("parameters", overrides), ("batch", batch_overrides)):
+        for key, value in (fields or {}).items():
             if value is not None:
-                _assign(config, Override((section, key), value, "the command line"), sources)
+                _assign(config, Override((section, key), value, origin), sources)
     try:
         result = Config.model_validate(config)
     except ValidationError as e:

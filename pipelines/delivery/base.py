@@ -79,6 +79,16 @@ class Submitted(Protocol):
 
     url: str  # where to follow it
 
+    @property
+    def name(self) -> str:
+        """Vertex: the PipelineJob's resource name; Kubeflow: the run id."""
+        ...
+
+    @property
+    def state(self) -> str:
+        """The run's state now, asked of the service."""
+        ...
+
     def wait(self, poll_seconds: float, echo: Echo) -> None:
         """Follow the run until it ends, `echo`ing each new state; DeliveryError unless it succeeded."""
         ...

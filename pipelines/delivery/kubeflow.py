@@ -40,6 +40,15 @@ class KubeflowRun:
         self.run_id = run_id
         self.url = url
 
+    @property
+    def name(self) -> str:
+        return self.run_id
+
+    @property
+    def state(self) -> str:
+        with doing("reading the run"):
+            return str(self.client.get_run(self.run_id).state or "PENDING")
+
     def wait(self, poll_seconds: float, echo: Echo) -> None:
         from pipelines.submit import wait_kubeflow
 

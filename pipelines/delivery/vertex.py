@@ -34,6 +34,17 @@ class VertexRun:
         self.job = job
         self.url = url
 
+    @property
+    def name(self) -> str:
+        return self.job.resource_name
+
+    @property
+    def state(self) -> str:
+        from pipelines.submit import quiet_aiplatform
+
+        with doing("reading the pipeline job"), quiet_aiplatform():
+            return self.job.state.name  # GetPipelineJob
+
     def wait(self, poll_seconds: float, echo: Echo) -> None:
         from pipelines.submit import wait_vertex
 
