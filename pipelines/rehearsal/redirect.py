@@ -5,9 +5,11 @@ Credentials (a fixed token), and GCPC's 20-second polling intervals (1 s, so a r
 
 Each patch is applied when its module is first imported (a post-import hook), so processes that never talk to
 Vertex, such as the trainer's workers, import nothing more. Subprocesses get the same through `shim/sitecustomize.py`,
-which `environment()` puts first on PYTHONPATH.
+which `environment()` puts first on PYTHONPATH; the rehearsing process itself only for the rehearsal's duration
+(`redirected`), so that the Google clients of a notebook that rehearses then submits reach Google Cloud again.
 """
 
+import contextlib
 import os
 import re
 import sys
@@ -36,7 +38,15 @@ def environment(grpc_target: str, http_base: str, project: str, mount: str = "")
     }
 
 
-def _patch_grpc(module, target):
+Undo = list  # of (object, attribute, value before the patch), in the order the patches were made
+
+
+def _set(undo: Undo, obj, name: str, value) -> None:
+    undo.append((obj, name, getattr(obj, name)))
+    setattr(obj, name, value)
+
+
+def _patch_grpc(module, undo, target):
     import grpc
 
     create = module.create_channel
@@ -44,65 +54,90 @@ def _patch_grpc(module, target):
     def create_channel(host, *args, **kwargs):
         return grpc.insecure_channel(target) if VERTEX_HOST.match(host) else create(host, *args, **kwargs)
 
-    module.create_channel = create_channel
+    _set(undo, module, "create_channel", create_channel)
 
 
-def _patch_requests(module, base):
+def _patch_requests(module, undo, base):
     send = module.Session.request
 
     def request(self, method, url, *args, **kwargs):
         return send(self, method, VERTEX_URL.sub(base.rstrip("/") + "/", url), *args, **kwargs)
 
-    module.Session.request = request
+    _set(undo, module.Session, "request", request)
 
 
-def _patch_auth(module, project):
+def _patch_auth(module, undo, project):
     def default(*args, **kwargs):
         from google.oauth2.credentials import Credentials  # not at patch time: google.auth is still initialising
 
         return Credentials(token="rehearsal"), project
 
-    module.default = default
+    _set(undo, module, "default", default)
 
 
-def _patch_polling(module):
-    module._POLLING_INTERVAL_IN_SECONDS = POLL_SECONDS
+def _patch_polling(module, undo):
+    _set(undo, module, "_POLLING_INTERVAL_IN_SECONDS", POLL_SECONDS)
 
 
-def _patch_mount(module, mount):
+def _patch_mount(module, undo, mount):
     """kfp maps an artifact's gs:// URI to Vertex's Cloud Storage FUSE path `/gcs/...`: here the mount's."""
-    module._GCS_LOCAL_MOUNT_PREFIX = mount.rstrip("/") + "/"
+    _set(undo, module, "_GCS_LOCAL_MOUNT_PREFIX", mount.rstrip("/") + "/")
 
 
-def _then(patch):
-    """Run `patch(module)` right after the module is executed."""
+def _then(patch, undo):
+    """Run `patch(module, undo)` right after the module is executed."""
 
     def wrap(exec_module):
         def patched(module):
             exec_module(module)
-            patch(module)
+            patch(module, undo)
 
         return patched
 
     return wrap
 
 
-def install(grpc_target: str, http_base: str, project: str, mount: str = "") -> None:
-    """Redirect this process (modules imported already are patched now, the others when imported)."""
+def install(grpc_target: str, http_base: str, project: str, mount: str = "") -> Undo:
+    """Redirect this process (modules imported already are patched now, the others when imported); what `restore`
+    takes to undo it."""
     patches = {
-        "google.api_core.grpc_helpers": lambda m: _patch_grpc(m, grpc_target),
-        "requests.sessions": lambda m: _patch_requests(m, http_base),
-        "google.auth": lambda m: _patch_auth(m, project),
+        "google.api_core.grpc_helpers": lambda m, undo: _patch_grpc(m, undo, grpc_target),
+        "requests.sessions": lambda m, undo: _patch_requests(m, undo, http_base),
+        "google.auth": lambda m, undo: _patch_auth(m, undo, project),
         "google_cloud_pipeline_components.container.v1.gcp_launcher.job_remote_runner": _patch_polling,
         "google_cloud_pipeline_components.container.v1.gcp_launcher.lro_remote_runner": _patch_polling,
     }
     if mount:
-        patches["kfp.dsl.types.artifact_types"] = lambda m: _patch_mount(m, mount)
+        patches["kfp.dsl.types.artifact_types"] = lambda m, undo: _patch_mount(m, undo, mount)
+    undo: Undo = []
     for name, patch in list(patches.items()):
         if name in sys.modules:
-            patch(sys.modules[name])
+            patch(sys.modules[name], undo)
             del patches[name]
-    sys.meta_path.insert(0, WrapExecution({name: _then(patch) for name, patch in patches.items()}))
+    finder = WrapExecution({name: _then(patch, undo) for name, patch in patches.items()})
+    sys.meta_path.insert(0, finder)
+    undo.append((sys.meta_path, None, finder))
+    return undo
+
+
+def restore(undo: Undo) -> None:
+    """Undo `install`: the patched attributes get their values back, modules imported later are not patched."""
+    for obj, name, value in reversed(undo):
+        if name is None:
+            obj.remove(value)
+        else:
+            setattr(obj, name, value)
+    undo.clear()
+
+
+@contextlib.contextmanager
+def redirected(grpc_target: str, http_base: str, project: str, mount: str = ""):
+    """This process redirected to the double while the block runs."""
+    undo = install(grpc_target, http_base, project, mount)
+    try:
+        yield
+    finally:
+        restore(undo)
 
 
 def install_from_env() -> None:

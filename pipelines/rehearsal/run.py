@@ -219,8 +219,8 @@ def rehearse(
             _kfp_local_patches(project, location),
             gcs.mounted_tasks(mount),
             vertex_cache(),
+            redirect.redirected(double.grpc_target, double.http_base, project),
         ):
-            redirect.install(double.grpc_target, double.http_base, project)
             gcs.bucket(pipeline_root)
             for name, folder in (("instances", "instances"), ("data_source", "data")):
                 if arguments.get(name):
@@ -343,8 +343,8 @@ def rehearsal_api(state_dir: Path, location: str, log=print):
         with (
             gcs.gcs_emulator(str(state_dir / "gcs"), EMULATOR_BUCKET) as emulator,
             _environment({"STORAGE_EMULATOR_HOST": emulator}),
+            redirect.redirected(double.grpc_target, double.http_base, PROJECT),
         ):
-            redirect.install(double.grpc_target, double.http_base, PROJECT)
             yield double
     finally:
         double.stop()

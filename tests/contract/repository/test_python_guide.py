@@ -17,13 +17,7 @@ LOGIN = (
 
 @pytest.fixture
 def no_credentials(tmp_path, monkeypatch):
-    """No Application Default Credentials anywhere, no TFPIPE_ variables; the guide's files under tmp_path.
-    google.auth's own look-up: an in-process rehearsal earlier in this worker patches google.auth.default for good
-    (pipelines/rehearsal/redirect.py)."""
-    import google.auth
-    from google.auth import _default
-
-    monkeypatch.setattr(google.auth, "default", _default.default)
+    """No Application Default Credentials anywhere, no TFPIPE_ variables; the guide's files under tmp_path."""
     for name in [n for n in os.environ if n.startswith(("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_", "TFPIPE_"))]:
         monkeypatch.delenv(name)
     (tmp_path / "home").mkdir()

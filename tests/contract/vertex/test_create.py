@@ -33,9 +33,9 @@ def vertex(tmp_path):
     double = VertexDouble(
         str(tmp_path), str(tmp_path / "state.json"), PROJECT, NUMBER, LOCATION, platform=platform
     ).start()
-    redirect.install(double.grpc_target, double.http_base, PROJECT)
     try:
-        yield double
+        with redirect.redirected(double.grpc_target, double.http_base, PROJECT):
+            yield double
     finally:
         double.stop()
 

@@ -68,19 +68,19 @@ def test_lists_are_ordered_and_paged_as_vertex_pages_them(tmp_path):
         created.append(double.registry.create_endpoint(parent, {"display_name": "e"})["name"])
         time.sleep(0.01)  # creation times a millisecond apart at least
     try:
-        redirect.install(double.grpc_target, double.http_base, "p-rehearsal")
-        client = aiplatform_v1.EndpointServiceClient(
-            client_options={"api_endpoint": "europe-west4-aiplatform.googleapis.com"}
-        )
-        oldest = client.list_endpoints(
-            request={"parent": parent, "filter": 'display_name="e"', "order_by": "create_time"}
-        )
-        newest = client.list_endpoints(request={"parent": parent, "order_by": "create_time desc"})
-        assert [e.name for e in oldest] == created and [e.name for e in newest] == created[::-1]
-        first = client.list_endpoints(request={"parent": parent}).pages
-        assert [len(page.endpoints) for page in first] == [2, 1]
-        with pytest.raises(InvalidArgument, match="order_by 'name': use create_time, update_time, display_name"):
-            list(client.list_endpoints(request={"parent": parent, "order_by": "name"}))
+        with redirect.redirected(double.grpc_target, double.http_base, "p-rehearsal"):
+            client = aiplatform_v1.EndpointServiceClient(
+                client_options={"api_endpoint": "europe-west4-aiplatform.googleapis.com"}
+            )
+            oldest = client.list_endpoints(
+                request={"parent": parent, "filter": 'display_name="e"', "order_by": "create_time"}
+            )
+            newest = client.list_endpoints(request={"parent": parent, "order_by": "create_time desc"})
+            assert [e.name for e in oldest] == created and [e.name for e in newest] == created[::-1]
+            first = client.list_endpoints(request={"parent": parent}).pages
+            assert [len(page.endpoints) for page in first] == [2, 1]
+            with pytest.raises(InvalidArgument, match="order_by 'name': use create_time, update_time, display_name"):
+                list(client.list_endpoints(request={"parent": parent, "order_by": "name"}))
     finally:
         double.stop()
 

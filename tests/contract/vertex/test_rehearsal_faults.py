@@ -37,8 +37,8 @@ def refusing(tmp_path, monkeypatch):
         seed=3,
     ).start()
     try:
-        redirect.install(double.grpc_target, double.http_base, "p-rehearsal")
-        yield double
+        with redirect.redirected(double.grpc_target, double.http_base, "p-rehearsal"):
+            yield double
     finally:
         double.stop()
 
