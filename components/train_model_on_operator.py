@@ -43,9 +43,6 @@ TRAINJOB_HINT = "install Kubeflow Trainer v2 or set platform.kubeflow.training: 
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # a job's pods must be able to finish (Kubeflow's mesh)
 
 
-POD_SECURITY = "violates PodSecurity"  # the API server's refusal of a pod by Pod Security admission
-
-
 class TrainingJobFailed(RuntimeError):
     """The training job failed (its own message)."""
 
@@ -344,24 +341,6 @@ def run_trainjob(
     return follow_job(api, TRAINJOB, namespace, name, poll_seconds, timeout_seconds, log, sleep, jobs)
 
 
-def refused_pods(api, engine: Engine, namespace: str, owners: list[str], log, sleep) -> str:
-    """The first Pod Security refusal among the create-failure events of `owners` (the objects whose controller
-    creates the job's pods), as `Kind ns/name (Reason): message`; "" when there is none. Other create failures (a
-    quota) may pass: the job waits for them."""
-    from kubernetes import client
-
-    from components.lib.kube import api as kube
-
-    core = client.CoreV1Api(api)
-    for owner in owners:
-        selector = f"involvedObject.kind={engine.pod_owner},involvedObject.name={owner},reason={engine.create_failed}"
-        events = kube.call(core.list_namespaced_event, namespace, field_selector=selector, log=log, sleep=sleep)
-        refused = next((e.message for e in events.items if POD_SECURITY in (e.message or "")), "")
-        if refused:
-            return f"{engine.pod_owner} {namespace}/{owner} ({engine.create_failed}): {refused}"
-    return ""
-
-
 def follow_job(
     api,
     engine: Engine,
@@ -397,7 +376,8 @@ def follow_job(
                 f"{what} failed: {failed.get('message') or failed.get('reason')}"
                 + (f"\n{replica_log.replica}'s last log lines:\n{tail}" if tail else "")
             )
-        if refused := refused_pods(api, engine, namespace, owners or [name], log, sleep):
+        owner, reason = engine.pod_owner, engine.create_failed
+        if refused := kube.pod_security_refusal(api, namespace, owner, owners or [name], reason, log, sleep):
             raise PodsRefused(f"{what} cannot run: the API server refuses its pods: {refused}")
         replica_log.watch()
         return None

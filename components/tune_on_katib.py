@@ -12,8 +12,12 @@ tuning job and the local study; the best trial's values override the pipeline's.
   `CLOUD_ML_HP_METRIC_FILE` is the file of Katib's File metrics collector, whose `JSON` format parses
   `cloudml-hypertune`'s reports as written (string values, a float `timestamp`). The template says `retain: true`:
   Katib keeps a finished trial's Job (and its pod's log) rather than deleting it, so a failed study can quote it.
-- The end: once the best trial is read or the failure reported (the first failed trial's last log lines quoted),
-  the Experiment is deleted (foreground: its trials, Jobs and pods with it) unless `keep` says otherwise.
+- Refused trials: Pod Security refusing the trials' pods shows nowhere in the Experiment (each trial's Job stays
+  without a pod, its trial running): each poll reads the `FailedCreate` events of its running trials' Jobs (named
+  after the trials), and the first that quotes a refusal fails the study in one line.
+- The end: once the best trial is read, the failure reported (the first failed trial's last log lines quoted) or a
+  refusal found, the Experiment is deleted (foreground: its trials, Jobs and pods with it) unless `keep` says
+  otherwise.
 """
 
 import json
@@ -43,6 +47,10 @@ class StudyFailed(RuntimeError):
     def __init__(self, message: str, trial_log: dict | None = None):
         super().__init__(message)
         self.trial_log = trial_log
+
+
+class TrialPodsRefused(StudyFailed):
+    """The API server refuses the trials' pods (Pod Security): no trial can run."""
 
 
 def trial_parameter_name(parameter_id: str) -> str:
@@ -328,6 +336,16 @@ def failed_trial_log(api, namespace: str, obj: dict, log=print, sleep=None) -> d
     return found
 
 
+def refused_trials(api, namespace: str, what: str, obj: dict, log=print, sleep=None) -> None:
+    """TrialPodsRefused quoting the first Pod Security refusal in the `FailedCreate` events of the Jobs of the
+    Experiment `obj`'s running trials (Katib runs a trial once it has created its Job, named after the trial)."""
+    from components.lib.kube import api as kube
+
+    trials = (obj.get("status") or {}).get("runningTrialList") or []
+    if refused := kube.pod_security_refusal(api, namespace, "Job", trials, "FailedCreate", log, sleep):
+        raise TrialPodsRefused(f"{what} cannot run: the API server refuses its trials' pods: {refused}")
+
+
 def failure_message(what: str, failed: dict, trials_failed: int, spec, trial_log: dict | None) -> str:
     """StudyFailed's message: Katib's, then the failed trial's last log lines (or why they are missing)."""
     message = (
@@ -354,7 +372,8 @@ def run_experiment(
     keep: bool = False,
 ) -> dict:
     """Create (or adopt) the Experiment and wait: returns `best_trial(...)` once it has succeeded; raises
-    StudyFailed with Katib's message and the first failed trial's last log lines, TimeoutError or kube.Cancelled.
+    StudyFailed with Katib's message and the first failed trial's last log lines, TrialPodsRefused once Pod Security
+    refuses a trial's pod, TimeoutError or kube.Cancelled.
     The Experiment is deleted (foreground) at every end; after a success or a reported failure, not when `keep`."""
 
     from components.lib.kube import api as kube
@@ -395,6 +414,7 @@ def run_experiment(
             if best is None:
                 raise StudyFailed(f"{what} ended without a best trial: no trial reported {spec.metric_id!r}")
             return {**best, "status": status}
+        refused_trials(api, namespace, what, obj, log, sleep)
         return None
 
     def remove():

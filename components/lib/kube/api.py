@@ -11,6 +11,8 @@ the official `kubernetes` client on custom objects, plus what every engine step 
 - `poll()`/`watch()`: wait for an object, every read through `call()`; `watch` deletes the object when the wait
   gives up (timeout, an API that stays unavailable) or the run is cancelled;
 - `Follower`: prints each new status condition once, as the step polls;
+- `pod_security_refusal()`: a controller's event quoting the API server's Pod Security refusal of a pod it creates
+  (nothing in the job's status shows it);
 - `on_cancel()`: a cancelled run stops the step's pod with SIGTERM: delete the object the step created, then exit;
 - `object_name()`: a DNS-1035 name from a prefix and the run's identity, stable across retries of the same task.
 """
@@ -29,6 +31,7 @@ NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 CALL_ATTEMPTS = 8  # with backoff from 1 s doubling to 30 s: about two minutes of an unavailable API server
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tfpipe"}
+POD_SECURITY = "violates PodSecurity"  # the API server's refusal of a pod by Pod Security admission
 
 
 class EngineMissing(RuntimeError):
@@ -250,6 +253,22 @@ class Follower:
                 reason = f" ({c['reason']})" if c.get("reason") else ""
                 message = f": {c['message']}" if c.get("message") else ""
                 self.log(f"{self.what}: {c.get('type')}={c.get('status')}{reason}{message}")
+
+
+def pod_security_refusal(api, namespace: str, kind: str, names: list[str], reason: str, log=print, sleep=None) -> str:
+    """The first Pod Security refusal among the `reason` events (a controller's pod-create failures) of the `kind`
+    objects `names`, as `Kind ns/name (reason): message`; "" when there is none. Other create failures (a quota) are
+    not refusals: their pods may come."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    for name in names:
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},reason={reason}"
+        events = call(core.list_namespaced_event, namespace, field_selector=selector, log=log, sleep=sleep)
+        refused = next((e.message for e in events.items if POD_SECURITY in (e.message or "")), "")
+        if refused:
+            return f"{kind} {namespace}/{name} ({reason}): {refused}"
+    return ""
 
 
 def poll(read, done, seconds: float, timeout: float, what: str, sleep=None, log=print):

@@ -14,7 +14,7 @@ from components.lib.deploy.smoke import SmokeCheck
 from components.lib.kube import api as kube
 from components.lib.study.spec import DEFAULT_STUDY
 from components.train_model_on_operator import as_dict, run_tfjob, tfjob
-from components.tune_on_katib import experiment, run_experiment
+from components.tune_on_katib import TrialPodsRefused, experiment, run_experiment
 from tests.doubles.k8s import KubeAPI, shipped_rules
 from tests.doubles.k8s.admission import ENFORCE, pod_security_denial
 from tests.doubles.k8s.katib import INJECTION
@@ -132,12 +132,12 @@ def test_the_tuning_steps_trial_template_passes_restricted_admission(restricted_
     assert pod_security_denial("e-trial", trial_pod, RESTRICTED) == ""  # Katib's trial pods: see the next test
 
 
-def test_a_trial_pod_that_violates_restricted_leaves_its_job_without_a_pod_as_the_api_server_refuses_it(
+def test_a_trial_pod_that_violates_restricted_leaves_its_job_without_a_pod_and_fails_the_study_in_one_line(
     monkeypatch, tmp_path
 ):
     """The API server admits an Experiment whatever its trial template; it refuses each trial pod the Job controller
-    creates, which records FailedCreate with the refusal: the trials never start, and the step times out and
-    deletes the Experiment."""
+    creates, which records FailedCreate with the refusal: the trials never start, and the step fails quoting the
+    refusal and deletes the Experiment (test_tuning_pod_security.py: its requests)."""
     from tests.doubles.k8s.kubelet import Claim, Kubelet
     from tests.helpers.kubeflow_components import SMALL_STUDY, katib_api
 
@@ -148,10 +148,10 @@ def test_a_trial_pod_that_violates_restricted_leaves_its_job_without_a_pod_as_th
         pod = body["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
         del pod["securityContext"], pod["containers"][0]["securityContext"]
         lines: list[str] = []
-        with pytest.raises(TimeoutError):
-            run_experiment(kube.api_client(api.url), body, SMALL_STUDY, 0.05, 0.5, lines.append)
+        with pytest.raises(TrialPodsRefused) as refused:
+            run_experiment(kube.api_client(api.url), body, SMALL_STUDY, 0.05, 5, lines.append)
         violations = re.escape(NOTHING_SET.replace("tensorflow", "training-container"))
-        refused = [
+        events = [
             re.fullmatch(
                 r'Job ml/(e-[a-z0-9]{8}): FailedCreate: Error creating: pods "\1-[a-z0-9]{5}" is forbidden: '
                 rf'violates PodSecurity "restricted:latest": {violations}',
@@ -159,9 +159,14 @@ def test_a_trial_pod_that_violates_restricted_leaves_its_job_without_a_pod_as_th
             )
             for event in operator.events
         ]
-        assert len(refused) == 2 and all(refused) and api.pods == []
+        assert len(events) == 2 and all(events) and api.pods == []
+        first = min(e[1] for e in events)
+        assert str(refused.value) == (
+            f"Experiment ml/e cannot run: the API server refuses its trials' pods: Job ml/{first} (FailedCreate): "
+            + next(e[0].split(": FailedCreate: ", 1)[1] for e in events if e[1] == first)
+        )
         assert lines[-2:] == [
-            "Experiment ml/e: giving up (TimeoutError: Experiment ml/e did not finish within 0 min); deleting it",
+            "Experiment ml/e: 2 trial(s): 0 succeeded, 0 failed, 2 running",
             "deleted Experiment ml/e (and its trials)",
         ]
         assert [r.path for r in api.calls("DELETE")] == ["/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/e"]

@@ -10,7 +10,7 @@ from components.deploy_model_on_kserve import ServingFailed
 from components.lib.kube import api as kube, trainjob as tj
 from components.lib.study.spec import DEFAULT_STUDY
 from components.train_model_on_operator import TrainingJobFailed, run_tfjob, run_trainjob
-from components.tune_on_katib import StudyFailed, run_experiment
+from components.tune_on_katib import StudyFailed, TrialPodsRefused, run_experiment
 from tests.contract.kubeflow import (
     test_deploy_on_kserve_modes as modes,
     test_train_model_on_operator as tfjobs,
@@ -32,7 +32,11 @@ KUBEFLOW, TRAINER, KSERVE, KNATIVE, APPS, CORE = (
 )
 LOGS = {(CORE, "pods", "list"), (CORE, "pods/log", "get")}  # a failed job's or trial's pods and their logs
 # create, read, patch the predictor and traffic, delete a first deploy that failed; refuse a control-plane namespace
-REFUSALS = {(CORE, "events", "list")}  # the pod-creation failures of a training job's controller (Pod Security)
+REFUSALS = {(CORE, "events", "list")}  # the pod-creation failures of a training job's or trial's Job (Pod Security)
+REFUSED = (  # a trial Job's FailedCreate event
+    'Error creating: pods "t-2-ccccc" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true '
+    '(pod or container "training-container" must set securityContext.runAsNonRoot=true)'
+)
 SERVING = {(KSERVE, "inferenceservices", v) for v in ("create", "get", "patch", "delete")} | {
     (CORE, "namespaces", "get")
 }
@@ -44,8 +48,8 @@ USED = {  # by step and engine
     | {(TRAINER, "trainingruntimes", "get")}
     | LOGS
     | REFUSALS,
-    # the same for the Experiment, deleted once the study ended; the first failed trial's log
-    "tune-on-katib": {(KUBEFLOW, "experiments", v) for v in ("create", "get", "delete")} | LOGS,
+    # the same for the Experiment, deleted once the study ended; the first failed trial's log; refused trial pods
+    "tune-on-katib": {(KUBEFLOW, "experiments", v) for v in ("create", "get", "delete")} | LOGS | REFUSALS,
     # Knative mode: older revisions pruned
     "deploy-model-on-kserve (knative)": SERVING | {(KNATIVE, "revisions", "list"), (KNATIVE, "revisions", "delete")},
     # Standard mode: the predictor's Deployment followed through its rollout
@@ -138,6 +142,20 @@ def test_the_tuning_step_uses_what_the_table_says():
                 katib.build(),
                 DEFAULT_STUDY,
                 poll_seconds=0,
+                log=lambda m: None,
+                sleep=lambda s: None,
+            )
+        # a running trial whose Job's pod Pod Security refuses
+        api.scripts["experiments"] = [{"conditions": [katib.CREATED, katib.RUNNING], "runningTrialList": ["t-2"]}]
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "t-2", "namespace": "ml"}}
+        api.record_event(job, "FailedCreate", REFUSED, "job-controller")
+        with pytest.raises(TrialPodsRefused, match="Job ml/t-2 \\(FailedCreate\\)"):
+            run_experiment(
+                kube.api_client(api.url),
+                katib.build(name="t2"),
+                DEFAULT_STUDY,
+                poll_seconds=0,
+                timeout_seconds=2,
                 log=lambda m: None,
                 sleep=lambda s: None,
             )

@@ -11,7 +11,9 @@
   wrapped for the File collector; no `command` and an image the webhook cannot read from a registry: the pod is
   refused, and the Job keeps retrying without a pod), then by Pod Security admission in a namespace that enforces
   `restricted` (a violation refuses the pod: the Job's FailedCreate event quotes the API server, and the Job stays
-  without a pod), and run by the kubelet double with the collector's emptyDir;
+  without a pod), and run by the kubelet double with the collector's emptyDir; each refusal is a `FailedCreate`
+  event on the Job in the server's events (`record_event`) and in `events`; a trial is Running once its Job exists
+  (Katib's trial controller: pkg/controller.v1beta1/trial/util/job_util.go), whether or not its pod was admitted;
 - the File collector parses the metrics file (JSON format); a trial succeeds, fails, or has its metrics unavailable;
 - once a trial has finished, its Job is deleted (foreground: its pod and the pod's log go with it) unless the trial
   template says `retain: true` (the trial's `RetainRun`: pkg/controller.v1beta1/trial/trial_controller.go); the
@@ -199,6 +201,7 @@ class KatibOperator:
         job["metadata"] = {**(job.get("metadata") or {}), "name": trial.name, "namespace": ns}
         errors = schema.core_errors(job)
         assert not errors, f"trial Job {trial.name} is invalid: {errors}"
+        trial.state = "Running"  # Katib's trial controller: a trial runs once its Job exists, pod or not
         pod_template = copy.deepcopy(job["spec"]["template"])
         pod = {
             "apiVersion": "v1",
@@ -220,16 +223,14 @@ class KatibOperator:
         containers = pod["spec"]["containers"]
         index = next((i for i, c in enumerate(containers) if c["name"] == primary), None)
         if index is None:
-            trial.refused = f"Unable to find primary container {primary} in mutated pod containers"
-            self.events.append(f"Job {ns}/{trial.name}: FailedCreate: {trial.refused}")
+            self._refuse(api, ns, trial, f"Unable to find primary container {primary} in mutated pod containers")
             return
         collector = spec["metricsCollectorSpec"]["source"]["fileSystemPath"]["path"]
         container = containers[index]
         try:
             command, args = katib.wrapped_command(container, collector, self.readable.get(container["image"]))
         except PermissionError as e:
-            trial.refused = f'admission webhook "mutator.pod.katib.kubeflow.org" denied the request: {e}'
-            self.events.append(f"Job {ns}/{trial.name}: FailedCreate: {trial.refused}")
+            self._refuse(api, ns, trial, f'admission webhook "mutator.pod.katib.kubeflow.org" denied the request: {e}')
             return
         folder = os.path.dirname(collector)
         containers[index] = {
@@ -245,17 +246,22 @@ class KatibOperator:
         }
         labels = (api.namespaces or {}).get(ns) or {}
         if denied := admission.pod_security_denial(pod["metadata"]["name"], pod["spec"], labels):
-            trial.refused = f"Error creating: {denied}"
-            self.events.append(f"Job {ns}/{trial.name}: FailedCreate: {trial.refused}")
+            self._refuse(api, ns, trial, f"Error creating: {denied}")
             return
         api.pods.append(pod)
         trial.pod = self.kubelet.start(pod, primary)
         trial.pod_name = pod["metadata"]["name"]
         trial.metrics_file = collector
-        trial.state = "Running"
+
+    def _refuse(self, api, ns: str, trial: Trial, message: str) -> None:
+        """The Job controller could not create the trial's pod: its FailedCreate event on the Job; no pod."""
+        trial.refused = message
+        self.events.append(f"Job {ns}/{trial.name}: FailedCreate: {message}")
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": trial.name, "namespace": ns}}
+        api.record_event(job, "FailedCreate", message, "job-controller")
 
     def _follow(self, api, trial: Trial, spec):
-        if trial.state != "Running":
+        if trial.state != "Running" or trial.pod is None:
             return
         code = trial.pod.process.poll()
         api.logs[trial.pod_name] = trial.pod.log()
