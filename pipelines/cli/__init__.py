@@ -9,8 +9,7 @@ import traceback
 
 import click
 
-from pipelines import api
-from pipelines.cli import errors
+from pipelines import api, cloud_errors
 from pipelines.config import Config
 from pipelines.errors import CloudError, CredentialsError, MissingArgument, TfpipeError
 
@@ -57,7 +56,7 @@ def _load(config_file, profile=None, sets=(), overrides=None, batch_overrides=No
 
 class _Group(click.Group):
     """The top command: an API error ends the command with its one `Error:` line, and an error of a cloud call
-    raised outside the API too (errors.describe); with -v, a cloud call's traceback before it."""
+    raised outside the API too (cloud_errors.describe); with -v, a cloud call's traceback before it."""
 
     def invoke(self, ctx):
         try:
@@ -67,7 +66,7 @@ class _Group(click.Group):
                 click.echo(traceback.format_exc().rstrip(), err=True)
             raise click.ClickException(option_line(e)) from None
         except Exception as e:
-            message = errors.describe(e)
+            message = cloud_errors.describe(e)
             if message is None:
                 raise
             if ctx.params.get("verbose"):

@@ -1,5 +1,5 @@
 """Every cloud-facing verb ends an error of a cloud call with one `Error:` line on stderr and exit code 1, the
-traceback only with -v (pipelines/cli/errors.py). No credentials: the real CLI in a subprocess with no Application
+traceback only with -v (pipelines/cloud_errors.py). No credentials: the real CLI in a subprocess with no Application
 Default Credentials anywhere. The other errors: the real exception types raised at the Google clients' gRPC stubs
 (tests/helpers/delivery.py's Vertex double) or by real local HTTP servers and closed ports. An output folder that
 cannot be created (`run --out`, `compile --output`, `rehearse --out`) is one `Error:` line too."""
@@ -310,7 +310,7 @@ def test_kfp_and_registry_error_answers_are_one_line(http_api, config, kubeflow_
 
 def test_other_errors_keep_their_traceback():
     """Only errors of cloud calls are described; anything else is a bug to see whole."""
-    from pipelines.cli.errors import describe
+    from pipelines.cloud_errors import describe
 
     assert describe(KeyError("x")) is None and describe(ValueError("bad")) is None
 
