@@ -25,6 +25,11 @@ CONTROL_PLANE = "control-plane"  # KServe's pod mutator webhook selects namespac
 MODE = "serving.kserve.io/deploymentMode"
 MODE_NAMES = {"knative": "Knative", "standard": "Standard"}  # the names KServe 0.16+ accepts in the annotation
 STATUS_MODES = {"Knative": "knative", "Serverless": "knative", "Standard": "standard", "RawDeployment": "standard"}
+SERVES_UNTESTED = (
+    "updated {what}: its Deployment rolls the new version out, and it serves before its smoke test: in Standard "
+    "mode this cluster's KServe splits no traffic and its InferenceService has no spec.canary (KServe 0.20 adds it), "
+    "so nothing can hold the new version back; a failed smoke test restores the previous predictor"
+)
 NO_CANARY = (
     "{what} runs in KServe's Standard mode, where this cluster's KServe cannot honour a canary: it ignores "
     "canaryTrafficPercent and its InferenceService has no spec.canary (KServe 0.20 adds it); set traffic_percentage "
@@ -431,19 +436,22 @@ def deploy_to_kserve(
     Knative mode: a later deploy patches the predictor (and the labels) with `canaryTrafficPercent: 0`, waits for a
     new latest ready revision, smoke-tests every check at its cluster-local `latest` tag, then sets
     `canaryTrafficPercent` to `traffic_percentage`; at 100 % it removes it and deletes older revisions but the
-    `keep_previous` newest. Standard mode: a full rollout patches the predictor and waits for its Deployment to run
-    the new version on every replica, then smoke-tests it at the predictor's Service (it serves once rolled out); a
-    canary (`traffic_percentage` < 100) is KServe 0.20's `spec.canary` entry `variant`, added with trafficPercent 0,
-    smoke-tested at its own Service, then given `traffic_percentage`; where the cluster's InferenceService has no
-    `spec.canary` the API server refuses that patch (field validation Strict) and the step refuses the canary in
-    one line, nothing changed. Every API call goes through `kube.call` with `log` and `sleep`; each patch is a merge
-    patch, so a repeated one is harmless.
+    `keep_previous` newest. Standard mode: the new version is KServe 0.20's `spec.canary` entry `variant`, added with
+    trafficPercent 0 and smoke-tested at its own Service; a canary (`traffic_percentage` < 100) is then given
+    `traffic_percentage`; a full rollout promotes it (spec.predictor becomes its predictor, named `variant`, and
+    spec.canary is removed, with the labels) and waits until its Deployment is the stable one on every replica and
+    the previous stable Deployment is gone. Where the cluster's InferenceService has no `spec.canary` (before 0.20)
+    the API server refuses that patch (field validation Strict): the step refuses a canary in one line, nothing
+    changed; a full rollout patches the predictor instead, waits for its Deployment to run the new version on every
+    replica, then smoke-tests it at the predictor's Service (it serves before its smoke test, as the log says).
+    Every API call goes through `kube.call` with `log` and `sleep`; each patch is a merge patch, so a repeated one is
+    harmless.
 
     Until the new version serves, any failure rolls back (then raises ServingFailed) and calls `discard(reason)`
     (the caller's removal of the version from the model repository): a first deploy's InferenceService is deleted;
-    a Standard-mode canary is removed; otherwise the previous predictor and labels are restored (Knative mode: with
-    `canaryTrafficPercent: 0`, which keeps the traffic on the last rolled-out revision until the restored one is
-    ready). A cancelled run (SIGTERM) calls `discard` first, then rolls back without sleeping past `grace_seconds` by
+    a Standard-mode canary not yet promoted is removed, the stable predictor never changed; otherwise the previous
+    predictor and labels are restored (Knative mode: with `canaryTrafficPercent: 0`, which keeps the traffic on the
+    last rolled-out revision until the restored one is ready). A cancelled run (SIGTERM) calls `discard` first, then rolls back without sleeping past `grace_seconds` by
     `clock` (the pod's grace period), and logs what is left; it raises kube.Cancelled.
 
     Once the new version serves (smoke test passed, traffic moved) nothing discards it, since new predictor pods
@@ -521,19 +529,25 @@ def deploy_to_kserve(
             raise
         return api.sanitize_for_serialization(found)
 
-    def wait_rollout(spec: dict, timeout: float, about: str, wait=sleep) -> dict:
+    def wait_rollout(spec: dict, timeout: float, about: str, wait=sleep, gone: str = "") -> dict:
+        """The InferenceService once `spec`'s Deployment runs it on every replica (and the Deployment `gone`, if
+        named, is deleted)."""
         deployment, uri, follow = predictor_deployment(name, spec), _uri_of(spec), kube.Follower(what, log)
 
         def done(obj):
             follow(obj)
             raise_failure(obj)
+            if gone and kube.call(read_deployment, gone, log=log, sleep=wait):
+                return None  # KServe deletes it once it has reconciled the new stable Deployment
             found = kube.call(read_deployment, deployment, log=log, sleep=wait)
             raise_replica_failure(found, deployment)
             return obj if rolled_out(found, uri) else None
 
         return kube.poll(read, done, poll_seconds, timeout, about, wait, log)
 
-    def start_canary() -> None:
+    def start_canary() -> bool:
+        """Add the canary `variant` at 0 %; False (nothing changed) for a full rollout where the cluster's
+        InferenceService has no spec.canary; a canary there is refused (ValueError)."""
         try:
             patch(
                 {
@@ -544,9 +558,12 @@ def deploy_to_kserve(
             )
         except ApiException as e:
             if e.status in (400, 422) and "canary" in (e.body or ""):
+                if not canary:
+                    return False
                 raise ValueError(NO_CANARY.format(what=what)) from None
             raise
         log(f"added the canary {variant} to {what} with no traffic (trafficPercent 0) until it has answered")
+        return True
 
     try:
         kube.require(api, GROUP, VERSION, PLURAL, KIND, MISSING_HINT, log, sleep)
@@ -556,15 +573,14 @@ def deploy_to_kserve(
             body = inference_service(name, namespace, spec_predictor, labels, serving_mode)
             kube.create_or_adopt(api, GROUP, VERSION, namespace, PLURAL, body, log, sleep)
             log(f"created {what}")
-            before, previous, previous_labels, mode = "", {}, {}, ""
+            before, previous, previous_labels, mode, staged = "", {}, {}, "", False
         else:
             mode, reported = wait_mode(existing)
             before = latest_created(existing)
             previous = copy.deepcopy(existing["spec"]["predictor"])
             previous_labels = dict(existing["metadata"].get("labels") or {})
-            if mode == "standard" and canary:
-                start_canary()
-            else:
+            staged = mode == "standard" and start_canary()
+            if not staged:
                 new = spec_predictor if mode == "standard" else {**spec_predictor, "canaryTrafficPercent": 0}
                 spec: dict[str, Any] = {"predictor": _predictor_patch(previous, new)}
                 if existing["spec"].get("canary"):
@@ -575,24 +591,28 @@ def deploy_to_kserve(
                 log(
                     f"updated {what}: the new revision starts with no traffic (canaryTrafficPercent 0) until it has answered"
                     if mode == "knative"
-                    else f"updated {what}: its Deployment rolls the new version out"
+                    else SERVES_UNTESTED.format(what=what)
                 )
     except BaseException as e:  # noqa: B036 (a cancelled run too: the version never served)
         discard(_why(e))
         raise
     restored_canary = previous.get("canaryTrafficPercent")
-    standard_canary = existing is not None and mode == "standard" and canary
-    left = (
-        f"{what}, serving the removed version: delete it"
-        if existing is None
-        else f"the canary {variant} on {what}: remove it (spec.canary)"
-        if standard_canary
-        else f"the predictor of {what} runs the removed version: restore the previous one"
-        if mode == "standard"
-        else f"canaryTrafficPercent 0 on {what}: "
-        + ("remove it" if restored_canary is None else f"set it back to {restored_canary}")
-        + " once the previous predictor's revision is ready"
-    )
+    promoted = {**spec_predictor, "name": variant}  # a staged full rollout's stable predictor, once promoted
+    rolled: list[dict] = [] if staged else [spec_predictor]  # the new stable predictor, once spec.predictor has it
+
+    def left() -> str:
+        """What a rollback that did not finish leaves to undo."""
+        if existing is None:
+            return f"{what}, serving the removed version: delete it"
+        if staged and not rolled:
+            return f"the canary {variant} on {what}: remove it (spec.canary)"
+        if mode == "standard":
+            return f"the predictor of {what} runs the removed version: restore the previous one"
+        return (
+            f"canaryTrafficPercent 0 on {what}: "
+            + ("remove it" if restored_canary is None else f"set it back to {restored_canary}")
+            + " once the previous predictor's revision is ready"
+        )
 
     def rollback(seconds: float) -> str:
         """Undo the change, not sleeping past `seconds`; says what was done and what is left."""
@@ -600,14 +620,14 @@ def deploy_to_kserve(
         if existing is None:
             kube.delete(api, GROUP, VERSION, namespace, PLURAL, name, log, wait)
             return f"deleted {what} (it served nothing before)"
-        if standard_canary:
+        if staged and not rolled:
             patch({"spec": {"canary": None}}, wait)
             return f"removed the canary {variant} from {what}; its stable predictor served all along"
         if mode == "standard":
             patch(
                 {
                     "metadata": {"labels": {**{k: None for k in labels}, **previous_labels}},
-                    "spec": {"predictor": _predictor_patch(spec_predictor, previous)},
+                    "spec": {"predictor": _predictor_patch(rolled[0], previous)},
                 },
                 wait,
             )
@@ -629,7 +649,7 @@ def deploy_to_kserve(
             restored = wait_ready(rejected, seconds, f"{what}'s restored revision", wait)
         except (TimeoutError, ServingFailed) as e:
             return (
-                f"restored the previous predictor of {what}; its traffic stays pinned to {pinned} ({e}); left: {left}"
+                f"restored the previous predictor of {what}; its traffic stays pinned to {pinned} ({e}); left: {left()}"
             )
         patch({"spec": {"predictor": {"canaryTrafficPercent": restored_canary}}}, wait)
         return (
@@ -649,7 +669,7 @@ def deploy_to_kserve(
         except Exception as e:
             log(
                 f"the rollback of {what} did not finish within the {grace_seconds:g} s grace period ({_why(e)}); "
-                f"left: {left}"
+                f"left: {left()}"
             )
 
     def serve_knative() -> tuple[dict, str, str, dict, bool]:
@@ -672,8 +692,24 @@ def deploy_to_kserve(
             )
         return obj, revision, url, smoke, is_canary
 
+    def promote() -> dict:
+        """KServe 0.20's promotion of the canary `variant`: spec.predictor becomes its predictor, with its name, and
+        spec.canary is removed; the InferenceService once its Deployment is the stable one, at full size, and the
+        previous stable Deployment is gone."""
+        rolled.append(promoted)  # before the patch: a patch whose answer was lost may have been applied
+        patch(
+            {
+                "metadata": {"labels": labels},
+                "spec": {"predictor": _predictor_patch(previous, promoted), "canary": None},
+            }
+        )
+        log(f"promoted the canary {variant} on {what}: spec.predictor is now its predictor, spec.canary removed")
+        return wait_rollout(
+            promoted, timeout_seconds, f"{what}'s promotion of {variant}", gone=predictor_deployment(name, previous)
+        )
+
     def serve_standard() -> tuple[dict, str, str, dict, bool]:
-        if not standard_canary:
+        if not staged:
             obj = wait_rollout(spec_predictor, timeout_seconds, f"{what}'s rollout")
             deployment = predictor_deployment(name, spec_predictor)
             url = f"http://{deployment}.{namespace}.svc.cluster.local"
@@ -692,6 +728,8 @@ def deploy_to_kserve(
         kube.poll(read, canary_at(0), poll_seconds, timeout_seconds, f"{what}'s canary {variant}", sleep, log)
         url = f"http://{deployment}.{namespace}.svc.cluster.local"
         smoke = smoke_test(url, model_name, checks, post)
+        if not canary:
+            return promote(), deployment, url, smoke, False
         patch({"spec": {"canary": canary_spec(spec_predictor, variant, traffic_percentage)}})
         obj = kube.poll(
             read, canary_at(traffic_percentage), poll_seconds, timeout_seconds, f"{what}'s canary share", sleep, log

@@ -1,7 +1,8 @@
 """The deploy component end to end on KServe 0.16 and 0.20 in Knative and Standard mode, the project's serving image
 as every predictor's process, behind an API server that fails requests at a rate, in a namespace that enforces Pod
 Security's `restricted` profile: a full rollout, a canary where the cluster honours it (Knative:
-canaryTrafficPercent; 0.20 Standard: spec.canary) and its promotion by the next full rollout, and the canary
+canaryTrafficPercent; 0.20 Standard: spec.canary) and its promotion by the next full rollout (0.20 Standard: a
+canary itself, smoke-tested at 0 %, then promoted), and the canary
 refused in one line on 0.16 in Standard mode."""
 
 import re
@@ -108,13 +109,16 @@ def test_a_rollout_a_canary_and_its_promotion_through_failing_requests_in_a_rest
     ]
 
     _, outputs, record = deploy(volume, iris_model, tmp=tmp_path)  # the next run promotes its version to 100 %
-    promoted = "iris-predictor" if standard else "iris-predictor-00003"
+    promoted = "iris-v3-predictor" if standard else "iris-predictor-00003"  # 0.20 Standard: a canary, promoted
     assert (record["revision"], record["canary"], outputs.version) == (promoted, False, 3)
     spec = isvc(api)["spec"]
     assert "canary" not in spec and "canaryTrafficPercent" not in spec["predictor"]
     if standard:
-        assert api.get("deployments", "iris-v2-predictor", "ml") is None
-        assert "canaryStatuses" not in isvc(api)["status"]
+        assert [api.get("deployments", d, "ml") is None for d in ("iris-predictor", "iris-v2-predictor")] == [
+            True,
+            True,
+        ]
+        assert spec["predictor"]["name"] == "v3" and "canaryStatuses" not in isvc(api)["status"]
     else:
         assert {t["revisionName"]: t["percent"] for t in record["traffic"]} == {promoted: 100}
         assert record["deleted_revisions"] == ["iris-predictor-00001"]  # keep_previous 1

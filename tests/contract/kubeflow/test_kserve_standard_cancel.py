@@ -1,6 +1,7 @@
 """A cancelled run (SIGTERM) of the serving step in KServe's Standard mode: during a rollout of the predictor's
-Deployment and during a 0.20 canary (spec.canary), the version leaves the repository first, then the
-InferenceService is back on the previous version within the grace period (tests/doubles/k8s/kserve_operator.py)."""
+Deployment (before 0.20) and during a 0.20 canary (spec.canary: a canary's, or a full rollout's before its
+promotion), the version leaves the repository first, then the InferenceService is back on the previous version within
+the grace period (tests/doubles/k8s/kserve_operator.py)."""
 
 import os
 import signal
@@ -86,17 +87,17 @@ def cancel_version_2(api, repository, traffic):
     return [line for line in lines if not line.startswith("InferenceService ml/digits: ")], sleeps, removed_at
 
 
-@pytest.mark.parametrize("version", ["0.16", "0.20"])
-def test_a_cancel_during_a_standard_mode_rollout_restores_the_previous_predictor_within_the_grace_period(
-    standard, repository, version
+def test_a_cancel_during_a_standard_mode_rollout_before_0_20_restores_the_previous_predictor_within_the_grace_period(
+    standard, repository
 ):
     build, slow = standard
-    api = build(version)
+    api = build("0.16")
     deploy(api, 1)
     slow[URI.format(2)] = 60  # the new version's pod never gets ready in this test
     slow[URI.format(1)] = 60  # nor would a new pod of the previous one: its ReplicaSet's pod serves on
     lines, sleeps, removed_at = cancel_version_2(api, repository, 100)
-    assert versions(repository, "digits") == [1] and removed_at == [1]  # gone before the rollback's patch
+    # gone before the rollback's patch (the first PATCH: the spec.canary this KServe refuses; the second: the rollout)
+    assert versions(repository, "digits") == [1] and removed_at == [2]
     assert lines[-3:] == [
         "received SIGTERM: the run was cancelled",
         "removed version 2 from the model repository: the run was cancelled",
@@ -110,12 +111,17 @@ def test_a_cancel_during_a_standard_mode_rollout_restores_the_previous_predictor
     assert deployment["status"]["updatedReplicas"] == deployment["status"]["availableReplicas"] == 1
 
 
-def test_a_cancel_during_a_0_20_canary_removes_the_canary_within_the_grace_period(standard, repository):
+@pytest.mark.parametrize("traffic", [20, 100])
+def test_a_cancel_during_a_0_20_canary_removes_the_canary_within_the_grace_period_the_stable_predictor_untouched(
+    standard, repository, traffic
+):
     build, slow = standard
     api = build("0.20")
     deploy(api, 1)
     slow[URI.format(2)] = 60
-    lines, sleeps, removed_at = cancel_version_2(api, repository, 20)
+    before = api.get("inferenceservices", "digits", "ml")["spec"]["predictor"]
+    stable = api.get("deployments", "digits-predictor", "ml")
+    lines, sleeps, removed_at = cancel_version_2(api, repository, traffic)
     assert versions(repository, "digits") == [1] and removed_at == [1]
     assert lines[-3:] == [
         "received SIGTERM: the run was cancelled",
@@ -125,5 +131,7 @@ def test_a_cancel_during_a_0_20_canary_removes_the_canary_within_the_grace_perio
     assert sum(sleeps[3:]) <= GRACE_SECONDS
     assert [r.body for r in api.calls("PATCH")][-1] == {"spec": {"canary": None}}
     isvc = api.get("inferenceservices", "digits", "ml")
-    assert "canary" not in isvc["spec"] and _uri(isvc["spec"]["predictor"]) == URI.format(1)
+    assert "canary" not in isvc["spec"] and isvc["spec"]["predictor"] == before
+    after = api.get("deployments", "digits-predictor", "ml")
+    assert (after["spec"], after["metadata"]["generation"]) == (stable["spec"], stable["metadata"]["generation"])
     assert api.get("deployments", "digits-v2-predictor", "ml") is None

@@ -52,7 +52,8 @@ USED = {  # by step and engine
     "tune-on-katib": {(KUBEFLOW, "experiments", v) for v in ("create", "get", "delete")} | LOGS | REFUSALS,
     # Knative mode: older revisions pruned
     "deploy-model-on-kserve (knative)": SERVING | {(KNATIVE, "revisions", "list"), (KNATIVE, "revisions", "delete")},
-    # Standard mode: the predictor's Deployment followed through its rollout
+    # Standard mode: the predictor's Deployment followed through its rollout (0.20: the canary's, then the promoted
+    # one, until the previous stable Deployment is gone)
     "deploy-model-on-kserve (standard)": SERVING | {(APPS, "deployments", "get")},
 }
 
@@ -173,12 +174,13 @@ def test_the_serving_step_uses_what_the_table_says(cluster):  # noqa: F811 (the 
     assert cluster.api.authorized == USED["deploy-model-on-kserve (knative)"]
 
 
-def test_the_serving_step_in_standard_mode_uses_what_the_table_says(make):  # noqa: F811 (the fixture)
-    api = make("0.16", "standard", {"pvc://tfpipe/model-repository/digits/3": "fail"})
+@pytest.mark.parametrize("version", ["0.16", "0.20"])
+def test_the_serving_step_in_standard_mode_uses_what_the_table_says(make, version):  # noqa: F811 (the fixture)
+    api = make(version, "standard", {"pvc://tfpipe/model-repository/digits/3": "fail"})
     with pytest.raises(ServingFailed):
         modes.deploy(api, 3)  # a first deploy that fails is deleted
     modes.deploy(api, 1)
-    modes.deploy(api, 2)
+    modes.deploy(api, 2)  # 0.20: a canary, promoted
     with pytest.raises(ServingFailed):
-        modes.deploy(api, 3)  # rolled back
+        modes.deploy(api, 3)  # rolled back (0.20: the canary removed)
     assert api.authorized == USED["deploy-model-on-kserve (standard)"]

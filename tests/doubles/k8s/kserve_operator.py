@@ -471,7 +471,7 @@ class KServeOperator:
                 if deployment.rolling is not None:
                     deployment.rolling.stop()
                 deployment.template, deployment.failed, deployment.refused = template, "", ""
-                deployment.generation += 1
+                deployment.replicas, deployment.generation = replicas, deployment.generation + 1
                 if deployment.serving is not None and template == deployment.serving_template:
                     deployment.rolling = None
                 else:
