@@ -1,7 +1,7 @@
 """Point the Google clients of a process at the local Vertex AI API double instead of
 `REGION-aiplatform.googleapis.com`: GAPIC gRPC channels (the aiplatform_v1 clients GCPC's job launchers and this
 project's steps use), `requests` calls (GCPC's REST launchers: upload, endpoint, deploy), Application Default
-Credentials (a fixed token), and GCPC's 20-second polling intervals (1 s, so a rehearsal does not wait on them).
+Credentials (a fixed token), and GCPC's 20-second polling intervals (0.25 s, so a rehearsal does not wait on them).
 
 Each patch is applied when its module is first imported (a post-import hook), so processes that never talk to
 Vertex, such as the trainer's workers, import nothing more. Subprocesses get the same through `shim/sitecustomize.py`,
@@ -21,7 +21,7 @@ MOUNT_ENV = "TFPIPE_GCS_MOUNT"  # the folder standing in for Vertex's /gcs/ (reh
 SHIM = os.path.join(os.path.dirname(__file__), "shim")
 VERTEX_HOST = re.compile(r"^[a-z0-9-]+-aiplatform\.googleapis\.com(:443)?$")
 VERTEX_URL = re.compile(r"^https://[a-z0-9-]+-aiplatform\.googleapis\.com/")
-POLL_SECONDS = 1
+POLL_SECONDS = 0.25
 
 
 def environment(grpc_target: str, http_base: str, project: str, mount: str = "") -> dict:

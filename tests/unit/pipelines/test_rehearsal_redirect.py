@@ -32,4 +32,4 @@ print(during, patched, after == before, runner._POLLING_INTERVAL_IN_SECONDS, art
 def test_the_process_is_redirected_only_while_the_rehearsal_runs():
     done = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines()[-1] == "('rehearsal', 'p-rehearsal', 1, '/tmp/mount/') True True 20 /gcs/"
+    assert done.stdout.splitlines()[-1] == "('rehearsal', 'p-rehearsal', 0.25, '/tmp/mount/') True True 20 /gcs/"
