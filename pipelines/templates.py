@@ -37,6 +37,8 @@ _TYPE_NAMES = {
 }  # INT/DOUBLE: pre-2.1 schema types
 _TRUE, _FALSE = {"true", "1", "yes", "y", "on"}, {"false", "0", "no", "n", "off"}
 
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when PyYAML has it: the same documents
+
 
 class TemplateError(ValueError):
     """A template cannot be compiled, loaded or run with the given parameters (user-facing message)."""
@@ -82,7 +84,7 @@ def load_template(source: str, project: str | None = None, credentials=None) -> 
             spec = yaml_utils.load_yaml(source, project, credentials)
         else:
             with open(source) as f:
-                spec = next(yaml.safe_load_all(f), None)
+                spec = next(yaml.load_all(f, Loader=YAML_LOADER), None)
     except FileNotFoundError:
         raise TemplateError(f"template not found: {source}") from None
     except OSError as e:  # urllib errors (HTTPError, URLError) are OSErrors

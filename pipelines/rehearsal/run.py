@@ -25,6 +25,7 @@ from components.lib.prep import dataflow
 from pipelines.rehearsal import gcs, redirect
 from pipelines.rehearsal.api import VertexDouble
 from pipelines.rehearsal.cache import vertex_cache
+from pipelines.templates import YAML_LOADER, load_template
 from trainer.environment import LEGACY_KERAS
 
 PROJECT = "tfpipe-rehearsal"  # the project of a rehearsal's resources when the config names none
@@ -74,8 +75,9 @@ class _VertexJson:
 @contextlib.contextmanager
 def _kfp_local_patches(project: str, location: str):
     """Container tasks of Google Cloud Pipeline Components run their command as a local process, the Vertex
-    placeholders resolve to the rehearsal's values (the run's uuid: kfp.local's unique run id), and parameter values
-    are written into commands as Vertex writes them."""
+    placeholders resolve to the rehearsal's values (the run's uuid: kfp.local's unique run id), parameter values
+    are written into commands as Vertex writes them, and kfp reads the template with libyaml."""
+    from kfp.dsl import structures
     from kfp.local import placeholder_utils, subprocess_task_handler
     from kfp.local.orchestrator.orchestrator_utils import OrchestratorUtils
 
@@ -116,6 +118,7 @@ def _kfp_local_patches(project: str, location: str):
     placeholder_utils.resolve_individual_placeholder = resolve_vertex
     placeholder_utils.json = _VertexJson()
     OrchestratorUtils.get_dag_output_artifacts = classmethod(one_of_artifacts)
+    structures.yaml = _LibYaml()
     try:
         yield
     finally:
@@ -123,6 +126,19 @@ def _kfp_local_patches(project: str, location: str):
         placeholder_utils.resolve_individual_placeholder = resolve
         placeholder_utils.json = json
         OrchestratorUtils.get_dag_output_artifacts = dag_artifacts
+        structures.yaml = yaml
+
+
+class _LibYaml:
+    """kfp's YAML reading (`yaml.safe_load`, `yaml.safe_load_all`) through libyaml's parser: the same documents."""
+
+    @staticmethod
+    def safe_load(stream):
+        return yaml.load(stream, Loader=YAML_LOADER)
+
+    @staticmethod
+    def safe_load_all(stream):
+        return yaml.load_all(stream, Loader=YAML_LOADER)
 
 
 @contextlib.contextmanager
@@ -181,11 +197,10 @@ def rehearse(
     from pipelines import report
     from pipelines.local_run import run_local
 
-    spec = yaml.safe_load(Path(template).read_text())
+    spec = load_template(template)
     location = template_location(spec)
     out.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
-    pipeline = components.load_component_from_file(template)
     double = VertexDouble(
         str(out / "vertex"),
         str(state_dir / "vertex_state.json"),
@@ -226,7 +241,7 @@ def rehearse(
                 if arguments.get(name):
                     arguments = {**arguments, name: stage_local(arguments[name], folder)}
             steps, run_root = run_local(
-                pipeline,
+                components.load_component_from_file(template),
                 arguments,
                 out,
                 verbose,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 from google.cloud.aiplatform_v1.types import (
     custom_job,
     endpoint as endpoint_pb,
@@ -235,3 +236,18 @@ def test_the_caller_must_be_able_to_act_as_the_service_account(double, tmp_path)
     again = VertexDouble(str(tmp_path), str(tmp_path / "state.json"), "p-rehearsal", "4711", "europe-west4", caller=SA)
     with pytest.raises(ApiError, match=re.escape(f"denied on service account {SA}")):
         again.check(to_dict(job(service_account=SA).custom_job))
+
+
+def test_kfp_reads_a_compiled_template_with_the_same_documents_during_a_rehearsal_and_as_before_after_it():
+    from kfp.dsl import structures
+
+    from pipelines.rehearsal import run
+    from tests.helpers.compiled import compiled_text
+
+    text = compiled_text("vertex")
+    before = structures.load_documents_from_yaml(text)
+    with run._kfp_local_patches("p-rehearsal", "europe-west4"):
+        during = structures.load_documents_from_yaml(text)
+        reader = structures.yaml
+    assert during == before and during[0]["pipelineInfo"]["name"] == before[0]["pipelineInfo"]["name"]
+    assert type(reader).__name__ == "_LibYaml" and structures.yaml is yaml
