@@ -174,7 +174,7 @@ def _as_cloud_storage() -> None:
         self._httpd = QuietServer((self._host, self._port), partial(server.RequestHandler, self._storage))
         self._httpd.daemon_threads = True
         self.is_running.set()
-        self._httpd.serve_forever()
+        self._httpd.serve_forever(poll_interval=0.05)  # a stop seen within 0.05 s (http.server's default: 0.5 s)
 
     def handle_alone(self, method):
         with _EMULATOR_LOCK:
