@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-from core import progress
+from core import gpus as machine, progress
 from trainer.environment import LEGACY_KERAS
 from trainer.flags import TRAINER_MODULE
 
@@ -51,6 +51,7 @@ class LaunchResult:
     attempts: int
     seconds: float
     exit_codes: list[list[int]] = field(default_factory=list)  # per attempt, per worker
+    devices: dict[str, str] = field(default_factory=dict)  # task name -> its GPUs (core.gpus.describe)
 
 
 def free_ports(count: int) -> list[int]:
@@ -112,6 +113,11 @@ def _pump(stream, prefix: str, sink, log_file) -> None:
 
 def _tf_config_env(ports: list[int], index: int) -> dict:
     return {"TF_CONFIG": json.dumps(tf_config(ports, index))} if len(ports) > 1 else {}
+
+
+def _with_devices(cluster_env, devices: list[dict]):
+    """`cluster_env` with worker i's GPU variables (`devices[i]`) added."""
+    return lambda ports, index: {**cluster_env(ports, index), **devices[index]}
 
 
 def _start_group(
@@ -241,6 +247,7 @@ def launch(
     cluster_env=_tf_config_env,
     in_place: InPlaceRestarts | None = None,
     timeout: float | None = None,
+    gpus: list[str] | None = None,
 ) -> LaunchResult:
     """Run the trainer group until every worker exits 0. A lost worker (killed by a signal) stops the group and
     restarts it, at most `max_restarts` times; a worker exiting with an error status stops the group and raises
@@ -249,7 +256,8 @@ def launch(
     `on_start(attempt, pids)` is called after each group starts and after a worker restarts in place (used to observe
     or inject faults); `cluster_env(ports, index)` gives worker `index` its cluster variables (default: `TF_CONFIG`,
     chief + workers); `in_place`: a lost worker restarts on its own first (InPlaceRestarts); `timeout`: seconds the
-    whole run may take (then `TrainingError`).
+    whole run may take (then `TrainingError`); `gpus`: the machine's GPU ids (default `core.gpus.machine_gpus`),
+    which `core.gpus.gpu_env` divides among the workers.
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -262,7 +270,13 @@ def launch(
     base_env.pop("CLUSTER_SPEC", None)
     started = time.time()
     deadline = started + timeout if timeout else None
-    result = LaunchResult(attempts=0, seconds=0.0)
+    gpus = machine.machine_gpus(base_env) if gpus is None else gpus
+    devices = [machine.gpu_env(gpus, i, num_workers) for i in range(num_workers)]
+    cluster_env = _with_devices(cluster_env, devices)
+    result = LaunchResult(
+        attempts=0, seconds=0.0, devices={task_name(i): machine.describe(d) for i, d in enumerate(devices)}
+    )
+    sink.write(f"[launcher] devices: {', '.join(f'{name} {what}' for name, what in result.devices.items())}\n")
     for attempt in range(1, max_restarts + 2):
         result.attempts = attempt
         sink.write(f"[launcher] attempt {attempt}: starting {num_workers} worker(s)\n")
@@ -358,7 +372,7 @@ def train_model(
     result = launch(workers, args, os.path.join(job_dir, "worker-logs"), max_restarts, env=env)
     with open(os.path.join(job_dir, "metrics.json")) as f:
         summary = json.load(f)
-    summary.update(attempts=result.attempts, launcher_seconds=result.seconds)
+    summary.update(attempts=result.attempts, launcher_seconds=result.seconds, worker_devices=result.devices)
     with open(os.path.join(job_dir, "metrics.json"), "w") as f:
         json.dump(summary, f, indent=2)
     for key in ("val_accuracy", "val_loss", "train_accuracy", "train_loss"):

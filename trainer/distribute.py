@@ -108,15 +108,21 @@ def cluster_from_env(environ=os.environ) -> Cluster:
     return Cluster(task.get("type", "worker"), int(task.get("index", 0)), num_workers, has_chief="chief" in cluster)
 
 
+def strategy_for(num_workers: int, gpus: list) -> str:
+    """The strategy a process of a cluster of `num_workers` builds with `gpus` (the GPUs TensorFlow lists):
+    MultiWorkerMirroredStrategy across processes (over each one's GPUs), MirroredStrategy across the GPUs of a single
+    process with more than one, else the default strategy (one device)."""
+    if num_workers > 1:
+        return "MultiWorkerMirroredStrategy"
+    return "MirroredStrategy" if len(gpus) > 1 else "default"
+
+
 def make_strategy(cluster: Cluster):
-    """MultiWorkerMirroredStrategy for a multi-process cluster, Mirrored for >1 local GPU, else default."""
+    """The strategy `strategy_for` chooses for this process's cluster and the GPUs TensorFlow lists."""
     import tensorflow as tf
 
-    if cluster.num_workers > 1:
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if len(tf.config.list_physical_devices("GPU")) > 1:
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
+    name = strategy_for(cluster.num_workers, tf.config.list_physical_devices("GPU"))
+    return tf.distribute.get_strategy() if name == "default" else getattr(tf.distribute, name)()
 
 
 PEER_LOST = 138  # 128 + SIGUSR1: the status training-operator's ExitCode policy sets aside for retryable errors

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 
+from core import gpus as machine
 from trainer.flags import TRAINER_MODULE
 
 # What a trial of `trainer.task` imports: a runner loads it before it has a trial (trainer.task first: it sets
@@ -93,35 +94,39 @@ class TrialRunner:
 
 
 class RunnerPool:
-    """`size` warm runners, started at once; a runner is taken for a trial and given back when the trial succeeded,
-    else closed (a fresh one is started for a later trial)."""
+    """`size` warm runners, started at once, runner slot i with `core.gpus.gpu_env(gpus, i, size)` (its own GPUs, or
+    a shared one with memory growth; `gpus`: default `core.gpus.machine_gpus` of `env`); at most `size` trials run at
+    once. A runner is taken for a trial and given back when the trial succeeded, else closed (a fresh one is started
+    in its slot for a later trial)."""
 
-    def __init__(self, size: int, module: str, env: dict, log_dir: str):
+    def __init__(self, size: int, module: str, env: dict, log_dir: str, gpus: list[str] | None = None):
         self.module, self.env, self.log_dir = module, env, log_dir
+        gpus = machine.machine_gpus(env) if gpus is None else gpus
+        self.devices = [machine.gpu_env(gpus, slot, size) for slot in range(size)]
         self.idle: queue.SimpleQueue = queue.SimpleQueue()
         self.started = 0
         self._all: list[TrialRunner] = []
         self._lock = threading.Lock()
-        for _ in range(size):
-            self.idle.put(self._start())
+        for slot in range(size):
+            self.idle.put((slot, self._start(slot)))
 
-    def _start(self) -> TrialRunner:
+    def _start(self, slot: int) -> TrialRunner:
         with self._lock:
             self.started += 1
-            runner = TrialRunner(self.module, self.env, os.path.join(self.log_dir, f"runner-{self.started}.log"))
+            log = os.path.join(self.log_dir, f"runner-{self.started}.log")
+            runner = TrialRunner(self.module, {**self.env, **self.devices[slot]}, log)
             self._all.append(runner)
         return runner
 
     def run(self, argv: list[str], env: dict, log: str) -> int:
-        try:
-            runner = self.idle.get_nowait()
-        except queue.Empty:
-            runner = self._start()
+        """Run a trial in an idle runner, else in a fresh one in the slot of a closed one; its exit code."""
+        slot, runner = self.idle.get()
+        if runner is None:
+            runner = self._start(slot)
         code = runner.run(argv, env, log)
-        if code == 0:
-            self.idle.put(runner)
-        else:
+        if code != 0:
             runner.close()
+        self.idle.put((slot, runner if code == 0 else None))
         return code
 
     def close(self) -> None:
