@@ -135,6 +135,8 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
                 "epochs",
                 "num_workers",
                 "strategy",
+                "devices",
+                "worker_devices",
                 "global_batch_size",
                 "attempts",
                 "seconds",
@@ -300,7 +302,8 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}td.n{text-align:ri
 {% endif %}
 {% if s.training %}<h2>Training</h2><p>{{ s.training.strategy }}, {{ s.training.num_workers }} worker(s),
 {{ s.training.epochs }} epochs, global batch {{ s.training.global_batch_size }}, {{ s.training.attempts }} attempt(s),
-{{ s.training.seconds|seconds }}</p>
+{{ s.training.seconds|seconds }}{% if s.training.worker_devices %}; devices:
+{% for name, what in s.training.worker_devices.items() %}{{ name }} {{ what }}{{ ", " if not loop.last }}{% endfor %}{% endif %}</p>
 {% if s.training.hyperparameters %}<table><tr><th>hyperparameter</th><th>value</th></tr>
 {% for k, v in s.training.hyperparameters.items() %}<tr><td>{{ k }}</td><td class="n">{{ v|value }}</td></tr>
 {% endfor %}</table>{% endif %}{% endif %}

@@ -117,6 +117,12 @@ def strategy_for(num_workers: int, gpus: list) -> str:
     return "MirroredStrategy" if len(gpus) > 1 else "default"
 
 
+def training_devices(gpus: list[str]) -> list[str]:
+    """The devices a process trains on, given the names of the GPUs TensorFlow lists (`/physical_device:GPU:0`):
+    `GPU:0`, ..., else `CPU:0`."""
+    return [name.rsplit("device:", 1)[-1] for name in gpus] or ["CPU:0"]
+
+
 def make_strategy(cluster: Cluster):
     """The strategy `strategy_for` chooses for this process's cluster and the GPUs TensorFlow lists."""
     import tensorflow as tf

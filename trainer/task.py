@@ -121,6 +121,7 @@ def main(argv=None) -> int:
                 "global_batch_size": global_batch,
                 "num_workers": cluster.num_workers,
                 "strategy": distribute.strategy_name(strategy),
+                "devices": distribute.training_devices([d.name for d in tf.config.list_physical_devices("GPU")]),
                 "model": args.model,
                 "seconds": round(time.time() - started, 2),
                 "model_dir": args.model_dir,

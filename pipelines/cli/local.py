@@ -157,6 +157,8 @@ def _print_summary(s: dict) -> None:
         )
     if s["training"] and s["training"]["hyperparameters"]:
         click.echo(f"  trained with {assignments(s['training']['hyperparameters'])}")
+    if s["training"] and s["training"].get("worker_devices"):
+        click.echo(f"  devices: {', '.join(f'{n} {d}' for n, d in s['training']['worker_devices'].items())}")
     if s["gate"]:
         click.echo(f"  gate: {'BLESSED' if s['gate']['blessed'] else 'NOT BLESSED'}: {s['gate']['reason']}")
     if s["tflite"]:
