@@ -135,6 +135,12 @@ def check(model, stats: dict, spec: str) -> None:
             f"builder {spec} returned a model whose input takes {list(taken)} per example; the data "
             f"gives {list(data)} (None: any size)"
         )
+    dtype = getattr(model.outputs[0].dtype, "name", model.outputs[0].dtype)
+    if dtype != "float32":
+        raise BuilderError(
+            f"builder {spec} returned a model whose output is {dtype}; the probabilities must be float32: give the "
+            'output layer dtype="float32" (mixed precision computes the other layers in 16 bits)'
+        )
     classes = len(stats["labels"])
     given = _shape(model.outputs[0])[1:]
     if given != (classes,):

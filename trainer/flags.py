@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from trainer import builder
 
 TRAINER_MODULE = "trainer.task"
+PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")  # --mixed-precision: none is Keras's float32 policy
 # The trainer image's ENTRYPOINT (containers/trainer.Dockerfile), for the pods and jobs that must name their command.
 TRAINER_COMMAND = ("python", "-m", TRAINER_MODULE)
 
@@ -107,6 +108,12 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=_integer, default=42)
     p.add_argument("--cache-max-mb", type=_integer, default=512, help="cache the training split in memory below this")
+    p.add_argument(
+        "--mixed-precision",
+        choices=PRECISIONS,
+        default="none",
+        help="Keras mixed-precision policy (the model's output layer must stay float32)",
+    )
     p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
     args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
     for name in ("epochs", "batch_size", "hidden_units", "filters", "steps_per_execution"):

@@ -1,4 +1,5 @@
-"""Keras model builders (tf-keras). Preprocessing lives inside the model so it serves raw inputs."""
+"""Keras model builders (tf-keras). Preprocessing lives inside the model so it serves raw inputs; the output layer
+computes in float32 under a mixed-precision policy (`--mixed-precision`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def build_image_model(input_shape, num_classes, model_size: int, filters: int, h
     x = keras.layers.Flatten()(x)
     x = keras.layers.Dense(hidden_units, activation="relu")(x)
     x = keras.layers.Dropout(dropout)(x)
-    outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities", dtype="float32")(x)
     return keras.Model(inputs, outputs, name="cnn")
 
 
@@ -43,7 +44,7 @@ def build_tabular_model(num_features, num_classes, mean, variance, hidden_units:
     x = keras.layers.Dense(hidden_units, activation="relu")(x)
     x = keras.layers.Dropout(dropout)(x)
     x = keras.layers.Dense(max(8, hidden_units // 2), activation="relu")(x)
-    outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+    outputs = keras.layers.Dense(num_classes, activation="softmax", name="probabilities", dtype="float32")(x)
     return keras.Model(inputs, outputs, name="mlp")
 
 

@@ -27,6 +27,18 @@ def validation_steps(stats: dict, global_batch: int, workers: int) -> int:
     return max(1, math.ceil(stats["splits"]["val"]["examples"] * workers / global_batch))
 
 
+def set_precision(policy: str, gpus: list) -> None:
+    """Set Keras's global dtype policy (`none`: float32, also resetting a warm runner's earlier trial); a warning for
+    mixed_float16 without a GPU (TensorFlow runs float16 on a CPU, slowly)."""
+    from trainer import model as models
+
+    if policy == "mixed_float16" and not gpus:
+        print(
+            "[trainer] warning: --mixed-precision mixed_float16 without a GPU: float16 runs slowly on a CPU", flush=True
+        )
+    models.keras.mixed_precision.set_global_policy("float32" if policy == "none" else policy)
+
+
 def main(argv=None) -> int:
     args = flags.parse_args(argv)
     from core import fast_exit
@@ -71,6 +83,7 @@ def main(argv=None) -> int:
 
     execution = min(args.steps_per_execution, steps)
     models.keras.utils.set_random_seed(args.seed)
+    set_precision(args.mixed_precision, tf.config.list_physical_devices("GPU"))
     with strategy.scope():
         model = build(stats, args)
         builder.check(model, stats, args.model)
@@ -121,6 +134,7 @@ def main(argv=None) -> int:
                 "global_batch_size": global_batch,
                 "num_workers": cluster.num_workers,
                 "strategy": distribute.strategy_name(strategy),
+                "mixed_precision": args.mixed_precision,
                 "devices": distribute.training_devices([d.name for d in tf.config.list_physical_devices("GPU")]),
                 "model": args.model,
                 "seconds": round(time.time() - started, 2),
