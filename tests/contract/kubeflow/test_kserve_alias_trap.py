@@ -35,7 +35,7 @@ def test_an_update_of_a_service_annotated_with_an_alias_sets_the_mode_the_status
     assert api.get("inferenceservices", "digits", "ml")["status"]["deploymentMode"] == reported
     info = deploy(api, 2)
     assert info["deployment_mode"] == reported.lower()
-    first = api.calls("PATCH")[0].body
-    assert first["metadata"]["annotations"] == {"serving.kserve.io/enable-tag-routing": "true", MODE: reported}
+    modes = [(call.body.get("metadata") or {}).get("annotations", {}).get(MODE) for call in api.calls("PATCH")]
+    assert modes and modes[0] == reported and set(modes) <= {reported, None}  # no update keeps the alias
     isvc = api.get("inferenceservices", "digits", "ml")
     assert isvc["metadata"]["annotations"][MODE] == reported and _uri(isvc["spec"]["predictor"]) == URI.format(2)
