@@ -14,6 +14,11 @@ from trainer import builder
 TRAINER_MODULE = "trainer.task"
 # The trainer image's ENTRYPOINT (containers/trainer.Dockerfile), for the pods and jobs that must name their command.
 TRAINER_COMMAND = ("python", "-m", TRAINER_MODULE)
+# The metrics the trainer logs each epoch (Keras's names: the model is compiled with accuracy) and the goal each can
+# only sensibly have; `--hypertune-metric-tag` names the one a study's trials report.
+METRIC_GOALS = {"val_accuracy": "maximize", "val_loss": "minimize", "accuracy": "maximize", "loss": "minimize"}
+# Set by Vertex AI on a tuning job's trials (the study's metric_id); the self-hosted study and Katib set it too.
+METRIC_TAG_ENV = "CLOUD_ML_HP_METRIC_TAG"
 
 
 def flag(name: str) -> str:
@@ -107,7 +112,12 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=_integer, default=42)
     p.add_argument("--cache-max-mb", type=_integer, default=512, help="cache the training split in memory below this")
-    p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
+    p.add_argument(
+        "--hypertune-metric-tag",
+        default=environ.get(METRIC_TAG_ENV) or "val_accuracy",
+        help=f"the metric reported to hypertune each epoch, under its own name: one of {', '.join(METRIC_GOALS)} "
+        f"(default: ${METRIC_TAG_ENV}, else val_accuracy)",
+    )
     args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
     for name in ("epochs", "batch_size", "hidden_units", "filters", "steps_per_execution"):
         if getattr(args, name) < 1:
@@ -118,6 +128,11 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
         p.error("--dropout must be in [0, 1)")
     if args.learning_rate <= 0:
         p.error("--learning-rate must be > 0")
+    if args.hypertune_metric_tag not in METRIC_GOALS:
+        p.error(
+            f"--hypertune-metric-tag: the trainer logs no metric {args.hypertune_metric_tag!r}; it logs "
+            f"{', '.join(METRIC_GOALS)}"
+        )
     try:
         builder.parse(args.model)
     except builder.BuilderError as e:

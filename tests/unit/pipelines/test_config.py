@@ -708,6 +708,17 @@ def test_example_values_name_the_field_and_value():
             "algorithm grid takes integer, categorical and discrete parameters only (Vertex's GRID_SEARCH refuses double "
             "ranges); double: learning_rate (list their values as type: discrete)",
         ),
+        (
+            "metric_id: val_f1",
+            "study.metric_id",
+            "the trainer logs no metric 'val_f1'; it logs val_accuracy, val_loss, accuracy, loss",
+        ),
+        ("metric_id: val_loss", "study", "goal maximize would pick the worst trial by val_loss: use goal minimize"),
+        (
+            "{metric_id: accuracy, goal: minimize}",
+            "study",
+            "goal minimize would pick the worst trial by accuracy: use goal maximize",
+        ),
     ],
 )
 def test_study_validation_names_the_field(tmp_path, setting, field, message):
