@@ -10,7 +10,7 @@ tuning job and the local study; the best trial's values override the pipeline's.
   goal, trial counts as the spec says (`measurement` → the metric strategy `latest`, or `max` / `min`).
 - Trials: a Job of the trainer image (one process) on the shared volume, the values as trainer flags. Their
   `CLOUD_ML_HP_METRIC_FILE` is the file of Katib's File metrics collector, whose `JSON` format parses
-  `cloudml-hypertune`'s reports as written (string values, a float `timestamp`). The template says `retain: true`:
+  `cloudml-hypertune`'s reports of the study's metric (`CLOUD_ML_HP_METRIC_TAG`) as written (string values, a float `timestamp`). The template says `retain: true`:
   Katib keeps a finished trial's Job (and its pod's log) rather than deleting it, so a failed study can quote it.
 - Refused trials: Pod Security refusing the trials' pods shows nowhere in the Experiment (each trial's Job stays
   without a pod, its trial running): each poll reads the `FailedCreate` events of its running trials' Jobs (named
@@ -28,7 +28,7 @@ from typing import Any
 from kfp.dsl import Artifact, Dataset, Input, Output
 
 from trainer.environment import LEGACY_KERAS, output_dirs
-from trainer.flags import TRAINER_COMMAND, command_line, flag
+from trainer.flags import METRIC_TAG_ENV, TRAINER_COMMAND, command_line, flag
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1beta1", "experiments", "Experiment"
 MISSING_HINT = "install Katib (v0.19) or set platform.kubeflow.tuning: pod (trials as processes in the step's pod)"
@@ -193,6 +193,7 @@ def experiment(
     ]
     env = {
         "CLOUD_ML_HP_METRIC_FILE": METRICS_FILE,
+        METRIC_TAG_ENV: spec.metric_id,
         "CLOUD_ML_TRIAL_ID": "${trialParameters.trialName}",
         **output_dirs(trial_dir),
         **LEGACY_KERAS,

@@ -19,7 +19,8 @@ HPARAMS = ("learning_rate", "batch_size", "dropout", "hidden_units", "filters", 
 
 class EpochLog(keras.callbacks.Callback):
     """Records one JSON line per completed epoch in `path` (chief only; the whole file is rewritten, as GCS has no
-    append) and reports validation accuracy to hypertune, so the trainer can serve as a tuning trial.
+    append) and reports the epoch's `metric_tag` metric (a name of Keras's logs, e.g. val_loss) to hypertune under
+    that name, so the trainer can serve as a tuning trial.
 
     With `resume=True` the lines of an interrupted earlier attempt are kept, so a restarted group continues them.
     """
@@ -46,9 +47,11 @@ class EpochLog(keras.callbacks.Callback):
         self.lines.append(json.dumps({"epoch": epoch + 1, "time": time.time(), **self.last}))
         with tf.io.gfile.GFile(self.path, "w") as f:
             f.write("\n".join(self.lines) + "\n")
-        if "val_accuracy" in self.last:
+        if self.metric_tag in self.last:
             self.hypertune.report_hyperparameter_tuning_metric(
-                hyperparameter_metric_tag=self.metric_tag, metric_value=self.last["val_accuracy"], global_step=epoch + 1
+                hyperparameter_metric_tag=self.metric_tag,
+                metric_value=self.last[self.metric_tag],
+                global_step=epoch + 1,
             )
 
 

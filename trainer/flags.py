@@ -15,6 +15,11 @@ TRAINER_MODULE = "trainer.task"
 PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")  # --mixed-precision: none is Keras's float32 policy
 # The trainer image's ENTRYPOINT (containers/trainer.Dockerfile), for the pods and jobs that must name their command.
 TRAINER_COMMAND = ("python", "-m", TRAINER_MODULE)
+# The metrics the trainer logs each epoch (Keras's names: the model is compiled with accuracy) and the goal each can
+# only sensibly have; `--hypertune-metric-tag` names the one a study's trials report.
+METRIC_GOALS = {"val_accuracy": "maximize", "val_loss": "minimize", "accuracy": "maximize", "loss": "minimize"}
+# Set by Vertex AI on a tuning job's trials (the study's metric_id); the self-hosted study and Katib set it too.
+METRIC_TAG_ENV = "CLOUD_ML_HP_METRIC_TAG"
 
 
 def flag(name: str) -> str:
@@ -114,7 +119,12 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
         default="none",
         help="Keras mixed-precision policy (the model's output layer must stay float32)",
     )
-    p.add_argument("--hypertune-metric-tag", default="accuracy", help="tag of the validation accuracy report")
+    p.add_argument(
+        "--hypertune-metric-tag",
+        default=environ.get(METRIC_TAG_ENV) or "val_accuracy",
+        help=f"the metric reported to hypertune each epoch, under its own name: one of {', '.join(METRIC_GOALS)} "
+        f"(default: ${METRIC_TAG_ENV}, else val_accuracy)",
+    )
     args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
     for name in ("epochs", "batch_size", "hidden_units", "filters", "steps_per_execution"):
         if getattr(args, name) < 1:
@@ -125,6 +135,11 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
         p.error("--dropout must be in [0, 1)")
     if args.learning_rate <= 0:
         p.error("--learning-rate must be > 0")
+    if args.hypertune_metric_tag not in METRIC_GOALS:
+        p.error(
+            f"--hypertune-metric-tag: the trainer logs no metric {args.hypertune_metric_tag!r}; it logs "
+            f"{', '.join(METRIC_GOALS)}"
+        )
     try:
         builder.parse(args.model)
     except builder.BuilderError as e:

@@ -2,7 +2,7 @@
 
 accuracy = 1 − (log10(learning_rate) + 2)² / 4 − ((hidden_units − 100) / 200)²  → best at lr=0.01, units=100.
 `--mode crash` exits 3 before reporting; `--mode silent` exits 0 without reporting. Other flags are ignored (a Katib
-trial passes the trainer's).
+trial passes the trainer's). Reports under the study's metric name (`CLOUD_ML_HP_METRIC_TAG`), as the trainer does.
 """
 
 import argparse
@@ -26,10 +26,8 @@ if args.mode == "crash":
     sys.exit(3)
 if args.mode != "silent":
     accuracy = 1 - (math.log10(args.learning_rate) + 2) ** 2 / 4 - ((args.hidden_units - 100) / 200) ** 2
-    reporter = hypertune.HyperTune()
+    reporter, tag = hypertune.HyperTune(), os.environ["CLOUD_ML_HP_METRIC_TAG"]
     reporter.report_hyperparameter_tuning_metric(
-        hyperparameter_metric_tag="accuracy", metric_value=accuracy - 0.1, global_step=1
+        hyperparameter_metric_tag=tag, metric_value=accuracy - 0.1, global_step=1
     )
-    reporter.report_hyperparameter_tuning_metric(
-        hyperparameter_metric_tag="accuracy", metric_value=accuracy, global_step=2
-    )
+    reporter.report_hyperparameter_tuning_metric(hyperparameter_metric_tag=tag, metric_value=accuracy, global_step=2)

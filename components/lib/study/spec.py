@@ -7,9 +7,17 @@ algorithm (default / grid / random). `study_spec_metrics()` and `study_spec_para
 `StudySpec.MetricSpec` / `ParameterSpec` protos, enums by name.
 """
 
+import warnings
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from trainer.flags import METRIC_GOALS
+
+TRAINING_METRIC = (
+    "study.metric_id {0} is the training split's {0} (Keras's name), which favours the trial that overfits most; "
+    "val_{0} is the validation split's"
+)
 
 Scale = Literal["linear", "log", "reverse_log"]
 
@@ -77,8 +85,17 @@ class StudySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    metric_id: str = "accuracy"
-    goal: Literal["maximize", "minimize"] = "maximize"
+    metric_id: str = Field(
+        "val_accuracy",
+        description="The metric the study optimizes, as the trainer logs it each epoch: val_accuracy, val_loss "
+        "(on the validation split), accuracy, loss (on the training split). Each trial reports it under this name "
+        "(`CLOUD_ML_HP_METRIC_TAG`).",
+    )
+    goal: Literal["maximize", "minimize"] = Field(
+        "maximize",
+        description="Whether the best trial has the highest or the lowest metric; must suit the metric (an accuracy "
+        "is maximized, a loss minimized).",
+    )
     parameters: list[Parameter] = Field(min_length=1)
     max_trial_count: int = Field(4, ge=1)
     parallel_trial_count: int = Field(2, ge=1)
@@ -87,6 +104,24 @@ class StudySpec(BaseModel):
     max_failed_trial_count: int = 1
     algorithm: Literal["default", "grid", "random"] = "default"
     measurement: Literal["last", "best"] = "last"  # which of a trial's hypertune reports counts
+
+    @field_validator("metric_id")
+    @classmethod
+    def _logged_metric(cls, value: str) -> str:
+        if value not in METRIC_GOALS:
+            raise ValueError(f"the trainer logs no metric {value!r}; it logs {', '.join(METRIC_GOALS)}")
+        if f"val_{value}" in METRIC_GOALS:
+            warnings.warn(TRAINING_METRIC.format(value), UserWarning, stacklevel=2)
+        return value
+
+    @model_validator(mode="after")
+    def _goal_suits_metric(self):
+        if self.goal != METRIC_GOALS[self.metric_id]:
+            raise ValueError(
+                f"goal {self.goal} would pick the worst trial by {self.metric_id}: use goal "
+                f"{METRIC_GOALS[self.metric_id]}"
+            )
+        return self
 
     @field_validator("max_failed_trial_count")
     @classmethod

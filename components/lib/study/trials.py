@@ -1,8 +1,8 @@
 """A trial of the self-hosted study: its record (`Trial`), running it (`run_trial`) and the best of a study's
 trials (`best`).
 
-Each trial runs `python -m <module>` (the trainer) with the trial's flags, a distinct `CLOUD_ML_TRIAL_ID`, its own
-`CLOUD_ML_HP_METRIC_FILE` and trial-scoped `AIP_*` directories (`<base>/<trial_id>/model|checkpoints|logs`, as
+Each trial runs `python -m <module>` (the trainer) with the trial's flags, a distinct `CLOUD_ML_TRIAL_ID`, the
+study's metric as `CLOUD_ML_HP_METRIC_TAG` (as Vertex sets it), its own `CLOUD_ML_HP_METRIC_FILE` and trial-scoped `AIP_*` directories (`<base>/<trial_id>/model|checkpoints|logs`, as
 Vertex does); its metric is read from the file the real `hypertune` library wrote.
 """
 
@@ -16,7 +16,7 @@ from components.lib.study.hypertune_metrics import trial_metric
 from components.lib.study.runner_pool import RunnerPool, runner_env
 from components.lib.study.spec import StudySpec
 from trainer.environment import output_dirs
-from trainer.flags import command_line
+from trainer.flags import METRIC_TAG_ENV, command_line
 
 
 @dataclass
@@ -56,6 +56,7 @@ def run_trial(
     trial_vars = {
         "CLOUD_ML_TRIAL_ID": trial.trial_id,
         "CLOUD_ML_HP_METRIC_FILE": metric_file,
+        METRIC_TAG_ENV: spec.metric_id,
         **output_dirs(outputs),
         **(trial_env(trial.trial_id) if trial_env else {}),
     }

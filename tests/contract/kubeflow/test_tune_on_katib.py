@@ -51,7 +51,7 @@ OPTIMAL = {
         {"name": "hidden_units", "value": "96"},
         {"name": "dropout", "value": "0.1"},
     ],
-    "observation": {"metrics": [{"name": "accuracy", "latest": "0.93", "max": "0.95", "min": "0.61"}]},
+    "observation": {"metrics": [{"name": "val_accuracy", "latest": "0.93", "max": "0.95", "min": "0.61"}]},
 }
 
 
@@ -88,8 +88,8 @@ def test_experiment_from_the_study_spec():
         "spec": {
             "objective": {
                 "type": "maximize",
-                "objectiveMetricName": "accuracy",
-                "metricStrategies": [{"name": "accuracy", "value": "latest"}],
+                "objectiveMetricName": "val_accuracy",
+                "metricStrategies": [{"name": "val_accuracy", "value": "latest"}],
             },
             "algorithm": {"algorithmName": "bayesianoptimization"},
             "parallelTrialCount": 2,
@@ -166,6 +166,7 @@ def test_experiment_from_the_study_spec():
                                                 "name": "CLOUD_ML_HP_METRIC_FILE",
                                                 "value": "/var/log/katib/tfpipe/output.metrics",
                                             },
+                                            {"name": "CLOUD_ML_HP_METRIC_TAG", "value": "val_accuracy"},
                                             {"name": "CLOUD_ML_TRIAL_ID", "value": "${trialParameters.trialName}"},
                                             {"name": "AIP_MODEL_DIR", "value": f"{trial}/model"},
                                             {"name": "AIP_CHECKPOINT_DIR", "value": f"{trial}/checkpoints"},
@@ -331,19 +332,51 @@ def test_succeeds_with_the_best_trials_values(api_server):
     assert lines[0] == "created Experiment ml/tfpipe-tune-abc: bayesianoptimization, up to 4 trials, 2 at a time"
     assert (
         "Experiment ml/tfpipe-tune-abc: 4 trial(s): 3 succeeded, 0 failed, 1 running; best tfpipe-tune-abc-x7k2: "
-        "accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, 'dropout': 0.1}" in lines
+        "val_accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, 'dropout': 0.1}" in lines
     )
     assert lines[-3:] == [
         "Experiment ml/tfpipe-tune-abc: Succeeded=True (ExperimentMaxTrialsReached): Experiment has "
         "succeeded because max trial count has reached",
         "Experiment ml/tfpipe-tune-abc: 4 trial(s): 4 succeeded, 0 failed, 0 running; best "
-        "tfpipe-tune-abc-x7k2: accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, "
+        "tfpipe-tune-abc-x7k2: val_accuracy=0.93 {'learning_rate': 0.0042, 'hidden_units': 96, "
         "'dropout': 0.1}",
         "deleted Experiment ml/tfpipe-tune-abc (and its trials)",
     ]
     assert [(r.path, r.body["propagationPolicy"]) for r in api_server.calls("DELETE")] == [
         (EXPERIMENT_PATH, "Foreground")
     ]
+
+
+def test_a_study_minimizing_val_loss_asks_katib_for_the_trial_with_the_lowest(api_server):
+    """`metric_id: val_loss, goal: minimize`: the Experiment minimizes val_loss, each trial reports val_loss
+    (`CLOUD_ML_HP_METRIC_TAG`), and the best trial is Katib's lowest (`min` under `measurement: best`)."""
+    spec = StudySpec.model_validate(
+        {**DEFAULT_STUDY.model_dump(), "metric_id": "val_loss", "goal": "minimize", "measurement": "best"}
+    )
+    lowest = {
+        **OPTIMAL,
+        "observation": {"metrics": [{"name": "val_loss", "latest": "0.31", "max": "0.92", "min": "0.27"}]},
+    }
+    api_server.scripts["experiments"] = [
+        {"conditions": [CREATED, RUNNING, SUCCEEDED], "trials": 4, "trialsSucceeded": 4, "currentOptimalTrial": lowest}
+    ]
+    lines: list[str] = []
+    best = run_experiment(
+        kube.api_client(api_server.url), build(spec), spec, poll_seconds=0, log=lines.append, sleep=lambda s: None
+    )
+    [created] = api_server.created("experiments")
+    assert created["spec"]["objective"] == {
+        "type": "minimize",
+        "objectiveMetricName": "val_loss",
+        "metricStrategies": [{"name": "val_loss", "value": "min"}],
+    }
+    [container] = created["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"]
+    assert {"name": "CLOUD_ML_HP_METRIC_TAG", "value": "val_loss"} in container["env"]
+    assert (best["trial"], best["metric"]) == ("tfpipe-tune-abc-x7k2", 0.27)
+    assert lines[-2] == (
+        "Experiment ml/tfpipe-tune-abc: 4 trial(s): 4 succeeded, 0 failed, 0 running; best tfpipe-tune-abc-x7k2: "
+        "val_loss=0.27 {'learning_rate': 0.0042, 'hidden_units': 96, 'dropout': 0.1}"
+    )
 
 
 EXPERIMENT_PATH = "/apis/kubeflow.org/v1beta1/namespaces/ml/experiments/tfpipe-tune-abc"
@@ -471,7 +504,7 @@ def test_failed_trials_fail_the_step_with_katibs_message(api_server):
 
 def test_success_without_a_reported_metric_fails(api_server):
     api_server.scripts["experiments"] = [{"conditions": [CREATED, SUCCEEDED], "trials": 4, "trialsSucceeded": 4}]
-    with pytest.raises(StudyFailed, match="without a best trial: no trial reported 'accuracy'"):
+    with pytest.raises(StudyFailed, match="without a best trial: no trial reported 'val_accuracy'"):
         run_experiment(
             kube.api_client(api_server.url),
             build(),

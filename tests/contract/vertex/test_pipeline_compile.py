@@ -355,7 +355,7 @@ def test_the_tuning_job_is_gcpcs_request_with_the_trials_capacity_persistent_res
     assert payload == {
         "display_name": "tfpipe-training-20261123-tune",
         "study_spec": {
-            "metrics": [{"metric_id": "accuracy", "goal": "MAXIMIZE"}],
+            "metrics": [{"metric_id": "val_accuracy", "goal": "MAXIMIZE"}],
             "parameters": DEFAULT_STUDY.study_spec_parameters(),
             "algorithm": "ALGORITHM_UNSPECIFIED",
             "measurement_selection_type": "LAST_MEASUREMENT",
@@ -432,7 +432,7 @@ def test_vertex_tuning_branch(tmp_path):
     assert job["study_spec_measurement_selection_type"] == "LAST_MEASUREMENT"
     # enums by name, as the proto's JSON mapping writes them (KFP would turn enum numbers into floats); the
     # compiled constants are the study's lists unchanged (tests/unit/components/test_study.py checks the lists themselves)
-    assert job["study_spec_metrics"] == [{"metric_id": "accuracy", "goal": "MAXIMIZE"}]
+    assert job["study_spec_metrics"] == [{"metric_id": "val_accuracy", "goal": "MAXIMIZE"}]
     assert job["study_spec_parameters"] == DEFAULT_STUDY.study_spec_parameters()
     best = params(tuning["read-best-trial"])
     assert best["gcp_resources"] == {
@@ -516,7 +516,7 @@ def test_kubeflow_dag(tmp_path):
     tune = root["tune-hyperparameters"]["inputs"]["parameters"]
     assert tune["enabled"]["componentInputParameter"] == "tune"
     study = tune["study_spec"]["runtimeValue"]["constant"]
-    assert study["metric_id"] == "accuracy" and study["max_trial_count"] == 4 and study["parallel_trial_count"] == 2
+    assert study["metric_id"] == "val_accuracy" and study["max_trial_count"] == 4 and study["parallel_trial_count"] == 2
     assert [p["parameter_id"] for p in study["parameters"]] == ["learning_rate", "hidden_units", "dropout"]
     # the champion: the repository's newest version, looked up on every run
     assert root["find-repository-champion"]["cachingOptions"] == {}

@@ -233,3 +233,39 @@ def test_the_double_preempts_the_replica_rehearse_names(tmp_path):
         "JOB_STATE_FAILED",
         "--preempt-replica 1: the job has 1 replica(s)",
     )
+
+
+def test_a_tuning_job_minimizing_val_loss_reads_back_the_trial_with_the_lowest(digits_data, tmp_path):
+    """A HyperparameterTuningJob with `metric_id: val_loss, goal: MINIMIZE` on the real trainer: each trial's final
+    measurement is its last epoch's val_loss, and `read_best_trial` picks the lowest of them."""
+    from google.cloud.aiplatform_v1.types import study
+
+    from components.read_best_trial import best_trial
+
+    base = tmp_path / "tune"
+    args = ["--data-dir", str(digits_data), "--epochs", "1", "--steps-per-epoch", "3"]
+    pool = {
+        "machine_spec": {"machine_type": "n1-standard-4"},
+        "replica_count": 1,
+        "container_spec": {"image_uri": "trainer:1", "args": args},
+    }
+    job = {
+        "display_name": "t",
+        "study_spec": {
+            "metrics": [{"metric_id": "val_loss", "goal": "MINIMIZE"}],
+            "parameters": [{"parameter_id": "learning_rate", "discrete_value_spec": {"values": [0.0001, 0.003, 3.0]}}],
+            "algorithm": "GRID_SEARCH",
+        },
+        "max_trial_count": 3,
+        "parallel_trial_count": 1,
+        "trial_job_spec": {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": str(base)}},
+    }
+    trials = jobs.run_tuning_job(job, str(tmp_path / "work"), io.StringIO())
+    val_loss = {
+        t["id"]: json.loads((base / t["id"] / "history.jsonl").read_text().splitlines()[-1])["val_loss"] for t in trials
+    }
+    assert {t["id"]: t["final_measurement"]["metrics"] for t in trials} == {
+        trial_id: [{"metric_id": "val_loss", "value": value}] for trial_id, value in val_loss.items()
+    }
+    best = best_trial([study.Trial(t) for t in trials], "val_loss", "minimize")
+    assert (best["trial_id"], best["metric"]) == (min(val_loss, key=val_loss.get), min(val_loss.values()))

@@ -182,7 +182,7 @@ def test_tuning_job_runs_as_the_runs_identity_with_its_study(specs, monkeypatch,
     trial = job.trial_job_spec
     assert (trial.service_account, trial.network) == (SA, NETWORK)
     assert (job.max_trial_count, job.parallel_trial_count, job.max_failed_trial_count) == (4, 2, 1)
-    assert [(m.metric_id, m.goal.name) for m in job.study_spec.metrics] == [("accuracy", "MAXIMIZE")]
+    assert [(m.metric_id, m.goal.name) for m in job.study_spec.metrics] == [("val_accuracy", "MAXIMIZE")]
     assert [(p.parameter_id, p.scale_type.name) for p in job.study_spec.parameters] == [
         ("learning_rate", "UNIT_LOG_SCALE"),
         ("hidden_units", "UNIT_LOG_SCALE"),

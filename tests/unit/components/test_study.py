@@ -203,7 +203,7 @@ def test_study_spec_lists_name_enums_and_parse_into_the_vertex_study_spec():
     # KFP keeps constant inputs as protobuf Values: the lists come back unchanged (no int turned into a float)
     for value in (metrics, parameters):
         assert json_format.MessageToDict(json_format.ParseDict(value, struct_pb2.ListValue())) == value
-    assert DEFAULT_STUDY.study_spec_metrics() == [{"metric_id": "accuracy", "goal": "MAXIMIZE"}]
+    assert DEFAULT_STUDY.study_spec_metrics() == [{"metric_id": "val_accuracy", "goal": "MAXIMIZE"}]
     assert DEFAULT_STUDY.study_spec_parameters() == [
         {
             "parameter_id": "learning_rate",
@@ -263,7 +263,7 @@ def test_gcpc_launcher_turns_the_lists_into_the_create_request(tmp_path, monkeyp
     sent = request.hyperparameter_tuning_job.study_spec
     assert request.parent == "projects/p1/locations/us-central1"
     assert list(sent.metrics) == [
-        study.StudySpec.MetricSpec(metric_id="accuracy", goal=study.StudySpec.MetricSpec.GoalType.MAXIMIZE)
+        study.StudySpec.MetricSpec(metric_id="val_accuracy", goal=study.StudySpec.MetricSpec.GoalType.MAXIMIZE)
     ]
     assert [
         study.StudySpec.ParameterSpec.to_dict(

@@ -47,11 +47,11 @@ def test_a_study_runs_its_trials_at_most_parallel_trial_count_at_once_and_record
     t1 = trials[0]
     assert t1["output_dir"] == str(tmp_path / "1") and (tmp_path / "1" / "model").is_dir()
     lines = [json.loads(x) for x in (tmp_path / "1" / "hypertune" / "output.metrics").read_text().splitlines()]
-    assert lines[-1]["trial"] == "1" and float(lines[-1]["accuracy"]) == pytest.approx(t1["metric"])
+    assert lines[-1]["trial"] == "1" and float(lines[-1]["val_accuracy"]) == pytest.approx(t1["metric"])
     assert isinstance(t1["parameters"]["hidden_units"], int)
     rows = list(csv.DictReader((tmp_path / "trials.csv").open()))
     assert [r["trial_id"] for r in rows] == [str(i) for i in range(1, 17)]
-    assert set(rows[0]) == {"trial_id", "learning_rate", "hidden_units", "accuracy", "status", "seconds"}
+    assert set(rows[0]) == {"trial_id", "learning_rate", "hidden_units", "val_accuracy", "status", "seconds"}
     assert (tmp_path / "trials.png").stat().st_size > 1000
     assert json.loads((tmp_path / "trials.json").read_text())["best"]["trial_id"] == best["trial_id"]
 
@@ -147,7 +147,7 @@ def test_a_trial_that_reports_nothing_fails(tmp_path):
     with pytest.raises(StudyFailed, match="no trial succeeded"):
         run_study(s, str(tmp_path), ["--sleep", "0"], module="tests.helpers.stand_in_trainer", log=lambda m: None)
     recorded = json.loads((tmp_path / "trials.json").read_text())
-    assert [t["error"] for t in recorded["trials"]] == ["no 'accuracy' reported"] * 2
+    assert [t["error"] for t in recorded["trials"]] == ["no 'val_accuracy' reported"] * 2
 
 
 def test_random_search_respects_the_budget(tmp_path):
@@ -205,3 +205,23 @@ print("tensorflow" in sys.modules, 1e-4 <= gp.parameters["learning_rate"].value 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "True"]  # neither imported nor blocked (a None entry) any more
+
+
+def test_a_study_minimizing_val_loss_picks_the_trial_with_the_lowest(tmp_path):
+    """Each trial reports the study's metric (val_loss, through CLOUD_ML_HP_METRIC_TAG and the trainer's EpochLog):
+    the best is the lowest val_loss, not the most or the least accurate trial."""
+    s = StudySpec.model_validate(
+        {
+            "parameters": [{"type": "integer", "parameter_id": "hidden_units", "min": 1, "max": 3}],
+            "algorithm": "grid",
+            "metric_id": "val_loss",
+            "goal": "minimize",
+            "max_trial_count": 3,
+            "parallel_trial_count": 1,
+        }
+    )
+    result = run_study(s, str(tmp_path), [], module="tests.helpers.objective_trainer", log=lambda m: None)
+    assert {t["parameters"]["hidden_units"]: t["metric"] for t in result["trials"]} == {1: 0.5, 2: 0.2, 3: 0.9}
+    assert (result["best"]["parameters"], result["best"]["metric"]) == ({"hidden_units": 2}, 0.2)
+    reports = [json.loads(x) for x in (tmp_path / "2" / "hypertune" / "output.metrics").read_text().splitlines()]
+    assert [(r["val_loss"], r["global_step"]) for r in reports] == [("0.2", "1")]

@@ -4,6 +4,7 @@
 import os
 import re
 import typing
+import warnings
 from datetime import UTC, datetime
 
 import pytest
@@ -708,6 +709,17 @@ def test_example_values_name_the_field_and_value():
             "algorithm grid takes integer, categorical and discrete parameters only (Vertex's GRID_SEARCH refuses double "
             "ranges); double: learning_rate (list their values as type: discrete)",
         ),
+        (
+            "metric_id: val_f1",
+            "study.metric_id",
+            "the trainer logs no metric 'val_f1'; it logs val_accuracy, val_loss, accuracy, loss",
+        ),
+        ("metric_id: val_loss", "study", "goal maximize would pick the worst trial by val_loss: use goal minimize"),
+        (
+            "{metric_id: accuracy, goal: minimize}",
+            "study",
+            "goal minimize would pick the worst trial by accuracy: use goal maximize",
+        ),
     ],
 )
 def test_study_validation_names_the_field(tmp_path, setting, field, message):
@@ -716,6 +728,20 @@ def test_study_validation_names_the_field(tmp_path, setting, field, message):
         load_config(tmp_path / "c.yaml", environ={})
     assert str(e.value) == f"invalid configuration: {field}: {message}"
     assert load_config(None, environ={}).study.max_failed_trial_count == 1
+
+
+def test_a_study_on_a_training_metric_is_warned_of_in_one_line_and_a_validation_metric_is_not(tmp_path):
+    from components.lib.study.spec import TRAINING_METRIC
+
+    (tmp_path / "c.yaml").write_text("study:\n  metric_id: loss\n  goal: minimize\n")
+    with pytest.warns(UserWarning) as warned:
+        assert load_config(tmp_path / "c.yaml", environ={}).study.metric_id == "loss"
+    assert [str(w.message) for w in warned] == [TRAINING_METRIC.format("loss")]
+    assert "\n" not in str(warned[0].message) and "val_loss is the validation split's" in str(warned[0].message)
+    (tmp_path / "c.yaml").write_text("study:\n  metric_id: val_loss\n  goal: minimize\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_config(tmp_path / "c.yaml", environ={}).study.metric_id == "val_loss"
 
 
 def test_errors_say_where_an_override_came_from(config_file):

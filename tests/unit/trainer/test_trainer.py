@@ -70,7 +70,7 @@ def test_metrics_history_tensorboard_and_hypertune(trained_model):
     assert list((trained_model / "logs").rglob("events.out.tfevents.*"))
     reports = [json.loads(line) for line in (trained_model / "hypertune" / "output.metrics").read_text().splitlines()]
     assert len(reports) == 8 and reports[-1]["trial"] == "7" and reports[-1]["global_step"] == "8"
-    assert float(reports[-1]["accuracy"]) == pytest.approx(metrics["val_accuracy"])
+    assert float(reports[-1]["val_accuracy"]) == pytest.approx(metrics["val_accuracy"])
     backup = trained_model / "checkpoints" / "backup"
     assert not backup.exists() or not list(backup.iterdir())  # BackupAndRestore cleans up after success
 
