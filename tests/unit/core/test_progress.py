@@ -175,7 +175,7 @@ def test_the_study_reports_trials_their_epochs_and_the_best(tmp_path):
     study.finished_trial(one, one)
     finished = progress.parse(lines[-1])
     assert finished["message"] == (
-        "trial 1/4: accuracy 0.9300; running: trial 2 starting; 1/4 finished; best accuracy 0.9300 (trial 1)"
+        "trial 1/4: val_accuracy 0.9300; running: trial 2 starting; 1/4 finished; best val_accuracy 0.9300 (trial 1)"
     )
     assert (finished["event"], finished["trial"], finished["metric"], finished["best"], finished["best_trial"]) == (
         "trial_finished",
