@@ -286,13 +286,10 @@ def prune_revisions(api, namespace: str, name: str, keep_previous: int, log=prin
     """Delete the InferenceService's Knative revisions other than the one serving and the `keep_previous` newest
     before it; [] when the cluster has no Knative (raw deployment mode keeps no revisions). Every call through
     `kube.call`."""
-    import time
-
     from kubernetes.client.exceptions import ApiException
 
     from components.lib.kube import api as kube
 
-    sleep = sleep or time.sleep
     group, version, plural = REVISIONS
     objects = kube.custom(api)
     try:
