@@ -200,18 +200,26 @@ class FailureLog:
     it restarts a container; once restarted, its previous attempt's lines).
     """
 
-    def __init__(self, api, engine: Engine, namespace: str, name: str, lines: int = 20):
+    def __init__(self, api, engine: Engine, namespace: str, name: str, lines: int = 20, log=print, sleep=None):
         self.api, self.engine, self.namespace, self.name, self.lines = api, engine, namespace, name, lines
+        self.log, self.sleep = log, sleep
         self.kept, self.replica, self.failed_pod = "", "chief", ""
 
     def watch(self) -> str:
         """The chosen pod's current lines, or its previous attempt's once it has restarted; the last ones read
-        when the pods (or their logs) are gone. `replica` names whose lines they are (`chief`, `worker 1`)."""
+        when the pods (or their logs) are gone. `replica` names whose lines they are (`chief`, `worker 1`). Each
+        read through `kube.call` (a transient API error is retried, not taken for the lines' absence)."""
         from kubernetes import client
+
+        from components.lib.kube import api as kube
+
+        def call(fn, *args, **kwargs):
+            return kube.call(fn, *args, log=self.log, sleep=self.sleep, **kwargs)
 
         try:
             core = client.CoreV1Api(self.api)
-            pods = core.list_namespaced_pod(self.namespace, label_selector=f"{self.engine.job_label}={self.name}").items
+            selector = f"{self.engine.job_label}={self.name}"
+            pods = call(core.list_namespaced_pod, self.namespace, label_selector=selector).items
             statuses = {p.metadata.name: self._container_status(p) for p in pods}
             if not self.failed_pod:  # the first pod seen failing: the others may fail after it, because of it
                 self.failed_pod = next((n for n, status in statuses.items() if _failed(status)), "")
@@ -220,7 +228,8 @@ class FailureLog:
             if pod is None:
                 return self.kept
             status = statuses[chosen]
-            tail = core.read_namespaced_pod_log(
+            tail = call(
+                core.read_namespaced_pod_log,
                 pod.metadata.name,
                 self.namespace,
                 container=self.engine.container,
@@ -361,7 +370,7 @@ def follow_job(
     what = engine.what(namespace, name)
     objects = kube.custom(api)
     follow = kube.Follower(what, log)
-    replica_log = FailureLog(api, engine, namespace, name)
+    replica_log = FailureLog(api, engine, namespace, name, log=log, sleep=sleep)
 
     def read():
         return objects.get_namespaced_custom_object(engine.group, engine.version, namespace, engine.plural, name)

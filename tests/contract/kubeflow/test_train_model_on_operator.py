@@ -158,6 +158,29 @@ def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
     assert log_call.query == {"container": ["tensorflow"], "tailLines": ["20"], "previous": ["False"]}
 
 
+def test_the_failed_replicas_log_is_read_through_failing_requests(api_server):
+    api_server.scripts["tfjobs"] = [{"conditions": [CREATED, FAILED]}]
+    api_server.pods = [
+        {
+            "metadata": {
+                "name": "tfpipe-train-abc-chief-0",
+                "labels": {
+                    "training.kubeflow.org/job-name": "tfpipe-train-abc",
+                    "training.kubeflow.org/replica-type": "chief",
+                },
+            }
+        }
+    ]
+    api_server.logs["tfpipe-train-abc-chief-0"] = "Epoch 1/5\nValueError: bad shape\n"
+    api_server.faults = [("GET", 503, "/pods"), ("GET", 500, "/log")]
+    lines: list[str] = []
+    with pytest.raises(TrainingJobFailed) as e:
+        run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lines.append, sleep=lambda s: None)
+    assert str(e.value).endswith("failed.\nchief's last log lines:\nEpoch 1/5\nValueError: bad shape\n")
+    assert [r.fault for r in api_server.calls("GET") if r.fault] == [503, 500]
+    assert sum(line.startswith("Kubernetes API: ") for line in lines) == 2
+
+
 def test_fails_with_the_log_of_the_replica_that_failed_not_the_chiefs(api_server):
     """A worker that crashed while the chief still runs: its lines are the ones that say why (the chief's would be
     the collective's error, or nothing yet)."""
