@@ -222,7 +222,10 @@ class FailureLog:
             pods = call(core.list_namespaced_pod, self.namespace, label_selector=selector).items
             statuses = {p.metadata.name: self._container_status(p) for p in pods}
             if not self.failed_pod:  # the first pod seen failing: the others may fail after it, because of it
-                self.failed_pod = next((n for n, status in statuses.items() if _failed(status)), "")
+                failed = [n for n, status in statuses.items() if _failed(status)]
+                # seen failing together: one that exited with its own error before one stopped by a signal
+                failed.sort(key=lambda n: not _own_error(statuses[n]))
+                self.failed_pod = next(iter(failed), "")
             chosen = self.failed_pod or next((p.metadata.name for p in pods if self.engine.replica(p) == "chief"), "")
             pod = next((p for p in pods if p.metadata.name == chosen), None)
             if pod is None:
@@ -247,12 +250,21 @@ class FailureLog:
         return next((s for s in statuses if s.name == self.engine.container), None)
 
 
+def _ended(status) -> list:
+    return [s.terminated for s in (status.state, status.last_state) if s is not None and s.terminated]
+
+
 def _failed(status) -> bool:
     """Whether the container exited with an error, now or in its previous attempt."""
     if status is None:
         return False
-    ended = [s.terminated for s in (status.state, status.last_state) if s is not None and s.terminated]
-    return bool(status.restart_count) or any(t.exit_code for t in ended)
+    return bool(status.restart_count) or any(t.exit_code for t in _ended(status))
+
+
+def _own_error(status) -> bool:
+    """Whether the container exited with an error of its own (1-127), not stopped by a signal (128 and above: the
+    controller stopping the other replicas once one failed, a preemption)."""
+    return status is not None and any(0 < (t.exit_code or 0) < 128 for t in _ended(status))
 
 
 def run_tfjob(api, job, poll_seconds: float = 10, timeout_seconds: float = 24 * 3600, log=print, sleep=None) -> dict:

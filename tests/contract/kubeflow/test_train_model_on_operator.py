@@ -181,9 +181,17 @@ def test_the_failed_replicas_log_is_read_through_failing_requests(api_server):
     assert sum(line.startswith("Kubernetes API: ") for line in lines) == 2
 
 
-def test_fails_with_the_log_of_the_replica_that_failed_not_the_chiefs(api_server):
-    """A worker that crashed while the chief still runs: its lines are the ones that say why (the chief's would be
-    the collective's error, or nothing yet)."""
+@pytest.mark.parametrize(
+    "chief",
+    [
+        {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+        {"terminated": {"exitCode": 143, "reason": "Error"}},  # stopped once the worker failed, seen in the same poll
+    ],
+    ids=["chief-running", "chief-stopped"],
+)
+def test_fails_with_the_log_of_the_replica_that_failed_not_the_chiefs(api_server, chief):
+    """A worker that crashed while the chief still runs, or that the controller stopped after it: the worker's lines
+    are the ones that say why (the chief's would be the collective's error, or nothing yet)."""
     api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}, {"conditions": [CREATED, FAILED]}]
 
     def pod(replica, index, state, restarts=0):
@@ -211,7 +219,7 @@ def test_fails_with_the_log_of_the_replica_that_failed_not_the_chiefs(api_server
         }
 
     api_server.pods = [
-        pod("chief", 0, {"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+        pod("chief", 0, chief),
         pod("worker", 1, {"terminated": {"exitCode": 1, "reason": "Error"}}),
     ]
     api_server.logs["tfpipe-train-abc-chief-0"] = "Epoch 1/5\n"

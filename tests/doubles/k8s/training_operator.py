@@ -113,7 +113,8 @@ class TrainingOperator:
             if policy == "ExitCode":
                 self._recreate(api, name, job, replica, code)
                 continue
-            if policy not in ("OnFailure", "Always"):
+            if policy not in ("OnFailure", "Always"):  # the kubelet reports the pod's end, as in every case
+                self._pod_status(replica, {"terminated": {"exitCode": code, "reason": "Error"}}, phase="Failed")
                 self._fail(api, key, job, f"TFJob {ns}/{name} has failed because 1 {replica.rtype} replica(s) failed.")
                 return
             # the kubelet restarts the container in place, after a back-off (CrashLoopBackOff)
