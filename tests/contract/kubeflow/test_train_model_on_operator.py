@@ -134,8 +134,8 @@ def test_succeeds_streaming_each_condition_once(api_server):
     assert not api_server.calls("DELETE")  # kept (ttlSecondsAfterFinished) for its logs
 
 
-def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
-    api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}, {"conditions": [CREATED, FAILED]}]
+def failed_chief(api_server) -> None:
+    """The job's one pod, the chief, and its log ending with its error."""
     api_server.pods = [
         {
             "metadata": {
@@ -148,6 +148,11 @@ def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
         }
     ]
     api_server.logs["tfpipe-train-abc-chief-0"] = "Epoch 1/5\nValueError: bad shape\n"
+
+
+def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
+    api_server.scripts["tfjobs"] = [{"conditions": [CREATED, RUNNING]}, {"conditions": [CREATED, FAILED]}]
+    failed_chief(api_server)
     with pytest.raises(TrainingJobFailed) as e:
         run_tfjob(kube.api_client(api_server.url), job(), poll_seconds=0, log=lambda m: None, sleep=lambda s: None)
     assert str(e.value) == (
@@ -160,18 +165,7 @@ def test_fails_with_the_jobs_own_message_and_the_chiefs_log(api_server):
 
 def test_the_failed_replicas_log_is_read_through_failing_requests(api_server):
     api_server.scripts["tfjobs"] = [{"conditions": [CREATED, FAILED]}]
-    api_server.pods = [
-        {
-            "metadata": {
-                "name": "tfpipe-train-abc-chief-0",
-                "labels": {
-                    "training.kubeflow.org/job-name": "tfpipe-train-abc",
-                    "training.kubeflow.org/replica-type": "chief",
-                },
-            }
-        }
-    ]
-    api_server.logs["tfpipe-train-abc-chief-0"] = "Epoch 1/5\nValueError: bad shape\n"
+    failed_chief(api_server)
     api_server.faults = [("GET", 503, "/pods"), ("GET", 500, "/log")]
     lines: list[str] = []
     with pytest.raises(TrainingJobFailed) as e:
