@@ -58,8 +58,12 @@ def deploy(api, version, traffic=100, lines=None, **overrides):
         checks=[CHECK],
         labels={"tfpipe/model-version": str(version)},
         variant=f"v{version}",
-        timeout_seconds=5,
-        **{"poll_seconds": 0.02, "log": (lines if lines is not None else []).append, **overrides},
+        **{
+            "timeout_seconds": 5,
+            "poll_seconds": 0.02,
+            "log": (lines if lines is not None else []).append,
+            **overrides,
+        },
     )
 
 

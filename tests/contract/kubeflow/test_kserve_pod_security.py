@@ -51,13 +51,13 @@ def privileged(spec: dict) -> dict:
 def test_a_predictor_pod_refused_by_pod_security_fails_the_step_quoting_the_refusal(
     standard, monkeypatch, version, default_mode, pod, failure
 ):
-    from tests.contract.kubeflow import test_kserve_standard_cancel
+    from tests.contract.kubeflow import test_deploy_on_kserve_modes  # its deploy builds the predictor
 
     build, _ = standard
     api = build(version, default_mode)
     api.namespaces = {"ml": {ENFORCE: "restricted"}}
     deploy(api, 1)
-    monkeypatch.setattr(test_kserve_standard_cancel, "uri_predictor", lambda uri: privileged(uri_predictor(uri)))
+    monkeypatch.setattr(test_deploy_on_kserve_modes, "uri_predictor", lambda uri: privileged(uri_predictor(uri)))
     with pytest.raises(ServingFailed) as failed:
         deploy(api, 2)
     assert re.search(failure + VIOLATION.format(pod=pod), str(failed.value)), str(failed.value)

@@ -9,17 +9,18 @@ import time
 
 import pytest
 
-from components.deploy_model_on_kserve import GRACE_SECONDS, deploy_to_kserve, version_discarder
+from components.deploy_model_on_kserve import GRACE_SECONDS, version_discarder
 from components.lib.deploy.model_repository import versions
 from components.lib.kube import api as kube
-from tests.contract.kubeflow.test_deploy_model_on_kserve import CHECK, _uri, classify, repository, uri_predictor
+from tests.contract.kubeflow import test_deploy_on_kserve_modes as modes
+from tests.contract.kubeflow.test_deploy_model_on_kserve import _uri, classify, repository
 from tests.doubles.k8s import KubeAPI, shipped_rules
 from tests.doubles.k8s.kserve_operator import KServeOperator, cluster
 from tests.doubles.k8s.network import Network
 from tests.doubles.k8s.pods import FakePod
 
 __all__ = ["repository"]  # the fixture
-URI = "pvc://tfpipe/model-repository/digits/{}"
+URI = modes.URI
 
 
 @pytest.fixture
@@ -49,19 +50,8 @@ def standard(monkeypatch):
 
 
 def deploy(api, version, traffic=100, **overrides):
-    return deploy_to_kserve(
-        kube.api_client(api.url),
-        name="digits",
-        namespace="ml",
-        spec_predictor=uri_predictor(URI.format(version)),
-        traffic_percentage=traffic,
-        model_name="digits",
-        checks=[CHECK],
-        labels={"tfpipe/model-version": str(version)},
-        variant=f"v{version}",
-        timeout_seconds=60,
-        **{"poll_seconds": 0.02, "log": lambda m: None, **overrides},
-    )
+    """test_deploy_on_kserve_modes's deploy, with time for a cancel to come first."""
+    return modes.deploy(api, version, traffic, **{"timeout_seconds": 60, "log": lambda m: None, **overrides})
 
 
 def cancel_version_2(api, repository, traffic):
