@@ -56,15 +56,15 @@ def plan_vertex_training(
     hyperparameters: dict,
     tuned_parameters: list,
     batch_workers: int,
-    model_builder: str,
+    trainer: dict,
     pipeline_name: str,
     purpose: str,
     job_settings: dict,
     job_dir: Output[Artifact],
 ) -> NamedTuple("Outputs", [("worker_pool_specs", list), ("base_output_directory", str), ("display_name", str)]):
     """KFP step (Vertex): worker pool specs, the root of the job's output folders and its display name
-    (`<pipeline_name>-<purpose>`). The trainer trains `model_builder`'s model; `tuned_parameters` are left out of
-    the flags: a tuning job appends each trial's values itself. Nothing here is unique to a run (the run's name
+    (`<pipeline_name>-<purpose>`). The trainer trains `trainer`'s model; `tuned_parameters` are left out of
+    the flags (the fixed values included): a tuning job appends each trial's values itself. Nothing here is unique to a run (the run's name
     would be): on unchanged inputs and `job_settings` Vertex serves this step from its cache, with the same root,
     so that the job after it, in the folder `claim_output_directory` gives it there, is served from the cache too.
 
@@ -83,16 +83,18 @@ def plan_vertex_training(
         purpose: train or tune: the display name's suffix.
         job_settings: What the job gets besides the plan (identity, labels, study...): read by nothing here, part
             of this step's cache key, so that a job with other settings gets a root of its own.
-        model_builder: The network to train: `package.module:function` (the config's trainer.model).
+        trainer: What the trainer trains: `TrainerSetup` as a dict (the config's trainer section: the model builder,
+            mixed precision, fixed hyperparameter values).
     """
     from collections import namedtuple
 
     from components.plan_vertex_training import worker_pool_specs
     from core.names import job_display_name
+    from trainer.flags import TrainerSetup
 
     fixed = {k: v for k, v in hyperparameters.items() if k not in tuned_parameters}
     flags = {
-        "model": model_builder,
+        **TrainerSetup.from_dict(trainer).flags(leave_out=tuned_parameters),
         **fixed,
         "epochs": epochs,
         **({"batch_workers": batch_workers} if batch_workers else {}),

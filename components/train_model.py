@@ -335,13 +335,13 @@ def train_model(
     workers: int,
     epochs: int,
     hyperparameters: dict,
-    model_builder: str,
+    trainer: dict,
     max_restarts: int,
     model: Output[Model],
     metrics: Output[Metrics],
     training: Output[Artifact],
 ):
-    """KFP step (self-hosted targets): train `model_builder`'s model (`package.module:function`) with `workers`
+    """KFP step (self-hosted targets): train `trainer`'s model with `workers`
     local processes and the given hyperparameters (trainer flag names with underscores, e.g. from the tuning step);
     the model goes to `model`.
 
@@ -351,19 +351,23 @@ def train_model(
         epochs: Training epochs.
         hyperparameters: Trainer flags by name with underscores (batch_size, learning_rate, tuned values).
         max_restarts: Restarts of the worker group after a lost worker.
-        model_builder: The network to train: `package.module:function` (the config's trainer.model).
+        trainer: What the trainer trains: `TrainerSetup` as a dict (the config's trainer section: the model builder,
+            mixed precision, fixed hyperparameter values).
     """
     import json
     import os
 
     from components.train_model import launch
     from trainer.environment import output_dirs
-    from trainer.flags import command_line
+    from trainer.flags import TrainerSetup, command_line
 
     job_dir = training.path
     os.makedirs(job_dir, exist_ok=True)
     args = command_line(
-        {**hyperparameters, "epochs": epochs}, data_dir=dataset.path, job_dir=job_dir, model=model_builder
+        {**hyperparameters, "epochs": epochs},
+        data_dir=dataset.path,
+        job_dir=job_dir,
+        trainer=TrainerSetup.from_dict(trainer),
     )
     env = {  # what Vertex AI sets for a custom job
         **output_dirs(job_dir, model_dir=model.path),

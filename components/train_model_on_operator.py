@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
 from trainer.environment import LEGACY_KERAS, output_dirs
+from trainer.flags import TrainerSetup
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "tfjobs", "TFJob"
 CONTAINER = "tensorflow"  # the container name the training operator expects (it adds the tfjob-port there)
@@ -439,7 +440,7 @@ def train_with_operator(
     workers: int,
     epochs: int,
     hyperparameters: dict,
-    model_builder: str,
+    trainer: TrainerSetup,
     max_restarts: int,
     image: str,
     namespace: str,
@@ -465,7 +466,7 @@ def train_with_operator(
     job_dir = os.path.join(run_dir, "train-model")
     os.makedirs(job_dir, exist_ok=True)
     data_dir = volume.stage_dataset(data_path, run_dir, mount_path)
-    args = command_line({**hyperparameters, "epochs": epochs}, data_dir=data_dir, job_dir=job_dir, model=model_builder)
+    args = command_line({**hyperparameters, "epochs": epochs}, data_dir=data_dir, job_dir=job_dir, trainer=trainer)
     env = {
         **output_dirs(job_dir),
         "CLOUD_ML_HP_METRIC_FILE": f"{job_dir}/hypertune/output.metrics",
@@ -559,7 +560,7 @@ def train_model_on_operator(
     workers: int,
     epochs: int,
     hyperparameters: dict,
-    model_builder: str,
+    trainer: dict,
     max_restarts: int,
     trainer_image: str,
     namespace: str,
@@ -575,7 +576,7 @@ def train_model_on_operator(
     training: Output[Artifact],
 ):
     """KFP step (kubeflow, training: auto, trainjob or tfjob): train `workers` workers of the trainer image as a
-    TrainJob or a TFJob on the shared volume, with the given hyperparameters and `model_builder`'s model; the model
+    TrainJob or a TFJob on the shared volume, with the given hyperparameters and `trainer`'s model; the model
     goes to `model`.
 
     Args:
@@ -595,10 +596,12 @@ def train_model_on_operator(
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the job has not finished by then.
         engine: auto (TrainJob when the cluster serves it, else TFJob), trainjob or tfjob.
-        model_builder: The network to train: `package.module:function` (the config's trainer.model).
+        trainer: What the trainer trains: `TrainerSetup` as a dict (the config's trainer section: the model builder,
+            mixed precision, fixed hyperparameter values).
     """
     from components.lib.kube import api as kube
     from components.train_model_on_operator import ENGINES, choose_engine, train_with_operator
+    from trainer.flags import TrainerSetup
 
     api = kube.api_client()
     summary = train_with_operator(
@@ -609,7 +612,7 @@ def train_model_on_operator(
         workers=workers,
         epochs=epochs,
         hyperparameters=hyperparameters,
-        model_builder=model_builder,
+        trainer=TrainerSetup.from_dict(trainer),
         max_restarts=max_restarts,
         image=trainer_image,
         namespace=namespace or kube.own_namespace(),

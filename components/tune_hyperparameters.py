@@ -142,12 +142,12 @@ def tune_hyperparameters(
     batch_size: int,
     learning_rate: float,
     workers: int,
-    model_builder: str,
+    trainer: dict,
     tuning: Output[Artifact],
 ) -> dict:
     """KFP step (self-hosted): run the study (when `enabled`) and return the hyperparameters for final training:
     the pipeline's `batch_size` and `learning_rate`, overridden by the best trial's values. Trials train
-    `model_builder`'s model.
+    `trainer`'s model.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -157,7 +157,8 @@ def tune_hyperparameters(
         batch_size: The pipeline's batch size per replica.
         learning_rate: The pipeline's learning rate.
         workers: The final training's workers: each trial trains at their global batch.
-        model_builder: The network to train: `package.module:function` (the config's trainer.model).
+        trainer: What the trainer trains: `TrainerSetup` as a dict (the config's trainer section: the model builder,
+            mixed precision, fixed hyperparameter values).
     """
     from core.fast_exit import skip_exit_collection
 
@@ -172,7 +173,7 @@ def tune_hyperparameters(
         write_skipped_study,
     )
     from components.tune_hyperparameters import run_study
-    from trainer.flags import command_line
+    from trainer.flags import TrainerSetup, command_line
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
     if not enabled:
@@ -181,7 +182,11 @@ def tune_hyperparameters(
     result = run_study(
         StudySpec.model_validate(study_spec),
         tuning.path,
-        command_line(trial_flags(trial_epochs, batch_size, workers), data_dir=dataset.path, model=model_builder),
+        command_line(
+            trial_flags(trial_epochs, batch_size, workers),
+            data_dir=dataset.path,
+            trainer=TrainerSetup.from_dict(trainer),
+        ),
     )
     hyperparameters = with_best_trial(hyperparameters, result["best"]["parameters"])
     tuning.metadata.update(

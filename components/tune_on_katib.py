@@ -28,7 +28,7 @@ from typing import Any
 from kfp.dsl import Artifact, Dataset, Input, Output
 
 from trainer.environment import LEGACY_KERAS, output_dirs
-from trainer.flags import METRIC_TAG_ENV, TRAINER_COMMAND, command_line, flag
+from trainer.flags import METRIC_TAG_ENV, TRAINER_COMMAND, TrainerSetup, command_line, flag
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1beta1", "experiments", "Experiment"
 MISSING_HINT = "install Katib (v0.19) or set platform.kubeflow.tuning: pod (trials as processes in the step's pod)"
@@ -451,7 +451,7 @@ def tune_with_katib(
     trial_epochs: int,
     batch_size: int,
     workers: int,
-    model_builder: str,
+    trainer: TrainerSetup,
     image: str,
     namespace: str,
     service_account: str,
@@ -481,7 +481,7 @@ def tune_with_katib(
         namespace,
         spec,
         image,
-        command_line(trial_flags(trial_epochs, batch_size, workers), data_dir=data_dir, model=model_builder),
+        command_line(trial_flags(trial_epochs, batch_size, workers), data_dir=data_dir, trainer=trainer),
         trials_dir,
         resources,
         claim_name,
@@ -530,7 +530,7 @@ def tune_on_katib(
     batch_size: int,
     learning_rate: float,
     workers: int,
-    model_builder: str,
+    trainer: dict,
     trainer_image: str,
     namespace: str,
     service_account: str,
@@ -544,7 +544,7 @@ def tune_on_katib(
 ) -> dict:
     """KFP step (kubeflow, tuning: katib): run the study as a Katib Experiment (when `enabled`) and return the
     hyperparameters for final training: the pipeline's `batch_size` and `learning_rate`, overridden by the best
-    trial's values. Trials train `model_builder`'s model.
+    trial's values. Trials train `trainer`'s model.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
@@ -563,7 +563,8 @@ def tune_on_katib(
         poll_seconds: How often the step reads the objects' status, in seconds.
         timeout_minutes: The step fails when the Experiment has not finished by then.
         keep_experiment: Keep the Experiment (its trials, their Jobs and pods) once it has ended; else it is deleted.
-        model_builder: The network to train: `package.module:function` (the config's trainer.model).
+        trainer: What the trainer trains: `TrainerSetup` as a dict (the config's trainer section: the model builder,
+            mixed precision, fixed hyperparameter values).
     """
 
     from components.lib.kube import api as kube
@@ -575,6 +576,7 @@ def tune_on_katib(
         write_skipped_study,
     )
     from components.tune_on_katib import tune_with_katib
+    from trainer.flags import TrainerSetup
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
     if not enabled:
@@ -588,7 +590,7 @@ def tune_on_katib(
         trial_epochs=trial_epochs,
         batch_size=batch_size,
         workers=workers,
-        model_builder=model_builder,
+        trainer=TrainerSetup.from_dict(trainer),
         image=trainer_image,
         namespace=namespace or kube.own_namespace(),
         service_account=service_account,

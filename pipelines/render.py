@@ -120,7 +120,7 @@ def _training(config: Config, namespace: str) -> list[Rendered]:
         {**hyperparameters, "epochs": p.epochs},
         data_dir=os.path.join(_run_dir(config), "dataset"),
         job_dir=job_dir,
-        model=config.trainer.model,
+        trainer=config.trainer.setup(),
     )
     env = {
         **output_dirs(job_dir),
@@ -181,7 +181,7 @@ def _experiment(config: Config, namespace: str) -> Rendered:
             fixed_args=command_line(
                 trial_flags(p.tuning_trial_epochs, p.batch_size, p.workers),
                 data_dir=os.path.join(_run_dir(config), "dataset"),
-                model=config.trainer.model,
+                trainer=config.trainer.setup(),
             ),
             trials_dir=os.path.join(_run_dir(config), "tune-hyperparameters", "trials"),
             resources=k.worker_resources.requirements(),

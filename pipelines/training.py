@@ -34,13 +34,13 @@ def build_pipeline(
     trainer: TrainerSettings | None = None,
 ):
     """Return the `@dsl.pipeline` function of the training DAG for `target` (vertex | kubeflow | local); its
-    trials and training run `trainer.model`'s builder, which must be found on this Python path."""
+    trials and training run `trainer.model`'s builder, which must be found on this Python path, with the study's
+    parameters and `trainer.hyperparameters` among those it declares."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     platform = platform or Platform()
-    trainer = trainer or TrainerSettings()
-    trainer.check_builder()
-    ops = targets.make_ops(target, platform, PIPELINE_NAME, trainer.model)
+    trainer = (trainer or TrainerSettings()).check_hyperparameters(study)
+    ops = targets.make_ops(target, platform, PIPELINE_NAME, trainer.setup())
 
     @pipeline(
         name=PIPELINE_NAME,

@@ -1,10 +1,10 @@
 """The model builder a run trains, named `package.module:function` (config `trainer.model`, trainer flag
 `--model`): its look-up and the contract the model it returns meets (importable without TensorFlow).
 
-A builder takes the prepared data set's statistics (`stats.json`) and the hyperparameters (`learning_rate`,
-`batch_size`, `dropout`, `hidden_units`, `filters`, `image_size`, `seed` attributes) and returns an uncompiled
-tf-keras model with one input (the data's pixel arrays or feature vectors, float32) and one output (class
-probabilities [N, classes]): the exported signatures (`trainer.model.serving_signatures`) wrap exactly that.
+A builder takes the prepared data set's statistics (`stats.json`) and, as keywords, the hyperparameters its
+signature declares (trainer.hyperparameters), and returns an uncompiled tf-keras model with one input (the data's
+pixel arrays or feature vectors, float32) and one output (class probabilities [N, classes]): the exported signatures
+(`trainer.model.serving_signatures`) wrap exactly that.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@ import tf_keras as keras
 
 from core import progress
 
-HPARAMS = ("learning_rate", "batch_size", "dropout", "hidden_units", "filters", "image_size", "seed")
-
 
 class EpochLog(keras.callbacks.Callback):
     """Records one JSON line per completed epoch in `path` (chief only; the whole file is rewritten, as GCS has no

@@ -5,11 +5,12 @@ one place."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
 
-from trainer import builder
+from trainer import builder, hyperparameters as declarations
 
 TRAINER_MODULE = "trainer.task"
 PRECISIONS = ("none", "mixed_float16", "mixed_bfloat16")  # --mixed-precision: none is Keras's float32 policy
@@ -33,22 +34,45 @@ def flag_value(value: object) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainerSetup:
+    """What every trial and the final training train: the model builder, the mixed-precision policy and fixed
+    hyperparameter values (the config's `trainer:`). KFP steps take it as a dict (`as_dict`, `from_dict`)."""
+
+    model: str = builder.DEFAULT_BUILDER
+    mixed_precision: str = "none"
+    hyperparameters: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, object]) -> TrainerSetup:
+        return cls(**value)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def flags(self, leave_out: tuple[str, ...] | list[str] = ()) -> dict[str, object]:
+        """Its trainer flags by name: `model`, `mixed_precision` unless none, the fixed values but those in
+        `leave_out` (a tuning job's own parameters)."""
+        precision = {"mixed_precision": self.mixed_precision} if self.mixed_precision != "none" else {}
+        fixed = {k: v for k, v in self.hyperparameters.items() if k not in leave_out}
+        return {"model": self.model, **precision, **fixed}
+
+
 def command_line(
     hyperparameters: Mapping[str, object] | None = None,
     *,
     data_dir: str = "",
     job_dir: str = "",
-    model: str = "",
+    trainer: TrainerSetup | None = None,
 ) -> list[str]:
-    """The trainer's arguments: `--data-dir`, `--job-dir` and `--model` where given, then every hyperparameter as
-    `--name value` (`{"learning_rate": 0.01, "batch_size": 32.0}` → `--learning-rate 0.01 --batch-size 32`)."""
+    """The trainer's arguments: `--data-dir` and `--job-dir` where given, then the `trainer` setup's flags, then
+    every hyperparameter as `--name value` (`{"learning_rate": 0.01, "batch_size": 32.0}` → `--learning-rate 0.01
+    --batch-size 32`), which overrides the setup's value of the same name."""
     args = [
-        item
-        for name, value in (("data_dir", data_dir), ("job_dir", job_dir), ("model", model))
-        if value
-        for item in (flag(name), value)
+        item for name, value in (("data_dir", data_dir), ("job_dir", job_dir)) if value for item in (flag(name), value)
     ]
-    return args + [item for k, v in (hyperparameters or {}).items() for item in (flag(k), flag_value(v))]
+    flags = {**(trainer.flags() if trainer else {}), **(hyperparameters or {})}
+    return args + [item for k, v in flags.items() for item in (flag(k), flag_value(v))]
 
 
 def global_batch(args: argparse.Namespace, replicas: int, workers: int) -> int:
@@ -79,10 +103,25 @@ def _integer(text: str) -> int:
     return int(value)
 
 
-def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
+def _typed(hyperparameter: declarations.Hyperparameter):
+    """argparse's `type` of a declared hyperparameter."""
+
+    def typed(text: str):
+        try:
+            return hyperparameter.parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    typed.__name__ = hyperparameter.type.__name__
+    return typed
+
+
+def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    """The trainer's own flags; the hyperparameters are added by their declaration (`declared`)."""
     p = argparse.ArgumentParser(
         prog="python -m trainer.task",
-        description="Trainer entry point: `python -m trainer.task --data-dir DIR [--job-dir DIR] [--model MODULE:FUNCTION]",
+        description="Trainer entry point: `python -m trainer.task --data-dir DIR [--job-dir DIR] [--model MODULE:FUNCTION] "
+        "[--HYPERPARAMETER VALUE ...]`: the trainer's own hyperparameters and those of the model's builder",
     )
     p.add_argument("--data-dir", required=True, help="prepared dataset directory (local or gs://)")
     p.add_argument("--job-dir", default="", help="base output directory (default: parent of AIP_MODEL_DIR)")
@@ -91,7 +130,6 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     p.add_argument("--log-dir", default=environ.get("AIP_TENSORBOARD_LOG_DIR", ""))
     p.add_argument("--model", default=builder.DEFAULT_BUILDER, help="the model builder, package.module:function")
     p.add_argument("--epochs", type=_integer, default=10)
-    p.add_argument("--batch-size", type=_integer, default=32, help="per-replica batch size")
     p.add_argument(
         "--batch-workers",
         type=_integer,
@@ -99,11 +137,6 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
         help="train at the global batch of this many workers (0: this cluster's), as a study's trials do for the "
         "final training's workers: --batch-size x N x this worker's replicas",
     )
-    p.add_argument("--learning-rate", type=float, default=1e-3)
-    p.add_argument("--dropout", type=float, default=0.2)
-    p.add_argument("--hidden-units", type=_integer, default=128)
-    p.add_argument("--filters", type=_integer, default=16, help="filters of the first conv block (doubles per block)")
-    p.add_argument("--image-size", type=_integer, default=0, help="model input size; 0 = the prepared image size")
     p.add_argument("--steps-per-epoch", type=_integer, default=0, help="0 = one pass over the training split")
     p.add_argument(
         "--steps-per-execution",
@@ -111,7 +144,6 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
         default=32,
         help="training steps per call of the compiled step (at most an epoch's): fewer Python round trips per step",
     )
-    p.add_argument("--seed", type=_integer, default=42)
     p.add_argument("--cache-max-mb", type=_integer, default=512, help="cache the training split in memory below this")
     p.add_argument(
         "--mixed-precision",
@@ -125,14 +157,46 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
         help=f"the metric reported to hypertune each epoch, under its own name: one of {', '.join(METRIC_GOALS)} "
         f"(default: ${METRIC_TAG_ENV}, else val_accuracy)",
     )
-    args = p.parse_args(_underscored_flags(argv if argv is not None else sys.argv[1:]))
-    for name in ("epochs", "batch_size", "hidden_units", "filters", "steps_per_execution"):
+    return p
+
+
+def declared(model: str) -> declarations.Declaration:
+    """The hyperparameters a training of the builder `model` takes (read from the sources, nothing imported);
+    BuilderError when the builder breaks the declaration's rules or takes the name of a trainer flag."""
+    flags = tuple(a.dest for a in _parser({})._actions if a.dest != "help")
+    return declarations.declare(model, reserved=flags)
+
+
+def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
+    """The trainer's flags; `hyperparameters` holds every declared hyperparameter's value (given or default), typed
+    by its declaration, and `declaration` the declaration."""
+    p = _parser(environ)
+    argv = _underscored_flags(argv if argv is not None else sys.argv[1:])
+    first = argparse.ArgumentParser(add_help=False)  # the builder, whose declaration adds the other flags
+    first.add_argument("--model", default=builder.DEFAULT_BUILDER)
+    model = first.parse_known_args(argv)[0].model
+    try:
+        builder.parse(model)
+        declaration = declared(model)
+    except builder.BuilderError as e:
+        p.error(f"--model: {e}")
+    for h in (*declaration.training.values(), *declaration.builder.values()):
+        p.add_argument(flag(h.name), type=_typed(h), default=h.default, help=f"hyperparameter {h}")
+    args, unknown = p.parse_known_args(argv)
+    if unknown:
+        name = unknown[0].partition("=")[0]
+        try:
+            declaration[name.removeprefix("--").replace("-", "_")]
+        except KeyError as e:
+            p.error(f"{name}: {e.args[0]}")
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.declaration = declaration
+    args.hyperparameters = {name: getattr(args, name) for name in (*declaration.training, *declaration.builder)}
+    for name in ("epochs", "batch_size", "steps_per_execution"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.batch_workers < 0:
         p.error("--batch-workers must be >= 0")
-    if not 0 <= args.dropout < 1:
-        p.error("--dropout must be in [0, 1)")
     if args.learning_rate <= 0:
         p.error("--learning-rate must be > 0")
     if args.hypertune_metric_tag not in METRIC_GOALS:
@@ -140,10 +204,6 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
             f"--hypertune-metric-tag: the trainer logs no metric {args.hypertune_metric_tag!r}; it logs "
             f"{', '.join(METRIC_GOALS)}"
         )
-    try:
-        builder.parse(args.model)
-    except builder.BuilderError as e:
-        p.error(f"--model: {e}")
     if not args.job_dir:
         if not args.model_dir:
             p.error("give --job-dir or --model-dir (or set AIP_MODEL_DIR)")

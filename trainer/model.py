@@ -48,17 +48,19 @@ def build_tabular_model(num_features, num_classes, mean, variance, hidden_units:
     return keras.Model(inputs, outputs, name="mlp")
 
 
-def build_model(stats: dict, hparams) -> keras.Model:
-    """The default builder (`trainer.model:build_model`): the CNN for images, the MLP for tabular data."""
+def build_model(
+    stats: dict, *, dropout: float = 0.2, hidden_units: int = 128, filters: int = 16, image_size: int = 0
+) -> keras.Model:
+    """The default builder (`trainer.model:build_model`): the CNN for images, the MLP for tabular data. Its
+    hyperparameters: the dropout before the output layer, the units of the (first) hidden dense layer, the filters
+    of the first conv block (doubling per block) and the CNN's input size (0: the prepared image size)."""
     num_classes = len(stats["labels"])
     if stats["kind"] == IMAGE:
-        size = hparams.image_size or max(stats["input_shape"][:2])
-        return build_image_model(
-            stats["input_shape"], num_classes, size, hparams.filters, hparams.hidden_units, hparams.dropout
-        )
+        size = image_size or max(stats["input_shape"][:2])
+        return build_image_model(stats["input_shape"], num_classes, size, filters, hidden_units, dropout)
     variance = [max(v, 1e-12) for v in stats["feature_variance"]]
     return build_tabular_model(
-        stats["input_shape"][0], num_classes, stats["feature_mean"], variance, hparams.hidden_units, hparams.dropout
+        stats["input_shape"][0], num_classes, stats["feature_mean"], variance, hidden_units, dropout
     )
 
 

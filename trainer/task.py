@@ -15,10 +15,20 @@ import os
 import sys
 import time
 
-from trainer import builder, flags
+from trainer import builder, flags, hyperparameters
 from trainer.environment import IN_PROCESS_ENV, use_legacy_keras
 
 use_legacy_keras()
+
+# `--optimizer` (hyperparameters.training) → its tf-keras class
+OPTIMIZERS = {
+    "adam": "Adam",
+    "adamw": "AdamW",
+    "nadam": "Nadam",
+    "sgd": "SGD",
+    "rmsprop": "RMSprop",
+    "adagrad": "Adagrad",
+}
 
 
 def validation_steps(stats: dict, global_batch: int, workers: int) -> int:
@@ -57,6 +67,7 @@ def main(argv=None) -> int:
     from trainer import callbacks, data, model as models
 
     build = builder.load(args.model)  # a missing builder fails before the cluster forms
+    own = hyperparameters.training(**{name: args.hyperparameters[name] for name in args.declaration.training})
     started = time.time()
     strategy = distribute.make_strategy(cluster)
     stats = data.load_stats(args.data_dir)
@@ -74,7 +85,7 @@ def main(argv=None) -> int:
         stats,
         global_batch,
         training=True,
-        seed=args.seed,
+        seed=own.seed,
         worker_index=cluster.rank,
         cache=train_bytes <= args.cache_max_mb * 2**20,
     )
@@ -82,13 +93,13 @@ def main(argv=None) -> int:
     steps = args.steps_per_epoch or data.steps_per_epoch(stats, "train", global_batch)
 
     execution = min(args.steps_per_execution, steps)
-    models.keras.utils.set_random_seed(args.seed)
+    models.keras.utils.set_random_seed(own.seed)
     set_precision(args.mixed_precision, tf.config.list_physical_devices("GPU"))
     with strategy.scope():
-        model = build(stats, args)
+        model = build(stats, **{name: args.hyperparameters[name] for name in args.declaration.builder})
         builder.check(model, stats, args.model)
         model.compile(
-            optimizer=models.keras.optimizers.Adam(args.learning_rate),
+            optimizer=getattr(models.keras.optimizers, OPTIMIZERS[own.optimizer])(own.learning_rate),
             loss=models.keras.losses.SparseCategoricalCrossentropy(),
             metrics=["accuracy"],
             steps_per_execution=execution,
@@ -139,7 +150,7 @@ def main(argv=None) -> int:
                 "model": args.model,
                 "seconds": round(time.time() - started, 2),
                 "model_dir": args.model_dir,
-                "hyperparameters": {k: getattr(args, k) for k in callbacks.HPARAMS},
+                "hyperparameters": args.hyperparameters,
             }
             with tf.io.gfile.GFile(f"{args.job_dir}/metrics.json", "w") as f:
                 json.dump(summary, f, indent=2)

@@ -223,6 +223,8 @@ def load_config(
         result = Config.model_validate(config)
     except ValidationError as e:
         raise ConfigError(f"invalid configuration: {_describe(e, sources)}") from None
+    if result.trainer.found():  # else compile, run and rehearse refuse the builder (TrainerSettings.check_builder)
+        result = result.model_copy(update={"trainer": result.trainer.check_hyperparameters(result.study)})
     for name, body in profiles.items():  # a broken profile fails every load, not only the day it is used
         if name != profile:
             other = _base(raw)

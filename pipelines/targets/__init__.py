@@ -10,10 +10,10 @@ from pipelines.targets.base import PlatformOps
 from pipelines.targets.kubeflow import KubeflowOps
 from pipelines.targets.selfhosted import SelfHostedOps
 from pipelines.targets.vertex import VertexOps
-from trainer.builder import DEFAULT_BUILDER
+from trainer.flags import TrainerSetup
 
 
-def make_ops(target: str, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER) -> PlatformOps:
-    """The target's ops; `model_builder` (`package.module:function`) is the model its trials and training train."""
+def make_ops(target: str, platform: Platform, pipeline_name: str, trainer: TrainerSetup | None = None) -> PlatformOps:
+    """The target's ops; `trainer` is what its trials and training train (the default builder when None)."""
     implementations: dict[str, type[VertexOps] | type[SelfHostedOps]] = {"vertex": VertexOps, "kubeflow": KubeflowOps}
-    return implementations.get(target, SelfHostedOps)(platform, pipeline_name, model_builder)
+    return implementations.get(target, SelfHostedOps)(platform, pipeline_name, trainer)

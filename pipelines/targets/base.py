@@ -31,7 +31,7 @@ from pipelines.targets.inputs import (
     TuneInputs,
     keywords,
 )
-from trainer.builder import DEFAULT_BUILDER
+from trainer.flags import TrainerSetup
 
 
 def component(func: Callable[..., Any], image: str) -> PythonComponent:
@@ -76,12 +76,12 @@ class SameEverywhere(PlatformOps):
     """The steps every target runs as the same lightweight components: data prep (keyed on the data's fingerprint),
     the evaluation gate (against the target's champion) and TFLite quantization."""
 
-    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
+    def __init__(self, platform: Platform, pipeline_name: str, trainer: TrainerSetup | None = None):
         image = platform.components_image
         self.platform = platform
         self.image = image
         self.pipeline_name = pipeline_name
-        self.model_builder = model_builder  # what every trial and the training train (trainer --model)
+        self.trainer = trainer or TrainerSetup()  # what every trial and the training train
         self._fingerprint = component(fingerprint_data.fingerprint_data, image)
         self._prepare = component(prepare_data.prepare_data, image)
         self._evaluate = component(evaluate_model.evaluate_model, image)

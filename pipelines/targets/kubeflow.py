@@ -25,14 +25,14 @@ from pipelines.targets.inputs import (
     keywords,
 )
 from pipelines.targets.selfhosted import SelfHostedOps
-from trainer.builder import DEFAULT_BUILDER
+from trainer.flags import TrainerSetup
 
 
 class KubeflowOps(SelfHostedOps):
     """The kubeflow target: the self-hosted steps plus Kubeflow's engines, the shared volume and pod resources."""
 
-    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
-        super().__init__(platform, pipeline_name, model_builder)
+    def __init__(self, platform: Platform, pipeline_name: str, trainer: TrainerSetup | None = None):
+        super().__init__(platform, pipeline_name, trainer)
         self.kubeflow = platform.kubeflow
         image = platform.components_image
         self._train_operator = component(train_model_on_operator.train_model_on_operator, image)
@@ -95,7 +95,7 @@ class KubeflowOps(SelfHostedOps):
                 batch_size=inputs.batch_size,
                 learning_rate=inputs.learning_rate,
                 workers=inputs.workers,
-                model_builder=self.model_builder,
+                trainer=self.trainer.as_dict(),
                 trainer_image=self.platform.kubeflow_trainer_image(),
                 resources=k.worker_resources.requirements(),
                 timeout_minutes=k.tuning_timeout_minutes,
@@ -116,7 +116,7 @@ class KubeflowOps(SelfHostedOps):
                 workers=inputs.workers,
                 epochs=inputs.epochs,
                 hyperparameters=inputs.hyperparameters,
-                model_builder=self.model_builder,
+                trainer=self.trainer.as_dict(),
                 max_restarts=inputs.max_restarts,
                 trainer_image=self.platform.kubeflow_trainer_image(),
                 resources=k.worker_resources.requirements(),

@@ -29,14 +29,14 @@ from pipelines.targets.inputs import (
     TuneInputs,
     keywords,
 )
-from trainer.builder import DEFAULT_BUILDER
+from trainer.flags import TrainerSetup
 
 
 class SelfHostedOps(SameEverywhere):
     """The local target (and the kubeflow target's `pod` engines): this project's own components."""
 
-    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
-        super().__init__(platform, pipeline_name, model_builder)
+    def __init__(self, platform: Platform, pipeline_name: str, trainer: TrainerSetup | None = None):
+        super().__init__(platform, pipeline_name, trainer)
         image = platform.components_image
         self._champion = component(find_repository_champion.find_repository_champion, image)
         self._train = component(train_model.train_model, image)
@@ -55,7 +55,7 @@ class SelfHostedOps(SameEverywhere):
                 batch_size=inputs.batch_size,
                 learning_rate=inputs.learning_rate,
                 workers=inputs.workers,
-                model_builder=self.model_builder,
+                trainer=self.trainer.as_dict(),
             )
         ).after(inputs.after)
         task.set_display_name("Hyperparameter study (local trials)")
@@ -68,7 +68,7 @@ class SelfHostedOps(SameEverywhere):
                 workers=inputs.workers,
                 epochs=inputs.epochs,
                 hyperparameters=inputs.hyperparameters,
-                model_builder=self.model_builder,
+                trainer=self.trainer.as_dict(),
                 max_restarts=inputs.max_restarts,
             )
         )

@@ -49,7 +49,7 @@ from pipelines.targets.inputs import (
     TuneInputs,
     keywords,
 )
-from trainer.builder import DEFAULT_BUILDER
+from trainer.flags import TrainerSetup
 
 # the project of the running Vertex pipeline (what GCPC ops default `project` to)
 PROJECT = "{{$.pipeline_google_cloud_project_id}}"
@@ -58,8 +58,8 @@ PROJECT = "{{$.pipeline_google_cloud_project_id}}"
 class VertexOps(SameEverywhere):
     """The vertex target: GCPC ops and the Vertex AI API for the platform services."""
 
-    def __init__(self, platform: Platform, pipeline_name: str, model_builder: str = DEFAULT_BUILDER):
-        super().__init__(platform, pipeline_name, model_builder)
+    def __init__(self, platform: Platform, pipeline_name: str, trainer: TrainerSetup | None = None):
+        super().__init__(platform, pipeline_name, trainer)
         # labels of every Vertex resource and job: the runs' labels, the model labels, the pipeline's name
         self.labels = platform.vertex_labels(pipeline_name)
         image = platform.components_image
@@ -150,7 +150,7 @@ class VertexOps(SameEverywhere):
             hyperparameters=hyperparameters,
             tuned_parameters=tuned_parameters,
             batch_workers=batch_workers,
-            model_builder=self.model_builder,
+            trainer=self.trainer.as_dict(),
             pipeline_name=self.pipeline_name,
             purpose=purpose,
             job_settings=job_settings,

@@ -155,3 +155,61 @@ def test_failing_step_is_one_clear_line(tmp_path):
         "deploy-model",
     }
     assert "need at least two classes" in (tmp_path / "run" / "logs" / "prepare-data.log").read_text()
+
+
+def test_a_study_over_a_user_models_own_hyperparameter(tmp_path):
+    """A study over `conv_blocks`, which only the user's builder declares, with a fixed value of another of its
+    hyperparameters and a mixed-precision policy: each trial trains with its value and the fixed settings, and the
+    final training takes the best trial's value."""
+    custom = "tests.helpers.custom_model:build_small_cnn"
+    result = run_cli(
+        "run",
+        "--workers",
+        "1",
+        "--epochs",
+        "1",
+        "--no-deploy",
+        "--accuracy-threshold",
+        "0",
+        "--model-repository",
+        str(tmp_path / "repo"),
+        "--set",
+        f"trainer.model={custom}",
+        "--set",
+        "trainer.hyperparameters.filters=4",
+        "--set",
+        "trainer.mixed_precision=mixed_bfloat16",
+        "--set",
+        "study.parameters=[{parameter_id: conv_blocks, type: integer, min: 1, max: 2}]",
+        "--set",
+        "study.algorithm=grid",
+        "--set",
+        "study.max_trial_count=2",
+        "--set",
+        "study.parallel_trial_count=1",
+        "--set",
+        "parameters.tuning_trial_epochs=1",
+        "--out",
+        str(tmp_path / "run"),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    artifacts = Path(summary_of(tmp_path / "run")["artifacts"])
+    tuning = artifacts / "tune-hyperparameters" / "tuning"
+    study = json.loads((tuning / "trials.json").read_text())
+    assert sorted(t["parameters"]["conv_blocks"] for t in study["trials"]) == [1, 2]
+    for trial in study["trials"]:
+        metrics = json.loads((tuning / trial["trial_id"] / "metrics.json").read_text())
+        assert (metrics["model"], metrics["mixed_precision"]) == (custom, "mixed_bfloat16")
+        assert metrics["hyperparameters"] == {
+            "learning_rate": 0.001,  # the trainer's default: trials get no learning rate but a study's (trial_flags)
+            "batch_size": 32,
+            "seed": 42,
+            "optimizer": "adam",
+            "filters": 4,
+            "dropout": 0.2,
+            "conv_blocks": trial["parameters"]["conv_blocks"],
+        }
+    best = study["best"]["parameters"]["conv_blocks"]
+    final = json.loads((artifacts / "train-model" / "training" / "metrics.json").read_text())
+    assert (final["model"], final["mixed_precision"]) == (custom, "mixed_bfloat16")
+    assert (final["hyperparameters"]["conv_blocks"], final["hyperparameters"]["filters"]) == (best, 4)

@@ -4,12 +4,15 @@
 import tf_keras as keras
 
 
-def build_small_cnn(stats: dict, hparams) -> keras.Model:
-    """One conv block over images of exactly the prepared size, its input named `pixels`."""
+def build_small_cnn(stats: dict, *, filters: int = 16, dropout: float = 0.2, conv_blocks: int = 1) -> keras.Model:
+    """`conv_blocks` conv blocks over images of exactly the prepared size, its input named `pixels`."""
     inputs = keras.Input(shape=tuple(stats["input_shape"]), name="pixels")
     x = keras.layers.Rescaling(1.0 / 255, name="custom_rescale")(inputs)
-    x = keras.layers.Conv2D(hparams.filters, 3, padding="same", activation="relu", name="custom_conv")(x)
+    for block in range(conv_blocks):
+        x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"custom_conv{block or ''}")(x)
     x = keras.layers.Flatten(name="custom_flatten")(x)
-    x = keras.layers.Dropout(hparams.dropout, name="custom_dropout")(x)
-    outputs = keras.layers.Dense(len(stats["labels"]), activation="softmax", name="custom_probabilities")(x)
+    x = keras.layers.Dropout(dropout, name="custom_dropout")(x)
+    outputs = keras.layers.Dense(
+        len(stats["labels"]), activation="softmax", name="custom_probabilities", dtype="float32"
+    )(x)
     return keras.Model(inputs, outputs, name="custom_cnn")

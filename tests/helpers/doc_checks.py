@@ -35,6 +35,8 @@ from pipelines.config import (
 )
 from serving.command import serve
 from tests.helpers.imports import imported_modules
+from trainer.builder import DEFAULT_BUILDER
+from trainer.flags import TRAINER_MODULE, declared, flag
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))]
@@ -686,8 +688,40 @@ def check_module(module: str, args: list[str], complete: bool, profiles: set[str
         *(argparse_options(module_file(name)) for name in imported_modules(path) if module_file(name)),
         {"-h", "--help"},
     )
+    if module == TRAINER_MODULE:
+        known |= trainer_hyperparameter_flags(args)
     flags = (a.split("=")[0] for a in args if a.startswith("-") and not NUMBER.fullmatch(a))
-    return [f"python -m {module}: no option {flag}" for flag in flags if len(known) > 2 and flag not in known]
+    return [
+        f"python -m {module}: no option {flag}"
+        for flag in flags
+        if len(known) > 2 and flag not in known and not is_placeholder(flag)
+    ]
+
+
+def trainer_hyperparameter_flags(args: list[str]) -> set[str]:
+    """The trainer's flags of the hyperparameters it declares (trainer/hyperparameters.py): its own and those of
+    the `--model` builder (a doc's example builders included: `doc_builders`)."""
+    doc_builders()
+    model = next((b for a, b in zip(args, args[1:]) if a == "--model"), DEFAULT_BUILDER)
+    declaration = declared(DEFAULT_BUILDER if is_placeholder(model) else model)
+    return {flag(name) for name in (*declaration.training, *declaration.builder)}
+
+
+@cache
+def doc_builders() -> str:
+    """The docs' example builders, python blocks opening with `# models/NAME.py`, written to a folder added to the
+    `models` package's path, so that the checks read them as a user's: `--model models.NAME:build` flags and config
+    snippets naming them are checked against the hyperparameters they declare. Returns the folder."""
+    import models
+
+    folder = tempfile.mkdtemp(prefix="doc-builders-")
+    for name in DOCS:
+        for block in (b for b in load_doc(name).blocks if b.language == "python"):
+            found = re.fullmatch(r"#\s*models/(\w+)\.py", block.lines[0][1].strip()) if block.lines else None
+            if found:
+                (Path(folder) / f"{found[1]}.py").write_text(block.text + "\n")
+    models.__path__.append(folder)
+    return folder
 
 
 def check_python(code: str) -> list[tuple[int, str]]:
@@ -807,6 +841,7 @@ def check_config_file(path: Path) -> list[str]:
 def config(doc: Doc) -> list[str]:
     """The doc's config snippets: YAML blocks with config sections load; inline `--set` / `--param` fragments,
     `platform.FIELD[: VALUE]` and `TFPIPE_SECTION__FIELD[=VALUE]` name real fields and take their values."""
+    doc_builders()
     problems = []
     for block in (b for b in doc.blocks if b.language == "yaml"):
         try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from components.deploy_model_on_kserve import deploy_model_on_kserve
 from components.lib.study.spec import DEFAULT_STUDY, StudySpec
 from tests.doubles.k8s import KubeAPI, engine_arguments, in_run
+from trainer.flags import TrainerSetup
 
 EXPERIMENTS = {"kubeflow.org/v1beta1": {"experiments": "Experiment", "trials": "Trial", "suggestions": "Suggestion"}}
 KSERVE = {
@@ -57,7 +58,7 @@ def katib_api(kubelet, monkeypatch, home, labels: dict | None = None, **server):
 
 
 def run_train_model_on_operator(
-    volume, data_dir, tmp_path, model_builder="trainer.model:build_model", max_restarts=1, engine="auto"
+    volume, data_dir, tmp_path, model="trainer.model:build_model", max_restarts=1, engine="auto"
 ):
     """train-model-on-operator's component function: a chief and a worker train on `data_dir` for one epoch on
     `engine`; its outputs (model, metrics)."""
@@ -72,7 +73,7 @@ def run_train_model_on_operator(
             workers=2,
             epochs=1,
             hyperparameters={"batch_size": 32, "learning_rate": 0.003},
-            model_builder=model_builder,
+            trainer=TrainerSetup(model).as_dict(),
             max_restarts=max_restarts,
             trainer_image="tfpipe/trainer:dev",
             **engine_arguments(volume),
@@ -84,7 +85,7 @@ def run_train_model_on_operator(
     return outputs
 
 
-def run_tune_on_katib(volume, data_dir, tmp_path, model_builder="trainer.model:build_model"):
+def run_tune_on_katib(volume, data_dir, tmp_path, model="trainer.model:build_model"):
     """tune-on-katib's component function: two trials of one epoch on `data_dir`; (hyperparameters, tuning)."""
     from types import SimpleNamespace
 
@@ -100,7 +101,7 @@ def run_tune_on_katib(volume, data_dir, tmp_path, model_builder="trainer.model:b
             batch_size=32,
             learning_rate=0.01,
             workers=1,
-            model_builder=model_builder,
+            trainer=TrainerSetup(model).as_dict(),
             trainer_image="tfpipe/trainer:dev",
             **engine_arguments(volume),
             tuning=tuning,

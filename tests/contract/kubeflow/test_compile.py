@@ -236,9 +236,9 @@ def test_compiled_kubeflow_template_defaults_the_model_repository_to_the_volume(
 def test_a_study_katib_cannot_express_fails_at_compile_time(parameter, message):
     from components.lib.study.spec import StudySpec
 
-    study = StudySpec(parameters=[{"type": "double", "parameter_id": "momentum", **parameter}])
+    study = StudySpec(parameters=[{"type": "double", "parameter_id": "learning_rate", **parameter}])
     with pytest.raises(
-        ValueError, match=f"^platform.kubeflow.tuning is katib, but study parameter momentum: {message}"
+        ValueError, match=f"^platform.kubeflow.tuning is katib, but study parameter learning_rate: {message}"
     ):
         build_pipeline("kubeflow", PLATFORM, study)
 

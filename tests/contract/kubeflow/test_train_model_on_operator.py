@@ -13,6 +13,7 @@ from components.lib.kube import api as kube
 from components.train_model_on_operator import TrainingJobFailed, as_dict, run_tfjob, tfjob, train_with_operator
 from tests.doubles.k8s import KubeAPI
 from tests.helpers.kubeflow_components import run_train_model_on_operator
+from trainer.flags import TrainerSetup
 
 TFJOBS = {"kubeflow.org/v1": {"tfjobs": "TFJob"}}
 CREATED = {"type": "Created", "status": "True", "reason": "TFJobCreated", "message": "TFJob ml/x is created."}
@@ -373,7 +374,7 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
         workers=2,
         epochs=4,
         hyperparameters={"batch_size": 32.0, "learning_rate": 0.01},
-        model_builder="tests.helpers.custom_model:build_small_cnn",
+        trainer=TrainerSetup("tests.helpers.custom_model:build_small_cnn", "mixed_bfloat16", {"conv_blocks": 2}),
         max_restarts=1,
         image="example.com/trainer:1",
         namespace="ml",
@@ -404,6 +405,10 @@ def test_train_with_operator_stages_the_data_and_collects_the_chiefs_outputs(api
         job_dir,
         "--model",
         "tests.helpers.custom_model:build_small_cnn",
+        "--mixed-precision",
+        "mixed_bfloat16",
+        "--conv-blocks",
+        "2",
         "--batch-size",
         "32",
         "--learning-rate",
@@ -503,7 +508,7 @@ def test_a_failing_trainer_fails_the_component_with_the_jobs_message_and_the_chi
 ):
     api, volume = training_cluster
     with pytest.raises(TrainingJobFailed) as e:
-        run_train_model_on_operator(volume, digits_data, tmp_path, model_builder="models.missing:build", max_restarts=0)
+        run_train_model_on_operator(volume, digits_data, tmp_path, model="models.missing:build", max_restarts=0)
     assert "replica(s) failed." in str(e.value)  # max_restarts 0: restartPolicy Never
     assert "last log lines" in str(e.value) and "models.missing" in str(e.value)  # whichever replica failed first
 

@@ -28,7 +28,7 @@ from components.tune_on_katib import (
 )
 from tests.doubles.k8s import KubeAPI
 from tests.helpers.kubeflow_components import EXPERIMENTS, SMALL_STUDY, katib_api, run_tune_on_katib
-from trainer.flags import TRAINER_COMMAND
+from trainer.flags import TRAINER_COMMAND, TrainerSetup
 
 CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}
 RUNNING = {"type": "Running", "status": "True", "reason": "ExperimentRunning", "message": "Experiment is running"}
@@ -555,7 +555,7 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
         trial_epochs=2,
         batch_size=16,
         workers=3,
-        model_builder="tests.helpers.custom_model:build_small_cnn",
+        trainer=TrainerSetup("tests.helpers.custom_model:build_small_cnn", "mixed_bfloat16", {"conv_blocks": 2}),
         image="example.com/trainer:1",
         namespace="ml",
         service_account="",
@@ -572,11 +572,15 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     assert created["metadata"]["name"] == kube.object_name("tfpipe-tune", "tfpipe-training-x1", "tune-hyperparameters")
     args = created["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0]["args"]
     run_dir = mount / "runs" / "tfpipe-training-x1"
-    assert args[:10] == [
+    assert args[:14] == [
         "--data-dir",
         str(run_dir / "dataset"),
         "--model",
         "tests.helpers.custom_model:build_small_cnn",
+        "--mixed-precision",
+        "mixed_bfloat16",
+        "--conv-blocks",
+        "2",
         "--epochs",
         "2",
         "--batch-size",
@@ -648,7 +652,7 @@ def test_failing_trials_fail_the_component_with_katibs_message(katib_cluster, di
     with pytest.raises(
         StudyFailed, match=r"Experiment has failed because max failed count has reached \([12] failed trial"
     ) as failed:
-        run_tune_on_katib(volume, digits_data, tmp_path, model_builder="models.missing:build")
+        run_tune_on_katib(volume, digits_data, tmp_path, model="models.missing:build")
     assert f"\ntrial {failed.value.trial_log['trial']}'s last log lines (pod " in str(failed.value)
     assert "models.missing" in failed.value.trial_log["log"]
 
@@ -859,7 +863,7 @@ def test_a_failed_study_on_katib_saves_the_trials_log_and_deletes_the_experiment
             trial_epochs=1,
             batch_size=16,
             workers=1,
-            model_builder="trainer.model:build_model",
+            trainer=TrainerSetup(),
             image="tfpipe/trainer:dev",
             namespace="ml",
             service_account="",
@@ -951,7 +955,7 @@ def tune(api, volume, data, tuning, run_id: str, lines: list, sleep) -> dict:
         trial_epochs=1,
         batch_size=16,
         workers=1,
-        model_builder="trainer.model:build_model",
+        trainer=TrainerSetup(),
         image="tfpipe/trainer:dev",
         namespace="ml",
         service_account="",

@@ -32,9 +32,8 @@ def save_untrained(stats_dir, path, labels=None):
     from trainer import data, model as models
 
     stats = data.load_stats(str(stats_dir))
-    hparams = SimpleNamespace(image_size=0, filters=4, hidden_units=8, dropout=0.0)
     models.keras.utils.set_random_seed(0)
-    model = models.build_model(stats, hparams)
+    model = models.build_model(stats, filters=4, hidden_units=8, dropout=0.0)
     model.save(str(path), save_format="tf", signatures=models.serving_signatures(model, stats))
     tf.io.gfile.makedirs(f"{path}/assets.extra")
     (path / "assets.extra" / "labels.txt").write_text("\n".join(labels or stats["labels"]) + "\n")

@@ -15,6 +15,12 @@ from trainer import builder
 
 ROOT = Path(__file__).resolve().parents[3]
 CUSTOM = "tests.helpers.custom_model:build_small_cnn"
+# a study over the custom model's own hyperparameter and the trainer's learning rate
+STUDY = (
+    "study.parameters=[{parameter_id: conv_blocks, type: integer, min: 1, max: 2}, "
+    "{parameter_id: learning_rate, type: double, min: 0.001, max: 0.01, scale: log}]"
+)
+STUDY_ENV = {"TFPIPE_STUDY__PARAMETERS": STUDY.partition("=")[2]}
 DIGITS = {"kind": "image", "input_shape": [8, 8, 1], "labels": [str(i) for i in range(10)]}
 
 
@@ -159,8 +165,8 @@ def test_trainer_flag(capsys):
 
 def test_config_section_default_overrides_and_errors():
     assert load_config(None, environ={}).trainer == TrainerSettings(model="trainer.model:build_model")
-    assert load_config(None, environ={"TFPIPE_TRAINER__MODEL": CUSTOM}).trainer.model == CUSTOM
-    assert load_config(None, sets=[f"trainer.model={CUSTOM}"], environ={}).trainer.model == CUSTOM
+    assert load_config(None, environ={"TFPIPE_TRAINER__MODEL": CUSTOM, **STUDY_ENV}).trainer.model == CUSTOM
+    assert load_config(None, sets=[f"trainer.model={CUSTOM}", STUDY], environ={}).trainer.model == CUSTOM
     with pytest.raises(ConfigError) as e:
         load_config(None, sets=["trainer.model=tests/helpers/custom_model.py"], environ={})
     assert str(e.value) == (
@@ -213,7 +219,7 @@ def test_compile_and_run_fail_early_naming_the_missing_builder(tmp_path, no_tfpi
 def _compiled_tasks(target, tmp_path, *sets):
     """Every task of the compiled training pipeline (condition groups flattened): name → parameter inputs."""
     out = tmp_path / f"{target}.yaml"
-    sets = [item for s in (f"trainer.model={CUSTOM}", *sets) for item in ("--set", s)] + IMAGE_SETS
+    sets = [item for s in (*SETUP_SETS, *sets) for item in ("--set", s)] + IMAGE_SETS
     result = CliRunner().invoke(cli, ["compile", "--target", target, *sets, "--output", str(out)])
     assert result.exit_code == 0, result.output
     spec = next(yaml.safe_load_all(out.read_text()))  # the pipeline spec (kubeflow: then the platform spec)
@@ -226,7 +232,22 @@ def _compiled_tasks(target, tmp_path, *sets):
     }
 
 
-def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe_env):
+# the custom model, its own hyperparameter studied and fixed (the study's value wins), a fixed trainer's own one
+SETUP_SETS = (
+    f"trainer.model={CUSTOM}",
+    STUDY,
+    "trainer.mixed_precision=mixed_bfloat16",
+    "trainer.hyperparameters.conv_blocks=3",
+    "trainer.hyperparameters.optimizer=sgd",
+)
+SETUP = {
+    "model": CUSTOM,
+    "mixed_precision": "mixed_bfloat16",
+    "hyperparameters": {"conv_blocks": 3, "optimizer": "sgd"},
+}
+
+
+def test_the_trainer_setup_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe_env):
     from kfp.dsl import Artifact, Dataset
 
     from components.plan_vertex_training import plan_vertex_training
@@ -234,10 +255,11 @@ def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe
     vertex = _compiled_tasks("vertex", tmp_path)
     plans = {name: inputs for name, inputs in vertex.items() if name.startswith("plan-vertex-training")}
     assert sorted(plans) == ["plan-vertex-training", "plan-vertex-training-2"]  # the tuning job's, the custom job's
-    assert {inputs["model_builder"] for inputs in plans.values()} == {CUSTOM}
+    assert [inputs["trainer"] for inputs in plans.values()] == [SETUP, SETUP]
+    setup = ["--model", CUSTOM, "--mixed-precision", "mixed_bfloat16"]
     for tuned, expected in (
-        ([], ["--batch-size", "32", "--learning-rate", "0.003"]),
-        (["learning_rate"], ["--batch-size", "32"]),
+        ([], [*setup, "--conv-blocks", "3", "--optimizer", "sgd", "--batch-size", "32", "--learning-rate", "0.003"]),
+        (["conv_blocks", "learning_rate"], [*setup, "--optimizer", "sgd", "--batch-size", "32"]),  # a tuning job's
     ):
         specs, _, _ = plan_vertex_training(
             Dataset(uri="gs://b/root/prepare-data/dataset"),
@@ -250,22 +272,19 @@ def test_the_builder_reaches_every_targets_trainer_arguments(tmp_path, no_tfpipe
             {"batch_size": 32.0, "learning_rate": 0.003},
             tuned,
             0,
-            CUSTOM,
+            SETUP,
             "run-1",
             "train",
             {"location": "europe-west4"},
             Artifact(uri="gs://b/root/plan/job_dir"),
         )
         assert [s["container_spec"]["args"] for s in specs] == [
-            ["--data-dir", "gs://b/root/prepare-data/dataset", "--model", CUSTOM, *expected, "--epochs", "3"]
+            ["--data-dir", "gs://b/root/prepare-data/dataset", *expected, "--epochs", "3"]
         ] * 2
     kubeflow = _compiled_tasks("kubeflow", tmp_path)
-    assert (kubeflow["tune-on-katib"]["model_builder"], kubeflow["train-model-on-operator"]["model_builder"]) == (
-        CUSTOM,
-        CUSTOM,
-    )
+    assert (kubeflow["tune-on-katib"]["trainer"], kubeflow["train-model-on-operator"]["trainer"]) == (SETUP, SETUP)
     in_pod = _compiled_tasks("kubeflow", tmp_path, "platform.kubeflow.training=pod", "platform.kubeflow.tuning=pod")
-    assert (in_pod["tune-hyperparameters"]["model_builder"], in_pod["train-model"]["model_builder"]) == (CUSTOM, CUSTOM)
+    assert (in_pod["tune-hyperparameters"]["trainer"], in_pod["train-model"]["trainer"]) == (SETUP, SETUP)
 
 
 def test_default_builder_goes_the_same_way(tmp_path, no_tfpipe_env):
@@ -274,7 +293,7 @@ def test_default_builder_goes_the_same_way(tmp_path, no_tfpipe_env):
         CliRunner().invoke(cli, ["compile", "--target", "kubeflow", *IMAGE_SETS, "--output", str(out)]).exit_code == 0
     )
     tasks = next(yaml.safe_load_all(out.read_text()))["root"]["dag"]["tasks"]
-    assert {
-        tasks[name]["inputs"]["parameters"]["model_builder"]["runtimeValue"]["constant"]
+    assert [
+        tasks[name]["inputs"]["parameters"]["trainer"]["runtimeValue"]["constant"]
         for name in ("tune-on-katib", "train-model-on-operator")
-    } == {"trainer.model:build_model"}
+    ] == [{"model": "trainer.model:build_model", "mixed_precision": "none", "hyperparameters": {}}] * 2

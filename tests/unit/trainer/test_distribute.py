@@ -79,11 +79,24 @@ def test_vertex_tuning_style_flags():
     [
         (["--data-dir", "d"], "give --job-dir or --model-dir"),
         (["--data-dir", "d", "--job-dir", "j", "--epochs", "0"], "--epochs must be >= 1"),
-        (["--data-dir", "d", "--job-dir", "j", "--dropout", "1.5"], "--dropout must be in"),
-        (["--data-dir", "d", "--job-dir", "j", "--batch-size", "x"], "invalid int value"),
+        (
+            ["--data-dir", "d", "--job-dir", "j", "--optimizer", "lion"],
+            "argument --optimizer: optimizer takes one of adam, adamw, nadam, sgd, rmsprop, adagrad, got 'lion'",
+        ),
+        (
+            ["--data-dir", "d", "--job-dir", "j", "--n_hidden=3"],
+            "python -m trainer.task: error: --n-hidden: no hyperparameter 'n_hidden': the model "
+            "trainer.model:build_model declares dropout (float), hidden_units (int), filters (int), image_size (int); "
+            "the trainer's own are learning_rate (float), batch_size (int), seed (int), optimizer (one of adam, adamw, "
+            "nadam, sgd, rmsprop, adagrad)\n",
+        ),
+        (
+            ["--data-dir", "d", "--job-dir", "j", "--batch-size", "x"],
+            "argument --batch-size: batch_size takes an int, got 'x'",
+        ),
         (
             ["--data-dir", "d", "--job-dir", "j", "--hidden_units=64.5"],
-            "invalid int value: '64.5' (not a whole number)",
+            "argument --hidden-units: hidden_units takes an int, got '64.5'",
         ),
     ],
 )

@@ -3,7 +3,7 @@
 import pytest
 
 from components.lib.study.spec import trial_flags
-from trainer.flags import TRAINER_COMMAND, command_line, global_batch, parse_args
+from trainer.flags import TRAINER_COMMAND, TrainerSetup, command_line, global_batch, parse_args
 
 
 def test_hyperparameters_from_kfp_dicts_are_flags_with_integral_floats_as_integers():
@@ -20,7 +20,7 @@ def test_hyperparameters_from_kfp_dicts_are_flags_with_integral_floats_as_intege
 
 
 def test_locations_and_model_come_first_and_only_when_given():
-    assert command_line({"epochs": 2}, data_dir="gs://b/data", model="models.cnn:build") == [
+    assert command_line({"epochs": 2}, data_dir="gs://b/data", trainer=TrainerSetup("models.cnn:build")) == [
         "--data-dir",
         "gs://b/data",
         "--model",
@@ -34,7 +34,7 @@ def test_locations_and_model_come_first_and_only_when_given():
 
 def test_what_the_builder_writes_the_parser_reads_back():
     values = {"batch_size": 16.0, "learning_rate": 0.02, "hidden_units": 64, "dropout": 0.1, "epochs": 3}
-    args = parse_args(command_line(values, data_dir="d", job_dir="j", model="trainer.model:build_model"), {})
+    args = parse_args(command_line(values, data_dir="d", job_dir="j", trainer=TrainerSetup()), {})
     assert (args.data_dir, args.job_dir, args.model) == ("d", "j", "trainer.model:build_model")
     assert {k: getattr(args, k) for k in values} == {
         "batch_size": 16,

@@ -1,8 +1,6 @@
 """Mixed precision (`--mixed-precision`): the policy set per training, the built-in models' output in float32, a
 user model's 16-bit output refused in one line, and the warning for float16 on a CPU."""
 
-import argparse
-
 import pytest
 
 from trainer import builder, flags
@@ -16,7 +14,7 @@ IRIS = {
     "feature_mean": [0.0] * 4,
     "feature_variance": [1.0] * 4,
 }
-HPARAMS = argparse.Namespace(image_size=0, filters=4, hidden_units=8, dropout=0.0)
+HPARAMS = {"image_size": 0, "filters": 4, "hidden_units": 8, "dropout": 0.0}
 
 
 @pytest.fixture
@@ -34,7 +32,7 @@ def test_built_in_models_compute_in_16_bits_and_output_float32(keras, capsys, po
     set_precision(policy, ["/physical_device:GPU:0"])
     assert capsys.readouterr().out == ""
     for stats in (DIGITS, IRIS):
-        model = build_model(stats, HPARAMS)
+        model = build_model(stats, **HPARAMS)
         builder.check(model, stats, builder.DEFAULT_BUILDER)
         hidden = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)][0]
         assert (hidden.compute_dtype, model.get_layer("probabilities").compute_dtype) == (compute, "float32")
