@@ -181,7 +181,7 @@ def parse_args(argv=None, environ=os.environ) -> argparse.Namespace:
     except builder.BuilderError as e:
         p.error(f"--model: {e}")
     for h in (*declaration.training.values(), *declaration.builder.values()):
-        p.add_argument(flag(h.name), type=_typed(h), default=h.default, help=f"hyperparameter {h}")
+        p.add_argument(flag(h.name), type=_typed(h), default=h.default, help=f"hyperparameter {h}, default {h.default}")
     args, unknown = p.parse_known_args(argv)
     if unknown:
         name = unknown[0].partition("=")[0]

@@ -61,31 +61,33 @@ class Hyperparameter:
         kind = "one of " + ", ".join(map(str, self.choices)) if self.choices else self.type.__name__
         return f"{self.name} ({kind})"
 
+    def takes(self) -> str:
+        """What it takes, in words: `an int`, `one of relu, selu`."""
+        return f"one of {', '.join(map(str, self.choices))}" if self.choices else _article(self.type)
+
     def parse(self, value: object) -> Value:
         """`value` (a config's value, a flag's text, a trial's value) as this hyperparameter's type; ValueError
         saying what it takes otherwise. Integral floats are ints (JSON and Vertex AI pass `2.0` for 2)."""
         typed = _typed(self.type, value)
-        if typed is None:
-            raise ValueError(f"{self.name} takes {_article(self.type)}, got {value!r}")
-        if self.choices and typed not in self.choices:
-            raise ValueError(f"{self.name} takes one of {', '.join(map(str, self.choices))}, got {value!r}")
+        if typed is None or (self.choices and typed not in self.choices):
+            raise ValueError(f"{self.name} takes {self.takes()}, got {value!r}")
         return typed
 
     def check_parameter(self, parameter) -> None:
         """ValueError unless the study `parameter` (components.lib.study.spec) only proposes values this
-        hyperparameter takes."""
-        if parameter.type in ("double", "integer"):
-            fits = self.type is float or (self.type is int and parameter.type == "integer")
-            if self.choices or not fits:
-                takes = f"one of {', '.join(map(str, self.choices))}" if self.choices else _article(self.type)
-                instead = "type: categorical values" if self.choices or self.type in (str, bool) else "type: integer"
-                raise ValueError(
-                    f"{self.name} takes {takes}, not a {parameter.type} range: give it {instead}"
-                    + (" or type: discrete whole numbers" if instead == "type: integer" else "")
-                )
-            return
-        for value in parameter.values:
-            self.parse(value)
+        hyperparameter takes: a range only for a number without choices (a double range only for a float), listed
+        values that each parse."""
+        if parameter.type not in ("double", "integer"):
+            for value in parameter.values:
+                self.parse(value)
+        elif self.choices or self.type in (str, bool):
+            raise ValueError(
+                f"{self.name} takes {self.takes()}, not a {parameter.type} range: list them as type: categorical values"
+            )
+        elif self.type is int and parameter.type == "double":
+            raise ValueError(
+                f"{self.name} takes an int, not a double range: give it type: integer or type: discrete whole numbers"
+            )
 
 
 def _article(kind: type) -> str:

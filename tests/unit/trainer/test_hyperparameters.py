@@ -99,7 +99,7 @@ def test_values_are_typed_by_their_declaration():
         (blocks, True, "conv_blocks takes an int, got True"),
         (rate, "high", "dropout takes a float, got 'high'"),
         (act, "tanh", "act takes one of relu, selu, got 'tanh'"),
-        (act, 1, "act takes a string, got 1"),
+        (act, 1, "act takes one of relu, selu, got 1"),
         (flag, "yes", "bn takes a bool (true or false), got 'yes'"),
     ):
         with pytest.raises(ValueError) as e:
@@ -149,6 +149,11 @@ STUDY = "study.parameters=[{parameter_id: %s, type: %s, %s}]"
             [STUDY % ("conv_blocks", "double", "min: 1, max: 3")],
             "study.parameters.conv_blocks: conv_blocks takes an int, not a double range: give it type: integer or "
             "type: discrete whole numbers",
+        ),
+        (
+            [STUDY % ("optimizer", "double", "min: 0.1, max: 0.2")],
+            "study.parameters.optimizer: optimizer takes one of adam, adamw, nadam, sgd, rmsprop, adagrad, not a "
+            "double range: list them as type: categorical values",
         ),
         (
             [STUDY % ("optimizer", "categorical", "values: [adam, lion]")],
