@@ -228,3 +228,44 @@ def test_the_namespace_objects_follow_the_configs_namespace_claim_image_and_serv
 def test_the_training_objects_are_those_of_the_configured_engine(tmp_path, training, files):
     paths, _ = render(tmp_path, {"platform": {"kubeflow": {"training": training}}})
     assert [p.name for p in paths] == files + DEFAULT_FILES[3:]
+
+
+def test_the_trainer_section_reaches_the_rendered_jobs_and_trials(tmp_path):
+    """The model, its fixed hyperparameter values and the mixed-precision policy in every rendered trainer's args;
+    the studied hyperparameter as the best trial's placeholder in the training's."""
+    config = {
+        "trainer": {
+            "model": "tests.helpers.custom_model:build_small_cnn",
+            "mixed_precision": "mixed_bfloat16",
+            "hyperparameters": {"filters": 4, "optimizer": "sgd"},
+        },
+        "study": {"parameters": [{"parameter_id": "conv_blocks", "type": "integer", "min": 1, "max": 2}]},
+    }
+    paths, _ = render(tmp_path, config)
+    bodies = {p.name: yaml.safe_load(p.read_text()) for p in paths}
+    setup = [
+        "--model",
+        "tests.helpers.custom_model:build_small_cnn",
+        "--mixed-precision",
+        "mixed_bfloat16",
+        "--filters",
+        "4",
+        "--optimizer",
+        "sgd",
+    ]
+    chief = bodies["tfjob-tfpipe-train-run-id.yaml"]["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
+    trainer = bodies["trainjob-tfpipe-train-run-id.yaml"]["spec"]["trainer"]
+    for args in (chief["containers"][0]["args"], trainer["args"]):
+        assert args[4:] == [
+            *setup,
+            "--batch-size",
+            "32",
+            "--learning-rate",
+            "0.003",
+            "--conv-blocks",
+            "${BEST_CONV_BLOCKS}",
+            "--epochs",
+            "15",
+        ]
+    trial = bodies["experiment-tfpipe-tune-run-id.yaml"]["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]
+    assert trial["spec"]["containers"][0]["args"][2:10] == setup
