@@ -8,6 +8,11 @@ within `max_accuracy_drop` points and it needs no Select TF (Flex) ops (unless a
 Modes: `float32` (no optimization), `dynamic` (int8 weights), `float16` (float16 weights), `int8` (full integer,
 calibrated on ~200 training examples; `int8_io` also makes the input/output tensors int8). Progress lines
 (`core.progress`, stage `tflite`) say which mode is being converted and evaluated.
+
+Quantization-aware training (`qat`, int8 only): when the post-training int8 file misses the accuracy gate (and needs
+no Flex ops), the trained model is fine-tuned with fake quantization (`components.lib.qat`), converted to int8 with
+the same representative examples, evaluated and gated again; the report keeps both results (`modes`' int8 and `qat`)
+and `published_from` says which one was published.
 """
 
 import os
@@ -17,10 +22,14 @@ from typing import Any
 import numpy as np
 from kfp.dsl import Artifact, Dataset, Input, Markdown, Model, Output
 
+from components.lib.qat import QatError, QatOptions
 from core import progress
 from core.units import size
 
 MODES = ("float32", "dynamic", "float16", "int8")
+POST_TRAINING = "post-training quantization"
+QUANTIZATION_AWARE = "quantization-aware training"
+POST_TRAINING_ROW = ", post-training"  # the int8 row's suffix in the tables when quantization-aware training ran
 TYPE_NAMES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 9: "int8", 7: "int16", 10: "float64"}
 
 
@@ -158,9 +167,11 @@ def evaluate_tflite(model_bytes: bytes, inputs: np.ndarray, labels: np.ndarray) 
     }
 
 
-def publish_decision(result: dict, max_accuracy_drop: float, allow_flex: bool) -> tuple[bool, str]:
-    """Whether a mode's result may be published, and why."""
-    mode = result["mode"]
+def publish_decision(
+    result: dict, max_accuracy_drop: float, allow_flex: bool, name: str | None = None
+) -> tuple[bool, str]:
+    """Whether a mode's result may be published, and why (the reason names the result `name`, else its mode)."""
+    mode = name or result["mode"]
     if "error" in result:
         return False, result["error"]
     if result["flex_ops"] and not allow_flex:
@@ -176,6 +187,77 @@ def publish_decision(result: dict, max_accuracy_drop: float, allow_flex: bool) -
     )
 
 
+def _measured(model_bytes: bytes, path: str, inputs: np.ndarray, labels: np.ndarray, reference: float) -> dict:
+    """A written `.tflite` file's report fields: path, size, operators and weight types, accuracy, latency and
+    the accuracy drop in points against the `reference` accuracy."""
+    with open(path, "wb") as f:
+        f.write(model_bytes)
+    result = {
+        "path": path,
+        "size_bytes": len(model_bytes),
+        **inspect_tflite(model_bytes),
+        **evaluate_tflite(model_bytes, inputs, labels),
+    }
+    result["accuracy_drop_points"] = round((reference - result["accuracy"]) * 100, 4)
+    return result
+
+
+def qat_name(options: QatOptions) -> str:
+    """How the reasons and the tables name the int8 file of quantization-aware training."""
+    return f"int8 after {QUANTIZATION_AWARE} ({options.epochs} epoch{'s' if options.epochs != 1 else ''})"
+
+
+def quantization_aware(
+    model_dir: str,
+    data_dir: str,
+    output_dir: str,
+    options: QatOptions,
+    test: tuple[np.ndarray, np.ndarray],
+    representative: np.ndarray,
+    reference: float,
+    int8_io: bool,
+    allow_flex: bool,
+) -> dict:
+    """Fine-tune with fake quantization, convert to int8 and measure: the `qat` entry of the report (with `error`
+    instead of the measurements when the model cannot be fine-tuned or converted)."""
+    from components.lib import qat
+    from trainer import data
+
+    entry: dict[str, Any] = {
+        "mode": "int8",
+        "name": qat_name(options),
+        "epochs": options.epochs,
+        "learning_rate": options.learning_rate,
+    }
+
+    def epoch_line(epoch: int, logs: dict) -> None:
+        progress.emit(
+            "tflite",
+            "qat_epoch",
+            f"{QUANTIZATION_AWARE} epoch {epoch}/{options.epochs}: loss {logs['loss']:.4f}, "
+            f"val_accuracy {logs['val_accuracy']:.4f}",
+            done=epoch,
+            total=options.epochs,
+            unit="epochs",
+            loss=logs["loss"],
+            val_accuracy=logs["val_accuracy"],
+        )
+
+    try:
+        tuned = qat.fine_tune(model_dir, data_dir, os.path.join(output_dir, "qat_saved_model"), options, epoch_line)
+        entry.update(
+            quantized_layers=list(tuned.quantized_layers),
+            float_layers=list(tuned.float_layers),
+            fine_tune_val_accuracy=tuned.val_accuracy,
+        )
+        stats = data.load_stats(data_dir)
+        model_bytes = convert(tuned.model_dir, stats["input_shape"], "int8", representative, int8_io, allow_flex)
+    except (QatError, QuantizationError) as e:
+        return {**entry, "error": f"{entry['name']}: {e}"}
+    path = os.path.join(output_dir, "model_int8_qat.tflite")
+    return {**entry, **_measured(model_bytes, path, *test, reference)}
+
+
 def quantize(
     model_dir: str,
     data_dir: str,
@@ -186,15 +268,22 @@ def quantize(
     int8_io: bool = False,
     allow_flex: bool = False,
     representative_count: int = 200,
+    qat: QatOptions | None = None,
 ) -> dict:
     """Convert and evaluate `evaluate_modes` (+ float32, the reference, + `publish_mode`), write every `.tflite` to
-    `output_dir`, and decide whether `publish_mode` is published. Returns the report."""
+    `output_dir`, and decide whether `publish_mode` is published; with `qat` (int8 only), fine-tune with fake
+    quantization when post-training int8 misses the accuracy gate, and gate that file instead. Returns the
+    report."""
     from components.lib.evaluation import evaluate_saved_model
     from trainer import data
 
     modes = check_modes(["float32", *evaluate_modes, publish_mode])
     if max_accuracy_drop < 0:
         raise QuantizationError(f"max_accuracy_drop must be >= 0 points, got {max_accuracy_drop}")
+    if qat and publish_mode != "int8":
+        raise QuantizationError(
+            f"quantization-aware training fine-tunes for int8: it needs mode int8, not {publish_mode}"
+        )
     stats = data.load_stats(data_dir)
     progress.emit("tflite", "reference", "evaluating the SavedModel on the test split (the reference)")
     reference = evaluate_saved_model(model_dir, data_dir)
@@ -220,51 +309,89 @@ def quantize(
             results[mode] = {"mode": mode, "error": str(e)}
             continue
         path = os.path.join(output_dir, f"model_{mode}.tflite")
-        with open(path, "wb") as f:
-            f.write(model_bytes)
-        results[mode] = {
-            "mode": mode,
-            "path": path,
-            "size_bytes": len(model_bytes),
-            **inspect_tflite(model_bytes),
-            **evaluate_tflite(model_bytes, inputs, labels),
-        }
-        results[mode]["accuracy_drop_points"] = round((reference.accuracy - results[mode]["accuracy"]) * 100, 4)
+        results[mode] = {"mode": mode, **_measured(model_bytes, path, inputs, labels, reference.accuracy)}
+    published, reason = publish_decision(results[publish_mode], max_accuracy_drop, allow_flex)
+    published_from = POST_TRAINING if published else None
+    qat_entry = None
+    ptq = results[publish_mode]
+    if qat and not published and "error" not in ptq and not (ptq["flex_ops"] and not allow_flex):
+        progress.emit(
+            "tflite",
+            "qat",
+            f"{reason}: {QUANTIZATION_AWARE}, {qat.epochs} epoch(s) at learning rate {qat.learning_rate:g}",
+            epochs=qat.epochs,
+            learning_rate=qat.learning_rate,
+        )
+        assert representative is not None  # int8 is among the modes
+        qat_entry = quantization_aware(
+            model_dir,
+            data_dir,
+            output_dir,
+            qat,
+            (inputs, labels),
+            representative,
+            reference.accuracy,
+            int8_io,
+            allow_flex,
+        )
+        qat_published, qat_reason = publish_decision(qat_entry, max_accuracy_drop, allow_flex, qat_entry["name"])
+        reason = f"{reason}; {qat_reason}"
+        if qat_published:
+            published, published_from = True, QUANTIZATION_AWARE
     float_size = results["float32"].get("size_bytes")
-    for r in results.values():
+    for r in [*results.values(), *([qat_entry] if qat_entry else [])]:
         if "size_bytes" in r and float_size:
             r["size_ratio"] = round(r["size_bytes"] / float_size, 4)
-    published, reason = publish_decision(results[publish_mode], max_accuracy_drop, allow_flex)
     return {
         "publish_mode": publish_mode,
         "published": published,
+        "published_from": published_from,
         "reason": reason,
         "saved_model_accuracy": reference.accuracy,
         "test_examples": int(len(labels)),
         "max_accuracy_drop": max_accuracy_drop,
         "modes": [results[m] for m in modes],
+        "qat": qat_entry,
     }
 
 
+def _table_row(name: str, r: dict) -> str:
+    if "error" in r:
+        return f"| {name} | — | — | — | — | — | {r['error']} |"
+    types = ", ".join(f"{k}×{v}" for k, v in sorted(r["weight_types"].items()))
+    return (
+        f"| {name} | {r['size_bytes']:,} | {r.get('size_ratio', 0):.3f} | {r['accuracy']:.4f} | "
+        f"{r['accuracy_drop_points']:.2f} | {r['latency_ms_mean']:.3f} / {r['latency_ms_p95']:.3f} | {types} |"
+    )
+
+
 def markdown_table(report: dict) -> str:
+    """The step's Markdown output: the verdict, its reason and one row per file (quantization-aware training's
+    last, with the layers it quantized)."""
+    qat = report.get("qat")
     rows = [
         "| mode | size (bytes) | size vs float32 | accuracy | drop (points) | latency mean / p95 (ms) | weight types |",
         "|---|---|---|---|---|---|---|",
+        *(
+            _table_row(f"{r['mode']}{POST_TRAINING_ROW if qat and r['mode'] == 'int8' else ''}", r)
+            for r in report["modes"]
+        ),
     ]
-    for r in report["modes"]:
-        if "error" in r:
-            rows.append(f"| {r['mode']} | — | — | — | — | — | {r['error']} |")
-            continue
-        types = ", ".join(f"{k}×{v}" for k, v in sorted(r["weight_types"].items()))
-        rows.append(
-            f"| {r['mode']} | {r['size_bytes']:,} | {r.get('size_ratio', 0):.3f} | {r['accuracy']:.4f} | "
-            f"{r['accuracy_drop_points']:.2f} | {r['latency_ms_mean']:.3f} / {r['latency_ms_p95']:.3f} | "
-            f"{types} |"
-        )
-    verdict = "published" if report["published"] else "not published"
+    layers = ""
+    if qat:
+        rows.append(_table_row(qat["name"], qat))
+        if "quantized_layers" in qat:
+            layers = (
+                f"\n{QUANTIZATION_AWARE.capitalize()} quantized {', '.join(qat['quantized_layers'])}; left float "
+                f"for the converter: {', '.join(qat['float_layers']) or 'none'}.\n"
+            )
+    verdict = f"published, {report['published_from']}" if report["published"] else "not published"
     return (
         f"### TFLite ({verdict})\n\n{report['reason']}. SavedModel test accuracy "
-        f"{report['saved_model_accuracy']:.4f} on {report['test_examples']} examples.\n\n" + "\n".join(rows) + "\n"
+        f"{report['saved_model_accuracy']:.4f} on {report['test_examples']} examples.\n\n"
+        + "\n".join(rows)
+        + "\n"
+        + layers
     )
 
 
@@ -276,6 +403,9 @@ def quantize_model(
     compare_all_modes: bool,
     int8_io: bool,
     allow_flex: bool,
+    qat: bool,
+    qat_epochs: int,
+    qat_learning_rate: float,
     tflite_model: Output[Model],
     table: Output[Markdown],
     quantization: Output[Artifact],
@@ -290,6 +420,10 @@ def quantize_model(
         compare_all_modes: Also convert and evaluate every other mode, for the report.
         int8_io: int8 mode: int8 input and output tensors too.
         allow_flex: Accept models that need Select TF (Flex) ops.
+        qat: int8 mode: when the post-training int8 model misses the accuracy gate, fine-tune the model with fake
+            quantization (tensorflow-model-optimization), convert it to int8 and gate that instead.
+        qat_epochs: Epochs of quantization-aware fine-tuning on the train split.
+        qat_learning_rate: Adam learning rate of quantization-aware fine-tuning.
     """
     from core.fast_exit import skip_exit_collection
 
@@ -299,7 +433,8 @@ def quantize_model(
     import shutil
     import tempfile
 
-    from components.quantize_model import MODES, markdown_table, quantize
+    from components.lib.qat import QatOptions
+    from components.quantize_model import MODES, QUANTIZATION_AWARE, markdown_table, quantize
 
     work = tempfile.mkdtemp(prefix="tflite-")
     report = quantize(
@@ -311,8 +446,12 @@ def quantize_model(
         max_accuracy_drop,
         int8_io,
         allow_flex,
+        qat=QatOptions(qat_epochs, qat_learning_rate) if qat else None,
     )
-    chosen = next(r for r in report["modes"] if r["mode"] == mode)
+    if report["published_from"] == QUANTIZATION_AWARE:
+        chosen = report["qat"]
+    else:
+        chosen = next(r for r in report["modes"] if r["mode"] == mode)
     if report["published"]:
         os.makedirs(tflite_model.path, exist_ok=True)
         shutil.copy(chosen["path"], os.path.join(tflite_model.path, "model.tflite"))
@@ -323,9 +462,10 @@ def quantize_model(
             accuracy_drop_points=chosen["accuracy_drop_points"],
             input=chosen["input"],
             output=chosen["output"],
+            quantization=report["published_from"],
         )
     tflite_model.metadata.update(published=report["published"], reason=report["reason"])
-    for r in report["modes"]:
+    for r in [*report["modes"], *([report["qat"]] if report["qat"] else [])]:
         r.pop("path", None)
     with open(quantization.path, "w") as f:
         json.dump(report, f, indent=2)

@@ -328,16 +328,24 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}td.n{text-align:ri
 <td class="n">{% if t.status == "SUCCEEDED" %}{{ t.metric|fraction }}{% else %}{{ t.status }}{% endif %}</td>
 <td class="n">{{ t.best|fraction }}{% if t.best_trial %} (trial {{ t.best_trial }}){% endif %}</td></tr>
 {% endfor %}</table>{% endif %}{% endif %}
-{% if s.tflite %}<h2>TFLite</h2><p><b>{{ "published" if s.tflite.published else "not published" }}</b>:
-{{ s.tflite.reason }} (SavedModel test accuracy {{ s.tflite.saved_model_accuracy|fraction }})</p>
-<table><tr><th>mode</th><th>size</th><th>size vs float32</th><th>test accuracy</th><th>drop (points)</th>
-<th>latency mean / p95</th><th>weight tensors by type</th></tr>
-{% for m in s.tflite.modes %}<tr><td>{{ m.mode }}</td>{% if m.error %}<td colspan="6">{{ m.error }}</td>{% else %}
+{% macro tflite_row(name, m) %}<tr><td>{{ name }}</td>{% if m.error %}<td colspan="6">{{ m.error }}</td>{% else %}
 <td class="n">{{ m.size_bytes|size }}</td><td class="n">{{ m.size_ratio|percent }}</td>
 <td class="n">{{ m.accuracy|fraction }}</td><td class="n">{{ "%.2f"|format(m.accuracy_drop_points) }}</td>
 <td class="n">{{ m.latency_ms_mean|milliseconds }} / {{ m.latency_ms_p95|milliseconds }}</td>
 <td>{% for t, n in m.weight_types.items() %}{{ t }}: {{ n }}{{ ", " if not loop.last }}{% endfor %}</td>{% endif %}</tr>
-{% endfor %}</table>{% endif %}
+{% endmacro %}
+{% if s.tflite %}<h2>TFLite</h2><p><b>{{ "published" if s.tflite.published else "not published" }}
+{%- if s.tflite.published_from %} ({{ s.tflite.published_from }}){% endif %}</b>:
+{{ s.tflite.reason }} (SavedModel test accuracy {{ s.tflite.saved_model_accuracy|fraction }})</p>
+<table><tr><th>mode</th><th>size</th><th>size vs float32</th><th>test accuracy</th><th>drop (points)</th>
+<th>latency mean / p95</th><th>weight tensors by type</th></tr>
+{% for m in s.tflite.modes %}{{ tflite_row(m.mode ~ (", post-training" if s.tflite.qat and m.mode == "int8" else ""), m) }}
+{%- endfor %}
+{% if s.tflite.qat %}{{ tflite_row(s.tflite.qat.name, s.tflite.qat) }}
+{%- endif %}</table>
+{% if s.tflite.qat and s.tflite.qat.quantized_layers %}<p>Quantization-aware training quantized
+{{ s.tflite.qat.quantized_layers|join(", ") }}; left float for the converter:
+{{ s.tflite.qat.float_layers|join(", ") or "none" }}.</p>{% endif %}{% endif %}
 {% if s.model.artifact %}<h2>Model</h2><p>artifact: {{ s.model.artifact }}</p>{% endif %}
 {% if s.registry %}<h2>Registry</h2><p>{{ s.registry.model_name }} version {{ s.registry.version }} in
 {{ s.registry.repository }}: {{ s.registry.path }}</p>{% endif %}

@@ -72,6 +72,9 @@ def build_pipeline(
         tflite_compare_all_modes: bool = _D.tflite_compare_all_modes,
         tflite_int8_io: bool = _D.tflite_int8_io,
         tflite_allow_flex: bool = _D.tflite_allow_flex,
+        tflite_qat: bool = _D.tflite_qat,
+        tflite_qat_epochs: int = _D.tflite_qat_epochs,
+        tflite_qat_learning_rate: float = _D.tflite_qat_learning_rate,
         deploy: bool = _D.deploy,
         traffic_percentage: int = _D.traffic_percentage,
         serving_url: str = _D.serving_url,
@@ -156,6 +159,9 @@ def build_pipeline(
                     compare_all_modes=tflite_compare_all_modes,
                     int8_io=tflite_int8_io,
                     allow_flex=tflite_allow_flex,
+                    qat=tflite_qat,
+                    qat_epochs=tflite_qat_epochs,
+                    qat_learning_rate=tflite_qat_learning_rate,
                 )
             ).set_display_name("TFLite quantization")
 

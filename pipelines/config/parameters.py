@@ -93,6 +93,17 @@ class PipelineParameters(BaseModel):
     )
     tflite_int8_io: bool = Field(False, description="int8 mode: int8 input and output tensors too.")
     tflite_allow_flex: bool = Field(False, description="Accept models that need Select TF (Flex) ops.")
+    tflite_qat: bool = Field(
+        False,
+        description=(
+            "int8 mode: when the post-training int8 model misses the accuracy gate, fine-tune the model with fake "
+            "quantization (quantization-aware training), convert it to int8 and gate that instead."
+        ),
+    )
+    tflite_qat_epochs: int = Field(2, ge=1, description="Epochs of quantization-aware fine-tuning on the train split.")
+    tflite_qat_learning_rate: float = Field(
+        1e-4, gt=0, description="Adam learning rate of quantization-aware fine-tuning."
+    )
     deploy: bool = Field(True, description="Deploy the registered model (Vertex endpoint, KServe or TF Serving).")
     traffic_percentage: int = Field(
         100,
@@ -118,6 +129,8 @@ class PipelineParameters(BaseModel):
             raise ValueError("val_fraction + test_fraction must be < 1")
         if self.rest_port == self.grpc_port != 0:
             raise ValueError(f"rest_port and grpc_port must differ (both {self.rest_port})")
+        if self.tflite_qat and self.tflite_mode != "int8":
+            raise ValueError(f"tflite_qat fine-tunes for int8: it needs tflite_mode int8, not {self.tflite_mode}")
         return self
 
 

@@ -153,6 +153,9 @@ class QuantizeInputs:
     compare_all_modes: Channel
     int8_io: Channel
     allow_flex: Channel
+    qat: Channel
+    qat_epochs: Channel
+    qat_learning_rate: Channel
 
 
 @dataclass(frozen=True)

@@ -1021,6 +1021,7 @@ def test_compile_cli_batch_prediction_with_config_defaults(tmp_path):
             "parameters.traffic_percentage: Input should be less than or equal to 100",
         ),
         ("parameters", "rest_port: 9000\n  grpc_port: 9000", "rest_port and grpc_port must differ"),
+        ("parameters", "tflite_qat: true", "tflite_qat fine-tunes for int8: it needs tflite_mode int8, not dynamic"),
         ("batch", "instances_format: parquet", "batch.instances_format: Input should be 'jsonl', 'csv'"),
         ("batch", "batch_size: 0", "batch.batch_size: Input should be greater than or equal to 1"),
         ("platform", "model_version_aliases: [Champion]", "model_version_aliases: 'Champion' must match"),

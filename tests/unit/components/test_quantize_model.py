@@ -12,6 +12,8 @@ from components.quantize_model import (
     publish_decision,
     quantize,
 )
+from core import progress
+from core.units import size
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +93,9 @@ def test_kfp_step_publishes_the_tflite_artifact(trained_model, digits_data, tmp_
         False,
         False,
         False,
+        False,
+        2,
+        1e-4,
         **out,
     )
     assert (tmp_path / "tflite_model" / "model.tflite").stat().st_size > 1000
@@ -137,3 +142,57 @@ def test_empty_representative_split(trained_model, digits_data, tmp_path):
     stats = json.loads((data_dir / "stats.json").read_text())
     with pytest.raises(QuantizationError, match="no representative examples in the train split"):
         representative_inputs(str(data_dir), stats)
+
+
+def test_int8_within_its_gate_is_published_without_quantization_aware_training(
+    trained_model, digits_data, tmp_path, capsys
+):
+    from components.lib.qat import QatOptions
+
+    report = quantize(str(trained_model / "model"), str(digits_data), str(tmp_path), "int8", ["int8"], qat=QatOptions())
+    assert report["published"] and report["published_from"] == "post-training quantization" and report["qat"] is None
+    int8 = by_mode(report)["int8"]
+    assert report["reason"] == (
+        f"int8: accuracy drop {int8['accuracy_drop_points']:.2f} points within 1.00, {size(int8['size_bytes'])}"
+    )
+    events = [e["event"] for e in map(progress.parse, capsys.readouterr().out.splitlines()) if e]
+    assert events == ["reference", "mode", "mode"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_float32.tflite", "model_int8.tflite"]
+
+
+def test_quantization_aware_training_refuses_what_it_cannot_do(trained_model, digits_data, tmp_path):
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from components.lib.qat import QatError, QatOptions, annotate, fine_tune
+
+    with pytest.raises(QuantizationError) as refused:
+        quantize(str(trained_model / "model"), str(digits_data), str(tmp_path), "dynamic", qat=QatOptions())
+    assert str(refused.value) == "quantization-aware training fine-tunes for int8: it needs mode int8, not dynamic"
+    with pytest.raises(QatError) as refused:
+        QatOptions(epochs=0)
+    assert str(refused.value) == "quantization-aware training needs at least 1 epoch, got 0"
+    with pytest.raises(QatError) as refused:
+        QatOptions(learning_rate=0.0)
+    assert str(refused.value) == "quantization-aware training needs a learning rate > 0, got 0.0"
+
+    only_preprocessing = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Normalization(mean=0.0, variance=1.0, name="normalize")]
+    )
+    with pytest.raises(QatError) as refused:
+        annotate(only_preprocessing)
+    assert str(refused.value) == (
+        "no layer of the model is one the 8-bit scheme quantizes (its layers: normalize); quantization-aware "
+        "training needs Conv2D, Dense or the like"
+    )
+
+    module = tf.Module()
+    module.scale = tf.Variable(1.0)
+    module.serve = tf.function(lambda x: {"probabilities": x * module.scale}, [tf.TensorSpec([None, 4], tf.float32)])
+    tf.saved_model.save(module, str(tmp_path / "plain"), signatures={"serving_default": module.serve})
+    with pytest.raises(QatError) as refused:
+        fine_tune(str(tmp_path / "plain"), str(digits_data), str(tmp_path / "out"), QatOptions())
+    assert str(refused.value) == (
+        f"the SavedModel at {tmp_path / 'plain'} holds no tf-keras model (keras_metadata.pb missing): "
+        "quantization-aware training fine-tunes a model the trainer saved"
+    )
