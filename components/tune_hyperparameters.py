@@ -179,11 +179,12 @@ def tune_hyperparameters(
     if not enabled:
         write_skipped_study(tuning.path)
         return hyperparameters
+    spec = StudySpec.model_validate(study_spec)
     result = run_study(
-        StudySpec.model_validate(study_spec),
+        spec,
         tuning.path,
         command_line(
-            trial_flags(trial_epochs, batch_size, workers),
+            trial_flags(trial_epochs, hyperparameters, workers, spec),
             data_dir=dataset.path,
             trainer=TrainerSetup.from_dict(trainer),
         ),

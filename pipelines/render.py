@@ -167,7 +167,7 @@ def _training(config: Config, namespace: str) -> list[Rendered]:
 
 def _experiment(config: Config, namespace: str) -> Rendered:
     """The tuning step's Katib Experiment with its trial template (Katib's `${trialParameters.*}` as they are)."""
-    from components.lib.study.spec import trial_flags
+    from components.lib.study.spec import pipeline_hyperparameters, trial_flags
     from components.tune_on_katib import experiment
     from trainer.flags import command_line
 
@@ -179,7 +179,12 @@ def _experiment(config: Config, namespace: str) -> Rendered:
             spec=config.study,
             image=config.platform.kubeflow_trainer_image(),
             fixed_args=command_line(
-                trial_flags(p.tuning_trial_epochs, p.batch_size, p.workers),
+                trial_flags(
+                    p.tuning_trial_epochs,
+                    pipeline_hyperparameters(p.batch_size, p.learning_rate),
+                    p.workers,
+                    config.study,
+                ),
                 data_dir=os.path.join(_run_dir(config), "dataset"),
                 trainer=config.trainer.setup(),
             ),

@@ -201,7 +201,7 @@ def test_a_study_over_a_user_models_own_hyperparameter(tmp_path):
         metrics = json.loads((tuning / trial["trial_id"] / "metrics.json").read_text())
         assert (metrics["model"], metrics["mixed_precision"]) == (custom, "mixed_bfloat16")
         assert metrics["hyperparameters"] == {
-            "learning_rate": 0.001,  # the trainer's default: trials get no learning rate but a study's (trial_flags)
+            "learning_rate": 0.003,  # the pipeline's: the study does not tune it
             "batch_size": 32,
             "seed": 42,
             "optimizer": "adam",
@@ -213,3 +213,4 @@ def test_a_study_over_a_user_models_own_hyperparameter(tmp_path):
     final = json.loads((artifacts / "train-model" / "training" / "metrics.json").read_text())
     assert (final["model"], final["mixed_precision"]) == (custom, "mixed_bfloat16")
     assert (final["hyperparameters"]["conv_blocks"], final["hyperparameters"]["filters"]) == (best, 4)
+    assert final["hyperparameters"]["learning_rate"] == 0.003

@@ -205,11 +205,14 @@ DEFAULT_STUDY = StudySpec(
 )
 
 
-def trial_flags(trial_epochs: int, batch_size: int, workers: int) -> dict:
-    """The trainer flags of every trial: its epochs, the pipeline's batch size per replica, and the final
+def trial_flags(trial_epochs: int, hyperparameters: dict, workers: int, study: StudySpec) -> dict:
+    """The trainer flags of every trial: its epochs, the pipeline's `hyperparameters` (`pipeline_hyperparameters`:
+    the batch size per replica, the learning rate) but those `study` tunes (each trial's own value), and the final
     training's `workers`, whose global batch a trial trains at (`--batch-workers`): the learning rate it tunes is the
     one for that batch."""
-    return {"epochs": trial_epochs, "batch_size": batch_size, "batch_workers": workers}
+    tuned = {p.parameter_id for p in study.parameters}
+    fixed = {k: v for k, v in hyperparameters.items() if k not in tuned}
+    return {"epochs": trial_epochs, **fixed, "batch_workers": workers}
 
 
 def pipeline_hyperparameters(batch_size: int, learning_rate: float) -> dict:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from components.lib.study.spec import trial_flags
+from components.lib.study.spec import DEFAULT_STUDY, StudySpec, pipeline_hyperparameters, trial_flags
 from trainer.flags import TRAINER_COMMAND, TrainerSetup, command_line, global_batch, parse_args
 
 
@@ -48,7 +48,9 @@ def test_what_the_builder_writes_the_parser_reads_back():
 def test_a_trial_trains_at_the_global_batch_of_the_final_trainings_workers():
     """The study's trials run on one worker and the final training on `workers`, each replica at --batch-size: a
     trial's global batch is the training's, the one its learning rate is tuned for."""
-    trial = parse_args(command_line(trial_flags(2, 32, 3), data_dir="d", job_dir="j"), {})
+    trial = parse_args(
+        command_line(trial_flags(2, {"batch_size": 32}, 3, DEFAULT_STUDY), data_dir="d", job_dir="j"), {}
+    )
     assert (trial.epochs, trial.batch_size, trial.batch_workers) == (2, 32, 3)
     training = parse_args(command_line({"batch_size": 32}, data_dir="d", job_dir="j"), {})
     assert global_batch(trial, replicas=1, workers=1) == global_batch(training, replicas=3, workers=3) == 96
@@ -56,3 +58,17 @@ def test_a_trial_trains_at_the_global_batch_of_the_final_trainings_workers():
     assert global_batch(training, replicas=4, workers=2) == 128
     with pytest.raises(SystemExit):
         parse_args(["--data-dir", "d", "--job-dir", "j", "--batch-workers", "-1"], {})
+
+
+def test_a_trial_trains_at_the_pipelines_learning_rate_unless_the_study_tunes_it():
+    """As the final training without a study: the pipeline's batch size and learning rate, a tuned one left to each
+    trial's value (appended by the study service)."""
+    pipeline = pipeline_hyperparameters(batch_size=16, learning_rate=0.003)
+    dropout_only = StudySpec(parameters=[{"parameter_id": "dropout", "type": "discrete", "values": [0.1, 0.2]}])
+    assert trial_flags(2, pipeline, 3, dropout_only) == {
+        "epochs": 2,
+        "batch_size": 16,
+        "learning_rate": 0.003,
+        "batch_workers": 3,
+    }
+    assert trial_flags(2, pipeline, 3, DEFAULT_STUDY) == {"epochs": 2, "batch_size": 16, "batch_workers": 3}
