@@ -111,6 +111,23 @@ class PipelineParameters(BaseModel):
     )
     rest_port: int = Field(8501, ge=0, le=65535, description="Local server's REST port (0: any free port).")
     grpc_port: int = Field(8500, ge=0, le=65535, description="Local server's gRPC port (0: any free port).")
+    serving_ssl_config_file: str = Field(
+        "",
+        description=(
+            "Local server: TF Serving's SSLConfig text file (PEM text of server_key, server_cert, custom_ca; "
+            "client_verify) to serve gRPC and REST over TLS (empty: plaintext)."
+        ),
+    )
+    serving_ca_file: str = Field(
+        "",
+        description="Self-hosted deploy check of a TLS server: the CA file of its certificate (empty: the system's).",
+    )
+    serving_client_cert_file: str = Field(
+        "",
+        description=(
+            "Self-hosted deploy check of a server with client_verify: PEM file of a client certificate and its key."
+        ),
+    )
 
     @model_validator(mode="after")
     def _fractions(self):
