@@ -44,6 +44,15 @@ if TYPE_CHECKING:
 @click.option("--poll-seconds", type=float, default=1.0, show_default=True, help="file-system poll period")
 @click.option("--version-policy", type=click.Choice(["latest", "all", "specific"]), default="latest", show_default=True)
 @click.option(
+    "--aspired-version-policy",
+    "transition",
+    type=click.Choice(["availability-preserving", "resource-preserving"]),
+    default="availability-preserving",
+    show_default=True,
+    help="how a version replaces another (TF Serving's): load the new one, then unload the old; or unload first "
+    "(the model is unavailable in between), for a model that does not fit in memory twice",
+)
+@click.option(
     "--latest",
     "latest_versions",
     type=click.IntRange(min=1),
@@ -135,6 +144,7 @@ def serve(
     inter_op,
     spin_wait,
     ssl_config_file,
+    transition,
     **options,
 ):
     """Serve a model repository's models with TF Serving's REST and gRPC APIs (a stand-in for tensorflow/serving):
@@ -190,6 +200,7 @@ def serve(
         poll_seconds,
         BatchingOptions(max_batch_size, batch_timeout_ms / 1000, num_batch_threads) if enable_batching else None,
         local_path(skip_models_file),
+        transition,
     )
     options["deployed_model_id"] = os.environ.get("AIP_DEPLOYED_MODEL_ID", "")
     try:
