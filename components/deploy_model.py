@@ -17,6 +17,9 @@ def deploy_model(
     serving_url: str,
     rest_port: int,
     grpc_port: int,
+    ssl_config_file: str,
+    ca_file: str,
+    client_cert_file: str,
     endpoint: Output[Artifact],
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (self-hosted): start (or reuse) the local server on the repository, wait for the new version,
@@ -30,6 +33,9 @@ def deploy_model(
         serving_url: URL of a TF Serving watching the repository (empty: start or reuse the local server).
         rest_port: The local server's REST port (0: any free port).
         grpc_port: The local server's gRPC port (0: any free port).
+        ssl_config_file: TF Serving's SSLConfig file: a server this step starts serves over TLS (empty: plaintext).
+        ca_file: The CA file of a TLS server's certificate, for the checks (empty: the system's CAs).
+        client_cert_file: PEM file of a client certificate and key, for a server with client_verify.
     """
     from core.fast_exit import skip_exit_collection
 
@@ -38,10 +44,22 @@ def deploy_model(
     from collections import namedtuple
 
     from components.lib.deploy.tf_serving import deploy
+    from serving.tls import ClientTls
 
     # KFP hands artifact metadata on through JSON/protobuf numbers: the version arrives as a float (3.0)
     version, path = int(published.metadata["version"]), published.metadata["path"]
-    served = deploy(version, path, dataset.path, model_repository, model_name, serving_url, rest_port, grpc_port)
+    served = deploy(
+        version,
+        path,
+        dataset.path,
+        model_repository,
+        model_name,
+        serving_url,
+        rest_port,
+        grpc_port,
+        ssl_config_file=ssl_config_file,
+        tls=ClientTls(ca_file, client_cert_file),
+    )
     endpoint.metadata.update(
         rest_url=served.rest_url, grpc_target=served.grpc_target, version=served.version, pid=served.pid
     )

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from kfp.dsl import Artifact, Output
 
-from components.lib.batch.instance_formats import FORMATS
+from components.lib.batch.instance_formats import BIGQUERY, FILE_FORMATS, SELF_HOSTED_BIGQUERY
 from components.lib.batch.instances import expand_inputs, input_size, instance_config
 from components.lib.batch.outputs import vertex_output_directory
 from components.lib.batch.parse_pool import ParsePool
@@ -43,8 +43,10 @@ def _collector_paused():
 
 
 def _check_arguments(instances_format: str, batch_size: int, parallelism: int, **fields) -> None:
-    if instances_format not in FORMATS:
-        raise ValueError(f"unknown instances_format {instances_format!r}; allowed: {', '.join(FORMATS)}")
+    if instances_format == BIGQUERY:
+        raise ValueError(SELF_HOSTED_BIGQUERY.format(target="targets local and kubeflow"))
+    if instances_format not in FILE_FORMATS:
+        raise ValueError(f"unknown instances_format {instances_format!r}; allowed: {', '.join(FILE_FORMATS)}")
     instance_config(instances_format, **fields, feature_names=None)  # the options, before any file is read
     if batch_size < 1 or parallelism < 1:
         raise ValueError(f"batch_size and parallelism must be >= 1, got {batch_size} and {parallelism}")

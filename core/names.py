@@ -49,6 +49,13 @@ PERSISTENT_RESOURCE = re.compile(r"projects/[^/\s]+/locations/(?P<location>[^/\s
 NETWORK_ATTACHMENT = re.compile(
     r"(projects/[^/\s]+/regions/(?P<region>[^/\s]+)/networkAttachments/)?[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 )
+# BigQuery as Vertex AI batch prediction names it (BigQuerySource.input_uri, BigQueryDestination.output_uri, up to
+# 2000 characters): a table bq://PROJECT.DATASET.TABLE to read; a project bq://PROJECT or a dataset
+# bq://PROJECT.DATASET to write a new dataset or tables into
+_BQ_PROJECT = r"(?P<project>([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9])"
+BIGQUERY_TABLE = re.compile(rf"bq://{_BQ_PROJECT}\.(?P<dataset>\w{{1,1024}})\.(?P<table>[^.:\s/]{{1,1024}})", re.ASCII)
+BIGQUERY_DESTINATION = re.compile(rf"bq://{_BQ_PROJECT}(\.(?P<dataset>\w{{1,1024}}))?", re.ASCII)
+BIGQUERY_URI_MAX = 2000
 URI = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -263,6 +270,30 @@ def locations(value: str, param: str) -> str:
     for item in items:
         location(item, param)
     return value
+
+
+def bigquery_table(value: str, param: str) -> str:
+    """A BigQuery table to read, bq://PROJECT.DATASET.TABLE."""
+    if len(value) > BIGQUERY_URI_MAX or not BIGQUERY_TABLE.fullmatch(value):
+        raise InvalidName(param, "a BigQuery table bq://PROJECT.DATASET.TABLE", value)
+    return value
+
+
+def output_location(value: str, param: str) -> str:
+    """Where a Vertex batch prediction job writes: a gs:// prefix, or a BigQuery project bq://PROJECT or dataset
+    bq://PROJECT.DATASET."""
+    if value.startswith("bq://"):
+        if len(value) > BIGQUERY_URI_MAX or not BIGQUERY_DESTINATION.fullmatch(value):
+            raise InvalidName(
+                param, "a gs:// URI, or a BigQuery project bq://PROJECT or dataset bq://PROJECT.DATASET", value
+            )
+        return value
+    return location(value, param, local=False)
+
+
+def instances(value: str, param: str) -> str:
+    """Batch prediction's instances: one BigQuery table (`bigquery_table`), or `locations`."""
+    return bigquery_table(value, param) if value.strip().startswith("bq://") else locations(value, param)
 
 
 def url(value: str, param: str) -> str:

@@ -19,6 +19,7 @@ from pipelines.targets.inputs import (
     QuantizeInputs,
     RegisterInputs,
     Repository,
+    ServingTls,
     TrainInputs,
     TuneInputs,
 )
@@ -80,6 +81,9 @@ def build_pipeline(
         serving_url: str = _D.serving_url,
         rest_port: int = _D.rest_port,
         grpc_port: int = _D.grpc_port,
+        serving_ssl_config_file: str = _D.serving_ssl_config_file,
+        serving_ca_file: str = _D.serving_ca_file,
+        serving_client_cert_file: str = _D.serving_client_cert_file,
     ):
         """The training DAG (inputs: `PipelineParameters`)."""
         prep = ops.prepare_data(
@@ -148,6 +152,7 @@ def build_pipeline(
                     serving_url=serving_url,
                     rest_port=rest_port,
                     grpc_port=grpc_port,
+                    tls=ServingTls(serving_ssl_config_file, serving_ca_file, serving_client_cert_file),
                 )
             )
             ops.quantize_model(

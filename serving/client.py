@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from serving.tls import ClientTls
+
 MAX_MESSAGE_BYTES = 2**31 - 1  # grpcio's default receive limit is 4 MB
 
 
@@ -25,9 +27,17 @@ def _json_value(value):
 
 
 class ServingClient:
-    """`ServingClient("http://127.0.0.1:8501", "127.0.0.1:8500", "my-model").predict(images)`."""
+    """`ServingClient("http://127.0.0.1:8501", "127.0.0.1:8500", "my-model").predict(images)`; with `tls`, gRPC
+    over TLS and an https `rest_url` checked against its CA (and a client certificate presented, when given)."""
 
-    def __init__(self, rest_url: str = "", grpc_target: str = "", model_name: str = "", timeout: float = 30.0):
+    def __init__(
+        self,
+        rest_url: str = "",
+        grpc_target: str = "",
+        model_name: str = "",
+        timeout: float = 30.0,
+        tls: ClientTls | None = None,
+    ):
         import requests
 
         self.rest_url, self.grpc_target, self.model_name, self.timeout = (
@@ -37,6 +47,9 @@ class ServingClient:
             timeout,
         )
         self._session = requests.Session()
+        self.tls = tls
+        # per request: a session's own `verify` loses to $REQUESTS_CA_BUNDLE (requests#3829)
+        self._tls_options = tls.requests_options() if tls else {}
         self._channel = None
         self._outputs: dict[tuple, list[str]] = {}
         self._inputs: dict[tuple, str] = {}
@@ -49,7 +62,7 @@ class ServingClient:
         import requests
 
         try:
-            response = self._session.request(method, url, timeout=self.timeout, **kwargs)
+            response = self._session.request(method, url, timeout=self.timeout, **self._tls_options, **kwargs)
         except requests.RequestException as e:
             raise PredictionError(f"cannot reach {url}: {e}", "UNAVAILABLE") from None
         try:
@@ -106,12 +119,14 @@ class ServingClient:
         from serving import tensors
 
         if self._channel is None:
-            self._channel = grpc.insecure_channel(
-                self.grpc_target,
-                options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ],
+            options = [
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ]
+            self._channel = (
+                grpc.secure_channel(self.grpc_target, self.tls.grpc_credentials(), options)
+                if self.tls
+                else grpc.insecure_channel(self.grpc_target, options)
             )
             self._stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
         request = predict_pb2.PredictRequest()

@@ -10,6 +10,7 @@ import click
 
 from core.storage import local_path
 from serving.ports import PortError, check_ports
+from serving.tls import TlsConfigError, read_ssl_config
 
 if TYPE_CHECKING:
     from serving.repository import ModelConfigFile
@@ -42,6 +43,15 @@ if TYPE_CHECKING:
 )
 @click.option("--poll-seconds", type=float, default=1.0, show_default=True, help="file-system poll period")
 @click.option("--version-policy", type=click.Choice(["latest", "all", "specific"]), default="latest", show_default=True)
+@click.option(
+    "--aspired-version-policy",
+    "transition",
+    type=click.Choice(["availability-preserving", "resource-preserving"]),
+    default="availability-preserving",
+    show_default=True,
+    help="how a version replaces another (TF Serving's): load the new one, then unload the old; or unload first "
+    "(the model is unavailable in between), for a model that does not fit in memory twice",
+)
 @click.option(
     "--latest",
     "latest_versions",
@@ -87,6 +97,12 @@ if TYPE_CHECKING:
 )
 @click.option("--ready-file", default="", help="write the pid and addresses here (JSON) once serving")
 @click.option(
+    "--ssl-config-file",
+    default="",
+    help="TF Serving's SSLConfig text file (PEM text of server_key, server_cert, custom_ca; client_verify): gRPC and "
+    "REST over TLS, mutual TLS with client_verify",
+)
+@click.option(
     "--tensorflow-intra-op-parallelism",
     "intra_op",
     type=click.IntRange(min=0),
@@ -127,6 +143,8 @@ def serve(
     intra_op,
     inter_op,
     spin_wait,
+    ssl_config_file,
+    transition,
     **options,
 ):
     """Serve a model repository's models with TF Serving's REST and gRPC APIs (a stand-in for tensorflow/serving):
@@ -154,7 +172,8 @@ def serve(
         raise click.ClickException("--version-policy specific needs --versions")
     try:  # refused before TensorFlow loads (the server checks them again before the models load)
         check_ports(options["host"], options["rest_port"], options["grpc_port"])
-    except PortError as e:
+        options["ssl"] = read_ssl_config(local_path(ssl_config_file)) if ssl_config_file else None
+    except (PortError, TlsConfigError) as e:
         raise click.ClickException(str(e)) from None
 
     import logging
@@ -181,6 +200,7 @@ def serve(
         poll_seconds,
         BatchingOptions(max_batch_size, batch_timeout_ms / 1000, num_batch_threads) if enable_batching else None,
         local_path(skip_models_file),
+        transition,
     )
     options["deployed_model_id"] = os.environ.get("AIP_DEPLOYED_MODEL_ID", "")
     try:

@@ -24,6 +24,7 @@ from serving import codec, tensors
 from serving.models import DEFAULT_SIGNATURE, NotFound
 from serving.ports import PortError
 from serving.repository import ServedModels
+from serving.tls import SslConfig, grpc_credentials
 
 MAX_MESSAGE_BYTES = 2**31 - 1  # TF Serving accepts messages up to 2 GB
 
@@ -110,9 +111,11 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
 _ERROR_CODES = {"OK": 0, "UNKNOWN": 2}
 
 
-def create_server(models: ServedModels, host: str, port: int, threads: int) -> tuple[grpc.Server, int]:
-    """A server with both services on `threads` worker threads, bound to host:port (0: any free port); returns it
-    (not started) and the port."""
+def create_server(
+    models: ServedModels, host: str, port: int, threads: int, ssl: SslConfig | None = None
+) -> tuple[grpc.Server, int]:
+    """A server with both services on `threads` worker threads, bound to host:port (0: any free port), over TLS
+    with `ssl`; returns it (not started) and the port."""
     server = grpc.server(
         ThreadPoolExecutor(threads, thread_name_prefix="grpc"),
         options=[
@@ -124,6 +127,8 @@ def create_server(models: ServedModels, host: str, port: int, threads: int) -> t
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(models), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(models), server)
     try:
-        return server, server.add_insecure_port(f"{host}:{port}")
+        address = f"{host}:{port}"
+        bound = server.add_secure_port(address, grpc_credentials(ssl)) if ssl else server.add_insecure_port(address)
+        return server, bound
     except RuntimeError as e:  # taken since ports.check_free looked
         raise PortError(f"cannot bind gRPC to {host}:{port} ({e}); choose another with --grpc-port PORT") from None

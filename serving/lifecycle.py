@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from core import names
 from serving.repository import model_names, read_names
+from serving.tls import DEFAULT_CLIENT_TLS, ClientTls
 
 
 class ServerError(RuntimeError):
@@ -72,6 +73,8 @@ def _recorded(state: str) -> dict | None:
         return None
     try:
         requests.get(f"{info['rest_url']}/v1/models/-", timeout=5)  # any answer will do
+    except requests.exceptions.SSLError:
+        pass  # a TLS server whose certificate or client check this probe does not pass: it answered
     except requests.RequestException:
         return None
     return {**info, "log": _beside(state, ".log")}
@@ -106,8 +109,9 @@ class Launched:
     log_start: int  # where its own lines start in the (appended) log
 
 
-def launch_server(base: str, rest_port: int, grpc_port: int) -> Launched:
-    """Start a detached server for the whole repository (own session and log file: it must outlive the step)."""
+def launch_server(base: str, rest_port: int, grpc_port: int, ssl_config_file: str = "") -> Launched:
+    """Start a detached server for the whole repository (own session and log file: it must outlive the step), over
+    TLS with `ssl_config_file` (TF Serving's SSLConfig, `serving.tls`)."""
     os.makedirs(state_dir(), exist_ok=True)
     state = state_file(base, rest_port, grpc_port)
     for stale in (state, _beside(state, ".skip")):
@@ -132,7 +136,7 @@ def launch_server(base: str, rest_port: int, grpc_port: int) -> Launched:
         "32",
         "--batch-timeout-ms",
         "0",
-    ]
+    ] + (["--ssl-config-file", ssl_config_file] if ssl_config_file else [])
     with open(_beside(state, ".log"), "ab") as log:
         log_start = log.tell()
         process = subprocess.Popen(
@@ -186,9 +190,9 @@ def reuse_server(base: str, rest_port: int, grpc_port: int, model_name: str) -> 
     return server
 
 
-def stop_server(base: str, model_name: str = "", timeout: float = 30) -> str:
+def stop_server(base: str, model_name: str = "", tls: ClientTls = DEFAULT_CLIENT_TLS, timeout: float = 30) -> str:
     """Stop the servers recorded for this repository, or only their serving of `model_name` (a server stops with its
-    last model); says what it did, "" when none was running. ValueError: no such model; TimeoutError: a server
+    last model; `tls`: how to reach a TLS server to see it unloaded); says what it did, "" when none was running. ValueError: no such model; TimeoutError: a server
     still serves it after `timeout`, InvalidName: `model_name` is no model name."""
     if model_name:
         names.model_name(model_name, "--model-name")  # written as a line of the server's skip file
@@ -207,7 +211,7 @@ def stop_server(base: str, model_name: str = "", timeout: float = 30) -> str:
             done.append(f"stopped the server for {base} ({where}){last}")
             continue
         _write_skipped(state, skipped)
-        _wait_unloaded(server["rest_url"], model_name, timeout)
+        _wait_unloaded(server["rest_url"], model_name, tls, timeout)
         done.append(f"stopped serving {model_name}; the server ({where}) keeps serving {', '.join(others)}")
     return "\n".join(done)
 
@@ -222,12 +226,13 @@ def _stop(state: str, pid: int, timeout: float) -> None:
             os.remove(record)
 
 
-def _wait_unloaded(rest_url: str, model_name: str, timeout: float) -> None:
+def _wait_unloaded(rest_url: str, model_name: str, tls: ClientTls, timeout: float) -> None:
     """Until the server no longer knows `model_name` (it reads its skip file at every poll)."""
     import requests
 
     deadline = time.time() + timeout
-    while requests.get(f"{rest_url}/v1/models/{model_name}", timeout=5).status_code != 404:
+    url = f"{rest_url}/v1/models/{model_name}"
+    while requests.get(url, timeout=5, **tls.requests_options()).status_code != 404:
         if time.time() > deadline:
             raise TimeoutError(f"the server at {rest_url} still serves {model_name} after {timeout:.0f}s")
         time.sleep(0.2)

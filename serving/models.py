@@ -1,9 +1,13 @@
 """Model versions of one served model: discovery in its folder, version policy, loading with warmup, graceful
 transition and labels (TF Serving's AspiredVersionsManager behaviour); `serving.repository` polls them.
 
-A new version is loaded and warmed up before it is published; the versions the policy no longer wants are unloaded
-only after that, and requests that already hold a version finish on it. Rolling back = deleting the newest version
-directory: the previous one loads again and takes over the same way.
+Two transitions, TF Serving's aspired-version policies. Availability-preserving (the default): a new version is
+loaded and warmed up before it is published; the versions the version policy no longer wants are unloaded only
+after that, and requests that already hold a version finish on it. Resource-preserving, for a model that does not
+fit in memory twice: the versions no longer wanted are unloaded first, then the new one loads; in between a
+request finds no version (`NotFound`, TF Serving's "Servable not found for request"), and a new version that fails
+to load leaves the model unavailable. Rolling back = deleting the newest version directory: the previous one loads
+again and takes over the same way.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class VersionStatus:
     state: str = "START"  # START, LOADING, AVAILABLE, UNLOADING, END (TF Serving's ModelVersionStatus.State)
     error_code: str = "OK"
     error_message: str = ""
+
+
+Transition = Literal["availability-preserving", "resource-preserving"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ class ModelManager:
     policy: Policy = Policy()
     labels: dict[str, int] = field(default_factory=dict)
     batching: BatchingOptions | None = None
+    transition: Transition = "availability-preserving"
     _servables: dict[int, Servable] = field(default_factory=dict)
     _status: dict[int, VersionStatus] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -159,11 +167,19 @@ class ModelManager:
         }
 
     def poll(self) -> None:
-        """Load the versions the policy wants, then unload the others (never serving nothing in between)."""
+        """Apply the version policy with the transition: availability-preserving loads the versions it wants, then
+        unloads the others (never serving nothing in between); resource-preserving unloads first, then loads."""
         found = self.on_disk()
         aspired = self.policy.aspired(list(found))
         failed = {v for v, s in self._status.items() if s.error_code != "OK"}  # not retried, as in TF Serving
-        for version in sorted(aspired - set(self._servables) - failed, reverse=True):
+        new = sorted(aspired - set(self._servables) - failed, reverse=True)  # the highest first, as in TF Serving
+        if self.transition == "resource-preserving":
+            for version in set(self._servables) - aspired:
+                self._unload(version)
+            for version in new:
+                self._load(version, found[version])
+            return
+        for version in new:
             self._load(version, found[version])
         if not aspired & set(self._servables):
             return  # nothing new could load: keep serving what is loaded (a broken newest version never wins)

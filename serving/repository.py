@@ -17,7 +17,7 @@ from typing import Protocol
 
 from core import names as rules
 from serving.batching import BatchingOptions
-from serving.models import ModelManager, NotFound, Policy, Servable, VersionStatus
+from serving.models import ModelManager, NotFound, Policy, Servable, Transition, VersionStatus
 
 log = logging.getLogger("tfpipe.serving")
 
@@ -147,6 +147,7 @@ class ServedModels:
     poll_seconds: float = 1.0
     batching: BatchingOptions | None = None
     skip_file: str = ""  # names not to serve, one a line, read at every poll
+    transition: Transition = "availability-preserving"  # every model's (serving.models)
     _managers: dict[str, ModelManager] = field(default_factory=dict)  # replaced, never changed: read without a lock
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -185,7 +186,9 @@ class ServedModels:
             current.policy, current.labels = config.policy, dict(config.labels)
             current.poll()
             return
-        manager = ModelManager(config.name, config.path, config.policy, dict(config.labels), self.batching)
+        manager = ModelManager(
+            config.name, config.path, config.policy, dict(config.labels), self.batching, self.transition
+        )
         manager.poll()
         self._managers = {**self._managers, config.name: manager}
         log.info("serving model %s from %s", config.name, config.path)

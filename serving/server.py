@@ -16,6 +16,7 @@ from core.cpus import available_cpus
 from serving import grpc_service, ports, rest
 from serving.dispatch import Dispatcher
 from serving.repository import ServedModels
+from serving.tls import SslConfig, server_context
 
 log = logging.getLogger("tfpipe.serving")
 
@@ -75,6 +76,7 @@ class ServerOptions:
     ready_file: str = ""  # JSON with the pid and bound addresses, written once serving
     request_threads: int = 0  # REST model calls, serving.dispatch: 0 one per usable CPU, 1 all on the event loop
     grpc_threads: int = 0  # gRPC worker threads; 0: two per usable CPU, at least the batch size when batching
+    ssl: SslConfig | None = None  # TLS on both APIs (serving.tls); None: plaintext
 
 
 @dataclass
@@ -90,7 +92,7 @@ class ModelServer:
 
     @property
     def rest_url(self) -> str:
-        return f"http://{self.options.host}:{self.rest_port}"
+        return f"{'https' if self.options.ssl else 'http'}://{self.options.host}:{self.rest_port}"
 
     @property
     def grpc_target(self) -> str:
@@ -105,14 +107,16 @@ class ModelServer:
         grpc_server = None
         if o.grpc_port >= 0:
             grpc_server, self.grpc_port = grpc_service.create_server(
-                self.models, o.host, o.grpc_port, self.grpc_worker_threads()
+                self.models, o.host, o.grpc_port, self.grpc_worker_threads(), o.ssl
             )
             grpc_server.start()
         app = rest.create_app(
             self.models, dispatcher, o.max_request_bytes, o.health_route, o.predict_route, o.deployed_model_id
         )
+        context = server_context(o.ssl) if o.ssl else None
         config = uvicorn.Config(
             app,
+            ssl_context_factory=(lambda _config, _default: context) if context else None,
             host=o.host,
             port=o.rest_port,
             log_level="warning",
@@ -146,7 +150,10 @@ class ModelServer:
 
     def _announce(self) -> None:
         info = {"pid": os.getpid(), "rest_url": self.rest_url, "grpc_target": self.grpc_target}
-        log.info("serving %s: REST %s, gRPC %s", self.models.source, self.rest_url, self.grpc_target or "off")
+        tls = "off" if not self.options.ssl else "mutual" if self.options.ssl.client_verify else "on"
+        log.info(
+            "serving %s: REST %s, gRPC %s, TLS %s", self.models.source, self.rest_url, self.grpc_target or "off", tls
+        )
         if self.options.ready_file:
             tmp = f"{self.options.ready_file}.tmp"
             with open(tmp, "w") as f:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from components.lib.batch.instance_formats import BIGQUERY, SELF_HOSTED_BIGQUERY
 from core.storage import local_path
 from pipelines.api._common import Log, check_folder, config_of, logger, public, raising
 from pipelines.api.results import Compiled, RehearsalSummary, RunSummary
@@ -164,6 +165,8 @@ def _batch_run(config: Config, params: Mapping[str, Any] | None) -> tuple[dict, 
     arguments = _with(config.batch, params, "batch").pipeline_arguments()
     if not arguments["instances"]:
         raise ConfigError("is required with the batch_prediction pipeline", "instances")
+    if arguments["instances_format"] == BIGQUERY:
+        raise ConfigError(SELF_HOSTED_BIGQUERY.format(target="target local"))
     arguments["instances"] = _local_instances(arguments["instances"])
     arguments["model_repository"] = local_path(arguments["model_repository"] or "runs/model_repository")
     model = arguments["model"]

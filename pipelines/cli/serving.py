@@ -19,12 +19,17 @@ cli.add_command(serve)
     default="",
     help="stop serving this model only: the server unloads it and keeps serving the others (it stops with its last)",
 )
-def stop_serving(model_base_path, model_name):
+@click.option("--ca-file", default="", help="a TLS server: the CA file of its certificate (--model-name waits on it)")
+@click.option(
+    "--client-cert-file", default="", help="a server with client_verify: PEM file of a client certificate and its key"
+)
+def stop_serving(model_base_path, model_name, ca_file, client_cert_file):
     """Stop the local server that pipeline runs started for this repository, or only its serving of one model."""
     from serving.lifecycle import stop_server
+    from serving.tls import ClientTls
 
     try:
-        done = stop_server(local_path(model_base_path), model_name)
+        done = stop_server(local_path(model_base_path), model_name, ClientTls(ca_file, client_cert_file))
     except (ValueError, TimeoutError) as e:
         _fail(str(e))
     if not done:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from components.lib.batch.instance_formats import InstancesFormat
-from pipelines.config.fields import DataSource, GcsPrefix, Instances, Location, ModelName, Url
+from pipelines.config.fields import DataSource, Instances, Location, ModelName, OutputPrefix, Url
 
 TARGETS = ("vertex", "kubeflow", "local")
 # the pipelines (`--pipeline`) and their compiled names (also their package names in a template registry)
@@ -122,6 +122,23 @@ class PipelineParameters(BaseModel):
     )
     rest_port: int = Field(8501, ge=0, le=65535, description="Local server's REST port (0: any free port).")
     grpc_port: int = Field(8500, ge=0, le=65535, description="Local server's gRPC port (0: any free port).")
+    serving_ssl_config_file: str = Field(
+        "",
+        description=(
+            "Local server: TF Serving's SSLConfig text file (PEM text of server_key, server_cert, custom_ca; "
+            "client_verify) to serve gRPC and REST over TLS (empty: plaintext)."
+        ),
+    )
+    serving_ca_file: str = Field(
+        "",
+        description="Self-hosted deploy check of a TLS server: the CA file of its certificate (empty: the system's).",
+    )
+    serving_client_cert_file: str = Field(
+        "",
+        description=(
+            "Self-hosted deploy check of a server with client_verify: PEM file of a client certificate and its key."
+        ),
+    )
 
     @model_validator(mode="after")
     def _fractions(self):
@@ -141,9 +158,16 @@ class BatchParameters(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    instances: Instances = Field("", description="The instances: comma-separated paths or globs (Vertex: gs:// URIs).")
+    instances: Instances = Field(
+        "",
+        description=(
+            "The instances: comma-separated paths or globs (Vertex: gs:// URIs), or with instances_format bigquery "
+            "a BigQuery table bq://PROJECT.DATASET.TABLE (Vertex only)."
+        ),
+    )
     instances_format: InstancesFormat = Field(
-        "jsonl", description="Format of the instances: jsonl, csv, tf-record, tf-record-gzip or file-list."
+        "jsonl",
+        description="Format of the instances: jsonl, csv, tf-record, tf-record-gzip, file-list or bigquery (Vertex).",
     )
     model: str = Field(
         "",
@@ -185,8 +209,13 @@ class BatchParameters(BaseModel):
             "image model)."
         ),
     )
-    output_prefix: GcsPrefix = Field(
-        "", description=("Vertex: gs:// prefix of the output directory (empty: under the pipeline root).")
+    output_prefix: OutputPrefix = Field(
+        "",
+        description=(
+            "Vertex: gs:// prefix of the output directory (JSON Lines), or a BigQuery project bq://PROJECT or "
+            "dataset bq://PROJECT.DATASET that gets the predictions and errors tables (empty: under the pipeline "
+            "root)."
+        ),
     )
 
     @field_validator("included_fields", "excluded_fields", mode="before")
@@ -200,6 +229,16 @@ class BatchParameters(BaseModel):
     def _fields(self):
         if self.included_fields and self.excluded_fields:
             raise ValueError("give included_fields or excluded_fields, not both")
+        table = self.instances.strip().startswith("bq://")
+        if self.instances and table and self.instances_format != "bigquery":
+            raise ValueError(
+                f"instances {self.instances} is a BigQuery table: set instances_format bigquery "
+                f"({self.instances_format} instances are files)"
+            )
+        if self.instances and not table and self.instances_format == "bigquery":
+            raise ValueError(
+                "instances_format bigquery reads a BigQuery table: give instances as bq://PROJECT.DATASET.TABLE"
+            )
         return self
 
     def pipeline_arguments(self) -> dict:

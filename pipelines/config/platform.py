@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from components.lib.vertex.registry import SOURCE_COMMIT_LABEL
 from core import names
 from core.names import NETWORK_ATTACHMENT, PERSISTENT_RESOURCE, PERSISTENT_RESOURCE_ID
+from pipelines.config.accelerators import accelerator_problem
 from pipelines.config.errors import ConfigError
 from pipelines.config.fields import (
     DisplayName,
@@ -448,6 +449,16 @@ class Platform(BaseModel):
     batch_machine_type: str = Field(
         "n1-standard-4", description="Vertex: machine type of the batch prediction job's replicas."
     )
+    batch_accelerator_type: str = Field(
+        "",
+        description=(
+            "Vertex: accelerator of each batch prediction replica, an AcceleratorType such as NVIDIA_TESLA_T4 (of "
+            "batch_machine_type's series), set with batch_accelerator_count (empty: none)."
+        ),
+    )
+    batch_accelerator_count: int = Field(
+        0, ge=0, description="Vertex: accelerators per batch prediction replica (0 without batch_accelerator_type)."
+    )
     batch_starting_replicas: int = Field(1, ge=1, description="Vertex: replicas the batch prediction job starts with.")
     batch_max_replicas: int = Field(
         2,
@@ -544,6 +555,11 @@ class Platform(BaseModel):
             raise ValueError("serving_accelerator_type and serving_accelerator_count must be set together")
         if bool(self.accelerator_type) != bool(self.accelerator_count):
             raise ValueError("accelerator_type and accelerator_count must be set together")
+        problem = accelerator_problem(
+            "batch_", self.batch_accelerator_type, self.batch_accelerator_count, self.batch_machine_type
+        )
+        if problem:
+            raise ValueError(problem)
         if not self.model_version_aliases:
             raise ValueError("model_version_aliases: give at least one alias (the first one marks the champion)")
         if self.encryption_spec_key_name:

@@ -218,10 +218,48 @@ def validate(kind: str, job: dict) -> None:
     else:
         if not job.get("model"):
             raise JobError("batch_prediction_job.model is required")
-        if not job.get("input_config", {}).get("gcs_source", {}).get("uris"):
-            raise JobError("batch_prediction_job.input_config.gcs_source.uris is required")
-        if not job.get("output_config", {}).get("gcs_destination", {}).get("output_uri_prefix"):
-            raise JobError("batch_prediction_job.output_config.gcs_destination.output_uri_prefix is required")
+        batch_io(job)
+
+
+# what Vertex AI takes of a model in its own serving container (Model.supported_input_storage_formats and
+# supported_output_storage_formats): every input format; predictions as JSON Lines or BigQuery rows
+SUPPORTED_INPUT_FORMATS = ("jsonl", "csv", "tf-record", "tf-record-gzip", "file-list", "bigquery")
+SUPPORTED_OUTPUT_FORMATS = ("jsonl", "bigquery")
+
+
+def batch_io(job: dict) -> None:
+    """A batch job's input and output as BatchPredictionJob's InputConfig and OutputConfig take them: a format the
+    model supports, read from `bigquery_source.input_uri` (instances_format bigquery) or `gcs_source.uris` (the
+    others), written to `bigquery_destination.output_uri` (predictions_format bigquery) or
+    `gcs_destination.output_uri_prefix` (jsonl). Raises JobError naming the field."""
+    source, output = job.get("input_config", {}), job.get("output_config", {})
+    given, written = source.get("instances_format", ""), output.get("predictions_format", "")
+    if given not in SUPPORTED_INPUT_FORMATS:
+        raise JobError(
+            f"batch_prediction_job.input_config.instances_format {given!r} is not one of the model's "
+            f"supported_input_storage_formats ({', '.join(SUPPORTED_INPUT_FORMATS)})"
+        )
+    if written not in SUPPORTED_OUTPUT_FORMATS:
+        raise JobError(
+            f"batch_prediction_job.output_config.predictions_format {written!r} is not one of the model's "
+            f"supported_output_storage_formats ({', '.join(SUPPORTED_OUTPUT_FORMATS)})"
+        )
+    if given == "bigquery" and not source.get("bigquery_source", {}).get("input_uri"):
+        raise JobError(
+            "batch_prediction_job.input_config.bigquery_source.input_uri is required with instances_format bigquery"
+        )
+    if given != "bigquery" and not source.get("gcs_source", {}).get("uris"):
+        raise JobError(f"batch_prediction_job.input_config.gcs_source.uris is required with instances_format {given}")
+    if written == "bigquery" and not output.get("bigquery_destination", {}).get("output_uri"):
+        raise JobError(
+            "batch_prediction_job.output_config.bigquery_destination.output_uri is required with predictions_format "
+            "bigquery"
+        )
+    if written != "bigquery" and not output.get("gcs_destination", {}).get("output_uri_prefix"):
+        raise JobError(
+            f"batch_prediction_job.output_config.gcs_destination.output_uri_prefix is required with predictions_format "
+            f"{written}"
+        )
 
 
 def run_custom_job(job: dict, log_dir: str, on_start, sink, preemption: Preemption | None = None) -> None:
@@ -380,6 +418,17 @@ def run_tuning_job(job: dict, work_dir: str, sink) -> list[dict]:
     return trials
 
 
+def check_runnable_batch(job: dict) -> None:
+    """JobError for a batch job the rehearsal cannot run: one that reads or writes BigQuery (it has none)."""
+    if "bigquery" in (
+        job.get("input_config", {}).get("instances_format"),
+        job.get("output_config", {}).get("predictions_format"),
+    ):
+        raise JobError(
+            "the rehearsal has no BigQuery: a batch job that reads or writes BigQuery is checked and recorded, not run"
+        )
+
+
 def run_batch_job(job: dict, predict_url: str, display_name: str) -> dict:
     """Send the job's instances, converted as Vertex converts them (batch_input.py), to the model's container at
     `predict_url` (batch.py); return `output_info` and `completion_stats`."""
@@ -390,8 +439,6 @@ def run_batch_job(job: dict, predict_url: str, display_name: str) -> dict:
 
     source = job.get("input_config", {})
     instances_format = source.get("instances_format", "jsonl")
-    if job.get("output_config", {}).get("predictions_format", "jsonl") != "jsonl":
-        raise JobError("output_config.predictions_format: the rehearsal writes jsonl")
     try:
         config = vertex_instance_config(instances_format, job.get("instance_config", {}))
         files = expand_inputs(",".join(source.get("gcs_source", {}).get("uris", [])))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from core.names import BIGQUERY_DESTINATION, BIGQUERY_TABLE, BIGQUERY_URI_MAX
 from pipelines.config import (
     KMS_KEY,
     LABEL_KEY,
@@ -22,22 +23,12 @@ from pipelines.config import (
     PERSISTENT_RESOURCE_ID,
     TENSORBOARD,
 )
+from pipelines.config.accelerators import ACCELERATOR_MACHINES
 
 # stricter than the config's check: an account ID of 6-30 characters, or the Compute Engine default account
 SERVICE_ACCOUNT = re.compile(
     r"^([a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z0-9-]+\.iam|[0-9]+-compute@developer)\.gserviceaccount\.com$"
 )
-# accelerator -> the machine series it attaches to (Compute Engine's GPU machine types)
-ACCELERATOR_MACHINES = {
-    "NVIDIA_TESLA_T4": ("n1-",),
-    "NVIDIA_TESLA_V100": ("n1-",),
-    "NVIDIA_TESLA_P100": ("n1-",),
-    "NVIDIA_TESLA_P4": ("n1-",),
-    "NVIDIA_TESLA_A100": ("a2-highgpu-", "a2-megagpu-"),
-    "NVIDIA_A100_80GB": ("a2-ultragpu-",),
-    "NVIDIA_L4": ("g2-",),
-    "NVIDIA_H100_80GB": ("a3-highgpu-",),
-}
 
 
 def labels(field: str, value: dict) -> str | None:
@@ -115,7 +106,8 @@ def _gcs(value: str) -> bool:
 
 def locations(data: dict) -> str | None:
     """Where Vertex AI reads or writes Cloud Storage: a model's `artifact_uri`, a job's base output directory, a batch
-    job's sources and destination take gs://BUCKET/PATH (a local path exists on no machine of Vertex's)."""
+    job's sources and destination take gs://BUCKET/PATH (a local path exists on no machine of Vertex's); a batch
+    job's BigQuery source is a table, its BigQuery destination a project or dataset."""
     found = {"artifact_uri": data.get("artifact_uri", "")}
     for where in ("job_spec", "trial_job_spec"):
         found[f"{where}.base_output_directory.output_uri_prefix"] = (
@@ -129,6 +121,15 @@ def locations(data: dict) -> str | None:
     for field, value in found.items():
         if value and not _gcs(value):
             return f"{field} {value!r} is not a Cloud Storage URI (gs://BUCKET/PATH)"
+    table = data.get("input_config", {}).get("bigquery_source", {}).get("input_uri", "")
+    if table and not (len(table) <= BIGQUERY_URI_MAX and BIGQUERY_TABLE.fullmatch(table)):
+        return f"input_config.bigquery_source.input_uri {table!r} is not a BigQuery table (bq://PROJECT.DATASET.TABLE)"
+    written = data.get("output_config", {}).get("bigquery_destination", {}).get("output_uri", "")
+    if written and not (len(written) <= BIGQUERY_URI_MAX and BIGQUERY_DESTINATION.fullmatch(written)):
+        return (
+            f"output_config.bigquery_destination.output_uri {written!r} is not a BigQuery project or dataset "
+            "(bq://PROJECT or bq://PROJECT.DATASET)"
+        )
     return None
 
 

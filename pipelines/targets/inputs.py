@@ -140,6 +140,16 @@ class DeployInputs:
     serving_url: Channel
     rest_port: Channel
     grpc_port: Channel
+    tls: ServingTls
+
+
+@dataclass(frozen=True)
+class ServingTls:
+    """The self-hosted server's TLS: its SSLConfig file, and the CA and client certificate files of the checks."""
+
+    ssl_config_file: Channel
+    ca_file: Channel
+    client_cert_file: Channel
 
 
 @dataclass(frozen=True)

@@ -420,6 +420,11 @@ class VertexOps(SameEverywhere):
         from google_cloud_pipeline_components.v1.batch_predict_job import ModelBatchPredictOp
 
         p, options = self.platform, inputs.options
+        accelerators = (
+            {"accelerator_type": p.batch_accelerator_type, "accelerator_count": p.batch_accelerator_count}
+            if p.batch_accelerator_type
+            else {}
+        )
         plan = self._plan_batch(
             model=inputs.model,
             display_name=p.model_display_name,
@@ -443,9 +448,11 @@ class VertexOps(SameEverywhere):
                 location=p.location,
                 model=version.outputs["artifact"],
                 gcs_source_uris=plan.outputs["gcs_source_uris"],
+                bigquery_source_input_uri=plan.outputs["bigquery_source_input_uri"],
                 instances_format=options.instances_format,
-                predictions_format="jsonl",
+                predictions_format=plan.outputs["predictions_format"],
                 gcs_destination_output_uri_prefix=plan.outputs["output_prefix"],
+                bigquery_destination_output_uri=plan.outputs["bigquery_destination_output_uri"],
                 key_field=options.key_field,
                 included_fields=plan.outputs["included_fields"],
                 excluded_fields=plan.outputs["excluded_fields"],
@@ -453,6 +460,7 @@ class VertexOps(SameEverywhere):
                 model_parameters=plan.outputs["model_parameters"],
                 manual_batch_tuning_parameters_batch_size=inputs.batch_size,
                 machine_type=p.batch_machine_type,
+                **accelerators,
                 starting_replica_count=p.batch_starting_replicas,
                 max_replica_count=p.batch_max_replicas,
                 service_account=p.service_account,

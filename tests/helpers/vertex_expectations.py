@@ -99,6 +99,11 @@ def check_batch_job(request: dict, platform: Platform) -> None:
     assert job.get("labels") == resource_labels(platform, "tfpipe-batch-prediction")
     resources = job["dedicated_resources"]
     assert resources["machine_spec"]["machine_type"] == platform.batch_machine_type
+    accelerator = resources["machine_spec"].get("accelerator_type", "ACCELERATOR_TYPE_UNSPECIFIED")
+    assert (accelerator, int(resources["machine_spec"].get("accelerator_count", 0))) == (
+        platform.batch_accelerator_type or "ACCELERATOR_TYPE_UNSPECIFIED",
+        platform.batch_accelerator_count,
+    )
     assert (int(resources["starting_replica_count"]), int(resources["max_replica_count"])) == (
         platform.batch_starting_replicas,
         platform.batch_max_replicas,

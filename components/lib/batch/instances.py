@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from components.lib.batch.instance_formats import KEYED_FORMATS
+from components.lib.batch.instance_formats import ARRAY_FORMATS, KEYED_FORMATS
 from components.lib.prep.records import read_records
 from core import storage
 
@@ -145,12 +145,14 @@ def instance_config(
 ) -> InstanceConfig:
     """The instance config of a batch job, the same on every target (the Vertex job receives its fields).
 
-    - `included_fields` (in that order) or `excluded_fields` (not both) pick the fields of CSV rows and JSONL
-      objects; `key_field` is never sent to the model (the output carries it as `key`);
+    - `included_fields` (in that order) or `excluded_fields` (not both) pick the fields of CSV rows, JSONL
+      objects and BigQuery rows; `key_field` is never sent to the model (the output carries it as `key`);
     - `instance_type` "object" or "array" (JSONL objects become `[value of each included field]`); CSV rows are
       always arrays; tf-record and file-list records are `{"b64": ...}`, without fields;
-    - without `included_fields`, CSV rows and JSONL objects sent as arrays carry exactly the model's feature columns
-      when it names them (`feature_names`, the trainer's `assets.extra/features.txt`), by name, in its order.
+    - BigQuery rows (Vertex only) are arrays in the table's column order unless `instance_type` is "object";
+    - without `included_fields`, CSV and BigQuery rows and JSONL objects sent as arrays carry exactly the model's
+      feature columns when it names them (`feature_names`, the trainer's `assets.extra/features.txt`), by name, in
+      its order.
     Raises ValueError for a combination Vertex would refuse or that could not work. `feature_names=None` (not
     known yet: the options checked before the model is read) skips what depends on them.
     """
@@ -172,7 +174,7 @@ def instance_config(
         if given:
             raise ValueError(
                 f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                f"{' and '.join(KEYED_FORMATS)} instances, not "
+                f"{', '.join(KEYED_FORMATS[:-1])} and {KEYED_FORMATS[-1]} instances, not "
                 f'{instances_format} (whose records reach the model as {{"b64": ...}})'
             )
         return InstanceConfig()
@@ -183,7 +185,8 @@ def instance_config(
     if instances_format == "csv" and instance_type == "object":
         raise ValueError("CSV rows reach the model as arrays; instance_type 'object' applies to jsonl only")
     by_features = False
-    if features and not included and (instances_format == "csv" or instance_type == "array"):
+    as_array = instance_type == "array" or (instances_format in ARRAY_FORMATS and instance_type != "object")
+    if features and not included and as_array:
         clash = [f for f in features if f in excluded or f == key_field]
         if clash:
             raise ValueError(

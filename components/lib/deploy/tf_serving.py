@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from components.lib.deploy.smoke import SmokeCheck, SmokeResult, reference_checks, smoke_record
 from serving import lifecycle
+from serving.tls import DEFAULT_CLIENT_TLS, ClientTls
 
 
 class DeployError(RuntimeError):
@@ -50,15 +51,19 @@ class Deployment:
         }
 
 
-def wait_available(rest_url: str, model_name: str, version: int, timeout: float = 180) -> None:
+def wait_available(
+    rest_url: str, model_name: str, version: int, timeout: float = 180, tls: ClientTls = DEFAULT_CLIENT_TLS
+) -> None:
     """Until the server reports `version` AVAILABLE; a load error fails at once (END without an error is a version
-    unloaded earlier that may load again, e.g. after a rollback)."""
+    unloaded earlier that may load again, e.g. after a rollback). An https server is reached with `tls`."""
     import requests
 
     deadline, last = time.time() + timeout, "no answer"
     while time.time() < deadline:
         try:
-            response = requests.get(f"{rest_url}/v1/models/{model_name}/versions/{version}", timeout=5)
+            response = requests.get(
+                f"{rest_url}/v1/models/{model_name}/versions/{version}", timeout=5, **tls.requests_options()
+            )
             if response.status_code == 200:
                 (status,) = response.json()["model_version_status"]
                 if status["state"] == "AVAILABLE":
@@ -68,21 +73,33 @@ def wait_available(rest_url: str, model_name: str, version: int, timeout: float 
                 last = status["state"]
             else:
                 last = response.json().get("error", response.text)
+        except requests.exceptions.SSLError as e:  # a certificate that will not do now will not do later
+            raise DeployError(f"TLS to {rest_url} failed: {_reason(e)}") from None
         except requests.RequestException as e:
             last = str(e)
         time.sleep(0.2)
     raise DeployError(f"version {version} was not AVAILABLE after {timeout:.0f}s (last: {last})")
 
 
-def smoke_test(rest_url: str, model_name: str, version: int, check: SmokeCheck) -> SmokeResult:
-    """Predict a check's examples through the server (TF Serving's REST API); its class ids must equal the
-    SavedModel's."""
+def _reason(error: Exception) -> str:
+    """The innermost cause of a requests error (the SSL error's own words, without urllib3's retry wrapping)."""
+    while error.__context__ is not None or error.__cause__ is not None:
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return str(error)
+
+
+def smoke_test(
+    rest_url: str, model_name: str, version: int, check: SmokeCheck, tls: ClientTls = DEFAULT_CLIENT_TLS
+) -> SmokeResult:
+    """Predict a check's examples through the server (TF Serving's REST API, over TLS with `tls`); its class ids must
+    equal the SavedModel's."""
     import requests
 
     response = requests.post(
         f"{rest_url}/v1/models/{model_name}/versions/{version}:predict",
         json={"signature_name": check.signature, "instances": check.instances()},
         timeout=30,
+        **tls.requests_options(),
     )
     body = response.json()
     if response.status_code != 200:
@@ -100,9 +117,13 @@ def deploy(
     rest_port: int = 8501,
     grpc_port: int = 8500,
     timeout: float = 180,
+    ssl_config_file: str = "",
+    tls: ClientTls = DEFAULT_CLIENT_TLS,
 ) -> Deployment:
     """Serve `version` (already published) and check it; roll it back and raise DeployError on failure (an
-    invalid `serving_url` too). `model_name` and `base` must be valid (core.names): InvalidName."""
+    invalid `serving_url` too). `model_name` and `base` must be valid (core.names): InvalidName. A server the step
+    launches serves over TLS with `ssl_config_file` (TF Serving's SSLConfig); the checks reach an https server
+    with `tls`."""
     from components.lib.deploy.model_repository import remove_version
     from core import names
 
@@ -123,17 +144,18 @@ def deploy(
         elif (server := lifecycle.reuse_server(base, rest_port, grpc_port, model_name)) is not None:
             server = {**server, "started": False}
         else:
-            launched = lifecycle.launch_server(base, rest_port, grpc_port)
+            launched = lifecycle.launch_server(base, rest_port, grpc_port, ssl_config_file)
         checks = reference_checks(version_path, data_dir)  # while a launched server starts
         if launched:
             server = {**lifecycle.wait_ready(launched, timeout), "started": True}
         assert server is not None  # one of the three branches above set it
-        wait_available(server["rest_url"], model_name, version, timeout)
-        smokes = [smoke_test(server["rest_url"], model_name, version, check) for check in checks]
+        wait_available(server["rest_url"], model_name, version, timeout, tls)
+        smokes = [smoke_test(server["rest_url"], model_name, version, check, tls) for check in checks]
     except Exception as e:
         remove_version(base, model_name, version)
         raise DeployError(
-            f"deploying {model_name} version {version} failed, rolled back: {e}" + _restored(server, base, model_name)
+            f"deploying {model_name} version {version} failed, rolled back: {e}"
+            + _restored(server, base, model_name, tls)
         ) from e
     return Deployment(
         rest_url=server["rest_url"],
@@ -151,7 +173,7 @@ def deploy(
     )
 
 
-def _restored(server: dict | None, base: str, model_name: str, timeout: float = 60) -> str:
+def _restored(server: dict | None, base: str, model_name: str, tls: ClientTls, timeout: float = 60) -> str:
     """After a rollback: wait until the server is back on the previous version; say which one (or why not)."""
     from components.lib.deploy.model_repository import champion
 
@@ -159,7 +181,7 @@ def _restored(server: dict | None, base: str, model_name: str, timeout: float = 
     if server is None or previous is None:
         return ""
     try:
-        wait_available(server["rest_url"], model_name, previous.number, timeout)
+        wait_available(server["rest_url"], model_name, previous.number, timeout, tls)
     except DeployError as e:
         return f" (the previous version {previous.number} is not serving: {e})"
     return f" (serving version {previous.number} again)"

@@ -189,6 +189,7 @@ class JobService:
     def _batch(self, job: dict, log_dir: str) -> None:
         """A batch prediction job: the model's container on a copy of its artifacts, for the job's duration."""
         data = job["data"]
+        jobs.check_runnable_batch(data)
         version = self.registry.version(data.get("model", ""))
         job_id = data["name"].rsplit("/", 1)[-1]
         copy = gcs.copy_folder(version["artifact_uri"], self.context.model_copy(f"batchPredictionJobs/{job_id}"))

@@ -879,9 +879,12 @@ def test_vertex_batch_prediction(tmp_path):
         "job_display_name": planned("job_display_name"),
         "location": "europe-west4",
         "gcs_source_uris": planned("gcs_source_uris"),
+        "bigquery_source_input_uri": planned("bigquery_source_input_uri"),
         "instances_format": {"componentInputParameter": "instances_format"},
-        "predictions_format": "jsonl",
+        # JSON Lines under a gs:// prefix, or BigQuery tables (bq:// output_prefix)
+        "predictions_format": planned("predictions_format"),
         "gcs_destination_output_uri_prefix": planned("output_prefix"),
+        "bigquery_destination_output_uri": planned("bigquery_destination_output_uri"),
         "key_field": {"componentInputParameter": "key_field"},
         # the instance config as the plan completed it (the model's feature columns by default)
         "included_fields": planned("included_fields"),

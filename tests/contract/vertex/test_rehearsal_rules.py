@@ -251,3 +251,95 @@ def test_kfp_reads_a_compiled_template_with_the_same_documents_during_a_rehearsa
         reader = structures.yaml
     assert during == before and len(during[0]["root"]["dag"]["tasks"]) > 10
     assert type(reader).__name__ == "_LibYaml" and structures.yaml is yaml
+
+
+BATCH = {
+    "display_name": "b",
+    "model": f"{PARENT}/models/1@1",
+    "input_config": {"instances_format": "bigquery", "bigquery_source": {"input_uri": "bq://p-rehearsal.shop.rows"}},
+    "output_config": {"predictions_format": "jsonl", "gcs_destination": {"output_uri_prefix": "gs://b/out"}},
+    "dedicated_resources": {
+        "machine_spec": {
+            "machine_type": "n1-standard-4",
+            "accelerator_type": "NVIDIA_TESLA_T4",
+            "accelerator_count": 1,
+        },
+        "starting_replica_count": 1,
+        "max_replica_count": 1,
+    },
+}
+
+
+def batch_request(**changes) -> job_service.CreateBatchPredictionJobRequest:
+    from google.cloud.aiplatform_v1.types import batch_prediction_job
+
+    job = {**BATCH, **changes}
+    return job_service.CreateBatchPredictionJobRequest(
+        parent=PARENT, batch_prediction_job=batch_prediction_job.BatchPredictionJob(job)
+    )
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"input_config": {"instances_format": "bigquery", "gcs_source": {"uris": ["gs://b/in.jsonl"]}}},
+            "batch_prediction_job.input_config.bigquery_source.input_uri is required with instances_format bigquery",
+        ),
+        (
+            {"input_config": {"instances_format": "jsonl", "bigquery_source": {"input_uri": "bq://p-rehearsal.s.t"}}},
+            "batch_prediction_job.input_config.gcs_source.uris is required with instances_format jsonl",
+        ),
+        (
+            {"input_config": {"instances_format": "bigquery", "bigquery_source": {"input_uri": "bq://p-rehearsal.s"}}},
+            "input_config.bigquery_source.input_uri 'bq://p-rehearsal.s' is not a BigQuery table "
+            "(bq://PROJECT.DATASET.TABLE)",
+        ),
+        (
+            {"output_config": {"predictions_format": "csv", "gcs_destination": {"output_uri_prefix": "gs://b/out"}}},
+            "batch_prediction_job.output_config.predictions_format 'csv' is not one of the model's "
+            "supported_output_storage_formats (jsonl, bigquery)",
+        ),
+        (
+            {"output_config": {"predictions_format": "bigquery", "gcs_destination": {"output_uri_prefix": "gs://b/o"}}},
+            "batch_prediction_job.output_config.bigquery_destination.output_uri is required with predictions_format "
+            "bigquery",
+        ),
+        (
+            {"output_config": {"predictions_format": "bigquery", "bigquery_destination": {"output_uri": "gs://b/o"}}},
+            "output_config.bigquery_destination.output_uri 'gs://b/o' is not a BigQuery project or dataset "
+            "(bq://PROJECT or bq://PROJECT.DATASET)",
+        ),
+    ],
+)
+def test_a_batch_job_vertex_refuses_is_refused(double, changes, message):
+    with pytest.raises(ApiError) as refused:
+        double.job_service.create_job("batch_prediction_job", batch_request(**changes))
+    assert (refused.value.status, refused.value.message) == ("INVALID_ARGUMENT", message)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # a BigQuery table to JSON Lines on Cloud Storage
+        {
+            "output_config": {
+                "predictions_format": "bigquery",
+                "bigquery_destination": {"output_uri": "bq://p-rehearsal"},
+            }
+        },
+        {
+            "input_config": {"instances_format": "csv", "gcs_source": {"uris": ["gs://b/in.csv"]}},
+            "output_config": {
+                "predictions_format": "bigquery",
+                "bigquery_destination": {"output_uri": "bq://p-rehearsal.predictions"},
+            },
+        },
+    ],
+)
+def test_the_batch_job_inputs_and_outputs_vertex_takes_are_taken(double, changes):
+    request = batch_request(**changes)
+    created = to_dict(double.job_service.create_job("batch_prediction_job", request))
+    double.job_service.stop()
+    asked = to_dict(request.batch_prediction_job)
+    assert {k: created[k] for k in asked} == asked

@@ -319,10 +319,13 @@ def registry_version_on_gcs(monkeypatch, bucket, model_dir, version="3") -> str:
     return uri
 
 
-def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format, stats=None, **options):
+def planned_batch_job(
+    specs, monkeypatch, tmp_path, instances, instances_format, stats=None, output_prefix="", vertex=None, **options
+):
     """Run the compiled pipeline's two steps: `plan-batch-prediction` (its function, on the pipeline's constants)
     and the GCPC launcher of `model-batch-predict` on the plan's outputs; returns the CreateBatchPredictionJob
-    request's job and the launch (its `gcp_resources` output). `stats`: the finished job's completion stats."""
+    request's job and the launch (its `gcp_resources` output). `stats`: the finished job's completion stats;
+    `vertex`: a started Vertex double the JobService calls reach instead (the caller redirects to it)."""
     from kfp import dsl
 
     from components.plan_batch_prediction import plan_batch_prediction
@@ -333,7 +336,7 @@ def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format,
         "digits",
         "champion",
         instances,
-        "",
+        output_prefix,
         "my-project",
         LOCATION,
         "tfpipe-batch-prediction-20261123",
@@ -341,12 +344,17 @@ def planned_batch_job(specs, monkeypatch, tmp_path, instances, instances_format,
         instances_format=instances_format,
         **options,
     )
-    created = job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob, stats)
+    created = (
+        [] if vertex else job_stubs(monkeypatch, "batch_prediction_job", batch_prediction_job.BatchPredictionJob, stats)
+    )
     model = {"uri": plan.model_uri, "metadata": {"resourceName": plan.model_name}, "type": "google.VertexModel"}
     given = {
         "job_display_name": plan.job_display_name,
         "gcs_source_uris": plan.gcs_source_uris,
+        "bigquery_source_input_uri": plan.bigquery_source_input_uri,
         "gcs_destination_output_uri_prefix": plan.output_prefix,
+        "bigquery_destination_output_uri": plan.bigquery_destination_output_uri,
+        "predictions_format": plan.predictions_format,
         "instances_format": instances_format,
         "key_field": options.get("key_field", ""),
         "manual_batch_tuning_parameters_batch_size": 64,
@@ -598,3 +606,90 @@ def test_every_gcpc_task_that_takes_the_identity_gets_it(specs):
         "deploy-vertex-model": ["service_account"],
         "model-batch-predict": ["service_account", "encryption_spec_key_name"],
     }
+
+
+BATCH_GPU_PLATFORM = Platform.model_validate(
+    {
+        **PLATFORM.model_dump(),
+        "batch_machine_type": "n1-standard-8",
+        "batch_accelerator_type": "NVIDIA_TESLA_T4",
+        "batch_accelerator_count": 2,
+    }
+)
+
+
+def test_a_bigquery_batch_job_on_gpus_reaches_the_vertex_double_as_this_request(
+    monkeypatch, tmp_path, gcs_emulator, iris_model
+):
+    """instances_format bigquery with a bq:// table, predictions into a BigQuery dataset, two T4s a replica: the
+    plan step and GCPC's launcher, through the Vertex double's gRPC API, create exactly this BatchPredictionJob; the
+    double takes it (Vertex's checks) and records it, and the job then fails in one line (no BigQuery here)."""
+    from pipelines.rehearsal import redirect
+    from pipelines.rehearsal.api import VertexDouble
+
+    registry_version_on_gcs(monkeypatch, gcs_emulator, iris_model / "model")
+    spec = {"batch": compiled_docs("vertex", "batch_prediction", BATCH_GPU_PLATFORM)[0]}
+    double = VertexDouble(
+        str(tmp_path / "double"),
+        str(tmp_path / "double" / "state.json"),
+        "my-project",
+        "4711",
+        LOCATION,
+        caller=SA,
+        platform=BATCH_GPU_PLATFORM,
+    ).start()
+    try:
+        with (
+            redirect.redirected(double.grpc_target, double.http_base, "my-project"),
+            pytest.raises(ValueError, match="error state: 5"),
+        ):
+            planned_batch_job(
+                spec,
+                monkeypatch,
+                tmp_path,
+                "bq://my-project.shop.iris_rows",
+                "bigquery",
+                output_prefix="bq://my-project.predictions",
+                key_field="id",
+                vertex=double,
+            )
+    finally:
+        double.stop()
+    records = [json.loads(line) for line in Path(double.requests_path).read_text().splitlines()]
+    [create] = [r["request"] for r in records if r["method"] == "JobService.CreateBatchPredictionJob"]
+    assert create == {
+        "parent": PARENT,
+        "batch_prediction_job": {
+            "display_name": "tfpipe-batch-prediction-20261123-batch",
+            "model": f"{MODEL}@3",
+            "input_config": {
+                "instances_format": "bigquery",
+                "bigquery_source": {"input_uri": "bq://my-project.shop.iris_rows"},
+            },
+            "instance_config": {
+                "key_field": "id",
+                "included_fields": ["sepal length (cm)", "sepal width (cm)", "petal length (cm)", "petal width (cm)"],
+            },
+            "output_config": {
+                "predictions_format": "bigquery",
+                "bigquery_destination": {"output_uri": "bq://my-project.predictions"},
+            },
+            "dedicated_resources": {
+                "machine_spec": {
+                    "machine_type": "n1-standard-8",
+                    "accelerator_type": "NVIDIA_TESLA_T4",
+                    "accelerator_count": 2,
+                },
+                "starting_replica_count": 3,
+                "max_replica_count": 7,
+            },
+            "service_account": SA,
+            "manual_batch_tuning_parameters": {"batch_size": 64},
+            "labels": {**LABELS, "pipeline": "tfpipe-batch-prediction"},
+            "encryption_spec": {"kms_key_name": KEY},
+        },
+    }
+    expect.check_batch_job(create, BATCH_GPU_PLATFORM)
+    assert [e["message"] for e in double.errors] == [
+        "the rehearsal has no BigQuery: a batch job that reads or writes BigQuery is checked and recorded, not run"
+    ]

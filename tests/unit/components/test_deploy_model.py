@@ -91,3 +91,50 @@ def test_smoke_test_fails_on_a_server_error_or_a_different_answer(tmp_path):
             tf_serving.smoke_test(server.rest_url, "toy", 1, rows)
     finally:
         server.stop()
+
+
+def test_the_deploy_starts_a_mutual_tls_server_and_checks_it_over_tls(
+    trained_model, digits_data, tmp_path, monkeypatch
+):
+    """With an SSLConfig file the launched server speaks only TLS and wants a client certificate: the deploy's
+    version check and smoke test reach it with the CA and the client certificate; a check that does not trust the
+    server's CA fails in one line and rolls the version back; stop-serving --model-name reaches it the same way."""
+    from serving.tls import ClientTls
+    from tests.helpers.certificates import make_certificates
+
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    certificates = make_certificates(tmp_path / "certificates")
+    config = certificates.ssl_config(tmp_path / "ssl.cfg", client_verify=True)
+    tls = ClientTls(certificates.ca, certificates.client)
+    base = str(tmp_path / "repo")
+    first = publish(str(trained_model / "model"), base, "digits", {})
+    try:
+        served = tf_serving.deploy(
+            first.number, first.path, str(digits_data), base, "digits", "", 0, 0, ssl_config_file=config, tls=tls
+        )
+        assert served.rest_url.startswith("https://127.0.0.1:") and served.smoke[0].signature == "serving_default"
+        plain = served.rest_url.replace("https://", "http://")
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{plain}/v1/models/digits", timeout=5)
+        second = publish(str(trained_model / "model"), base, "digits", {})
+        with pytest.raises(tf_serving.DeployError) as error:
+            tf_serving.deploy(second.number, second.path, str(digits_data), base, "digits", "", 0, 0, tls=ClientTls())
+        assert str(error.value) == (
+            f"deploying digits version 2 failed, rolled back: TLS to {served.rest_url} failed: [SSL: "
+            "CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate in certificate chain "
+            "(_ssl.c:1006) (the previous version 1 is not serving: TLS to "
+            f"{served.rest_url} failed: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed "
+            "certificate in certificate chain (_ssl.c:1006))"
+        )
+        assert versions(base, "digits") == [1]
+        serving_models.publish(toy_model(str(tmp_path / "staging"), k=3), base, "toy", "1")
+        tf_serving.wait_available(served.rest_url, "toy", 1, tls=tls)
+        stop = CliRunner().invoke(
+            cli,
+            ["stop-serving", "--model-base-path", base, "--model-name", "toy"]
+            + ["--ca-file", certificates.ca, "--client-cert-file", certificates.client],
+        )
+        where = f"pid {served.pid}, REST {served.rest_url}"
+        assert (stop.exit_code, stop.output) == (0, f"stopped serving toy; the server ({where}) keeps serving digits\n")
+    finally:
+        lifecycle.stop_server(base)

@@ -238,8 +238,16 @@ def test_included_and_excluded_fields_without_feature_names(tabular_model, tmp_p
         ("jsonl", {"instance_type": "array"}, "give included_fields"),
         ("jsonl", {"instance_type": "table"}, "unknown instance_type 'table'"),
         ("jsonl", {"key_field": "id", "included_fields": ["id", "a"]}, "key_field 'id' is never sent"),
-        ("file-list", {"excluded_fields": ["a"]}, "excluded_fields applies to jsonl and csv instances, not file-list"),
-        ("tf-record", {"key_field": "k", "instance_type": "array"}, "key_field, instance_type apply to jsonl and csv"),
+        (
+            "file-list",
+            {"excluded_fields": ["a"]},
+            "excluded_fields applies to jsonl, csv and bigquery instances, not file-list",
+        ),
+        (
+            "tf-record",
+            {"key_field": "k", "instance_type": "array"},
+            "key_field, instance_type apply to jsonl, csv and bigquery",
+        ),
     ],
 )
 def test_instance_config_refuses_what_could_not_work(instances_format, options, message):
@@ -425,9 +433,16 @@ def test_bad_arguments_are_rejected_before_any_output(strings_model, tmp_path):
     write_lines(tmp_path / "a.jsonl", ['"x"'])
     with pytest.raises(FileNotFoundError, match="no input files match"):
         batch_predict(strings_model, f"{tmp_path}/a.jsonl,{tmp_path}/nothing-*.jsonl", "jsonl", str(tmp_path), "s")
-    with pytest.raises(ValueError, match="allowed: jsonl, csv, tf-record, tf-record-gzip, file-list"):
-        batch_predict(strings_model, str(tmp_path / "a.jsonl"), "bigquery", str(tmp_path), "s")
-    with pytest.raises(ValueError, match="key_field applies to jsonl and csv"):
+    with pytest.raises(ValueError, match="allowed: jsonl, csv, tf-record, tf-record-gzip, file-list$"):
+        batch_predict(strings_model, str(tmp_path / "a.jsonl"), "parquet", str(tmp_path), "s")
+    with pytest.raises(ValueError) as bigquery:
+        batch_predict(strings_model, "bq://my-project.shop.rows", "bigquery", str(tmp_path), "s")
+    assert str(bigquery.value) == (
+        "instances_format bigquery: the batch predictor of targets local and kubeflow reads files, and there is no "
+        "BigQuery here; run the batch prediction on target vertex, or export the table to files (jsonl, csv, "
+        "tf-record, tf-record-gzip, file-list)"
+    )
+    with pytest.raises(ValueError, match="key_field applies to jsonl, csv and bigquery"):
         batch_predict(strings_model, str(tmp_path / "a.jsonl"), "tf-record", str(tmp_path), "s", key_field="id")
     assert [p.name for p in tmp_path.iterdir()] == ["a.jsonl"]
 
@@ -596,3 +611,13 @@ def test_jsonl_parsed_in_other_processes_writes_what_one_process_writes(tabular_
     files, (succeeded, failed) = outputs[0]
     assert succeeded == 300 and failed > 20
     assert sum(len(c.splitlines()) if isinstance(c, bytes) else len(c) for c in files.values()) == succeeded + failed
+
+
+def test_bigquery_rows_are_arrays_of_the_models_feature_columns_unless_sent_as_objects():
+    """Vertex sends a BigQuery row as an array in the table's column order: the job names the model's feature
+    columns, as for CSV rows; as objects, the row's columns go by name."""
+    features = ["a", "b"]
+    assert instance_config("bigquery", key_field="id", feature_names=features) == InstanceConfig(
+        "", "id", ("a", "b"), (), True
+    )
+    assert instance_config("bigquery", instance_type="object", feature_names=features) == InstanceConfig("object")

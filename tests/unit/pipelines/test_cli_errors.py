@@ -390,3 +390,18 @@ def test_a_compile_output_in_a_read_only_folder_is_one_line():
     result = CliRunner().invoke(cli, ["compile", "--target", "vertex", "--output", output, *IMAGES])
     assert result.exit_code == 1
     assert result.stderr.startswith(f"Error: --output: cannot write {output}: ") and result.stderr.count("\n") == 1
+
+
+def test_a_local_batch_prediction_from_bigquery_is_refused_in_one_line_naming_the_target(tmp_path):
+    result = CliRunner().invoke(
+        cli,
+        ["run", "--pipeline", "batch_prediction", "--instances", "bq://my-project.shop.rows"]
+        + ["--instances-format", "bigquery", "--out", str(tmp_path / "run")],
+    )
+    assert (result.exit_code, result.stderr) == (
+        1,
+        "Error: instances_format bigquery: the batch predictor of target local reads files, and there is no BigQuery "
+        "here; run the batch prediction on target vertex, or export the table to files (jsonl, csv, tf-record, "
+        "tf-record-gzip, file-list)\n",
+    )
+    assert not (tmp_path / "run").exists()

@@ -959,3 +959,73 @@ def test_shipped_config_loads_and_compiles_for_every_profile_once_edited(profile
     assert result.exit_code == 0, result.output
     spec = yaml.safe_load(out.read_text())
     assert spec["root"]["inputDefinitions"]["parameters"]["epochs"]["defaultValue"] == {"dev": 3, "prod": 40}[profile]
+
+
+@pytest.mark.parametrize(
+    "section, setting, message",
+    [
+        (
+            "batch",
+            "{instances: 'bq://my-project.shop.rows', instances_format: jsonl}",
+            "batch: instances bq://my-project.shop.rows is a BigQuery table: set instances_format bigquery (jsonl "
+            "instances are files)",
+        ),
+        (
+            "batch",
+            "{instances: 'gs://b/a.jsonl', instances_format: bigquery}",
+            "batch: instances_format bigquery reads a BigQuery table: give instances as bq://PROJECT.DATASET.TABLE",
+        ),
+        (
+            "batch",
+            "{instances: 'bq://my-project.shop', instances_format: bigquery}",
+            "batch.instances: a BigQuery table bq://PROJECT.DATASET.TABLE (got 'bq://my-project.shop')",
+        ),
+        (
+            "batch",
+            "{output_prefix: 'bq://my-project.a.b'}",
+            "batch.output_prefix: a gs:// URI, or a BigQuery project bq://PROJECT or dataset bq://PROJECT.DATASET "
+            "(got 'bq://my-project.a.b')",
+        ),
+        (
+            "platform",
+            "{batch_accelerator_type: NVIDIA_TESLA_T4}",
+            "platform: batch_accelerator_type and batch_accelerator_count must be set together",
+        ),
+        (
+            "platform",
+            "{batch_accelerator_type: NVIDIA_T4, batch_accelerator_count: 1}",
+            "platform: batch_accelerator_type 'NVIDIA_T4' is not an AcceleratorType of Vertex AI (NVIDIA_TESLA_K80, "
+            "NVIDIA_TESLA_P100, NVIDIA_TESLA_V100, NVIDIA_TESLA_P4, NVIDIA_TESLA_T4, NVIDIA_TESLA_A100, "
+            "NVIDIA_A100_80GB, NVIDIA_L4, NVIDIA_H100_80GB, NVIDIA_H100_MEGA_80GB, NVIDIA_H200_141GB, NVIDIA_B200, "
+            "NVIDIA_GB200, NVIDIA_RTX_PRO_6000, TPU_V2, TPU_V3, TPU_V4_POD, TPU_V5_LITEPOD)",
+        ),
+        (
+            "platform",
+            "{batch_accelerator_type: NVIDIA_L4, batch_accelerator_count: 1}",
+            "platform: batch_accelerator_type NVIDIA_L4 attaches to g2-* machines, not batch_machine_type "
+            "'n1-standard-4'",
+        ),
+    ],
+)
+def test_bigquery_batch_and_batch_accelerators_are_checked_on_load_in_one_line(tmp_path, section, setting, message):
+    (tmp_path / "c.yaml").write_text(f"{section}: {setting}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "c.yaml", environ={})
+    assert str(e.value) == f"invalid configuration: {message}"
+
+
+def test_a_bigquery_batch_on_gpus_loads():
+    config = load_config(
+        None,
+        sets=[
+            "batch.instances=bq://my-project.shop.rows",
+            "batch.instances_format=bigquery",
+            "batch.output_prefix=bq://my-project",
+            "platform.batch_machine_type=g2-standard-8",
+            "platform.batch_accelerator_type=NVIDIA_L4",
+            "platform.batch_accelerator_count=1",
+        ],
+        environ={},
+    )
+    assert (config.batch.instances, config.batch.output_prefix) == ("bq://my-project.shop.rows", "bq://my-project")
+    assert (config.platform.batch_accelerator_type, config.platform.batch_accelerator_count) == ("NVIDIA_L4", 1)
