@@ -181,6 +181,9 @@ def test_a_retraining_on_drifted_data_stops_before_the_study_or_with_warn_trains
     assert trained.returncode == 0, trained.stdout + trained.stderr
     first_drift = summary_of(tmp_path / "run1")["drift"]
     assert first_drift["reason"] == "no champion: no data drift check" and not first_drift["compared"]
+    assert (
+        "<h2>Data drift</h2><p>no champion: no data drift check</p>" in (tmp_path / "run1" / "report.html").read_text()
+    )
 
     stopped = run_cli("run", "--data-source", str(shifted), *common, "--out", str(tmp_path / "run2"))
     assert stopped.returncode == 1

@@ -183,3 +183,35 @@ def test_the_trainer_keeps_the_profile_beside_the_model_and_the_check_reads_it(i
         "v1 carries no profile of its training data (assets.extra/data_profile.json: versions trained before the "
         "data drift check): no data drift check"
     )
+
+
+def test_an_image_folders_profile_counts_every_images_shorter_side_before_resizing(tmp_path):
+    from tests.helpers.data import write_images
+
+    write_images(tmp_path / "small", per_class=12, size=(20, 16))
+    write_images(tmp_path / "small", classes=("owls",), per_class=10, size=(30, 30), fmt="JPEG", seed=1)
+    small = prepare(str(tmp_path / "small"), str(tmp_path / "small-data"), num_workers=1, image_size=12)
+    sizes = small["profile"]["image_sizes"]  # 24 images 16 px high, 10 of 30 px: the first and the last bucket
+    assert [b[2] for b in sizes] == [24, 0, 0, 0, 0, 0, 0, 0, 0, 10]
+    assert (sizes[0][:2], sizes[-1][:2]) == ([16, pytest.approx(17.4)], [pytest.approx(28.6), 30])
+    assert small["profile"]["features"] == {}
+
+    write_images(tmp_path / "large", classes=("cats", "dogs", "owls"), per_class=12, size=(64, 48))
+    large = prepare(str(tmp_path / "large"), str(tmp_path / "large-data"), num_workers=1, image_size=12)
+    assert large["profile"]["image_sizes"] == [[48, 48, 36]]
+    drift = compare(small["profile"], large["profile"], STOP)
+    assert drift["image_sizes"] == {"js_divergence": 1.0, "champion": [16, 30], "data": [48, 48]}
+    assert drift["past"][-1] == (
+        "image sizes: Jensen-Shannon divergence 1.000 (shorter sides 16-30 px → 48-48 px) above "
+        "drift_max_js_divergence 0.2"
+    )
+
+
+def test_a_champion_on_cloud_storage_carries_its_profile(iris_model, gcs_emulator):
+    from pipelines.rehearsal.gcs import upload
+
+    upload(iris_model / "model", "gs://test-bucket/models/iris/3")
+    data = json.loads((iris_model.parent / "data" / "stats.json").read_text())
+    drift = compare_profiles(data, "gs://test-bucket/models/iris/3/", "v3", STOP)
+    assert drift["compared"] and drift["classes"]["l_infinity"] == 0.0
+    assert [f["js_divergence"] for f in drift["features"]] == [0.0, 0.0, 0.0, 0.0]
