@@ -215,6 +215,7 @@ def test_a_retraining_on_drifted_data_stops_before_the_study_or_with_warn_trains
     assert summary["drift"]["past"] == [past] and summary["drift"]["limits"]["drift_action"] == "warn"
     statuses = {s["name"]: s["status"] for s in summary["steps"]}
     assert statuses["check-champion"] == "SUCCEEDED" and statuses["train-model"] == "SUCCEEDED"
+    assert f"  data drift past the limits (warn): {past}\n" in warned.stdout
     log = (tmp_path / "run3" / "logs" / "check-champion.log").read_text()
     assert f"warning: these data drifted from champion v1's training data: {past} (drift_action warn)" in log
     length = next(f for f in summary["drift"]["features"] if f["name"] == "petal length (cm)")
