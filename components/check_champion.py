@@ -1,6 +1,8 @@
 """The champion check right after data prep: a run whose data has other labels, other feature columns or another
 input shape than the champion of its model name stops here, before the study and the training, with the gate's
 message (`components.lib.evaluation.check_compatible`, which checks the trained model again, input names and signatures too).
+Then the data drift check (`components.lib.drift`): the data's profile against the one the champion carries, written
+to the `drift` artifact first, so that the report shows it whatever stops the run.
 
 The champion's side is read from its artifacts without loading the model or importing TensorFlow: the labels and
 feature files the trainer writes beside the SavedModel and the `serving_default` input of `saved_model.pb`; the
@@ -10,9 +12,9 @@ input must take: the same rank and channels, any size where it takes any).
 
 import functools
 
-from kfp.dsl import Dataset, Input
+from kfp.dsl import Artifact, Dataset, Input, Output
 
-from core.schema import FEATURES_FILE, LABELS_FILE
+from core.schema import FEATURES_FILE, LABELS_FILE, PROFILE_FILE
 
 
 def _lines(data: bytes | None) -> list[str] | None:
@@ -121,19 +123,59 @@ def check(stats: dict, champion_path: str, champion_name: str) -> str:
     return f"{name} takes these data: labels {ours['labels']}, serving input {_spec(theirs['input'])}"
 
 
-def check_champion(dataset: Input[Dataset], champion_path: str, champion_name: str):
-    """KFP step: stop the run before the study when the prepared data do not fit the champion of the model name.
+def compare_profiles(stats: dict, champion_path: str, champion_name: str, limits) -> dict:
+    """The drift artifact (`components.lib.drift.compare`) of the data against the champion's training data; a
+    comparison not made when there is no champion or it carries no profile."""
+    import json
+
+    from components.lib.drift import compare, not_compared
+    from core.storage import read_bytes
+
+    if not champion_path:
+        return not_compared("no champion: no data drift check")
+    profile = read_bytes(f"{champion_path.rstrip('/')}/{PROFILE_FILE}")
+    if profile is None:
+        return not_compared(
+            f"{champion_name or 'the champion'} carries no profile of its training data ({PROFILE_FILE}: versions "
+            "trained before the data drift check): no data drift check"
+        )
+    return compare(json.loads(profile), stats["profile"], limits)
+
+
+def check_champion(
+    dataset: Input[Dataset],
+    champion_path: str,
+    champion_name: str,
+    drift_max_class_distance: float,
+    drift_max_js_divergence: float,
+    drift_action: str,
+    drift: Output[Artifact],
+):
+    """KFP step: stop the run before the study when the prepared data do not fit the champion of the model name,
+    or drifted from its training data past the limits (and `drift_action` is stop).
 
     Args:
-        dataset: The prepared data (stats.json: labels, feature columns, input shape).
+        dataset: The prepared data (stats.json: labels, feature columns, input shape, profile).
         champion_path: The champion's SavedModel (empty: no champion).
         champion_name: The champion's name in the message.
+        drift_max_class_distance: The largest L-infinity distance accepted between the class distributions.
+        drift_max_js_divergence: The largest Jensen-Shannon divergence accepted for a numeric feature or the image sizes.
+        drift_action: stop (the run fails) or warn (it goes on) when the data drifted past a limit.
+        drift: The comparison (JSON), for the report.
     """
     import json
     import os
 
-    from components.check_champion import check
+    from components.check_champion import check, compare_profiles
+    from components.lib.drift import DriftLimits, class_changes, verdict
 
     with open(os.path.join(dataset.path, "stats.json")) as f:
         stats = json.load(f)
+    limits = DriftLimits(drift_max_class_distance, drift_max_js_divergence, drift_action)
+    found = compare_profiles(stats, champion_path, champion_name, limits)
+    with open(drift.path, "w") as f:
+        json.dump(found, f, indent=2)
+    for line in class_changes(found, champion_name):
+        print(line)
     print(check(stats, champion_path, champion_name))
+    print(verdict(found, champion_name))

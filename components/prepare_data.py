@@ -18,6 +18,7 @@ from typing import Any
 from kfp.dsl import Artifact, Dataset, Output
 
 from components.lib.prep import dataflow
+from components.lib.prep.profile import data_profile
 from components.lib.prep.rules import shard_count
 from components.lib.prep.source_reads import CsvPlan, list_folder, match_files, plan_csv, write_listing
 from components.lib.prep.sources import IMAGE_EXTENSIONS, SMALL_IMAGE_BYTES, DataError, builtin, is_glob, source_kind
@@ -266,6 +267,7 @@ def _stats(data_source: str, data_fingerprint: str, source: Source, layout, foun
         input_shape, size_reason = [shape["size"], shape["size"], shape["channels"]], shape["reason"]
     splits: dict[str, dict] = {}
     sums = squares = None
+    fine: list[list[dict]] = []  # each training shard's fine feature histograms
     for split in SPLITS:
         count = layout.shards[split]
         per_class = dict.fromkeys(labels, 0)
@@ -285,6 +287,7 @@ def _stats(data_source: str, data_fingerprint: str, source: Source, layout, foun
                 )
                 sq = summary["feature_squares"]
                 squares = sq if squares is None else [a + b for a, b in zip(squares, sq)]
+                fine.append(summary["feature_histograms"])
         splits[split] = {"examples": examples, "per_class": per_class, "shards": count, "bytes": size}
     quarantined = found[QUARANTINE]
     good = sum(s["examples"] for s in splits.values())
@@ -309,6 +312,14 @@ def _stats(data_source: str, data_fingerprint: str, source: Source, layout, foun
     if source.kind == TABULAR and train and sums is not None and squares is not None:
         stats["feature_mean"] = [s / train for s in sums]
         stats["feature_variance"] = [max(q / train - (s / train) ** 2, 0.0) for s, q in zip(sums, squares)]
+    stats["profile"] = data_profile(
+        splits["train"]["per_class"],
+        source.feature_names,
+        stats.get("feature_mean"),
+        stats.get("feature_variance"),
+        fine,
+        found.get("image_sizes.json"),
+    )
     return stats
 
 

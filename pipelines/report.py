@@ -148,6 +148,7 @@ def collect(run_root: Path | None, steps, pipeline_name: str, parameters: dict, 
             "test_accuracy": evaluation and evaluation["accuracy"],
             "test_loss": evaluation and evaluation["loss"],
         },
+        "drift": _json(_output(run_root, "check-champion", "drift")),
         "gate": evaluation and {k: evaluation[k] for k in ("blessed", "reason", "threshold", "tolerance", "champion")},
         "tflite": tflite,
         "tuning": tuning(study_dir),
@@ -283,6 +284,26 @@ td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}td.n{text-align:ri
 {% if s.parameters %}<details><summary>Pipeline parameters</summary><table><tr><th>parameter</th><th>value</th></tr>
 {% for k, v in s.parameters.items() %}<tr><td>{{ k }}</td><td>{{ v|value }}</td></tr>
 {% endfor %}</table></details>{% endif %}
+{% if s.drift %}<h2>Data drift</h2>{% if not s.drift.compared %}<p>{{ s.drift.reason }}</p>{% else %}
+<p>Against the champion's training data, limits: class distance {{ s.drift.limits.drift_max_class_distance }},
+Jensen-Shannon divergence {{ s.drift.limits.drift_max_js_divergence }} ({{ s.drift.limits.drift_action }} past them).
+{% if s.drift.past %}<b>Past the limits:</b> {{ s.drift.past|join("; ") }}{% else %}Nothing past the limits.{% endif %}</p>
+<table><tr><th>class</th><th>champion's share</th><th>this data's share</th></tr>
+{% for c in (s.drift.classes.champion.keys()|list + s.drift.classes.data.keys()|list)|unique %}<tr><td>{{ c }}</td>
+<td class="n">{{ s.drift.classes.champion.get(c, 0)|percent }}</td><td class="n">{{ s.drift.classes.data.get(c, 0)|percent }}</td></tr>
+{% endfor %}<tr><th>L-infinity distance</th><th colspan="2">{{ "%.3f"|format(s.drift.classes.l_infinity) }} (class
+{{ s.drift.classes.at }})</th></tr></table>
+{% if s.drift.features %}<table><tr><th>feature</th><th>Jensen-Shannon divergence</th><th>champion's mean / variance</th>
+<th>this data's mean / variance</th></tr>
+{% for f in s.drift.features %}<tr><td>{{ f.name }}</td><td class="n">{{ "%.3f"|format(f.js_divergence) }}</td>
+<td class="n">{{ "%.4g"|format(f.champion.mean) }} / {{ "%.4g"|format(f.champion.variance) }}</td>
+<td class="n">{{ "%.4g"|format(f.data.mean) }} / {{ "%.4g"|format(f.data.variance) }}</td></tr>
+{% endfor %}</table>{% endif %}
+{% if s.drift.image_sizes %}<p>Image sizes (shorter side): {{ s.drift.image_sizes.champion|join("–") }} px in the
+champion's training data, {{ s.drift.image_sizes.data|join("–") }} px here; Jensen-Shannon divergence
+{{ "%.3f"|format(s.drift.image_sizes.js_divergence) }}</p>{% endif %}{% endif %}
+{% if s.drift.missing %}<p>Classes missing from this data: {{ s.drift.missing|join(", ") }}</p>{% endif %}
+{% if s.drift.new %}<p>New classes in this data: {{ s.drift.new|join(", ") }}</p>{% endif %}{% endif %}
 {% if s.gate %}<h2>Evaluation gate</h2><p><b>{{ "blessed" if s.gate.blessed else "not blessed" }}</b>:
 {{ s.gate.reason }}</p>{% endif %}
 <h2>Metrics</h2><table><tr><th>metric</th><th>value</th></tr>

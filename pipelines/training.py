@@ -1,6 +1,6 @@
 """The training pipeline, defined once for every target.
 
-data prep → champion check → hyperparameter study → training → evaluation gate → (blessed) model upload → (deploy) endpoint deploy,
+data prep → champion check (labels, input, data drift) → hyperparameter study → training → evaluation gate → (blessed) model upload → (deploy) endpoint deploy,
 and TFLite quantization. Tuning, training, upload and deploy are platform services and go through the seam in
 `pipelines.targets`: GCPC ops on Vertex, this project's components on kubeflow and local.
 """
@@ -63,6 +63,9 @@ def build_pipeline(
         max_restarts: int = _D.max_restarts,
         accuracy_threshold: float = _D.accuracy_threshold,
         champion_tolerance: float = _D.champion_tolerance,
+        drift_max_class_distance: float = _D.drift_max_class_distance,
+        drift_max_js_divergence: float = _D.drift_max_js_divergence,
+        drift_action: str = _D.drift_action,
         model_repository: str = _D.model_repository,
         model_name: str = _D.model_name,
         source_commit: str = _D.source_commit,
@@ -101,7 +104,15 @@ def build_pipeline(
         dataset = prep.outputs["dataset"]
         repository = Repository(model_repository=model_repository, model_name=model_name)
         champion = ops.find_champion(repository)
-        fits = ops.check_champion(ChampionCheckInputs(dataset=dataset, champion=champion))
+        fits = ops.check_champion(
+            ChampionCheckInputs(
+                dataset=dataset,
+                champion=champion,
+                drift_max_class_distance=drift_max_class_distance,
+                drift_max_js_divergence=drift_max_js_divergence,
+                drift_action=drift_action,
+            )
+        )
         hyperparameters = ops.tune(
             TuneInputs(
                 dataset=dataset,

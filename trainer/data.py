@@ -21,6 +21,7 @@ from core.schema import (  # noqa: F401 (re-exported)
     IMAGE_BYTES_INPUT,
     IMAGE_BYTES_SIGNATURE,
     LABELS_FILE,
+    PROFILE_FILE,
     SPLITS,
     TABULAR,
     shard_name,

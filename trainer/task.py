@@ -126,6 +126,9 @@ def main(argv=None) -> int:
             if stats.get("feature_names"):  # batch prediction matches CSV headers / object fields to these by name
                 with tf.io.gfile.GFile(f"{args.model_dir}/{data.FEATURES_FILE}", "w") as f:
                     f.write("\n".join(stats["feature_names"]) + "\n")
+            if stats.get("profile"):  # the data drift check compares later data sets with it
+                with tf.io.gfile.GFile(f"{args.model_dir}/{data.PROFILE_FILE}", "w") as f:
+                    json.dump(stats["profile"], f)
             pixels = next(iter(val_ds))[0]
             examples = tf.cast(pixels, tf.float32).numpy()
             input_name = model.inputs[0].name.split(":")[0]  # the serving signature's input

@@ -159,6 +159,8 @@ def _print_summary(s: dict) -> None:
         click.echo(f"  trained with {assignments(s['training']['hyperparameters'])}")
     if s["training"] and s["training"].get("worker_devices"):
         click.echo(f"  devices: {', '.join(f'{n} {d}' for n, d in s['training']['worker_devices'].items())}")
+    if (drift := s.get("drift")) and drift["past"]:
+        click.echo(f"  data drift past the limits ({drift['limits']['drift_action']}): {'; '.join(drift['past'])}")
     if s["gate"]:
         click.echo(f"  gate: {'BLESSED' if s['gate']['blessed'] else 'NOT BLESSED'}: {s['gate']['reason']}")
     if s["tflite"]:

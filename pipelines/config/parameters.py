@@ -65,6 +65,27 @@ class PipelineParameters(BaseModel):
     champion_tolerance: float = Field(
         0.01, ge=0, description=("Evaluation gate: how far below the champion's test accuracy the model may be.")
     )
+    drift_max_class_distance: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description=(
+            "Data drift check: the largest L-infinity distance accepted between the class shares of the champion's "
+            "training split and this data's."
+        ),
+    )
+    drift_max_js_divergence: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description=(
+            "Data drift check: the largest Jensen-Shannon divergence (base 2) accepted between the champion's "
+            "training data and this data, for each numeric feature's histogram and the image sizes'."
+        ),
+    )
+    drift_action: Literal["stop", "warn"] = Field(
+        "stop", description="Data drift check: past a limit, stop the run before the study, or warn and go on."
+    )
     model_repository: Location = Field(
         "",
         description=(

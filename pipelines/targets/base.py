@@ -110,9 +110,17 @@ class SameEverywhere(PlatformOps):
         return self._place(self._quantize(**keywords(inputs)))
 
     def check_champion(self, inputs: ChampionCheckInputs) -> PipelineTask:
-        """Stops the run right after data prep when the data do not fit the champion (labels, input)."""
+        """Stops the run right after data prep when the data do not fit the champion (labels, input) or drifted from
+        its training data past the limits."""
         champion = inputs.champion
-        task = self._check_champion(dataset=inputs.dataset, champion_path=champion.path, champion_name=champion.name)
+        task = self._check_champion(
+            dataset=inputs.dataset,
+            champion_path=champion.path,
+            champion_name=champion.name,
+            drift_max_class_distance=inputs.drift_max_class_distance,
+            drift_max_js_divergence=inputs.drift_max_js_divergence,
+            drift_action=inputs.drift_action,
+        )
         return self._place(task).set_display_name("Check data against the champion")
 
     def evaluate(self, inputs: EvaluateInputs) -> Gate:

@@ -74,10 +74,13 @@ class PrepareInputs:
 
 @dataclass(frozen=True)
 class ChampionCheckInputs:
-    """The prepared dataset and the champion it must fit (labels, input)."""
+    """The prepared dataset, the champion it must fit (labels, input) and the data drift limits."""
 
     dataset: Channel
     champion: Champion
+    drift_max_class_distance: Channel
+    drift_max_js_divergence: Channel
+    drift_action: Channel
 
 
 @dataclass(frozen=True)

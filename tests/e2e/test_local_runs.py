@@ -214,3 +214,70 @@ def test_a_study_over_a_user_models_own_hyperparameter(tmp_path):
     assert (final["model"], final["mixed_precision"]) == (custom, "mixed_bfloat16")
     assert (final["hyperparameters"]["conv_blocks"], final["hyperparameters"]["filters"]) == (best, 4)
     assert final["hyperparameters"]["learning_rate"] == 0.003
+
+
+def test_a_retraining_on_drifted_data_stops_before_the_study_or_with_warn_trains_and_reports_the_drift(tmp_path):
+    """iris as a user's CSV trained and published; the next export's petal length shifted by 3 cm: the run stops
+    at the champion check with the drift line, before the study; with drift_action warn it trains, and the report
+    shows the comparison."""
+    from sklearn.datasets import load_iris
+
+    from tests.helpers.data import IRIS_FEATURES, iris_csv
+
+    first, _ = iris_csv(tmp_path / "iris.csv", [*IRIS_FEATURES, "label"])
+    bunch = load_iris()
+    shifted = tmp_path / "shifted.csv"
+    shifted.write_text(
+        ",".join([*IRIS_FEATURES, "label"])
+        + "\n"
+        + "".join(
+            f"{a},{b},{c + 3.0},{d},{bunch.target_names[t]}\n" for (a, b, c, d), t in zip(bunch.data, bunch.target)
+        )
+    )
+    common = ["--no-tune", "--no-deploy", "--epochs", "3", "--accuracy-threshold", "0"]
+    common += ["--model-repository", str(tmp_path / "repo"), "--model-name", "iris"]
+    trained = run_cli("run", "--data-source", first, *common, "--out", str(tmp_path / "run1"))
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    first_drift = summary_of(tmp_path / "run1")["drift"]
+    assert first_drift["reason"] == "no champion: no data drift check" and not first_drift["compared"]
+    assert (
+        "<h2>Data drift</h2><p>no champion: no data drift check</p>" in (tmp_path / "run1" / "report.html").read_text()
+    )
+
+    stopped = run_cli("run", "--data-source", str(shifted), *common, "--out", str(tmp_path / "run2"))
+    assert stopped.returncode == 1
+    summary = summary_of(tmp_path / "run2")
+    (past,) = summary["drift"]["past"]
+    assert past.startswith("feature 'petal length (cm)': Jensen-Shannon divergence ")
+    assert past.endswith(" above drift_max_js_divergence 0.2")
+    assert (
+        f"Error: check-champion: these data drifted from champion v1's training data: {past}. Check the data; to "
+        "train on them anyway set drift_action to warn (stop | warn) or raise the limit"
+    ) in stopped.stdout + stopped.stderr
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses["check-champion"] == "FAILED" and statuses.get("tune-hyperparameters") != "SUCCEEDED"
+    assert statuses.get("train-model") != "SUCCEEDED"
+    assert f"<b>Past the limits:</b> {past}</p>" in (tmp_path / "run2" / "report.html").read_text()
+
+    warned = run_cli(
+        "run",
+        "--data-source",
+        str(shifted),
+        *common,
+        "--set",
+        "parameters.drift_action=warn",
+        "--out",
+        str(tmp_path / "run3"),
+    )
+    assert warned.returncode == 0, warned.stdout + warned.stderr
+    summary = summary_of(tmp_path / "run3")
+    assert summary["drift"]["past"] == [past] and summary["drift"]["limits"]["drift_action"] == "warn"
+    statuses = {s["name"]: s["status"] for s in summary["steps"]}
+    assert statuses["check-champion"] == "SUCCEEDED" and statuses["train-model"] == "SUCCEEDED"
+    assert f"  data drift past the limits (warn): {past}\n" in warned.stdout
+    log = (tmp_path / "run3" / "logs" / "check-champion.log").read_text()
+    assert f"warning: these data drifted from champion v1's training data: {past} (drift_action warn)" in log
+    length = next(f for f in summary["drift"]["features"] if f["name"] == "petal length (cm)")
+    report = (tmp_path / "run3" / "report.html").read_text()
+    assert "<h2>Data drift</h2>" in report
+    assert f'<tr><td>petal length (cm)</td><td class="n">{length["js_divergence"]:.3f}</td>' in report

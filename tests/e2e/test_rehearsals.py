@@ -42,6 +42,7 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     epochs = [line for line in job_log.read_text().splitlines() if line.startswith('TFPIPE_PROGRESS {"stage": "train"')]
     assert any('"event": "epoch"' in line and '"done": 3, "total": 3' in line for line in epochs), epochs
     assert summary["gate"]["blessed"] and summary["gate"]["champion"] is None
+    assert summary["drift"]["reason"] == "no champion: no data drift check"
     [model] = summary["vertex"]["models"]
     assert set(model["versions"][0]["aliases"]) == {"default", "champion"}  # moved once the version served
     assert model["versions"][0]["labels"] == {**expect.resource_labels(platform), "source_commit": commit}
@@ -82,6 +83,9 @@ def test_two_rehearsals_a_canary_its_promotion_and_a_batch_job(tmp_path):
     assert len(summary["tuning"]["trials"]) == 2 and summary["tuning"]["best"]["status"] == "SUCCEEDED"
     assert statuses["model-upload"] == "SUCCEEDED" and statuses["create-model"] == "SKIPPED"
     assert summary["gate"]["champion"]["name"] == f"champion {model['name']}@1"
+    # the data drift check read the profile the first run's trainer kept beside its model in the registry: the same data
+    assert summary["drift"]["compared"] and summary["drift"]["classes"]["l_infinity"] == 0.0
+    assert summary["drift"]["past"] == [] and summary["drift"]["missing"] == summary["drift"]["new"] == []
     assert f"champion {model['name']}@1's" in summary["gate"]["reason"]
     expect.check_tuning_job(recorded(tmp_path / "run2", "JobService.CreateHyperparameterTuningJob")[0], platform, study)
     [endpoint] = summary["vertex"]["endpoints"]

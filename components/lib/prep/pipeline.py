@@ -4,6 +4,7 @@ several, Dataflow on Vertex AI).
     work items ─ read and route ─┬─ records ─ sorted runs ─ group by shard ─ merge (decode images) ─ TFRecord shards
     (CSV ranges, image files,    ├─ labels (a combiner) ─────────────────┘ side inputs: label ids, image shape
      built-in records)           ├─ image headers (a combiner) ──────────────────────────────────────┘
+                                 │                 └─ images per shorter side (noted for the data profile)
                                  └─ quarantined ─ sorted runs ─┐
                                             bad images' runs ──┴─ merged after the run ─ quarantine.jsonl
 
@@ -12,7 +13,8 @@ Memory does not grow with the data: each record goes by its key's hash to a shar
 is written by merging its runs. A shard's order is a total order of its records, so the output does not depend on how
 the runner cut the work. Elements are batches (a work item's records for one shard): Beam's cost per element is not
 paid per record. Each merge writes a summary (counts per class, bytes, and for training shards the sums of the
-features and of their squares), which `components.prepare_data` adds up in shard order into stats.json.
+features and of their squares and their fine histograms), which `components.prepare_data` adds up in shard order into
+stats.json.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import functools
 import json
 import typing
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future
 
@@ -199,28 +202,27 @@ class Merge(beam.DoFn):
 
 
 def header_summary(headers: list[tuple[str, int] | None]) -> tuple:
-    """Image headers (mode, shorter side; None: unreadable) → (the modes seen, the smallest side, the largest)."""
+    """Image headers (mode, shorter side; None: unreadable) → (the modes seen, {shorter side: images})."""
     read = [h for h in headers if h is not None]
-    sides = [side for _, side in read]
-    return frozenset(mode for mode, _ in read), min(sides, default=None), max(sides, default=None)
+    return frozenset(mode for mode, _ in read), dict(Counter(side for _, side in read))
 
 
 class ShapeOf(beam.CombineFn):
     """`header_summary`s → the summary of all their headers."""
 
     def create_accumulator(self):
-        return frozenset(), None, None
+        return frozenset(), {}
 
     def add_input(self, acc, summary):
         return self.merge_accumulators([acc, summary])
 
     def merge_accumulators(self, accs):
-        modes, low, high = frozenset(), None, None
-        for m, lo, hi in accs:
+        modes: frozenset = frozenset()
+        sides: Counter = Counter()
+        for m, s in accs:
             modes |= m
-            low = lo if low is None else (low if lo is None else min(low, lo))
-            high = hi if high is None else (high if hi is None else max(high, hi))
-        return modes, low, high
+            sides.update(s)
+        return modes, dict(sides)
 
     def extract_output(self, acc):
         return acc
@@ -230,12 +232,17 @@ def image_shape(headers: tuple, image_size: int) -> ImageShape:
     """The ImageShape of the combined headers (explicit size, or the images' own up to the cap)."""
     from components.lib.prep.sources import GRAYSCALE_MODES, default_image_size
 
-    modes, low, high = headers
+    modes, sides = headers
     channels = 1 if modes and modes <= GRAYSCALE_MODES else 3
     if image_size:
         return ImageShape(image_size, channels, f"{image_size} px: set by image_size")
-    size, reason = default_image_size([s for s in (low, high) if s is not None])
+    size, reason = default_image_size([min(sides), max(sides)] if sides else [])
     return ImageShape(size, channels, reason)
+
+
+def image_sizes(headers: tuple) -> list[list[int]]:
+    """The combined headers' images per shorter side, [[side, images], ...] in ascending sides."""
+    return [[side, n] for side, n in sorted(headers[1].items())]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -251,9 +258,14 @@ def build(p: beam.Pipeline, layout: Layout, items: list, csv_plan: CsvPlan | Non
     )
     shape = None
     if folder:
+        headers = prepared.headers | "Shape" >> beam.CombineGlobally(ShapeOf())
+        _ = (
+            headers
+            | "Sides" >> beam.Map(image_sizes)
+            | "Note sides" >> beam.Map(_note, f"{layout.temp_dir}/summaries/image_sizes.json")
+        )
         shape = beam.pvalue.AsSingleton(
-            prepared.headers
-            | "Shape" >> beam.CombineGlobally(ShapeOf())
+            headers
             | "Size" >> beam.Map(image_shape, layout.image_size)
             | "Note size" >> beam.Map(_note, f"{layout.temp_dir}/summaries/image_shape.json")
         )
@@ -288,9 +300,9 @@ def _note(value, path: str):
 
 def summaries(layout: Layout) -> dict:
     """After the pipeline: quarantine.jsonl written, and what the pipeline noted, {name: summary} (shards, labels,
-    image shape; quarantine.jsonl: its line count)."""
+    image shape and sizes; quarantine.jsonl: its line count)."""
     found: dict = {QUARANTINE: write_quarantine(layout)}
-    for name in [*layout.destinations(), "labels.json", "image_shape.json"]:
+    for name in [*layout.destinations(), "labels.json", "image_shape.json", "image_sizes.json"]:
         data = read_bytes(f"{layout.temp_dir}/summaries/{name}" + ("" if name.endswith(".json") else ".json"))
         if data is not None:
             found[name] = json.loads(data)

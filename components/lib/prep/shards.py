@@ -235,18 +235,21 @@ def write_shard(
         "bytes": writer.bytes,
         "feature_sums": None if totals is None else totals[0],
         "feature_squares": None if totals is None else totals[1],
+        "feature_histograms": None if sums is None else sums.histograms(),
     }
 
 
 class FeatureSums:
     """The sums of feature vectors (float32 bytes) and of their squares, in float64, added a block of
-    `BLOCK` vectors at a time in the order given: the same order, the same sums."""
+    `BLOCK` vectors at a time in the order given: the same order, the same sums. With them, each feature's fine
+    histogram over the shard's own range (`fine_histograms`): the shard's vectors are held until its end."""
 
     BLOCK = 4096
 
     def __init__(self):
         self.block: list[bytes] = []
         self.sums = self.squares = None
+        self.folded: list[np.ndarray] = []
 
     def add(self, payload: bytes) -> None:
         self.block.append(payload)
@@ -259,6 +262,7 @@ class FeatureSums:
         sums, squares = x.sum(axis=0), (x * x).sum(axis=0)
         self.sums = sums if self.sums is None else self.sums + sums
         self.squares = squares if self.squares is None else self.squares + squares
+        self.folded.append(x)
         self.block = []
 
     def totals(self) -> tuple[list[float], list[float]] | None:
@@ -267,6 +271,42 @@ class FeatureSums:
         if self.sums is None or self.squares is None:
             return None
         return self.sums.tolist(), self.squares.tolist()
+
+    def histograms(self) -> list[dict] | None:
+        """`fine_histograms` of the vectors added (None without any)."""
+        if self.block:
+            self._fold()
+        return fine_histograms(np.concatenate(self.folded)) if self.folded else None
+
+
+FINE_BINS = 1024  # a training shard's buckets per feature, over the shard's own [min, max]
+
+
+def fine_histograms(x: np.ndarray) -> list[dict]:
+    """Each column's histogram over `FINE_BINS` equal-width buckets between its minimum and maximum (one bucket
+    when they are equal): {"low", "high", "bins": the non-empty buckets' indices, "counts"}. The shards' fine
+    histograms make the data set's standard histograms (`components.lib.histograms.standard`): a shard's histogram
+    depends only on its records, so every runner gives the same."""
+    low, high = x.min(axis=0), x.max(axis=0)
+    width = np.where(high > low, high - low, 1.0)
+    index = np.minimum(((x - low) / width * FINE_BINS).astype(np.int64), FINE_BINS - 1)
+    out = []
+    for j in range(x.shape[1]):
+        counts = np.bincount(index[:, j], minlength=FINE_BINS)
+        bins = np.flatnonzero(counts)
+        out.append(
+            {"low": float(low[j]), "high": float(high[j]), "bins": bins.tolist(), "counts": counts[bins].tolist()}
+        )
+    return out
+
+
+def fine_buckets(hist: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A fine histogram's non-empty buckets as (lows, highs, counts); a point bucket when its low is its high."""
+    bins = np.asarray(hist["bins"], np.float64)
+    width = (hist["high"] - hist["low"]) / FINE_BINS
+    lows = hist["low"] + bins * width
+    highs = np.where(bins == FINE_BINS - 1, hist["high"], hist["low"] + (bins + 1) * width)
+    return lows, highs, np.asarray(hist["counts"], np.float64)
 
 
 def write_quarantine(layout: Layout) -> int:

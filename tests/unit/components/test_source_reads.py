@@ -90,10 +90,10 @@ def test_image_work_items_and_header_summaries(tmp_path):
     assert str(records[1][3]) == "not a PNG or JPEG file"
 
     summaries = [header_summary([("RGB", 30), None]), header_summary([None]), header_summary([("L", 24), ("RGB", 40)])]
-    assert summaries[1] == (frozenset(), None, None)
+    assert summaries[1] == (frozenset(), {})
     combine = ShapeOf()
     acc = combine.merge_accumulators([combine.add_input(combine.create_accumulator(), s) for s in summaries])
-    assert combine.extract_output(acc) == (frozenset({"RGB", "L"}), 24, 40)
+    assert combine.extract_output(acc) == (frozenset({"RGB", "L"}), {30: 1, 24: 1, 40: 1})
 
 
 def _jpeg(path, pixels, **options):
