@@ -20,17 +20,19 @@ class EpochLog(keras.callbacks.Callback):
     append) and reports the epoch's `metric_tag` metric (a name of Keras's logs, e.g. val_loss) to hypertune under
     that name, so the trainer can serve as a tuning trial.
 
-    With `resume=True` the lines of an interrupted earlier attempt are kept, so a restarted group continues them.
+    `resume`: the epochs an earlier attempt completed that this one resumes after (`checkpoints.resume_point`);
+    its lines of those epochs are kept, so a restarted training continues them (0: none kept).
     """
 
-    def __init__(self, path: str | None, metric_tag: str, resume: bool):
+    def __init__(self, path: str | None, metric_tag: str, resume: int):
         super().__init__()
         self.path, self.metric_tag = path, metric_tag
         self.hypertune = hypertune.HyperTune() if path else None
         self.lines: list[str] = []
         if path and resume and tf.io.gfile.exists(path):
             with tf.io.gfile.GFile(path) as f:
-                self.lines = [line for line in f.read().splitlines() if line.strip()]
+                lines = [line for line in f.read().splitlines() if line.strip()]
+            self.lines = [line for line in lines if json.loads(line)["epoch"] <= resume]
         self.last: dict = {}
 
     @property
@@ -58,9 +60,12 @@ class ProgressLog(keras.callbacks.Callback):
     where a restarted group resumes), the running epoch's step and loss at most every `interval` seconds, and each
     completed epoch with its metrics, examples/s and an estimate of the time left."""
 
-    def __init__(self, global_batch: int, interval: float = 2.0, clock=time.monotonic):
+    def __init__(
+        self, global_batch: int, interval: float = 2.0, clock=time.monotonic, resumed_from: str = "the backup"
+    ):
         super().__init__()
         self.global_batch, self.interval, self.clock = global_batch, interval, clock
+        self.resumed_from = resumed_from
         self._supports_tf_logs = True  # batch logs stay tensors: read only when a line is due
         self.epoch_seconds: list[float] = []
         self.epoch = 0
@@ -77,7 +82,7 @@ class ProgressLog(keras.callbacks.Callback):
         epochs, steps = self.params["epochs"], self.params["steps"]
         if not self.started:
             self.started = self.epoch_started
-            where = "starting" if epoch == 0 else "resuming from the backup at"
+            where = "starting" if epoch == 0 else f"resuming from {self.resumed_from} at"
             progress.emit(
                 "train",
                 "start",

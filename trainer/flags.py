@@ -157,6 +157,11 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help=f"the metric reported to hypertune each epoch, under its own name: one of {', '.join(METRIC_GOALS)} "
         f"(default: ${METRIC_TAG_ENV}, else val_accuracy)",
     )
+    p.add_argument(
+        "--warm-start-from",
+        default="",
+        help="a kept checkpoint folder (e.g. a trial's <checkpoint-dir>/best): start from its weights unless resuming",
+    )
     return p
 
 

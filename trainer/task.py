@@ -4,7 +4,8 @@
 Output locations follow Vertex AI: `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and `AIP_TENSORBOARD_LOG_DIR` when set,
 else `<job-dir>/model`, `<job-dir>/checkpoints`, `<job-dir>/logs`. The chief also writes `<job-dir>/metrics.json`
 and `<job-dir>/history.jsonl` (one line per completed epoch, across restarts), and prints the progress lines of
-`core.progress` (stage `train`).
+`core.progress` (stage `train`). The best and the last epoch's checkpoints are kept under the checkpoint folder
+(`trainer.checkpoints`); a restarted training resumes from its backup, else from `last`.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
     import tensorflow as tf
 
     from core import warmup
-    from trainer import callbacks, data, model as models
+    from trainer import callbacks, checkpoints, data, model as models
 
     build = builder.load(args.model)  # a missing builder fails before the cluster forms
     own = hyperparameters.training(**{name: args.hyperparameters[name] for name in args.declaration.training})
@@ -105,12 +106,19 @@ def main(argv=None) -> int:
             steps_per_execution=execution,
         )
 
+    resume = checkpoints.resume_point(args.checkpoint_dir)
+    checkpoints.restore_last(model, resume)
+    if resume.source == "last":
+        print(f"[trainer] no complete backup: resuming after epoch {resume.epochs} from {resume.described}", flush=True)
+    elif args.warm_start_from and not resume.epochs:
+        try:
+            kept = checkpoints.warm_start(model, args.warm_start_from)
+        except checkpoints.WarmStartError as e:
+            raise SystemExit(f"error: {e}") from None
+        print(f"[trainer] warm start from {kept.path} (epoch {kept.epoch}: {kept.metric}={kept.value})", flush=True)
     log_dir = distribute.write_location(args.log_dir, cluster)
-    backup_dir = f"{args.checkpoint_dir}/backup"
     epoch_log = callbacks.EpochLog(
-        f"{args.job_dir}/history.jsonl" if cluster.is_chief else None,
-        args.hypertune_metric_tag,
-        resume=bool(tf.io.gfile.glob(f"{backup_dir}/*")),  # a backup left by an interrupted attempt
+        f"{args.job_dir}/history.jsonl" if cluster.is_chief else None, args.hypertune_metric_tag, resume.epochs
     )
 
     def finish() -> None:
@@ -166,12 +174,14 @@ def main(argv=None) -> int:
         validation_data=val_ds,
         # one step a call: Keras finds the end of the validation stream itself (tests compare the two)
         validation_steps=validation_steps(stats, global_batch, cluster.num_workers) if execution > 1 else None,
+        initial_epoch=resume.epochs if resume.source == "last" else 0,  # a backup sets it itself
         verbose=2,
         callbacks=[
-            models.keras.callbacks.BackupAndRestore(backup_dir),
+            epoch_log,  # first: no backup or checkpoint is ahead of the history it trims to on a restart
+            models.keras.callbacks.BackupAndRestore(f"{args.checkpoint_dir}/{checkpoints.BACKUP}"),
+            checkpoints.KeptCheckpoints(args.checkpoint_dir, args.hypertune_metric_tag, cluster, resume),
             models.keras.callbacks.TensorBoard(log_dir),
-            epoch_log,
-            *([callbacks.ProgressLog(global_batch)] if cluster.is_chief else []),
+            *([callbacks.ProgressLog(global_batch, resumed_from=resume.described)] if cluster.is_chief else []),
             # last: after the backup's removal and TensorBoard's flush
             callbacks.FinishAndExit(finish, None if os.environ.get(IN_PROCESS_ENV) else os._exit),
         ],

@@ -1,0 +1,142 @@
+"""Checkpoints kept (`trainer.checkpoints`): the best and the last epoch's after a run, a cancelled training resuming
+after its last checkpoint, and a warm start from a best checkpoint (a mismatching one refused in one line)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers.processes import train
+from tests.helpers.shared import built_once
+
+KEPT_FLAGS = ("--epochs", "6", "--learning-rate", "0.02", "--hypertune-metric-tag", "val_loss")
+
+
+def history(job):
+    return [json.loads(line) for line in (job / "history.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def kept_job(digits_data, tmp_path_factory):
+    """A training of 6 epochs on digits whose validation loss is lowest before its last epoch."""
+    return built_once(tmp_path_factory, "kept-checkpoints", lambda job: train(digits_data, job, *KEPT_FLAGS))
+
+
+def compiled_model(data_dir, *flags):
+    """The default builder's model for the digits data, compiled as the trainer compiles it; its validation data."""
+    import tf_keras as keras
+
+    from trainer import builder, data
+    from trainer.flags import parse_args
+
+    args = parse_args(["--data-dir", str(data_dir), "--job-dir", "unused", *flags])
+    stats = data.load_stats(str(data_dir))
+    model = builder.load(args.model)(stats, args)
+    model.compile(
+        optimizer=keras.optimizers.Adam(args.learning_rate),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=["accuracy"],
+    )
+    return model, data.make_dataset(str(data_dir), "val", stats, 32, training=False)
+
+
+def test_the_best_and_the_last_epoch_are_kept_with_their_records(kept_job, digits_data):
+    """`best` is the epoch of lowest val_loss (the goal of --hypertune-metric-tag val_loss), `last` the 6th; each
+    record holds its epoch's metrics as history.jsonl has them, and the checkpoint holds that epoch's weights."""
+    import tensorflow as tf
+
+    epochs = history(kept_job)
+    best_epoch = min(epochs, key=lambda h: h["val_loss"])["epoch"]
+    assert best_epoch != 6  # the run this test needs: a best epoch before the last
+    folder = kept_job / "checkpoints"
+    for name, epoch in (("best", best_epoch), ("last", 6)):
+        record = json.loads((folder / name / "checkpoint.json").read_text())
+        line = {k: v for k, v in epochs[epoch - 1].items() if k not in ("epoch", "time")}
+        assert record == {
+            "epoch": epoch,
+            "prefix": f"epoch-{epoch:04d}",
+            "metric": "val_loss",
+            "goal": "minimize",
+            "metrics": line,
+        }
+        assert sorted(os.listdir(folder / name)) == [
+            "checkpoint.json",
+            f"epoch-{epoch:04d}.data-00000-of-00001",
+            f"epoch-{epoch:04d}.index",
+        ]
+        model, val = compiled_model(digits_data)
+        tf.train.Checkpoint(model=model).read(str(folder / name / f"epoch-{epoch:04d}")).expect_partial()
+        loss, accuracy = model.evaluate(val, verbose=0)
+        assert (loss, accuracy) == pytest.approx((line["val_loss"], line["val_accuracy"]), rel=1e-5)
+    assert not list((folder / "backup").iterdir())  # BackupAndRestore's, removed after the run
+
+
+def test_a_cancelled_training_without_a_complete_backup_resumes_after_its_last_checkpoint(digits_data, tmp_path):
+    """A training cancelled (SIGTERM) after its third epoch, its backup incomplete (the index a CheckpointManager writes
+    last is missing, as when the process ends during the save): the next attempt in the same job folder loads `last`
+    and continues at the next epoch; history.jsonl continues."""
+    from trainer import checkpoints
+
+    job = tmp_path / "job"
+    command = [sys.executable, "-m", "trainer.task", "--data-dir", str(digits_data), "--job-dir", str(job)]
+    command += ["--epochs", "5", "--steps-per-epoch", "400", "--hypertune-metric-tag", "val_loss"]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while first.poll() is None and not ((job / "history.jsonl").exists() and len(history(job)) >= 3):
+        time.sleep(0.05)  # `last` is saved after the epoch's history line: at least epoch 2's is complete
+    first.send_signal(signal.SIGTERM)
+    assert first.wait() == -signal.SIGTERM
+    done = checkpoints.read(str(job / "checkpoints" / "last")).epoch
+    assert 2 <= done < 5
+    (job / "checkpoints" / "backup" / "chief" / "checkpoint").unlink()
+    assert checkpoints.resume_point(str(job / "checkpoints")).source == "last"
+
+    again = subprocess.run(command, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    prefix = job / "checkpoints" / "last" / f"epoch-{done:04d}"
+    assert f"[trainer] no complete backup: resuming after epoch {done} from the last checkpoint ({prefix})\n" in (
+        again.stdout
+    )
+    assert f"Epoch {done + 1}/5" in again.stdout and "Epoch 1/5" not in again.stdout
+    assert [h["epoch"] for h in history(job)] == [1, 2, 3, 4, 5]
+    assert checkpoints.read(str(job / "checkpoints" / "last")).epoch == 5
+
+
+def test_a_warm_start_loads_the_best_checkpoints_weights_and_keeps_its_own_optimizer(kept_job, digits_data):
+    from trainer import checkpoints
+
+    model, val = compiled_model(digits_data, "--learning-rate", "0.005")
+    kept = checkpoints.warm_start(model, str(kept_job / "checkpoints" / "best"))
+    assert kept == checkpoints.read(str(kept_job / "checkpoints" / "best"))
+    loss, accuracy = model.evaluate(val, verbose=0)
+    assert (loss, accuracy) == pytest.approx((kept.metrics["val_loss"], kept.metrics["val_accuracy"]), rel=1e-5)
+    assert float(model.optimizer.learning_rate.numpy()) == pytest.approx(0.005)
+    assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def test_the_trainer_warm_starts_and_refuses_a_checkpoint_of_another_architecture(kept_job, digits_data, tmp_path):
+    best = kept_job / "checkpoints" / "best"
+    kept = json.loads((best / "checkpoint.json").read_text())
+    command = [sys.executable, "-m", "trainer.task", "--data-dir", str(digits_data), "--epochs", "1"]
+    warm = subprocess.run(
+        [*command, "--job-dir", str(tmp_path / "warm"), "--warm-start-from", str(best)], capture_output=True, text=True
+    )
+    assert warm.returncode == 0, warm.stderr[-2000:]
+    assert (
+        f"[trainer] warm start from {best}/{kept['prefix']} (epoch {kept['epoch']}: "
+        f"val_loss={kept['metrics']['val_loss']})\n" in warm.stdout
+    )
+    assert history(tmp_path / "warm")[0]["val_accuracy"] > kept["metrics"]["val_accuracy"] - 0.1
+    wider = subprocess.run(
+        [*command, "--job-dir", str(tmp_path / "wider"), "--hidden-units", "64", "--warm-start-from", str(best)],
+        capture_output=True,
+        text=True,
+    )
+    assert wider.returncode == 1
+    last = wider.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: --warm-start-from {best}: its weights do not fit this model (")
+    assert last.endswith("); warm-start the same --model with the same architecture hyperparameters")
+    assert not (tmp_path / "wider" / "history.jsonl").exists()
