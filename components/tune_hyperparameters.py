@@ -173,6 +173,7 @@ def tune_hyperparameters(
         write_skipped_study,
     )
     from components.tune_hyperparameters import run_study
+    from trainer.environment import best_checkpoint
     from trainer.flags import TrainerSetup, command_line
 
     hyperparameters = pipeline_hyperparameters(batch_size, learning_rate)
@@ -189,13 +190,14 @@ def tune_hyperparameters(
             trainer=TrainerSetup.from_dict(trainer),
         ),
     )
-    hyperparameters = with_best_trial(hyperparameters, result["best"]["parameters"])
+    best = result["best"]
+    warm = best_checkpoint(best["output_dir"]) if result["spec"]["warm_start"] else ""
+    hyperparameters = with_best_trial(hyperparameters, best["parameters"], warm_start_from=warm)
     tuning.metadata.update(
         best_metric=result["best"]["metric"],
         best_parameters=result["best"]["parameters"],
         trials=len(result["trials"]),
         seconds=result["seconds"],
     )
-    best = result["best"]
     print(best_trial_message(best["trial_id"], study_spec["metric_id"], best["metric"], hyperparameters))
     return hyperparameters

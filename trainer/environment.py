@@ -20,6 +20,15 @@ def use_legacy_keras(environ: MutableMapping[str, str] = os.environ) -> None:
         environ.setdefault(name, value)
 
 
+# The folder of the best epoch's checkpoint under a job's checkpoint folder (`trainer.checkpoints`).
+BEST_CHECKPOINT = "best"
+
+
+def best_checkpoint(base: str) -> str:
+    """The kept best checkpoint of a job or trial writing under `base` (see `output_dirs`)."""
+    return f"{output_dirs(base)['AIP_CHECKPOINT_DIR']}/{BEST_CHECKPOINT}"
+
+
 def output_dirs(base: str, model_dir: str = "") -> dict[str, str]:
     """Vertex AI's output variables of a job or trial writing under `base` (`model_dir`: the model elsewhere)."""
     return {

@@ -14,7 +14,7 @@ from kfp.dsl import PipelineTask
 
 from components import deploy_model_at_url, deploy_model_on_kserve, train_model_on_operator, tune_on_katib
 from pipelines.config import ConfigError, Platform
-from pipelines.targets.base import component, uncached
+from pipelines.targets.base import component, refuse_warm_start, uncached
 from pipelines.targets.inputs import (
     BatchPredictInputs,
     Channel,
@@ -79,6 +79,7 @@ class KubeflowOps(SelfHostedOps):
         return kubernetes.use_field_path_as_env(self._place(task), kube.RUN_ID_ENV, kube.RUN_ID_FIELD)
 
     def tune(self, inputs: TuneInputs) -> Channel:
+        refuse_warm_start(inputs, "kubeflow")  # its trials' folders are not the training's to read
         if self.kubeflow.tuning == "pod":
             return super().tune(inputs)
         try:

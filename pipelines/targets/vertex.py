@@ -35,7 +35,7 @@ from components import (
 )
 from pipelines.config import Platform
 from pipelines.config.platform import PREBUILT_SERVING
-from pipelines.targets.base import SameEverywhere, champion_of, component, uncached
+from pipelines.targets.base import SameEverywhere, champion_of, component, refuse_warm_start, uncached
 from pipelines.targets.inputs import (
     BatchPredictInputs,
     Champion,
@@ -168,6 +168,7 @@ class VertexOps(SameEverywhere):
         the fields its 2.22 op lacks; every setting also keys the plan's cache)."""
         from components import hyperparameter_tuning_job
 
+        refuse_warm_start(inputs, "vertex")
         p, study = self.platform, inputs.study
         with dsl.If(inputs.enabled == True, name="tuning-enabled"):  # noqa: E712 (KFP condition)
             defaults = self._defaults(batch_size=inputs.batch_size, learning_rate=inputs.learning_rate).after(

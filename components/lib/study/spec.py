@@ -104,6 +104,11 @@ class StudySpec(BaseModel):
     max_failed_trial_count: int = 1
     algorithm: Literal["default", "grid", "random"] = "default"
     measurement: Literal["last", "best"] = "last"  # which of a trial's hypertune reports counts
+    warm_start: bool = Field(
+        False,
+        description="Start the final training from the best trial's best checkpoint (its `checkpoints/best`: the "
+        "weights of its best epoch by metric_id) instead of fresh weights; the local target only.",
+    )
 
     @field_validator("metric_id")
     @classmethod
@@ -220,9 +225,10 @@ def pipeline_hyperparameters(batch_size: int, learning_rate: float) -> dict:
     return {"batch_size": batch_size, "learning_rate": learning_rate}
 
 
-def with_best_trial(hyperparameters: dict, best: dict) -> dict:
-    """The final training's hyperparameters after a study: the pipeline's, overridden by the best trial's values."""
-    return {**hyperparameters, **best}
+def with_best_trial(hyperparameters: dict, best: dict, warm_start_from: str = "") -> dict:
+    """The final training's hyperparameters after a study: the pipeline's, overridden by the best trial's values,
+    and the trainer's `warm_start_from` (a kept checkpoint folder) when given."""
+    return {**hyperparameters, **best, **({"warm_start_from": warm_start_from} if warm_start_from else {})}
 
 
 def write_skipped_study(directory: str) -> None:

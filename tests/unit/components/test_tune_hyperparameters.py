@@ -225,3 +225,58 @@ def test_a_study_minimizing_val_loss_picks_the_trial_with_the_lowest(tmp_path):
     assert (result["best"]["parameters"], result["best"]["metric"]) == ({"hidden_units": 2}, 0.2)
     reports = [json.loads(x) for x in (tmp_path / "2" / "hypertune" / "output.metrics").read_text().splitlines()]
     assert [(r["val_loss"], r["global_step"]) for r in reports] == [("0.2", "1")]
+
+
+def test_a_warm_started_study_starts_the_final_training_from_its_best_trials_best_checkpoint(digits_data, tmp_path):
+    """`study.warm_start`: the study step (real trainer trials) returns the best trial's values and its
+    `checkpoints/best` folder; the training step's trainer loads that checkpoint (the record of the trial's best
+    epoch by val_loss) before its first epoch."""
+    from kfp.dsl import Artifact, Dataset, Metrics, Model
+
+    from components.train_model import train_model
+    from components.tune_hyperparameters import tune_hyperparameters
+    from trainer import checkpoints
+
+    study = {
+        "parameters": [{"type": "discrete", "parameter_id": "hidden_units", "values": [16, 32]}],
+        "algorithm": "grid",
+        "metric_id": "val_loss",
+        "goal": "minimize",
+        "max_trial_count": 2,
+        "parallel_trial_count": 1,
+        "warm_start": True,
+    }
+    tuning = Artifact(uri=str(tmp_path / "tuning"))
+    dataset = Dataset(uri=str(digits_data))
+    builder = "trainer.model:build_model"
+    hyperparameters = tune_hyperparameters(dataset, study, True, 3, 32, 0.01, 1, builder, tuning)
+    trials = json.loads((tmp_path / "tuning" / "trials.json").read_text())
+    best = min(trials["trials"], key=lambda t: t["metric"])
+    folder = f"{tmp_path}/tuning/{best['trial_id']}/checkpoints/best"
+    assert hyperparameters == {
+        "batch_size": 32,
+        "learning_rate": 0.01,
+        "hidden_units": best["parameters"]["hidden_units"],
+        "warm_start_from": folder,
+    }
+    kept = checkpoints.read(folder)
+    assert kept is not None and kept.metric == "val_loss"
+    training = Artifact(uri=str(tmp_path / "training"))
+    train_model(dataset, 1, 1, hyperparameters, builder, 0, Model(uri=str(tmp_path / "model")), Metrics(), training)
+    log = (tmp_path / "training" / "worker-logs" / "chief.attempt-1.log").read_text()
+    assert f"[trainer] warm start from {kept.path} (epoch {kept.epoch}: val_loss={kept.value})\n" in log
+
+
+def test_a_warm_start_is_refused_where_the_training_cannot_read_the_trials_checkpoints():
+    from pipelines.config import ConfigError
+    from pipelines.training import build_pipeline
+
+    study = StudySpec.model_validate({**spec().model_dump(), "warm_start": True})
+    for target in ("vertex", "kubeflow"):
+        with pytest.raises(ConfigError) as refused:
+            build_pipeline(target, study=study)
+        assert str(refused.value) == (
+            f"study.warm_start: the {target} target cannot start its training from the best trial's checkpoint (the "
+            "local target can); set study.warm_start: false"
+        )
+    build_pipeline("local", study=study)
