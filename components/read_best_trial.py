@@ -53,8 +53,11 @@ def fetch_best_trial(gcp_resources: str, metric_id: str, goal: str) -> dict:
     return {**best_trial(job.trials, metric_id, goal), "job": name, "trials": len(job.trials)}
 
 
-def read_best_trial(gcp_resources: str, metric_id: str, goal: str, root: str, directory: str) -> NamedTuple(
-    "Outputs", [("best_parameters", dict), ("best_metric", float), ("best_trial_id", str)]
+def read_best_trial(
+    gcp_resources: str, metric_id: str, goal: str, root: str, directory: str, warm_start: bool = False
+) -> NamedTuple(
+    "Outputs",
+    [("best_parameters", dict), ("best_metric", float), ("best_trial_id", str), ("warm_start_from", str)],
 ):
     """KFP step (Vertex): the best trial's parameter values and metric, for the final training step; records the
     tuning job's folder as completed under its plan's `root` (later runs reuse it with the cached job).
@@ -65,14 +68,18 @@ def read_best_trial(gcp_resources: str, metric_id: str, goal: str, root: str, di
         goal: maximize or minimize.
         root: The plan's base output directory.
         directory: The tuning job's base output directory.
+        warm_start: Also return the best trial's kept best checkpoint folder (`warm_start_from`; else "").
     """
     from collections import namedtuple
 
     from components.lib.vertex.output_dirs import record
     from components.read_best_trial import fetch_best_trial
+    from trainer.environment import best_checkpoint
 
     best = fetch_best_trial(gcp_resources, metric_id, goal)
     record(root, directory, gcp_resources)
     print(f"best trial {best['trial_id']} of {best['trials']}: {metric_id}={best['metric']} {best['parameters']}")
-    Outputs = namedtuple("Outputs", ["best_parameters", "best_metric", "best_trial_id"])
-    return Outputs(best["parameters"], best["metric"], best["trial_id"])
+    # a trial writes under the job's base output directory + its id (Vertex's AIP_* variables of a trial)
+    warm = best_checkpoint(f"{directory.rstrip('/')}/{best['trial_id']}") if warm_start else ""
+    Outputs = namedtuple("Outputs", ["best_parameters", "best_metric", "best_trial_id", "warm_start_from"])
+    return Outputs(best["parameters"], best["metric"], best["trial_id"], warm)

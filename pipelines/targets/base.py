@@ -13,7 +13,7 @@ from kfp.dsl import PipelineTask
 from kfp.dsl.python_component import PythonComponent
 
 from components import check_champion, evaluate_model, fingerprint_data, prepare_data, quantize_model
-from pipelines.config import ConfigError, Platform
+from pipelines.config import Platform
 from pipelines.targets.inputs import (
     BatchPredictInputs,
     Champion,
@@ -36,15 +36,6 @@ from trainer.flags import TrainerSetup
 
 def component(func: Callable[..., Any], image: str) -> PythonComponent:
     return dsl.component(func, base_image=image, install_kfp_package=False)
-
-
-def refuse_warm_start(inputs: TuneInputs, target: str) -> None:
-    """ConfigError when the study asks for a warm start, which only the local target's training takes."""
-    if inputs.study.warm_start:
-        raise ConfigError(
-            f"study.warm_start: the {target} target cannot start its training from the best trial's checkpoint "
-            "(the local target can); set study.warm_start: false"
-        )
 
 
 def uncached(task: PipelineTask) -> PipelineTask:

@@ -14,7 +14,7 @@ from kfp.dsl import PipelineTask
 
 from components import deploy_model_at_url, deploy_model_on_kserve, train_model_on_operator, tune_on_katib
 from pipelines.config import ConfigError, Platform
-from pipelines.targets.base import component, refuse_warm_start, uncached
+from pipelines.targets.base import component, uncached
 from pipelines.targets.inputs import (
     BatchPredictInputs,
     Channel,
@@ -79,7 +79,11 @@ class KubeflowOps(SelfHostedOps):
         return kubernetes.use_field_path_as_env(self._place(task), kube.RUN_ID_ENV, kube.RUN_ID_FIELD)
 
     def tune(self, inputs: TuneInputs) -> Channel:
-        refuse_warm_start(inputs, "kubeflow")  # its trials' folders are not the training's to read
+        if inputs.study.warm_start:  # the trials' folders (the step's pod, Katib's volume) are not the training's
+            raise ConfigError(
+                "study.warm_start: the kubeflow target cannot start its training from the best trial's checkpoint "
+                "(the local and vertex targets can); set study.warm_start: false"
+            )
         if self.kubeflow.tuning == "pod":
             return super().tune(inputs)
         try:

@@ -35,7 +35,7 @@ from components import (
 )
 from pipelines.config import Platform
 from pipelines.config.platform import PREBUILT_SERVING
-from pipelines.targets.base import SameEverywhere, champion_of, component, refuse_warm_start, uncached
+from pipelines.targets.base import SameEverywhere, champion_of, component, uncached
 from pipelines.targets.inputs import (
     BatchPredictInputs,
     Champion,
@@ -168,7 +168,6 @@ class VertexOps(SameEverywhere):
         the fields its 2.22 op lacks; every setting also keys the plan's cache)."""
         from components import hyperparameter_tuning_job
 
-        refuse_warm_start(inputs, "vertex")
         p, study = self.platform, inputs.study
         with dsl.If(inputs.enabled == True, name="tuning-enabled"):  # noqa: E712 (KFP condition)
             defaults = self._defaults(batch_size=inputs.batch_size, learning_rate=inputs.learning_rate).after(
@@ -211,9 +210,14 @@ class VertexOps(SameEverywhere):
                 goal=study.goal,
                 root=plan.outputs["base_output_directory"],
                 directory=claim.output,
+                warm_start=study.warm_start,
             )
             best.set_display_name("Best trial")
-            tuned = self._merge(defaults=defaults.output, best=best.outputs["best_parameters"])
+            tuned = self._merge(
+                defaults=defaults.output,
+                best=best.outputs["best_parameters"],
+                warm_start_from=best.outputs["warm_start_from"],
+            )
             tuned.set_display_name("Hyperparameters (tuned)")
         with dsl.Else(name="tuning-disabled"):
             fixed = self._defaults(batch_size=inputs.batch_size, learning_rate=inputs.learning_rate).after(inputs.after)

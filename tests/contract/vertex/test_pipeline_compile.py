@@ -453,6 +453,21 @@ def test_vertex_tuning_branch(tmp_path):
     assert merge["best"] == {
         "taskOutputParameter": {"outputParameterKey": "best_parameters", "producerTask": "read-best-trial"}
     }
+    # study.warm_start (off by default): the best trial's checkpoint folder, "" unless asked for, goes on with them
+    assert best["warm_start"] is False
+    assert merge["warm_start_from"] == {
+        "taskOutputParameter": {"outputParameterKey": "warm_start_from", "producerTask": "read-best-trial"}
+    }
+
+
+def test_a_warm_started_vertex_study_asks_the_best_trial_step_for_its_checkpoint(tmp_path):
+    from kfp import compiler
+
+    study = DEFAULT_STUDY.model_copy(update={"warm_start": True})
+    path = tmp_path / "warm.yaml"
+    compiler.Compiler().compile(build_pipeline("vertex", PLATFORM, study=study), str(path))
+    spec = next(yaml.safe_load_all(path.read_text()))
+    assert params(dag(spec, "comp-condition-2")["read-best-trial"])["warm_start"] is True
 
 
 def test_vertex_lightweight_steps_get_their_cpu_and_memory_limits(tmp_path):

@@ -269,3 +269,74 @@ def test_a_tuning_job_minimizing_val_loss_reads_back_the_trial_with_the_lowest(d
     }
     best = best_trial([study.Trial(t) for t in trials], "val_loss", "minimize")
     assert (best["trial_id"], best["metric"]) == (min(val_loss, key=val_loss.get), min(val_loss.values()))
+
+
+def test_a_warm_started_tuning_job_hands_the_training_its_best_trials_best_checkpoint(
+    digits_data, tmp_path, monkeypatch
+):
+    """`study.warm_start` on Vertex: the tuning job's real trainer trials keep their checkpoints under
+    `<base>/<trial id>/checkpoints` (Vertex's AIP_CHECKPOINT_DIR of a trial); `read_best_trial`, reading the job
+    through the Job Service's gRPC stub, names the best trial's `best` folder, which holds that trial's epoch of
+    lowest val_loss; the merged hyperparameters put it on the training's command line."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud.aiplatform_v1.services.job_service.transports.grpc import JobServiceGrpcTransport
+    from google.cloud.aiplatform_v1.types import hyperparameter_tuning_job, study
+
+    from components.merge_hyperparameters import merge_hyperparameters
+    from components.plan_vertex_training import worker_pool_specs
+    from components.read_best_trial import read_best_trial
+    from tests.doubles.gapic import FakeStub
+    from trainer import checkpoints
+
+    monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "p"))
+    base = tmp_path / "tune"
+    args = ["--data-dir", str(digits_data), "--epochs", "3", "--steps-per-epoch", "5"]
+    pool = {
+        "machine_spec": {"machine_type": "n1-standard-4"},
+        "replica_count": 1,
+        "container_spec": {"image_uri": "trainer:1", "args": args},
+    }
+    job = {
+        "display_name": "t",
+        "study_spec": {
+            "metrics": [{"metric_id": "val_loss", "goal": "MINIMIZE"}],
+            "parameters": [{"parameter_id": "learning_rate", "discrete_value_spec": {"values": [0.003, 0.03]}}],
+            "algorithm": "GRID_SEARCH",
+        },
+        "max_trial_count": 2,
+        "parallel_trial_count": 1,
+        "trial_job_spec": {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": str(base)}},
+    }
+    trials = jobs.run_tuning_job(job, str(tmp_path / "work"), io.StringIO())
+    name = "projects/p/locations/europe-west4/hyperparameterTuningJobs/5"
+    FakeStub(
+        lambda request: hyperparameter_tuning_job.HyperparameterTuningJob(
+            name=request.name, trials=[study.Trial(t) for t in trials]
+        )
+    ).bind(JobServiceGrpcTransport, "get_hyperparameter_tuning_job", monkeypatch)
+    resources = json.dumps(
+        {"resources": [{"resourceUri": f"https://europe-west4-aiplatform.googleapis.com/v1/{name}"}]}
+    )
+    outputs = read_best_trial(resources, "val_loss", "minimize", str(tmp_path / "root"), str(base), warm_start=True)
+    measured = {t["id"]: t["final_measurement"]["metrics"][0]["value"] for t in trials}
+    best_id = min(measured, key=measured.get)
+    assert outputs.warm_start_from == f"{base}/{best_id}/checkpoints/best"
+    epochs = [json.loads(line) for line in (base / best_id / "history.jsonl").read_text().splitlines()]
+    kept = checkpoints.read(outputs.warm_start_from)
+    assert kept is not None and kept.epoch == min(epochs, key=lambda h: h["val_loss"])["epoch"]
+    hyperparameters = merge_hyperparameters(
+        {"batch_size": 32, "learning_rate": 0.001}, outputs.best_parameters, outputs.warm_start_from
+    )
+    container = worker_pool_specs("trainer:1", "gs://b/data", 1, "n1-standard-4", hyperparameters)[0]["container_spec"]
+    assert container["args"] == [
+        "--data-dir",
+        "gs://b/data",
+        "--batch-size",
+        "32",
+        "--learning-rate",
+        str(outputs.best_parameters["learning_rate"]),
+        "--warm-start-from",
+        f"{base}/{best_id}/checkpoints/best",
+    ]
+    unwarmed = read_best_trial(resources, "val_loss", "minimize", str(tmp_path / "root"), str(base))
+    assert unwarmed.warm_start_from == "" and unwarmed.best_trial_id == best_id
