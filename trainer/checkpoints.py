@@ -32,8 +32,9 @@ BACKUP_CHECKPOINTS = "chief"
 BACKUP_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 
 
-class WarmStartError(ValueError):
-    """A `--warm-start-from` checkpoint cannot start this model (user-facing message)."""
+class CheckpointError(ValueError):
+    """A kept checkpoint cannot start this model: `last` on a resume, or `--warm-start-from`'s (user-facing
+    message)."""
 
 
 @dataclass(frozen=True)
@@ -104,25 +105,35 @@ def resume_point(checkpoint_dir: str) -> Resume:
 
 
 def restore_last(model, resume: Resume) -> None:
-    """Load `last`'s weights and optimizer state into the compiled `model` (every worker reads the same files)."""
+    """Load `last`'s weights and optimizer state into the compiled `model` (every worker reads the same files).
+    Raises CheckpointError when they do not fit the model."""
     if resume.source == "last" and resume.last is not None:
-        tf.train.Checkpoint(model=model).read(resume.last.path).assert_existing_objects_matched()
+        try:
+            tf.train.Checkpoint(model=model).read(resume.last.path).assert_existing_objects_matched()
+        except (AssertionError, ValueError) as e:
+            raise CheckpointError(
+                f"cannot resume from {resume.last.path}: its weights do not fit this model ({_first_line(e)}); "
+                "resume with the same --model and architecture hyperparameters, or give a new --job-dir"
+            ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
 
 
 def warm_start(model, path: str) -> Kept:
     """Set the compiled `model`'s weights to those of the kept checkpoint in folder `path` (e.g. a trial's
-    `<checkpoint_dir>/best`), leaving its optimizer as compiled. Raises WarmStartError when the folder holds no kept
+    `<checkpoint_dir>/best`), leaving its optimizer as compiled. Raises CheckpointError when the folder holds no kept
     checkpoint or its weights do not fit the model's layers."""
     kept = read(path)
     if kept is None:
-        raise WarmStartError(f"--warm-start-from {path}: no {RECORD} there; give a kept checkpoint folder (…/best)")
+        raise CheckpointError(f"--warm-start-from {path}: no {RECORD} there; give a kept checkpoint folder (…/best)")
     clone = keras.models.clone_model(model)  # uncompiled: the checkpoint's optimizer state stays unread
     try:
         tf.train.Checkpoint(model=clone).read(kept.path).expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise WarmStartError(
-            f"--warm-start-from {path}: its weights do not fit this model ({first[:200]}); warm-start the same "
+        raise CheckpointError(
+            f"--warm-start-from {path}: its weights do not fit this model ({_first_line(e)}); warm-start the same "
             "--model with the same architecture hyperparameters"
         ) from None
     model.set_weights(clone.get_weights())

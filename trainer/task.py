@@ -107,14 +107,16 @@ def main(argv=None) -> int:
         )
 
     resume = checkpoints.resume_point(args.checkpoint_dir)
-    checkpoints.restore_last(model, resume)
+    try:
+        checkpoints.restore_last(model, resume)
+        kept = (
+            checkpoints.warm_start(model, args.warm_start_from) if args.warm_start_from and not resume.epochs else None
+        )
+    except checkpoints.CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
     if resume.source == "last":
         print(f"[trainer] no complete backup: resuming after epoch {resume.epochs} from {resume.described}", flush=True)
-    elif args.warm_start_from and not resume.epochs:
-        try:
-            kept = checkpoints.warm_start(model, args.warm_start_from)
-        except checkpoints.WarmStartError as e:
-            raise SystemExit(f"error: {e}") from None
+    if kept:
         print(f"[trainer] warm start from {kept.path} (epoch {kept.epoch}: {kept.metric}={kept.value})", flush=True)
     log_dir = distribute.write_location(args.log_dir, cluster)
     epoch_log = callbacks.EpochLog(

@@ -140,3 +140,23 @@ def test_the_trainer_warm_starts_and_refuses_a_checkpoint_of_another_architectur
     assert last.startswith(f"error: --warm-start-from {best}: its weights do not fit this model (")
     assert last.endswith("); warm-start the same --model with the same architecture hyperparameters")
     assert not (tmp_path / "wider" / "history.jsonl").exists()
+
+
+def test_a_job_folder_whose_last_checkpoint_is_of_another_architecture_is_refused_in_one_line(
+    kept_job, digits_data, tmp_path
+):
+    """A training run again in a job folder with a `last` of other layers (here: the kept job's, 128 hidden units)
+    stops with one line instead of a traceback."""
+    import shutil
+
+    job = tmp_path / "job"
+    shutil.copytree(kept_job / "checkpoints", job / "checkpoints", ignore=shutil.ignore_patterns("backup"))
+    command = [sys.executable, "-m", "trainer.task", "--data-dir", str(digits_data), "--job-dir", str(job)]
+    done = subprocess.run([*command, "--epochs", "8", "--hidden-units", "64"], capture_output=True, text=True)
+    assert done.returncode == 1
+    # TensorFlow's warnings about the values it did not restore follow at exit
+    [last] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert last.startswith(
+        f"error: cannot resume from {job}/checkpoints/last/epoch-0006: its weights do not fit this model ("
+    )
+    assert last.endswith("); resume with the same --model and architecture hyperparameters, or give a new --job-dir")
