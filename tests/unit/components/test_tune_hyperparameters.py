@@ -236,6 +236,7 @@ def test_a_warm_started_study_starts_the_final_training_from_its_best_trials_bes
     from components.train_model import train_model
     from components.tune_hyperparameters import tune_hyperparameters
     from trainer import checkpoints
+    from trainer.flags import TrainerSetup
 
     study = {
         "parameters": [{"type": "discrete", "parameter_id": "hidden_units", "values": [16, 32]}],
@@ -248,8 +249,8 @@ def test_a_warm_started_study_starts_the_final_training_from_its_best_trials_bes
     }
     tuning = Artifact(uri=str(tmp_path / "tuning"))
     dataset = Dataset(uri=str(digits_data))
-    builder = "trainer.model:build_model"
-    hyperparameters = tune_hyperparameters(dataset, study, True, 3, 32, 0.01, 1, builder, tuning)
+    trainer = TrainerSetup().as_dict()  # the built-in model
+    hyperparameters = tune_hyperparameters(dataset, study, True, 3, 32, 0.01, 1, trainer, tuning)
     trials = json.loads((tmp_path / "tuning" / "trials.json").read_text())
     best = min(trials["trials"], key=lambda t: t["metric"])
     folder = f"{tmp_path}/tuning/{best['trial_id']}/checkpoints/best"
@@ -262,7 +263,7 @@ def test_a_warm_started_study_starts_the_final_training_from_its_best_trials_bes
     kept = checkpoints.read(folder)
     assert kept is not None and kept.metric == "val_loss"
     training = Artifact(uri=str(tmp_path / "training"))
-    train_model(dataset, 1, 1, hyperparameters, builder, 0, Model(uri=str(tmp_path / "model")), Metrics(), training)
+    train_model(dataset, 1, 1, hyperparameters, trainer, 0, Model(uri=str(tmp_path / "model")), Metrics(), training)
     log = (tmp_path / "training" / "worker-logs" / "chief.attempt-1.log").read_text()
     assert f"[trainer] warm start from {kept.path} (epoch {kept.epoch}: val_loss={kept.value})\n" in log
 

@@ -32,12 +32,14 @@ def compiled_model(data_dir, *flags):
 
     from trainer import builder, data
     from trainer.flags import parse_args
+    from trainer.task import OPTIMIZERS
 
     args = parse_args(["--data-dir", str(data_dir), "--job-dir", "unused", *flags])
     stats = data.load_stats(str(data_dir))
-    model = builder.load(args.model)(stats, args)
+    values = args.hyperparameters
+    model = builder.load(args.model)(stats, **{name: values[name] for name in args.declaration.builder})
     model.compile(
-        optimizer=keras.optimizers.Adam(args.learning_rate),
+        optimizer=getattr(keras.optimizers, OPTIMIZERS[values["optimizer"]])(values["learning_rate"]),
         loss=keras.losses.SparseCategoricalCrossentropy(),
         metrics=["accuracy"],
     )

@@ -70,8 +70,8 @@ def test_builders_declare_their_hyperparameters_in_their_signatures_read_without
             "def build(stats, *, seed: int = 1):\n    pass\n",
             "builder models_x:build: hyperparameter seed is the trainer's own (learning_rate, batch_size, seed, "
             "optimizer, data_dir, job_dir, model_dir, checkpoint_dir, log_dir, model, epochs, batch_workers, "
-            "steps_per_epoch, steps_per_execution, cache_max_mb, mixed_precision, hypertune_metric_tag are); give "
-            "it another name",
+            "steps_per_epoch, steps_per_execution, cache_max_mb, mixed_precision, hypertune_metric_tag, "
+            "warm_start_from are); give it another name",
         ),
         (
             "build = print\n",
