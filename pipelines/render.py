@@ -120,7 +120,7 @@ def _training(config: Config, namespace: str) -> list[Rendered]:
         {**hyperparameters, "epochs": p.epochs},
         data_dir=os.path.join(_run_dir(config), "dataset"),
         job_dir=job_dir,
-        trainer=config.trainer.setup(),
+        trainer=config.trainer.setup(config.study.metric_id),
     )
     env = {
         **output_dirs(job_dir),
@@ -186,7 +186,7 @@ def _experiment(config: Config, namespace: str) -> Rendered:
                     config.study,
                 ),
                 data_dir=os.path.join(_run_dir(config), "dataset"),
-                trainer=config.trainer.setup(),
+                trainer=config.trainer.setup(config.study.metric_id),
             ),
             trials_dir=os.path.join(_run_dir(config), "tune-hyperparameters", "trials"),
             resources=k.worker_resources.requirements(),

@@ -41,7 +41,7 @@ def build_pipeline(
         raise ValueError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     platform = platform or Platform()
     trainer = (trainer or TrainerSettings()).check_hyperparameters(study)
-    ops = targets.make_ops(target, platform, PIPELINE_NAME, trainer.setup())
+    ops = targets.make_ops(target, platform, PIPELINE_NAME, trainer.setup(study.metric_id))
 
     @pipeline(
         name=PIPELINE_NAME,

@@ -19,6 +19,7 @@ TRAINER_COMMAND = ("python", "-m", TRAINER_MODULE)
 # The metrics the trainer logs each epoch (Keras's names: the model is compiled with accuracy) and the goal each can
 # only sensibly have; `--hypertune-metric-tag` names the one a study's trials report.
 METRIC_GOALS = {"val_accuracy": "maximize", "val_loss": "minimize", "accuracy": "maximize", "loss": "minimize"}
+DEFAULT_METRIC = "val_accuracy"
 # Set by Vertex AI on a tuning job's trials (the study's metric_id); the self-hosted study and Katib set it too.
 METRIC_TAG_ENV = "CLOUD_ML_HP_METRIC_TAG"
 
@@ -37,11 +38,13 @@ def flag_value(value: object) -> str:
 @dataclasses.dataclass(frozen=True)
 class TrainerSetup:
     """What every trial and the final training train: the model builder, the mixed-precision policy and fixed
-    hyperparameter values (the config's `trainer:`). KFP steps take it as a dict (`as_dict`, `from_dict`)."""
+    hyperparameter values (the config's `trainer:`), and the metric (the study's `metric_id`) by which a training
+    keeps its best checkpoint and a trial reports. KFP steps take it as a dict (`as_dict`, `from_dict`)."""
 
     model: str = builder.DEFAULT_BUILDER
     mixed_precision: str = "none"
     hyperparameters: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    metric: str = DEFAULT_METRIC
 
     @classmethod
     def from_dict(cls, value: Mapping[str, object]) -> TrainerSetup:
@@ -51,11 +54,12 @@ class TrainerSetup:
         return dataclasses.asdict(self)
 
     def flags(self, leave_out: tuple[str, ...] | list[str] = ()) -> dict[str, object]:
-        """Its trainer flags by name: `model`, `mixed_precision` unless none, the fixed values but those in
-        `leave_out` (a tuning job's own parameters)."""
+        """Its trainer flags by name: `model`, `mixed_precision` unless none, `hypertune_metric_tag` unless the
+        default, the fixed values but those in `leave_out` (a tuning job's own parameters)."""
         precision = {"mixed_precision": self.mixed_precision} if self.mixed_precision != "none" else {}
+        metric = {"hypertune_metric_tag": self.metric} if self.metric != DEFAULT_METRIC else {}
         fixed = {k: v for k, v in self.hyperparameters.items() if k not in leave_out}
-        return {"model": self.model, **precision, **fixed}
+        return {"model": self.model, **precision, **metric, **fixed}
 
 
 def command_line(
@@ -153,9 +157,9 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--hypertune-metric-tag",
-        default=environ.get(METRIC_TAG_ENV) or "val_accuracy",
+        default=environ.get(METRIC_TAG_ENV) or DEFAULT_METRIC,
         help=f"the metric reported to hypertune each epoch, under its own name: one of {', '.join(METRIC_GOALS)} "
-        f"(default: ${METRIC_TAG_ENV}, else val_accuracy)",
+        f"(default: ${METRIC_TAG_ENV}, else {DEFAULT_METRIC})",
     )
     p.add_argument(
         "--warm-start-from",

@@ -89,6 +89,6 @@ class TrainerSettings(BaseModel):
                 raise ConfigError(f"{where}: {e}") from None
         return self.model_copy(update={"hyperparameters": typed})
 
-    def setup(self) -> flags.TrainerSetup:
-        """The typed value the pipeline's training and tuning steps take (as a dict)."""
-        return flags.TrainerSetup(self.model, self.mixed_precision, dict(self.hyperparameters))
+    def setup(self, metric: str = flags.DEFAULT_METRIC) -> flags.TrainerSetup:
+        """The typed value the pipeline's training and tuning steps take (as a dict); `metric`: the study's."""
+        return flags.TrainerSetup(self.model, self.mixed_precision, dict(self.hyperparameters), metric)

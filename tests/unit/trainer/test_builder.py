@@ -239,11 +239,14 @@ SETUP_SETS = (
     "trainer.mixed_precision=mixed_bfloat16",
     "trainer.hyperparameters.conv_blocks=3",
     "trainer.hyperparameters.optimizer=sgd",
+    "study.metric_id=val_loss",
+    "study.goal=minimize",
 )
 SETUP = {
     "model": CUSTOM,
     "mixed_precision": "mixed_bfloat16",
     "hyperparameters": {"conv_blocks": 3, "optimizer": "sgd"},
+    "metric": "val_loss",  # the study's: the final training keeps its best checkpoint by it
 }
 
 
@@ -256,7 +259,7 @@ def test_the_trainer_setup_reaches_every_targets_trainer_arguments(tmp_path, no_
     plans = {name: inputs for name, inputs in vertex.items() if name.startswith("plan-vertex-training")}
     assert sorted(plans) == ["plan-vertex-training", "plan-vertex-training-2"]  # the tuning job's, the custom job's
     assert [inputs["trainer"] for inputs in plans.values()] == [SETUP, SETUP]
-    setup = ["--model", CUSTOM, "--mixed-precision", "mixed_bfloat16"]
+    setup = ["--model", CUSTOM, "--mixed-precision", "mixed_bfloat16", "--hypertune-metric-tag", "val_loss"]
     for tuned, expected in (
         ([], [*setup, "--conv-blocks", "3", "--optimizer", "sgd", "--batch-size", "32", "--learning-rate", "0.003"]),
         (["conv_blocks", "learning_rate"], [*setup, "--optimizer", "sgd", "--batch-size", "32"]),  # a tuning job's
@@ -296,4 +299,11 @@ def test_default_builder_goes_the_same_way(tmp_path, no_tfpipe_env):
     assert [
         tasks[name]["inputs"]["parameters"]["trainer"]["runtimeValue"]["constant"]
         for name in ("tune-on-katib", "train-model-on-operator")
-    ] == [{"model": "trainer.model:build_model", "mixed_precision": "none", "hyperparameters": {}}] * 2
+    ] == [
+        {
+            "model": "trainer.model:build_model",
+            "mixed_precision": "none",
+            "hyperparameters": {},
+            "metric": "val_accuracy",
+        }
+    ] * 2

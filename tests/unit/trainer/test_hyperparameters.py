@@ -195,7 +195,31 @@ def test_fixed_values_are_typed_at_config_load():
         "model": CUSTOM,
         "mixed_precision": "mixed_float16",
         "hyperparameters": {"conv_blocks": 3, "optimizer": "sgd"},
+        "metric": "val_accuracy",
     }
+
+
+def test_the_final_training_keeps_its_best_checkpoint_by_the_studys_metric():
+    """The study's metric reaches every training's command line (unless the trainer's default), so the final
+    training's `best` checkpoint is the best by what the study optimized."""
+    from trainer.flags import TrainerSetup, command_line, parse_args
+
+    setup = TrainerSetup(metric="val_loss")
+    args = command_line({"epochs": 2}, data_dir="d", job_dir="j", trainer=setup)
+    assert args == [
+        "--data-dir",
+        "d",
+        "--job-dir",
+        "j",
+        "--model",
+        setup.model,
+        "--hypertune-metric-tag",
+        "val_loss",
+        "--epochs",
+        "2",
+    ]
+    assert parse_args(args, {}).hypertune_metric_tag == "val_loss"
+    assert "--hypertune-metric-tag" not in command_line(trainer=TrainerSetup())
 
 
 def test_the_cli_refuses_an_unknown_study_parameter_in_one_line(tmp_path, monkeypatch):
