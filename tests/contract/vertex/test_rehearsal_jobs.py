@@ -243,23 +243,7 @@ def test_a_tuning_job_minimizing_val_loss_reads_back_the_trial_with_the_lowest(d
     from components.read_best_trial import best_trial
 
     base = tmp_path / "tune"
-    args = ["--data-dir", str(digits_data), "--epochs", "1", "--steps-per-epoch", "3"]
-    pool = {
-        "machine_spec": {"machine_type": "n1-standard-4"},
-        "replica_count": 1,
-        "container_spec": {"image_uri": "trainer:1", "args": args},
-    }
-    job = {
-        "display_name": "t",
-        "study_spec": {
-            "metrics": [{"metric_id": "val_loss", "goal": "MINIMIZE"}],
-            "parameters": [{"parameter_id": "learning_rate", "discrete_value_spec": {"values": [0.0001, 0.003, 3.0]}}],
-            "algorithm": "GRID_SEARCH",
-        },
-        "max_trial_count": 3,
-        "parallel_trial_count": 1,
-        "trial_job_spec": {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": str(base)}},
-    }
+    job = _val_loss_grid_job(digits_data, base, epochs=1, steps=3, rates=[0.0001, 0.003, 3.0])
     trials = jobs.run_tuning_job(job, str(tmp_path / "work"), io.StringIO())
     val_loss = {
         t["id"]: json.loads((base / t["id"] / "history.jsonl").read_text().splitlines()[-1])["val_loss"] for t in trials
@@ -290,23 +274,7 @@ def test_a_warm_started_tuning_job_hands_the_training_its_best_trials_best_check
 
     monkeypatch.setattr("google.auth.default", lambda *a, **k: (AnonymousCredentials(), "p"))
     base = tmp_path / "tune"
-    args = ["--data-dir", str(digits_data), "--epochs", "3", "--steps-per-epoch", "5"]
-    pool = {
-        "machine_spec": {"machine_type": "n1-standard-4"},
-        "replica_count": 1,
-        "container_spec": {"image_uri": "trainer:1", "args": args},
-    }
-    job = {
-        "display_name": "t",
-        "study_spec": {
-            "metrics": [{"metric_id": "val_loss", "goal": "MINIMIZE"}],
-            "parameters": [{"parameter_id": "learning_rate", "discrete_value_spec": {"values": [0.003, 0.03]}}],
-            "algorithm": "GRID_SEARCH",
-        },
-        "max_trial_count": 2,
-        "parallel_trial_count": 1,
-        "trial_job_spec": {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": str(base)}},
-    }
+    job = _val_loss_grid_job(digits_data, base, epochs=3, steps=5, rates=[0.003, 0.03])
     trials = jobs.run_tuning_job(job, str(tmp_path / "work"), io.StringIO())
     name = "projects/p/locations/europe-west4/hyperparameterTuningJobs/5"
     FakeStub(
@@ -340,3 +308,25 @@ def test_a_warm_started_tuning_job_hands_the_training_its_best_trials_best_check
     ]
     unwarmed = read_best_trial(resources, "val_loss", "minimize", str(tmp_path / "root"), str(base))
     assert unwarmed.warm_start_from == "" and unwarmed.best_trial_id == best_id
+
+
+def _val_loss_grid_job(data, base, epochs: int, steps: int, rates: list) -> dict:
+    """A HyperparameterTuningJob of one-replica trainer trials minimizing val_loss over a grid of learning rates,
+    writing under `base`."""
+    args = ["--data-dir", str(data), "--epochs", str(epochs), "--steps-per-epoch", str(steps)]
+    pool = {
+        "machine_spec": {"machine_type": "n1-standard-4"},
+        "replica_count": 1,
+        "container_spec": {"image_uri": "trainer:1", "args": args},
+    }
+    return {
+        "display_name": "t",
+        "study_spec": {
+            "metrics": [{"metric_id": "val_loss", "goal": "MINIMIZE"}],
+            "parameters": [{"parameter_id": "learning_rate", "discrete_value_spec": {"values": rates}}],
+            "algorithm": "GRID_SEARCH",
+        },
+        "max_trial_count": len(rates),
+        "parallel_trial_count": 1,
+        "trial_job_spec": {"worker_pool_specs": [pool], "base_output_directory": {"output_uri_prefix": str(base)}},
+    }
