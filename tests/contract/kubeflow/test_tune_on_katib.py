@@ -781,23 +781,49 @@ def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster
 
 
 @pytest.mark.e2e
-def test_a_warm_started_study_keeps_the_checkpoint_of_its_best_real_trials_best_epoch(
-    katib_cluster, digits_data, tmp_path
+def test_the_training_after_a_warm_started_study_starts_from_its_best_real_trials_best_epoch(
+    monkeypatch, digits_data, tmp_path
 ):
-    """Real trainer trials on Katib's double: the folder the study step returns holds the checkpoint the best trial
-    kept (trainer.checkpoints' record), at the metric Katib read from that trial."""
+    """Real trainer trials on Katib's double, then a real TFJob on the training operator's, on one claim: the folder
+    the study step returns holds the checkpoint the best trial kept, at the metric Katib read from that trial, and
+    the TFJob's chief starts from it."""
+    from tests.doubles.k8s import point_clients_at, shipped_rules
+    from tests.doubles.k8s.katib import INJECTION
+    from tests.doubles.k8s.katib_operator import KatibOperator
+    from tests.doubles.k8s.kubelet import Claim, Kubelet
+    from tests.doubles.k8s.training_operator import TrainingOperator
     from trainer import checkpoints
 
-    api, operator, volume = katib_cluster
-    hyperparameters, tuning = run_tune_on_katib(volume, digits_data, tmp_path, study=WARM_STUDY)
-    status = json.loads((Path(tuning.path) / "trials.json").read_text())["status"]
-    study_dir = volume / "runs" / "run-1" / "tune-hyperparameters"
-    assert hyperparameters["warm_start_from"] == str(study_dir / "best-checkpoint")
-    assert [p.name for p in study_dir.iterdir()] == ["best-checkpoint"]
-    kept = checkpoints.read(hyperparameters["warm_start_from"])
-    (measured,) = status["currentOptimalTrial"]["observation"]["metrics"]
-    assert kept is not None and (kept.epoch, kept.metric) == (1, "val_accuracy")
-    assert kept.value == float(measured["latest"])
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    kubelet = Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"})
+    api = KubeAPI(
+        installed={**EXPERIMENTS, **TFJOBS},
+        controllers=[KatibOperator(kubelet), TrainingOperator(kubelet)],
+        namespaces={"ml": {INJECTION: "enabled"}},
+        rbac=shipped_rules(),
+    )
+    point_clients_at(api, monkeypatch, tmp_path / "home")
+    try:
+        hyperparameters, tuning = run_tune_on_katib(volume, digits_data, tmp_path, study=WARM_STUDY)
+        study_dir = volume / "runs" / "run-1" / "tune-hyperparameters"
+        assert hyperparameters["warm_start_from"] == str(study_dir / "best-checkpoint")
+        assert [p.name for p in study_dir.iterdir()] == ["best-checkpoint"]
+        kept = checkpoints.read(hyperparameters["warm_start_from"])
+        status = json.loads((Path(tuning.path) / "trials.json").read_text())["status"]
+        (measured,) = status["currentOptimalTrial"]["observation"]["metrics"]
+        assert kept is not None and (kept.epoch, kept.metric, kept.value) == (
+            1,
+            "val_accuracy",
+            float(measured["latest"]),
+        )
+        run_train_model_on_operator(volume, digits_data, tmp_path, engine="tfjob", hyperparameters=hyperparameters)
+    finally:
+        api.close()
+    (job,) = api.items("tfjobs")
+    chief = api.logs[f"{job['metadata']['name']}-chief-0"]
+    assert f"[trainer] warm start from {kept.path} (epoch 1: val_accuracy={kept.value})\n" in chief
+    assert not (volume / "runs" / "run-1").exists()
 
 
 @pytest.mark.e2e
