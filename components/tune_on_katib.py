@@ -17,7 +17,9 @@ tuning job and the local study; the best trial's values override the pipeline's.
   after the trials), and the first that quotes a refusal fails the study in one line.
 - The end: once the best trial is read, the failure reported (the first failed trial's last log lines quoted) or a
   refusal found, the Experiment is deleted (foreground: its trials, Jobs and pods with it) unless `keep` says
-  otherwise.
+  otherwise. The trials' folders are deleted; with `study.warm_start` the best trial's `checkpoints/best` is first
+  copied to the run's `tune-hyperparameters/best-checkpoint` (`volume.kept_checkpoint`), which the final training
+  starts from (`warm_start_from`) and releases.
 """
 
 import json
@@ -27,7 +29,7 @@ from typing import Any
 
 from kfp.dsl import Artifact, Dataset, Input, Output
 
-from trainer.environment import LEGACY_KERAS, output_dirs
+from trainer.environment import CHECKPOINT_RECORD, LEGACY_KERAS, best_checkpoint, output_dirs
 from trainer.flags import METRIC_TAG_ENV, TRAINER_COMMAND, TrainerSetup, command_line, flag
 
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1beta1", "experiments", "Experiment"
@@ -465,16 +467,17 @@ def tune_with_katib(
     log=print,
     sleep=None,
 ) -> dict:
-    """Stage the data on the volume, run the experiment, record it: the best trial. When the study fails, the
-    failed trial's whole log is saved on the volume, next to the trials' folder, and the step's log names it."""
+    """Stage the data on the volume, run the experiment, record it: the best trial, its `warm_start_from` the kept
+    copy of its best checkpoint with `spec.warm_start` (else ""). When the study fails, the failed trial's whole log
+    is saved on the volume, next to the trials' folder, and the step's log names it."""
     from components.lib.kube import api as kube
-    from components.lib.kube.volume import stage_dataset
+    from components.lib.kube.volume import kept_checkpoint, stage_dataset, study_folder
     from components.lib.study.spec import trial_flags
 
     name = kube.object_name("tfpipe-tune", run_id, "tune-hyperparameters")
     run_dir = os.path.join(mount_path, "runs", kube.label_value(run_id) or "run")
     data_dir = stage_dataset(data_path, run_dir, mount_path)
-    trials_dir = os.path.join(run_dir, "tune-hyperparameters", "trials")
+    trials_dir = os.path.join(study_folder(run_dir), "trials")
     os.makedirs(trials_dir, exist_ok=True)
     body = experiment(
         name,
@@ -494,8 +497,12 @@ def tune_with_katib(
     except StudyFailed as e:
         save_trial_log(e.trial_log, os.path.dirname(trials_dir), claim_name, log)
         raise
+    warm = ""
+    if spec.warm_start:
+        warm = keep_best_checkpoint(os.path.join(trials_dir, best["trial"]), best["trial"], kept_checkpoint(run_dir))
+        log(f"kept trial {best['trial']}'s best checkpoint for the training: {warm} (on the claim {claim_name})")
     # the trials' models and checkpoints are of no further use: run after run they would fill the volume
-    shutil.rmtree(os.path.dirname(trials_dir), ignore_errors=True)
+    shutil.rmtree(trials_dir if warm else os.path.dirname(trials_dir), ignore_errors=True)
     os.makedirs(tuning_path, exist_ok=True)
     with open(os.path.join(tuning_path, "trials.json"), "w") as f:
         json.dump(
@@ -504,12 +511,27 @@ def tune_with_katib(
                 "experiment": f"{namespace}/{name}",
                 "spec": spec.model_dump(),
                 "best": {k: best[k] for k in ("trial", "parameters", "metric")},
+                "warm_start_from": warm,
                 "status": best["status"],
             },
             f,
             indent=2,
         )
-    return best
+    return {**best, "warm_start_from": warm}
+
+
+def keep_best_checkpoint(trial_dir: str, trial: str, destination: str) -> str:
+    """Copy the trial's kept best checkpoint folder (`checkpoints/best` under `trial_dir`) to `destination`,
+    replacing an earlier attempt's copy: `destination`. StudyFailed naming the trial and the folder when that folder
+    holds no complete checkpoint (its record)."""
+    source = best_checkpoint(trial_dir)
+    if not os.path.isfile(os.path.join(source, CHECKPOINT_RECORD)):
+        raise StudyFailed(
+            f"study.warm_start: the best trial {trial} kept no best checkpoint: no {CHECKPOINT_RECORD} in {source}"
+        )
+    shutil.rmtree(destination, ignore_errors=True)
+    shutil.copytree(source, destination)
+    return destination
 
 
 def save_trial_log(trial_log: dict | None, folder: str, claim_name: str, log=print) -> None:
@@ -544,11 +566,12 @@ def tune_on_katib(
 ) -> dict:
     """KFP step (kubeflow, tuning: katib): run the study as a Katib Experiment (when `enabled`) and return the
     hyperparameters for final training: the pipeline's `batch_size` and `learning_rate`, overridden by the best
-    trial's values. Trials train `trainer`'s model.
+    trial's values, and with `study_spec`'s warm_start the trainer's `warm_start_from`: the best trial's best
+    checkpoint, kept on the volume for the training. Trials train `trainer`'s model.
 
     Args:
         dataset: The prepared data (shards per split, stats.json).
-        study_spec: The study: `StudySpec` as a dict (parameters, metric, goal, trial counts, algorithm).
+        study_spec: The study: `StudySpec` as a dict (parameters, metric, goal, trial counts, algorithm, warm start).
         enabled: Run the study; otherwise return the pipeline's values.
         trial_epochs: Epochs of each trial.
         batch_size: The pipeline's batch size per replica.
@@ -603,7 +626,7 @@ def tune_on_katib(
         keep_experiment=keep_experiment,
         log=kube.log_to_stdout,
     )
-    hyperparameters = with_best_trial(hyperparameters, best["parameters"])
+    hyperparameters = with_best_trial(hyperparameters, best["parameters"], best["warm_start_from"])
     tuning.metadata.update(best_metric=best["metric"], best_parameters=best["parameters"], best_trial=best["trial"])
     print(best_trial_message(best["trial"], study_spec["metric_id"], best["metric"], hyperparameters))
     return hyperparameters

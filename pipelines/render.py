@@ -107,6 +107,7 @@ def _training(config: Config, namespace: str) -> list[Rendered]:
     """The TFJob (training operator v1) and the TrainJob on the shipped TrainingRuntime (Trainer v2), the ones
     `platform.kubeflow.training` allows: with auto both, as the step creates the one its cluster serves."""
     from components.lib.kube import trainjob
+    from components.lib.kube.volume import kept_checkpoint
     from components.lib.study.spec import pipeline_hyperparameters, with_best_trial
     from components.train_model_on_operator import as_dict, tfjob
     from trainer.environment import LEGACY_KERAS, output_dirs
@@ -115,7 +116,8 @@ def _training(config: Config, namespace: str) -> list[Rendered]:
     p, platform, k = config.parameters, config.platform, config.platform.kubeflow
     job_dir = os.path.join(_run_dir(config), "train-model")
     best = {q.parameter_id: f"${{BEST_{q.parameter_id.upper()}}}" for q in config.study.parameters}
-    hyperparameters = with_best_trial(pipeline_hyperparameters(p.batch_size, p.learning_rate), best)
+    warm = kept_checkpoint(_run_dir(config)) if config.study.warm_start and k.tuning == "katib" else ""
+    hyperparameters = with_best_trial(pipeline_hyperparameters(p.batch_size, p.learning_rate), best, warm)
     args = command_line(
         {**hyperparameters, "epochs": p.epochs},
         data_dir=os.path.join(_run_dir(config), "dataset"),

@@ -21,10 +21,10 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer import distribute
-from trainer.environment import BEST_CHECKPOINT as BEST
+from trainer.environment import BEST_CHECKPOINT as BEST, CHECKPOINT_RECORD as RECORD
 from trainer.flags import METRIC_GOALS
 
-LAST, RECORD = "last", "checkpoint.json"
+LAST = "last"
 BACKUP = "backup"
 # Where BackupAndRestore's CheckpointManager keeps its checkpoints under the backup folder (tf-keras's
 # WorkerTrainingState) and the variable holding the index of the epoch each backup was saved at.

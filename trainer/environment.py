@@ -22,6 +22,7 @@ def use_legacy_keras(environ: MutableMapping[str, str] = os.environ) -> None:
 
 # The folder of the best epoch's checkpoint under a job's checkpoint folder (`trainer.checkpoints`).
 BEST_CHECKPOINT = "best"
+CHECKPOINT_RECORD = "checkpoint.json"  # a kept checkpoint folder's record, written after its checkpoint
 
 
 def best_checkpoint(base: str) -> str:

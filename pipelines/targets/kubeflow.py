@@ -79,12 +79,13 @@ class KubeflowOps(SelfHostedOps):
         return kubernetes.use_field_path_as_env(self._place(task), kube.RUN_ID_ENV, kube.RUN_ID_FIELD)
 
     def tune(self, inputs: TuneInputs) -> Channel:
-        if inputs.study.warm_start:  # the trials' folders (the step's pod, Katib's volume) are not the training's
-            raise ConfigError(
-                "study.warm_start: the kubeflow target cannot start its training from the best trial's checkpoint "
-                "(the local and vertex targets can); set study.warm_start: false"
-            )
         if self.kubeflow.tuning == "pod":
+            if inputs.study.warm_start:  # the trials' folders are in the step's pod, not the training's to read
+                raise ConfigError(
+                    "study.warm_start: platform.kubeflow.tuning pod keeps the trials' checkpoints in the study step's "
+                    "pod, where the training cannot read them; use tuning: katib (it keeps the best trial's on the "
+                    "volume) or set study.warm_start: false"
+                )
             return super().tune(inputs)
         try:
             tune_on_katib.search_space(inputs.study)  # a study Katib cannot express fails at compile time

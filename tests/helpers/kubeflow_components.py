@@ -58,10 +58,10 @@ def katib_api(kubelet, monkeypatch, home, labels: dict | None = None, **server):
 
 
 def run_train_model_on_operator(
-    volume, data_dir, tmp_path, model="trainer.model:build_model", max_restarts=1, engine="auto"
+    volume, data_dir, tmp_path, model="trainer.model:build_model", max_restarts=1, engine="auto", hyperparameters=None
 ):
     """train-model-on-operator's component function: a chief and a worker train on `data_dir` for one epoch on
-    `engine`; its outputs (model, metrics)."""
+    `engine` (with `hyperparameters`, else batch size 32 and learning rate 0.003); its outputs (model, metrics)."""
     from types import SimpleNamespace
 
     from components.train_model_on_operator import train_model_on_operator
@@ -72,7 +72,7 @@ def run_train_model_on_operator(
             dataset=SimpleNamespace(path=str(data_dir)),
             workers=2,
             epochs=1,
-            hyperparameters={"batch_size": 32, "learning_rate": 0.003},
+            hyperparameters=hyperparameters or {"batch_size": 32, "learning_rate": 0.003},
             trainer=TrainerSetup(model).as_dict(),
             max_restarts=max_restarts,
             trainer_image="tfpipe/trainer:dev",
@@ -85,8 +85,9 @@ def run_train_model_on_operator(
     return outputs
 
 
-def run_tune_on_katib(volume, data_dir, tmp_path, model="trainer.model:build_model"):
-    """tune-on-katib's component function: two trials of one epoch on `data_dir`; (hyperparameters, tuning)."""
+def run_tune_on_katib(volume, data_dir, tmp_path, model="trainer.model:build_model", study=SMALL_STUDY):
+    """tune-on-katib's component function: `study` (by default two trials) of one epoch each on `data_dir`;
+    (hyperparameters, tuning)."""
     from types import SimpleNamespace
 
     from components.tune_on_katib import tune_on_katib
@@ -95,7 +96,7 @@ def run_tune_on_katib(volume, data_dir, tmp_path, model="trainer.model:build_mod
     with in_run():
         hyperparameters = tune_on_katib(
             dataset=SimpleNamespace(path=str(data_dir)),
-            study_spec=SMALL_STUDY.model_dump(),
+            study_spec=study.model_dump(),
             enabled=True,
             trial_epochs=1,
             batch_size=32,

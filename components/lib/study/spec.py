@@ -107,7 +107,8 @@ class StudySpec(BaseModel):
     warm_start: bool = Field(
         False,
         description="Start the final training from the best trial's best checkpoint (its `checkpoints/best`: the "
-        "weights of its best epoch by metric_id) instead of fresh weights; the local and vertex targets.",
+        "weights of its best epoch by metric_id) instead of fresh weights; the local and vertex targets, and kubeflow "
+        "with tuning: katib.",
     )
 
     @field_validator("metric_id")

@@ -183,6 +183,23 @@ def test_gpu_workers_use_the_gpu_trainer_image(tmp_path):
         }
 
 
+def test_a_warm_started_katib_study_compiles_and_its_step_hands_the_training_its_output(tmp_path):
+    """`study.warm_start` with `tuning: katib`: the Katib step is asked for the warm start (it keeps the best
+    trial's checkpoint on the claim) and its output, which then holds `warm_start_from`, is the training's."""
+    from kfp import compiler
+
+    from components.lib.study.spec import DEFAULT_STUDY
+
+    path = tmp_path / "warm.yaml"
+    study = DEFAULT_STUDY.model_copy(update={"warm_start": True})
+    compiler.Compiler().compile(build_pipeline("kubeflow", PLATFORM, study), str(path))
+    root = tasks(next(yaml.safe_load_all(path.read_text())))
+    assert params(root["tune-on-katib"])["study_spec"]["warm_start"] is True
+    assert params(root["train-model-on-operator"])["hyperparameters"] == {
+        "taskOutputParameter": {"outputParameterKey": "Output", "producerTask": "tune-on-katib"}
+    }
+
+
 def test_in_pod_engines_keep_todays_steps_with_their_resources(tmp_path):
     platform = PLATFORM.model_copy(
         update={

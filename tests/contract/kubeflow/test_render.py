@@ -230,6 +230,20 @@ def test_the_training_objects_are_those_of_the_configured_engine(tmp_path, train
     assert [p.name for p in paths] == files + DEFAULT_FILES[3:]
 
 
+def test_a_warm_started_study_renders_the_training_starting_from_the_kept_checkpoint(tmp_path):
+    paths, _ = render(tmp_path, {"study": {"warm_start": True}})
+    bodies = {p.name: yaml.safe_load(p.read_text()) for p in paths}
+    chief = bodies["tfjob-tfpipe-train-run-id.yaml"]["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
+    trainer = bodies["trainjob-tfpipe-train-run-id.yaml"]["spec"]["trainer"]
+    for args in (chief["containers"][0]["args"], trainer["args"]):
+        assert args[-4:] == [
+            "--warm-start-from",
+            "/mnt/tfpipe/runs/${RUN_ID}/tune-hyperparameters/best-checkpoint",
+            "--epochs",
+            "15",
+        ]
+
+
 def test_the_trainer_section_reaches_the_rendered_jobs_and_trials(tmp_path):
     """The model, its fixed hyperparameter values and the mixed-precision policy in every rendered trainer's args;
     the studied hyperparameter as the best trial's placeholder in the training's."""

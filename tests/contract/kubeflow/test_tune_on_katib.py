@@ -27,7 +27,13 @@ from components.tune_on_katib import (
     tune_with_katib,
 )
 from tests.doubles.k8s import KubeAPI
-from tests.helpers.kubeflow_components import EXPERIMENTS, SMALL_STUDY, katib_api, run_tune_on_katib
+from tests.helpers.kubeflow_components import (
+    EXPERIMENTS,
+    SMALL_STUDY,
+    katib_api,
+    run_train_model_on_operator,
+    run_tune_on_katib,
+)
 from trainer.flags import TRAINER_COMMAND, TrainerSetup
 
 CREATED = {"type": "Created", "status": "True", "reason": "ExperimentCreated", "message": "Experiment is created"}
@@ -599,6 +605,134 @@ def test_tune_with_katib_stages_the_data_once_and_records_the_study(api_server, 
     assert (run_dir / "dataset" / "marker").exists()
 
 
+WARM_STUDY = SMALL_STUDY.model_copy(update={"warm_start": True})
+TFJOBS = {"kubeflow.org/v1": {"tfjobs": "TFJob"}}
+TFJOB_SUCCEEDED = {"type": "Succeeded", "status": "True", "reason": "TFJobSucceeded", "message": "done"}
+
+
+def finished_trial(folder: Path, best: bool = True) -> dict[str, bytes]:
+    """What a finished trial leaves in its folder on the claim: its kept checkpoints (trainer.checkpoints) `last`
+    and, unless `best` is False, `best` (the epoch-2 checkpoint of a trial at val_accuracy 0.95); `best`'s files."""
+    files = {}
+    for kept in ("last", "best") if best else ("last",):
+        record = {"epoch": 2, "prefix": "epoch-0002", "metric": "val_accuracy", "goal": "maximize"}
+        kept_files = {
+            "epoch-0002.index": f"{folder.name} {kept} index".encode(),
+            "epoch-0002.data-00000-of-00001": f"{folder.name} {kept} weights".encode(),
+            "checkpoint.json": json.dumps({**record, "metrics": {"val_accuracy": 0.95}}).encode(),
+        }
+        (folder / "checkpoints" / kept).mkdir(parents=True)
+        for name, content in kept_files.items():
+            (folder / "checkpoints" / kept / name).write_bytes(content)
+        files = kept_files
+    return files
+
+
+def files_in(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.fixture
+def katib_and_tfjobs(monkeypatch, tmp_path):
+    """The double serving Experiments and TFJobs, the steps' clients pointed at it; Katib's and the training
+    operator's parts played by the test (scripts and hooks)."""
+    from tests.doubles.k8s import point_clients_at
+
+    api = KubeAPI(installed={**EXPERIMENTS, **TFJOBS})
+    point_clients_at(api, monkeypatch, tmp_path / "home")
+    yield api
+    api.close()
+
+
+def test_a_warm_started_study_keeps_the_best_trials_checkpoint_which_the_training_starts_from(
+    katib_and_tfjobs, tmp_path, capsys
+):
+    """`study.warm_start` on Katib: the study step copies the best trial's `checkpoints/best` to the run's folder on
+    the claim before deleting the trials' folders, returns it with the best values, and the TFJob's replicas get
+    `--warm-start-from` it; the training step releases it with the run's folder."""
+    api, volume, data = katib_and_tfjobs, tmp_path / "volume", tmp_path / "artifacts" / "dataset"
+    data.mkdir(parents=True)
+    (data / "stats.json").write_text("{}")
+    run_dir = volume / "runs" / "run-1"
+    trials = run_dir / "tune-hyperparameters" / "trials"
+    best_files = finished_trial(trials / OPTIMAL["bestTrialName"])
+    finished_trial(trials / "tfpipe-tune-abc-q9z1")
+    api.scripts["experiments"] = [{"conditions": [SUCCEEDED], "currentOptimalTrial": OPTIMAL}]
+
+    hyperparameters, tuning = run_tune_on_katib(volume, data, tmp_path, study=WARM_STUDY)
+
+    kept = run_dir / "tune-hyperparameters" / "best-checkpoint"
+    assert hyperparameters == {
+        "batch_size": 32,
+        "learning_rate": 0.0042,
+        "hidden_units": 96,
+        "dropout": 0.1,
+        "warm_start_from": str(kept),
+    }
+    assert files_in(kept) == best_files
+    assert [p.name for p in (run_dir / "tune-hyperparameters").iterdir()] == ["best-checkpoint"]  # trials deleted
+    assert (
+        f"kept trial {OPTIMAL['bestTrialName']}'s best checkpoint for the training: {kept} (on the claim tfpipe)\n"
+        in capsys.readouterr().out
+    )
+    assert json.loads((Path(tuning.path) / "trials.json").read_text())["warm_start_from"] == str(kept)
+
+    seen = []
+
+    def chief_starts_then_writes_its_outputs(obj):  # what the TFJob's chief finds and leaves on the claim
+        seen.append(files_in(kept) == best_files)
+        job_dir = run_dir / "train-model"
+        (job_dir / "model").mkdir(parents=True, exist_ok=True)
+        (job_dir / "model" / "saved_model.pb").write_text("pb")
+        (job_dir / "metrics.json").write_text(
+            json.dumps({"val_accuracy": 0.96, "val_loss": 0.2, "train_accuracy": 0.97, "train_loss": 0.1})
+        )
+        obj["status"] = {"conditions": [TFJOB_SUCCEEDED]}
+
+    api.on_get["tfjobs"] = chief_starts_then_writes_its_outputs
+    run_train_model_on_operator(volume, data, tmp_path, engine="tfjob", hyperparameters=hyperparameters)
+    (job,) = api.created("tfjobs")
+    chief = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
+    assert chief["args"] == [
+        "--data-dir",
+        str(run_dir / "dataset"),
+        "--job-dir",
+        str(run_dir / "train-model"),
+        "--model",
+        "trainer.model:build_model",
+        "--batch-size",
+        "32",
+        "--learning-rate",
+        "0.0042",
+        "--hidden-units",
+        "96",
+        "--dropout",
+        "0.1",
+        "--warm-start-from",
+        str(kept),
+        "--epochs",
+        "1",
+    ]
+    assert seen and all(seen)
+    assert not run_dir.exists()  # the kept checkpoint left the claim with the run's folder
+
+
+def test_a_best_trial_without_a_best_checkpoint_fails_a_warm_started_study_naming_both(katib_and_tfjobs, tmp_path):
+    api, volume, data = katib_and_tfjobs, tmp_path / "volume", tmp_path / "artifacts" / "dataset"
+    data.mkdir(parents=True)
+    (data / "stats.json").write_text("{}")
+    trial = volume / "runs" / "run-1" / "tune-hyperparameters" / "trials" / OPTIMAL["bestTrialName"]
+    finished_trial(trial, best=False)
+    api.scripts["experiments"] = [{"conditions": [SUCCEEDED], "currentOptimalTrial": OPTIMAL}]
+    with pytest.raises(StudyFailed) as failed:
+        run_tune_on_katib(volume, data, tmp_path, study=WARM_STUDY)
+    assert str(failed.value) == (
+        f"study.warm_start: the best trial {OPTIMAL['bestTrialName']} kept no best checkpoint: no checkpoint.json in "
+        f"{trial}/checkpoints/best"
+    )
+    assert (trial / "checkpoints" / "last").is_dir()  # the trials' folders stay for a look
+
+
 @pytest.fixture
 def katib_cluster(monkeypatch, tmp_path):
     """Katib's double with the trainer as a process, the claim a folder."""
@@ -644,6 +778,52 @@ def test_the_component_runs_real_trials_that_katibs_webhooks_admit(katib_cluster
     pod = pods[0]["spec"]["containers"][0]
     assert pod["command"] == ["sh", "-c"] and pod["args"][0].startswith("python -m trainer.task --data-dir ")
     assert pod["args"][0].endswith(" && echo completed > /var/log/katib/tfpipe/$$$$.pid")
+
+
+@pytest.mark.e2e
+def test_the_training_after_a_warm_started_study_starts_from_its_best_real_trials_best_epoch(
+    monkeypatch, digits_data, tmp_path
+):
+    """Real trainer trials on Katib's double, then a real TFJob on the training operator's, on one claim: the folder
+    the study step returns holds the checkpoint the best trial kept, at the metric Katib read from that trial, and
+    the TFJob's chief starts from it."""
+    from tests.doubles.k8s import point_clients_at, shipped_rules
+    from tests.doubles.k8s.katib import INJECTION
+    from tests.doubles.k8s.katib_operator import KatibOperator
+    from tests.doubles.k8s.kubelet import Claim, Kubelet
+    from tests.doubles.k8s.training_operator import TrainingOperator
+    from trainer import checkpoints
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    kubelet = Kubelet({"tfpipe": Claim(str(volume))}, {"tfpipe/trainer:dev": "trainer.Dockerfile"})
+    api = KubeAPI(
+        installed={**EXPERIMENTS, **TFJOBS},
+        controllers=[KatibOperator(kubelet), TrainingOperator(kubelet)],
+        namespaces={"ml": {INJECTION: "enabled"}},
+        rbac=shipped_rules(),
+    )
+    point_clients_at(api, monkeypatch, tmp_path / "home")
+    try:
+        hyperparameters, tuning = run_tune_on_katib(volume, digits_data, tmp_path, study=WARM_STUDY)
+        study_dir = volume / "runs" / "run-1" / "tune-hyperparameters"
+        assert hyperparameters["warm_start_from"] == str(study_dir / "best-checkpoint")
+        assert [p.name for p in study_dir.iterdir()] == ["best-checkpoint"]
+        kept = checkpoints.read(hyperparameters["warm_start_from"])
+        status = json.loads((Path(tuning.path) / "trials.json").read_text())["status"]
+        (measured,) = status["currentOptimalTrial"]["observation"]["metrics"]
+        assert kept is not None and (kept.epoch, kept.metric, kept.value) == (
+            1,
+            "val_accuracy",
+            float(measured["latest"]),
+        )
+        run_train_model_on_operator(volume, digits_data, tmp_path, engine="tfjob", hyperparameters=hyperparameters)
+    finally:
+        api.close()
+    (job,) = api.items("tfjobs")
+    chief = api.logs[f"{job['metadata']['name']}-chief-0"]
+    assert f"[trainer] warm start from {kept.path} (epoch 1: val_accuracy={kept.value})\n" in chief
+    assert not (volume / "runs" / "run-1").exists()
 
 
 @pytest.mark.e2e

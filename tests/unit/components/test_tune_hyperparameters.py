@@ -269,14 +269,16 @@ def test_a_warm_started_study_starts_the_final_training_from_its_best_trials_bes
 
 
 def test_a_warm_start_is_refused_where_the_training_cannot_read_the_trials_checkpoints():
-    from pipelines.config import ConfigError
+    """kubeflow's `tuning: pod` keeps the trials' folders in the study step's pod; Katib's are on the claim."""
+    from pipelines.config import ConfigError, KubeflowSettings, Platform
     from pipelines.training import build_pipeline
 
     study = StudySpec.model_validate({**spec().model_dump(), "warm_start": True})
     with pytest.raises(ConfigError) as refused:
-        build_pipeline("kubeflow", study=study)
+        build_pipeline("kubeflow", Platform(kubeflow=KubeflowSettings(tuning="pod")), study=study)
     assert str(refused.value) == (
-        "study.warm_start: the kubeflow target cannot start its training from the best trial's checkpoint (the "
-        "local and vertex targets can); set study.warm_start: false"
+        "study.warm_start: platform.kubeflow.tuning pod keeps the trials' checkpoints in the study step's pod, where "
+        "the training cannot read them; use tuning: katib (it keeps the best trial's on the volume) or set "
+        "study.warm_start: false"
     )
     build_pipeline("local", study=study)
