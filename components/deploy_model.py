@@ -20,6 +20,7 @@ def deploy_model(
     ssl_config_file: str,
     ca_file: str,
     client_cert_file: str,
+    version_policy: str,
     endpoint: Output[Artifact],
 ) -> NamedTuple("Outputs", [("rest_url", str), ("grpc_target", str), ("version", int)]):
     """KFP step (self-hosted): start (or reuse) the local server on the repository, wait for the new version,
@@ -36,14 +37,18 @@ def deploy_model(
         ssl_config_file: TF Serving's SSLConfig file: a server this step starts serves over TLS (empty: plaintext).
         ca_file: The CA file of a TLS server's certificate, for the checks (empty: the system's CAs).
         client_cert_file: PEM file of a client certificate and key, for a server with client_verify.
+        version_policy: How a server this step starts replaces versions: availability-preserving or
+            resource-preserving (a running server with the other policy is refused).
     """
     from core.fast_exit import skip_exit_collection
 
     skip_exit_collection()
     import json
     from collections import namedtuple
+    from typing import cast
 
     from components.lib.deploy.tf_serving import deploy
+    from serving.models import Transition
     from serving.tls import ClientTls
 
     # KFP hands artifact metadata on through JSON/protobuf numbers: the version arrives as a float (3.0)
@@ -59,12 +64,15 @@ def deploy_model(
         grpc_port,
         ssl_config_file=ssl_config_file,
         tls=ClientTls(ca_file, client_cert_file),
+        version_policy=cast(Transition, version_policy),  # PipelineParameters checked it; the server refuses others
     )
     endpoint.metadata.update(
         rest_url=served.rest_url, grpc_target=served.grpc_target, version=served.version, pid=served.pid
     )
     with open(endpoint.path, "w") as f:
         json.dump(served.as_json(), f, indent=2)
+    if served.gap():
+        print(served.gap())
     print(
         f"serving {model_name} version {version}: REST {served.rest_url}, gRPC {served.grpc_target or '-'}"
         + (f"; stop it with: {served.stop}" if served.stop else "")

@@ -85,6 +85,7 @@ def build_pipeline(
         rest_port: int = _D.rest_port,
         grpc_port: int = _D.grpc_port,
         serving_ssl_config_file: str = _D.serving_ssl_config_file,
+        serving_version_policy: str = _D.serving_version_policy,
         serving_ca_file: str = _D.serving_ca_file,
         serving_client_cert_file: str = _D.serving_client_cert_file,
     ):
@@ -163,6 +164,7 @@ def build_pipeline(
                     serving_url=serving_url,
                     rest_port=rest_port,
                     grpc_port=grpc_port,
+                    version_policy=serving_version_policy,
                     tls=ServingTls(serving_ssl_config_file, serving_ca_file, serving_client_cert_file),
                 )
             )

@@ -95,7 +95,9 @@ if TYPE_CHECKING:
     show_default="/predict or $AIP_PREDICT_ROUTE",
     help="Vertex-style predict route",
 )
-@click.option("--ready-file", default="", help="write the pid and addresses here (JSON) once serving")
+@click.option(
+    "--ready-file", default="", help="write the pid, addresses and aspired-version policy here (JSON) once serving"
+)
 @click.option(
     "--ssl-config-file",
     default="",

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from core import names
+from serving.models import Transition
 from serving.repository import model_names, read_names
 from serving.tls import DEFAULT_CLIENT_TLS, ClientTls
 
@@ -109,9 +110,16 @@ class Launched:
     log_start: int  # where its own lines start in the (appended) log
 
 
-def launch_server(base: str, rest_port: int, grpc_port: int, ssl_config_file: str = "") -> Launched:
+def launch_server(
+    base: str,
+    rest_port: int,
+    grpc_port: int,
+    ssl_config_file: str = "",
+    version_policy: Transition = "availability-preserving",
+) -> Launched:
     """Start a detached server for the whole repository (own session and log file: it must outlive the step), over
-    TLS with `ssl_config_file` (TF Serving's SSLConfig, `serving.tls`)."""
+    TLS with `ssl_config_file` (TF Serving's SSLConfig, `serving.tls`), replacing versions with `version_policy`
+    (its `--aspired-version-policy`)."""
     os.makedirs(state_dir(), exist_ok=True)
     state = state_file(base, rest_port, grpc_port)
     for stale in (state, _beside(state, ".skip")):
@@ -136,6 +144,8 @@ def launch_server(base: str, rest_port: int, grpc_port: int, ssl_config_file: st
         "32",
         "--batch-timeout-ms",
         "0",
+        "--aspired-version-policy",
+        version_policy,
     ] + (["--ssl-config-file", ssl_config_file] if ssl_config_file else [])
     with open(_beside(state, ".log"), "ab") as log:
         log_start = log.tell()
@@ -179,12 +189,27 @@ def _why(launched: Launched) -> str:
     return f"last lines of {path}:\n" + "\n".join(lines[-15:])
 
 
-def reuse_server(base: str, rest_port: int, grpc_port: int, model_name: str) -> dict | None:
+def reuse_server(
+    base: str,
+    rest_port: int,
+    grpc_port: int,
+    model_name: str,
+    version_policy: Transition = "availability-preserving",
+) -> dict | None:
     """The live server recorded for this repository and these ports, told to serve `model_name` again if
-    `stop-serving --model-name` had stopped it; None when no such server runs."""
+    `stop-serving --model-name` had stopped it; None when no such server runs. ServerError when it replaces
+    versions with another aspired-version policy than `version_policy` (it serves every model of the repository:
+    not restarted behind their back)."""
     state = state_file(base, rest_port, grpc_port)
     if (server := _recorded(state)) is None:
         return None
+    running = server.get("aspired_version_policy", "availability-preserving")  # records older than the option
+    if running != version_policy:
+        raise ServerError(
+            f"the server for {base} (pid {server['pid']}, REST {server['rest_url']}) replaces versions "
+            f"{running}, not {version_policy}: stop it (python -m pipelines stop-serving --model-base-path {base}) "
+            f"or set serving_version_policy: {running}"
+        )
     if model_name in (skipped := _skipped(state)):
         _write_skipped(state, skipped - {model_name})
     return server

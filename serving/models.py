@@ -193,16 +193,16 @@ class ModelManager:
             servable = Servable(version, path, self.batching)
             warmed = warmup(servable)
         except Exception as e:  # noqa: BLE001 (recorded in the version's status, like TF Serving)
-            status.state, status.error_code = "END", "UNKNOWN"
             status.error_message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             log.error("failed to load %s version %d: %s", self.name, version, status.error_message)
+            status.state, status.error_code = "END", "UNKNOWN"  # after the message and its line, as AVAILABLE
             return
         with self._lock:
             self._servables[version] = servable
-        status.state = "AVAILABLE"
         log.info(
             "loaded %s version %d in %.1fs (%d warmup requests)", self.name, version, time.time() - started, warmed
         )
+        status.state = "AVAILABLE"  # after its line: a client that saw AVAILABLE finds it in the log
 
     def _unload(self, version: int) -> None:
         self._status[version].state = "UNLOADING"

@@ -73,7 +73,7 @@ class ServerOptions:
     health_route: str = "/health"
     predict_route: str = "/predict"
     deployed_model_id: str = ""
-    ready_file: str = ""  # JSON with the pid and bound addresses, written once serving
+    ready_file: str = ""  # JSON with the pid, bound addresses and aspired-version policy, written once serving
     request_threads: int = 0  # REST model calls, serving.dispatch: 0 one per usable CPU, 1 all on the event loop
     grpc_threads: int = 0  # gRPC worker threads; 0: two per usable CPU, at least the batch size when batching
     ssl: SslConfig | None = None  # TLS on both APIs (serving.tls); None: plaintext
@@ -149,7 +149,12 @@ class ModelServer:
         return max(2 * available_cpus(), batching.max_batch_size if batching else 0)
 
     def _announce(self) -> None:
-        info = {"pid": os.getpid(), "rest_url": self.rest_url, "grpc_target": self.grpc_target}
+        info = {
+            "pid": os.getpid(),
+            "rest_url": self.rest_url,
+            "grpc_target": self.grpc_target,
+            "aspired_version_policy": self.models.transition,
+        }
         tls = "off" if not self.options.ssl else "mutual" if self.options.ssl.client_verify else "on"
         log.info(
             "serving %s: REST %s, gRPC %s, TLS %s", self.models.source, self.rest_url, self.grpc_target or "off", tls

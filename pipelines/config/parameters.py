@@ -150,6 +150,15 @@ class PipelineParameters(BaseModel):
             "client_verify) to serve gRPC and REST over TLS (empty: plaintext)."
         ),
     )
+    serving_version_policy: Literal["availability-preserving", "resource-preserving"] = Field(
+        "availability-preserving",
+        description=(
+            "Local server: how a new version replaces the old (TF Serving's aspired-version policy): load it, then "
+            "unload the old; or resource-preserving, for a model that does not fit in memory twice: unload the old "
+            "first (requests get NOT_FOUND until the new one is loaded). A running server with the other policy is "
+            "refused."
+        ),
+    )
     serving_ca_file: str = Field(
         "",
         description="Self-hosted deploy check of a TLS server: the CA file of its certificate (empty: the system's).",

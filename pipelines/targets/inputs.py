@@ -143,6 +143,7 @@ class DeployInputs:
     serving_url: Channel
     rest_port: Channel
     grpc_port: Channel
+    version_policy: Channel  # the local server's aspired-version policy
     tls: ServingTls
 
 

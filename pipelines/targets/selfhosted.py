@@ -109,6 +109,7 @@ class SelfHostedOps(SameEverywhere):
                     serving_url=inputs.serving_url,
                     rest_port=inputs.rest_port,
                     grpc_port=inputs.grpc_port,
+                    version_policy=inputs.version_policy,
                     ssl_config_file=inputs.tls.ssl_config_file,
                     ca_file=inputs.tls.ca_file,
                     client_cert_file=inputs.tls.client_cert_file,

@@ -2,6 +2,10 @@
 serve a published version (the local server, started or reused through `serving.lifecycle`, or the server at a
 URL, only checked), wait until it is AVAILABLE, send a smoke prediction and compare it with the SavedModel's own
 answer; on any failure remove the new version (rollback) so that the server falls back to the previous one.
+
+A local server replacing versions resource-preserving unloads the previous version before the new one loads: the
+checks address the new version only, so the gap (NOT_FOUND for the model) is waited through, not a failure; a
+failure then has left no version serving until the rollback reloads the previous one, which the error says.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from dataclasses import dataclass
 
 from components.lib.deploy.smoke import SmokeCheck, SmokeResult, reference_checks, smoke_record
 from serving import lifecycle
+from serving.models import Transition
 from serving.tls import DEFAULT_CLIENT_TLS, ClientTls
 
 
@@ -22,7 +27,8 @@ class DeployError(RuntimeError):
 class Deployment:
     """A version served and smoke-tested: the server (`pid`, `log` and `started` None/None/False for a server at a
     URL; `started`: this deploy launched it), the version and the smoke results of each signature checked; `stop`:
-    the command that stops a local server ("" for a server at a URL)."""
+    the command that stops a local server ("" for a server at a URL); `unloaded_first`: the previous version a
+    resource-preserving local server unloaded before this one loaded (None: no gap)."""
 
     rest_url: str
     grpc_target: str
@@ -34,9 +40,11 @@ class Deployment:
     base_path: str
     smoke: list[SmokeResult]
     stop: str
+    unloaded_first: int | None = None
 
     def as_json(self) -> dict:
-        """The deploy record: the server's fields, the version, the smoke record (`smoke_record`) and `stop`."""
+        """The deploy record: the server's fields, the version, the smoke record (`smoke_record`), `stop` and
+        `unloaded_first`."""
         return {
             "rest_url": self.rest_url,
             "grpc_target": self.grpc_target,
@@ -48,7 +56,17 @@ class Deployment:
             "base_path": self.base_path,
             "smoke": smoke_record(self.smoke),
             "stop": self.stop,
+            "unloaded_first": self.unloaded_first,
         }
+
+    def gap(self) -> str:
+        """The step's line about a resource-preserving replacement ("" without one)."""
+        if self.unloaded_first is None:
+            return ""
+        return (
+            f"resource-preserving: {self.model_name} version {self.unloaded_first} was unloaded before version "
+            f"{self.version} loaded (requests in between got NOT_FOUND)"
+        )
 
 
 def wait_available(
@@ -119,11 +137,13 @@ def deploy(
     timeout: float = 180,
     ssl_config_file: str = "",
     tls: ClientTls = DEFAULT_CLIENT_TLS,
+    version_policy: Transition = "availability-preserving",
 ) -> Deployment:
     """Serve `version` (already published) and check it; roll it back and raise DeployError on failure (an
     invalid `serving_url` too). `model_name` and `base` must be valid (core.names): InvalidName. A server the step
-    launches serves over TLS with `ssl_config_file` (TF Serving's SSLConfig); the checks reach an https server
-    with `tls`."""
+    launches serves over TLS with `ssl_config_file` (TF Serving's SSLConfig) and replaces versions with
+    `version_policy`; a running local server with another policy is refused (DeployError naming it); the checks
+    reach an https server with `tls`."""
     from components.lib.deploy.model_repository import remove_version
     from core import names
 
@@ -141,21 +161,23 @@ def deploy(
                 "log": None,
                 "started": False,
             }
-        elif (server := lifecycle.reuse_server(base, rest_port, grpc_port, model_name)) is not None:
+        elif (server := lifecycle.reuse_server(base, rest_port, grpc_port, model_name, version_policy)) is not None:
             server = {**server, "started": False}
         else:
-            launched = lifecycle.launch_server(base, rest_port, grpc_port, ssl_config_file)
+            launched = lifecycle.launch_server(base, rest_port, grpc_port, ssl_config_file, version_policy)
         checks = reference_checks(version_path, data_dir)  # while a launched server starts
         if launched:
             server = {**lifecycle.wait_ready(launched, timeout), "started": True}
         assert server is not None  # one of the three branches above set it
         wait_available(server["rest_url"], model_name, version, timeout, tls)
         smokes = [smoke_test(server["rest_url"], model_name, version, check, tls) for check in checks]
+        unloaded = _unloaded_first(server, base, model_name, version, version_policy, tls)
     except Exception as e:
+        unloaded = _unloaded_first(server, base, model_name, version, version_policy, tls)
         remove_version(base, model_name, version)
         raise DeployError(
             f"deploying {model_name} version {version} failed, rolled back: {e}"
-            + _restored(server, base, model_name, tls)
+            + _restored(server, base, model_name, tls, unloaded)
         ) from e
     return Deployment(
         rest_url=server["rest_url"],
@@ -170,18 +192,51 @@ def deploy(
         stop=f"python -m pipelines stop-serving --model-base-path {base} --model-name {model_name}"
         if server["pid"]
         else "",
+        unloaded_first=unloaded,
     )
 
 
-def _restored(server: dict | None, base: str, model_name: str, tls: ClientTls, timeout: float = 60) -> str:
-    """After a rollback: wait until the server is back on the previous version; say which one (or why not)."""
+def _unloaded_first(
+    server: dict | None, base: str, model_name: str, version: int, version_policy: Transition, tls: ClientTls
+) -> int | None:
+    """The previous version (the newest below `version`) when a resource-preserving local server reports it
+    unloaded (END): it went before `version` loaded. None for a server at a URL, a server that never loaded it, or
+    availability-preserving."""
+    import requests
+
+    from components.lib.deploy.model_repository import versions
+
+    if version_policy != "resource-preserving" or server is None or server["pid"] is None:
+        return None
+    previous = [v for v in versions(base, model_name) if v < version]
+    if not previous:
+        return None
+    try:
+        response = requests.get(
+            f"{server['rest_url']}/v1/models/{model_name}/versions/{previous[-1]}", timeout=5, **tls.requests_options()
+        )
+    except requests.RequestException:
+        return None  # the failure being reported says why the server could not be asked
+    if response.status_code != 200 or response.json()["model_version_status"][0]["state"] != "END":
+        return None
+    return previous[-1]
+
+
+def _restored(
+    server: dict | None, base: str, model_name: str, tls: ClientTls, unloaded: int | None, timeout: float = 60
+) -> str:
+    """After a rollback: wait until the server is back on the previous version; say which one (or why not), and
+    when a resource-preserving server had `unloaded` it first, that no version served in between."""
     from components.lib.deploy.model_repository import champion
 
     previous = champion(base, model_name)
     if server is None or previous is None:
         return ""
+    gap = ""
+    if unloaded is not None:
+        gap = f"resource-preserving had unloaded version {unloaded} first: no version served {model_name} since; "
     try:
         wait_available(server["rest_url"], model_name, previous.number, timeout, tls)
     except DeployError as e:
-        return f" (the previous version {previous.number} is not serving: {e})"
-    return f" (serving version {previous.number} again)"
+        return f" ({gap}the previous version {previous.number} is not serving: {e})"
+    return f" ({gap}serving version {previous.number} again)"

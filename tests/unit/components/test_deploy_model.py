@@ -4,6 +4,7 @@ test, rollback, stopping one model or the whole server."""
 import os
 import socket
 
+import numpy as np
 import pytest
 import requests
 from click.testing import CliRunner
@@ -138,3 +139,140 @@ def test_the_deploy_starts_a_mutual_tls_server_and_checks_it_over_tls(
         assert (stop.exit_code, stop.output) == (0, f"stopped serving toy; the server ({where}) keeps serving digits\n")
     finally:
         lifecycle.stop_server(base)
+
+
+def transitions(log: str, model_name: str) -> list[str]:
+    """The server log's load, unload and failed-load lines of a model, without time stamps and load durations."""
+    with open(log) as f:
+        messages = [line.split(" ", 3)[-1].rstrip("\n") for line in f]
+    return [
+        m.split(" in ")[0] if m.startswith("loaded ") else m
+        for m in messages
+        if m.startswith((f"loaded {model_name} ", f"unloaded {model_name} ", f"failed to load {model_name} "))
+    ]
+
+
+def deploy_step(version, digits_data, base: str, endpoint: str, version_policy: str):
+    """The local deploy step (components.deploy_model) on a published version, on the server for `base` (any free
+    ports), plaintext."""
+    from kfp.dsl import Artifact, Dataset, Model
+
+    from components.deploy_model import deploy_model
+
+    published = Model(uri=version.path, metadata={"version": float(version.number), "path": version.path})
+    return deploy_model(
+        published, Dataset(uri=str(digits_data)), base, "digits", "", 0, 0, "", "", "", version_policy,
+        Artifact(uri=endpoint),
+    )  # fmt: skip
+
+
+def test_a_resource_preserving_rollout_unloads_the_old_version_before_the_new_one_loads(
+    trained_model, digits_data, tmp_path, monkeypatch, capsys
+):
+    """serving_version_policy resource-preserving: the step starts the server with it; the next version replaces
+    the first one unloading it first, and the step waits through the gap and says so; a run asking for the other
+    policy is refused in one line naming the running one, and its version is rolled back."""
+    import json
+
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    base = str(tmp_path / "repo")
+    first = publish(str(trained_model / "model"), base, "digits", {})
+    try:
+        deploy_step(first, digits_data, base, str(tmp_path / "first.json"), "resource-preserving")
+        with open(lifecycle.state_file(base, 0, 0)) as f:
+            server = json.load(f)
+        assert server["aspired_version_policy"] == "resource-preserving"
+        url, stop = server["rest_url"], f"python -m pipelines stop-serving --model-base-path {base} --model-name digits"
+        capsys.readouterr()
+        second = publish(str(trained_model / "model"), base, "digits", {})
+        outputs = deploy_step(second, digits_data, base, str(tmp_path / "second.json"), "resource-preserving")
+        assert outputs.version == 2
+        assert capsys.readouterr().out.splitlines() == [
+            "resource-preserving: digits version 1 was unloaded before version 2 loaded (requests in between got "
+            "NOT_FOUND)",
+            f"serving digits version 2: REST {url}, gRPC {server['grpc_target']}; stop it with: {stop}",
+        ]
+        with open(tmp_path / "second.json") as f:
+            assert json.load(f)["unloaded_first"] == 1
+        log = lifecycle.state_file(base, 0, 0).removesuffix(".json") + ".log"
+        assert transitions(log, "digits") == [
+            "loaded digits version 1",
+            "unloaded digits version 1",
+            "loaded digits version 2",
+        ]
+        third = publish(str(trained_model / "model"), base, "digits", {})
+        with pytest.raises(tf_serving.DeployError) as error:
+            deploy_step(third, digits_data, base, str(tmp_path / "third.json"), "availability-preserving")
+        assert str(error.value) == (
+            f"deploying digits version 3 failed, rolled back: the server for {base} (pid {server['pid']}, REST "
+            f"{url}) replaces versions resource-preserving, not availability-preserving: stop it (python -m "
+            f"pipelines stop-serving --model-base-path {base}) or set serving_version_policy: resource-preserving"
+        )
+        assert versions(base, "digits") == [1, 2]
+        assert requests.get(f"{url}/v1/models/digits/metadata").json()["model_spec"]["version"] == "2"
+    finally:
+        lifecycle.stop_server(base)
+
+
+def test_a_resource_preserving_rollout_whose_new_version_fails_reloads_the_previous_one(
+    trained_model, digits_data, tmp_path, monkeypatch
+):
+    """Under resource-preserving a version that fails to load has left no version serving: the rollback removes it,
+    the server loads the previous version again, and the step's error says both in one line."""
+    import shutil
+
+    from core.warmup import write_warmup_requests
+
+    monkeypatch.setenv("TFPIPE_SERVING_STATE", str(tmp_path / "state"))
+    base = str(tmp_path / "repo")
+    first = publish(str(trained_model / "model"), base, "digits", {})
+    broken = shutil.copytree(trained_model / "model", tmp_path / "broken")
+    write_warmup_requests(str(broken), [("no_such_signature", {"x": np.zeros((1, 8, 8, 1), np.float32)})])
+    try:
+        served = tf_serving.deploy(
+            first.number, first.path, str(digits_data), base, "digits", "", 0, 0, version_policy="resource-preserving"
+        )
+        second = publish(str(broken), base, "digits", {})
+        with pytest.raises(tf_serving.DeployError) as error:
+            tf_serving.deploy(
+                second.number, second.path, str(digits_data), base, "digits", "", 0, 0,
+                version_policy="resource-preserving",
+            )  # fmt: skip
+        failure = (
+            'NotFound: Serving signature name: "no_such_signature" not found in signature def (available: '
+            "['serving_default', 'serving_image_bytes'])"
+        )
+        assert str(error.value) == (
+            f"deploying digits version 2 failed, rolled back: version 2 failed to load: {failure} (resource-"
+            "preserving had unloaded version 1 first: no version served digits since; serving version 1 again)"
+        )
+        assert transitions(served.log, "digits") == [
+            "loaded digits version 1",
+            "unloaded digits version 1",
+            f"failed to load digits version 2: {failure}",
+            "loaded digits version 1",
+        ]
+        assert versions(base, "digits") == [1]
+        metadata = requests.get(f"{served.rest_url}/v1/models/digits/metadata", timeout=10).json()
+        assert metadata["model_spec"]["version"] == "1"
+    finally:
+        lifecycle.stop_server(base)
+
+
+def test_the_local_run_hands_serving_version_policy_to_the_deploy_step():
+    """The pipeline input (default availability-preserving) reaches the local deploy step's version_policy."""
+    from google.protobuf import json_format
+
+    from pipelines.training import build_pipeline
+
+    spec = json_format.MessageToDict(build_pipeline("local").pipeline_spec)
+    root = spec["root"]["inputDefinitions"]["parameters"]["serving_version_policy"]
+    assert (root["defaultValue"], root["parameterType"]) == ("availability-preserving", "STRING")
+    deploy = next(
+        c["dag"]["tasks"]["deploy-model"]
+        for c in spec["components"].values()
+        if "deploy-model" in c.get("dag", {}).get("tasks", {})
+    )
+    assert deploy["inputs"]["parameters"]["version_policy"] == {
+        "componentInputParameter": "pipelinechannel--serving_version_policy"
+    }
