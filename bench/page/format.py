@@ -40,9 +40,9 @@ def seconds(value: float, decimals: int = 1) -> str:
     return f"{number(value, decimals)} s"
 
 
-def hyperparameter(value: float) -> str:
-    """An int as it is, a float to 3 significant digits (0.0101, 0.2, 0)."""
-    return str(value) if isinstance(value, int) else f"{value:.3g}"
+def hyperparameter(value: float | int | str) -> str:
+    """An int or a choice (`adam`) as it is, a float to 3 significant digits (0.0101, 0.2, 0)."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def met(flag: bool) -> str:
