@@ -210,6 +210,7 @@ def qat_name(options: QatOptions) -> str:
 def quantization_aware(
     model_dir: str,
     data_dir: str,
+    input_shape: list,
     output_dir: str,
     options: QatOptions,
     test: tuple[np.ndarray, np.ndarray],
@@ -221,7 +222,6 @@ def quantization_aware(
     """Fine-tune with fake quantization, convert to int8 and measure: the `qat` entry of the report (with `error`
     instead of the measurements when the model cannot be fine-tuned or converted)."""
     from components.lib import qat
-    from trainer import data
 
     entry: dict[str, Any] = {
         "mode": "int8",
@@ -250,8 +250,7 @@ def quantization_aware(
             float_layers=list(tuned.float_layers),
             fine_tune_val_accuracy=tuned.val_accuracy,
         )
-        stats = data.load_stats(data_dir)
-        model_bytes = convert(tuned.model_dir, stats["input_shape"], "int8", representative, int8_io, allow_flex)
+        model_bytes = convert(tuned.model_dir, input_shape, "int8", representative, int8_io, allow_flex)
     except (QatError, QuantizationError) as e:
         return {**entry, "error": f"{entry['name']}: {e}"}
     path = os.path.join(output_dir, "model_int8_qat.tflite")
@@ -326,6 +325,7 @@ def quantize(
         qat_entry = quantization_aware(
             model_dir,
             data_dir,
+            stats["input_shape"],
             output_dir,
             qat,
             (inputs, labels),

@@ -18,7 +18,7 @@ tuning job and the local study; the best trial's values override the pipeline's.
 - The end: once the best trial is read, the failure reported (the first failed trial's last log lines quoted) or a
   refusal found, the Experiment is deleted (foreground: its trials, Jobs and pods with it) unless `keep` says
   otherwise. The trials' folders are deleted; with `study.warm_start` the best trial's `checkpoints/best` is first
-  copied to the run's `tune-hyperparameters/best-checkpoint` (`volume.kept_checkpoint`), which the final training
+  moved to the run's `tune-hyperparameters/best-checkpoint` (`volume.kept_checkpoint`), which the final training
   starts from (`warm_start_from`) and releases.
 """
 
@@ -467,8 +467,8 @@ def tune_with_katib(
     log=print,
     sleep=None,
 ) -> dict:
-    """Stage the data on the volume, run the experiment, record it: the best trial, its `warm_start_from` the kept
-    copy of its best checkpoint with `spec.warm_start` (else ""). When the study fails, the failed trial's whole log
+    """Stage the data on the volume, run the experiment, record it: the best trial, its `warm_start_from` the best
+    trial's kept best checkpoint with `spec.warm_start` (else ""). When the study fails, the failed trial's whole log
     is saved on the volume, next to the trials' folder, and the step's log names it."""
     from components.lib.kube import api as kube
     from components.lib.kube.volume import kept_checkpoint, stage_dataset, study_folder
@@ -521,8 +521,8 @@ def tune_with_katib(
 
 
 def keep_best_checkpoint(trial_dir: str, trial: str, destination: str) -> str:
-    """Copy the trial's kept best checkpoint folder (`checkpoints/best` under `trial_dir`) to `destination`,
-    replacing an earlier attempt's copy: `destination`. StudyFailed naming the trial and the folder when that folder
+    """Move the trial's kept best checkpoint folder (`checkpoints/best` under `trial_dir`, whose trials' folders go
+    next) to `destination` on the same claim, replacing an earlier attempt's: `destination`. StudyFailed naming the trial and the folder when that folder
     holds no complete checkpoint (its record)."""
     source = best_checkpoint(trial_dir)
     if not os.path.isfile(os.path.join(source, CHECKPOINT_RECORD)):
@@ -530,7 +530,7 @@ def keep_best_checkpoint(trial_dir: str, trial: str, destination: str) -> str:
             f"study.warm_start: the best trial {trial} kept no best checkpoint: no {CHECKPOINT_RECORD} in {source}"
         )
     shutil.rmtree(destination, ignore_errors=True)
-    shutil.copytree(source, destination)
+    shutil.move(source, destination)
     return destination
 
 

@@ -26,13 +26,17 @@ class DriftLimits:
     def __post_init__(self):
         if self.action not in ACTIONS:
             raise DataError(f"drift_action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
-        limits = {
+        for name, limit in self.parameters().items():
+            if name != "drift_action" and not 0 <= limit <= 1:
+                raise DataError(f"{name} must be in [0, 1] (the measure's range), got {limit}")
+
+    def parameters(self) -> dict:
+        """The limits by their pipeline parameters' names."""
+        return {
             "drift_max_class_distance": self.max_class_distance,
             "drift_max_js_divergence": self.max_js_divergence,
+            "drift_action": self.action,
         }
-        for name, limit in limits.items():
-            if not 0 <= limit <= 1:
-                raise DataError(f"{name} must be in [0, 1] (the measure's range), got {limit}")
 
 
 def not_compared(reason: str) -> dict:
@@ -93,11 +97,7 @@ def compare(champion: dict, data: dict, limits: DriftLimits) -> dict:
             )
     return {
         "compared": True,
-        "limits": {
-            "drift_max_class_distance": limits.max_class_distance,
-            "drift_max_js_divergence": limits.max_js_divergence,
-            "drift_action": limits.action,
-        },
+        "limits": limits.parameters(),
         "classes": {"l_infinity": round(distance, 6), "at": at, "champion": a, "data": b},
         "features": features,
         "image_sizes": sizes,

@@ -52,16 +52,15 @@ class TrainerSettings(BaseModel):
     def found(self) -> bool:
         """Whether `model` names a function of a module on this Python path."""
         try:
-            builder.find(self.model)
-        except builder.BuilderError:
+            self.check_builder()
+        except ConfigError:
             return False
         return True
 
     def check_hyperparameters(self, study: StudySpec) -> TrainerSettings:
         """These settings with `hyperparameters` typed by their declaration (the builder's signature and the
         trainer's own, read from the sources); ConfigError naming an unknown or mistyped value or study
-        parameter."""
-        self.check_builder()
+        parameter; also when `model` names no function on this Python path (`flags.declared` finds it first)."""
         try:
             declaration = flags.declared(self.model)
         except builder.BuilderError as e:

@@ -79,9 +79,7 @@ def wait_available(
     deadline, last = time.time() + timeout, "no answer"
     while time.time() < deadline:
         try:
-            response = requests.get(
-                f"{rest_url}/v1/models/{model_name}/versions/{version}", timeout=5, **tls.requests_options()
-            )
+            response = _version_status(rest_url, model_name, version, tls)
             if response.status_code == 200:
                 (status,) = response.json()["model_version_status"]
                 if status["state"] == "AVAILABLE":
@@ -97,6 +95,13 @@ def wait_available(
             last = str(e)
         time.sleep(0.2)
     raise DeployError(f"version {version} was not AVAILABLE after {timeout:.0f}s (last: {last})")
+
+
+def _version_status(rest_url: str, model_name: str, version: int, tls: ClientTls):
+    """The server's answer to TF Serving's REST model status request for one version."""
+    import requests
+
+    return requests.get(f"{rest_url}/v1/models/{model_name}/versions/{version}", timeout=5, **tls.requests_options())
 
 
 def _reason(error: Exception) -> str:
@@ -212,9 +217,7 @@ def _unloaded_first(
     if not previous:
         return None
     try:
-        response = requests.get(
-            f"{server['rest_url']}/v1/models/{model_name}/versions/{previous[-1]}", timeout=5, **tls.requests_options()
-        )
+        response = _version_status(server["rest_url"], model_name, previous[-1], tls)
     except requests.RequestException:
         return None  # the failure being reported says why the server could not be asked
     if response.status_code != 200 or response.json()["model_version_status"][0]["state"] != "END":

@@ -647,7 +647,7 @@ def katib_and_tfjobs(monkeypatch, tmp_path):
 def test_a_warm_started_study_keeps_the_best_trials_checkpoint_which_the_training_starts_from(
     katib_and_tfjobs, tmp_path, capsys
 ):
-    """`study.warm_start` on Katib: the study step copies the best trial's `checkpoints/best` to the run's folder on
+    """`study.warm_start` on Katib: the study step moves the best trial's `checkpoints/best` to the run's folder on
     the claim before deleting the trials' folders, returns it with the best values, and the TFJob's replicas get
     `--warm-start-from` it; the training step releases it with the run's folder."""
     api, volume, data = katib_and_tfjobs, tmp_path / "volume", tmp_path / "artifacts" / "dataset"
