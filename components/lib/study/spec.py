@@ -20,6 +20,7 @@ TRAINING_METRIC = (
 )
 
 Scale = Literal["linear", "log", "reverse_log"]
+_SCALE_TYPES = {"linear": "UNIT_LINEAR_SCALE", "log": "UNIT_LOG_SCALE", "reverse_log": "UNIT_REVERSE_LOG_SCALE"}
 
 
 class _Parameter(BaseModel):
@@ -167,27 +168,24 @@ class StudySpec(BaseModel):
 
     def study_spec_parameters(self) -> list[dict]:
         """`HyperparameterTuningJobRunOp`'s `study_spec_parameters`: the JSON of Vertex's `StudySpec.ParameterSpec`
-        of each parameter, in order (scale types by their enum names; int64 bounds as strings, as in proto3 JSON)."""
-        return [
-            _proto_json(spec._to_parameter_spec(parameter_id=parameter_id))
-            for parameter_id, spec in self.vertex_parameters().items()
-        ]
+        of each parameter, in order (scale types by their enum names; int64 bounds as strings, as in proto3 JSON):
+        what `hyperparameter_tuning`'s specs build (`_to_parameter_spec`), without importing the SDK. A categorical
+        parameter has no scale (SCALE_TYPE_UNSPECIFIED, left out)."""
+        from google.cloud.aiplatform_v1.types import study
 
-    def vertex_parameters(self) -> dict:
-        """`{parameter_id: aiplatform hyperparameter_tuning spec}`, from which `study_spec_parameters()` builds the
-        protos."""
-        from google.cloud.aiplatform import hyperparameter_tuning as hpt
-
-        specs: dict[str, hpt._ParameterSpec] = {}
+        P = study.StudySpec.ParameterSpec
+        specs = []
         for p in self.parameters:
-            if p.type == "double":
-                specs[p.parameter_id] = hpt.DoubleParameterSpec(min=p.min, max=p.max, scale=p.scale)
-            elif p.type == "integer":
-                specs[p.parameter_id] = hpt.IntegerParameterSpec(min=p.min, max=p.max, scale=p.scale)
-            elif p.type == "categorical":
-                specs[p.parameter_id] = hpt.CategoricalParameterSpec(values=list(p.values))
+            if isinstance(p, DoubleParameter):
+                value = {"double_value_spec": P.DoubleValueSpec(min_value=p.min, max_value=p.max)}
+            elif isinstance(p, IntegerParameter):
+                value = {"integer_value_spec": P.IntegerValueSpec(min_value=p.min, max_value=p.max)}
+            elif isinstance(p, CategoricalParameter):
+                value = {"categorical_value_spec": P.CategoricalValueSpec(values=p.values)}
             else:
-                specs[p.parameter_id] = hpt.DiscreteParameterSpec(values=list(p.values), scale=p.scale)
+                value = {"discrete_value_spec": P.DiscreteValueSpec(values=p.values)}
+            scale = {} if isinstance(p, CategoricalParameter) else {"scale_type": _SCALE_TYPES[p.scale]}
+            specs.append(_proto_json(P(parameter_id=p.parameter_id, **value, **scale)))
         return specs
 
     def vertex_algorithm(self) -> str | None:

@@ -1,12 +1,14 @@
 """Study definition, hypertune metric files and the Vertex best-trial reader."""
 
 import json
+import subprocess
+import sys
 
 import hypertune
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud.aiplatform_v1.types import hyperparameter_tuning_job, study
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 from pydantic import ValidationError
 
 from components.lib.study.hypertune_metrics import read_reports, trial_metric
@@ -133,7 +135,6 @@ def _enum_values(value, descriptor):
 
 def test_study_spec_lists_name_enums_and_parse_into_the_vertex_study_spec():
     from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
-    from google.protobuf import json_format
 
     s = spec(parameters=EVERY_KIND, goal="minimize", metric_id="loss")
     metrics, parameters = s.study_spec_metrics(), s.study_spec_parameters()
@@ -221,6 +222,47 @@ def test_study_spec_lists_name_enums_and_parse_into_the_vertex_study_spec():
             "scale_type": "UNIT_LINEAR_SCALE",
         },
     ]
+
+
+def test_study_spec_parameters_are_what_the_aiplatform_sdk_builds():
+    """Every parameter type at every scale: the same JSON as `google.cloud.aiplatform.hyperparameter_tuning`'s specs
+    give (the SDK's own `_to_parameter_spec`), which the module builds without importing the SDK."""
+    from google.cloud.aiplatform import hyperparameter_tuning as hpt
+
+    parameters, sdk = [], []
+    for scale in ("linear", "log", "reverse_log"):
+        parameters += [
+            {"type": "double", "parameter_id": f"double_{scale}", "min": 1e-4, "max": 0.5, "scale": scale},
+            {"type": "integer", "parameter_id": f"integer_{scale}", "min": 2, "max": 512, "scale": scale},
+            {"type": "discrete", "parameter_id": f"discrete_{scale}", "values": [0.5, 0.1, 2.0], "scale": scale},
+        ]
+        sdk += [
+            hpt.DoubleParameterSpec(min=1e-4, max=0.5, scale=scale)._to_parameter_spec(f"double_{scale}"),
+            hpt.IntegerParameterSpec(min=2, max=512, scale=scale)._to_parameter_spec(f"integer_{scale}"),
+            hpt.DiscreteParameterSpec(values=[0.1, 0.5, 2.0], scale=scale)._to_parameter_spec(f"discrete_{scale}"),
+        ]
+    parameters += [
+        {"type": "categorical", "parameter_id": "optimizer", "values": ["adam", "sgd"]},
+        {"type": "double", "parameter_id": "momentum", "min": 0.0, "max": 0.9},  # default scale, a zero bound
+    ]
+    sdk += [
+        hpt.CategoricalParameterSpec(values=["adam", "sgd"])._to_parameter_spec("optimizer"),
+        hpt.DoubleParameterSpec(min=0.0, max=0.9, scale="linear")._to_parameter_spec("momentum"),
+    ]
+    as_json = [json_format.MessageToDict(type(p).pb(p), preserving_proto_field_name=True) for p in sdk]
+    assert json.dumps(spec(parameters=parameters).study_spec_parameters()) == json.dumps(as_json)  # key order too
+
+
+def test_study_spec_lists_do_not_import_the_aiplatform_sdk():
+    """Compiling the vertex pipeline builds the study's lists from the `aiplatform_v1` protos alone: the SDK
+    (`google.cloud.aiplatform`, seconds of imports) stays out."""
+    code = (
+        "import sys; from components.lib.study.spec import DEFAULT_STUDY; "
+        "DEFAULT_STUDY.study_spec_parameters(); DEFAULT_STUDY.study_spec_metrics(); "
+        "print('google.cloud.aiplatform' in sys.modules, 'google.cloud.aiplatform_v1' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.split() == ["False", "True"]
 
 
 def test_gcpc_launcher_turns_the_lists_into_the_create_request(tmp_path, monkeypatch):
