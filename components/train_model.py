@@ -3,19 +3,21 @@
 Runs `python -m trainer.task` as N processes on free localhost ports with the cluster layout Vertex AI gives a
 custom job (`TF_CONFIG` with one `chief` and N−1 `worker`s; `AIP_*` output locations) and prefixes their output
 with the task name. When a worker is lost (killed by a signal: preempted, OOM-killed, stopped) it stops the others
-and restarts the whole group (bounded), which resumes from the `BackupAndRestore` backup. When a worker exits on
-its own with an error (a Python exception: the same input fails the same way on every attempt) it stops the
-others and fails at once with that worker's error. The chief's progress lines (`core.progress`) are relayed as
+and restarts the whole group (bounded), which resumes after the last checkpointed epoch (`trainer.checkpoints`).
+When a worker exits on its own with an error (a Python exception: the same input fails the same way on every
+attempt) it stops the others and fails at once with that worker's error. The chief's progress lines (`core.progress`) are relayed as
 they are, and a restart adds one of its own.
 """
 
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -257,7 +259,8 @@ def launch(
     or inject faults); `cluster_env(ports, index)` gives worker `index` its cluster variables (default: `TF_CONFIG`,
     chief + workers); `in_place`: a lost worker restarts on its own first (InPlaceRestarts); `timeout`: seconds the
     whole run may take (then `TrainingError`); `gpus`: the machine's GPU ids (default `core.gpus.machine_gpus`),
-    which `core.gpus.gpu_env` divides among the workers.
+    which `core.gpus.gpu_env` divides among the workers. The workers' temporary files (`TMPDIR`: a non-chief's
+    discarded outputs) are in a folder of the launch's, removed when it ends, a lost worker's too.
     """
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
@@ -277,57 +280,62 @@ def launch(
         attempts=0, seconds=0.0, devices={task_name(i): machine.describe(d) for i, d in enumerate(devices)}
     )
     sink.write(f"[launcher] devices: {', '.join(f'{name} {what}' for name, what in result.devices.items())}\n")
-    for attempt in range(1, max_restarts + 2):
-        result.attempts = attempt
-        sink.write(f"[launcher] attempt {attempt}: starting {num_workers} worker(s)\n")
-        failed, codes = _watch(
-            num_workers, trainer_args, base_env, log_dir, attempt, sink, on_start, cluster_env, in_place, deadline
-        )
-        result.exit_codes.append(codes)
-        if not failed:
-            result.seconds = round(time.time() - started, 2)
-            sink.write(f"[launcher] all workers finished in {result.seconds}s (attempt {attempt})\n")
-            return result
-        lost_workers = [i for i, code in failed.items() if lost(code)]
-        if not lost_workers:
-            first = min(failed)
-            log = _log_of(log_dir, first, attempt)
-            error = error_summary(log) or f"exit code {failed[first]}"
-            sink.write(
-                f"[launcher] {task_name(first)} failed with an error: not restarting (it would fail the same way)\n"
+    scratch = tempfile.mkdtemp(prefix="tfpipe-workers-", dir=base_env.get("TMPDIR"))
+    base_env["TMPDIR"] = scratch
+    try:
+        for attempt in range(1, max_restarts + 2):
+            result.attempts = attempt
+            sink.write(f"[launcher] attempt {attempt}: starting {num_workers} worker(s)\n")
+            failed, codes = _watch(
+                num_workers, trainer_args, base_env, log_dir, attempt, sink, on_start, cluster_env, in_place, deadline
             )
-            raise TrainingError(
-                f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} (log: {log})",
-                first,
-                failed[first],
-                log,
-            )
-        if attempt <= max_restarts:
-            names = ", ".join(task_name(i) for i in lost_workers)
-            sink.write(
-                f"[launcher] {names} lost; restarting the group ({attempt}/{max_restarts}); training resumes from "
-                "backup\n"
-            )
-            sink.write(
-                progress.line(
-                    "train",
-                    "restart",
-                    f"{names} lost: restarting the workers ({attempt}/{max_restarts}), resuming from the backup",
-                    done=attempt,
-                    total=max_restarts,
-                    unit="restarts",
+            result.exit_codes.append(codes)
+            if not failed:
+                result.seconds = round(time.time() - started, 2)
+                sink.write(f"[launcher] all workers finished in {result.seconds}s (attempt {attempt})\n")
+                return result
+            lost_workers = [i for i, code in failed.items() if lost(code)]
+            if not lost_workers:
+                first = min(failed)
+                log = _log_of(log_dir, first, attempt)
+                error = error_summary(log) or f"exit code {failed[first]}"
+                sink.write(
+                    f"[launcher] {task_name(first)} failed with an error: not restarting (it would fail the same way)\n"
                 )
-                + "\n"
-            )
-            sink.flush()
-    last = min(lost_workers)
-    raise TrainingError(
-        f"training failed after {result.attempts} attempt(s): workers were lost every time; exit codes "
-        f"{result.exit_codes}; logs in {log_dir}",
-        last,
-        failed[last],
-        _log_of(log_dir, last, result.attempts),
-    )
+                raise TrainingError(
+                    f"{task_name(first)} failed (exit code {failed[first]}, attempt {attempt}): {error} (log: {log})",
+                    first,
+                    failed[first],
+                    log,
+                )
+            if attempt <= max_restarts:
+                names = ", ".join(task_name(i) for i in lost_workers)
+                sink.write(
+                    f"[launcher] {names} lost; restarting the group ({attempt}/{max_restarts}); training resumes from "
+                    "the last checkpoint\n"
+                )
+                sink.write(
+                    progress.line(
+                        "train",
+                        "restart",
+                        f"{names} lost: restarting the workers ({attempt}/{max_restarts}), resuming from the last checkpoint",
+                        done=attempt,
+                        total=max_restarts,
+                        unit="restarts",
+                    )
+                    + "\n"
+                )
+                sink.flush()
+        last = min(lost_workers)
+        raise TrainingError(
+            f"training failed after {result.attempts} attempt(s): workers were lost every time; exit codes "
+            f"{result.exit_codes}; logs in {log_dir}",
+            last,
+            failed[last],
+            _log_of(log_dir, last, result.attempts),
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def train_model(

@@ -14,7 +14,7 @@ and above: preempted, evicted, OOM-killed) gets a new pod, as often as it happen
 job at once. With 0, `Never`: any failure fails the job.
 Either way the pods share the run's PersistentVolumeClaim: the step copies the prepared data onto it, the chief
 writes the model, metrics and history there (`AIP_*` locations, as on Vertex; a restarted worker resumes from the
-`BackupAndRestore` backup there), and the step copies them into its output artifacts after the job succeeds. The
+last epoch's checkpoint there), and the step copies them into its output artifacts after the job succeeds. The
 step prints each new job condition, fails with the job's message and the last log lines of the first pod seen
 failing (else the chief's), and deletes the job when the run is cancelled or times out.
 A job whose pods the namespace's Pod Security level refuses can never run, and neither its status nor its pods show

@@ -60,12 +60,9 @@ class ProgressLog(keras.callbacks.Callback):
     where a restarted group resumes), the running epoch's step and loss at most every `interval` seconds, and each
     completed epoch with its metrics, examples/s and an estimate of the time left."""
 
-    def __init__(
-        self, global_batch: int, interval: float = 2.0, clock=time.monotonic, resumed_from: str = "the backup"
-    ):
+    def __init__(self, global_batch: int, interval: float = 2.0, clock=time.monotonic):
         super().__init__()
         self.global_batch, self.interval, self.clock = global_batch, interval, clock
-        self.resumed_from = resumed_from
         self._supports_tf_logs = True  # batch logs stay tensors: read only when a line is due
         self.epoch_seconds: list[float] = []
         self.epoch = 0
@@ -82,7 +79,7 @@ class ProgressLog(keras.callbacks.Callback):
         epochs, steps = self.params["epochs"], self.params["steps"]
         if not self.started:
             self.started = self.epoch_started
-            where = "starting" if epoch == 0 else f"resuming from {self.resumed_from} at"
+            where = "starting" if epoch == 0 else "resuming from the last checkpoint at"
             progress.emit(
                 "train",
                 "start",

@@ -1,7 +1,7 @@
-"""Checkpoints kept after training, under the job's checkpoint folder (`--checkpoint-dir`, `AIP_CHECKPOINT_DIR` on
-Vertex AI), beside the `backup/` that `BackupAndRestore` removes after a successful run:
+"""Checkpoints kept under the job's checkpoint folder (`--checkpoint-dir`, `AIP_CHECKPOINT_DIR` on Vertex AI):
 
-- `last/`: the last completed epoch's; a restarted training whose backup is gone or incomplete resumes from it;
+- `last/`: the last completed epoch's; a restarted training (a replica preempted or lost, the job retried) resumes
+  after it, with the model's weights and the optimizer's state;
 - `best/`: the epoch with the best `--hypertune-metric-tag` value, by that metric's goal (`flags.METRIC_GOALS`);
   `--warm-start-from <checkpoint_dir>/best` starts another training from its weights.
 
@@ -9,7 +9,8 @@ Each holds one TensorFlow checkpoint, `epoch-NNNN.index` and `epoch-NNNN.data-*`
 optimizer's state), and `checkpoint.json`, its record: `{"epoch", "prefix", "metric", "goal", "metrics"}`. The
 record is written after the checkpoint it names and older checkpoints are removed after it, so a record always names
 a complete checkpoint, also after an interrupted save. Every worker of a MultiWorkerMirroredStrategy cluster saves
-(saves are collective); only the chief's files land (`distribute.write_location`).
+`last` (saves are collective); only the chief's files land (`distribute.write_location`). An epoch that improves on
+the best is copied from `last` into `best` by the chief (a copy, not a second save: one checkpoint written an epoch).
 """
 
 from __future__ import annotations
@@ -25,11 +26,6 @@ from trainer.environment import BEST_CHECKPOINT as BEST, CHECKPOINT_RECORD as RE
 from trainer.flags import METRIC_GOALS
 
 LAST = "last"
-BACKUP = "backup"
-# Where BackupAndRestore's CheckpointManager keeps its checkpoints under the backup folder (tf-keras's
-# WorkerTrainingState) and the variable holding the index of the epoch each backup was saved at.
-BACKUP_CHECKPOINTS = "chief"
-BACKUP_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class CheckpointError(ValueError):
@@ -71,43 +67,24 @@ def read(directory: str) -> Kept | None:
 
 @dataclass(frozen=True)
 class Resume:
-    """Where a training starts: `source` "backup" (BackupAndRestore restores the state itself), "last" (the kept
-    checkpoint `last`, loaded by `restore_last`) or "" (from scratch), after `epochs` completed epochs."""
+    """Where a training starts: after the `epochs` of the kept checkpoint `last` (loaded by `restore_last`), or from
+    scratch (`last` None, `epochs` 0)."""
 
-    source: str
     epochs: int
     last: Kept | None = None
 
-    @property
-    def described(self) -> str:
-        """What training resumes from, in the progress line's words."""
-        return f"the last checkpoint ({self.last.path})" if self.last else "the backup"
-
-
-def backup_epochs(backup_dir: str) -> int | None:
-    """The epochs completed at the newest complete backup in `backup_dir`, None when there is none (no backup, or
-    only an incomplete one: its CheckpointManager names a checkpoint only once it is written)."""
-    latest = tf.train.latest_checkpoint(f"{backup_dir}/{BACKUP_CHECKPOINTS}")
-    if latest is None:
-        return None
-    return int(tf.train.load_checkpoint(latest).get_tensor(BACKUP_EPOCH)) + 1
-
 
 def resume_point(checkpoint_dir: str) -> Resume:
-    """Where a training with this checkpoint folder starts: from a complete backup when there is one (an attempt
-    interrupted mid-training); else after the epochs of `last` (an attempt whose backup is gone: removed after its
-    last epoch, or never completed); else from scratch."""
-    epochs = backup_epochs(f"{checkpoint_dir}/{BACKUP}")
-    if epochs is not None:
-        return Resume("backup", epochs)
+    """Where a training with this checkpoint folder starts: after the epochs of its `last` (an earlier attempt's
+    last completed epoch), else from scratch."""
     last = read(f"{checkpoint_dir}/{LAST}")
-    return Resume("last", last.epoch, last) if last else Resume("", 0)
+    return Resume(last.epoch, last) if last else Resume(0)
 
 
 def restore_last(model, resume: Resume) -> None:
     """Load `last`'s weights and optimizer state into the compiled `model` (every worker reads the same files).
     Raises CheckpointError when they do not fit the model."""
-    if resume.source == "last" and resume.last is not None:
+    if resume.last is not None:
         try:
             tf.train.Checkpoint(model=model).read(resume.last.path).assert_existing_objects_matched()
         except (AssertionError, ValueError) as e:
@@ -145,9 +122,9 @@ def _better(value: float, than: float | None, goal: str) -> bool:
 
 
 class KeptCheckpoints(keras.callbacks.Callback):
-    """At each epoch's end, save `last` and, when the epoch's `metric` beats the best so far by its goal, `best`
-    (see the module's docstring). `resume`: where training started; a resumed training's best so far is the kept
-    `best` of its earlier epochs."""
+    """At each epoch's end, save `last` and, when the epoch's `metric` beats the best so far by its goal, copy it to
+    `best` (see the module's docstring). `resume`: where training started; a resumed training's best so far is the
+    kept `best` of its earlier epochs."""
 
     def __init__(self, checkpoint_dir: str, metric: str, cluster: distribute.Cluster, resume: Resume):
         super().__init__()
@@ -157,23 +134,32 @@ class KeptCheckpoints(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         metrics = {k: float(v) for k, v in (logs or {}).items()}
-        self._save(LAST, epoch + 1, metrics)
-        value = metrics.get(self.metric)
-        if value is not None and _better(value, self.best, self.goal):
-            self.best = value
-            self._save(BEST, epoch + 1, metrics)
-
-    def _save(self, name: str, epoch: int, metrics: dict) -> None:
-        final = f"{self.dir}/{name}"
+        prefix = f"epoch-{epoch + 1:04d}"
+        final = f"{self.dir}/{LAST}"
         where = distribute.write_location(final, self.cluster)
-        prefix = f"epoch-{epoch:04d}"
         tf.train.Checkpoint(model=self.model).write(f"{where}/{prefix}")  # collective: every worker writes
         distribute.discard(where, final)
+        value = metrics.get(self.metric)
+        better = value is not None and _better(value, self.best, self.goal)
+        if better:
+            self.best = value
         if not self.cluster.is_chief:
             return
-        record = {"epoch": epoch, "prefix": prefix, "metric": self.metric, "goal": self.goal, "metrics": metrics}
-        with tf.io.gfile.GFile(f"{final}/{RECORD}", "w") as f:
-            json.dump(record, f, indent=2)
-        for old in tf.io.gfile.glob(f"{final}/epoch-*"):
-            if not old.rsplit("/", 1)[-1].startswith(f"{prefix}."):
-                tf.io.gfile.remove(old)
+        record = {"epoch": epoch + 1, "prefix": prefix, "metric": self.metric, "goal": self.goal, "metrics": metrics}
+        _land(final, prefix, record)
+        if better:
+            best = f"{self.dir}/{BEST}"
+            tf.io.gfile.makedirs(best)
+            for path in tf.io.gfile.glob(f"{final}/{prefix}.*"):
+                tf.io.gfile.copy(path, f"{best}/{path.rsplit('/', 1)[-1]}", overwrite=True)
+            _land(best, prefix, record)
+
+
+def _land(folder: str, prefix: str, record: dict) -> None:
+    """Name the checkpoint `prefix` (complete in `folder`) in the folder's record, then remove the folder's older
+    checkpoints."""
+    with tf.io.gfile.GFile(f"{folder}/{RECORD}", "w") as f:
+        json.dump(record, f, indent=2)
+    for old in tf.io.gfile.glob(f"{folder}/epoch-*"):
+        if not old.rsplit("/", 1)[-1].startswith(f"{prefix}."):
+            tf.io.gfile.remove(old)

@@ -136,9 +136,10 @@ PEER_LOST = 138  # 128 + SIGUSR1: the status training-operator's ExitCode policy
 
 def peer_lost_status(error: BaseException) -> int | None:
     """PEER_LOST when `error` means another worker (or a service the step needs) stopped answering: a collective
-    aborted, a heartbeat or deadline missed. Restarting the worker group resumes from the backup, so schedulers
-    should retry it (training-operator's `ExitCode` policy restarts statuses from 128 up, the local launcher restarts
-    a group whose worker was lost); None for any other error, which would fail the same way again."""
+    aborted, a heartbeat or deadline missed. Restarting the worker group resumes after the last checkpointed epoch,
+    so schedulers should retry it (training-operator's `ExitCode` policy restarts statuses from 128 up, the local
+    launcher restarts a group whose worker was lost); None for any other error, which would fail the same way
+    again."""
     import tensorflow as tf
 
     lost = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)

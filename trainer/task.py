@@ -5,7 +5,7 @@ Output locations follow Vertex AI: `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and `AI
 else `<job-dir>/model`, `<job-dir>/checkpoints`, `<job-dir>/logs`. The chief also writes `<job-dir>/metrics.json`
 and `<job-dir>/history.jsonl` (one line per completed epoch, across restarts), and prints the progress lines of
 `core.progress` (stage `train`). The best and the last epoch's checkpoints are kept under the checkpoint folder
-(`trainer.checkpoints`); a restarted training resumes from its backup, else from `last`.
+(`trainer.checkpoints`); a restarted training resumes after `last`.
 """
 
 from __future__ import annotations
@@ -114,8 +114,10 @@ def main(argv=None) -> int:
         )
     except checkpoints.CheckpointError as e:
         raise SystemExit(f"error: {e}") from None
-    if resume.source == "last":
-        print(f"[trainer] no complete backup: resuming after epoch {resume.epochs} from {resume.described}", flush=True)
+    if resume.last:
+        print(
+            f"[trainer] resuming after epoch {resume.epochs} from the last checkpoint ({resume.last.path})", flush=True
+        )
     if kept:
         print(f"[trainer] warm start from {kept.path} (epoch {kept.epoch}: {kept.metric}={kept.value})", flush=True)
     log_dir = distribute.write_location(args.log_dir, cluster)
@@ -176,15 +178,14 @@ def main(argv=None) -> int:
         validation_data=val_ds,
         # one step a call: Keras finds the end of the validation stream itself (tests compare the two)
         validation_steps=validation_steps(stats, global_batch, cluster.num_workers) if execution > 1 else None,
-        initial_epoch=resume.epochs if resume.source == "last" else 0,  # a backup sets it itself
+        initial_epoch=resume.epochs,
         verbose=2,
         callbacks=[
-            epoch_log,  # first: no backup or checkpoint is ahead of the history it trims to on a restart
-            models.keras.callbacks.BackupAndRestore(f"{args.checkpoint_dir}/{checkpoints.BACKUP}"),
+            epoch_log,  # first: no checkpoint is ahead of the history it trims to on a restart
             checkpoints.KeptCheckpoints(args.checkpoint_dir, args.hypertune_metric_tag, cluster, resume),
             models.keras.callbacks.TensorBoard(log_dir),
-            *([callbacks.ProgressLog(global_batch, resumed_from=resume.described)] if cluster.is_chief else []),
-            # last: after the backup's removal and TensorBoard's flush
+            *([callbacks.ProgressLog(global_batch)] if cluster.is_chief else []),
+            # last: after TensorBoard's flush
             callbacks.FinishAndExit(finish, None if os.environ.get(IN_PROCESS_ENV) else os._exit),
         ],
     )

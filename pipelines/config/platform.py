@@ -143,7 +143,7 @@ class DataPrepSettings(BaseModel):
 class TrainingCapacity(BaseModel):
     """Where the Vertex training job's and the tuning job's trials' machines come from (CustomJobSpec.scheduling):
     on-demand, Spot (cheaper, but Vertex may preempt them, and the training job then restarts and resumes from its last
-    epoch's backup) or FLEX_START (Dynamic Workload Scheduler: a job or trial waits until all its machines are free,
+    epoch's checkpoint) or FLEX_START (Dynamic Workload Scheduler: a job or trial waits until all its machines are free,
     at most `max_wait_duration`)."""
 
     model_config = ConfigDict(extra="forbid")

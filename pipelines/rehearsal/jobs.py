@@ -140,7 +140,7 @@ def exit_status(code: int) -> int:
 
 class Preemption:
     """Preempt replica `replica` once, when its output first shows `when` (default: its second epoch begins, the
-    first epoch's backup written): SIGTERM, then SIGKILL after `grace` seconds, as a Spot VM is preempted."""
+    first epoch's checkpoint written): SIGTERM, then SIGKILL after `grace` seconds, as a Spot VM is preempted."""
 
     def __init__(self, replica: int, when: str = "Epoch 2/", grace: float = 30.0):
         self.replica, self.when, self.grace = replica, when, grace

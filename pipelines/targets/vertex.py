@@ -233,7 +233,7 @@ class VertexOps(SameEverywhere):
         job_settings = dict(
             location=p.location,
             # max_restarts is the local launcher's; on Vertex the whole job restarts with a worker (a preempted
-            # Spot worker too: the trainer resumes from its last epoch's backup)
+            # Spot worker too: the trainer resumes from its last epoch's checkpoint)
             restart_job_on_worker_restart=True,
             tensorboard=p.tensorboard,
             labels=self.labels,

@@ -35,7 +35,7 @@ FATAL_EXIT_CODES = list(range(1, 128))  # the trainer's own errors; 128 and abov
 def failure_policy(max_restarts: int) -> dict:
     """The JobSet's failure policy for `max_restarts`: a worker exiting with 1-127 (its own error) fails the JobSet
     at once; any other failure (a worker killed by a signal: preempted, evicted, OOM-killed) recreates every worker,
-    at most `max_restarts` times, and training resumes from the `BackupAndRestore` backup on the volume."""
+    at most `max_restarts` times, and training resumes from the last epoch's checkpoint on the volume."""
     if max_restarts < 0:
         raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
     return {

@@ -1,6 +1,6 @@
 """The rehearsal's custom jobs and tuning trials as strict as Vertex AI's (pipelines/rehearsal/jobs.py): CLUSTER_SPEC
 and TF_CONFIG on every replica and trial, replicas restarted as the job's `scheduling` says, a preempted replica
-restarted and resuming from its backup. Jobs run the real trainer on the digits, one replica, 1-2 short epochs."""
+restarted and resuming from its last checkpoint. Jobs run the real trainer on the digits, one replica, 1-2 short epochs."""
 
 from __future__ import annotations
 
@@ -186,9 +186,9 @@ def test_retries_disabled_the_job_fails_with_vertexs_message(digits_data, tmp_pa
     assert len(starts) == 1 and os.listdir(logs) == ["chief.attempt-1.log"]
 
 
-def test_a_preempted_replica_restarts_and_resumes_from_its_backup(digits_data, tmp_path):
+def test_a_preempted_replica_restarts_and_resumes_from_its_last_checkpoint(digits_data, tmp_path):
     """The double preempts replica 0 once, as its second epoch begins (SIGTERM, then SIGKILL); restarted in place,
-    the trainer resumes from the first epoch's backup: no epoch is trained twice."""
+    the trainer resumes from the first epoch's checkpoint: no epoch is trained twice."""
     base, logs, sink = tmp_path / "job", tmp_path / "logs", io.StringIO()
     preemption = jobs.Preemption(0, grace=5)
     jobs.run_custom_job(custom_job(digits_data, base, epochs=2), str(logs), lambda a, p: None, sink, preemption)
@@ -197,7 +197,7 @@ def test_a_preempted_replica_restarts_and_resumes_from_its_backup(digits_data, t
     assert "[launcher] chief exited with code -15 (killed by a signal: lost); restarting it in place (1/5)" in out
     assert history(base) == [1, 2]
     restarted = (logs / "chief.attempt-1.restart-1.log").read_text()
-    assert "resuming from the backup at epoch 2/2" in restarted and "Epoch 1/2" not in restarted
+    assert "resuming from the last checkpoint at epoch 2/2" in restarted and "Epoch 1/2" not in restarted
     assert (base / "model" / "saved_model.pb").exists()
 
 
