@@ -11,11 +11,15 @@ record is written after the checkpoint it names and older checkpoints are remove
 a complete checkpoint, also after an interrupted save. Every worker of a MultiWorkerMirroredStrategy cluster saves
 `last` (saves are collective); only the chief's files land (`distribute.write_location`). An epoch that improves on
 the best is copied from `last` into `best` by the chief (a copy, not a second save: one checkpoint written an epoch).
+On object storage (gs://) the chief saves on local disk first and uploads the checkpoint's files: a request a file,
+where TensorFlow's save in place makes dozens (temporary shards, renames as copies and deletes).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from dataclasses import dataclass
 
 import tensorflow as tf
@@ -136,9 +140,17 @@ class KeptCheckpoints(keras.callbacks.Callback):
         metrics = {k: float(v) for k, v in (logs or {}).items()}
         prefix = f"epoch-{epoch + 1:04d}"
         final = f"{self.dir}/{LAST}"
-        where = distribute.write_location(final, self.cluster)
-        tf.train.Checkpoint(model=self.model).write(f"{where}/{prefix}")  # collective: every worker writes
-        distribute.discard(where, final)
+        staged = self.cluster.is_chief and "://" in final
+        where = (
+            tempfile.mkdtemp(prefix="tfpipe-checkpoint-") if staged else distribute.write_location(final, self.cluster)
+        )
+        try:
+            tf.train.Checkpoint(model=self.model).write(f"{where}/{prefix}")  # collective: every worker writes
+            if staged:
+                _copy(where, final, prefix)
+        finally:
+            if where != final:
+                shutil.rmtree(where, ignore_errors=True)
         value = metrics.get(self.metric)
         better = value is not None and _better(value, self.best, self.goal)
         if better:
@@ -148,11 +160,15 @@ class KeptCheckpoints(keras.callbacks.Callback):
         record = {"epoch": epoch + 1, "prefix": prefix, "metric": self.metric, "goal": self.goal, "metrics": metrics}
         _land(final, prefix, record)
         if better:
-            best = f"{self.dir}/{BEST}"
-            tf.io.gfile.makedirs(best)
-            for path in tf.io.gfile.glob(f"{final}/{prefix}.*"):
-                tf.io.gfile.copy(path, f"{best}/{path.rsplit('/', 1)[-1]}", overwrite=True)
-            _land(best, prefix, record)
+            _copy(final, f"{self.dir}/{BEST}", prefix)
+            _land(f"{self.dir}/{BEST}", prefix, record)
+
+
+def _copy(source: str, folder: str, prefix: str) -> None:
+    """Copy the checkpoint `prefix`'s files from the folder `source` into `folder`."""
+    tf.io.gfile.makedirs(folder)
+    for path in sorted(tf.io.gfile.glob(f"{source}/{prefix}.*")):
+        tf.io.gfile.copy(path, f"{folder}/{path.rsplit('/', 1)[-1]}", overwrite=True)
 
 
 def _land(folder: str, prefix: str, record: dict) -> None:

@@ -163,3 +163,69 @@ def test_a_job_folder_whose_last_checkpoint_is_of_another_architecture_is_refuse
         f"error: cannot resume from {job}/checkpoints/last/epoch-0006: its weights do not fit this model ("
     )
     assert last.endswith("); resume with the same --model and architecture hyperparameters, or give a new --job-dir")
+
+
+def test_on_cloud_storage_the_chief_uploads_each_epochs_checkpoint_in_one_request_a_file(tmp_path, caplog, monkeypatch):
+    """With a gs:// checkpoint folder the chief saves on local disk and uploads the checkpoint's two files, then its
+    record, and copies them into `best`: no temporary object (a save in place writes temporary shards and states and
+    renames them, each rename a copy and a delete) reaches Cloud Storage. The uploads and deletes, in order, are
+    exactly these."""
+    import logging
+    import re
+    import textwrap
+    from urllib.parse import parse_qs, unquote, urlparse
+
+    from core.storage import gcs_client
+    from pipelines.rehearsal import gcs
+
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        import tf_keras as keras
+
+        from trainer import checkpoints, distribute
+
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(3)])
+        model.compile(keras.optimizers.Adam(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+        chief = distribute.Cluster("chief", 0, 1, has_chief=True)
+        kept = checkpoints.KeptCheckpoints("gs://b/job/checkpoints", "loss", chief, checkpoints.Resume(0))
+        model.fit(x, (x[:, 0] > 0).astype("int32"), epochs=2, verbose=0, callbacks=[kept])
+        """
+    )
+    caplog.set_level(logging.INFO, logger="gcp_storage_emulator.server")
+    with gcs.gcs_emulator(str(tmp_path / "gcs"), "b") as host, gcs.tensorflow_gcs(host, tmp_path / "tls") as env:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        kept = sorted(b.name for b in gcs_client().list_blobs("b", prefix="job/checkpoints/") if b.size)
+    uploaded, deleted = [], []
+    for record in caplog.records:
+        found = re.match(r'"(POST|DELETE) (\S+) ', record.getMessage())
+        if not found:
+            continue
+        method, url = found.groups()
+        if method == "POST" and url.startswith("/upload/"):
+            uploaded.append(parse_qs(urlparse(url).query)["name"][0])
+        elif method == "DELETE":
+            deleted.append(unquote(url.rsplit("/o/", 1)[1]))
+    files = ("data-00000-of-00001", "index")
+    assert kept == [
+        f"job/checkpoints/{f}/{n}"
+        for f in ("best", "last")
+        for n in ("checkpoint.json", *(f"epoch-0002.{x}" for x in files))
+    ]
+    assert [u for u in uploaded if not u.endswith("/")] == [
+        f"job/checkpoints/{folder}/{name}"
+        for epoch in (1, 2)
+        for folder in ("last", "best")
+        for name in (*(f"epoch-{epoch:04d}.{x}" for x in files), "checkpoint.json")
+    ]
+    assert deleted == [f"job/checkpoints/{folder}/epoch-0001.{x}" for folder in ("last", "best") for x in files]
