@@ -10,7 +10,8 @@ comparing. Progress lines (`core.progress`, stage `evaluate`) say which model is
 
 The gate also saves the candidate's smoke checks (`components.lib.deploy.smoke.serving_checks`: the test split's
 first examples and the candidate's class ids per signature) for the Vertex AI deploy's check through the endpoint,
-which thus needs neither TensorFlow nor the SavedModel; a cache hit returns the checks of the same candidate.
+which thus needs neither TensorFlow nor the SavedModel (a candidate whose `serving_default` has no `class_id` output
+fails the gate); a cache hit returns the checks of the same candidate.
 """
 
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output

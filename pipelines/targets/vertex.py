@@ -342,9 +342,8 @@ class VertexOps(SameEverywhere):
         the champion's deployed model, replacing an earlier canary), unless it is deployed already (then only its
         traffic is set); a new deployed model must then answer the gate's `smoke_checks` through the endpoint's
         predict API as the candidate did (else it is undeployed and the split from before restored) before the
-        rollout finishes (undeploy the
-        replaced canary; at 100 %: the others but `keep_previous`, and move the champion aliases). Otherwise move
-        the aliases to the version now."""
+        rollout finishes (undeploy the replaced canary; at 100 %: the others but `keep_previous`, and move the
+        champion aliases). Otherwise move the aliases to the version now."""
         from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
 
         p = self.platform

@@ -85,7 +85,7 @@ def serving_checks(signatures, data_dir: str) -> list[SmokeCheck]:
     signature = signatures["serving_default"]
     outputs = signature(**{name: tf.constant(batch) for name in signature.structured_input_signature[1]})
     if "class_id" not in outputs:
-        raise SmokeFailed(f"the published model's serving_default has no class_id output ({sorted(outputs)})")
+        raise SmokeFailed(f"the model's serving_default has no class_id output ({sorted(outputs)})")
     checks = [SmokeCheck("serving_default", batch, outputs["class_id"].numpy())]
     if data.IMAGE_BYTES_SIGNATURE in signatures and stats["kind"] == data.IMAGE:
         encoded = np.array([tf.io.encode_png(image).numpy() for image in inputs], dtype=object)

@@ -523,7 +523,7 @@ def test_a_first_deploy_whose_model_cannot_be_checked_leaves_an_empty_endpoint(m
     vertex = double(monkeypatch, [("d1", "1", 100)], {"d1": 100})  # a new endpoint: nothing served before
 
     def checks():
-        raise SmokeFailed("the published model's serving_default has no class_id output (['y'])")
+        raise SmokeFailed("the model's serving_default has no class_id output (['y'])")
 
     with pytest.raises(DeployRejected) as rejected:
         verify_deploy(ENDPOINT, f"{MODEL}@1", checks, {})

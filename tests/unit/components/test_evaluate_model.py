@@ -218,6 +218,24 @@ def test_the_gate_saves_an_rgb_image_models_smoke_checks(image_folder_model, tmp
     assert [png[:8] for png in saved[1].examples] == [b"\x89PNG\r\n\x1a\n"] * len(saved[1].examples)
 
 
+def test_a_candidate_without_class_ids_fails_the_gate_that_saves_smoke_checks(digits_data, tmp_path):
+    """The deploy's check compares class ids: a `serving_default` without them fails the gate saving the checks."""
+    from components.lib.deploy.smoke import SmokeFailed
+
+    class Uniform(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32, name="image")])
+        def serve(self, image):
+            return {"probabilities": tf.fill([tf.shape(image)[0], 10], 0.1)}
+
+    model = Uniform()
+    tf.saved_model.save(model, str(tmp_path / "model"), signatures={"serving_default": model.serve})
+    assert evaluate(str(tmp_path / "model"), str(digits_data), 0.0)["blessed"]
+    with pytest.raises(
+        SmokeFailed, match=r"^the model's serving_default has no class_id output \(\['probabilities'\]\)$"
+    ):
+        evaluate(str(tmp_path / "model"), str(digits_data), 0.0, smoke_checks=str(tmp_path / "smoke_checks"))
+
+
 def test_same_artifacts():
     assert same_artifacts("gs://b/run/model", "/gcs/b/run/model/")
     assert not same_artifacts("gs://b/run/model", "gs://b/run2/model")
