@@ -7,10 +7,16 @@ run's test split with the same code as the candidate, so the two accuracies are 
 labels or another serving input (its `serving_default` inputs, or a signature its clients may call that the
 candidate lacks or takes differently, e.g. `serving_image_bytes`) is a different model: the gate fails instead of
 comparing. Progress lines (`core.progress`, stage `evaluate`) say which model is being evaluated.
+
+The gate also saves the candidate's smoke checks (`components.lib.deploy.smoke.serving_checks`: the test split's
+first examples and the candidate's class ids per signature) for the Vertex AI deploy's check through the endpoint,
+which thus needs neither TensorFlow nor the SavedModel (a candidate whose `serving_default` has no `class_id` output
+fails the gate); a cache hit returns the checks of the same candidate.
 """
 
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
+from components.lib.deploy.smoke import serving_checks, write_checks
 from components.lib.evaluation import ModelError, check_compatible, evaluate_signature, load_serving
 from core import progress, storage
 
@@ -56,11 +62,13 @@ def evaluate(
     champion_tolerance: float = 0.01,
     model_uri: str = "",
     champion_model_uri: str = "",
+    smoke_checks: str = "",
 ) -> dict:
     """Evaluate the candidate, compare with the champion (`champion_path`: its SavedModel, local or gs://; "" when
     there is none), return the step's report: the candidate's `Evaluation` fields, then `blessed`, `reason`,
     `champion`, `threshold` and `tolerance`. `model_uri` / `champion_model_uri`: the
-    artifacts each was trained into; equal when the candidate already is the champion (a cached training)."""
+    artifacts each was trained into; equal when the candidate already is the champion (a cached training).
+    `smoke_checks`: where to save the candidate's smoke checks (`smoke.write_checks`; "": nowhere)."""
     if not 0 <= accuracy_threshold <= 1:
         raise ModelError(f"accuracy_threshold must be in [0, 1], got {accuracy_threshold}")
     if champion_tolerance < 0:
@@ -69,8 +77,10 @@ def evaluate(
     progress.emit(
         "evaluate", "candidate", "evaluating the candidate on the test split", done=0, total=comparisons, unit="models"
     )
-    signature, identity = load_serving(model_dir)
-    candidate = evaluate_signature(signature, data_dir, "test", 256)
+    serving = load_serving(model_dir)
+    candidate = evaluate_signature(serving.default, data_dir, "test", 256)
+    if smoke_checks:
+        write_checks(serving_checks(serving.signatures, data_dir), smoke_checks)
     champion_info, champion_accuracy = None, None
     name = champion_name or "the champion"
     if champion_path:
@@ -84,9 +94,9 @@ def evaluate(
             accuracy=candidate.accuracy,
         )
         with storage.staged(champion_path) as local_copy:  # gs://: through google-cloud-storage, like the rest
-            champion_signature, champion_identity = load_serving(local_copy)
-            check_compatible(identity, champion_identity, name)
-            champion_accuracy = evaluate_signature(champion_signature, data_dir, "test", 256).accuracy
+            champion = load_serving(local_copy)
+            check_compatible(serving.identity, champion.identity, name)
+            champion_accuracy = evaluate_signature(champion.default, data_dir, "test", 256).accuracy
         champion_info = {
             "name": name,
             "path": champion_path,
@@ -124,10 +134,11 @@ def evaluate_model(
     metrics: Output[Metrics],
     classification_metrics: Output[ClassificationMetrics],
     evaluation: Output[Artifact],
+    smoke_checks: Output[Artifact],
 ) -> bool:
     """KFP step: evaluate on the test split against the champion (from the target's `find_champion` step), log
-    Metrics/ClassificationMetrics; returns the blessing (the reason is in the `evaluation` artifact and its
-    metadata).
+    Metrics/ClassificationMetrics, save the candidate's smoke checks in `smoke_checks` (`smoke.write_checks`: the
+    Vertex AI deploy's check); returns the blessing (the reason is in the `evaluation` artifact and its metadata).
 
     Args:
         model: The trained SavedModel.
@@ -154,6 +165,7 @@ def evaluate_model(
         champion_tolerance,
         model.uri,
         champion_model_uri,
+        smoke_checks.path,
     )
     metrics.log_metric("accuracy", report["accuracy"])
     metrics.log_metric("loss", report["loss"])

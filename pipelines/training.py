@@ -159,6 +159,7 @@ def build_pipeline(
                     enabled=deploy,
                     registered=registered,
                     dataset=dataset,
+                    smoke_checks=gate.smoke_checks,
                     traffic_percentage=traffic_percentage,
                     repository=repository,
                     serving_url=serving_url,

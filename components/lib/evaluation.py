@@ -2,7 +2,7 @@
 the champion check and quantization."""
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,8 +41,20 @@ class Evaluation:
         return asdict(self)
 
 
-def load_serving(model_dir: str) -> tuple[Any, ServingIdentity]:
-    """The SavedModel's `serving_default` signature and its `ServingIdentity`."""
+class Serving(NamedTuple):
+    """A loaded SavedModel's signatures (by name, `serving_default` among them) and its `ServingIdentity`."""
+
+    signatures: Any
+    identity: ServingIdentity
+
+    @property
+    def default(self) -> Any:
+        """The `serving_default` signature."""
+        return self.signatures["serving_default"]
+
+
+def load_serving(model_dir: str) -> Serving:
+    """The SavedModel's signatures (ModelError without `serving_default`) and its `ServingIdentity`."""
     import tensorflow as tf
 
     if not tf.io.gfile.exists(f"{model_dir}/saved_model.pb"):
@@ -63,7 +75,7 @@ def load_serving(model_dir: str) -> tuple[Any, ServingIdentity]:
         }
 
     others = {name: inputs(fn) for name, fn in signatures.items() if name != "serving_default"}
-    return signature, ServingIdentity(labels, inputs(signature), others)
+    return Serving(signatures, ServingIdentity(labels, inputs(signature), others))
 
 
 def evaluate_signature(signature, data_dir: str, split: str, batch_size: int) -> Evaluation:
@@ -102,8 +114,7 @@ def evaluate_signature(signature, data_dir: str, split: str, batch_size: int) ->
 
 def evaluate_saved_model(model_dir: str, data_dir: str, split: str = "test", batch_size: int = 256) -> Evaluation:
     """Accuracy, cross-entropy loss and confusion matrix of a SavedModel's `serving_default` on a split."""
-    signature, _ = load_serving(model_dir)
-    return evaluate_signature(signature, data_dir, split, batch_size)
+    return evaluate_signature(load_serving(model_dir).default, data_dir, split, batch_size)
 
 
 def check_compatible(candidate: ServingIdentity, champion: ServingIdentity, champion_name: str) -> None:

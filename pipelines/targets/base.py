@@ -137,7 +137,8 @@ class SameEverywhere(PlatformOps):
                 champion_model_uri=champion.model_uri,
             )
         ).set_display_name("Evaluation gate")
-        return Gate(blessed=task.outputs["Output"], evaluation=task.outputs["evaluation"])
+        outputs = task.outputs
+        return Gate(blessed=outputs["Output"], evaluation=outputs["evaluation"], smoke_checks=outputs["smoke_checks"])
 
 
 def champion_of(task: PipelineTask) -> Champion:

@@ -52,10 +52,12 @@ class Trained:
 
 @dataclass(frozen=True)
 class Gate:
-    """The evaluation gate's verdict: `blessed` (bool) and the `evaluation` artifact."""
+    """The evaluation gate's verdict: `blessed` (bool), the `evaluation` artifact and the candidate's
+    `smoke_checks` (`smoke.write_checks`)."""
 
     blessed: Channel
     evaluation: Channel
+    smoke_checks: Channel
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ class DeployInputs:
     enabled: Channel
     registered: Channel  # what `register` returns
     dataset: Channel
+    smoke_checks: Channel  # the gate's, of the registered candidate (the Vertex AI deploy's check)
     traffic_percentage: Channel
     repository: Repository
     serving_url: Channel

@@ -340,10 +340,10 @@ class VertexOps(SameEverywhere):
         """When `enabled`: deploy the version on the endpoint with the configured display name (created when
         missing), on dedicated resources, with `traffic_percentage` % of the traffic (a canary's share taken from
         the champion's deployed model, replacing an earlier canary), unless it is deployed already (then only its
-        traffic is set); a new deployed model must then answer the smoke examples through the endpoint's predict API
-        (else it is undeployed and the split from before restored) before the rollout finishes (undeploy the
-        replaced canary; at 100 %: the others but `keep_previous`, and move the champion aliases). Otherwise move
-        the aliases to the version now."""
+        traffic is set); a new deployed model must then answer the gate's `smoke_checks` through the endpoint's
+        predict API as the candidate did (else it is undeployed and the split from before restored) before the
+        rollout finishes (undeploy the replaced canary; at 100 %: the others but `keep_previous`, and move the
+        champion aliases). Otherwise move the aliases to the version now."""
         from google_cloud_pipeline_components.types.artifact_types import VertexEndpoint
 
         p = self.platform
@@ -399,7 +399,7 @@ class VertexOps(SameEverywhere):
                     self._verify(
                         endpoint=endpoint.outputs["artifact"],
                         model=inputs.registered,
-                        dataset=inputs.dataset,
+                        smoke_checks=inputs.smoke_checks,
                         previous_split=plan.outputs["previous_split"],
                         default_signature_only=PREBUILT_SERVING in getattr(p, p.serving_image_field()),
                     ).after(deployed)

@@ -140,7 +140,6 @@ class RegistryDouble:
         self.failures = {rpc: list(errors) for rpc, errors in (failures or {}).items()}
         self.picks: list[str] = []
         self.answers: dict = {}  # {deployed model id: (instances, parameters) -> predictions}
-        self.artifact_uris: dict = {}  # {version id: artifact URI}
         self.deleted = False
         for transport, rpcs in (
             (
@@ -264,5 +263,4 @@ class RegistryDouble:
             name=self.model_name,
             version_id=version,
             version_aliases=self._version_aliases(version),
-            artifact_uri=self.artifact_uris.get(version, ""),
         )

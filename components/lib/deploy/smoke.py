@@ -1,5 +1,7 @@
 """The deploy steps' smoke test: a few test examples and the published SavedModel's own class ids for them, which
-the serving endpoint must answer (local server, TF Serving at a URL, KServe)."""
+the serving endpoint must answer: computed from the published version by the self-hosted deploys (local server, TF
+Serving at a URL, KServe), and from the candidate by the evaluation gate, which saves them for the Vertex AI deploy's
+check (`write_checks`, `read_checks`: no TensorFlow needed to read them)."""
 
 from __future__ import annotations
 
@@ -63,8 +65,15 @@ class SmokeCheck(NamedTuple):
 
 
 def reference_checks(version_path: str, data_dir: str) -> list[SmokeCheck]:
+    """`serving_checks` of the SavedModel at `version_path`."""
+    import tensorflow as tf
+
+    return serving_checks(tf.saved_model.load(version_path).signatures, data_dir)
+
+
+def serving_checks(signatures, data_dir: str) -> list[SmokeCheck]:
     """`serving_default` on the test split's first examples (pixel arrays or feature vectors) and, for image models,
-    `serving_image_bytes` on the same images PNG-encoded, with the published SavedModel's class ids."""
+    `serving_image_bytes` on the same images PNG-encoded, with the class ids of a loaded SavedModel's `signatures`."""
     import numpy as np
     import tensorflow as tf
 
@@ -73,14 +82,54 @@ def reference_checks(version_path: str, data_dir: str) -> list[SmokeCheck]:
     stats = data.load_stats(data_dir)
     inputs, _ = next(iter(data.make_dataset(data_dir, "test", stats, SMOKE_EXAMPLES, training=False)))
     batch = tf.cast(inputs, tf.float32).numpy()
-    loaded = tf.saved_model.load(version_path)
-    signature = loaded.signatures["serving_default"]
+    signature = signatures["serving_default"]
     outputs = signature(**{name: tf.constant(batch) for name in signature.structured_input_signature[1]})
     if "class_id" not in outputs:
-        raise SmokeFailed(f"the published model's serving_default has no class_id output ({sorted(outputs)})")
+        raise SmokeFailed(f"the model's serving_default has no class_id output ({sorted(outputs)})")
     checks = [SmokeCheck("serving_default", batch, outputs["class_id"].numpy())]
-    if data.IMAGE_BYTES_SIGNATURE in loaded.signatures and stats["kind"] == data.IMAGE:
+    if data.IMAGE_BYTES_SIGNATURE in signatures and stats["kind"] == data.IMAGE:
         encoded = np.array([tf.io.encode_png(image).numpy() for image in inputs], dtype=object)
-        answer = loaded.signatures[data.IMAGE_BYTES_SIGNATURE](**{data.IMAGE_BYTES_INPUT: tf.constant(encoded)})
+        answer = signatures[data.IMAGE_BYTES_SIGNATURE](**{data.IMAGE_BYTES_INPUT: tf.constant(encoded)})
         checks.append(SmokeCheck(data.IMAGE_BYTES_SIGNATURE, encoded, answer["class_id"].numpy()))
     return checks
+
+
+def write_checks(checks: list[SmokeCheck], path: str) -> None:
+    """Save smoke checks as JSON that numpy alone reads back exactly (`read_checks`): `{"checks": [{"signature",
+    "class_ids": [int, ...], "examples"}, ...]}`, the examples either `{"dtype": numpy's dtype string, "shape",
+    "base64": the array's bytes}` or, for byte strings, `{"dtype": "bytes", "base64": [one per example]}`."""
+    import base64
+    import json
+
+    def examples(array) -> dict:
+        if array.dtype == object:
+            return {"dtype": "bytes", "base64": [base64.b64encode(b).decode() for b in array]}
+        return {
+            "dtype": array.dtype.str,
+            "shape": list(array.shape),
+            "base64": base64.b64encode(array.tobytes()).decode(),
+        }
+
+    record = [
+        {"signature": c.signature, "class_ids": [int(i) for i in c.class_ids], "examples": examples(c.examples)}
+        for c in checks
+    ]
+    with open(path, "w") as f:
+        json.dump({"checks": record}, f)
+
+
+def read_checks(path: str) -> list[SmokeCheck]:
+    """The smoke checks `write_checks` saved at `path`."""
+    import base64
+    import json
+
+    import numpy as np
+
+    def examples(saved: dict):
+        if saved["dtype"] == "bytes":
+            return np.array([base64.b64decode(b) for b in saved["base64"]], dtype=object)
+        return np.frombuffer(base64.b64decode(saved["base64"]), np.dtype(saved["dtype"])).reshape(saved["shape"])
+
+    with open(path) as f:
+        record = json.load(f)
+    return [SmokeCheck(c["signature"], examples(c["examples"]), np.array(c["class_ids"])) for c in record["checks"]]

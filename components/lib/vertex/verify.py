@@ -1,7 +1,7 @@
-"""A Vertex AI deploy proved through the endpoint before the rollout finishes: the deploy steps' smoke examples
-(`components.lib.deploy.smoke`) sent to the endpoint's predict API, and the answers of the new deployed model
-compared with the published SavedModel's own class ids. A failure undeploys the new deployed model, restoring the
-endpoint's split from before the deploy.
+"""A Vertex AI deploy proved through the endpoint before the rollout finishes: the smoke examples the evaluation gate
+saved (`components.lib.deploy.smoke`) sent to the endpoint's predict API, and the answers of the new deployed model
+compared with the class ids its SavedModel gave them at the gate. A failure undeploys the new deployed model,
+restoring the endpoint's split from before the deploy.
 
 A public endpoint's `:predict` has no way to name the deployed model that answers (Explain's `deployed_model_id`
 needs an explanation spec, the per-deployed-model `invoke` route a dedicated endpoint): the traffic split picks
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from components.lib.vertex.registry import location_of, proportional, service_client
 from components.lib.vertex.rollout import deployed_models, find_deployed, take_off, undeploy_one
-from core.retries import policy
 
 MISS_CHANCE = 1e-4  # the chance that a healthy canary is never picked by the traffic split within the predictions
 MAX_PREDICTIONS = 1000  # per check: a 1 % canary is picked within them but with a chance of 4e-5
@@ -55,13 +54,6 @@ def predictions_needed(share: int) -> int:
     if share <= 0:
         return 0
     return min(MAX_PREDICTIONS, math.ceil(math.log(MISS_CHANCE) / math.log(1 - share / 100)))
-
-
-def version_artifacts(model_version: str) -> str:
-    """The artifact URI of a registry model version (`projects/.../models/ID@VERSION`): its SavedModel."""
-    return (
-        service_client("model", location_of(model_version)).get_model(name=model_version, retry=policy()).artifact_uri
-    )
 
 
 def _request(check) -> dict:

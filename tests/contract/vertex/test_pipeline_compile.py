@@ -155,6 +155,10 @@ def test_vertex_dag(tmp_path):
         },
     }
     assert root["evaluate-model"]["cachingOptions"] == {"enableCache": True}  # a pure function of its inputs
+    # its outputs: the metrics, the verdict and the candidate's smoke checks (for the deploy's check)
+    outputs = spec["components"]["comp-evaluate-model"]["outputDefinitions"]
+    assert set(outputs["artifacts"]) == {"metrics", "classification_metrics", "evaluation", "smoke_checks"}
+    assert outputs["artifacts"]["smoke_checks"]["artifactType"]["schemaTitle"] == "system.Artifact"
     # the gate: upload and quantization run only when evaluate-model's output is true
     condition = root["condition-4"]
     assert (
@@ -798,12 +802,13 @@ def test_vertex_deploy_reuses_or_creates_the_endpoint_with_a_traffic_split(tmp_p
         "aliases": ["champion", "blue"],
     }
     # the new deployed model answers the test split's examples through the endpoint before the rollout finishes
-    # (a failure undeploys it and restores the split from before the deploy)
+    # (a failure undeploys it and restores the split from before the deploy), as the evaluation gate saw the
+    # candidate answer them: the gate's smoke checks, not the dataset and the SavedModel
     assert deps(new, "verify-vertex-deploy") == ["deploy-vertex-model"]
     assert new["verify-vertex-deploy"]["inputs"]["artifacts"] == {
         "endpoint": endpoint,
         "model": uploaded,
-        "dataset": {"componentInputArtifact": "pipelinechannel--prepare-data-dataset"},
+        "smoke_checks": {"componentInputArtifact": "pipelinechannel--evaluate-model-smoke_checks"},
     }
     assert params(new["verify-vertex-deploy"]) == {
         "previous_split": {"componentInputParameter": "pipelinechannel--plan-traffic-split-previous_split"},

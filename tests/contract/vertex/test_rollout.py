@@ -523,7 +523,7 @@ def test_a_first_deploy_whose_model_cannot_be_checked_leaves_an_empty_endpoint(m
     vertex = double(monkeypatch, [("d1", "1", 100)], {"d1": 100})  # a new endpoint: nothing served before
 
     def checks():
-        raise SmokeFailed("the published model's serving_default has no class_id output (['y'])")
+        raise SmokeFailed("the model's serving_default has no class_id output (['y'])")
 
     with pytest.raises(DeployRejected) as rejected:
         verify_deploy(ENDPOINT, f"{MODEL}@1", checks, {})
@@ -535,33 +535,80 @@ def test_a_first_deploy_whose_model_cannot_be_checked_leaves_an_empty_endpoint(m
     assert vertex.deployed == [] and vertex.split == {}
 
 
-def test_the_verify_step_checks_the_registered_models_answers_on_the_test_split(
-    monkeypatch, trained_model, digits_data
+def test_the_verify_step_checks_the_deployed_model_against_the_gates_smoke_checks(
+    monkeypatch, trained_model, digits_data, tmp_path
 ):
-    """The KFP step on a trained model: the examples and class ids the other targets' smoke tests use."""
+    """The KFP step on the smoke checks the evaluation gate saved for the candidate: the test split's examples and
+    the candidate's class ids, sent without reading the registered version or its SavedModel."""
+    import base64
+
+    from components.evaluate_model import evaluate
+    from components.lib.deploy.smoke import read_checks
     from components.lib.vertex.verify import DeployRejected
     from components.verify_vertex_deploy import verify_vertex_deploy
     from tests.helpers.model_answers import model_outputs, split_examples
 
     model_dir = str(trained_model / "model")
+    smoke_checks = dsl.Artifact(uri=str(tmp_path / "smoke_checks"))
+    smoke_checks.path = str(tmp_path / "smoke_checks")
+    evaluate(model_dir, str(digits_data), 0.5, smoke_checks=smoke_checks.path)
     examples = split_examples(str(digits_data), 8)
     class_ids = [int(c) for c in model_outputs(model_dir, examples)["class_id"]]
     vertex = double(monkeypatch, [("d1", "1", 100), ("d2", "2", 200)], {"d1": 90, "d2": 10})
-    vertex.artifact_uris = {"2": model_dir}
     vertex.picks, vertex.answers = ["d2"], {"d2": answering(*class_ids)}
     endpoint = dsl.Artifact(uri="https://x/v1/e", metadata={"resourceName": ENDPOINT})
     model = dsl.Artifact(uri="https://x/v1/m", metadata={"resourceName": f"{MODEL}@2"})
-    dataset = dsl.Dataset(uri=str(digits_data))
-    dataset.path = str(digits_data)
-    result = verify_vertex_deploy(endpoint, model, dataset, {"d1": 100}, True)
+    result = verify_vertex_deploy(endpoint, model, smoke_checks, {"d1": 100}, True)
     assert result["smoke"]["class_ids"] == class_ids and result["deployed_model_id"] == "d2"
-    assert vertex.calls[:2] == [get_endpoint(), ("get_model", model_service.GetModelRequest(name=f"{MODEL}@2"))]
-    assert vertex.calls[2] == predict(examples.tolist())
+    assert vertex.calls == [get_endpoint(), predict(examples.tolist())]
+
+    # this project's serving image: the PNG bytes too, named by the signature in `parameters`
+    vertex.calls.clear()
+    vertex.picks = ["d2", "d2"]
+    result = verify_vertex_deploy(endpoint, model, smoke_checks, {"d1": 100}, False)
+    assert result["smoke"]["signatures"] == ["serving_default", "serving_image_bytes"]
+    pngs = [{"b64": base64.b64encode(png).decode()} for png in read_checks(smoke_checks.path)[1].examples]
+    assert vertex.calls[2] == predict(pngs, {"signature_name": "serving_image_bytes"})
 
     vertex.picks, vertex.answers = ["d2"], {"d2": answering(*[(c + 1) % 10 for c in class_ids])}
     with pytest.raises(DeployRejected, match="disagrees with the published model"):
-        verify_vertex_deploy(endpoint, model, dataset, {"d1": 100}, True)
+        verify_vertex_deploy(endpoint, model, smoke_checks, {"d1": 100}, True)
     assert vertex.split == {"d1": 100} and [d[0] for d in vertex.deployed] == ["d1"]
+
+
+def test_the_verify_step_runs_without_tensorflow(trained_model, digits_data, tmp_path):
+    """The step reads the gate's smoke checks with numpy alone: TensorFlow is never imported."""
+    import json
+    import subprocess
+    import sys
+
+    from components.evaluate_model import evaluate
+
+    path = str(tmp_path / "smoke_checks")
+    evaluate(str(trained_model / "model"), str(digits_data), 0.5, smoke_checks=path)
+    script = f"""
+import json, sys
+from kfp import dsl
+from components.lib.vertex import verify
+from components.verify_vertex_deploy import verify_vertex_deploy
+
+def verify_deploy(endpoint_name, model_version, checks, previous_split):
+    sent = [(c.signature, len(c.instances()), c.class_ids.tolist()) for c in checks()]
+    return verify.Verification("d2", len(sent), {{"sent": sent}})
+
+verify.verify_deploy = verify_deploy
+smoke_checks = dsl.Artifact(uri={path!r})
+smoke_checks.path = {path!r}
+endpoint = dsl.Artifact(uri="e", metadata={{"resourceName": {ENDPOINT!r}}})
+model = dsl.Artifact(uri="m", metadata={{"resourceName": {MODEL + "@2"!r}}})
+result = verify_vertex_deploy(endpoint, model, smoke_checks, {{}}, False)
+print(json.dumps({{"result": result, "tensorflow": "tensorflow" in sys.modules}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["tensorflow"] is False
+    assert [s[:2] for s in answer["result"]["smoke"]["sent"]] == [["serving_default", 8], ["serving_image_bytes", 8]]
 
 
 # --- taking models and endpoints away (undeploy, delete-endpoint) --------------------------------------------------

@@ -147,6 +147,95 @@ def test_missing_model_and_bad_parameters(trained_model, digits_data, tmp_path):
         evaluate(str(trained_model / "model"), str(digits_data), 0.5, str(tmp_path / "missing-champion"))
 
 
+def same_checks(saved, expected) -> None:
+    """Smoke checks equal signature by signature: the examples' dtype and values (byte strings exactly), the class
+    ids."""
+    assert [c.signature for c in saved] == [c.signature for c in expected]
+    for got, want in zip(saved, expected, strict=True):
+        assert got.examples.dtype == want.examples.dtype and got.examples.shape == want.examples.shape
+        assert got.examples.tolist() == want.examples.tolist(), got.signature
+        assert got.class_ids.tolist() == want.class_ids.tolist(), got.signature
+
+
+def test_the_gate_step_saves_the_candidates_smoke_checks_for_the_vertex_deploys_check(
+    trained_model, digits_data, tmp_path
+):
+    """The KFP step writes the candidate's smoke checks as JSON: the test split's first 8 examples as float32
+    arrays and PNG-encoded, with the class ids `reference_checks` computes from the SavedModel."""
+    import numpy as np
+    from kfp import dsl
+
+    from components.evaluate_model import evaluate_model
+    from components.lib.deploy.smoke import read_checks, reference_checks
+    from tests.helpers.model_answers import model_outputs, split_examples
+
+    def artifact(kind, path):
+        made = kind(uri=str(path))
+        made.path = str(path)
+        return made
+
+    model_dir = str(trained_model / "model")
+    smoke = artifact(dsl.Artifact, tmp_path / "smoke_checks")
+    blessed = evaluate_model(
+        artifact(dsl.Model, model_dir),
+        artifact(dsl.Dataset, digits_data),
+        0.5,
+        0.01,
+        "",
+        "",
+        "",
+        dsl.Metrics(),
+        dsl.ClassificationMetrics(),
+        artifact(dsl.Artifact, tmp_path / "evaluation"),
+        smoke,
+    )
+    assert blessed
+    saved = read_checks(smoke.path)
+    same_checks(saved, reference_checks(model_dir, str(digits_data)))
+    pixels = split_examples(str(digits_data), 8)
+    assert [c.signature for c in saved] == ["serving_default", "serving_image_bytes"]
+    assert saved[0].examples.dtype == np.float32 and saved[0].examples.tolist() == pixels.tolist()
+    assert saved[0].class_ids.tolist() == model_outputs(model_dir, pixels)["class_id"].tolist()
+    decoded = [tf.io.decode_png(png).numpy() for png in saved[1].examples]  # the same pixels, losslessly
+    assert np.array_equal(np.array(decoded), pixels.astype(np.uint8))
+    record = json.loads((tmp_path / "smoke_checks").read_text())["checks"]
+    assert [sorted(c) for c in record] == [["class_ids", "examples", "signature"]] * 2
+    assert record[0]["examples"]["dtype"] == "<f4" and record[0]["examples"]["shape"] == [8, 8, 8, 1]
+    assert record[1]["examples"]["dtype"] == "bytes" and len(record[1]["examples"]["base64"]) == 8
+
+
+def test_the_gate_saves_an_rgb_image_models_smoke_checks(image_folder_model, tmp_path):
+    """A CNN on an image folder: the PNG bytes read back exactly as encoded, the class ids the SavedModel's."""
+    from components.lib.deploy.smoke import read_checks, reference_checks
+
+    _, data_dir, job = image_folder_model
+    model_dir, path = str(job / "model"), str(tmp_path / "smoke_checks")
+    evaluate(model_dir, str(data_dir), 0.0, smoke_checks=path)
+    saved, expected = read_checks(path), reference_checks(model_dir, str(data_dir))
+    same_checks(saved, expected)
+    assert [c.signature for c in saved] == ["serving_default", "serving_image_bytes"]
+    assert saved[0].examples.shape[1:] == (12, 12, 3)
+    assert [png[:8] for png in saved[1].examples] == [b"\x89PNG\r\n\x1a\n"] * len(saved[1].examples)
+
+
+def test_a_candidate_without_class_ids_fails_the_gate_that_saves_smoke_checks(digits_data, tmp_path):
+    """The deploy's check compares class ids: a `serving_default` without them fails the gate saving the checks."""
+    from components.lib.deploy.smoke import SmokeFailed
+
+    class Uniform(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 1], tf.float32, name="image")])
+        def serve(self, image):
+            return {"probabilities": tf.fill([tf.shape(image)[0], 10], 0.1)}
+
+    model = Uniform()
+    tf.saved_model.save(model, str(tmp_path / "model"), signatures={"serving_default": model.serve})
+    assert evaluate(str(tmp_path / "model"), str(digits_data), 0.0)["blessed"]
+    with pytest.raises(
+        SmokeFailed, match=r"^the model's serving_default has no class_id output \(\['probabilities'\]\)$"
+    ):
+        evaluate(str(tmp_path / "model"), str(digits_data), 0.0, smoke_checks=str(tmp_path / "smoke_checks"))
+
+
 def test_same_artifacts():
     assert same_artifacts("gs://b/run/model", "/gcs/b/run/model/")
     assert not same_artifacts("gs://b/run/model", "gs://b/run2/model")
