@@ -1,27 +1,32 @@
 """Run a rehearsal's Google Cloud Pipeline Components container tasks in processes forked from a warm server.
 
-`serving(modules)`, entered in the rehearsal's environment, starts a server: a fresh interpreter started as a
-task's command is (`python -u -m`), in that environment, so the redirect shim (shim/sitecustomize.py) patches it,
-that imports `modules` (GCPC's launchers) and everything they import once, then forgets the launchers themselves.
-While active, kfp.local's `run_local_subprocess` runs a command `<this interpreter> -u -m <one of modules> args...`
-as a child forked from the server: the child takes the task's working directory, environment (the rehearsal's plus
-kfp.local's `env_vars`, as the process would get) and arguments, writes stdout and stderr into one pipe whose lines
-are printed as kfp.local prints a process's, then runs the launcher as `python -m` would (`runpy`, as `__main__`);
-its exit status (0, SystemExit's code, 1 for an uncaught exception with its traceback, minus the signal that killed
-it) is returned as kfp.local returns a process's. Other commands take kfp.local's own path.
+`serving(modules)`, entered in the rehearsal's environment, starts a server: a fresh interpreter started as a task's
+command is (`python -u -m`), in that environment, so the redirect shim (shim/sitecustomize.py) patches it, that
+imports `modules` (GCPC's launchers) and everything they import once, then forgets the launchers themselves and
+freezes the imported objects (`gc.freeze`). While active, kfp.local's `run_local_subprocess` runs a command
+`python -u -m <module> args...` (this interpreter, one of `modules`) as a child forked from the server:
+the child takes the task's working directory, environment (the rehearsal's plus kfp.local's `env_vars`, as the
+process would get) and arguments, writes stdout and stderr into one pipe whose lines are printed as kfp.local prints
+a process's, then runs the launcher as `python -m` would (`runpy`, as `__main__`); its exit status (0, SystemExit's
+code, 1 for an uncaught exception with its traceback, minus the signal that killed it) is returned as kfp.local
+returns a process's. Other commands take kfp.local's own path.
 
-Faithful: the same launcher code runs with the same arguments and environment, in a process of its own forked
-from one that only imported modules (the redirect's patches, applied on import, included), so no task sees another's
-state; what it saves is each task's ~2 s of importing the Vertex AI SDK. A task's process is a grandchild of the
-rehearsing process (pipelines/step_memory.py counts it for the step after its first `SETTLE_SECONDS`, as it does a
-forked child that has not exec'd). When a task's caller stops waiting (a cancelled run), its process gets SIGTERM
-(GCPC's launchers then cancel their job, as on a cancelled Vertex pipeline), SIGKILL `GRACE_SECONDS` later; leaving
-`serving` does the same to every task's process still running and ends the server.
+Faithful: the same launcher code runs with the same arguments and environment, in a process of its own forked from
+one that only imported modules (the redirect's patches, applied on import, included), so no task sees another's
+state; what it saves is each task's import of the Vertex AI SDK, and the collections of those imports' objects at
+its exit (frozen, as core/fast_exit.py freezes a step's heap at its exit: only garbage in reference cycles among
+them is left to the operating system). A task's process is a grandchild of the rehearsing process:
+pipelines/step_memory.py counts it for the step after its first `SETTLE_SECONDS`, as it does a forked child that has
+not exec'd, with the server's resident memory as its start, as a fresh launcher's after the same imports. When a
+task's caller stops waiting (a cancelled run), its process gets SIGTERM (GCPC's launchers then cancel their job, as
+on a cancelled Vertex pipeline), SIGKILL `GRACE_SECONDS` later; leaving `serving` does the same to every task's
+process still running and ends the server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -204,6 +209,8 @@ if __name__ == "__main__":
     for module in sys.argv[3:]:
         importlib.import_module(module)
         del sys.modules[module]  # executed again as __main__ by each task, as `python -m` runs it
+    gc.collect()
+    gc.freeze()  # the imported objects: not scanned, so not copied, by each child's collections and its exit
     task = _serve(socket.socket(fileno=int(sys.argv[1])), float(sys.argv[2]))
     if task is not None:
         _start(*task)

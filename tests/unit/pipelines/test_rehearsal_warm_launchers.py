@@ -15,11 +15,12 @@ from pipelines.rehearsal.run import gcpc_launchers
 ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = "google_cloud_pipeline_components.container.v1.custom_job.launcher"
 TASK = """
-import os, sys
+import gc, os, sys
 import wl_dep  # imported by the process that imported this module first
 
 if __name__ == "__main__":
-    print("argv", sys.argv[1:], "parent", "server" if wl_dep.PID == os.getppid() else "other")
+    parent = "server" if wl_dep.PID == os.getppid() else "other"
+    print("argv", sys.argv[1:], "parent", parent, "frozen", gc.get_freeze_count() > 0)
     print("env", os.environ.get("WL_VALUE"), os.environ.get("WL_FIRST_ONLY"), file=sys.stderr)
     if sys.argv[1] == "raise":
         raise ValueError("boom")
@@ -82,19 +83,19 @@ def test_each_task_runs_forked_from_the_server_with_its_own_arguments_environmen
     lines = capsys.readouterr().out.split("\n")
     assert codes == [0, 3, 1]
     assert lines[:9] == [
-        "argv ['0'] parent server",
+        "argv ['0'] parent server frozen True",
         "env a set",
         "",
         "",
-        "argv ['3'] parent server",
+        "argv ['3'] parent server frozen True",
         "env b None",
         "",
         "",
-        "argv ['raise'] parent server",
+        "argv ['raise'] parent server frozen True",
     ]
     assert lines[9:11] == ["env c None", "Traceback (most recent call last):"]
     assert lines[-6:] == [
-        f'  File "{modules / "wl_task.py"}", line 9, in <module>',
+        f'  File "{modules / "wl_task.py"}", line 10, in <module>',
         '    raise ValueError("boom")',
         "ValueError: boom",
         "",
@@ -107,7 +108,7 @@ def test_a_command_of_no_served_module_runs_as_kfp_local_runs_it(modules, capsys
     with warm_launchers.serving(["wl_task"]):
         code = subprocess_task_handler.run_local_subprocess([sys.executable, "-m", "wl_task", "4"], {"WL_VALUE": "d"})
     assert code == 4
-    assert capsys.readouterr().out == "argv ['4'] parent other\nenv d None\n\n\n"
+    assert capsys.readouterr().out == "argv ['4'] parent other frozen False\nenv d None\n\n\n"
 
 
 def test_the_rehearsals_redirect_applies_in_the_server_and_each_task(modules, monkeypatch, capsys):
