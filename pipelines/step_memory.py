@@ -1,12 +1,13 @@
 """Peak memory of each step of a local run.
 
-kfp.local runs one step at a time, as a child process of this one (the step's own processes under it). A sampler
-thread adds up the peak resident memory so far (Linux's VmHWM; elsewhere the resident memory now) of this process's
-live descendants started since the step began, every `interval` seconds (every `first_interval` in a step's first
-second), and keeps the highest sum: processes that run together count together, one after the other do not. What a
-process reaches after its last sample is missed; a step whose processes all end within `first_interval` has no
-figure. A forked child still running its parent's program counts only once seen for `SETTLE_SECONDS`: until it
-execs, it shows its parent's memory figures."""
+kfp.local runs one step at a time, as a child process of this one (the step's own processes under it; a rehearsal's
+GCPC task, as a child of the warm launchers' server, rehearsal/warm_launchers.py). A sampler thread adds up the peak
+resident memory so far (Linux's VmHWM; elsewhere the resident memory now) of this process's live descendants started
+since the step began (not that server, started before the steps), every `interval` seconds (every `first_interval`
+in a step's first second), and keeps the highest sum: processes that run together count together, one after the
+other do not. What a process reaches after its last sample is missed; a step whose processes all end within
+`first_interval` has no figure. A forked child still running its parent's program counts only once seen for
+`SETTLE_SECONDS`: until it execs, it shows its parent's memory figures."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 Reused: kfp.local's orchestrator runs the spec as compiled (DAG, conditions, `OneOf`, importers, parameter and
 artifact passing, placeholders) with its SubprocessRunner, and the lightweight steps run as in `make run`. Written
 here: container tasks (the Google Cloud Pipeline Components) run their own command as a local process (kfp.local
-refuses container components in a subprocess), the Vertex placeholders kfp.local does not know
-(`{{$.pipeline_google_cloud_project_id}}`) are resolved, and every process talks to the API double (api/) through
-redirect.py. Storage is Cloud Storage's, on a local emulator (gcs.py): the pipeline root and every artifact and job
+refuses container components in a subprocess), forked from one that imported their launchers (warm_launchers.py),
+the Vertex placeholders kfp.local does not know (`{{$.pipeline_google_cloud_project_id}}`) are resolved, and every
+process talks to the API double (api/) through redirect.py. Storage is Cloud Storage's, on a local emulator (gcs.py): the pipeline root and every artifact and job
 output are gs:// URIs, local data and batch instances are copied into it first, and the steps' `artifact.path` is a
 mount folder standing in for Vertex's `/gcs/`.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from components.lib.prep import dataflow
-from pipelines.rehearsal import gcs, redirect
+from pipelines.rehearsal import gcs, redirect, warm_launchers
 from pipelines.rehearsal.api import VertexDouble
 from pipelines.rehearsal.cache import vertex_cache
 from pipelines.templates import YAML_LOADER, load_template
@@ -70,6 +70,15 @@ class _VertexJson:
     @staticmethod
     def dumps(value, *args, **kwargs):
         return json.dumps(_go_number(value), *args, **kwargs)
+
+
+def gcpc_launchers(spec: dict) -> list[str]:
+    """The modules the template's GCPC container tasks run (`python3 -u -m <module>`)."""
+    modules: set[str] = set()
+    for executor in spec["deploymentSpec"]["executors"].values():
+        command = executor.get("container", {}).get("command", [])
+        modules.update(m for flag, m in zip(command, command[1:]) if flag == "-m" and m.startswith(GCPC_MODULES))
+    return sorted(modules)
 
 
 @contextlib.contextmanager
@@ -232,6 +241,7 @@ def rehearse(
                 }
             ),
             _kfp_local_patches(project, location),
+            warm_launchers.serving(gcpc_launchers(spec)),
             gcs.mounted_tasks(mount),
             vertex_cache(),
             redirect.redirected(double.grpc_target, double.http_base, project),
