@@ -4,15 +4,13 @@ and the steps' `/gcs/` mount all reach one GCS emulator, which takes what Cloud 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from pipelines.rehearsal import gcs
+from tests.helpers.rehearsal import tensorflow_on_gcs
 
 
 @pytest.fixture
@@ -20,20 +18,6 @@ def emulator(tmp_path, monkeypatch):
     with gcs.gcs_emulator(str(tmp_path / "gcs"), "b") as host:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
         yield host
-
-
-def tensorflow(script: str, emulator: str, tmp_path) -> subprocess.CompletedProcess:
-    """`script` in a Python process whose TensorFlow reaches gs:// through the rehearsal's proxy; it must succeed."""
-    with gcs.tensorflow_gcs(emulator, tmp_path / "tls") as env:
-        result = subprocess.run(
-            [sys.executable, "-c", script],
-            env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "3"},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
 
 
 def blobs(prefix: str) -> dict:
@@ -69,7 +53,7 @@ def test_tensorflow_writes_and_reads_gs_uris_on_the_emulator(emulator, tmp_path)
         }, sys.stdout)
         """
     )
-    result = tensorflow(script, emulator, tmp_path)
+    result = tensorflow_on_gcs(script, emulator, tmp_path)
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen == {
         "read_back": True,
@@ -180,6 +164,6 @@ def test_tensorflow_reads_in_blocks_of_the_rehearsals_size(emulator, tmp_path, m
     monkeypatch.setattr(server.Router, "handle", recorded)
     gcs_client().bucket("b").blob("raw/small.bin").upload_from_string(b"x" * 1000)
     script = 'import tensorflow as tf; print(len(tf.io.gfile.GFile("gs://b/raw/small.bin", "rb").read()))'
-    result = tensorflow(script, emulator, tmp_path)
+    result = tensorflow_on_gcs(script, emulator, tmp_path)
     assert result.stdout.split() == ["1000"]
     assert ranges == [f"bytes=0-{gcs.READ_BLOCK_MB * 2**20 - 1}"]

@@ -177,6 +177,7 @@ def test_on_cloud_storage_the_chief_uploads_each_epochs_checkpoint_in_one_reques
 
     from core.storage import gcs_client
     from pipelines.rehearsal import gcs
+    from tests.helpers.rehearsal import tensorflow_on_gcs
 
     script = textwrap.dedent(
         """
@@ -195,16 +196,9 @@ def test_on_cloud_storage_the_chief_uploads_each_epochs_checkpoint_in_one_reques
         """
     )
     caplog.set_level(logging.INFO, logger="gcp_storage_emulator.server")
-    with gcs.gcs_emulator(str(tmp_path / "gcs"), "b") as host, gcs.tensorflow_gcs(host, tmp_path / "tls") as env:
+    with gcs.gcs_emulator(str(tmp_path / "gcs"), "b") as host:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", host)
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "3"},
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        tensorflow_on_gcs(script, host, tmp_path)
         kept = sorted(b.name for b in gcs_client().list_blobs("b", prefix="job/checkpoints/") if b.size)
     uploaded, deleted = [], []
     for record in caplog.records:
