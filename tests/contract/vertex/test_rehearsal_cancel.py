@@ -9,7 +9,12 @@ import time
 
 import psutil
 import pytest
-from google.cloud.aiplatform_v1.types import custom_job as custom_job_pb, job_service
+import requests
+from google.cloud.aiplatform_v1.types import (
+    custom_job as custom_job_pb,
+    hyperparameter_tuning_job,
+    job_service,
+)
 
 from pipelines.rehearsal import redirect
 from pipelines.rehearsal.api import VertexDouble
@@ -93,8 +98,6 @@ def test_gcpcs_launcher_cancels_its_custom_job_over_rest_and_the_job_ends_cancel
 
 @pytest.mark.parametrize("collection", ["customJobs", "hyperparameterTuningJobs", "batchPredictionJobs"])
 def test_a_rest_cancel_of_an_unknown_job_is_vertexs_404(double, collection):
-    import requests
-
     name = f"{PARENT}/{collection}/999"
     answer = requests.post(f"{double.http_base}/v1/{name}:cancel", data="", timeout=30)
     assert (answer.status_code, answer.json()) == (
@@ -114,8 +117,6 @@ def test_stop_during_a_custom_job_leaves_none_of_its_replicas_running(double, di
 def test_stop_during_a_tuning_job_leaves_none_of_its_trial_runners_running(double, digits_data, tmp_path):
     """The trial runners get the cancel's SIGTERM, no runner starts for a next trial, and `stop()` returns once the
     study has ended."""
-    from google.cloud.aiplatform_v1.types import hyperparameter_tuning_job
-
     spec = _val_loss_grid_job(digits_data, tmp_path / "tune", epochs=10_000, steps=5, rates=[0.001, 0.01, 0.1, 1.0])
     spec["parallel_trial_count"] = 2
     request = job_service.CreateHyperparameterTuningJobRequest(
