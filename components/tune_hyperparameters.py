@@ -42,11 +42,13 @@ def run_study(
     flags=command_line,
     output_base: str = "",
     trial_env=None,
+    on_start=None,
 ) -> dict:
     """Run the study; returns `{"trials": [...], "best": {...}, "seconds": ...}` and writes the results files. Each
     trial runs `module` with `fixed_args` and `flags(its values)`, its outputs under `output_base` (a local folder
     or gs:// prefix; default `base_dir`), `trial_env(trial id)` added to its environment (when given). `log` writes a line: the trials' news and the progress lines
-    (`StudyProgress`; default stdout, flushed).
+    (`StudyProgress`; default stdout, flushed). `on_start(pid)` after each trial runner starts (RunnerPool): an
+    error it raises ends the study, no trial started after it, those running waited for.
     Raises StudyFailed (after writing them) once `max_failed_trial_count` trials have failed (Vertex's definition:
     no trial starts after that; those running finish)."""
     started = time.time()
@@ -56,6 +58,7 @@ def run_study(
         module,
         runner_env(env),
         os.path.join(base_dir, "runners"),
+        on_start=on_start,
     )
     try:
         return _study(

@@ -376,9 +376,10 @@ def vertex_trial_flags(parameters: dict) -> list[str]:
     return [f"--{name}={text(value)}" for name, value in parameters.items()]
 
 
-def run_tuning_job(job: dict, work_dir: str, sink) -> list[dict]:
+def run_tuning_job(job: dict, work_dir: str, sink, on_start=None) -> list[dict]:
     """Run the study (its own records, the trials' logs and metric files, in `work_dir`; the trials' outputs under
-    the job's base output directory); return the job's `trials` (Vertex's Trial fields)."""
+    the job's base output directory); return the job's `trials` (Vertex's Trial fields). `on_start(pid)` after each
+    trial runner starts; an error it raises (a cancelled job) ends the study with it (run_study)."""
     from components.tune_hyperparameters import StudyFailed, run_study
 
     spec = study_spec(job)
@@ -397,6 +398,7 @@ def run_tuning_job(job: dict, work_dir: str, sink) -> list[dict]:
             flags=vertex_trial_flags,
             output_base=base,
             trial_env=lambda trial_id: vertex_cluster_env([free_port()], 0, trial=trial_id),
+            on_start=on_start,
         )
     except StudyFailed as e:
         raise JobError(str(e)) from None

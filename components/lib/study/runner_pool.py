@@ -92,23 +92,33 @@ class TrialRunner:
             self.process.kill()
             self.process.wait()
 
+    def kill(self) -> None:
+        """Kill the runner (SIGKILL) and wait for it."""
+        self.process.kill()
+        self.process.wait()
+
 
 class RunnerPool:
     """`size` warm runners, started at once, runner slot i with `core.gpus.gpu_env(gpus, i, size)` (its own GPUs, or
     a shared one with memory growth; `gpus`: default `core.gpus.machine_gpus` of `env`); at most `size` trials run at
     once. A runner is taken for a trial and given back when the trial succeeded, else closed (a fresh one is started
-    in its slot for a later trial)."""
+    in its slot for a later trial). `on_start(pid)` after each runner starts; when it raises, that runner is killed
+    and the error propagates (from the pool's construction, the runners started before it closed)."""
 
-    def __init__(self, size: int, module: str, env: dict, log_dir: str, gpus: list[str] | None = None):
-        self.module, self.env, self.log_dir = module, env, log_dir
+    def __init__(self, size: int, module: str, env: dict, log_dir: str, gpus: list[str] | None = None, on_start=None):
+        self.module, self.env, self.log_dir, self.on_start = module, env, log_dir, on_start
         gpus = machine.machine_gpus(env) if gpus is None else gpus
         self.devices = [machine.gpu_env(gpus, slot, size) for slot in range(size)]
         self.idle: queue.SimpleQueue = queue.SimpleQueue()
         self.started = 0
         self._all: list[TrialRunner] = []
         self._lock = threading.Lock()
-        for slot in range(size):
-            self.idle.put((slot, self._start(slot)))
+        try:
+            for slot in range(size):
+                self.idle.put((slot, self._start(slot)))
+        except BaseException:
+            self.close()
+            raise
 
     def _start(self, slot: int) -> TrialRunner:
         with self._lock:
@@ -116,6 +126,12 @@ class RunnerPool:
             log = os.path.join(self.log_dir, f"runner-{self.started}.log")
             runner = TrialRunner(self.module, {**self.env, **self.devices[slot]}, log)
             self._all.append(runner)
+        if self.on_start:
+            try:
+                self.on_start(runner.process.pid)
+            except BaseException:
+                runner.kill()
+                raise
         return runner
 
     def run(self, argv: list[str], env: dict, log: str) -> int:

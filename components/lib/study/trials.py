@@ -79,8 +79,9 @@ def run_trial(
     if code != 0 or trial.metric is None:
         trial.status = "FAILED"
         trial.error = f"exit code {code}" if code != 0 else f"no {spec.metric_id!r} reported"
-        with open(log_path, errors="replace") as f:
-            trial.log_tail = f.read().splitlines()[-20:]
+        if os.path.exists(log_path):  # not when its runner died before the trial began
+            with open(log_path, errors="replace") as f:
+                trial.log_tail = f.read().splitlines()[-20:]
     else:
         trial.status = "SUCCEEDED"
     return trial

@@ -1,6 +1,6 @@
 """The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService,
-PredictionService (Predict) and Operations, REST for the routes of GCPC's upload and deploy launchers and online
-prediction, and Dataflow's `projects.locations.jobs.create` for data prep's job (components/lib/prep/dataflow.py).
+PredictionService (Predict) and Operations, REST for the routes of GCPC's upload and deploy launchers, its job
+launchers' cancels (`POST .../customJobs/N:cancel`, sent on SIGTERM) and online prediction, and Dataflow's `projects.locations.jobs.create` for data prep's job (components/lib/prep/dataflow.py).
 Each request is parsed into its aiplatform_v1 (dataflow_v1beta3) message (an unknown field or a wrong type is refused
 as Vertex refuses it), recorded (Context.record), authorized (Context.authorize: the API enabled, the permission
 its service's `PERMISSIONS` names held by the caller) and answered by its service; an ApiError is answered with its
@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from google.cloud.aiplatform_v1.types import (
     endpoint_service as endpoint_service_pb,
+    job_service as job_service_pb,
     model_service as model_service_pb,
 )
 from google.cloud.dataflow_v1beta3.types import jobs as dataflow_jobs
@@ -187,6 +188,19 @@ class VertexDouble(Context):
             None,
             "_rest_predict",
         ),
+        *(  # a job's cancel, authorized by its handler (the permission of its gRPC method)
+            (
+                "POST",
+                re.compile(rf"^/v1/(?P<name>projects/[^/]+/locations/[^/]+/{collection}/[^/:]+):cancel$"),
+                request_class,
+                "_rest_cancel",
+            )
+            for collection, request_class in (
+                ("customJobs", job_service_pb.CancelCustomJobRequest),
+                ("hyperparameterTuningJobs", job_service_pb.CancelHyperparameterTuningJobRequest),
+                ("batchPredictionJobs", job_service_pb.CancelBatchPredictionJobRequest),
+            )
+        ),
         (
             "GET",
             re.compile(r"^/v1/(?P<operation>projects/[^/]+/locations/[^/]+/operations/[^/:]+)$"),
@@ -256,6 +270,17 @@ class VertexDouble(Context):
             raise ApiError("INVALID_ARGUMENT", f"endpoint {request.endpoint!r} differs from the URL's")
         request.endpoint = match["endpoint"]
         return json_format.MessageToDict(self.endpoint_service.deploy_model(request))
+
+    def _rest_cancel(self, match, request, body) -> dict:
+        """Cancel a job as the gRPC method of `request`'s class does (its permission, its 404); Vertex's REST answer
+        to a cancel: an empty object."""
+        if request.name and request.name != match["name"]:
+            raise ApiError("INVALID_ARGUMENT", f"name {request.name!r} differs from the URL's")
+        request.name = match["name"]
+        permission, _ = JobService.PERMISSIONS[type(request).__name__.removesuffix("Request")]
+        self.authorize(permission, request.name)
+        self.job_service.cancel_job(request)
+        return {}
 
     def _rest_predict(self, match, request, body) -> dict:
         return self.endpoint_service.predict(match["endpoint"], body)

@@ -1,15 +1,19 @@
-"""The JobService's custom, hyperparameter tuning and batch prediction jobs over gRPC: created after Vertex's checks
-(Context.check, jobs.validate), each run in a thread of its own by the engines of jobs.py, PENDING → RUNNING →
-SUCCEEDED / FAILED (with the error message) / CANCELLED. A batch prediction job runs its model's serving container on
+"""The JobService's custom, hyperparameter tuning and batch prediction jobs over gRPC (their cancels over REST too:
+app.py): created after Vertex's checks (Context.check, jobs.validate), each run in a thread of its own by the engines
+of jobs.py, PENDING → RUNNING → SUCCEEDED / FAILED (with the error message) / CANCELLED. A cancelled job's processes
+(replicas, trial runners, its batch container) get SIGTERM, and a replica or trial runner started after the cancel
+stops at once (`_started`): neither is restarted. A batch prediction job runs its model's serving container on
 Vertex's copy of the artifacts for the job's duration. A custom job's replica N is preempted once when asked
 (`preempt`): the job restarts it as Vertex does (jobs.py)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
+import psutil
 from google.cloud.aiplatform_v1.types import (
     batch_prediction_job,
     custom_job,
@@ -39,13 +43,18 @@ def _message(job: dict):
     return message
 
 
+def _signal(job: dict, number: int) -> None:
+    """Send signal `number` to the job's processes still running (psutil: never to a pid reused since)."""
+    for process in list(job["processes"]):
+        try:
+            process.send_signal(number)
+        except psutil.NoSuchProcess:
+            pass
+
+
 def _cancel(job: dict) -> None:
     job["cancelled"] = True
-    for pid in job["pids"]:
-        try:
-            os.kill(pid, 15)
-        except ProcessLookupError:
-            pass
+    _signal(job, signal.SIGTERM)
 
 
 class JobService:
@@ -63,7 +72,8 @@ class JobService:
     def __init__(self, context: Context, preempt: int | None = None):
         """`preempt`: the replica every custom job preempts once (jobs.Preemption; None: none)."""
         self.context, self.registry, self.preempt = context, context.registry, preempt
-        # name → {"kind": a JOB_KINDS key, "name", "data": the job's fields, "pids": its processes, "cancelled"}
+        # name → {"kind": a JOB_KINDS key, "name", "data": the job's fields, "processes": its psutil.Processes,
+        # "cancelled", "thread": the one running it}
         self.jobs: dict[str, dict] = {}
 
     def rpcs(self) -> dict:
@@ -108,10 +118,18 @@ class JobService:
             ),
         }
 
-    def stop(self) -> None:
-        """Cancel every job."""
-        for job in self.jobs.values():
+    def stop(self, grace: float = 5.0) -> None:
+        """Cancel every job and return once its thread has ended, so no process of it runs: those left `grace`
+        seconds after the cancel's SIGTERM get SIGKILL."""
+        jobs_now = list(self.jobs.values())
+        for job in jobs_now:
             _cancel(job)
+        deadline = time.time() + grace
+        for job in jobs_now:
+            while job["thread"].is_alive():
+                if time.time() > deadline:
+                    _signal(job, signal.SIGKILL)
+                job["thread"].join(0.1)
 
     def job_dir(self, name: str) -> str:
         """The folder of a job's logs (and of a tuning job's study records, `study/`)."""
@@ -129,15 +147,16 @@ class JobService:
         except jobs.JobError as e:
             raise ApiError("INVALID_ARGUMENT", str(e)) from None
         name = f"{self.registry.parent}/{JOB_KINDS[kind][1]}/{self.registry.new_id()}"
-        job = {
+        job: dict = {
             "kind": kind,
             "name": name,
             "data": {**data, "name": name, "state": "JOB_STATE_PENDING", "create_time": time.time()},
-            "pids": [],
+            "processes": [],
             "cancelled": False,
         }
+        job["thread"] = threading.Thread(target=self._work, args=(job,), daemon=True, name=f"job-{name}")
         self.jobs[name] = job
-        threading.Thread(target=self._work, args=(job,), daemon=True, name=f"job-{name}").start()
+        job["thread"].start()
         return _message(job)
 
     def _job(self, name: str) -> dict:
@@ -165,7 +184,9 @@ class JobService:
                     preemption = jobs.Preemption(self.preempt) if self.preempt is not None else None
                     jobs.run_custom_job(data, log_dir, lambda attempt, pids: self._started(job, pids), sink, preemption)
                 elif kind == "hyperparameter_tuning_job":
-                    data["trials"] = jobs.run_tuning_job(data, os.path.join(log_dir, "study"), sink)
+                    data["trials"] = jobs.run_tuning_job(
+                        data, os.path.join(log_dir, "study"), sink, lambda pid: self._started(job, [pid])
+                    )
                 else:
                     self._batch(job, log_dir)
             data["state"] = "JOB_STATE_SUCCEEDED"
@@ -181,8 +202,13 @@ class JobService:
 
     @staticmethod
     def _started(job: dict, pids: list[int]) -> None:
-        """A custom job's replicas (re)started: cancelled meanwhile, they stop (not restarted as a lost replica)."""
-        job["pids"].extend(pids)
+        """A job's processes started (a custom job's replicas, a tuning job's trial runner): recorded for a cancel;
+        cancelled meanwhile, raises JobError, and the engine stops them (neither restarts them)."""
+        for pid in pids:
+            try:
+                job["processes"].append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
         if job["cancelled"]:
             raise jobs.JobError("the job was cancelled")
 
@@ -195,7 +221,7 @@ class JobService:
         copy = gcs.copy_folder(version["artifact_uri"], self.context.model_copy(f"batchPredictionJobs/{job_id}"))
         try:
             process, url = jobs.start_container(copy, job_id, job_id, os.path.join(log_dir, "container.log"))
-            job["pids"].append(process.pid)
+            job["processes"].append(psutil.Process(process.pid))
             try:
                 data.update(jobs.run_batch_job(data, url, version["display_name"]))
             finally:

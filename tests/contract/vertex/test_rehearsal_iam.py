@@ -151,12 +151,13 @@ def test_a_role_taken_away_refuses_its_permissions_with_vertexs_403(tmp_path):
         double.stop()
 
 
-def test_a_viewer_reads_but_may_not_upload(tmp_path):
-    def viewer(state):
-        _without_role("roles/aiplatform.user")(state)
-        state["project_bindings"].append({"role": "roles/aiplatform.viewer", "members": [f"serviceAccount:{SA}"]})
+def _viewer(state):
+    _without_role("roles/aiplatform.user")(state)
+    state["project_bindings"].append({"role": "roles/aiplatform.viewer", "members": [f"serviceAccount:{SA}"]})
 
-    double = _double(tmp_path, viewer)
+
+def test_a_viewer_reads_but_may_not_upload(tmp_path):
+    double = _double(tmp_path, _viewer)
     try:
         status, answer = _rest(
             double, "POST", f"{PARENT}/models:upload", {"model": {"displayName": "m", "artifactUri": "gs://b/m"}}
@@ -166,6 +167,21 @@ def test_a_viewer_reads_but_may_not_upload(tmp_path):
         models = ModelServiceClient(transport=ModelServiceGrpcTransport(channel=channel))
         assert list(models.list_models(parent=PARENT)) == []
         channel.close()
+    finally:
+        double.stop()
+
+
+@pytest.mark.parametrize("collection", ["customJobs", "hyperparameterTuningJobs", "batchPredictionJobs"])
+def test_a_viewer_may_not_cancel_a_job_over_rest(tmp_path, collection):
+    """The REST cancel GCPC's job launchers send (an empty body) needs the cancel permission of the job's kind."""
+    double = _double(tmp_path, _viewer)
+    try:
+        status, answer = _rest(double, "POST", f"{PARENT}/{collection}/5:cancel")
+        assert (status, answer["error"]["message"]) == (
+            403,
+            f"Permission 'aiplatform.{collection}.cancel' denied on resource "
+            f"'//aiplatform.googleapis.com/{PARENT}/{collection}/5' (or it may not exist).",
+        )
     finally:
         double.stop()
 
