@@ -46,7 +46,7 @@ def test_deploy_starts_reuses_and_rolls_back(trained_model, digits_data, tmp_pat
         third = publish(str(broken), base, "digits", {"run": 4})
         with pytest.raises(
             tf_serving.DeployError,
-            match=r"version 3 failed, rolled back: the published model's "
+            match=r"version 3 failed, rolled back: the model's "
             r"serving_default has no class_id output \(\['version', 'y'\]\) \(serving version 2 again\)",
         ):
             deploy(third)
