@@ -5,14 +5,13 @@ custom job (`TF_CONFIG` with one `chief` and N−1 `worker`s; `AIP_*` output loc
 with the task name. When a worker is lost (killed by a signal: preempted, OOM-killed, stopped) it stops the others
 and restarts the whole group (bounded), which resumes after the last checkpointed epoch (`trainer.checkpoints`).
 When a worker exits on its own with an error (a Python exception: the same input fails the same way on every
-attempt) it stops the others and fails at once with that worker's error. The chief's progress lines (`core.progress`) are relayed as
-they are, and a restart adds one of its own.
+attempt) it stops the others and fails at once with that worker's error. The chief's progress lines
+(`core.progress`) are relayed as they are, and a restart adds one of its own.
 """
 
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -280,9 +279,10 @@ def launch(
         attempts=0, seconds=0.0, devices={task_name(i): machine.describe(d) for i, d in enumerate(devices)}
     )
     sink.write(f"[launcher] devices: {', '.join(f'{name} {what}' for name, what in result.devices.items())}\n")
-    scratch = tempfile.mkdtemp(prefix="tfpipe-workers-", dir=base_env.get("TMPDIR"))
-    base_env["TMPDIR"] = scratch
-    try:
+    with tempfile.TemporaryDirectory(
+        prefix="tfpipe-workers-", dir=base_env.get("TMPDIR"), ignore_cleanup_errors=True
+    ) as scratch:
+        base_env["TMPDIR"] = scratch
         for attempt in range(1, max_restarts + 2):
             result.attempts = attempt
             sink.write(f"[launcher] attempt {attempt}: starting {num_workers} worker(s)\n")
@@ -318,7 +318,8 @@ def launch(
                     progress.line(
                         "train",
                         "restart",
-                        f"{names} lost: restarting the workers ({attempt}/{max_restarts}), resuming from the last checkpoint",
+                        f"{names} lost: restarting the workers ({attempt}/{max_restarts}), resuming from the last "
+                        "checkpoint",
                         done=attempt,
                         total=max_restarts,
                         unit="restarts",
@@ -334,8 +335,6 @@ def launch(
             failed[last],
             _log_of(log_dir, last, result.attempts),
         )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def train_model(

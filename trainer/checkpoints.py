@@ -71,18 +71,21 @@ def read(directory: str) -> Kept | None:
 
 @dataclass(frozen=True)
 class Resume:
-    """Where a training starts: after the `epochs` of the kept checkpoint `last` (loaded by `restore_last`), or from
-    scratch (`last` None, `epochs` 0)."""
+    """Where a training starts: after the epochs of the kept checkpoint `last` (loaded by `restore_last`), or from
+    scratch (`last` None)."""
 
-    epochs: int
-    last: Kept | None = None
+    last: Kept | None
+
+    @property
+    def epochs(self) -> int:
+        """The epochs completed before this training starts."""
+        return self.last.epoch if self.last else 0
 
 
 def resume_point(checkpoint_dir: str) -> Resume:
     """Where a training with this checkpoint folder starts: after the epochs of its `last` (an earlier attempt's
     last completed epoch), else from scratch."""
-    last = read(f"{checkpoint_dir}/{LAST}")
-    return Resume(last.epoch, last) if last else Resume(0)
+    return Resume(read(f"{checkpoint_dir}/{LAST}"))
 
 
 def restore_last(model, resume: Resume) -> None:

@@ -5,9 +5,9 @@ artifact passing, placeholders) with its SubprocessRunner, and the lightweight s
 here: container tasks (the Google Cloud Pipeline Components) run their own command as a local process (kfp.local
 refuses container components in a subprocess), forked from one that imported their launchers (warm_launchers.py),
 the Vertex placeholders kfp.local does not know (`{{$.pipeline_google_cloud_project_id}}`) are resolved, and every
-process talks to the API double (api/) through redirect.py. Storage is Cloud Storage's, on a local emulator (gcs.py): the pipeline root and every artifact and job
-output are gs:// URIs, local data and batch instances are copied into it first, and the steps' `artifact.path` is a
-mount folder standing in for Vertex's `/gcs/`.
+process talks to the API double (api/) through redirect.py. Storage is Cloud Storage's, on a local emulator
+(gcs.py): the pipeline root and every artifact and job output are gs:// URIs, local data and batch instances are
+copied into it first, and the steps' `artifact.path` is a mount folder standing in for Vertex's `/gcs/`.
 """
 
 from __future__ import annotations

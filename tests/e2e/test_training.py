@@ -1,6 +1,6 @@
 """Training as the local launcher and the study run it: real MultiWorkerMirroredStrategy workers, a lost worker
-restarting the group from its last checkpoint, trials sharing a warm TensorFlow process; a user's own model builder trained,
-exported and called."""
+restarting the group from its last checkpoint, trials sharing a warm TensorFlow process; a user's own model builder
+trained, exported and called."""
 
 import io
 import json
@@ -104,8 +104,9 @@ def test_killed_worker_restarts_group_and_resumes_from_its_last_checkpoint(digit
 
 def test_a_crashed_group_resumes_at_the_next_epoch_and_keeps_the_best_and_last_checkpoints(digits_data, tmp_path):
     """Two MultiWorkerMirroredStrategy workers, one killed after the second epoch: the restarted group continues
-    at the epoch after its last checkpoint, and the checkpoint folder keeps the chief's `last` (epoch 4) and `best` (the epoch
-    of lowest val_loss over both attempts); the other worker's copies of them are gone, the killed attempt's too."""
+    at the epoch after its last checkpoint, and the checkpoint folder keeps the chief's `last` (epoch 4) and `best`
+    (the epoch of lowest val_loss over both attempts); the other worker's copies of them are gone, the killed
+    attempt's too."""
     from trainer import checkpoints
 
     job, temp = tmp_path / "job", tmp_path / "temp"

@@ -89,8 +89,7 @@ class TrialRunner:
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            self.kill()
 
     def kill(self) -> None:
         """Kill the runner (SIGKILL) and wait for it."""

@@ -1,7 +1,7 @@
 """The double's servers on 127.0.0.1: gRPC for the GAPIC clients' JobService, ModelService, EndpointService,
 PredictionService (Predict) and Operations, REST for the routes of GCPC's upload and deploy launchers, its job
-launchers' cancels (`POST .../customJobs/N:cancel`, sent on SIGTERM) and online prediction, and Dataflow's `projects.locations.jobs.create` for data prep's job (components/lib/prep/dataflow.py).
-Each request is parsed into its aiplatform_v1 (dataflow_v1beta3) message (an unknown field or a wrong type is refused
+launchers' cancels (`POST .../customJobs/N:cancel`, sent on SIGTERM) and online prediction, and Dataflow's
+`projects.locations.jobs.create` for data prep's job (components/lib/prep/dataflow.py). Each request is parsed into its aiplatform_v1 (dataflow_v1beta3) message (an unknown field or a wrong type is refused
 as Vertex refuses it), recorded (Context.record), authorized (Context.authorize: the API enabled, the permission
 its service's `PERMISSIONS` names held by the caller) and answered by its service; an ApiError is answered with its
 status and message. A share of the project's own gRPC calls (Context.fault) is refused as Vertex refuses calls while busy;

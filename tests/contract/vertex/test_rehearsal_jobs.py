@@ -1,6 +1,7 @@
 """The rehearsal's custom jobs and tuning trials as strict as Vertex AI's (pipelines/rehearsal/jobs.py): CLUSTER_SPEC
 and TF_CONFIG on every replica and trial, replicas restarted as the job's `scheduling` says, a preempted replica
-restarted and resuming from its last checkpoint. Jobs run the real trainer on the digits, one replica, 1-2 short epochs."""
+restarted and resuming from its last checkpoint. Jobs run the real trainer on the digits, one replica, 1-2 short
+epochs."""
 
 from __future__ import annotations
 

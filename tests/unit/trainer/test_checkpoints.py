@@ -191,7 +191,7 @@ def test_on_cloud_storage_the_chief_uploads_each_epochs_checkpoint_in_one_reques
         model.compile(keras.optimizers.Adam(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
         chief = distribute.Cluster("chief", 0, 1, has_chief=True)
-        kept = checkpoints.KeptCheckpoints("gs://b/job/checkpoints", "loss", chief, checkpoints.Resume(0))
+        kept = checkpoints.KeptCheckpoints("gs://b/job/checkpoints", "loss", chief, checkpoints.Resume(None))
         model.fit(x, (x[:, 0] > 0).astype("int32"), epochs=2, verbose=0, callbacks=[kept])
         """
     )
